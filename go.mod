@@ -1,0 +1,5 @@
+module github.com/musepi/musepi
+
+go 1.26
+
+require google.golang.org/protobuf v1.36.12

@@ -1,0 +1,175 @@
+package retry
+
+import (
+	"strings"
+	"unsafe"
+
+	"github.com/musepi/musepi/messages"
+)
+
+// Class is what classification says about the last assistant message of a turn.
+type Class uint8
+
+// The classes, from "nothing to do" to each retryable family.
+const (
+	// Success is a turn that ended neither in error nor aborted.
+	Success Class = iota
+	// NotRetryable is a failure the policy does not retry (auth, bad request,
+	// content blocked, or output already streamed before the failure).
+	NotRetryable
+	// ContextOverflow goes to compaction, never to retry.
+	ContextOverflow
+	// ClassifierRefusal is a refusal from a safety classifier (typed stop details).
+	ClassifierRefusal
+	// StaleReplay is a replayed item or previous_response_id the provider no longer has.
+	StaleReplay
+	// UsageLimit is a usage, quota, billing or credit limit.
+	UsageLimit
+	// Transient is an overload, rate limit, server or network failure.
+	Transient
+	// ReasonlessAbort is a content-less abort carrying only the generic sentinel.
+	ReasonlessAbort
+)
+
+var classNames = [...]string{
+	Success:           "success",
+	NotRetryable:      "not_retryable",
+	ContextOverflow:   "context_overflow",
+	ClassifierRefusal: "classifier_refusal",
+	StaleReplay:       "stale_replay",
+	UsageLimit:        "usage_limit",
+	Transient:         "transient",
+	ReasonlessAbort:   "reasonless_abort",
+}
+
+// String returns the snake_case name used in events ("transient", ...).
+func (c Class) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "unknown"
+}
+
+// Retryable reports whether the class feeds the retry engine.
+func (c Class) Retryable() bool { return c >= ClassifierRefusal }
+
+// AllowsModelFallback reports whether a retry of this class may switch models.
+// Reason-less aborts are retried without model fallback.
+func (c Class) AllowsModelFallback() bool { return c != ReasonlessAbort }
+
+// Stop-detail types the classifier reads.
+const (
+	StopDetailRefusal                       = "refusal"
+	StopDetailSensitive                     = "sensitive"
+	StopDetailStreamInterruptedAfterContent = "stream_interrupted_after_content"
+)
+
+// AbortSentinel is the generic error text of an abort that carries no reason.
+const AbortSentinel = "Request was aborted"
+
+// AbortState says which deliberate aborts are in progress in the session.
+// Any of them keeps a reason-less abort from being retried.
+type AbortState struct {
+	User       bool // the user called Abort and the stream has not settled
+	Dispose    bool // the session is being disposed or shut down
+	EditGuard  bool // the streaming-edit guard aborted the stream
+}
+
+func (a AbortState) any() bool { return a.User || a.Dispose || a.EditGuard }
+
+// Classify says what the policy does with msg, the last assistant message of
+// a turn. A nil message is NotRetryable. Classification never panics.
+func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
+	if msg == nil {
+		return NotRetryable
+	}
+	switch msg.GetStopReason() {
+	case messages.StopReason_STOP_REASON_ERROR:
+	case messages.StopReason_STOP_REASON_ABORTED:
+		if isReasonlessAbort(msg, aborts) {
+			return ReasonlessAbort
+		}
+		return NotRetryable
+	default:
+		return Success
+	}
+	text := msg.GetErrorMessage()
+	if text == "" {
+		return NotRetryable
+	}
+	var buf [lowerBufSize]byte
+	lower := toLowerASCII(text, &buf)
+	status := int(msg.GetHttpStatus())
+	if matchFamily(ContextOverflow, lower, status) {
+		return ContextOverflow
+	}
+	switch msg.GetStopDetails().GetType() {
+	case StopDetailRefusal, StopDetailSensitive:
+		return ClassifierRefusal
+	}
+	for _, c := range [...]Class{StaleReplay, UsageLimit, Transient} {
+		if matchFamily(c, lower, status) {
+			if HasObservableOutput(msg) {
+				return NotRetryable
+			}
+			return c
+		}
+	}
+	if isReasonlessAbort(msg, aborts) {
+		return ReasonlessAbort
+	}
+	return NotRetryable
+}
+
+// IsContextOverflow reports whether msg failed because the input exceeded
+// the model's context window.
+func IsContextOverflow(msg *messages.AssistantMessage) bool {
+	return Classify(msg, AbortState{}) == ContextOverflow
+}
+
+// HasObservableOutput reports whether a failed turn had already produced
+// output a user could see: a tool call, non-empty text, thinking or redacted
+// thinking, or the stream_interrupted_after_content stop detail.
+func HasObservableOutput(msg *messages.AssistantMessage) bool {
+	if msg.GetStopDetails().GetType() == StopDetailStreamInterruptedAfterContent {
+		return true
+	}
+	for _, b := range msg.GetContent() {
+		switch {
+		case b.GetToolCall() != nil:
+			return true
+		case b.GetText().GetText() != "":
+			return true
+		case b.GetThinking().GetThinking() != "":
+			return true
+		case b.GetRedactedThinking().GetData() != "":
+			return true
+		}
+	}
+	return false
+}
+
+func isReasonlessAbort(msg *messages.AssistantMessage, aborts AbortState) bool {
+	return msg.GetErrorMessage() == AbortSentinel && !aborts.any() && !HasObservableOutput(msg)
+}
+
+// lowerBufSize bounds the error text lowered on the stack; longer texts are
+// lowered on the heap.
+const lowerBufSize = 1024
+
+// toLowerASCII lowers ASCII letters of s, into buf when it fits. The result
+// may alias buf and must not outlive the caller's frame.
+func toLowerASCII(s string, buf *[lowerBufSize]byte) string {
+	if len(s) > len(buf) {
+		return strings.ToLower(s)
+	}
+	b := buf[:len(s)]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
