@@ -342,6 +342,194 @@ func (x *ModelChange) GetReason() string {
 	return ""
 }
 
+// AgentStart is emitted when a prompt (or a scheduled continue) starts a run.
+type AgentStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStart) Reset() {
+	*x = AgentStart{}
+	mi := &file_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStart) ProtoMessage() {}
+
+func (x *AgentStart) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStart.ProtoReflect.Descriptor instead.
+func (*AgentStart) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AgentStart) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// MessageUpdate is streamed assistant output.
+type MessageUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"` // "text", "thinking", "tool_call"
+	Delta         string                 `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageUpdate) Reset() {
+	*x = MessageUpdate{}
+	mi := &file_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageUpdate) ProtoMessage() {}
+
+func (x *MessageUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageUpdate.ProtoReflect.Descriptor instead.
+func (*MessageUpdate) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MessageUpdate) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MessageUpdate) GetDelta() string {
+	if x != nil {
+		return x.Delta
+	}
+	return ""
+}
+
+// MessageEnd is emitted when an assistant message is complete.
+type MessageEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       *AssistantMessage      `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageEnd) Reset() {
+	*x = MessageEnd{}
+	mi := &file_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageEnd) ProtoMessage() {}
+
+func (x *MessageEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageEnd.ProtoReflect.Descriptor instead.
+func (*MessageEnd) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MessageEnd) GetMessage() *AssistantMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// EventsLost tells a subscriber how many events its full queue dropped.
+type EventsLost struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventsLost) Reset() {
+	*x = EventsLost{}
+	mi := &file_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventsLost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventsLost) ProtoMessage() {}
+
+func (x *EventsLost) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventsLost.ProtoReflect.Descriptor instead.
+func (*EventsLost) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EventsLost) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // AgentEnd is emitted when a turn ends.
 type AgentEnd struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -353,7 +541,7 @@ type AgentEnd struct {
 
 func (x *AgentEnd) Reset() {
 	*x = AgentEnd{}
-	mi := &file_events_proto_msgTypes[5]
+	mi := &file_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +553,7 @@ func (x *AgentEnd) String() string {
 func (*AgentEnd) ProtoMessage() {}
 
 func (x *AgentEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[5]
+	mi := &file_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +566,7 @@ func (x *AgentEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEnd.ProtoReflect.Descriptor instead.
 func (*AgentEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{5}
+	return file_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AgentEnd) GetMessage() *AssistantMessage {
@@ -407,7 +595,7 @@ type AgentSettled struct {
 
 func (x *AgentSettled) Reset() {
 	*x = AgentSettled{}
-	mi := &file_events_proto_msgTypes[6]
+	mi := &file_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +607,7 @@ func (x *AgentSettled) String() string {
 func (*AgentSettled) ProtoMessage() {}
 
 func (x *AgentSettled) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[6]
+	mi := &file_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +620,7 @@ func (x *AgentSettled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSettled.ProtoReflect.Descriptor instead.
 func (*AgentSettled) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{6}
+	return file_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AgentSettled) GetGeneration() uint64 {
@@ -466,7 +654,7 @@ type CompactionRequired struct {
 
 func (x *CompactionRequired) Reset() {
 	*x = CompactionRequired{}
-	mi := &file_events_proto_msgTypes[7]
+	mi := &file_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +666,7 @@ func (x *CompactionRequired) String() string {
 func (*CompactionRequired) ProtoMessage() {}
 
 func (x *CompactionRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[7]
+	mi := &file_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +679,7 @@ func (x *CompactionRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionRequired.ProtoReflect.Descriptor instead.
 func (*CompactionRequired) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{7}
+	return file_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompactionRequired) GetErrorMessage() string {
@@ -517,6 +705,10 @@ type SessionEvent struct {
 	//	*SessionEvent_AgentEnd
 	//	*SessionEvent_AgentSettled
 	//	*SessionEvent_CompactionRequired
+	//	*SessionEvent_AgentStart
+	//	*SessionEvent_MessageUpdate
+	//	*SessionEvent_MessageEnd
+	//	*SessionEvent_EventsLost
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -524,7 +716,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_events_proto_msgTypes[8]
+	mi := &file_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +728,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[8]
+	mi := &file_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +741,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{8}
+	return file_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionEvent) GetSessionId() string {
@@ -652,6 +844,42 @@ func (x *SessionEvent) GetCompactionRequired() *CompactionRequired {
 	return nil
 }
 
+func (x *SessionEvent) GetAgentStart() *AgentStart {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_AgentStart); ok {
+			return x.AgentStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetMessageUpdate() *MessageUpdate {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_MessageUpdate); ok {
+			return x.MessageUpdate
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetMessageEnd() *MessageEnd {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_MessageEnd); ok {
+			return x.MessageEnd
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetEventsLost() *EventsLost {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_EventsLost); ok {
+			return x.EventsLost
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -688,6 +916,22 @@ type SessionEvent_CompactionRequired struct {
 	CompactionRequired *CompactionRequired `protobuf:"bytes,17,opt,name=compaction_required,json=compactionRequired,proto3,oneof"`
 }
 
+type SessionEvent_AgentStart struct {
+	AgentStart *AgentStart `protobuf:"bytes,18,opt,name=agent_start,json=agentStart,proto3,oneof"`
+}
+
+type SessionEvent_MessageUpdate struct {
+	MessageUpdate *MessageUpdate `protobuf:"bytes,19,opt,name=message_update,json=messageUpdate,proto3,oneof"`
+}
+
+type SessionEvent_MessageEnd struct {
+	MessageEnd *MessageEnd `protobuf:"bytes,20,opt,name=message_end,json=messageEnd,proto3,oneof"`
+}
+
+type SessionEvent_EventsLost struct {
+	EventsLost *EventsLost `protobuf:"bytes,21,opt,name=events_lost,json=eventsLost,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -703,6 +947,14 @@ func (*SessionEvent_AgentEnd) isSessionEvent_Event() {}
 func (*SessionEvent_AgentSettled) isSessionEvent_Event() {}
 
 func (*SessionEvent_CompactionRequired) isSessionEvent_Event() {}
+
+func (*SessionEvent_AgentStart) isSessionEvent_Event() {}
+
+func (*SessionEvent_MessageUpdate) isSessionEvent_Event() {}
+
+func (*SessionEvent_MessageEnd) isSessionEvent_Event() {}
+
+func (*SessionEvent_EventsLost) isSessionEvent_Event() {}
 
 var File_events_proto protoreflect.FileDescriptor
 
@@ -733,7 +985,21 @@ const file_events_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"`\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\",\n" +
+	"\n" +
+	"AgentStart\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"9\n" +
+	"\rMessageUpdate\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05delta\x18\x02 \x01(\tR\x05delta\"C\n" +
+	"\n" +
+	"MessageEnd\x125\n" +
+	"\amessage\x18\x01 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\"\"\n" +
+	"\n" +
+	"EventsLost\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"`\n" +
 	"\bAgentEnd\x125\n" +
 	"\amessage\x18\x01 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x1d\n" +
 	"\n" +
@@ -745,7 +1011,7 @@ const file_events_proto_rawDesc = "" +
 	"\asuccess\x18\x02 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"9\n" +
 	"\x12CompactionRequired\x12#\n" +
-	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\"\xa4\x05\n" +
+	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\"\x95\a\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -759,7 +1025,14 @@ const file_events_proto_rawDesc = "" +
 	"\fmodel_change\x18\x0e \x01(\v2\x16.musepi.v1.ModelChangeH\x00R\vmodelChange\x122\n" +
 	"\tagent_end\x18\x0f \x01(\v2\x13.musepi.v1.AgentEndH\x00R\bagentEnd\x12>\n" +
 	"\ragent_settled\x18\x10 \x01(\v2\x17.musepi.v1.AgentSettledH\x00R\fagentSettled\x12P\n" +
-	"\x13compaction_required\x18\x11 \x01(\v2\x1d.musepi.v1.CompactionRequiredH\x00R\x12compactionRequiredB\a\n" +
+	"\x13compaction_required\x18\x11 \x01(\v2\x1d.musepi.v1.CompactionRequiredH\x00R\x12compactionRequired\x128\n" +
+	"\vagent_start\x18\x12 \x01(\v2\x15.musepi.v1.AgentStartH\x00R\n" +
+	"agentStart\x12A\n" +
+	"\x0emessage_update\x18\x13 \x01(\v2\x18.musepi.v1.MessageUpdateH\x00R\rmessageUpdate\x128\n" +
+	"\vmessage_end\x18\x14 \x01(\v2\x15.musepi.v1.MessageEndH\x00R\n" +
+	"messageEnd\x128\n" +
+	"\vevents_lost\x18\x15 \x01(\v2\x15.musepi.v1.EventsLostH\x00R\n" +
+	"eventsLostB\a\n" +
 	"\x05eventB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
@@ -774,34 +1047,43 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_events_proto_goTypes = []any{
 	(*AutoRetryStart)(nil),         // 0: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 1: musepi.v1.AutoRetryEnd
 	(*RetryFallbackApplied)(nil),   // 2: musepi.v1.RetryFallbackApplied
 	(*RetryFallbackSucceeded)(nil), // 3: musepi.v1.RetryFallbackSucceeded
 	(*ModelChange)(nil),            // 4: musepi.v1.ModelChange
-	(*AgentEnd)(nil),               // 5: musepi.v1.AgentEnd
-	(*AgentSettled)(nil),           // 6: musepi.v1.AgentSettled
-	(*CompactionRequired)(nil),     // 7: musepi.v1.CompactionRequired
-	(*SessionEvent)(nil),           // 8: musepi.v1.SessionEvent
-	(*AssistantMessage)(nil),       // 9: musepi.v1.AssistantMessage
+	(*AgentStart)(nil),             // 5: musepi.v1.AgentStart
+	(*MessageUpdate)(nil),          // 6: musepi.v1.MessageUpdate
+	(*MessageEnd)(nil),             // 7: musepi.v1.MessageEnd
+	(*EventsLost)(nil),             // 8: musepi.v1.EventsLost
+	(*AgentEnd)(nil),               // 9: musepi.v1.AgentEnd
+	(*AgentSettled)(nil),           // 10: musepi.v1.AgentSettled
+	(*CompactionRequired)(nil),     // 11: musepi.v1.CompactionRequired
+	(*SessionEvent)(nil),           // 12: musepi.v1.SessionEvent
+	(*AssistantMessage)(nil),       // 13: musepi.v1.AssistantMessage
 }
 var file_events_proto_depIdxs = []int32{
-	9, // 0: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	0, // 1: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
-	1, // 2: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
-	2, // 3: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	3, // 4: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	4, // 5: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
-	5, // 6: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
-	6, // 7: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
-	7, // 8: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	13, // 0: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	13, // 1: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	0,  // 2: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
+	1,  // 3: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
+	2,  // 4: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	3,  // 5: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	4,  // 6: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
+	9,  // 7: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
+	10, // 8: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
+	11, // 9: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
+	5,  // 10: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
+	6,  // 11: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
+	7,  // 12: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
+	8,  // 13: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -811,7 +1093,7 @@ func file_events_proto_init() {
 	}
 	file_assistant_proto_init()
 	file_events_proto_msgTypes[1].OneofWrappers = []any{}
-	file_events_proto_msgTypes[8].OneofWrappers = []any{
+	file_events_proto_msgTypes[12].OneofWrappers = []any{
 		(*SessionEvent_AutoRetryStart)(nil),
 		(*SessionEvent_AutoRetryEnd)(nil),
 		(*SessionEvent_RetryFallbackApplied)(nil),
@@ -820,6 +1102,10 @@ func file_events_proto_init() {
 		(*SessionEvent_AgentEnd)(nil),
 		(*SessionEvent_AgentSettled)(nil),
 		(*SessionEvent_CompactionRequired)(nil),
+		(*SessionEvent_AgentStart)(nil),
+		(*SessionEvent_MessageUpdate)(nil),
+		(*SessionEvent_MessageEnd)(nil),
+		(*SessionEvent_EventsLost)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -827,7 +1113,7 @@ func file_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"strings"
 	"unsafe"
 
 	"github.com/musepi/musepi/messages"
@@ -70,9 +69,9 @@ const AbortSentinel = "Request was aborted"
 // AbortState says which deliberate aborts are in progress in the session.
 // Any of them keeps a reason-less abort from being retried.
 type AbortState struct {
-	User       bool // the user called Abort and the stream has not settled
-	Dispose    bool // the session is being disposed or shut down
-	EditGuard  bool // the streaming-edit guard aborted the stream
+	User      bool // the user called Abort and the stream has not settled
+	Dispose   bool // the session is being disposed or shut down
+	EditGuard bool // the streaming-edit guard aborted the stream
 }
 
 func (a AbortState) any() bool { return a.User || a.Dispose || a.EditGuard }
@@ -100,7 +99,9 @@ func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
 	var buf [lowerBufSize]byte
 	lower := toLowerASCII(text, &buf)
 	status := int(msg.GetHttpStatus())
-	if matchFamily(ContextOverflow, lower, status) {
+	var set bigramSet
+	set.fill(lower)
+	if matchFamily(ContextOverflow, &set, lower, status) {
 		return ContextOverflow
 	}
 	switch msg.GetStopDetails().GetType() {
@@ -108,7 +109,7 @@ func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
 		return ClassifierRefusal
 	}
 	for _, c := range [...]Class{StaleReplay, UsageLimit, Transient} {
-		if matchFamily(c, lower, status) {
+		if matchFamily(c, &set, lower, status) {
 			if HasObservableOutput(msg) {
 				return NotRetryable
 			}
@@ -128,8 +129,8 @@ func IsContextOverflow(msg *messages.AssistantMessage) bool {
 }
 
 // HasObservableOutput reports whether a failed turn had already produced
-// output a user could see: a tool call, non-empty text, thinking or redacted
-// thinking, or the stream_interrupted_after_content stop detail.
+// output a user could see: a tool call, non-empty text, any thinking or
+// redacted-thinking block, or the stream_interrupted_after_content stop detail.
 func HasObservableOutput(msg *messages.AssistantMessage) bool {
 	if msg.GetStopDetails().GetType() == StopDetailStreamInterruptedAfterContent {
 		return true
@@ -140,9 +141,7 @@ func HasObservableOutput(msg *messages.AssistantMessage) bool {
 			return true
 		case b.GetText().GetText() != "":
 			return true
-		case b.GetThinking().GetThinking() != "":
-			return true
-		case b.GetRedactedThinking().GetData() != "":
+		case b.GetThinking() != nil, b.GetRedactedThinking() != nil:
 			return true
 		}
 	}
@@ -157,13 +156,16 @@ func isReasonlessAbort(msg *messages.AssistantMessage, aborts AbortState) bool {
 // lowered on the heap.
 const lowerBufSize = 1024
 
-// toLowerASCII lowers ASCII letters of s, into buf when it fits. The result
-// may alias buf and must not outlive the caller's frame.
+// toLowerASCII lowers ASCII letters of s (only those, so the result does not
+// depend on the length), into buf when it fits. The result may alias buf and
+// must not outlive the caller's frame.
 func toLowerASCII(s string, buf *[lowerBufSize]byte) string {
+	var b []byte
 	if len(s) > len(buf) {
-		return strings.ToLower(s)
+		b = make([]byte, len(s))
+	} else {
+		b = buf[:len(s)]
 	}
-	b := buf[:len(s)]
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if 'A' <= c && c <= 'Z' {

@@ -79,8 +79,8 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 // parseReset reads a delta in unit, or an absolute epoch: values above 1e12
 // are epoch milliseconds, above 1e9 epoch seconds.
 func parseReset(v string, now time.Time, unit time.Duration) (time.Duration, bool) {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+	f, ok := parseNumber(v)
+	if !ok {
 		return 0, false
 	}
 	switch {
@@ -95,27 +95,53 @@ func parseReset(v string, now time.Time, unit time.Duration) (time.Duration, boo
 // scaled parses a non-negative decimal number of unit, rounded up to whole
 // milliseconds and saturating at the largest Duration.
 func scaled(v string, unit time.Duration) (time.Duration, bool) {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || strings.ContainsAny(v, "xXpPiInN") {
+	f, ok := parseNumber(v)
+	if !ok {
 		return 0, false
 	}
 	return scaledFloat(f, unit)
 }
 
-func scaledFloat(f float64, unit time.Duration) (time.Duration, bool) {
-	if math.IsNaN(f) || math.IsInf(f, -1) {
+// parseNumber reads a plain decimal number ("12", "-3", "1.5", "2e3"); hex
+// floats, underscores, Inf and NaN are not numbers in a header.
+func parseNumber(v string) (float64, bool) {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case isDigit(c), c == '.', c == '-', c == '+', c == 'e', c == 'E':
+		default:
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, false
 	}
+	return f, true
+}
+
+// scaledFloat converts f units to a Duration rounded up to whole
+// milliseconds, saturating at ±maxDuration.
+func scaledFloat(f float64, unit time.Duration) (time.Duration, bool) {
+	if math.IsNaN(f) {
+		return 0, false
+	}
+	const limit = float64(maxDuration / time.Millisecond)
 	ms := math.Ceil(f * float64(unit) / float64(time.Millisecond))
-	if ms >= float64(maxDuration/time.Millisecond) {
+	switch {
+	case ms >= limit:
 		return maxDuration, true
+	case ms <= -limit:
+		return -maxDuration, true
 	}
 	return time.Duration(ms) * time.Millisecond, true
 }
 
-// ceilMs rounds d up to whole milliseconds.
+// ceilMs rounds d up to whole milliseconds, saturating at maxDuration.
 func ceilMs(d time.Duration) time.Duration {
 	if r := d % time.Millisecond; r > 0 {
+		if d > maxDuration-time.Millisecond {
+			return maxDuration
+		}
 		d += time.Millisecond - r
 	}
 	return d
@@ -133,7 +159,7 @@ var (
 )
 
 func parseTextHint(text string) (time.Duration, bool) {
-	if text == "" {
+	if !mayHoldTextHint(text) {
 		return 0, false
 	}
 	if m := textRetryAfterMs.FindStringSubmatch(text); m != nil {
@@ -154,6 +180,15 @@ func parseTextHint(text string) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// textHintWords prefilter the text hints: a text holding none of them has no
+// hint, and the regular expressions are not run.
+var textHintWords = []string{"retry-after", "retry in", "retrydelay", "try again in", "reset after"}
+
+func mayHoldTextHint(text string) bool {
+	var buf [lowerBufSize]byte
+	return text != "" && containsAny(toLowerASCII(text, &buf), textHintWords)
 }
 
 // compoundDuration sums parts such as "1h2m3s" or "20 seconds".
