@@ -749,6 +749,9 @@ type RetryTurnEnded struct {
 	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Aborts        *Aborts                `protobuf:"bytes,3,opt,name=aborts,proto3" json:"aborts,omitempty"`
 	Settings      *RetrySettings         `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	CurrentModel  string                 `protobuf:"bytes,5,opt,name=current_model,json=currentModel,proto3" json:"current_model,omitempty"` // "provider/model" the turn ran on
+	PrimaryModel  string                 `protobuf:"bytes,6,opt,name=primary_model,json=primaryModel,proto3" json:"primary_model,omitempty"`
+	Role          string                 `protobuf:"bytes,7,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -809,6 +812,27 @@ func (x *RetryTurnEnded) GetSettings() *RetrySettings {
 		return x.Settings
 	}
 	return nil
+}
+
+func (x *RetryTurnEnded) GetCurrentModel() string {
+	if x != nil {
+		return x.CurrentModel
+	}
+	return ""
+}
+
+func (x *RetryTurnEnded) GetPrimaryModel() string {
+	if x != nil {
+		return x.PrimaryModel
+	}
+	return ""
+}
+
+func (x *RetryTurnEnded) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 // RetryCancel cancels the retry: abort_retry, or the global abort (global = true).
@@ -1973,6 +1997,67 @@ func (*Tick) Descriptor() ([]byte, []int) {
 	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
+// CompactionFinished carries the compaction hook's outcome.
+type CompactionFinished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted runtime context
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactionFinished) Reset() {
+	*x = CompactionFinished{}
+	mi := &file_actors_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactionFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactionFinished) ProtoMessage() {}
+
+func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
+func (*CompactionFinished) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CompactionFinished) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *CompactionFinished) GetContext() []*Entry {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *CompactionFinished) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
@@ -2014,14 +2099,17 @@ const file_actors_proto_rawDesc = "" +
 	"\x04user\x18\x01 \x01(\bR\x04user\x12\x18\n" +
 	"\adispose\x18\x02 \x01(\bR\adispose\x12\x1d\n" +
 	"\n" +
-	"edit_guard\x18\x03 \x01(\bR\teditGuard\"\xc8\x01\n" +
+	"edit_guard\x18\x03 \x01(\bR\teditGuard\"\xa6\x02\n" +
 	"\x0eRetryTurnEnded\x125\n" +
 	"\amessage\x18\x01 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12)\n" +
 	"\x06aborts\x18\x03 \x01(\v2\x11.musepi.v1.AbortsR\x06aborts\x124\n" +
-	"\bsettings\x18\x04 \x01(\v2\x18.musepi.v1.RetrySettingsR\bsettings\"%\n" +
+	"\bsettings\x18\x04 \x01(\v2\x18.musepi.v1.RetrySettingsR\bsettings\x12#\n" +
+	"\rcurrent_model\x18\x05 \x01(\tR\fcurrentModel\x12#\n" +
+	"\rprimary_model\x18\x06 \x01(\tR\fprimaryModel\x12\x12\n" +
+	"\x04role\x18\a \x01(\tR\x04role\"%\n" +
 	"\vRetryCancel\x12\x16\n" +
 	"\x06global\x18\x01 \x01(\bR\x06global\"\xc5\x06\n" +
 	"\vRetryAction\x12/\n" +
@@ -2143,7 +2231,13 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12\x12\n" +
 	"\x04busy\x18\x06 \x01(\bR\x04busy\"\x06\n" +
-	"\x04TickB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x04Tick\"v\n" +
+	"\x12CompactionFinished\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12*\n" +
+	"\acontext\x18\x02 \x03(\v2\x10.musepi.v1.EntryR\acontext\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05errorB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_actors_proto_rawDescOnce sync.Once
@@ -2158,7 +2252,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 }
 
 var file_actors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_actors_proto_goTypes = []any{
 	(RetryAction_Kind)(0),          // 0: musepi.v1.RetryAction.Kind
 	(*PromptRequest)(nil),          // 1: musepi.v1.PromptRequest
@@ -2194,34 +2288,36 @@ var file_actors_proto_goTypes = []any{
 	(*Forget)(nil),                 // 31: musepi.v1.Forget
 	(*SessionState)(nil),           // 32: musepi.v1.SessionState
 	(*Tick)(nil),                   // 33: musepi.v1.Tick
-	(*AssistantMessage)(nil),       // 34: musepi.v1.AssistantMessage
-	(*Entry)(nil),                  // 35: musepi.v1.Entry
-	(*ToolResult)(nil),             // 36: musepi.v1.ToolResult
-	(*RetrySettings)(nil),          // 37: musepi.v1.RetrySettings
-	(*AutoRetryStart)(nil),         // 38: musepi.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),           // 39: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),   // 40: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil), // 41: musepi.v1.RetryFallbackSucceeded
+	(*CompactionFinished)(nil),     // 34: musepi.v1.CompactionFinished
+	(*AssistantMessage)(nil),       // 35: musepi.v1.AssistantMessage
+	(*Entry)(nil),                  // 36: musepi.v1.Entry
+	(*ToolResult)(nil),             // 37: musepi.v1.ToolResult
+	(*RetrySettings)(nil),          // 38: musepi.v1.RetrySettings
+	(*AutoRetryStart)(nil),         // 39: musepi.v1.AutoRetryStart
+	(*AutoRetryEnd)(nil),           // 40: musepi.v1.AutoRetryEnd
+	(*RetryFallbackApplied)(nil),   // 41: musepi.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil), // 42: musepi.v1.RetryFallbackSucceeded
 }
 var file_actors_proto_depIdxs = []int32{
-	34, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	35, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	34, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	36, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	34, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
+	35, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	36, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	35, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	37, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	35, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
 	13, // 5: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
-	37, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
+	38, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
 	0,  // 7: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
-	38, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
-	39, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
-	40, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	41, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	39, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
+	40, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
+	41, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	42, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
 	16, // 12: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	36, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2239,7 +2335,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,144 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+)
+
+// Credential is one API key of a provider.
+type Credential struct {
+	Name   string // unique within the provider
+	APIKey string
+	// BankedResets is how many usage-limit resets this credential may spend
+	// (only with auto-redeem on).
+	BankedResets int
+}
+
+// credentialState is a credential and how long it is blocked.
+type credentialState struct {
+	Credential
+	blockedUntil time.Time
+}
+
+// CredentialsActor holds the credentials of one provider: session-sticky
+// selection, blocked-until times after usage limits, banked resets.
+type CredentialsActor struct {
+	clk        clock.Clock
+	creds      []credentialState
+	sticky     map[string]int // session -> index into creds
+	next       int            // round-robin start for new sessions
+	autoRedeem bool
+}
+
+// CredentialsProps spawns the credentials actor of one provider. With
+// autoRedeem, a usage limit with no free sibling spends a banked reset.
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem}
+		for _, c := range creds {
+			a.creds = append(a.creds, credentialState{Credential: c})
+		}
+		return a
+	}, actor.WithReceiverMiddleware(track.Middleware(clk)))
+}
+
+// Receive answers SelectCredential, MarkUsageLimitReached and ReleaseSession.
+func (a *CredentialsActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.SelectCredential:
+		respond(ctx, a.clk, &messages.CredentialSelected{Credential: a.selectFor(m.GetSessionId())})
+	case *messages.MarkUsageLimitReached:
+		respond(ctx, a.clk, a.markLimited(m))
+	case *messages.ReleaseSession:
+		delete(a.sticky, m.GetSessionId())
+	}
+}
+
+// selectFor returns the session's sticky credential, choosing one (free,
+// round-robin) the first time or when the sticky one is blocked.
+func (a *CredentialsActor) selectFor(session string) string {
+	if len(a.creds) == 0 {
+		return ""
+	}
+	now := a.clk.Now()
+	if i, ok := a.sticky[session]; ok && !a.creds[i].blockedUntil.After(now) {
+		return a.creds[i].Name
+	}
+	i := a.firstFree(now, -1)
+	if i < 0 {
+		i = a.earliestFree()
+	}
+	a.sticky[session] = i
+	return a.creds[i].Name
+}
+
+// firstFree finds an unblocked credential other than skip, round-robin.
+func (a *CredentialsActor) firstFree(now time.Time, skip int) int {
+	for k := range a.creds {
+		i := (a.next + k) % len(a.creds)
+		if i != skip && !a.creds[i].blockedUntil.After(now) {
+			a.next = i + 1
+			return i
+		}
+	}
+	return -1
+}
+
+func (a *CredentialsActor) earliestFree() int {
+	best := 0
+	for i := range a.creds {
+		if a.creds[i].blockedUntil.Before(a.creds[best].blockedUntil) {
+			best = i
+		}
+	}
+	return best
+}
+
+// markLimited blocks the session's credential and switches it to a free
+// sibling, or spends a banked reset (auto-redeem), or reports when the
+// earliest blocked sibling frees up.
+func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messages.UsageLimitReply {
+	reply := &messages.UsageLimitReply{Token: m.GetToken()}
+	if len(a.creds) == 0 {
+		return reply
+	}
+	now := a.clk.Now()
+	current, ok := a.sticky[m.GetSessionId()]
+	if !ok {
+		current = 0
+	}
+	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
+	if i := a.firstFree(now, current); i >= 0 {
+		a.sticky[m.GetSessionId()] = i
+		reply.Switched, reply.Credential = true, a.creds[i].Name
+		return reply
+	}
+	if a.autoRedeem {
+		for k := range a.creds {
+			i := (current + k) % len(a.creds)
+			if a.creds[i].BankedResets > 0 {
+				a.creds[i].BankedResets--
+				a.creds[i].blockedUntil = time.Time{}
+				a.sticky[m.GetSessionId()] = i
+				reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
+				return reply
+			}
+		}
+	}
+	var earliest time.Time
+	for i := range a.creds {
+		if i != current && a.creds[i].blockedUntil.After(now) &&
+			(earliest.IsZero() || a.creds[i].blockedUntil.Before(earliest)) {
+			earliest = a.creds[i].blockedUntil
+		}
+	}
+	if !earliest.IsZero() {
+		reply.RetryAtMs = earliest.UnixMilli()
+	}
+	return reply
+}

@@ -1,0 +1,95 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// Deps is what every session of a runtime shares.
+type Deps struct {
+	Clock       clock.Clock
+	Log         zerolog.Logger
+	Scheduler   *actor.PID
+	Credentials map[string]*actor.PID        // credentials actor by provider name
+	Keys        map[string]map[string]string // provider -> credential name -> API key
+	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
+	Providers   map[string]provider.Provider // by provider name
+	Store       history.Store
+	Tools       []Tool
+	// Compaction runs on context overflow; nil ends the prompt with the
+	// overflow error after emitting compaction_required.
+	Compaction CompactionHook
+	// NewSource returns the jitter source of one session's retry chain.
+	NewSource func() retry.Source
+}
+
+// Tool is a Go function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	SchemaJSON  string // JSON schema of the arguments object
+	Run         func(ctx context.Context, argsJSON string) (string, error)
+}
+
+// CompactionHook shrinks a runtime context that overflowed the model's
+// window. It returns the new context, after which the session continues the
+// prompt, or an error that ends the prompt.
+type CompactionHook func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error)
+
+// SessionConfig is one session's own configuration.
+type SessionConfig struct {
+	ID       string
+	Model    string // primary "provider/model"
+	Role     string // model role for fallback chains ("default")
+	Settings retry.Settings
+	Events   *Fanout
+	State    *SessionState
+}
+
+// SessionState mirrors what callers may read without asking the actor.
+type SessionState struct {
+	autoRetry  atomic.Bool
+	retrying   atomic.Bool
+	busy       atomic.Bool
+	generation atomic.Uint64
+	model      atomic.Pointer[string]
+}
+
+// AutoRetryEnabled reports retry.enabled.
+func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
+
+// IsRetrying reports whether the retry lifecycle is open.
+func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
+
+// Busy reports whether a prompt is in progress.
+func (s *SessionState) Busy() bool { return s.busy.Load() }
+
+// Generation is the current prompt generation.
+func (s *SessionState) Generation() uint64 { return s.generation.Load() }
+
+// Model is the "provider/model" the session uses now.
+func (s *SessionState) Model() string {
+	if m := s.model.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
+
+func providerOf(selector string) string {
+	p, _, _ := retry.SplitModel(selector)
+	return p
+}
+
+func modelOf(selector string) string {
+	_, m, _ := retry.SplitModel(selector)
+	return m
+}

@@ -1,0 +1,61 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+)
+
+// FallbackActor holds one role's fallback chain and the cooldowns of model
+// selectors, and answers NextModelRequest.
+type FallbackActor struct {
+	clk      clock.Clock
+	role     string
+	chain    []string             // "provider/model", in fallback order
+	cooldown map[string]time.Time // selector -> end of its cooldown
+}
+
+// FallbackProps spawns the model-fallback actor of role with its chain.
+func FallbackProps(clk clock.Clock, role string, chain []string) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}}
+	}, actor.WithReceiverMiddleware(track.Middleware(clk)))
+}
+
+// Receive answers NextModelRequest.
+func (a *FallbackActor) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*messages.NextModelRequest); ok {
+		respond(ctx, a.clk, a.next(m))
+	}
+}
+
+// next puts the current selector in cooldown (unless pinning) and picks
+// the first chain entry after it that is not cooling down.
+func (a *FallbackActor) next(m *messages.NextModelRequest) *messages.NextModelReply {
+	now := a.clk.Now()
+	if !m.GetPin() && m.GetCooldownMs() > 0 {
+		a.cooldown[m.GetCurrent()] = now.Add(time.Duration(m.GetCooldownMs()) * time.Millisecond)
+	}
+	reply := &messages.NextModelReply{From: m.GetCurrent(), Role: a.role, Token: m.GetToken()}
+	start := 0
+	for i, sel := range a.chain {
+		if sel == m.GetCurrent() {
+			start = i + 1
+			break
+		}
+	}
+	for _, sel := range a.chain[start:] {
+		if sel != m.GetCurrent() && sel != m.GetPrimary() && !a.cooldown[sel].After(now) {
+			reply.Switched, reply.To = true, sel
+			break
+		}
+	}
+	if until, ok := a.cooldown[m.GetPrimary()]; ok && until.After(now) {
+		reply.PrimaryCooldownUntilMs = until.UnixMilli()
+	}
+	return reply
+}

@@ -1,0 +1,181 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// RetryActor is the child of a session that owns its retry chain: the
+// attempt counter, the lifecycle, the backoff timer and its abort. It feeds
+// inputs to retry.Chain and executes the effects; the policy itself is
+// decided there, never here. Everything the session must do comes back to
+// it as one RetryDecision per input.
+type RetryActor struct {
+	deps      *Deps
+	sessionID string
+	chain     *retry.Chain
+	timer     clock.Timer
+
+	// The turn being decided, until no reply is awaited any more.
+	deciding bool
+	current  string // "provider/model" the turn ran on
+	primary  string
+	role     string
+
+	askPin    bool                     // the pending model-fallback ask pins
+	fallback  *messages.NextModelReply // the reply being stepped
+	actions   []*messages.RetryAction
+}
+
+func newRetryActor(deps *Deps, sessionID string, src retry.Source) *RetryActor {
+	return &RetryActor{deps: deps, sessionID: sessionID, chain: retry.NewChain(src)}
+}
+
+// Receive handles RetryTurnEnded, RetryCancel, SleepDone and the replies of
+// the credential and model-fallback actors.
+func (a *RetryActor) Receive(ctx actor.Context) {
+	now := a.deps.Clock.Now()
+	switch m := ctx.Message().(type) {
+	case *messages.RetryTurnEnded:
+		settings, err := retry.SettingsFromProto(m.GetSettings())
+		if err != nil {
+			a.deps.Log.Error().Err(err).Str("session", a.sessionID).Msg("invalid retry settings; using defaults")
+			settings = retry.DefaultSettings()
+		}
+		a.deciding = true
+		a.current, a.primary, a.role = m.GetCurrentModel(), m.GetPrimaryModel(), m.GetRole()
+		ab := m.GetAborts()
+		aborts := retry.AbortState{User: ab.GetUser(), Dispose: ab.GetDispose(), EditGuard: ab.GetEditGuard()}
+		a.step(ctx, retry.TurnEnded(now, settings, m.GetMessage(), aborts, m.GetGeneration()))
+	case *messages.UsageLimitReply:
+		in := retry.Input{Kind: retry.InputCredentialReply, Now: now, Token: m.GetToken(), Switched: m.GetSwitched()}
+		if m.GetRetryAtMs() > 0 {
+			in.RetryAt = time.UnixMilli(m.GetRetryAtMs())
+		}
+		if m.GetSwitched() && a.chain.Phase() == retry.AwaitingCredential {
+			a.actions = append(a.actions, &messages.RetryAction{
+				Kind: messages.RetryAction_KIND_SWITCH_CREDENTIAL, Credential: m.GetCredential()})
+		}
+		a.step(ctx, in)
+	case *messages.NextModelReply:
+		a.fallback = m
+		a.step(ctx, retry.Input{Kind: retry.InputFallbackReply, Now: now, Token: m.GetToken(),
+			Switched: m.GetSwitched(), From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()})
+		a.fallback = nil
+	case *messages.SleepDone:
+		a.step(ctx, retry.Input{Kind: retry.InputSleepDone, Now: now, Token: m.GetToken()})
+	case *messages.RetryCancel:
+		kind := retry.InputAbortRetry
+		if m.GetGlobal() {
+			kind = retry.InputAbort
+		}
+		a.step(ctx, retry.Input{Kind: kind, Now: now})
+	case *actor.Stopping:
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+	}
+}
+
+// step runs one input through the chain, executes its effects and sends
+// the session what it must do.
+func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
+	for _, e := range a.chain.Step(in) {
+		a.execute(ctx, e)
+	}
+	d := &messages.RetryDecision{Actions: a.actions}
+	a.actions = nil
+	if a.deciding {
+		switch a.chain.Phase() {
+		case retry.AwaitingCredential, retry.AwaitingFallback:
+		default:
+			a.deciding = false
+			d.Settled = true
+			d.WillRetry = a.chain.Phase() == retry.Sleeping
+		}
+	}
+	if len(d.Actions) > 0 || d.Settled {
+		track.Send(ctx, a.deps.Clock, ctx.Parent(), d)
+	}
+}
+
+func (a *RetryActor) action(kind messages.RetryAction_Kind) *messages.RetryAction {
+	act := &messages.RetryAction{Kind: kind}
+	a.actions = append(a.actions, act)
+	return act
+}
+
+// execute carries out one effect of the chain.
+func (a *RetryActor) execute(ctx actor.Context, e retry.Effect) {
+	clk := a.deps.Clock
+	switch e.Kind {
+	case retry.OpenLifecycle:
+		a.action(messages.RetryAction_KIND_LIFECYCLE_OPEN)
+	case retry.CloseLifecycle:
+		a.action(messages.RetryAction_KIND_LIFECYCLE_CLOSE)
+	case retry.EmitStart:
+		a.action(messages.RetryAction_KIND_EMIT_START).Start = &messages.AutoRetryStart{
+			Attempt: int32(e.Start.Attempt), MaxAttempts: int32(e.Start.MaxAttempts),
+			DelayMs: e.Start.Delay.Milliseconds(), ErrorMessage: e.Start.ErrorMessage, ErrorClass: e.Start.Class.String(),
+		}
+	case retry.EmitEnd:
+		end := &messages.AutoRetryEnd{Success: e.End.Success, Attempt: int32(e.End.Attempt)}
+		if !e.End.Success {
+			end.FinalError = &e.End.FinalError
+		}
+		a.action(messages.RetryAction_KIND_EMIT_END).End = end
+	case retry.EmitFallbackApplied:
+		act := a.action(messages.RetryAction_KIND_FALLBACK_APPLIED)
+		act.FallbackApplied = &messages.RetryFallbackApplied{From: e.Fallback.From, To: e.Fallback.To, Role: e.Fallback.Role}
+		act.Pinned = a.askPin
+		act.PrimaryCooldownUntilMs = a.fallback.GetPrimaryCooldownUntilMs()
+	case retry.EmitFallbackSucceeded:
+		a.action(messages.RetryAction_KIND_FALLBACK_SUCCEEDED).FallbackSucceeded =
+			&messages.RetryFallbackSucceeded{Model: e.Fallback.To, Role: e.Fallback.Role}
+	case retry.ResetProviderSession:
+		a.action(messages.RetryAction_KIND_RESET_PROVIDER_SESSION)
+	case retry.StripTrailingError:
+		a.action(messages.RetryAction_KIND_STRIP_TRAILING_ERROR)
+	case retry.RouteToCompaction:
+		a.action(messages.RetryAction_KIND_ROUTE_TO_COMPACTION)
+	case retry.AbortStream:
+		a.action(messages.RetryAction_KIND_ABORT_STREAM)
+	case retry.ScheduleContinue:
+		act := a.action(messages.RetryAction_KIND_SCHEDULE_CONTINUE)
+		act.DelayMs, act.Generation = e.Delay.Milliseconds(), e.Generation
+	case retry.AskCredentialSwitch:
+		pid := a.deps.Credentials[providerOf(a.current)]
+		if pid == nil { // no credentials configured: nothing to switch to
+			track.Send(ctx, clk, ctx.Self(), &messages.UsageLimitReply{Token: e.Token})
+			return
+		}
+		track.Request(ctx, clk, pid, &messages.MarkUsageLimitReached{
+			SessionId: a.sessionID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token})
+	case retry.AskModelFallback:
+		a.askPin = e.Pin
+		pid := a.deps.Fallbacks[a.role]
+		if pid == nil { // no chain for this role
+			track.Send(ctx, clk, ctx.Self(), &messages.NextModelReply{From: a.current, Role: a.role, Token: e.Token})
+			return
+		}
+		track.Request(ctx, clk, pid, &messages.NextModelRequest{
+			SessionId: a.sessionID, Role: a.role, Current: a.current, Primary: a.primary,
+			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
+	case retry.Sleep:
+		self, root, token := ctx.Self(), ctx.ActorSystem().Root, e.Token
+		a.timer = clk.AfterFunc(e.Delay, func() {
+			track.Send(root, clk, self, &messages.SleepDone{Token: token})
+		})
+	case retry.CancelSleep:
+		if a.timer != nil {
+			a.timer.Stop()
+			a.timer = nil
+		}
+	}
+}

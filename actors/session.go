@@ -1,0 +1,332 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// Error kinds of PromptResult.
+const (
+	KindFailed          = "failed"
+	KindBusy            = "busy"
+	KindAborted         = "aborted"
+	KindContextOverflow = "context_overflow"
+	KindRetryCancelled  = "retry_cancelled"
+	KindShutdown        = "shutdown"
+	KindBadRequest      = "bad_request"
+)
+
+// SessionActor owns one conversation: the runtime context (what is sent to
+// the model) and the persisted history (what is kept), the prompt
+// generation, the abort flags and the event stream. It runs turns through a
+// provider and tools, hands each turn's end to its retry child, and answers
+// the Prompt call once all of the prompt's work has settled.
+type SessionActor struct {
+	deps *Deps
+	cfg  SessionConfig
+
+	retryPID *actor.PID
+	model    string // "provider/model" in use
+	pinned   bool   // the fallback model is pinned (refusal)
+	// primaryCooldownUntilMs is when the primary model may be restored.
+	primaryCooldownUntilMs int64
+	credential             string
+	credentialKnown        bool
+
+	runtime    []*messages.Entry
+	historySeq uint64
+	eventSeq   uint64
+
+	generation    uint64
+	waiter        *actor.PID // the Prompt call's future
+	promptActive  bool
+	startPending  bool // the first turn waits for the credential
+	turn          uint64
+	cancelTurn    context.CancelFunc
+	turnActive    bool
+	toolsActive   bool
+	compacting    bool
+	deciding      bool // a RetryTurnEnded awaits its decision
+	lifecycleOpen bool
+	tasksPending  bool
+	aborts        retry.AbortState
+	last          *messages.AssistantMessage
+	failure       string // final error text of the prompt
+	failureKind   string
+}
+
+// SessionProps spawns a session actor.
+func SessionProps(deps *Deps, cfg SessionConfig) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &SessionActor{deps: deps, cfg: cfg}
+	}, actor.WithReceiverMiddleware(track.Middleware(deps.Clock)))
+}
+
+// Receive handles the session's messages.
+func (s *SessionActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.started(ctx)
+	case *messages.PromptRequest:
+		s.prompt(ctx, m)
+	case *messages.CredentialSelected:
+		s.credential, s.credentialKnown = m.GetCredential(), true
+		if s.startPending {
+			s.startPending = false
+			s.startTurn(ctx)
+		}
+	case *messages.TurnDelta:
+		if m.GetTurn() == s.turn && s.turnActive {
+			s.emit(&messages.MessageUpdate{Kind: m.GetKind(), Delta: m.GetText()})
+		}
+	case *messages.TurnFinished:
+		if m.GetTurn() == s.turn && s.turnActive {
+			s.turnFinished(ctx, m.GetMessage())
+		}
+	case *messages.ToolsFinished:
+		if m.GetTurn() == s.turn && s.toolsActive {
+			s.toolsFinished(ctx, m)
+		}
+	case *messages.RetryDecision:
+		s.decision(ctx, m)
+	case *messages.TaskDue:
+		s.taskDue(ctx, m)
+	case *messages.GenerationIdle:
+		if m.GetGeneration() == s.generation {
+			s.tasksPending = false
+			s.maybeSettle(ctx)
+		}
+	case *messages.CompactionFinished:
+		s.compactionFinished(ctx, m)
+	case *messages.AbortRequest:
+		if s.promptActive {
+			s.aborts.User = true
+			s.failureKind = KindAborted
+			track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{Global: true})
+		}
+		respond(ctx, s.deps.Clock, &messages.Ack{})
+	case *messages.AbortRetryRequest:
+		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{})
+		respond(ctx, s.deps.Clock, &messages.Ack{})
+	case *messages.SetAutoRetryRequest:
+		s.cfg.Settings.Enabled = m.GetEnabled()
+		s.cfg.State.autoRetry.Store(m.GetEnabled())
+		respond(ctx, s.deps.Clock, &messages.Ack{})
+	case *messages.SetModelRequest:
+		respond(ctx, s.deps.Clock, s.setModel(m.GetModel()))
+	case *messages.MessagesRequest:
+		respond(ctx, s.deps.Clock, s.messages(m.GetHistory()))
+	case *actor.Stopping:
+		s.stopping(ctx)
+	}
+}
+
+func (s *SessionActor) started(ctx actor.Context) {
+	s.model = s.cfg.Model
+	s.cfg.State.model.Store(&s.model)
+	s.cfg.State.autoRetry.Store(s.cfg.Settings.Enabled)
+	seed := rand.Uint64()
+	if s.deps.NewSource != nil {
+		src := s.deps.NewSource()
+		s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
+			actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock))))
+	} else {
+		src := rand.New(rand.NewPCG(seed, seed>>1))
+		s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
+			actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock))))
+	}
+	s.restore()
+	s.selectCredential(ctx)
+}
+
+// restore loads the persisted history: the runtime context is rebuilt from
+// it without the failed turns (which were stripped when retried) and
+// without model-change entries.
+func (s *SessionActor) restore() {
+	entries, err := s.deps.Store.Load(s.cfg.ID)
+	if err != nil {
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
+		return
+	}
+	for _, e := range entries {
+		s.historySeq = max(s.historySeq, e.GetSeq())
+		if a := e.GetAssistant(); a != nil && isFailure(a) {
+			continue
+		}
+		if e.GetModelChange() != nil {
+			continue
+		}
+		s.runtime = append(s.runtime, e)
+	}
+}
+
+func (s *SessionActor) selectCredential(ctx actor.Context) {
+	pid := s.deps.Credentials[providerOf(s.model)]
+	s.credentialKnown = pid == nil
+	s.credential = ""
+	if pid != nil {
+		track.Request(ctx, s.deps.Clock, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+	}
+}
+
+func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+	if s.promptActive {
+		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
+			Error: "a prompt is already running; abort it or wait for it to settle"})
+		return
+	}
+	s.generation++
+	s.cfg.State.generation.Store(s.generation)
+	s.cfg.State.busy.Store(true)
+	track.Request(ctx, s.deps.Clock, s.deps.Scheduler, &messages.SetGeneration{SessionId: s.cfg.ID, Generation: s.generation})
+	s.waiter = ctx.Sender()
+	s.promptActive = true
+	s.aborts = retry.AbortState{}
+	s.last, s.failure, s.failureKind = nil, "", ""
+	s.tasksPending = true // until the scheduler confirms the new generation is idle
+	s.maybeRevert(ctx)
+	s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
+		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}}, true)
+	s.emit(&messages.AgentStart{Generation: s.generation})
+	if !s.credentialKnown {
+		s.startPending = true
+		return
+	}
+	s.startTurn(ctx)
+}
+
+// append adds e to the history, and to the runtime context when toRuntime.
+func (s *SessionActor) append(e *messages.Entry, toRuntime bool) {
+	s.historySeq++
+	e.Seq = s.historySeq
+	if err := s.deps.Store.Append(s.cfg.ID, e); err != nil {
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("append history")
+	}
+	if toRuntime {
+		s.runtime = append(s.runtime, e)
+	}
+}
+
+// emit publishes one event to the subscribers.
+func (s *SessionActor) emit(payload proto.Message) {
+	s.eventSeq++
+	ev := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
+	switch p := payload.(type) {
+	case *messages.AutoRetryStart:
+		ev.Event = &messages.SessionEvent_AutoRetryStart{AutoRetryStart: p}
+	case *messages.AutoRetryEnd:
+		ev.Event = &messages.SessionEvent_AutoRetryEnd{AutoRetryEnd: p}
+	case *messages.RetryFallbackApplied:
+		ev.Event = &messages.SessionEvent_RetryFallbackApplied{RetryFallbackApplied: p}
+	case *messages.RetryFallbackSucceeded:
+		ev.Event = &messages.SessionEvent_RetryFallbackSucceeded{RetryFallbackSucceeded: p}
+	case *messages.ModelChange:
+		ev.Event = &messages.SessionEvent_ModelChange{ModelChange: p}
+	case *messages.AgentStart:
+		ev.Event = &messages.SessionEvent_AgentStart{AgentStart: p}
+	case *messages.AgentEnd:
+		ev.Event = &messages.SessionEvent_AgentEnd{AgentEnd: p}
+	case *messages.AgentSettled:
+		ev.Event = &messages.SessionEvent_AgentSettled{AgentSettled: p}
+	case *messages.MessageUpdate:
+		ev.Event = &messages.SessionEvent_MessageUpdate{MessageUpdate: p}
+	case *messages.MessageEnd:
+		ev.Event = &messages.SessionEvent_MessageEnd{MessageEnd: p}
+	case *messages.CompactionRequired:
+		ev.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: p}
+	default:
+		panic(fmt.Sprintf("actors: emit of unknown event %T", payload))
+	}
+	s.cfg.Events.Publish(ev)
+}
+
+func (s *SessionActor) setModel(model string) *messages.Ack {
+	prov, _, ok := retry.SplitModel(model)
+	if !ok {
+		return &messages.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}
+	}
+	if _, ok := s.deps.Providers[prov]; !ok {
+		return &messages.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
+	}
+	s.cfg.Model = model
+	s.pinned = false
+	s.switchModel(model, "user")
+	return &messages.Ack{}
+}
+
+// switchModel changes the model in use and records a model_change entry.
+func (s *SessionActor) switchModel(to, reason string) {
+	if to == s.model {
+		return
+	}
+	change := &messages.ModelChange{From: s.model, To: to, Role: s.cfg.Role, Reason: reason}
+	oldProvider := providerOf(s.model)
+	s.model = to
+	s.cfg.State.model.Store(&to)
+	s.append(&messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: change}}, false)
+	s.emit(change)
+	if providerOf(to) != oldProvider {
+		s.credentialKnown = false
+	}
+}
+
+// maybeRevert restores the primary model (cooldown-expiry policy) once its
+// cooldown is over, unless the fallback is pinned. It runs before each new
+// prompt and each scheduled continue.
+func (s *SessionActor) maybeRevert(ctx actor.Context) {
+	if s.model == s.cfg.Model || s.pinned || s.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
+		return
+	}
+	if s.deps.Clock.Now().UnixMilli() < s.primaryCooldownUntilMs {
+		return
+	}
+	s.switchModel(s.cfg.Model, "revert")
+	if !s.credentialKnown {
+		s.selectCredential(ctx)
+	}
+}
+
+func (s *SessionActor) messages(history bool) *messages.MessagesReply {
+	if !history {
+		out := make([]*messages.Entry, len(s.runtime))
+		for i, e := range s.runtime {
+			out[i] = proto.Clone(e).(*messages.Entry)
+		}
+		return &messages.MessagesReply{Entries: out}
+	}
+	entries, err := s.deps.Store.Load(s.cfg.ID)
+	if err != nil {
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
+	}
+	return &messages.MessagesReply{Entries: entries}
+}
+
+func (s *SessionActor) stopping(ctx actor.Context) {
+	if s.cancelTurn != nil {
+		s.cancelTurn()
+	}
+	if pid := s.deps.Credentials[providerOf(s.model)]; pid != nil {
+		track.Send(ctx, s.deps.Clock, pid, &messages.ReleaseSession{SessionId: s.cfg.ID})
+	}
+	track.Send(ctx, s.deps.Clock, s.deps.Scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	if s.promptActive {
+		s.promptActive = false
+		s.cfg.State.busy.Store(false)
+		s.cfg.State.retrying.Store(false)
+		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.generation, ErrorKind: KindShutdown,
+			Error: "session stopped before the prompt settled", Message: s.last})
+	}
+}
+
+func isFailure(m *messages.AssistantMessage) bool {
+	r := m.GetStopReason()
+	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
+}

@@ -1,0 +1,344 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// startTurn streams one turn on the current model in its own goroutine;
+// deltas and the final message come back as TurnDelta and TurnFinished.
+func (s *SessionActor) startTurn(ctx actor.Context) {
+	prov := s.deps.Providers[providerOf(s.model)]
+	s.turn++
+	s.turnActive = true
+	if prov == nil {
+		s.turnFinished(ctx, provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(s.model), s.model), nil))
+		return
+	}
+	turnCtx, cancel := context.WithCancel(context.Background())
+	s.cancelTurn = cancel
+	req := provider.Request{
+		SessionID:  s.cfg.ID,
+		Model:      modelOf(s.model),
+		Credential: s.credential,
+		APIKey:     s.deps.Keys[providerOf(s.model)][s.credential],
+		Context:    append([]*messages.Entry(nil), s.runtime...),
+		Tools:      s.toolSpecs(),
+	}
+	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
+	clk.Begin()
+	go func() {
+		defer clk.End()
+		defer cancel()
+		msg := streamContained(turnCtx, prov, req, func(d provider.Delta) {
+			track.Send(root, clk, self, &messages.TurnDelta{Turn: turn, Kind: d.Kind, Text: d.Text})
+		})
+		track.Send(root, clk, self, &messages.TurnFinished{Turn: turn, Message: msg})
+	}()
+}
+
+// streamContained runs one provider call; a panic in the adapter becomes a
+// failed turn instead of a crash.
+func streamContained(ctx context.Context, prov provider.Provider, req provider.Request, onDelta func(provider.Delta)) (msg *messages.AssistantMessage) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = provider.Failure(0, fmt.Sprintf("provider panicked: %v", r), nil)
+		}
+	}()
+	msg = prov.Stream(ctx, req, onDelta)
+	if msg == nil {
+		msg = provider.Failure(0, "provider returned no message", nil)
+	}
+	return msg
+}
+
+func (s *SessionActor) toolSpecs() []provider.ToolSpec {
+	if len(s.deps.Tools) == 0 {
+		return nil
+	}
+	out := make([]provider.ToolSpec, len(s.deps.Tools))
+	for i, t := range s.deps.Tools {
+		out[i] = provider.ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
+	}
+	return out
+}
+
+func (s *SessionActor) turnFinished(ctx actor.Context, msg *messages.AssistantMessage) {
+	s.turnActive = false
+	s.cancelTurn = nil
+	if msg.GetTimestampMs() == 0 {
+		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
+	}
+	s.last = msg
+	s.append(&messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}}, true)
+	s.emit(&messages.MessageEnd{Message: msg})
+	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !s.aborts.User {
+		s.runTools(ctx, calls)
+		return
+	}
+	s.agentEnd(ctx, msg)
+}
+
+// agentEnd hands the turn's last message to the retry child.
+func (s *SessionActor) agentEnd(ctx actor.Context, msg *messages.AssistantMessage) {
+	s.deciding = true
+	ab := s.aborts
+	track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryTurnEnded{
+		Message:      msg,
+		Generation:   s.generation,
+		Aborts:       &messages.Aborts{User: ab.User, Dispose: ab.Dispose, EditGuard: ab.EditGuard},
+		Settings:     s.cfg.Settings.Proto(),
+		CurrentModel: s.model,
+		PrimaryModel: s.cfg.Model,
+		Role:         s.cfg.Role,
+	})
+}
+
+func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
+	var out []*messages.ToolCall
+	for _, b := range msg.GetContent() {
+		if c := b.GetToolCall(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// runTools runs the turn's tool calls in order in one goroutine.
+func (s *SessionActor) runTools(ctx actor.Context, calls []*messages.ToolCall) {
+	s.toolsActive = true
+	tools := map[string]Tool{}
+	for _, t := range s.deps.Tools {
+		tools[t.Name] = t
+	}
+	toolCtx, cancel := context.WithCancel(context.Background())
+	s.cancelTurn = cancel
+	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
+	clk.Begin()
+	go func() {
+		defer clk.End()
+		defer cancel()
+		results := make([]*messages.ToolResult, 0, len(calls))
+		for _, c := range calls {
+			results = append(results, runTool(toolCtx, tools, c))
+		}
+		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
+	}()
+}
+
+// runTool runs one call; an unknown tool, an error or a panic becomes an
+// error result for the model to read.
+func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (res *messages.ToolResult) {
+	res = &messages.ToolResult{ToolCallId: c.GetId(), Name: c.GetName()}
+	t, ok := tools[c.GetName()]
+	if !ok {
+		res.Output, res.IsError = fmt.Sprintf("unknown tool %q", c.GetName()), true
+		return res
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			res.Output, res.IsError = fmt.Sprintf("tool %q panicked: %v", c.GetName(), r), true
+		}
+	}()
+	out, err := t.Run(ctx, c.GetArgumentsJson())
+	if err != nil {
+		res.Output, res.IsError = err.Error(), true
+		return res
+	}
+	res.Output = out
+	return res
+}
+
+func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
+	s.toolsActive = false
+	s.cancelTurn = nil
+	for _, r := range m.GetResults() {
+		s.append(&messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}, true)
+	}
+	if s.aborts.User {
+		s.agentEnd(ctx, s.last)
+		return
+	}
+	s.startTurn(ctx)
+}
+
+// decision applies what the retry child decided, in order. A settled
+// decision answers the turn's end: agent_end goes out first, carrying
+// whether a retry chain continues.
+func (s *SessionActor) decision(ctx actor.Context, d *messages.RetryDecision) {
+	if d.GetSettled() {
+		s.deciding = false
+		s.emit(&messages.AgentEnd{Message: s.last, WillRetry: d.GetWillRetry()})
+	}
+	for _, a := range d.GetActions() {
+		s.apply(ctx, a)
+	}
+	s.maybeSettle(ctx)
+}
+
+func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
+	switch a.GetKind() {
+	case messages.RetryAction_KIND_LIFECYCLE_OPEN:
+		s.lifecycleOpen = true
+		s.cfg.State.retrying.Store(true)
+	case messages.RetryAction_KIND_LIFECYCLE_CLOSE:
+		s.lifecycleOpen = false
+		s.cfg.State.retrying.Store(false)
+	case messages.RetryAction_KIND_EMIT_START:
+		s.emit(a.GetStart())
+	case messages.RetryAction_KIND_EMIT_END:
+		end := a.GetEnd()
+		if !end.GetSuccess() {
+			s.failure = end.GetFinalError()
+			if s.failure == "Retry cancelled" && s.failureKind == "" {
+				s.failureKind = KindRetryCancelled
+			}
+		}
+		s.emit(end)
+	case messages.RetryAction_KIND_FALLBACK_APPLIED:
+		s.pinned = a.GetPinned()
+		s.primaryCooldownUntilMs = a.GetPrimaryCooldownUntilMs()
+		s.switchModel(a.GetFallbackApplied().GetTo(), "fallback")
+		s.emit(a.GetFallbackApplied())
+		if !s.credentialKnown {
+			s.selectCredential(ctx)
+		}
+	case messages.RetryAction_KIND_FALLBACK_SUCCEEDED:
+		s.emit(a.GetFallbackSucceeded())
+	case messages.RetryAction_KIND_STRIP_TRAILING_ERROR:
+		if n := len(s.runtime); n > 0 {
+			if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
+				s.runtime[n-1] = nil
+				s.runtime = s.runtime[:n-1]
+			}
+		}
+	case messages.RetryAction_KIND_RESET_PROVIDER_SESSION:
+		if p := s.deps.Providers[providerOf(s.model)]; p != nil {
+			p.ResetSession(s.cfg.ID)
+		}
+	case messages.RetryAction_KIND_SCHEDULE_CONTINUE:
+		s.tasksPending = true
+		track.Request(ctx, s.deps.Clock, s.deps.Scheduler, &messages.ScheduleTask{
+			SessionId: s.cfg.ID, Generation: a.GetGeneration(), DelayMs: a.GetDelayMs(), Task: "continue"})
+	case messages.RetryAction_KIND_ROUTE_TO_COMPACTION:
+		s.compact(ctx)
+	case messages.RetryAction_KIND_ABORT_STREAM:
+		if s.cancelTurn != nil {
+			s.cancelTurn()
+		}
+	case messages.RetryAction_KIND_SWITCH_CREDENTIAL:
+		s.credential, s.credentialKnown = a.GetCredential(), true
+	}
+}
+
+// taskDue runs a scheduled continue of the current generation; tasks of an
+// older generation, or arriving after the chain was cancelled, are dropped.
+func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
+	if m.GetGeneration() != s.generation {
+		return
+	}
+	s.tasksPending = m.GetRemaining() > 0
+	if m.GetTask() != "continue" || !s.promptActive || !s.lifecycleOpen || s.turnActive || s.toolsActive {
+		s.maybeSettle(ctx)
+		return
+	}
+	s.maybeRevert(ctx)
+	s.emit(&messages.AgentStart{Generation: s.generation})
+	if !s.credentialKnown {
+		s.startPending = true
+		return
+	}
+	s.startTurn(ctx)
+}
+
+// compact runs the compaction hook on context overflow; without one it
+// emits compaction_required and ends the prompt with the overflow error.
+func (s *SessionActor) compact(ctx actor.Context) {
+	failed := s.last
+	s.emit(&messages.CompactionRequired{ErrorMessage: failed.GetErrorMessage()})
+	if s.deps.Compaction == nil {
+		s.failureKind = KindContextOverflow
+		s.failure = failed.GetErrorMessage()
+		return
+	}
+	s.compacting = true
+	hook, clk, root, self, gen, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.generation, s.cfg.ID
+	runtime := append([]*messages.Entry(nil), s.runtime...)
+	clk.Begin()
+	go func() {
+		defer clk.End()
+		done := &messages.CompactionFinished{Generation: gen}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					done.Error = fmt.Sprintf("compaction hook panicked: %v", r)
+				}
+			}()
+			entries, err := hook(context.Background(), id, runtime, failed)
+			if err != nil {
+				done.Error = err.Error()
+			}
+			done.Context = entries
+		}()
+		track.Send(root, clk, self, done)
+	}()
+}
+
+func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
+	if m.GetGeneration() != s.generation || !s.compacting {
+		return
+	}
+	s.compacting = false
+	if m.GetError() != "" || !s.promptActive || s.aborts.User {
+		s.failureKind = KindContextOverflow
+		s.failure = m.GetError()
+		if s.failure == "" {
+			s.failure = s.last.GetErrorMessage()
+		}
+		s.maybeSettle(ctx)
+		return
+	}
+	s.runtime = m.GetContext()
+	s.emit(&messages.AgentStart{Generation: s.generation})
+	s.startTurn(ctx)
+}
+
+// maybeSettle answers the Prompt call once nothing of the prompt is left:
+// no turn or tools running, no decision pending, the retry lifecycle
+// closed, and no scheduled task for this generation.
+func (s *SessionActor) maybeSettle(ctx actor.Context) {
+	if !s.promptActive || s.startPending || s.turnActive || s.toolsActive || s.compacting ||
+		s.deciding || s.lifecycleOpen || s.tasksPending {
+		return
+	}
+	s.promptActive = false
+	res := &messages.PromptResult{Generation: s.generation, Message: s.last}
+	switch {
+	case s.failureKind != "":
+		res.ErrorKind, res.Error = s.failureKind, s.failure
+		if res.Error == "" {
+			res.Error = s.failureKind
+		}
+		if s.failureKind == KindAborted {
+			res.Error = "prompt aborted"
+		}
+	case s.last == nil:
+		res.ErrorKind, res.Error = KindFailed, "no assistant message"
+	case isFailure(s.last):
+		res.ErrorKind, res.Error = KindFailed, s.failure
+		if res.Error == "" {
+			res.Error = s.last.GetErrorMessage()
+		}
+	}
+	s.emit(&messages.AgentSettled{Generation: s.generation, Success: res.GetError() == "", Error: res.GetError()})
+	s.cfg.State.busy.Store(false)
+	s.aborts.User = false
+	ctx.Send(s.waiter, res)
+	s.waiter = nil
+}

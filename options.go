@@ -1,0 +1,124 @@
+package musepi
+
+import (
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// Credential is one API key of a provider.
+type Credential = actors.Credential
+
+// Tool is a Go function the model may call.
+type Tool = actors.Tool
+
+// CompactionHook shrinks a runtime context that overflowed the model's window.
+type CompactionHook = actors.CompactionHook
+
+type runtimeConfig struct {
+	clock      clock.Clock
+	log        zerolog.Logger
+	providers  map[string]provider.Provider
+	creds      map[string][]Credential
+	autoRedeem bool
+	settings   retry.Settings
+	store      history.Store
+	historyDir string
+	tools      []Tool
+	compaction CompactionHook
+	seed       uint64
+	seeded     bool
+	newSource  func() retry.Source
+	queueLen   int
+}
+
+// Option configures a Runtime.
+type Option func(*runtimeConfig)
+
+// WithClock runs the runtime on clk (default: the wall clock). A
+// clock.Virtual runs the whole runtime in virtual time.
+func WithClock(clk clock.Clock) Option { return func(c *runtimeConfig) { c.clock = clk } }
+
+// WithLogger logs through log (default: warnings and errors to stderr).
+// protoactor-go's own log/slog output goes to the same logger.
+func WithLogger(log zerolog.Logger) Option { return func(c *runtimeConfig) { c.log = log } }
+
+// WithProvider registers a provider under name, with its credentials (API
+// keys), selected per session and switched on usage limits.
+func WithProvider(name string, p provider.Provider, creds ...Credential) Option {
+	return func(c *runtimeConfig) {
+		c.providers[name] = p
+		c.creds[name] = append([]Credential(nil), creds...)
+	}
+}
+
+// WithAutoRedeem lets a usage limit spend a credential's banked reset
+// when no sibling credential is free (default off).
+func WithAutoRedeem(on bool) Option { return func(c *runtimeConfig) { c.autoRedeem = on } }
+
+// WithRetrySettings sets the `retry` settings group of every session
+// (default retry.DefaultSettings()).
+func WithRetrySettings(s retry.Settings) Option { return func(c *runtimeConfig) { c.settings = s } }
+
+// WithHistoryDir keeps each session's history in dir, one JSON-lines file
+// per session, so it survives a restart. Without it (and without
+// WithHistoryStore) history lives in memory.
+func WithHistoryDir(dir string) Option { return func(c *runtimeConfig) { c.historyDir = dir } }
+
+// WithHistoryStore keeps history in store; the runtime closes it on Shutdown.
+func WithHistoryStore(store history.Store) Option { return func(c *runtimeConfig) { c.store = store } }
+
+// WithTools registers Go tools the model may call.
+func WithTools(tools ...Tool) Option {
+	return func(c *runtimeConfig) { c.tools = append(c.tools, tools...) }
+}
+
+// WithCompactionHook runs hook on context overflow (default: emit
+// compaction_required and end the prompt with ErrContextOverflow).
+func WithCompactionHook(hook CompactionHook) Option {
+	return func(c *runtimeConfig) { c.compaction = hook }
+}
+
+// WithSeed makes the retry jitter reproducible (default: random).
+func WithSeed(seed uint64) Option {
+	return func(c *runtimeConfig) { c.seed, c.seeded = seed, true }
+}
+
+// WithJitterSource gives each session's retry chain the source newSource
+// returns, for simulations and tests that need exact delays (a source
+// returning 1 gives the nominal backoff). It overrides WithSeed.
+func WithJitterSource(newSource func() retry.Source) Option {
+	return func(c *runtimeConfig) { c.newSource = newSource }
+}
+
+// WithEventQueueLen bounds each subscriber's queue (default 4096 events).
+func WithEventQueueLen(n int) Option { return func(c *runtimeConfig) { c.queueLen = n } }
+
+type sessionConfig struct {
+	id       string
+	model    string
+	role     string
+	settings *retry.Settings
+}
+
+// SessionOption configures a Session.
+type SessionOption func(*sessionConfig)
+
+// WithModel sets the session's primary model, "provider/model" (required).
+func WithModel(selector string) SessionOption { return func(c *sessionConfig) { c.model = selector } }
+
+// WithRole sets the model role whose fallback chain applies (default "default").
+func WithRole(role string) SessionOption { return func(c *sessionConfig) { c.role = role } }
+
+// WithSessionID names the session (default: random). Reusing the id of a
+// session whose history is stored resumes that history.
+func WithSessionID(id string) SessionOption { return func(c *sessionConfig) { c.id = id } }
+
+// WithSessionRetrySettings overrides the runtime's retry settings for this session.
+func WithSessionRetrySettings(s retry.Settings) SessionOption {
+	return func(c *sessionConfig) { c.settings = &s }
+}

@@ -1,0 +1,259 @@
+package musepi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/slogzero"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/scheduler"
+)
+
+// Runtime hosts sessions: one actor system with the scheduler, one
+// credentials actor per provider and one model-fallback actor per role.
+type Runtime struct {
+	cfg    runtimeConfig
+	system *actor.ActorSystem
+	deps   *actors.Deps
+	pids   []*actor.PID // runtime-wide actors, stopped last
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool
+	seedMu   sync.Mutex
+	seeds    *mrand.Rand
+}
+
+// ErrRuntimeClosed is returned once Shutdown has begun.
+var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
+
+// NewRuntime starts a runtime.
+func NewRuntime(opts ...Option) (*Runtime, error) {
+	cfg := runtimeConfig{
+		clock:     clock.Real{},
+		log:       zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		providers: map[string]provider.Provider{},
+		creds:     map[string][]Credential{},
+		settings:  retry.DefaultSettings(),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.settings.Validate(); err != nil {
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	for name, creds := range cfg.creds {
+		seen := map[string]bool{}
+		for i, c := range creds {
+			if c.Name == "" || seen[c.Name] {
+				return nil, fmt.Errorf("musepi: provider %q credential %d: empty or duplicate name %q", name, i, c.Name)
+			}
+			seen[c.Name] = true
+		}
+	}
+	store := cfg.store
+	if store == nil && cfg.historyDir != "" {
+		fs, err := history.OpenFileStore(cfg.historyDir)
+		if err != nil {
+			return nil, fmt.Errorf("musepi: %w", err)
+		}
+		store = fs
+	}
+	if store == nil {
+		store = history.NewMemoryStore()
+	}
+	if !cfg.seeded {
+		cfg.seed = mrand.Uint64()
+	}
+	log := cfg.log
+	rt := &Runtime{
+		cfg:      cfg,
+		sessions: map[string]*Session{},
+		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
+	}
+	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slogzero.New(log.With().Str("lib", "protoactor").Logger())
+	}))
+	deps := &actors.Deps{
+		Clock:       cfg.clock,
+		Log:         log,
+		Credentials: map[string]*actor.PID{},
+		Keys:        map[string]map[string]string{},
+		Fallbacks:   map[string]*actor.PID{},
+		Providers:   cfg.providers,
+		Store:       store,
+		Tools:       cfg.tools,
+		Compaction:  cfg.compaction,
+		NewSource:   rt.newSource,
+	}
+	root := rt.system.Root
+	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock))
+	rt.pids = append(rt.pids, deps.Scheduler)
+	for name, creds := range cfg.creds {
+		if len(creds) == 0 {
+			continue
+		}
+		keys := map[string]string{}
+		for _, c := range creds {
+			keys[c.Name] = c.APIKey
+		}
+		deps.Keys[name] = keys
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem))
+		deps.Credentials[name] = pid
+		rt.pids = append(rt.pids, pid)
+	}
+	for role, chain := range cfg.settings.FallbackChains {
+		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain))
+		deps.Fallbacks[role] = pid
+		rt.pids = append(rt.pids, pid)
+	}
+	rt.deps = deps
+	return rt, nil
+}
+
+// newSource gives each session's retry chain its own jitter source, drawn
+// from the runtime seed.
+func (rt *Runtime) newSource() retry.Source {
+	if rt.cfg.newSource != nil {
+		return rt.cfg.newSource()
+	}
+	rt.seedMu.Lock()
+	defer rt.seedMu.Unlock()
+	return mrand.New(mrand.NewPCG(rt.seeds.Uint64(), rt.seeds.Uint64()))
+}
+
+// NewSession starts a session.
+func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg := sessionConfig{role: "default"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.id == "" {
+		cfg.id = newID()
+	}
+	if !history.ValidSessionID(cfg.id) {
+		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+	}
+	prov, _, ok := retry.SplitModel(cfg.model)
+	if !ok {
+		return nil, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
+	}
+	if _, ok := rt.cfg.providers[prov]; !ok {
+		return nil, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
+	}
+	settings := rt.cfg.settings
+	if cfg.settings != nil {
+		if err := cfg.settings.Validate(); err != nil {
+			return nil, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
+		}
+		settings = *cfg.settings
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return nil, ErrRuntimeClosed
+	}
+	if _, dup := rt.sessions[cfg.id]; dup {
+		return nil, fmt.Errorf("musepi: session %q is already running", cfg.id)
+	}
+	s := &Session{
+		id:     cfg.id,
+		rt:     rt,
+		state:  &actors.SessionState{},
+		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
+	}
+	pid, err := rt.system.Root.SpawnNamed(actors.SessionProps(rt.deps, actors.SessionConfig{
+		ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
+	}), "session-"+cfg.id)
+	if err != nil {
+		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
+	}
+	s.pid = pid
+	rt.sessions[cfg.id] = s
+	return s, nil
+}
+
+func (rt *Runtime) providerNames() []string {
+	names := make([]string, 0, len(rt.cfg.providers))
+	for n := range rt.cfg.providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (rt *Runtime) forget(id string) {
+	rt.mu.Lock()
+	delete(rt.sessions, id)
+	rt.mu.Unlock()
+}
+
+// Shutdown stops every session (a waiting Prompt returns ErrShutdown), then
+// the runtime's actors, and closes the history store. It waits for the
+// actors to stop until ctx ends.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	sessions := make([]*Session, 0, len(rt.sessions))
+	for _, s := range rt.sessions {
+		sessions = append(sessions, s)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, s := range sessions {
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, pid := range rt.pids {
+		if err := waitFuture(ctx, rt.system.Root.StopFuture(pid)); err != nil {
+			errs = append(errs, fmt.Errorf("musepi: stop %s: %w", pid.Id, err))
+		}
+	}
+	rt.system.Shutdown()
+	if err := rt.deps.Store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("musepi: close history: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// waitFuture waits for f until ctx ends.
+func waitFuture(ctx context.Context, f *actor.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102") + "-" + hex.EncodeToString(b[:])
+}

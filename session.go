@@ -1,0 +1,223 @@
+package musepi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+)
+
+// Session is one conversation running as an actor. Its methods are safe for
+// concurrent use.
+type Session struct {
+	id     string
+	rt     *Runtime
+	pid    *actor.PID
+	state  *actors.SessionState
+	events *actors.Fanout
+}
+
+// Errors a Prompt may return, wrapped in a *PromptError; test with errors.Is.
+var (
+	ErrPromptFailed    = errors.New("musepi: prompt failed")
+	ErrBusy            = errors.New("musepi: a prompt is already running")
+	ErrAborted         = errors.New("musepi: prompt aborted")
+	ErrContextOverflow = errors.New("musepi: context overflow")
+	ErrRetryCancelled  = errors.New("musepi: retry cancelled")
+	ErrShutdown        = errors.New("musepi: session shut down")
+)
+
+var kindErrors = map[string]error{
+	actors.KindFailed:          ErrPromptFailed,
+	actors.KindBusy:            ErrBusy,
+	actors.KindAborted:         ErrAborted,
+	actors.KindContextOverflow: ErrContextOverflow,
+	actors.KindRetryCancelled:  ErrRetryCancelled,
+	actors.KindShutdown:        ErrShutdown,
+}
+
+// PromptError says why a prompt did not succeed. Message is the last
+// assistant message (may be nil).
+type PromptError struct {
+	Kind    error  // one of the Err* sentinels
+	Detail  string // the final error text (e.g. auto_retry_end.finalError)
+	Message *messages.AssistantMessage
+}
+
+func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
+
+// Unwrap returns the sentinel.
+func (e *PromptError) Unwrap() error { return e.Kind }
+
+// ID is the session id.
+func (s *Session) ID() string { return s.id }
+
+// Prompt sends text and returns the final assistant message once the prompt
+// has settled: every retry chain it started has ended and no post-prompt
+// task is left. When ctx ends first, the prompt is aborted and ctx.Err() is
+// returned.
+func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	fut := track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, &messages.PromptRequest{Text: text}, -1)
+	type outcome struct {
+		res interface{}
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := fut.Result()
+		done <- outcome{res, err}
+	}()
+	var out outcome
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+		s.Abort()
+		return nil, ctx.Err()
+	}
+	if out.err != nil {
+		return nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, out.err)
+	}
+	res, ok := out.res.(*messages.PromptResult)
+	if !ok {
+		return nil, fmt.Errorf("musepi: prompt on session %s: unexpected reply %T", s.id, out.res)
+	}
+	if res.GetErrorKind() == "" {
+		return res.GetMessage(), nil
+	}
+	kind := kindErrors[res.GetErrorKind()]
+	if kind == nil {
+		kind = ErrPromptFailed
+	}
+	return res.GetMessage(), &PromptError{Kind: kind, Detail: res.GetError(), Message: res.GetMessage()}
+}
+
+func (s *Session) send(msg proto.Message) {
+	track.Send(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg)
+}
+
+// Abort cancels a pending retry backoff first, then the active stream; the
+// running Prompt returns ErrAborted.
+func (s *Session) Abort() { s.send(&messages.AbortRequest{}) }
+
+// AbortRetry cancels the retry backoff: the chain ends with
+// auto_retry_end{success: false, finalError: "Retry cancelled"}.
+func (s *Session) AbortRetry() { s.send(&messages.AbortRetryRequest{}) }
+
+// SetAutoRetryEnabled writes retry.enabled. Switched off mid-chain, the
+// backoff in progress finishes and the next error ends the chain.
+func (s *Session) SetAutoRetryEnabled(enabled bool) {
+	s.send(&messages.SetAutoRetryRequest{Enabled: enabled})
+}
+
+// AutoRetryEnabled reads retry.enabled as the session last applied it.
+func (s *Session) AutoRetryEnabled() bool { return s.state.AutoRetryEnabled() }
+
+// IsRetrying reports whether a retry chain is open.
+func (s *Session) IsRetrying() bool { return s.state.IsRetrying() }
+
+// Busy reports whether a prompt is in progress.
+func (s *Session) Busy() bool { return s.state.Busy() }
+
+// Generation is the current prompt generation (the number of prompts taken).
+func (s *Session) Generation() uint64 { return s.state.Generation() }
+
+// Model is the "provider/model" in use (a fallback model while one applies).
+func (s *Session) Model() string { return s.state.Model() }
+
+// SetModel switches the session's primary model.
+func (s *Session) SetModel(ctx context.Context, selector string) error {
+	res, err := s.ask(ctx, &messages.SetModelRequest{Model: selector})
+	if err != nil {
+		return err
+	}
+	if e := res.(*messages.Ack).GetError(); e != "" {
+		return fmt.Errorf("musepi: %s", e)
+	}
+	return nil
+}
+
+// Messages returns the runtime context: what the next turn sends to the model.
+func (s *Session) Messages(ctx context.Context) ([]*messages.Entry, error) {
+	return s.entries(ctx, false)
+}
+
+// History returns the persisted history: everything kept, including failed
+// turns that were stripped from the runtime context and model changes.
+func (s *Session) History(ctx context.Context) ([]*messages.Entry, error) {
+	return s.entries(ctx, true)
+}
+
+func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry, error) {
+	res, err := s.ask(ctx, &messages.MessagesRequest{History: history})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*messages.MessagesReply).GetEntries(), nil
+}
+
+// ask sends a request and waits for the reply until ctx ends.
+func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
+	fut := track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg, -1)
+	done := make(chan struct{})
+	var res interface{}
+	var err error
+	go func() {
+		res, err = fut.Result()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("musepi: session %s: %w", s.id, err)
+	}
+	return res, nil
+}
+
+// Subscribe calls fn with every event of the session, in order, from a
+// goroutine of its own; a slow fn never blocks the session. The returned
+// function unsubscribes.
+func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
+	return s.events.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
+}
+
+// Close stops the session; a waiting Prompt returns ErrShutdown.
+func (s *Session) Close(ctx context.Context) error {
+	defer s.rt.forget(s.id)
+	return waitFuture(ctx, s.rt.system.Root.StopFuture(s.pid))
+}
+
+// Event is one session event, backed by its protobuf message.
+type Event struct {
+	SessionID string
+	Seq       uint64
+	Time      time.Time
+	// Type is the event's name: "auto_retry_start", "agent_settled", ...
+	Type string
+	// Payload is the typed event: *messages.AutoRetryStart, ...
+	Payload proto.Message
+	// Proto is the whole event as sent on the wire.
+	Proto *messages.SessionEvent
+}
+
+func newEvent(ev *messages.SessionEvent) Event {
+	e := Event{SessionID: ev.GetSessionId(), Seq: ev.GetSeq(), Time: time.UnixMilli(ev.GetTimeMs()), Proto: ev}
+	r := ev.ProtoReflect()
+	if fd := r.WhichOneof(r.Descriptor().Oneofs().ByName("event")); fd != nil {
+		e.Type = string(fd.Name())
+		e.Payload = r.Get(fd).Message().Interface()
+	}
+	return e
+}
