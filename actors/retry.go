@@ -28,9 +28,9 @@ type RetryActor struct {
 	primary  string
 	role     string
 
-	askPin    bool                     // the pending model-fallback ask pins
-	fallback  *messages.NextModelReply // the reply being stepped
-	actions   []*messages.RetryAction
+	askPin   bool                     // the pending model-fallback ask pins
+	fallback *messages.NextModelReply // the reply being stepped
+	actions  []*messages.RetryAction
 }
 
 func newRetryActor(deps *Deps, sessionID string, src retry.Source) *RetryActor {

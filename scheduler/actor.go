@@ -22,7 +22,6 @@ type Actor struct {
 	armedAt  time.Time
 }
 
-
 // New returns the scheduler actor's producer state.
 func New(clk clock.Clock) *Actor {
 	return &Actor{clk: clk, queue: NewQueue(), sessions: map[string]*actor.PID{}}
