@@ -154,7 +154,18 @@ func (r *recorder) add(e musepi.Event) {
 	r.mu.Unlock()
 }
 
-// retryLines renders the retry-relevant events as script lines.
+// seqs returns the event sequence numbers in delivery order.
+func (r *recorder) seqs() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]uint64, len(r.events))
+	for i, e := range r.events {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+// lines renders the retry-relevant events as script lines.
 func (r *recorder) lines(types ...string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

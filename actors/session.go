@@ -67,7 +67,7 @@ type SessionActor struct {
 func SessionProps(deps *Deps, cfg SessionConfig) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &SessionActor{deps: deps, cfg: cfg}
-	}, actor.WithReceiverMiddleware(track.Middleware(deps.Clock)))
+	}, actor.WithReceiverMiddleware(track.Middleware(deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree()))
 }
 
 // Receive handles the session's messages.
@@ -133,16 +133,15 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.model = s.cfg.Model
 	s.cfg.State.model.Store(&s.model)
 	s.cfg.State.autoRetry.Store(s.cfg.Settings.Enabled)
-	seed := rand.Uint64()
+	var src retry.Source
 	if s.deps.NewSource != nil {
-		src := s.deps.NewSource()
-		s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
-			actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock))))
+		src = s.deps.NewSource()
 	} else {
-		src := rand.New(rand.NewPCG(seed, seed>>1))
-		s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
-			actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock))))
+		seed := rand.Uint64()
+		src = rand.New(rand.NewPCG(seed, seed>>1))
 	}
+	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
+		actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree())))
 	s.restore()
 	s.selectCredential(ctx)
 }

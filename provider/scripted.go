@@ -44,6 +44,13 @@ func (p *Scripted) SetScript(sessionID string, script ...Outcome) {
 	p.next[sessionID] = 0
 }
 
+// SetDefault sets the script of sessions that have none of their own.
+func (p *Scripted) SetDefault(script ...Outcome) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.def = script
+}
+
 // OnCall registers f to be called with each request before it is answered.
 func (p *Scripted) OnCall(f func(Request)) {
 	p.mu.Lock()

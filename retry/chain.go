@@ -65,7 +65,7 @@ type Chain struct {
 
 // NewChain returns an idle chain drawing jitter from src.
 func NewChain(src Source) *Chain {
-	return &Chain{src: src, settings: DefaultSettings(), out: make([]Effect, 0, 8)}
+	return &Chain{src: src, settings: DefaultSettings()}
 }
 
 // Phase reports where the chain stands.

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// countingClock is a virtual clock that counts the units of work begun:
+// every protocol message, plus one per provider stream.
+type countingClock struct {
+	*clock.Virtual
+	begins atomic.Int64
+}
+
+func (c *countingClock) Begin() {
+	c.begins.Add(1)
+	c.Virtual.Begin()
+}
+
+type nominal struct{}
+
+func (nominal) Float64() float64 { return 1 }
+
+func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Settings) *musepi.Runtime {
+	b.Helper()
+	rt, err := musepi.NewRuntime(
+		musepi.WithClock(clk),
+		musepi.WithProvider("p", p),
+		musepi.WithRetrySettings(s),
+		musepi.WithJitterSource(func() retry.Source { return nominal{} }),
+	)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+	})
+	return rt
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkIdleSession reports the heap and goroutines one idle session
+// holds (session actor, its retry child, registry entries), per session.
+func BenchmarkIdleSession(b *testing.B) {
+	clk := clock.NewVirtual(time.Unix(0, 0))
+	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())
+	ctx := context.Background()
+	sessions := make([]*musepi.Session, 0, b.N)
+	g0, h0 := runtime.NumGoroutine(), heapInUse()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sessions = append(sessions, s)
+	}
+	if err := clk.WaitIdle(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
+	h1, g1 := heapInUse(), runtime.NumGoroutine()
+	b.ReportMetric(float64(int64(h1)-int64(h0))/float64(b.N), "heapB/session")
+	b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/session")
+	runtime.KeepAlive(sessions)
+}
+
+// BenchmarkRetryAttempt is one retry attempt end to end through the actors
+// (turn fails, retry child decides, backoff timer, scheduler, continue) on
+// the virtual clock: ns and protocol messages per attempt.
+func BenchmarkRetryAttempt(b *testing.B) {
+	clk := &countingClock{Virtual: clock.NewVirtual(time.Unix(0, 0))}
+	p := provider.NewScripted(provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)})
+	s := retry.DefaultSettings()
+	s.ModelFallback = false
+	s.MaxRetries = b.N
+	rt := newRuntime(b, clk, p, s)
+	ctx := context.Background()
+	sess, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := clk.WaitIdle(ctx); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	b.ResetTimer()
+	begins0 := clk.begins.Load()
+	go func() {
+		_, err := sess.Prompt(ctx, "hi")
+		done <- err
+	}()
+	for sess.Generation() == 0 {
+		runtime.Gosched()
+	}
+	if err := clk.RunUntilIdle(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		b.Fatal("the prompt should fail after maxRetries")
+	}
+	b.StopTimer()
+	turns := int64(b.N + 1)
+	work := clk.begins.Load() - begins0 - turns // one Begin per turn is the stream goroutine
+	b.ReportMetric(float64(work)/float64(b.N), "msgs/attempt")
+}
