@@ -56,11 +56,11 @@ func (v *Virtual) Begin() {
 // a bug in the caller.
 func (v *Virtual) End() {
 	v.mu.Lock()
-	v.busy--
-	if v.busy < 0 {
+	if v.busy == 0 {
 		v.mu.Unlock()
 		panic("clock: End without Begin")
 	}
+	v.busy--
 	if v.busy == 0 {
 		v.idle.Broadcast()
 	}
@@ -143,8 +143,8 @@ func (v *Virtual) fireNext(until time.Time) bool {
 	}
 	v.busy++
 	v.mu.Unlock()
+	defer v.End()
 	t.f()
-	v.End()
 	return true
 }
 

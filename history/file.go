@@ -60,6 +60,9 @@ func (s *FileStore) Append(session string, entries ...*messages.Entry) error {
 	if s.closed {
 		return ErrClosed
 	}
+	if err := dropTornLine(p); err != nil {
+		return fmt.Errorf("history: append to %s: %w", session, err)
+	}
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("history: append to %s: %w", session, err)
@@ -72,6 +75,35 @@ func (s *FileStore) Append(session string, entries ...*messages.Entry) error {
 		return fmt.Errorf("history: append to %s: %w", session, err)
 	}
 	return nil
+}
+
+// dropTornLine truncates a partial last line left by a crash mid-write, so
+// that the next append starts on a line of its own.
+func dropTornLine(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() == 0 {
+		return err
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, info.Size()-1); err != nil {
+		return err
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return f.Truncate(int64(bytes.LastIndexByte(data, '\n') + 1))
 }
 
 // Load reads the session's file; a missing file is an empty history.

@@ -40,7 +40,7 @@ func (q *Queue) Add(t Task) bool {
 	if t.Generation < q.generation[t.Session] {
 		return false
 	}
-	q.generation[t.Session] = t.Generation
+	q.SetGeneration(t.Session, t.Generation) // older tasks of the session become stale
 	q.seq++
 	t.seq = q.seq
 	heap.Push(&q.tasks, &t)
