@@ -87,9 +87,15 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		sessions: map[string]*Session{},
 		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
-	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slogzero.New(log.With().Str("lib", "protoactor").Logger())
-	}))
+	rt.system = actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slogzero.New(log.With().Str("lib", "protoactor").Logger())
+		}),
+		// Dead letters (a stream finishing after its session stopped) are
+		// expected at shutdown; a short window keeps protoactor's throttle
+		// goroutine from outliving the runtime by a second.
+		actor.WithDeadLetterThrottleInterval(50*time.Millisecond),
+	)
 	deps := &actors.Deps{
 		Clock:       cfg.clock,
 		Log:         log,
@@ -181,6 +187,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		state:  &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
 	}
+	s.state.Init(cfg.model, settings.Enabled)
 	pid, err := rt.system.Root.SpawnNamed(actors.SessionProps(rt.deps, actors.SessionConfig{
 		ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
 	}), "session-"+cfg.id)

@@ -109,6 +109,11 @@ func (s *Session) send(msg proto.Message) {
 // running Prompt returns ErrAborted.
 func (s *Session) Abort() { s.send(&messages.AbortRequest{}) }
 
+// GuardAbort aborts the active stream on behalf of a streaming-edit guard:
+// a deliberate stop, so the turn settles (the Prompt returns ErrAborted) and
+// is never retried as a reason-less abort.
+func (s *Session) GuardAbort() { s.send(&messages.AbortRequest{EditGuard: true}) }
+
 // AbortRetry cancels the retry backoff: the chain ends with
 // auto_retry_end{success: false, finalError: "Retry cancelled"}.
 func (s *Session) AbortRetry() { s.send(&messages.AbortRetryRequest{}) }

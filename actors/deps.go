@@ -64,6 +64,12 @@ type SessionState struct {
 	model      atomic.Pointer[string]
 }
 
+// Init sets the state a new session starts with.
+func (s *SessionState) Init(model string, autoRetry bool) {
+	s.model.Store(&model)
+	s.autoRetry.Store(autoRetry)
+}
+
 // AutoRetryEnabled reports retry.enabled.
 func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
 

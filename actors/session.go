@@ -39,7 +39,6 @@ type SessionActor struct {
 	// primaryCooldownUntilMs is when the primary model may be restored.
 	primaryCooldownUntilMs int64
 	credential             string
-	credentialKnown        bool
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -78,7 +77,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
 	case *messages.CredentialSelected:
-		s.credential, s.credentialKnown = m.GetCredential(), true
+		s.credential = m.GetCredential()
 		if s.startPending {
 			s.startPending = false
 			s.startTurn(ctx)
@@ -107,23 +106,31 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.CompactionFinished:
 		s.compactionFinished(ctx, m)
 	case *messages.AbortRequest:
-		if s.promptActive {
+		switch {
+		case !s.promptActive:
+		case m.GetEditGuard():
+			s.aborts.EditGuard = true
+			s.failureKind, s.failure = KindAborted, "stream aborted by the streaming-edit guard"
+			if s.cancelTurn != nil {
+				s.cancelTurn()
+			}
+		default:
 			s.aborts.User = true
 			s.failureKind = KindAborted
 			track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{Global: true})
 		}
-		respond(ctx, s.deps.Clock, &messages.Ack{})
+		ctx.Respond(&messages.Ack{})
 	case *messages.AbortRetryRequest:
 		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{})
-		respond(ctx, s.deps.Clock, &messages.Ack{})
+		ctx.Respond(&messages.Ack{})
 	case *messages.SetAutoRetryRequest:
 		s.cfg.Settings.Enabled = m.GetEnabled()
 		s.cfg.State.autoRetry.Store(m.GetEnabled())
-		respond(ctx, s.deps.Clock, &messages.Ack{})
+		ctx.Respond(&messages.Ack{})
 	case *messages.SetModelRequest:
-		respond(ctx, s.deps.Clock, s.setModel(m.GetModel()))
+		ctx.Respond(s.setModel(m.GetModel()))
 	case *messages.MessagesRequest:
-		respond(ctx, s.deps.Clock, s.messages(m.GetHistory()))
+		ctx.Respond(s.messages(m.GetHistory()))
 	case *actor.Stopping:
 		s.stopping(ctx)
 	}
@@ -131,8 +138,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 
 func (s *SessionActor) started(ctx actor.Context) {
 	s.model = s.cfg.Model
-	s.cfg.State.model.Store(&s.model)
-	s.cfg.State.autoRetry.Store(s.cfg.Settings.Enabled)
+	s.cfg.State.Init(s.cfg.Model, s.cfg.Settings.Enabled)
 	var src retry.Source
 	if s.deps.NewSource != nil {
 		src = s.deps.NewSource()
@@ -143,7 +149,6 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
 		actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree())))
 	s.restore()
-	s.selectCredential(ctx)
 }
 
 // restore loads the persisted history: the runtime context is rebuilt from
@@ -167,15 +172,6 @@ func (s *SessionActor) restore() {
 	}
 }
 
-func (s *SessionActor) selectCredential(ctx actor.Context) {
-	pid := s.deps.Credentials[providerOf(s.model)]
-	s.credentialKnown = pid == nil
-	s.credential = ""
-	if pid != nil {
-		track.Request(ctx, s.deps.Clock, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
-	}
-}
-
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	if s.promptActive {
 		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
@@ -191,15 +187,25 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	s.aborts = retry.AbortState{}
 	s.last, s.failure, s.failureKind = nil, "", ""
 	s.tasksPending = true // until the scheduler confirms the new generation is idle
-	s.maybeRevert(ctx)
+	s.maybeRevert()
 	s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
 		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}}, true)
 	s.emit(&messages.AgentStart{Generation: s.generation})
-	if !s.credentialKnown {
-		s.startPending = true
+	s.startWithCredential(ctx)
+}
+
+// startWithCredential starts a turn once the credentials actor has said
+// which credential to use: the sticky one, or a free one when it is
+// blocked. A provider without credentials starts at once.
+func (s *SessionActor) startWithCredential(ctx actor.Context) {
+	pid := s.deps.Credentials[providerOf(s.model)]
+	if pid == nil {
+		s.credential = ""
+		s.startTurn(ctx)
 		return
 	}
-	s.startTurn(ctx)
+	s.startPending = true
+	track.Request(ctx, s.deps.Clock, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
 }
 
 // append adds e to the history, and to the runtime context when toRuntime.
@@ -267,20 +273,16 @@ func (s *SessionActor) switchModel(to, reason string) {
 		return
 	}
 	change := &messages.ModelChange{From: s.model, To: to, Role: s.cfg.Role, Reason: reason}
-	oldProvider := providerOf(s.model)
 	s.model = to
 	s.cfg.State.model.Store(&to)
 	s.append(&messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: change}}, false)
 	s.emit(change)
-	if providerOf(to) != oldProvider {
-		s.credentialKnown = false
-	}
 }
 
 // maybeRevert restores the primary model (cooldown-expiry policy) once its
 // cooldown is over, unless the fallback is pinned. It runs before each new
 // prompt and each scheduled continue.
-func (s *SessionActor) maybeRevert(ctx actor.Context) {
+func (s *SessionActor) maybeRevert() {
 	if s.model == s.cfg.Model || s.pinned || s.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
 		return
 	}
@@ -288,9 +290,6 @@ func (s *SessionActor) maybeRevert(ctx actor.Context) {
 		return
 	}
 	s.switchModel(s.cfg.Model, "revert")
-	if !s.credentialKnown {
-		s.selectCredential(ctx)
-	}
 }
 
 func (s *SessionActor) messages(history bool) *messages.MessagesReply {

@@ -206,9 +206,6 @@ func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
 		s.primaryCooldownUntilMs = a.GetPrimaryCooldownUntilMs()
 		s.switchModel(a.GetFallbackApplied().GetTo(), "fallback")
 		s.emit(a.GetFallbackApplied())
-		if !s.credentialKnown {
-			s.selectCredential(ctx)
-		}
 	case messages.RetryAction_KIND_FALLBACK_SUCCEEDED:
 		s.emit(a.GetFallbackSucceeded())
 	case messages.RetryAction_KIND_STRIP_TRAILING_ERROR:
@@ -233,7 +230,7 @@ func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
 			s.cancelTurn()
 		}
 	case messages.RetryAction_KIND_SWITCH_CREDENTIAL:
-		s.credential, s.credentialKnown = a.GetCredential(), true
+		s.credential = a.GetCredential()
 	}
 }
 
@@ -248,13 +245,9 @@ func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
 		s.maybeSettle(ctx)
 		return
 	}
-	s.maybeRevert(ctx)
+	s.maybeRevert()
 	s.emit(&messages.AgentStart{Generation: s.generation})
-	if !s.credentialKnown {
-		s.startPending = true
-		return
-	}
-	s.startTurn(ctx)
+	s.startWithCredential(ctx)
 }
 
 // compact runs the compaction hook on context overflow; without one it
@@ -325,7 +318,7 @@ func (s *SessionActor) maybeSettle(ctx actor.Context) {
 		if res.Error == "" {
 			res.Error = s.failureKind
 		}
-		if s.failureKind == KindAborted {
+		if s.failureKind == KindAborted && s.failure == "" {
 			res.Error = "prompt aborted"
 		}
 	case s.last == nil:
@@ -338,7 +331,7 @@ func (s *SessionActor) maybeSettle(ctx actor.Context) {
 	}
 	s.emit(&messages.AgentSettled{Generation: s.generation, Success: res.GetError() == "", Error: res.GetError()})
 	s.cfg.State.busy.Store(false)
-	s.aborts.User = false
+	s.aborts.User, s.aborts.EditGuard = false, false
 	ctx.Send(s.waiter, res)
 	s.waiter = nil
 }

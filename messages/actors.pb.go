@@ -215,9 +215,12 @@ func (x *PromptResult) GetErrorKind() string {
 	return ""
 }
 
-// AbortRequest is the global abort: cancels a pending retry, then the stream.
+// AbortRequest is the global abort: cancels a pending retry, then the
+// stream. With edit_guard, it is the streaming-edit guard aborting the
+// stream: the turn settles and is not retried, and no retry is cancelled.
 type AbortRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	EditGuard     bool                   `protobuf:"varint,1,opt,name=edit_guard,json=editGuard,proto3" json:"edit_guard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +253,13 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
 	return file_actors_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AbortRequest) GetEditGuard() bool {
+	if x != nil {
+		return x.EditGuard
+	}
+	return false
 }
 
 // AbortRetryRequest cancels the retry backoff (abort_retry, Esc).
@@ -2072,8 +2082,10 @@ const file_actors_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\tR\terrorKind\"\x0e\n" +
-	"\fAbortRequest\"\x13\n" +
+	"error_kind\x18\x04 \x01(\tR\terrorKind\"-\n" +
+	"\fAbortRequest\x12\x1d\n" +
+	"\n" +
+	"edit_guard\x18\x01 \x01(\bR\teditGuard\"\x13\n" +
 	"\x11AbortRetryRequest\"/\n" +
 	"\x13SetAutoRetryRequest\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\"'\n" +
