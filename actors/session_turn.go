@@ -263,6 +263,9 @@ func (s *SessionActor) compact(ctx actor.Context) {
 	s.compacting = true
 	hook, clk, root, self, gen, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.generation, s.cfg.ID
 	runtime := append([]*messages.Entry(nil), s.runtime...)
+	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
+		runtime = runtime[:n-1] // the failed turn itself is passed as failed
+	}
 	clk.Begin()
 	go func() {
 		defer clk.End()

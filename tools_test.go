@@ -1,0 +1,98 @@
+package musepi_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+func toolUse(calls ...*messages.ToolCall) provider.Outcome {
+	m := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_TOOL_USE}
+	for _, c := range calls {
+		m.Content = append(m.Content, &messages.ContentBlock{Block: &messages.ContentBlock_ToolCall{ToolCall: c}})
+	}
+	return provider.Outcome{Message: m}
+}
+
+// The session runs the model's tool calls through registered Go tools and
+// continues until the model stops; a failing, panicking or unknown tool
+// becomes an error result for the model to read.
+func TestToolCallsRunUntilTheModelStops(t *testing.T) {
+	echo := musepi.Tool{Name: "echo", Run: func(_ context.Context, args string) (string, error) { return "echo " + args, nil }}
+	broken := musepi.Tool{Name: "broken", Run: func(context.Context, string) (string, error) { return "", errors.New("disk full") }}
+	boom := musepi.Tool{Name: "boom", Run: func(context.Context, string) (string, error) { panic("kaboom") }}
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithTools(echo, broken, boom))
+	s, rec := h.session()
+	h.p.SetScript(s.ID(),
+		toolUse(&messages.ToolCall{Id: "1", Name: "echo", ArgumentsJson: `{"x":1}`},
+			&messages.ToolCall{Id: "2", Name: "broken"},
+			&messages.ToolCall{Id: "3", Name: "boom"},
+			&messages.ToolCall{Id: "4", Name: "missing"}),
+		answer("all done"))
+	ch := h.prompt(s, "use the tools")
+	h.run()
+	r := h.settle(ch)
+	if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "all done" {
+		t.Fatalf("prompt = %v, %v", r.msg, r.err)
+	}
+	calls := h.p.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("provider calls = %d, want 2", len(calls))
+	}
+	if got := calls[0].Tools; len(got) != 3 || got[0].Name != "echo" {
+		t.Fatalf("tool specs sent = %+v", got)
+	}
+	var results []*messages.ToolResult
+	for _, e := range calls[1].Context {
+		if r := e.GetToolResult(); r != nil {
+			results = append(results, r)
+		}
+	}
+	want := []struct {
+		output  string
+		isError bool
+	}{
+		{`echo {"x":1}`, false},
+		{"disk full", true},
+		{`tool "boom" panicked: kaboom`, true},
+		{`unknown tool "missing"`, true},
+	}
+	if len(results) != len(want) {
+		t.Fatalf("tool results = %v", results)
+	}
+	for i, w := range want {
+		if results[i].GetOutput() != w.output || results[i].GetIsError() != w.isError {
+			t.Errorf("result %d = %q (error %t), want %q (error %t)", i, results[i].GetOutput(), results[i].GetIsError(), w.output, w.isError)
+		}
+	}
+	expectLines(t, rec.lines("agent_start", "message_end", "agent_end", "agent_settled"),
+		"agent_start", "message_end", "message_end", "agent_end willRetry=false", "agent_settled success=true")
+}
+
+// A compaction hook replaces the runtime context and the prompt continues.
+func TestCompactionHookContinuesThePrompt(t *testing.T) {
+	hook := func(_ context.Context, _ string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
+		return runtime[len(runtime)-1:], nil // keep the last user message only
+	}
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithCompactionHook(hook))
+	s, rec := h.session()
+	h.p.SetScript(s.ID(), answer("first"), fail(400, "prompt is too long: 213462 tokens > 200000 maximum"), answer("compacted"))
+	h.settle(h.prompt(s, "one"))
+	ch := h.prompt(s, "two")
+	h.run()
+	r := h.settle(ch)
+	if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "compacted" {
+		t.Fatalf("prompt = %v, %v", r.msg, r.err)
+	}
+	calls := h.p.Calls()
+	if n := len(calls[2].Context); n != 1 || calls[2].Context[0].GetUser().GetText() != "two" {
+		t.Fatalf("context after compaction = %v", calls[2].Context)
+	}
+	if got := rec.lines("compaction_required"); len(got) != 1 {
+		t.Fatalf("compaction_required events = %v", got)
+	}
+}
