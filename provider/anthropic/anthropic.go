@@ -1,0 +1,261 @@
+// Package anthropic is a provider.Provider for Anthropic's Messages API,
+// built on the official Go SDK (github.com/anthropics/anthropic-sdk-go/v2)
+// and its streaming call (client.Messages.NewStreaming).
+//
+// The adapter is a translation layer only: it owns no retry (the SDK's own
+// retries are switched off, the session's retry policy decides), and it turns
+// every outcome into one *messages.AssistantMessage whose error text, HTTP
+// status and headers carry what the retry classifier and hint parser need:
+//
+//   - an HTTP error gives "<status> <status text>: <error.type>: <error.message>"
+//     (or the raw body when it is not Anthropic's error JSON), the status and
+//     the response headers (lower-case names, first value);
+//   - an `event: error` before message_start gives
+//     "<type>: <message> (stream error before message_start)";
+//   - a network failure gives Go's own error text and status 0;
+//   - a stream that breaks after text, thinking or a tool call keeps the
+//     partial content and is marked stream_interrupted_after_content;
+//   - a refusal keeps its partial text and is marked with stop details
+//     "refusal";
+//   - the caller's cancellation returns provider.Aborted at once, while
+//     Config.RequestTimeout gives an error reading "context deadline exceeded".
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// ProviderName is the value of AssistantMessage.Provider for this adapter.
+const ProviderName = "anthropic"
+
+// DefaultMaxTokens is the output limit used when Config.MaxTokens is 0.
+const DefaultMaxTokens = 4096
+
+// Config configures a Provider.
+type Config struct {
+	// BaseURL replaces the API's base URL ("https://api.anthropic.com/"), for
+	// proxies and tests. Empty means the SDK's production default; the
+	// ANTHROPIC_BASE_URL environment variable is not read.
+	BaseURL string
+	// RequestTimeout bounds one whole request, response headers and stream
+	// included; 0 means none. It is distinct from the caller's context: when it
+	// expires the result is an error ("context deadline exceeded"), not an abort.
+	RequestTimeout time.Duration
+	// HTTPClient sends the requests; nil means a client of the provider's own
+	// (a clone of http.DefaultTransport).
+	HTTPClient *http.Client
+	// MaxTokens is the output token limit (max_tokens); 0 means DefaultMaxTokens.
+	MaxTokens int64
+	// ThinkingBudget enables extended thinking with this budget_tokens; 0
+	// disables it. The API requires MaxTokens to exceed it.
+	ThinkingBudget int64
+}
+
+// Provider streams turns from the Anthropic Messages API. It is safe for
+// concurrent use: it holds only immutable configuration and an SDK client.
+type Provider struct {
+	cfg    Config
+	client sdk.Client
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg. The SDK client is built without the SDK's
+// environment defaults (no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or profile
+// files are read): the credential comes with each request, as Request.APIKey.
+func New(cfg Config) *Provider {
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = defaultHTTPClient()
+	}
+	opts := []option.RequestOption{
+		option.WithoutEnvironmentDefaults(),
+		option.WithHTTPClient(hc),
+		option.WithMaxRetries(0),
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	return &Provider{cfg: cfg, client: sdk.NewClient(opts...)}
+}
+
+func defaultHTTPClient() *http.Client {
+	if t, ok := http.DefaultTransport.(*http.Transport); ok {
+		return &http.Client{Transport: t.Clone()}
+	}
+	return &http.Client{Transport: http.DefaultTransport}
+}
+
+// ResetSession does nothing. The Messages API is stateless: every call sends
+// the whole runtime context, so the adapter caches nothing per session (there
+// is no equivalent of OpenAI's previous_response_id to drop).
+func (p *Provider) ResetSession(string) {}
+
+// Stream sends one turn and streams its output. See the package comment for
+// how outcomes map to the returned message, which is never nil.
+func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (out *messages.AssistantMessage) {
+	inCallback := false // a panic of the caller's onDelta is the caller's
+	acc := newAccumulator(func(d provider.Delta) {
+		if onDelta != nil {
+			inCallback = true
+			onDelta(d)
+			inCallback = false
+		}
+	})
+	defer func() {
+		// Never panic on odd input or output: a panic of the adapter or the
+		// SDK becomes an error message.
+		if r := recover(); r != nil {
+			if inCallback {
+				panic(r)
+			}
+			out = p.finish(req, &messages.AssistantMessage{
+				Content:      acc.content(),
+				StopReason:   messages.StopReason_STOP_REASON_ERROR,
+				ErrorMessage: fmt.Sprintf("anthropic provider: internal error: %v", r),
+			})
+		}
+	}()
+	if ctx.Err() != nil {
+		return p.finish(req, provider.Aborted(nil))
+	}
+
+	params, err := p.buildParams(req)
+	if err != nil {
+		return p.finish(req, provider.Failure(0, err.Error(), nil))
+	}
+
+	reqCtx := ctx
+	if p.cfg.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		reqCtx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		defer cancel()
+	}
+
+	var resp *http.Response
+	stream := p.client.Messages.NewStreaming(reqCtx, params,
+		option.WithAPIKey(req.APIKey),
+		option.WithMaxRetries(0),
+		option.WithResponseInto(&resp),
+	)
+	defer stream.Close()
+
+	for stream.Next() {
+		acc.handle(stream.Current())
+		if acc.done() {
+			break
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return p.finish(req, p.failure(ctx, reqCtx, err, acc, resp))
+	}
+	if !acc.complete() {
+		if ctx.Err() != nil {
+			return p.finish(req, provider.Aborted(acc.content()))
+		}
+		// The body ended cleanly but the message did not: a proxy or server
+		// closed the stream early.
+		text := "stream closed before message_start"
+		if acc.started {
+			text = "stream closed before message_stop: unexpected EOF"
+		}
+		return p.finish(req, interrupted(acc, text, statusOf(resp), headersOf(resp)))
+	}
+	return p.finish(req, acc.result())
+}
+
+// finish stamps the fields every result carries.
+func (p *Provider) finish(req provider.Request, m *messages.AssistantMessage) *messages.AssistantMessage {
+	m.Provider = ProviderName
+	m.Model = req.Model
+	m.TimestampMs = time.Now().UnixMilli()
+	return m
+}
+
+// failure maps a stream error to a message. ctx is the caller's context,
+// reqCtx the one bounded by RequestTimeout, resp the HTTP response if any.
+func (p *Provider) failure(ctx, reqCtx context.Context, err error, acc *accumulator, resp *http.Response) *messages.AssistantMessage {
+	// The caller cancelled: abort, whatever the error looks like.
+	if ctx.Err() != nil {
+		return provider.Aborted(acc.content())
+	}
+	// Our own per-request timeout, not the caller's cancellation.
+	if reqCtx != ctx && errors.Is(reqCtx.Err(), context.DeadlineExceeded) {
+		text := fmt.Sprintf("request timed out after %s: %v", p.cfg.RequestTimeout, context.DeadlineExceeded)
+		return interrupted(acc, text, statusOf(resp), headersOf(resp))
+	}
+
+	var aerr *sdk.Error
+	if errors.As(err, &aerr) {
+		if aerr.Response != nil {
+			resp = aerr.Response
+		}
+		if status := statusOrCode(aerr.StatusCode, resp); status >= 400 {
+			return provider.Failure(status, httpErrorText(aerr, status), headersOf(resp))
+		}
+		// An `event: error` inside a 200 stream.
+		typ, msg := errorBody(aerr)
+		text := joinNonEmpty(": ", typ, msg)
+		if text == "" {
+			text = "stream error event"
+		}
+		if !acc.started {
+			text += " (stream error before message_start)"
+			return provider.Failure(statusOf(resp), text, headersOf(resp))
+		}
+		return interrupted(acc, text+" (stream error after message_start)", statusOf(resp), headersOf(resp))
+	}
+
+	// An error status whose body could not be read.
+	if status := statusOf(resp); status >= 400 {
+		return provider.Failure(status, fmt.Sprintf("%d %s: %v", status, http.StatusText(status), err), headersOf(resp))
+	}
+	// A network failure (no response: status 0) or a stream that broke.
+	text := err.Error()
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &syntaxErr) || errors.As(err, &typeErr) {
+		text = "malformed stream event: " + text
+	}
+	return interrupted(acc, text, statusOf(resp), headersOf(resp))
+}
+
+// interrupted is an error message for a stream that ended abnormally: with
+// the partial content and stop details stream_interrupted_after_content when
+// output was already streamed, a plain error otherwise.
+func interrupted(acc *accumulator, text string, status int, headers map[string]string) *messages.AssistantMessage {
+	m := provider.Failure(status, text, headers)
+	m.Content = acc.content()
+	if observable(m.Content) {
+		m.StopDetails = &messages.StopDetails{Type: stopDetailInterrupted}
+	}
+	return m
+}
+
+func statusOrCode(code int, resp *http.Response) int {
+	if code != 0 {
+		return code
+	}
+	return statusOf(resp)
+}
+
+func statusOf(resp *http.Response) int {
+	if resp == nil {
+		return 0
+	}
+	return resp.StatusCode
+}
