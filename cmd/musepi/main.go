@@ -1,0 +1,70 @@
+// Command musepi is the MusePi command-line tool:
+//
+//	musepi <command> [flags]
+//
+// Commands register themselves in the commands table below (one file per
+// command); each is a func(args []string) int returning the exit code.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand.
+type command struct {
+	summary string
+	run     func(args []string) int
+}
+
+// commands maps a command name to its implementation. Add new commands
+// here (or from an init func in the command's own file).
+var commands = map[string]command{
+	"fakellm": {summary: "run the fault-injecting fake LLM server", run: runFakeLLM},
+}
+
+// stderr is where commands write diagnostics.
+var stderr io.Writer = os.Stderr
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: musepi <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `run "musepi <command> -h" for the command's flags`)
+}
+
+// run dispatches args (without the program name) and returns the exit
+// code: 2 for a missing or unknown command.
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(os.Stdout)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "musepi: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return cmd.run(args[1:])
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}

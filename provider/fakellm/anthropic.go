@@ -1,0 +1,108 @@
+package fakellm
+
+import (
+	"encoding/base64"
+	"encoding/json"
+)
+
+// Anthropic Messages API (POST /v1/messages).
+
+var anthropicStop = map[string]string{
+	stopEnd:     "end_turn",
+	stopLength:  "max_tokens",
+	stopTool:    "tool_use",
+	stopRefusal: "refusal",
+}
+
+func signature(id string) string {
+	return base64.StdEncoding.EncodeToString([]byte("fakellm-signature:" + id))
+}
+
+// toolInput is the tool arguments as a JSON object for a complete message;
+// arguments that are not a JSON object become {}.
+func toolInput(args string) any {
+	var m map[string]any
+	if json.Unmarshal([]byte(args), &m) != nil {
+		return obj{}
+	}
+	return json.RawMessage(args)
+}
+
+// anthropicSteps is a Messages stream: message_start, ping, the content
+// blocks (thinking, text, tool_use) with their deltas, message_delta and
+// message_stop.
+func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
+	id := s.letterID("msg_fakellm")
+	b := &stepBuilder{}
+	b.add(eventFrame("message_start", obj{"type", "message_start", "message", obj{
+		"id", id, "type", "message", "role", "assistant", "model", req.Model,
+		"content", []any{}, "stop_reason", nil, "stop_sequence", nil,
+		"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
+			"cache_read_input_tokens", 0, "output_tokens", 1},
+	}}))
+	b.add(eventFrame("ping", obj{"type", "ping"}))
+
+	index := -1
+	start := func(block obj) {
+		index++
+		b.add(eventFrame("content_block_start", obj{"type", "content_block_start", "index", index, "content_block", block}))
+	}
+	delta := func(d obj) {
+		b.add(eventFrame("content_block_delta", obj{"type", "content_block_delta", "index", index, "delta", d}))
+	}
+	stop := func() {
+		b.add(eventFrame("content_block_stop", obj{"type", "content_block_stop", "index", index}))
+	}
+
+	if len(c.thinkingC) > 0 {
+		start(obj{"type", "thinking", "thinking", "", "signature", ""})
+		for _, p := range c.thinkingC {
+			delta(obj{"type", "thinking_delta", "thinking", p})
+			b.chunk()
+		}
+		delta(obj{"type", "signature_delta", "signature", signature(id)})
+		stop()
+	}
+	if len(c.textC) > 0 {
+		start(obj{"type", "text", "text", ""})
+		for _, p := range c.textC {
+			delta(obj{"type", "text_delta", "text", p})
+			b.chunk()
+		}
+		stop()
+	}
+	if c.tool != nil {
+		start(obj{"type", "tool_use", "id", s.letterID("toolu_fakellm"), "name", c.tool.Name, "input", obj{}})
+		for _, p := range c.argsC {
+			delta(obj{"type", "input_json_delta", "partial_json", p})
+			b.chunk()
+		}
+		stop()
+	}
+	b.add(eventFrame("message_delta", obj{"type", "message_delta",
+		"delta", obj{"stop_reason", anthropicStop[c.stop], "stop_sequence", nil},
+		"usage", obj{"output_tokens", c.outputTokens()}}))
+	b.add(eventFrame("message_stop", obj{"type", "message_stop"}))
+	return b.finish()
+}
+
+// anthropicMessage is the whole message of a non-streaming request.
+func (s *Server) anthropicMessage(req *apiRequest, c *content) obj {
+	id := s.letterID("msg_fakellm")
+	blocks := []any{}
+	if c.thinking != "" {
+		blocks = append(blocks, obj{"type", "thinking", "thinking", c.thinking, "signature", signature(id)})
+	}
+	if c.text != "" {
+		blocks = append(blocks, obj{"type", "text", "text", c.text})
+	}
+	if c.tool != nil {
+		blocks = append(blocks, obj{"type", "tool_use", "id", s.letterID("toolu_fakellm"), "name", c.tool.Name, "input", toolInput(c.args)})
+	}
+	return obj{
+		"id", id, "type", "message", "role", "assistant", "model", req.Model,
+		"content", blocks, "stop_reason", anthropicStop[c.stop], "stop_sequence", nil,
+		"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
+			"cache_read_input_tokens", 0, "output_tokens", c.outputTokens()},
+	}
+}

@@ -1,0 +1,250 @@
+package fakellm
+
+// OpenAI Chat Completions (POST /v1/chat/completions) and Responses
+// (POST /v1/responses).
+
+var chatFinish = map[string]string{
+	stopEnd:     "stop",
+	stopLength:  "length",
+	stopTool:    "tool_calls",
+	stopRefusal: "content_filter",
+}
+
+func (r *apiRequest) includeUsage() bool {
+	return r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+}
+
+func chatUsage(req *apiRequest, c *content) obj {
+	out := c.outputTokens()
+	return obj{"prompt_tokens", req.inputTokens, "completion_tokens", out, "total_tokens", req.inputTokens + out,
+		"prompt_tokens_details", obj{"cached_tokens", 0, "audio_tokens", 0},
+		"completion_tokens_details", obj{"reasoning_tokens", 0, "audio_tokens", 0,
+			"accepted_prediction_tokens", 0, "rejected_prediction_tokens", 0}}
+}
+
+// chatSteps is a chat.completion.chunk stream: a role chunk, the content
+// and tool_calls deltas, the finish_reason chunk, the usage chunk when
+// stream_options.include_usage is set, and [DONE]. Thinking is not sent.
+func (s *Server) chatSteps(req *apiRequest, c *content) steps {
+	id := s.letterID("chatcmpl-fakellm")
+	created := now()
+	head := func() obj {
+		return obj{"id", id, "object", "chat.completion.chunk", "created", created, "model", req.Model,
+			"service_tier", "default", "system_fingerprint", "fp_fakellm"}
+	}
+	chunk := func(delta obj, finish any) []byte {
+		o := append(head(), "choices", []any{obj{"index", 0, "delta", delta, "logprobs", nil, "finish_reason", finish}})
+		if req.includeUsage() {
+			o = append(o, "usage", nil)
+		}
+		return dataFrame(o)
+	}
+	b := &stepBuilder{}
+	b.add(chunk(obj{"role", "assistant", "content", "", "refusal", nil}, nil))
+	for _, p := range c.textC {
+		b.add(chunk(obj{"content", p}, nil))
+		b.chunk()
+	}
+	if c.tool != nil {
+		callID := s.letterID("call_fakellm")
+		for i, p := range c.argsC {
+			var call obj
+			if i == 0 {
+				call = obj{"index", 0, "id", callID, "type", "function", "function", obj{"name", c.tool.Name, "arguments", p}}
+			} else {
+				call = obj{"index", 0, "function", obj{"arguments", p}}
+			}
+			b.add(chunk(obj{"tool_calls", []any{call}}, nil))
+			b.chunk()
+		}
+	}
+	b.add(chunk(obj{}, chatFinish[c.stop]))
+	if req.includeUsage() {
+		b.add(dataFrame(append(head(), "choices", []any{}, "usage", chatUsage(req, c))))
+	}
+	b.add(doneFrame)
+	return b.finish()
+}
+
+// chatCompletion is the whole chat.completion of a non-streaming request.
+func (s *Server) chatCompletion(req *apiRequest, c *content) obj {
+	msg := obj{"role", "assistant", "content", nullable(c.text), "refusal", nil, "annotations", []any{}}
+	if c.tool != nil {
+		msg = append(msg, "tool_calls", []any{obj{"id", s.letterID("call_fakellm"), "type", "function",
+			"function", obj{"name", c.tool.Name, "arguments", c.args}}})
+	}
+	return obj{"id", s.letterID("chatcmpl-fakellm"), "object", "chat.completion", "created", now(), "model", req.Model,
+		"choices", []any{obj{"index", 0, "message", msg, "logprobs", nil, "finish_reason", chatFinish[c.stop]}},
+		"usage", chatUsage(req, c), "service_tier", "default", "system_fingerprint", "fp_fakellm"}
+}
+
+// respIDs are the ids of one response's output items.
+type respIDs struct {
+	reasoning, message, function, call string
+}
+
+func (s *Server) newRespIDs() respIDs {
+	return respIDs{
+		reasoning: s.letterID("rs_fakellm"),
+		message:   s.letterID("msg_fakellm"),
+		function:  s.letterID("fc_fakellm"),
+		call:      s.letterID("call_fakellm"),
+	}
+}
+
+// incompleteReason is the Responses incomplete_details.reason for a stop,
+// or "" when the response completes.
+func incompleteReason(stop string) string {
+	switch stop {
+	case stopLength:
+		return "max_output_tokens"
+	case stopRefusal:
+		return "content_filter"
+	}
+	return ""
+}
+
+func reasoningItem(id, text string) obj {
+	return obj{"id", id, "type", "reasoning", "summary", []any{obj{"type", "summary_text", "text", text}}}
+}
+
+func outputText(text string) obj {
+	return obj{"type", "output_text", "annotations", []any{}, "logprobs", []any{}, "text", text}
+}
+
+func messageItem(id, text, status string) obj {
+	return obj{"id", id, "type", "message", "status", status, "content", []any{outputText(text)}, "role", "assistant"}
+}
+
+func functionItem(ids respIDs, tool *ToolCall, args, status string) obj {
+	return obj{"id", ids.function, "type", "function_call", "status", status, "arguments", args,
+		"call_id", ids.call, "name", tool.Name}
+}
+
+// responsesOutput is the output array of a finished response.
+func responsesOutput(c *content, ids respIDs) []any {
+	status := "completed"
+	if incompleteReason(c.stop) != "" {
+		status = "incomplete"
+	}
+	out := []any{}
+	if c.thinking != "" {
+		out = append(out, reasoningItem(ids.reasoning, c.thinking))
+	}
+	if c.text != "" {
+		out = append(out, messageItem(ids.message, c.text, status))
+	}
+	if c.tool != nil {
+		out = append(out, functionItem(ids, c.tool, c.args, "completed"))
+	}
+	return out
+}
+
+// responseObject is a Responses "response" object. A finished one
+// (output != nil) carries its status and usage.
+func responseObject(req *apiRequest, c *content, id string, created int64, output []any) obj {
+	status, details, usage := "in_progress", any(nil), any(nil)
+	if output == nil {
+		output = []any{}
+	} else {
+		status = "completed"
+		if reason := incompleteReason(c.stop); reason != "" {
+			status, details = "incomplete", obj{"reason", reason}
+		}
+		out := c.outputTokens()
+		reasoning := 0
+		if c.thinking != "" {
+			reasoning = max(1, len(c.thinking)/4)
+		}
+		usage = obj{"input_tokens", req.inputTokens, "input_tokens_details", obj{"cached_tokens", 0},
+			"output_tokens", out, "output_tokens_details", obj{"reasoning_tokens", reasoning},
+			"total_tokens", req.inputTokens + out}
+	}
+	store := req.Store == nil || *req.Store
+	return obj{"id", id, "object", "response", "created_at", created, "status", status,
+		"background", false, "error", nil, "incomplete_details", details,
+		"instructions", nil, "max_output_tokens", nil, "model", req.Model, "output", output,
+		"parallel_tool_calls", true, "previous_response_id", nullable(req.PreviousResponseID),
+		"reasoning", obj{"effort", nil, "summary", nil}, "service_tier", "default", "store", store,
+		"temperature", 1.0, "text", obj{"format", obj{"type", "text"}}, "tool_choice", "auto",
+		"tools", []any{}, "top_p", 1.0, "truncation", "disabled", "usage", usage, "user", nil,
+		"metadata", obj{}}
+}
+
+// responsesFull is the response object of a non-streaming request.
+func (s *Server) responsesFull(req *apiRequest, c *content, id string) obj {
+	return responseObject(req, c, id, now(), responsesOutput(c, s.newRespIDs()))
+}
+
+// responsesSteps is a Responses stream: response.created,
+// response.in_progress, one output item per part (reasoning summary,
+// message with output_text deltas, function_call with arguments deltas),
+// then response.completed (or response.incomplete for length and
+// refusal stops). It returns the response id.
+func (s *Server) responsesSteps(req *apiRequest, c *content) (steps, string) {
+	id := s.responseID()
+	ids := s.newRespIDs()
+	created := now()
+	b := &stepBuilder{}
+	seq := 0
+	ev := func(typ string, fields ...any) {
+		o := append(obj{"type", typ}, fields...)
+		o = append(o, "sequence_number", seq)
+		seq++
+		b.add(eventFrame(typ, o))
+	}
+	ev("response.created", "response", responseObject(req, c, id, created, nil))
+	ev("response.in_progress", "response", responseObject(req, c, id, created, nil))
+
+	final := responsesOutput(c, ids)
+	index := -1
+	if c.thinking != "" {
+		index++
+		item := ids.reasoning
+		ev("response.output_item.added", "output_index", index, "item", obj{"id", item, "type", "reasoning", "summary", []any{}})
+		ev("response.reasoning_summary_part.added", "item_id", item, "output_index", index, "summary_index", 0,
+			"part", obj{"type", "summary_text", "text", ""})
+		for _, p := range c.thinkingC {
+			ev("response.reasoning_summary_text.delta", "item_id", item, "output_index", index, "summary_index", 0, "delta", p)
+			b.chunk()
+		}
+		ev("response.reasoning_summary_text.done", "item_id", item, "output_index", index, "summary_index", 0, "text", c.thinking)
+		ev("response.reasoning_summary_part.done", "item_id", item, "output_index", index, "summary_index", 0,
+			"part", obj{"type", "summary_text", "text", c.thinking})
+		ev("response.output_item.done", "output_index", index, "item", final[index])
+	}
+	if c.text != "" {
+		index++
+		item := ids.message
+		ev("response.output_item.added", "output_index", index, "item",
+			obj{"id", item, "type", "message", "status", "in_progress", "content", []any{}, "role", "assistant"})
+		ev("response.content_part.added", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(""))
+		for _, p := range c.textC {
+			ev("response.output_text.delta", "item_id", item, "output_index", index, "content_index", 0,
+				"delta", p, "logprobs", []any{})
+			b.chunk()
+		}
+		ev("response.output_text.done", "item_id", item, "output_index", index, "content_index", 0,
+			"text", c.text, "logprobs", []any{})
+		ev("response.content_part.done", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(c.text))
+		ev("response.output_item.done", "output_index", index, "item", final[index])
+	}
+	if c.tool != nil {
+		index++
+		item := ids.function
+		ev("response.output_item.added", "output_index", index, "item", functionItem(ids, c.tool, "", "in_progress"))
+		for _, p := range c.argsC {
+			ev("response.function_call_arguments.delta", "item_id", item, "output_index", index, "delta", p)
+			b.chunk()
+		}
+		ev("response.function_call_arguments.done", "item_id", item, "output_index", index, "name", c.tool.Name, "arguments", c.args)
+		ev("response.output_item.done", "output_index", index, "item", final[index])
+	}
+	done := responseObject(req, c, id, created, final)
+	if incompleteReason(c.stop) != "" {
+		ev("response.incomplete", "response", done)
+	} else {
+		ev("response.completed", "response", done)
+	}
+	return b.finish(), id
+}

@@ -1,0 +1,477 @@
+package fakellm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxBody bounds a request body.
+const maxBody = 32 << 20
+
+// Server is the fake LLM server: an http.Handler that answers the OpenAI
+// Chat Completions, OpenAI Responses and Anthropic Messages APIs as its
+// Scenario says. It is safe for concurrent use.
+type Server struct {
+	mu        sync.Mutex
+	sc        *Scenario
+	firstUsed map[int]int // rule index -> requests it answered under "first"
+	start     time.Time
+	known     map[string]bool // Responses ids issued and not forgotten
+	stats     statsState
+
+	ids    atomic.Uint64 // for every generated id
+	active atomic.Int64  // API requests being answered
+
+	closeCtx  context.Context
+	closeFn   context.CancelFunc
+	closed    bool
+	handlers  sync.WaitGroup
+	hs        *http.Server
+	serveDone chan struct{}
+}
+
+// New returns a server playing sc (nil: every call streams DefaultText).
+// The clock starts now.
+func New(sc *Scenario) *Server {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		sc:        sc,
+		firstUsed: map[int]int{},
+		start:     time.Now(),
+		known:     map[string]bool{},
+		closeCtx:  ctx,
+		closeFn:   cancel,
+	}
+	s.stats.reset()
+	return s
+}
+
+// SetScenario swaps the scenario at run time; the "first" counters start
+// over. Requests already being answered keep their old answer. A hand-built
+// scenario should pass Validate first.
+func (s *Server) SetScenario(sc *Scenario) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sc = sc
+	s.firstUsed = map[int]int{}
+}
+
+// ResetClock restarts the time windows (from_ms/to_ms) at 0 and clears the
+// per-window stats, whose t_ms counts from the same origin.
+func (s *Server) ResetClock() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.start = time.Now()
+	s.stats.windows = map[int64]*Window{}
+}
+
+// Start listens on addr ("127.0.0.1:0" when empty) and serves in the
+// background. It returns the base URL, such as "http://127.0.0.1:41234"
+// (OpenAI clients add "/v1"). A Server starts at most once.
+func (s *Server) Start(addr string) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return "", errors.New("fakellm: server closed")
+	}
+	if s.hs != nil {
+		s.mu.Unlock()
+		return "", errors.New("fakellm: server already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		s.mu.Unlock()
+		return "", err
+	}
+	s.hs = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
+	s.serveDone = make(chan struct{})
+	hs, done := s.hs, s.serveDone
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln)
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// Close stops the listener, ends every open stream and connection, and
+// returns once every handler has returned. It is safe to call more than
+// once; later requests to the handler get 503.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	first := !s.closed
+	s.closed = true
+	hs, done := s.hs, s.serveDone
+	s.mu.Unlock()
+	s.closeFn()
+	var err error
+	if hs != nil {
+		if first {
+			err = hs.Close()
+		}
+		<-done
+	}
+	s.handlers.Wait()
+	return err
+}
+
+// ServeHTTP routes the API endpoints and /stats.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		w.Header().Set("Connection", "close")
+		http.Error(w, "fakellm: server closed", http.StatusServiceUnavailable)
+		return
+	}
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	defer s.handlers.Done()
+
+	// The request ends when the client goes away or the server closes.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.closeCtx, cancel)
+	defer stop()
+
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	var api string
+	switch path {
+	case "/v1/chat/completions", "/chat/completions":
+		api = APIOpenAIChat
+	case "/v1/responses", "/responses":
+		api = APIOpenAIResponses
+	case "/v1/messages", "/messages":
+		api = APIAnthropic
+	case "/stats":
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, http.MethodGet)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Stats())
+		return
+	case "/stats/reset":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, http.MethodPost)
+			return
+		}
+		s.ResetStats()
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		return
+	case "/clock/reset":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, http.MethodPost)
+			return
+		}
+		s.ResetClock()
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		return
+	default:
+		s.writeError(w, APIOpenAIChat, errSpec{status: http.StatusNotFound, typ: "invalid_request_error",
+			code: "unknown_url", msg: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)}, nil)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.writeError(w, api, errSpec{status: http.StatusMethodNotAllowed, typ: "invalid_request_error",
+			msg: fmt.Sprintf("Invalid method for URL (%s %s)", r.Method, r.URL.Path)}, nil)
+		return
+	}
+	s.handleAPI(ctx, w, r, api)
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// apiRequest is the part of a request body the server looks at.
+type apiRequest struct {
+	api string
+	key string
+
+	Model              string `json:"model"`
+	Stream             bool   `json:"stream"`
+	PreviousResponseID string `json:"previous_response_id"`
+	Store              *bool  `json:"store"`
+	MaxTokens          *int64 `json:"max_tokens"`
+	StreamOptions      *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+
+	inputTokens int
+}
+
+// apiKey reads the key the way each API sends it. Anthropic also accepts
+// a bearer token (OAuth-style clients).
+func apiKey(r *http.Request, api string) string {
+	bearer := ""
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		bearer = strings.TrimSpace(h[7:])
+	}
+	if api == APIAnthropic {
+		if k := r.Header.Get("X-Api-Key"); k != "" {
+			return k
+		}
+	}
+	return bearer
+}
+
+// Labels for requests no rule answered.
+const (
+	labelDefault = "default"
+	labelInvalid = "(invalid)"
+)
+
+func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.Request, api string) {
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	req := &apiRequest{api: api, key: apiKey(r, api)}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.reject(w, req, errSpec{status: 413, typ: tooLargeType(api), msg: "Request exceeds the maximum allowed number of bytes."})
+		} else {
+			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "Could not read the request body: " + err.Error()})
+		}
+		return
+	}
+	req.inputTokens = max(1, len(body)/4)
+	if err := json.Unmarshal(body, req); err != nil {
+		msg := "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
+		if isAnthropic(api) {
+			msg = "There was an error parsing the body of your request: " + err.Error()
+		}
+		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: msg})
+		return
+	}
+	if req.key == "" {
+		if isAnthropic(api) {
+			s.reject(w, req, errSpec{status: 401, typ: "authentication_error", msg: "x-api-key header is required"})
+		} else {
+			s.reject(w, req, errSpec{status: 401, typ: "invalid_request_error",
+				msg: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). You can obtain an API key from https://platform.openai.com/account/api-keys."})
+		}
+		return
+	}
+	if isAnthropic(api) && r.Header.Get("Anthropic-Version") == "" {
+		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "anthropic-version: header is required"})
+		return
+	}
+	if req.Model == "" {
+		if isAnthropic(api) {
+			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "model: Field required"})
+		} else {
+			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", param: "model", msg: "you must provide a model parameter"})
+		}
+		return
+	}
+	if isAnthropic(api) && req.MaxTokens == nil {
+		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "max_tokens: Field required"})
+		return
+	}
+
+	resp, label := s.choose(req)
+
+	// Decide the outcome before recording it.
+	var (
+		errOut    *errSpec // an HTTP error
+		streamErr *errSpec // an in-stream error
+	)
+	switch resp.kind() {
+	case kindError:
+		e := resolveError(api, resp, req)
+		errOut = &e
+	case kindStreamError:
+		e := streamErrorSpec(api, resp, req)
+		if req.Stream {
+			streamErr = &e
+		} else {
+			errOut = &e
+		}
+	case kindStream:
+		if api == APIOpenAIResponses && req.PreviousResponseID != "" && !s.checkPrevious(req.PreviousResponseID, resp.ForgetPrevious) {
+			e := resolveError(api, &Respond{Preset: "stale_response"}, req)
+			errOut = &e
+		}
+	}
+	status, failed := http.StatusOK, false
+	switch {
+	case errOut != nil:
+		status, failed = errOut.status, errOut.status >= 400
+	case streamErr != nil, resp.CutAfter != nil:
+		failed = true
+	}
+	s.record(req, label, status, failed)
+
+	if resp.DelayMs > 0 && !sleep(ctx, ms(resp.DelayMs)) {
+		return
+	}
+	switch {
+	case errOut != nil:
+		s.writeError(w, api, *errOut, resp.Headers)
+	case streamErr != nil:
+		s.writeStreamError(w, api, *streamErr, resp.Headers)
+	case req.Stream:
+		s.writeStream(ctx, w, req, resp)
+	default:
+		s.writeFull(ctx, w, req, resp)
+	}
+}
+
+func tooLargeType(api string) string {
+	if isAnthropic(api) {
+		return "request_too_large"
+	}
+	return "invalid_request_error"
+}
+
+// reject answers a request that failed the server's own checks.
+func (s *Server) reject(w http.ResponseWriter, req *apiRequest, e errSpec) {
+	s.record(req, labelInvalid, e.status, true)
+	s.writeError(w, req.api, e, nil)
+}
+
+// choose picks the answer for req: the first matching rule, else the
+// default. A stream without content borrows the default's content.
+func (s *Server) choose(req *apiRequest) (*Respond, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.sc
+	if sc == nil {
+		sc = &Scenario{}
+	}
+	elapsed := time.Since(s.start).Milliseconds()
+	var chosen *Respond
+	label := labelDefault
+	for i := range sc.Rules {
+		rule := &sc.Rules[i]
+		m := &rule.Match
+		if m.API != "" && m.API != req.api ||
+			m.Key != "" && m.Key != req.key ||
+			m.Model != "" && m.Model != req.Model ||
+			elapsed < m.FromMs ||
+			m.ToMs > 0 && elapsed >= m.ToMs {
+			continue
+		}
+		if m.First > 0 {
+			if s.firstUsed[i] >= m.First {
+				continue
+			}
+			s.firstUsed[i]++
+		}
+		chosen = &rule.Respond
+		label = rule.Name
+		if label == "" {
+			label = fmt.Sprintf("rules[%d]", i)
+		}
+		break
+	}
+	def := sc.Default
+	if chosen == nil {
+		chosen = def
+		if chosen == nil {
+			chosen = &Respond{}
+		}
+	}
+	if chosen.kind() == kindStream && !chosen.hasContent() {
+		c := *chosen
+		switch {
+		case def != nil && def.kind() == kindStream && def.hasContent():
+			c.Text, c.Thinking, c.ToolCall, c.Refusal = def.Text, def.Thinking, def.ToolCall, def.Refusal
+			if c.Stop == "" {
+				c.Stop = def.Stop
+			}
+			if c.Chunks == 0 {
+				c.Chunks = def.Chunks
+			}
+		default:
+			c.Text = DefaultText
+		}
+		chosen = &c
+	}
+	return chosen, label
+}
+
+// checkPrevious reports whether a Responses previous_response_id is known;
+// with forget it first forgets it (and so reports false).
+func (s *Server) checkPrevious(id string, forget bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if forget {
+		delete(s.known, id)
+		return false
+	}
+	return s.known[id]
+}
+
+func (s *Server) remember(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.known[id] = true
+}
+
+// Forget makes the server treat a Responses id as unknown from now on.
+func (s *Server) Forget(responseID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.known, responseID)
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// sleep waits d; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// nextID returns a fresh number for generated ids.
+func (s *Server) nextID() uint64 { return s.ids.Add(1) }
+
+// requestID is an id made of letters only, so that no status-like number
+// ever shows up in an error text that quotes it.
+func (s *Server) requestID() string { return s.letterID("req_fakellm") }
+
+// letterID is prefix followed by a fresh letters-only suffix.
+func (s *Server) letterID(prefix string) string {
+	n := s.nextID()
+	var b [10]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte('a' + n%26)
+		n /= 26
+	}
+	return prefix + string(b[:])
+}
+
+// responseID is a fresh Responses API id, "resp_<n>".
+func (s *Server) responseID() string { return fmt.Sprintf("resp_%d", s.nextID()) }
