@@ -121,6 +121,7 @@ func (s *Session) AbortRetry() { s.send(&messages.AbortRetryRequest{}) }
 // SetAutoRetryEnabled writes retry.enabled. Switched off mid-chain, the
 // backoff in progress finishes and the next error ends the chain.
 func (s *Session) SetAutoRetryEnabled(enabled bool) {
+	s.state.SetAutoRetry(enabled)
 	s.send(&messages.SetAutoRetryRequest{Enabled: enabled})
 }
 

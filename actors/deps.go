@@ -70,6 +70,10 @@ func (s *SessionState) Init(model string, autoRetry bool) {
 	s.autoRetry.Store(autoRetry)
 }
 
+// SetAutoRetry records retry.enabled as the caller just set it, so that a
+// read right after the write sees it.
+func (s *SessionState) SetAutoRetry(enabled bool) { s.autoRetry.Store(enabled) }
+
 // AutoRetryEnabled reports retry.enabled.
 func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
 

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/rpc"
+)
+
+func init() {
+	commands["rpc"] = command{summary: "serve a session as JSON lines on stdin/stdout", run: runRPC}
+}
+
+// runRPC is "musepi rpc": JSON lines on stdin/stdout (see rpc/README.md);
+// logs go to stderr only.
+func runRPC(args []string) int {
+	fs := flag.NewFlagSet("musepi rpc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	setupFlags := addSetupFlags(fs)
+	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE | --provider NAME --model ID [--base-url URL]]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Serves one session as JSON lines on stdin/stdout. Without --config or")
+		fmt.Fprintln(stderr, "--provider it runs against the built-in demo server (no API key needed).")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	su, err := setupFlags.open()
+	if err != nil {
+		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
+		return 1
+	}
+	defer shutdown(su)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv := &rpc.Server{
+		Runtime:        su.rt,
+		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model)},
+		Out:            os.Stdout,
+		Log:            setupFlags.logger(),
+		MaxLine:        *maxLine,
+	}
+	if err := srv.Serve(ctx, os.Stdin); err != nil {
+		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// shutdown stops a setup's runtime, giving it ten seconds.
+func shutdown(su *setup) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := su.shutdown(ctx); err != nil {
+		fmt.Fprintf(stderr, "musepi: shutdown: %v\n", err)
+	}
+}

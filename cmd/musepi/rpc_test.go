@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/provider/fakellm"
+)
+
+// rpcProc is a running "musepi rpc" driven through its stdin and stdout.
+type rpcProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan map[string]any
+	seen  []map[string]any
+}
+
+// startRPC starts musepi rpc against a fakellm server playing scenario.
+func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
+	t.Helper()
+	sc, err := fakellm.ParseScenario([]byte(scenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fakellm.New(sc)
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	args := append([]string{"rpc", "--provider", "openai", "--base-url", base + "/v1", "--model", "m1"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=key-a")
+	cmd.Stderr = io.Discard
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &rpcProc{t: t, cmd: cmd, in: in, lines: make(chan map[string]any, 1000)}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 0, 1<<20), 1<<22)
+		for sc.Scan() {
+			var obj map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &obj); err != nil {
+				obj = map[string]any{"type": "NOT-JSON", "line": sc.Text()}
+			}
+			p.lines <- obj
+		}
+	}()
+	t.Cleanup(func() {
+		_ = in.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		for range p.lines {
+		}
+	})
+	return p
+}
+
+func (p *rpcProc) send(line string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// next returns the next line whose type is typ (other lines are kept in seen).
+func (p *rpcProc) next(typ string, within time.Duration) map[string]any {
+	p.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case obj, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("stdout closed while waiting for %q; seen %v", typ, p.types())
+			}
+			p.seen = append(p.seen, obj)
+			if obj["type"] == "NOT-JSON" {
+				p.t.Fatalf("stdout carried a non-protocol line: %v", obj["line"])
+			}
+			if obj["type"] == typ {
+				return obj
+			}
+		case <-deadline:
+			p.t.Fatalf("no %q within %s; seen %v", typ, within, p.types())
+		}
+	}
+}
+
+// response waits for the response to the command with id.
+func (p *rpcProc) response(id string) map[string]any {
+	p.t.Helper()
+	for {
+		r := p.next("response", 10*time.Second)
+		if r["id"] == id {
+			return r
+		}
+	}
+}
+
+func (p *rpcProc) types() []string {
+	var out []string
+	for _, o := range p.seen {
+		out = append(out, fmt.Sprint(o["type"]))
+	}
+	return out
+}
+
+// retryTrace lists the retry events seen, in order.
+func (p *rpcProc) retryTrace() []string {
+	var out []string
+	for _, o := range p.seen {
+		switch o["type"] {
+		case "auto_retry_start":
+			out = append(out, fmt.Sprintf("start %v delay=%v", o["attempt"], o["delayMs"]))
+		case "auto_retry_end":
+			out = append(out, fmt.Sprintf("end success=%v attempt=%v", o["success"], o["attempt"]))
+		case "agent_end":
+			out = append(out, fmt.Sprintf("agent_end willRetry=%v", o["willRetry"]))
+		case "agent_settled":
+			out = append(out, fmt.Sprintf("settled success=%v", o["success"]))
+		}
+	}
+	return out
+}
+
+func expectTrace(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("retry events:\n got  %q\n want %q", got, want)
+	}
+}
+
+func TestRPC(t *testing.T) {
+	bin := buildCommand(t)
+
+	t.Run("a prompt rides out a 429 and streams the retry events in order", func(t *testing.T) {
+		p := startRPC(t, bin, `{"rules":[{"match":{"first":1},"respond":{"preset":"rate_limit","headers":{"retry-after":"1"}}}],
+			"default":{"text":"fine now"}}`)
+		p.send(`{"id":"1","type":"prompt","message":"hi"}`)
+		if r := p.response("1"); r["success"] != true || r["command"] != "prompt" {
+			t.Fatalf("prompt response %v", r)
+		}
+		start := p.next("auto_retry_start", 10*time.Second)
+		if start["errorClass"] != "transient" || start["delayMs"] != float64(1000) || start["maxAttempts"] != float64(10) {
+			t.Fatalf("auto_retry_start %v", start)
+		}
+		p.next("agent_settled", 15*time.Second)
+		expectTrace(t, p.retryTrace(),
+			"agent_end willRetry=true", "start 1 delay=1000", "agent_end willRetry=false",
+			"end success=true attempt=1", "settled success=true")
+	})
+
+	t.Run("abort_retry during the backoff", func(t *testing.T) {
+		p := startRPC(t, bin, `{"rules":[{"respond":{"preset":"rate_limit","headers":{"retry-after":"30"}}}]}`)
+		p.send(`{"id":"1","type":"prompt","message":"hi"}`)
+		p.next("auto_retry_start", 10*time.Second)
+		p.send(`{"id":"2","type":"get_state"}`)
+		state := p.response("2")["data"].(map[string]any)
+		if state["isRetrying"] != true || state["autoRetryEnabled"] != true {
+			t.Fatalf("get_state while retrying: %v", state)
+		}
+		p.send(`{"id":"3","type":"abort_retry"}`)
+		if r := p.response("3"); r["success"] != true {
+			t.Fatalf("abort_retry response %v", r)
+		}
+		end := p.next("auto_retry_end", 5*time.Second)
+		if end["success"] != false || end["finalError"] != "Retry cancelled" {
+			t.Fatalf("auto_retry_end %v", end)
+		}
+		settled := p.next("agent_settled", 5*time.Second)
+		if settled["success"] != false {
+			t.Fatalf("agent_settled %v", settled)
+		}
+	})
+
+	t.Run("set_auto_retry false: the failure is final", func(t *testing.T) {
+		p := startRPC(t, bin, `{"rules":[{"respond":{"preset":"unavailable"}}]}`)
+		p.send(`{"id":"1","type":"set_auto_retry","enabled":false}`)
+		p.response("1")
+		p.send(`{"id":"2","type":"get_state"}`)
+		if state := p.response("2")["data"].(map[string]any); state["autoRetryEnabled"] != false {
+			t.Fatalf("get_state: %v", state)
+		}
+		p.send(`{"id":"3","type":"prompt","message":"hi"}`)
+		p.next("agent_settled", 10*time.Second)
+		expectTrace(t, p.retryTrace(), "agent_end willRetry=false", "settled success=false")
+	})
+
+	t.Run("bad input gets an error response while a prompt in flight completes", func(t *testing.T) {
+		p := startRPC(t, bin, `{"rules":[{"match":{"first":1},"respond":{"preset":"overloaded"}}],"default":{"text":"done"}}`,
+			"--max-line", "4096")
+		p.send(`{"id":"p","type":"prompt","message":"hi"}`)
+		p.response("p")
+		bad := []struct{ line, id, want string }{
+			{`{"id":"a","type":"prompt"`, "", "malformed command"},
+			{`{"id":"b","type":"teleport"}`, "b", `unknown command "teleport"`},
+			{`{"id":"c","type":"set_auto_retry"}`, "c", `missing field "enabled"`},
+			{`{"id":"d","type":"set_auto_retry","enabled":"no"}`, "d", `field "enabled": want bool`},
+			{`{"id":"e","type":"set_model","provider":"openai"}`, "e", `missing field "modelId"`},
+			{`{"id":"f","type":"prompt","message":"again"}`, "f", "already running"},
+			{`{"id":"g"}`, "g", `missing "type"`},
+			{`{"id":"h","type":"prompt","message":"` + strings.Repeat("x", 5000) + `"}`, "", "line longer than 4096 bytes"},
+		}
+		for _, b := range bad {
+			p.send(b.line)
+			var r map[string]any
+			for {
+				r = p.next("response", 10*time.Second)
+				if b.id == "" && r["id"] == nil || r["id"] == b.id {
+					break
+				}
+			}
+			if r["success"] != false || !strings.Contains(fmt.Sprint(r["error"]), b.want) {
+				t.Errorf("%s: response %v, want an error containing %q", b.line[:min(len(b.line), 60)], r, b.want)
+			}
+		}
+		settled := p.next("agent_settled", 15*time.Second)
+		if settled["success"] != true {
+			t.Fatalf("the prompt in flight did not complete: %v", settled)
+		}
+		p.send(`{"id":"m","type":"get_messages"}`)
+		msgs := p.response("m")["data"].(map[string]any)["messages"].([]any)
+		if len(msgs) != 2 {
+			t.Fatalf("get_messages: %v (the retried error must be stripped)", msgs)
+		}
+	})
+}
