@@ -26,7 +26,7 @@ const maxRawBody = 2048
 // provider's type and message verbatim for the classifier; a body that is
 // not Anthropic's error JSON is quoted raw (truncated).
 func httpErrorText(aerr *sdk.Error, status int) string {
-	head := fmt.Sprintf("%d %s", status, http.StatusText(status))
+	head := strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))
 	typ, msg := errorBody(aerr)
 	if detail := joinNonEmpty(": ", typ, msg); detail != "" {
 		return head + ": " + detail
