@@ -22,7 +22,7 @@ func TestHTTPErrors(t *testing.T) {
 		want     retry.Class
 	}{
 		{"529 overloaded", 529, "overloaded_error", "Overloaded", nil,
-			"529 : overloaded_error: Overloaded", retry.Transient},
+			"529: overloaded_error: Overloaded", retry.Transient},
 		{"429 rate limit", 429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit",
 			map[string]string{"Retry-After": "7", "Retry-After-Ms": "6500", "Anthropic-Ratelimit-Requests-Remaining": "0"},
 			"429 Too Many Requests: rate_limit_error: Number of request tokens has exceeded your per-minute rate limit", retry.Transient},
