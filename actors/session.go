@@ -24,6 +24,10 @@ const (
 	KindBadRequest      = "bad_request"
 )
 
+// ShutdownError is the final error of a retry chain or prompt cut short by
+// the session stopping.
+const ShutdownError = "session shut down before the prompt settled"
+
 // SessionActor owns one conversation: the runtime context (what is sent to
 // the model) and the persisted history (what is kept), the prompt
 // generation, the abort flags and the event stream. It runs turns through a
@@ -55,6 +59,7 @@ type SessionActor struct {
 	compacting    bool
 	deciding      bool // a RetryTurnEnded awaits its decision
 	lifecycleOpen bool
+	attempt       int32 // of the last auto_retry_start in the open chain
 	tasksPending  bool
 	aborts        retry.AbortState
 	last          *messages.AssistantMessage
@@ -307,20 +312,30 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 	return &messages.MessagesReply{Entries: entries}
 }
 
+// stopping ends the session: the stream is cancelled, an open retry chain
+// ends with auto_retry_end{success:false}, and a waiting Prompt returns a
+// shutdown error after agent_settled.
 func (s *SessionActor) stopping(ctx actor.Context) {
+	s.aborts.Dispose = true
 	if s.cancelTurn != nil {
 		s.cancelTurn()
+	}
+	if s.lifecycleOpen {
+		s.lifecycleOpen = false
+		final := ShutdownError
+		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
 	}
 	if pid := s.deps.Credentials[providerOf(s.model)]; pid != nil {
 		track.Send(ctx, s.deps.Clock, pid, &messages.ReleaseSession{SessionId: s.cfg.ID})
 	}
 	track.Send(ctx, s.deps.Clock, s.deps.Scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	s.cfg.State.retrying.Store(false)
 	if s.promptActive {
 		s.promptActive = false
 		s.cfg.State.busy.Store(false)
-		s.cfg.State.retrying.Store(false)
+		s.emit(&messages.AgentSettled{Generation: s.generation, Success: false, Error: ShutdownError})
 		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.generation, ErrorKind: KindShutdown,
-			Error: "session stopped before the prompt settled", Message: s.last})
+			Error: ShutdownError, Message: s.last})
 	}
 }
 

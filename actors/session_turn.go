@@ -191,6 +191,7 @@ func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
 		s.lifecycleOpen = false
 		s.cfg.State.retrying.Store(false)
 	case messages.RetryAction_KIND_EMIT_START:
+		s.attempt = a.GetStart().GetAttempt()
 		s.emit(a.GetStart())
 	case messages.RetryAction_KIND_EMIT_END:
 		end := a.GetEnd()
