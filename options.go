@@ -1,6 +1,8 @@
 package musepi
 
 import (
+	"time"
+
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/actors"
@@ -33,6 +35,7 @@ type runtimeConfig struct {
 	seed       uint64
 	seeded     bool
 	newSource  func() retry.Source
+	streamIdle time.Duration
 	queueLen   int
 }
 
@@ -93,6 +96,13 @@ func WithSeed(seed uint64) Option {
 // returning 1 gives the nominal backoff). It overrides WithSeed.
 func WithJitterSource(newSource func() retry.Source) Option {
 	return func(c *runtimeConfig) { c.newSource = newSource }
+}
+
+// WithStreamIdleTimeout ends a stream that sends nothing for d as a
+// transient "stream stalled" error, which the policy retries unless output
+// had already streamed (default 120 s; 0 turns the watchdog off).
+func WithStreamIdleTimeout(d time.Duration) Option {
+	return func(c *runtimeConfig) { c.streamIdle = d }
 }
 
 // WithEventQueueLen bounds each subscriber's queue (default 4096 events).

@@ -40,17 +40,22 @@ type Runtime struct {
 	seeds    *mrand.Rand
 }
 
+// DefaultStreamIdleTimeout is how long a stream may send nothing before its
+// watchdog ends it as "stream stalled".
+const DefaultStreamIdleTimeout = 120 * time.Second
+
 // ErrRuntimeClosed is returned once Shutdown has begun.
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 
 // NewRuntime starts a runtime.
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
-		clock:     clock.Real{},
-		log:       zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
-		providers: map[string]provider.Provider{},
-		creds:     map[string][]Credential{},
-		settings:  retry.DefaultSettings(),
+		clock:      clock.Real{},
+		log:        zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		providers:  map[string]provider.Provider{},
+		creds:      map[string][]Credential{},
+		settings:   retry.DefaultSettings(),
+		streamIdle: DefaultStreamIdleTimeout,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -107,6 +112,8 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Tools:       cfg.tools,
 		Compaction:  cfg.compaction,
 		NewSource:   rt.newSource,
+
+		StreamIdleTimeout: cfg.streamIdle,
 	}
 	root := rt.system.Root
 	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock))

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -28,6 +29,9 @@ type Deps struct {
 	// Compaction runs on context overflow; nil ends the prompt with the
 	// overflow error after emitting compaction_required.
 	Compaction CompactionHook
+	// StreamIdleTimeout ends a stream that sends nothing for this long as a
+	// transient "stream stalled" error; 0 turns the watchdog off.
+	StreamIdleTimeout time.Duration
 	// NewSource returns the jitter source of one session's retry chain.
 	NewSource func() retry.Source
 }

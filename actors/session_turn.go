@@ -2,13 +2,18 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
 
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // startTurn streams one turn on the current model in its own goroutine;
@@ -21,7 +26,8 @@ func (s *SessionActor) startTurn(ctx actor.Context) {
 		s.turnFinished(ctx, provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(s.model), s.model), nil))
 		return
 	}
-	turnCtx, cancel := context.WithCancel(context.Background())
+	turnCtx, cancelCause := context.WithCancelCause(context.Background())
+	cancel := func() { cancelCause(context.Canceled) }
 	s.cancelTurn = cancel
 	req := provider.Request{
 		SessionID:  s.cfg.ID,
@@ -32,15 +38,71 @@ func (s *SessionActor) startTurn(ctx actor.Context) {
 		Tools:      s.toolSpecs(),
 	}
 	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
+	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
 	clk.Begin()
 	go func() {
 		defer clk.End()
 		defer cancel()
+		watchdog.arm()
 		msg := streamContained(turnCtx, prov, req, func(d provider.Delta) {
+			watchdog.arm()
 			track.Send(root, clk, self, &messages.TurnDelta{Turn: turn, Kind: d.Kind, Text: d.Text})
 		})
+		watchdog.stop()
+		if errors.Is(context.Cause(turnCtx), errStreamStalled) {
+			msg = stalled(msg, s.deps.StreamIdleTimeout)
+		}
 		track.Send(root, clk, self, &messages.TurnFinished{Turn: turn, Message: msg})
 	}()
+}
+
+// errStreamStalled is the cause a turn is cancelled with by its watchdog.
+var errStreamStalled = errors.New("stream stalled")
+
+// watchdog cancels a stream that sends nothing for idle (off when idle <= 0).
+// arm and stop are called from the stream's goroutine only.
+type watchdog struct {
+	clk    clock.Clock
+	idle   time.Duration
+	cancel context.CancelCauseFunc
+	timer  clock.Timer
+}
+
+func newWatchdog(clk clock.Clock, idle time.Duration, cancel context.CancelCauseFunc) *watchdog {
+	return &watchdog{clk: clk, idle: idle, cancel: cancel}
+}
+
+// arm (re)starts the idle countdown.
+func (w *watchdog) arm() {
+	if w.idle <= 0 {
+		return
+	}
+	w.stop()
+	w.timer = w.clk.AfterFunc(w.idle, func() { w.cancel(errStreamStalled) })
+}
+
+func (w *watchdog) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// stalled turns the aborted result of a stream its watchdog ended into a
+// transient "stream stalled" error, keeping what had streamed; with
+// observable output it is marked stream_interrupted_after_content, so the
+// policy does not replay it.
+func stalled(msg *messages.AssistantMessage, idle time.Duration) *messages.AssistantMessage {
+	out := &messages.AssistantMessage{
+		Content:      msg.GetContent(),
+		StopReason:   messages.StopReason_STOP_REASON_ERROR,
+		ErrorMessage: fmt.Sprintf("stream stalled: no data for %s", idle),
+		Provider:     msg.GetProvider(),
+		Model:        msg.GetModel(),
+	}
+	if retry.HasObservableOutput(out) {
+		out.StopDetails = &messages.StopDetails{Type: retry.StopDetailStreamInterruptedAfterContent}
+	}
+	return out
 }
 
 // streamContained runs one provider call; a panic in the adapter becomes a
