@@ -45,7 +45,7 @@ func TestTenThousandSessionsRideOutAnOutage(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	h.run()
+	h.runWithin(3 * time.Minute)
 	wg.Wait()
 
 	want := []string{

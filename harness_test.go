@@ -102,7 +102,13 @@ func (h *harness) prompt(s *musepi.Session, text string) <-chan result {
 // run advances virtual time until nothing is left to do.
 func (h *harness) run() {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	h.runWithin(30 * time.Second)
+}
+
+// runWithin is run with a wall-clock bound of limit.
+func (h *harness) runWithin(limit time.Duration) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	if err := h.clk.RunUntilIdle(ctx); err != nil {
 		h.t.Fatalf("run: %v", err)
