@@ -22,6 +22,7 @@ type command struct {
 // commands maps a command name to its implementation. Add new commands
 // here (or from an init func in the command's own file).
 var commands = map[string]command{
+	"config":  {summary: "check a configuration file (musepi config check FILE)", run: runConfig},
 	"fakellm": {summary: "run the fault-injecting fake LLM server", run: runFakeLLM},
 }
 

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodConfig = `default_model = "openai/gpt-4o"
+[providers.openai]
+kind = "openai"
+models = ["gpt-4o", "gpt-4o-mini"]
+credentials = [{ name = "main", api_key_env = "MUSEPI_CMD_TEST_KEY" }]
+[providers.anthropic]
+kind = "anthropic"
+credentials = [{ name = "main", api_key_env = "MUSEPI_CMD_TEST_KEY" }]
+[retry.fallback_chains]
+default = ["anthropic/claude-sonnet-4"]
+`
+
+const badConfig = `default_model = "openai/gpt-4o"
+[providers.openai]
+kind = "openai"
+  [[providers.openai.credentials]]
+  name = "main"
+  api_key_env = "MUSEPI_CMD_TEST_KEY"
+  [[providers.openai.credentials]]
+  name = "second"
+  api_key_env = "MUSEPI_CMD_TEST_UNSET"
+[retry]
+max_retries = -1
+`
+
+// configFiles writes the good and the bad configuration files.
+func configFiles(t *testing.T) (good, bad string) {
+	t.Helper()
+	dir := t.TempDir()
+	good = filepath.Join(dir, "good.toml")
+	bad = filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(good, []byte(goodConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(badConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return good, bad
+}
+
+func TestRunConfigCheck(t *testing.T) {
+	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test")
+	os.Unsetenv("MUSEPI_CMD_TEST_UNSET")
+	good, bad := configFiles(t)
+	var out, errOut strings.Builder
+	oldErr, oldOut := stderr, configOut
+	stderr, configOut = &errOut, &out
+	defer func() { stderr, configOut = oldErr, oldOut }()
+
+	check := func(wantCode int, args ...string) (string, string) {
+		t.Helper()
+		out.Reset()
+		errOut.Reset()
+		if code := run(args); code != wantCode {
+			t.Errorf("%v: exit %d, want %d; stdout %q, stderr %q", args, code, wantCode, out.String(), errOut.String())
+		}
+		return out.String(), errOut.String()
+	}
+	if o, e := check(0, "config", "check", good); o != good+": ok (2 providers, default model openai/gpt-4o)\n" || e != "" {
+		t.Errorf("good: stdout %q, stderr %q", o, e)
+	}
+	o, e := check(1, "config", "check", bad)
+	want := bad + ": providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set\n" +
+		bad + ": retry.max_retries: must be 0 or more, got -1\n"
+	if o != "" || e != want {
+		t.Errorf("bad: stdout %q, stderr %q, want %q", o, e, want)
+	}
+	if _, e := check(1, "config", "check", filepath.Join(t.TempDir(), "missing.toml")); !strings.Contains(e, "missing.toml") {
+		t.Errorf("missing file: %q", e)
+	}
+	for _, args := range [][]string{
+		{"config"},
+		{"config", "check"},
+		{"config", "check", good, bad},
+		{"config", "lint", good},
+		{"config", "check", "--bogus", good},
+	} {
+		if _, e := check(2, args...); !strings.Contains(e, "usage: musepi config check FILE") && !strings.Contains(e, "flag provided but not defined") {
+			t.Errorf("%v: stderr %q", args, e)
+		}
+	}
+	if _, e := check(0, "config", "-h"); !strings.Contains(e, "usage: musepi config check FILE") {
+		t.Errorf("-h: %q", e)
+	}
+	if _, e := check(2); !strings.Contains(e, "config") {
+		t.Errorf("the usage does not list config: %q", e)
+	}
+}
+
+// runWithOutput runs the command and returns its exit code, stdout and
+// stderr.
+func runWithOutput(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("run %v: %v", args, err)
+	return -1, "", ""
+}
+
+func TestConfigCheckCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	bin := buildCommand(t)
+	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test") // inherited by the command
+	os.Unsetenv("MUSEPI_CMD_TEST_UNSET")
+	good, bad := configFiles(t)
+
+	code, out, errOut := runWithOutput(t, bin, "config", "check", good)
+	if code != 0 || out != good+": ok (2 providers, default model openai/gpt-4o)\n" || errOut != "" {
+		t.Errorf("good: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, errOut = runToEnd(t, bin, "config", "check", bad)
+	if code != 1 ||
+		!strings.Contains(errOut, bad+": providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set") ||
+		!strings.Contains(errOut, bad+": retry.max_retries: must be 0 or more, got -1") {
+		t.Errorf("bad: exit %d, stderr %q", code, errOut)
+	}
+	if code, errOut := runToEnd(t, bin, "config", "check"); code != 2 || !strings.Contains(errOut, "usage: musepi config check FILE") {
+		t.Errorf("no file: exit %d, stderr %q", code, errOut)
+	}
+
+	// The same good file fails where its key variable is not set.
+	cmd := exec.Command(bin, "config", "check", good)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MUSEPI_CMD_TEST_KEY=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	outb, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 ||
+		!strings.Contains(string(outb), good+": providers.anthropic.credentials[0].api_key_env: environment variable MUSEPI_CMD_TEST_KEY is not set") {
+		t.Errorf("without the key: %v, %q", err, outb)
+	}
+}

@@ -1,0 +1,496 @@
+// Package config reads MusePi's configuration file: a TOML file naming the
+// providers (with the environment variables that hold their API keys), the
+// default model, the `retry` settings group of the auto-retry policy, and
+// the runtime's other options. README.md in this directory documents every
+// key.
+//
+//	cfg, err := config.Load("musepi.toml") // strict: a complete, valid config or an error
+//	rt, err := cfg.NewRuntime(musepi.WithLogger(log))
+//	s, err := rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel))
+//
+// Loading is strict and all-or-nothing. Unknown keys, values of the wrong
+// type and invalid values are errors; Parse, Load and Validate report every
+// problem they find (not just the first), one per line, each naming its key
+// ("retry.max_retries: must be 0 or more, got -1"), as an *Error.
+//
+// API keys never come from the file: each credential names an environment
+// variable, and validation requires that variable to be set and non-empty.
+// Validation therefore depends on the environment, and `musepi config check`
+// reports a missing variable like any other error. RuntimeOptions reads the
+// variables again when it builds the runtime; the Config holds no secrets.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/provider/anthropic"
+	"github.com/musepi/musepi/provider/openai"
+	"github.com/musepi/musepi/retry"
+)
+
+// Config is a configuration file. Parse and Load return it validated;
+// fields changed afterwards are checked again by Validate, which
+// RuntimeOptions calls.
+type Config struct {
+	// File is the absolute path Load read; "" after Parse. A relative
+	// history_dir is resolved against its directory.
+	File string
+	// DefaultModel ("default_model") is the "provider/model" new sessions
+	// use. Required.
+	DefaultModel string
+	// AutoRedeem ("auto_redeem") lets a usage limit spend a credential's
+	// banked reset when no sibling credential is free. Default false.
+	AutoRedeem bool
+	// HistoryDir ("history_dir") is where session histories are kept, as
+	// written in the file ("" keeps them in memory); see HistoryPath.
+	HistoryDir string
+	// RequestTimeout ("request_timeout_ms") bounds each LLM call, from
+	// sending the request to the end of the stream. Default 0: no limit.
+	RequestTimeout time.Duration
+	// Providers ("providers.NAME") by the name used in model selectors.
+	Providers map[string]Provider
+	// Retry ("retry") is the retry settings group; keys left out keep the
+	// values of retry.DefaultSettings().
+	Retry retry.Settings
+}
+
+// Kind is the API a provider speaks.
+type Kind string
+
+// The provider kinds.
+const (
+	KindOpenAI          Kind = "openai"           // OpenAI Chat Completions (or any compatible server)
+	KindOpenAIResponses Kind = "openai-responses" // OpenAI Responses API
+	KindAnthropic       Kind = "anthropic"        // Anthropic Messages API
+)
+
+// DefaultOpenAIBaseURL is the base URL of the openai kinds when base_url
+// is not set. It is set explicitly, so the OPENAI_BASE_URL environment
+// variable the OpenAI SDK would otherwise read has no effect: the file
+// says where requests go.
+const DefaultOpenAIBaseURL = "https://api.openai.com/v1/"
+
+// Provider is one "providers.NAME" table.
+type Provider struct {
+	// Kind ("kind") is the API the provider speaks. Required.
+	Kind Kind
+	// BaseURL ("base_url") is the API's base URL; "" means the public API
+	// (DefaultOpenAIBaseURL, or https://api.anthropic.com/).
+	BaseURL string
+	// Models ("models") lists the provider's models that may be used; when
+	// not empty, default_model and fallback chain entries naming this
+	// provider must use one of them.
+	Models []string
+	// MaxTokens ("max_tokens") caps the output tokens of a turn; 0 leaves
+	// the provider's default (the server's for openai, 4096 for anthropic).
+	MaxTokens int64
+	// Credentials ("credentials") are the provider's API keys; sessions
+	// are spread over them and switch on a usage limit. At least one is
+	// required.
+	Credentials []Credential
+}
+
+// Credential is one "[[providers.NAME.credentials]]" table.
+type Credential struct {
+	// Name ("name") identifies the credential in events and logs; unique
+	// within the provider. Required.
+	Name string
+	// APIKeyEnv ("api_key_env") is the environment variable holding the
+	// key. Required; the variable must be set and non-empty.
+	APIKeyEnv string
+	// BankedResets ("banked_resets") is how many usage-limit resets the
+	// credential may spend when auto_redeem is on. Default 0.
+	BankedResets int
+}
+
+// Parse decodes and validates a configuration. Its error is an *Error
+// listing every problem.
+func Parse(data []byte) (*Config, error) {
+	return parse(data, "")
+}
+
+// Load reads, decodes and validates the configuration file at path. Every
+// line of its error starts with path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err // *fs.PathError: "open PATH: ..."
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c, err := parse(data, abs)
+	if e, ok := err.(*Error); ok {
+		e.File = path
+	}
+	return c, err
+}
+
+func parse(data []byte, file string) (*Config, error) {
+	root, probs := parseTOML(data)
+	if probs != nil {
+		return nil, newError(file, probs)
+	}
+	c, probs := decode(root)
+	c.File = file
+	_, more := c.check()
+	probs = append(probs, withoutFollowUps(more, probs)...)
+	if err := newError(file, probs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// withoutFollowUps drops the validation problems on keys that already
+// failed to decode (a missing kind is no news after a kind of the wrong
+// type), or on arrays one of whose elements did.
+func withoutFollowUps(probs, decodeProbs []Problem) []Problem {
+	var out []Problem
+	for _, p := range probs {
+		followUp := false
+		for _, dp := range decodeProbs {
+			if p.Key == dp.Key || strings.HasPrefix(p.Key, dp.Key+".") || strings.HasPrefix(p.Key, dp.Key+"[") ||
+				strings.HasPrefix(dp.Key, p.Key+"[") { // an array with a bad element was not read at all
+				followUp = true
+				break
+			}
+		}
+		if !followUp {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate checks the configuration, the environment variables named by
+// its credentials included. Its error is an *Error listing every problem.
+func (c *Config) Validate() error {
+	_, probs := c.check()
+	return newError(c.File, probs)
+}
+
+// ProviderNames returns the configured provider names, sorted.
+func (c *Config) ProviderNames() []string {
+	names := make([]string, 0, len(c.Providers))
+	for n := range c.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// HistoryPath returns the directory history_dir names: "" (history in
+// memory) when it is empty; a leading "~" or "~/" is replaced by the home
+// directory; a relative path is taken relative to the directory of the
+// configuration file (of the working directory after Parse).
+func (c *Config) HistoryPath() (string, error) {
+	p := c.HistoryDir
+	if p == "" {
+		return "", nil
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") || strings.HasPrefix(p, "~"+string(filepath.Separator)) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("cannot expand %q: %v", "~", err)
+		}
+		p = filepath.Join(home, p[1:])
+	} else if strings.HasPrefix(p, "~") {
+		return "", fmt.Errorf("only a leading \"~\" or \"~/\" is expanded (not ~user), got %q", p)
+	}
+	if !filepath.IsAbs(p) && c.File != "" {
+		p = filepath.Join(filepath.Dir(c.File), p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// RuntimeOptions returns the musepi.NewRuntime options the configuration
+// describes: one WithProvider per provider (built with its kind, base URL,
+// max_tokens and the request timeout, and its credentials' keys read from
+// the environment now), WithRetrySettings, WithAutoRedeem and, when
+// history_dir is set, WithHistoryDir. extra follows them, so it can add
+// options (WithLogger, WithTools...) or override the file's.
+func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error) {
+	keys, probs := c.check()
+	if err := newError(c.File, probs); err != nil {
+		return nil, err
+	}
+	var opts []musepi.Option
+	for _, name := range c.ProviderNames() {
+		p := c.Providers[name]
+		creds := make([]musepi.Credential, len(p.Credentials))
+		for i, cr := range p.Credentials {
+			creds[i] = musepi.Credential{Name: cr.Name, APIKey: keys[name][i], BankedResets: cr.BankedResets}
+		}
+		opts = append(opts, musepi.WithProvider(name, p.build(c.RequestTimeout), creds...))
+	}
+	settings := c.Retry
+	if settings.FallbackChains != nil {
+		settings.FallbackChains = make(map[string][]string, len(c.Retry.FallbackChains))
+		for role, chain := range c.Retry.FallbackChains {
+			settings.FallbackChains[role] = slices.Clone(chain)
+		}
+	}
+	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem))
+	dir, _ := c.HistoryPath() // checked above
+	if dir != "" {
+		opts = append(opts, musepi.WithHistoryDir(dir))
+	}
+	return append(opts, extra...), nil
+}
+
+// NewRuntime starts a runtime from the configuration and extra (see
+// RuntimeOptions). Sessions still name their model:
+// rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel)).
+func (c *Config) NewRuntime(extra ...musepi.Option) (*musepi.Runtime, error) {
+	opts, err := c.RuntimeOptions(extra...)
+	if err != nil {
+		return nil, err
+	}
+	return musepi.NewRuntime(opts...)
+}
+
+// build returns the provider p describes.
+func (p Provider) build(timeout time.Duration) provider.Provider {
+	switch p.Kind {
+	case KindAnthropic:
+		return anthropic.New(anthropic.Config{BaseURL: p.BaseURL, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
+	case KindOpenAIResponses:
+		return openai.New(openai.Config{BaseURL: p.openAIBase(), API: openai.APIResponses, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
+	default:
+		return openai.New(openai.Config{BaseURL: p.openAIBase(), API: openai.APIChat, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
+	}
+}
+
+func (p Provider) openAIBase() string {
+	if p.BaseURL == "" {
+		return DefaultOpenAIBaseURL
+	}
+	return p.BaseURL
+}
+
+var (
+	providerName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// check validates c and returns, when it is valid, each credential's key
+// by provider name and credential index.
+func (c *Config) check() (map[string][]string, []Problem) {
+	v := &validator{c: c}
+	keys := map[string][]string{}
+
+	if c.DefaultModel == "" {
+		v.add("default_model", `required ("provider/model")`)
+	} else {
+		v.model("default_model", c.DefaultModel)
+	}
+	if c.RequestTimeout < 0 {
+		v.add("request_timeout_ms", "must be 0 or more, got %d", c.RequestTimeout.Milliseconds())
+	}
+	if _, err := c.HistoryPath(); err != nil {
+		v.add("history_dir", "%v", err)
+	}
+	if len(c.Providers) == 0 {
+		v.add("providers", "at least one provider is required (a [providers.NAME] table)")
+	}
+	for _, name := range c.ProviderNames() {
+		keys[name] = v.provider(name, c.Providers[name])
+	}
+	v.retry(c.Retry)
+	return keys, v.probs
+}
+
+type validator struct {
+	c     *Config
+	probs []Problem
+}
+
+func (v *validator) add(key, format string, args ...any) {
+	v.probs = append(v.probs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
+// model checks a "provider/model" selector against the providers.
+func (v *validator) model(key, selector string) {
+	prov, model, ok := retry.SplitModel(selector)
+	if !ok {
+		v.add(key, `want "provider/model", got %q`, selector)
+		return
+	}
+	p, ok := v.c.Providers[prov]
+	if !ok {
+		have := "no providers are configured"
+		if names := v.c.ProviderNames(); len(names) > 0 {
+			have = "configured: " + strings.Join(names, ", ")
+		}
+		v.add(key, "provider %q is not configured (%s)", prov, have)
+		return
+	}
+	if len(p.Models) > 0 && !slices.Contains(p.Models, model) {
+		v.add(key, "model %q is not in %s (%s)", model, joinKey(joinKey("providers", prov), "models"), strings.Join(p.Models, ", "))
+	}
+}
+
+// provider checks one provider and returns its credentials' keys.
+func (v *validator) provider(name string, p Provider) []string {
+	at := joinKey("providers", name)
+	if !providerName.MatchString(name) {
+		v.add(at, "provider name must be letters, digits, '-' or '_'")
+	}
+	switch p.Kind {
+	case KindOpenAI, KindOpenAIResponses, KindAnthropic:
+	case "":
+		v.add(at+".kind", `required ("openai", "openai-responses" or "anthropic")`)
+	default:
+		v.add(at+".kind", `unknown kind %q (want "openai", "openai-responses" or "anthropic")`, p.Kind)
+	}
+	if p.BaseURL != "" {
+		u, err := url.Parse(p.BaseURL)
+		switch {
+		case err != nil:
+			v.add(at+".base_url", "invalid URL %q", p.BaseURL)
+		case u.Scheme != "http" && u.Scheme != "https":
+			v.add(at+".base_url", "want an http:// or https:// URL, got %q", p.BaseURL)
+		case u.Host == "":
+			v.add(at+".base_url", "URL %q has no host", p.BaseURL)
+		}
+	}
+	seenModel := map[string]int{}
+	for i, m := range p.Models {
+		key := fmt.Sprintf("%s.models[%d]", at, i)
+		switch j, dup := seenModel[m]; {
+		case strings.TrimSpace(m) == "":
+			v.add(key, "empty model name")
+		case strings.TrimSpace(m) != m:
+			v.add(key, "model name %q has leading or trailing spaces", m)
+		case dup:
+			v.add(key, "duplicate model %q (also models[%d])", m, j)
+		default:
+			seenModel[m] = i
+		}
+	}
+	if p.MaxTokens < 0 {
+		v.add(at+".max_tokens", "must be 0 or more, got %d", p.MaxTokens)
+	}
+	if len(p.Credentials) == 0 {
+		v.add(at+".credentials", "at least one credential is required (a [[%s.credentials]] table with name and api_key_env)", at)
+	}
+	keys := make([]string, len(p.Credentials))
+	names := map[string]int{}
+	envs := map[string]int{}
+	for i, cr := range p.Credentials {
+		ck := fmt.Sprintf("%s.credentials[%d]", at, i)
+		switch j, dup := names[cr.Name]; {
+		case strings.TrimSpace(cr.Name) == "":
+			v.add(ck+".name", "required (a non-empty name)")
+		case dup:
+			v.add(ck+".name", "duplicate name %q (also credentials[%d])", cr.Name, j)
+		default:
+			names[cr.Name] = i
+		}
+		if cr.BankedResets < 0 {
+			v.add(ck+".banked_resets", "must be 0 or more, got %d", cr.BankedResets)
+		}
+		ek := ck + ".api_key_env"
+		if cr.APIKeyEnv == "" {
+			v.add(ek, "required (the name of the environment variable holding the API key)")
+			continue
+		}
+		if !envName.MatchString(cr.APIKeyEnv) {
+			v.add(ek, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", cr.APIKeyEnv)
+			continue
+		}
+		if j, dup := envs[cr.APIKeyEnv]; dup {
+			v.add(ek, "environment variable %s is already used by credentials[%d]", cr.APIKeyEnv, j)
+			continue
+		}
+		envs[cr.APIKeyEnv] = i
+		val, ok := os.LookupEnv(cr.APIKeyEnv)
+		val = strings.TrimSpace(val)
+		switch {
+		case !ok:
+			v.add(ek, "environment variable %s is not set", cr.APIKeyEnv)
+		case val == "":
+			v.add(ek, "environment variable %s is empty", cr.APIKeyEnv)
+		default:
+			keys[i] = val
+		}
+	}
+	return keys
+}
+
+// retry checks the retry settings group. The checks are those of
+// retry.Settings.Validate, made for every field rather than the first bad
+// one, plus the chains' providers; Validate itself runs last as a safety
+// net.
+func (v *validator) retry(s retry.Settings) {
+	before := len(v.probs)
+	if s.MaxRetries < 0 {
+		v.add("retry.max_retries", "must be 0 or more, got %d", s.MaxRetries)
+	}
+	if s.BaseDelay < 0 {
+		v.add("retry.base_delay_ms", "must be 0 or more, got %d", s.BaseDelay.Milliseconds())
+	}
+	if s.FallbackRevertPolicy != retry.RevertCooldownExpiry && s.FallbackRevertPolicy != retry.RevertNever {
+		v.add("retry.fallback_revert_policy", "unknown policy %q (want %q or %q)",
+			s.FallbackRevertPolicy, retry.RevertCooldownExpiry, retry.RevertNever)
+	}
+	roles := make([]string, 0, len(s.FallbackChains))
+	for role := range s.FallbackChains {
+		roles = append(roles, role)
+	}
+	sort.Strings(roles)
+	for _, role := range roles {
+		key := joinKey("retry.fallback_chains", role)
+		if strings.TrimSpace(role) == "" {
+			v.add(key, "empty role name")
+			continue
+		}
+		for i, entry := range s.FallbackChains[role] {
+			v.model(fmt.Sprintf("%s[%d]", key, i), entry)
+		}
+	}
+	if len(v.probs) > before {
+		return
+	}
+	if err := s.Validate(); err != nil {
+		if se, ok := err.(*retry.SettingsError); ok {
+			v.add(snakeField(se.Field), "%s", se.Problem)
+		} else {
+			v.add("retry", "%v", err)
+		}
+	}
+}
+
+// snakeField turns a retry.SettingsError field ("retry.maxRetries",
+// "retry.fallbackChains.slow[2]") into the file's key
+// ("retry.max_retries", "retry.fallback_chains.slow[2]").
+func snakeField(field string) string {
+	group, rest, ok := strings.Cut(field, ".")
+	if !ok {
+		return field
+	}
+	name, tail := rest, ""
+	if i := strings.IndexAny(rest, ".["); i >= 0 {
+		name, tail = rest[:i], rest[i:]
+	}
+	var b strings.Builder
+	for _, r := range name {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return group + "." + b.String() + tail
+}

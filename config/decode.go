@@ -1,0 +1,435 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/musepi/musepi/retry"
+)
+
+// parseTOML parses data into its tree of tables. A syntax error is one
+// problem with the line and column.
+func parseTOML(data []byte) (root map[string]any, probs []Problem) {
+	defer func() {
+		// The parser is fuzzed upstream; this keeps a parser bug from
+		// taking down a program that only wanted to read its config.
+		if r := recover(); r != nil {
+			root, probs = nil, []Problem{{Message: fmt.Sprintf("invalid TOML: %v", r)}}
+		}
+	}()
+	root = map[string]any{}
+	if _, err := toml.Decode(string(data), &root); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, []Problem{{Message: fmt.Sprintf("invalid TOML at line %d, column %d: %s",
+				pe.Position.Line, pe.Position.Col, pe.Message)}}
+		}
+		return nil, []Problem{{Message: "invalid TOML: " + strings.TrimPrefix(err.Error(), "toml: ")}}
+	}
+	return root, nil
+}
+
+// decode reads the tree into a Config. Keys it does not know and values
+// of the wrong type are problems; values are not validated here. Settings
+// left out keep their defaults.
+func decode(root map[string]any) (*Config, []Problem) {
+	d := &decoder{}
+	c := &Config{Retry: retry.DefaultSettings()}
+	t := d.table("", root)
+	t.str("default_model", &c.DefaultModel)
+	t.boolean("auto_redeem", &c.AutoRedeem)
+	t.str("history_dir", &c.HistoryDir)
+	t.millis("request_timeout_ms", &c.RequestTimeout)
+	if pt, ok := t.sub("providers"); ok {
+		c.Providers = map[string]Provider{}
+		for _, name := range pt.keys() {
+			if p, ok := decodeProvider(pt, name); ok {
+				c.Providers[name] = p
+			}
+		}
+		pt.done(nil)
+	}
+	if rt, ok := t.sub("retry"); ok {
+		decodeRetry(rt, &c.Retry)
+	}
+	t.done(nil)
+	return c, d.probs
+}
+
+func decodeProvider(parent *table, name string) (Provider, bool) {
+	t, ok := parent.sub(name)
+	if !ok {
+		return Provider{}, false
+	}
+	var p Provider
+	var kind string
+	t.str("kind", &kind)
+	p.Kind = Kind(kind)
+	t.str("base_url", &p.BaseURL)
+	t.strs("models", &p.Models)
+	var maxTokens int64
+	if t.integer("max_tokens", &maxTokens) {
+		p.MaxTokens = maxTokens
+	}
+	if creds, ok := t.tables("credentials"); creds != nil {
+		p.Credentials = make([]Credential, 0, len(creds))
+		for _, ct := range creds {
+			if ct == nil {
+				continue
+			}
+			var cr Credential
+			ct.str("name", &cr.Name)
+			ct.str("api_key_env", &cr.APIKeyEnv)
+			ct.count("banked_resets", &cr.BankedResets)
+			ct.done(map[string]string{
+				"api_key": "unknown key: API keys are never read from the file; " +
+					"put the key in an environment variable and name it in api_key_env",
+			})
+			p.Credentials = append(p.Credentials, cr)
+		}
+		if !ok {
+			p.Credentials = nil // not validated further: its problems are reported
+		}
+	}
+	t.done(map[string]string{
+		"api_key": "unknown key: API keys are never read from the file; " +
+			"add a [[" + t.path + ".credentials]] table whose api_key_env names an environment variable",
+	})
+	return p, true
+}
+
+func decodeRetry(t *table, s *retry.Settings) {
+	t.boolean("enabled", &s.Enabled)
+	t.count("max_retries", &s.MaxRetries)
+	t.millis("base_delay_ms", &s.BaseDelay)
+	t.millis("max_delay_ms", &s.MaxDelay)
+	t.boolean("model_fallback", &s.ModelFallback)
+	var policy string
+	if t.str("fallback_revert_policy", &policy) {
+		s.FallbackRevertPolicy = retry.RevertPolicy(policy)
+	}
+	if ct, ok := t.sub("fallback_chains"); ok {
+		chains := map[string][]string{}
+		for _, role := range ct.keys() {
+			var chain []string
+			if ct.strs(role, &chain) {
+				chains[role] = chain
+			}
+		}
+		ct.done(nil) // every key was read above
+		if len(chains) > 0 {
+			s.FallbackChains = chains
+		}
+	}
+	t.done(nil)
+}
+
+// decoder collects the problems of one decode.
+type decoder struct{ probs []Problem }
+
+func (d *decoder) add(key, format string, args ...any) {
+	d.probs = append(d.probs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) wrongType(key, want string, v any) {
+	d.add(key, "must be %s, got %s", want, tomlType(v))
+}
+
+func (d *decoder) table(path string, m map[string]any) *table {
+	return &table{d: d, path: path, m: m, known: map[string]bool{}}
+}
+
+// table is one TOML table being read. Each accessor marks its key as
+// known; done reports the keys nobody asked for.
+type table struct {
+	d     *decoder
+	path  string
+	m     map[string]any
+	known map[string]bool
+}
+
+// at is the full key of k in this table.
+func (t *table) at(k string) string { return joinKey(t.path, k) }
+
+// keys returns the table's keys, sorted.
+func (t *table) keys() []string {
+	ks := make([]string, 0, len(t.m))
+	for k := range t.m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (t *table) get(k string) (any, bool) {
+	t.known[k] = true
+	v, ok := t.m[k]
+	return v, ok
+}
+
+// str reads a string; it reports whether one was there.
+func (t *table) str(k string, dst *string) bool {
+	v, ok := t.get(k)
+	if !ok {
+		return false
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.d.wrongType(t.at(k), "a string", v)
+		return false
+	}
+	*dst = s
+	return true
+}
+
+func (t *table) boolean(k string, dst *bool) bool {
+	v, ok := t.get(k)
+	if !ok {
+		return false
+	}
+	b, ok := v.(bool)
+	if !ok {
+		t.d.wrongType(t.at(k), "a boolean (true or false)", v)
+		return false
+	}
+	*dst = b
+	return true
+}
+
+func (t *table) integer(k string, dst *int64) bool {
+	v, ok := t.get(k)
+	if !ok {
+		return false
+	}
+	n, ok := v.(int64)
+	if !ok {
+		t.d.wrongType(t.at(k), "an integer", v)
+		return false
+	}
+	*dst = n
+	return true
+}
+
+// count reads an integer into an int.
+func (t *table) count(k string, dst *int) bool {
+	var n int64
+	if !t.integer(k, &n) {
+		return false
+	}
+	if int64(int(n)) != n {
+		t.d.add(t.at(k), "%d is out of range", n)
+		return false
+	}
+	*dst = int(n)
+	return true
+}
+
+// maxMillis is the largest number of milliseconds a time.Duration holds.
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// millis reads an integer number of milliseconds into a Duration.
+func (t *table) millis(k string, dst *time.Duration) bool {
+	var n int64
+	if !t.integer(k, &n) {
+		return false
+	}
+	if n > maxMillis || n < -maxMillis {
+		t.d.add(t.at(k), "%d is out of range (at most %d ms)", n, maxMillis)
+		return false
+	}
+	*dst = time.Duration(n) * time.Millisecond
+	return true
+}
+
+// strs reads an array of strings.
+func (t *table) strs(k string, dst *[]string) bool {
+	v, ok := t.get(k)
+	if !ok {
+		return false
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		t.d.wrongType(t.at(k), "an array of strings", v)
+		return false
+	}
+	out := make([]string, 0, len(arr))
+	good := true
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			t.d.wrongType(fmt.Sprintf("%s[%d]", t.at(k), i), "a string", e)
+			good = false
+			continue
+		}
+		out = append(out, s)
+	}
+	if good {
+		*dst = out
+	}
+	return good
+}
+
+// sub reads a table.
+func (t *table) sub(k string) (*table, bool) {
+	v, ok := t.get(k)
+	if !ok {
+		return nil, false
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.d.wrongType(t.at(k), "a table", v)
+		return nil, false
+	}
+	return t.d.table(t.at(k), m), true
+}
+
+// tables reads an array of tables, written either as [[k]] sections or as
+// an array of inline tables. When an element is not a table, the others are
+// still read (for their own problems) but ok is false.
+func (t *table) tables(k string) (tables []*table, ok bool) {
+	v, present := t.get(k)
+	if !present {
+		return nil, false
+	}
+	var maps []map[string]any
+	ok = true
+	switch a := v.(type) {
+	case []map[string]any:
+		maps = a
+	case []any:
+		maps = make([]map[string]any, len(a))
+		for i, e := range a {
+			m, isTable := e.(map[string]any)
+			if !isTable {
+				t.d.wrongType(fmt.Sprintf("%s[%d]", t.at(k), i), "a table", e)
+				ok = false
+				continue
+			}
+			maps[i] = m
+		}
+	default:
+		t.d.wrongType(t.at(k), "an array of tables", v)
+		return nil, false
+	}
+	tables = make([]*table, len(maps))
+	for i, m := range maps {
+		if m != nil {
+			tables[i] = t.d.table(fmt.Sprintf("%s[%d]", t.at(k), i), m)
+		}
+	}
+	return tables, ok
+}
+
+// done reports every key of the table that no accessor asked for. hints
+// replaces the message for specific unknown keys.
+func (t *table) done(hints map[string]string) {
+	var allowed []string
+	for k := range t.known {
+		allowed = append(allowed, k)
+	}
+	sort.Strings(allowed)
+	for _, k := range t.keys() {
+		if t.known[k] {
+			continue
+		}
+		if h, ok := hints[k]; ok {
+			t.d.add(t.at(k), "%s", h)
+			continue
+		}
+		if s := suggest(k, allowed); s != "" {
+			t.d.add(t.at(k), "unknown key (did you mean %q?)", s)
+			continue
+		}
+		t.d.add(t.at(k), "unknown key (allowed: %s)", strings.Join(allowed, ", "))
+	}
+}
+
+// suggest returns the allowed key k is probably a misspelling of, or "".
+// Keys are compared ignoring case, '_' and '-' (so maxRetries and
+// MAX-RETRIES both suggest max_retries); a prefix of a key ("banked" for
+// banked_resets) or a key one or two edits away also counts.
+func suggest(k string, allowed []string) string {
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	}
+	nk := norm(k)
+	best, bestDist := "", 3
+	for _, a := range allowed {
+		na := norm(a)
+		switch {
+		case na == nk:
+			return a
+		case len(nk) >= 4 && strings.HasPrefix(na, nk):
+			best, bestDist = a, 0
+		default:
+			if d := editDistance(na, nk, bestDist); d < bestDist {
+				best, bestDist = a, d
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is
+// limit or more.
+func editDistance(a, b string, limit int) int {
+	if len(a)-len(b) >= limit || len(b)-len(a) >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
+}
+
+// tomlType names the TOML type of a decoded value.
+func tomlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a date-time"
+	case []any:
+		return "an array"
+	case []map[string]any:
+		return "an array of tables"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// joinKey appends one key segment to a dotted key path, quoting the
+// segment the way TOML would when it is not a bare key.
+func joinKey(path, seg string) string {
+	q := toml.Key{seg}.String()
+	if path == "" {
+		return q
+	}
+	return path + "." + q
+}
