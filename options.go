@@ -36,6 +36,7 @@ type runtimeConfig struct {
 	seeded     bool
 	newSource  func() retry.Source
 	streamIdle time.Duration
+	limits     Limits
 	queueLen   int
 }
 
@@ -104,6 +105,24 @@ func WithJitterSource(newSource func() retry.Source) Option {
 func WithStreamIdleTimeout(d time.Duration) Option {
 	return func(c *runtimeConfig) { c.streamIdle = d }
 }
+
+// Limits bound what a runtime holds; a zero field means no limit.
+type Limits struct {
+	// Sessions is the most sessions running at once (default 100,000).
+	Sessions int
+	// PromptsInFlight is the most prompts running at once across all
+	// sessions (default 100,000).
+	PromptsInFlight int
+	// PromptBytes is the largest prompt text accepted (default 1 MiB).
+	PromptBytes int
+}
+
+// DefaultLimits are the limits of a runtime without WithLimits.
+var DefaultLimits = Limits{Sessions: 100_000, PromptsInFlight: 100_000, PromptBytes: 1 << 20}
+
+// WithLimits bounds sessions, prompts in flight and prompt size; exceeding
+// one returns a *LimitError (errors.Is(err, ErrLimitExceeded)).
+func WithLimits(l Limits) Option { return func(c *runtimeConfig) { c.limits = l } }
 
 // WithEventQueueLen bounds each subscriber's queue (default 4096 events).
 func WithEventQueueLen(n int) Option { return func(c *runtimeConfig) { c.queueLen = n } }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,6 +37,7 @@ type Runtime struct {
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
+	inFlight atomic.Int64 // prompts running
 	seedMu   sync.Mutex
 	seeds    *mrand.Rand
 }
@@ -43,6 +45,22 @@ type Runtime struct {
 // DefaultStreamIdleTimeout is how long a stream may send nothing before its
 // watchdog ends it as "stream stalled".
 const DefaultStreamIdleTimeout = 120 * time.Second
+
+// ErrLimitExceeded is what a *LimitError matches with errors.Is.
+var ErrLimitExceeded = errors.New("musepi: limit exceeded")
+
+// LimitError says which limit of Limits a call ran into.
+type LimitError struct {
+	Limit string // "sessions", "prompts in flight", "prompt bytes"
+	Max   int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("musepi: limit exceeded: at most %d %s", e.Max, e.Limit)
+}
+
+// Is matches ErrLimitExceeded.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 
 // ErrRuntimeClosed is returned once Shutdown has begun.
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
@@ -56,6 +74,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		creds:      map[string][]Credential{},
 		settings:   retry.DefaultSettings(),
 		streamIdle: DefaultStreamIdleTimeout,
+		limits:     DefaultLimits,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -184,6 +203,9 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	defer rt.mu.Unlock()
 	if rt.closed {
 		return nil, ErrRuntimeClosed
+	}
+	if max := rt.cfg.limits.Sessions; max > 0 && len(rt.sessions) >= max {
+		return nil, &LimitError{Limit: "sessions", Max: max}
 	}
 	if _, dup := rt.sessions[cfg.id]; dup {
 		return nil, fmt.Errorf("musepi: session %q is already running", cfg.id)

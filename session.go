@@ -67,6 +67,15 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	limits := s.rt.cfg.limits
+	if limits.PromptBytes > 0 && len(text) > limits.PromptBytes {
+		return nil, &LimitError{Limit: "prompt bytes", Max: limits.PromptBytes}
+	}
+	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
+		s.rt.inFlight.Add(-1)
+		return nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight}
+	}
+	defer s.rt.inFlight.Add(-1)
 	fut := track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, &messages.PromptRequest{Text: text}, -1)
 	type outcome struct {
 		res interface{}
