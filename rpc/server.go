@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -42,6 +43,10 @@ type Server struct {
 	unsubscribe func()
 	prompting   bool
 	prompts     sync.WaitGroup
+	// started and settled count prompts and the agent_settled lines
+	// written, so that Serve ends only once every prompt's last event is out.
+	started, settled int
+	settledCond      *sync.Cond
 }
 
 // command is one input line. Fields are decoded per command type.
@@ -54,6 +59,7 @@ type command struct {
 // a running prompt to settle (aborting it when ctx is done) and closes the
 // session.
 func (s *Server) Serve(ctx context.Context, in io.Reader) error {
+	s.settledCond = sync.NewCond(&s.mu)
 	if err := s.startSession(ctx); err != nil {
 		return err
 	}
@@ -78,8 +84,26 @@ loop:
 		s.current().Abort()
 	}
 	s.prompts.Wait()
+	s.waitSettledWritten(5 * time.Second)
 	s.closeSession(context.WithoutCancel(ctx))
 	return err
+}
+
+// waitSettledWritten waits, at most limit, until an agent_settled line has
+// been written for every prompt started.
+func (s *Server) waitSettledWritten(limit time.Duration) {
+	timer := time.AfterFunc(limit, func() {
+		s.mu.Lock()
+		s.settled = s.started // give up waiting
+		s.settledCond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer timer.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.settled < s.started {
+		s.settledCond.Wait()
+	}
 }
 
 // readLines sends each input line (without its newline); an over-long
@@ -169,6 +193,14 @@ func (s *Server) writeEvent(ev musepi.Event) {
 	obj["type"] = ev.Type
 	obj["sessionId"] = ev.SessionID
 	s.writeLine(obj)
+	if ev.Type == "agent_settled" {
+		s.mu.Lock()
+		s.settled++
+		if s.settledCond != nil {
+			s.settledCond.Broadcast()
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *Server) writeLine(obj any) {
@@ -286,6 +318,7 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 		return nil, errors.New("a prompt is already running; send abort or wait for agent_settled")
 	}
 	s.prompting = true
+	s.started++
 	s.prompts.Add(1)
 	sess := s.session
 	go func() {
@@ -391,6 +424,7 @@ func (s *Server) newSession(ctx context.Context, _ []byte) (any, error) {
 	old := s.current()
 	old.Abort()
 	s.prompts.Wait()
+	s.waitSettledWritten(5 * time.Second)
 	s.closeSession(ctx)
 	if err := s.startSession(ctx); err != nil {
 		return nil, err
