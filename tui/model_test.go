@@ -1,0 +1,420 @@
+package tui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+)
+
+// fakeControls records what the model asked of the session.
+type fakeControls struct {
+	retrying   bool
+	aborts     int
+	abortRetry int
+}
+
+func (f *fakeControls) Abort()           { f.aborts++ }
+func (f *fakeControls) AbortRetry()      { f.abortRetry++ }
+func (f *fakeControls) IsRetrying() bool { return f.retrying }
+
+// harness is a model with a fake clock and session.
+type harness struct {
+	t       *testing.T
+	m       model
+	ctl     *fakeControls
+	clock   time.Time
+	prompts []string
+}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, ctl: &fakeControls{}, clock: time.Unix(1_700_000_000, 0)}
+	h.m = newModel(h.ctl, func(text string) { h.prompts = append(h.prompts, text) }, "fake/m1")
+	h.m.now = func() time.Time { return h.clock }
+	h.send(tea.WindowSizeMsg{Width: 100, Height: 20})
+	return h
+}
+
+func (h *harness) send(msg tea.Msg) tea.Cmd {
+	h.t.Helper()
+	next, cmd := h.m.Update(msg)
+	h.m = next.(model)
+	return cmd
+}
+
+func (h *harness) event(p proto.Message) tea.Cmd { return h.send(eventMsg{payload: p}) }
+
+func (h *harness) key(k string) tea.Cmd {
+	switch k {
+	case "enter":
+		return h.send(tea.KeyMsg{Type: tea.KeyEnter})
+	case "esc":
+		return h.send(tea.KeyMsg{Type: tea.KeyEsc})
+	case "ctrl+c":
+		return h.send(tea.KeyMsg{Type: tea.KeyCtrlC})
+	}
+	return h.send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)})
+}
+
+func (h *harness) prompt(text string) {
+	h.t.Helper()
+	h.key(text)
+	h.key("enter")
+}
+
+func (h *harness) view() string { return ansi.Strip(h.m.View()) }
+
+// statusLine is the line between the transcript and the input.
+func (h *harness) statusLine() string {
+	lines := strings.Split(h.view(), "\n")
+	return strings.TrimSpace(lines[len(lines)-3])
+}
+
+func (h *harness) retryStart(attempt, maxAttempts int32, delayMs int64) tea.Cmd {
+	return h.event(&messages.AutoRetryStart{Attempt: attempt, MaxAttempts: maxAttempts, DelayMs: delayMs,
+		ErrorMessage: "429 Too Many Requests", ErrorClass: "transient"})
+}
+
+func TestModelRetryCountdown(t *testing.T) {
+	type step struct {
+		advance time.Duration
+		want    string
+	}
+	cases := []struct {
+		name    string
+		attempt int32
+		max     int32
+		delayMs int64
+		steps   []step
+	}{
+		{"2000ms counts 2s then 1s", 1, 10, 2000, []step{
+			{0, "Retrying (1/10) in 2s… (esc to cancel)"},
+			{time.Second, "Retrying (1/10) in 1s… (esc to cancel)"},
+			{time.Second, "Retrying (1/10)… (esc to cancel)"},
+		}},
+		{"rounds up", 3, 10, 2500, []step{
+			{0, "Retrying (3/10) in 3s… (esc to cancel)"},
+			{500 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
+			{999 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
+			{time.Millisecond, "Retrying (3/10) in 1s… (esc to cancel)"},
+		}},
+		{"retry-after 3s", 1, 10, 3000, []step{
+			{0, "Retrying (1/10) in 3s… (esc to cancel)"},
+			{time.Second, "Retrying (1/10) in 2s… (esc to cancel)"},
+		}},
+		{"no delay (fallback)", 2, 5, 0, []step{
+			{0, "Retrying (2/5)… (esc to cancel)"},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.prompt("hello")
+			if got := h.statusLine(); !strings.Contains(got, "Working…") {
+				t.Fatalf("status before the retry %q, want the working spinner", got)
+			}
+			cmd := h.retryStart(tc.attempt, tc.max, tc.delayMs)
+			if (cmd != nil) != (tc.delayMs > 0) {
+				t.Errorf("auto_retry_start: tick scheduled %v, want %v", cmd != nil, tc.delayMs > 0)
+			}
+			for i, s := range tc.steps {
+				h.clock = h.clock.Add(s.advance)
+				h.send(retryTickMsg{seq: h.m.retry.seq})
+				got := h.statusLine()
+				if !strings.HasSuffix(got, s.want) {
+					t.Errorf("step %d (+%v): status %q, want %q", i, s.advance, got, s.want)
+				}
+				if strings.Contains(got, "Working") {
+					t.Errorf("step %d: spinner text still shown: %q", i, got)
+				}
+			}
+		})
+	}
+}
+
+func TestModelNextTick(t *testing.T) {
+	base := time.Unix(0, 0)
+	cases := []struct {
+		delay, elapsed, want time.Duration
+	}{
+		{2000 * time.Millisecond, 0, time.Second},
+		{2500 * time.Millisecond, 0, 500 * time.Millisecond},
+		{2500 * time.Millisecond, 500 * time.Millisecond, time.Second},
+		{3000 * time.Millisecond, 2500 * time.Millisecond, 500 * time.Millisecond},
+		{1000 * time.Millisecond, time.Second, 0},
+		{0, 0, 0},
+	}
+	for _, tc := range cases {
+		r := &retryState{deadline: base.Add(tc.delay)}
+		if got := r.nextTick(base.Add(tc.elapsed)); got != tc.want {
+			t.Errorf("delay %v after %v: next tick in %v, want %v", tc.delay, tc.elapsed, got, tc.want)
+		}
+	}
+}
+
+func TestModelStaleTickIgnored(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hi")
+	h.retryStart(1, 10, 2000)
+	old := h.m.retry.seq
+	h.retryStart(2, 10, 4000)
+	if cmd := h.send(retryTickMsg{seq: old}); cmd != nil {
+		t.Error("a tick of an earlier attempt scheduled another tick")
+	}
+	if got := h.statusLine(); got != "Retrying (2/10) in 4s… (esc to cancel)" {
+		t.Errorf("status %q", got)
+	}
+}
+
+func TestModelEscDispatch(t *testing.T) {
+	cases := []struct {
+		name                string
+		running, retrying   bool
+		wantAbort, wantRetr int
+	}{
+		{"retrying cancels the retry", true, true, 0, 1},
+		{"running aborts the prompt", true, false, 1, 0},
+		{"idle does nothing", false, false, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tc.running {
+				h.prompt("hello")
+			}
+			if tc.retrying {
+				h.retryStart(1, 10, 3000)
+			}
+			h.ctl.retrying = tc.retrying
+			h.key("esc")
+			if h.ctl.aborts != tc.wantAbort || h.ctl.abortRetry != tc.wantRetr {
+				t.Errorf("Abort %d, AbortRetry %d; want %d, %d", h.ctl.aborts, h.ctl.abortRetry, tc.wantAbort, tc.wantRetr)
+			}
+		})
+	}
+}
+
+func TestModelRetryEnd(t *testing.T) {
+	fin := func(s string) *string { return &s }
+	cases := []struct {
+		name     string
+		end      *messages.AutoRetryEnd
+		err      error
+		want     string // a transcript line
+		wantNot  string
+		errLines int
+	}{
+		{
+			name: "cancelled",
+			end:  &messages.AutoRetryEnd{Success: false, Attempt: 1, FinalError: fin("Retry cancelled")},
+			err:  &musepi.PromptError{Kind: musepi.ErrRetryCancelled, Detail: "Retry cancelled"},
+			want: "Retry failed after 1 attempts: Retry cancelled", errLines: 1,
+		},
+		{
+			name: "exhausted",
+			end:  &messages.AutoRetryEnd{Success: false, Attempt: 10, FinalError: fin("529 overloaded")},
+			err:  &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "529 overloaded"},
+			want: "Retry failed after 10 attempts: 529 overloaded", wantNot: "Error:", errLines: 1,
+		},
+		{
+			name: "recovered",
+			end:  &messages.AutoRetryEnd{Success: true, Attempt: 2},
+			want: "Recovered after 2 retries", wantNot: "Retry failed",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.prompt("hello")
+			h.retryStart(1, 10, 3000)
+			h.event(tc.end)
+			if strings.Contains(h.view(), "Retrying (") {
+				t.Errorf("retry line not cleared:\n%s", h.view())
+			}
+			h.send(promptDoneMsg{err: tc.err})
+			v := h.view()
+			if !strings.Contains(v, tc.want) {
+				t.Errorf("view lacks %q:\n%s", tc.want, v)
+			}
+			if tc.wantNot != "" && strings.Contains(v, tc.wantNot) {
+				t.Errorf("view has %q:\n%s", tc.wantNot, v)
+			}
+			n := 0
+			for _, e := range h.m.entries {
+				if e.kind == errorEntry {
+					n++
+				}
+			}
+			if n != tc.errLines {
+				t.Errorf("%d error lines, want %d: %+v", n, tc.errLines, h.m.entries)
+			}
+			if h.m.running || strings.Contains(h.statusLine(), "Working") {
+				t.Errorf("still running after the prompt returned: %q", h.statusLine())
+			}
+		})
+	}
+}
+
+func TestModelRetryFailedLine(t *testing.T) {
+	cases := []struct {
+		attempt int32
+		final   string
+		want    string
+	}{
+		{1, "Retry cancelled", "Retry failed after 1 attempts: Retry cancelled"},
+		{10, "429 rate limited", "Retry failed after 10 attempts: 429 rate limited"},
+	}
+	for _, tc := range cases {
+		if got := retryFailedLine(tc.attempt, tc.final); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestModelStreamsAnswer(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	if len(h.prompts) != 1 || h.prompts[0] != "hello" {
+		t.Fatalf("prompts started %q", h.prompts)
+	}
+	if h.m.input.Value() != "" {
+		t.Errorf("input not cleared: %q", h.m.input.Value())
+	}
+	h.event(&messages.AgentStart{Generation: 1})
+	h.event(&messages.MessageUpdate{Kind: "text", Delta: "Hello "})
+	h.event(&messages.MessageUpdate{Kind: "text", Delta: "there"})
+	if v := h.view(); !strings.Contains(v, "> hello") || !strings.Contains(v, "Hello there") {
+		t.Errorf("view:\n%s", v)
+	}
+	// Enter while running starts nothing.
+	h.prompt("again")
+	if len(h.prompts) != 1 {
+		t.Errorf("a second prompt started while one runs: %q", h.prompts)
+	}
+	h.event(&messages.MessageEnd{})
+	h.event(&messages.AgentSettled{Generation: 1, Success: true})
+	h.send(promptDoneMsg{msg: &messages.AssistantMessage{}})
+	if h.statusLine() != "" {
+		t.Errorf("status after the answer %q", h.statusLine())
+	}
+	h.key("enter") // "again" is still in the input
+	if len(h.prompts) != 2 || h.prompts[1] != "again" {
+		t.Errorf("prompts %q", h.prompts)
+	}
+}
+
+func TestModelAnswerFromMessage(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	msg := &messages.AssistantMessage{Content: []*messages.ContentBlock{
+		{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: "from the final message"}}},
+	}}
+	h.send(promptDoneMsg{msg: msg})
+	if !strings.Contains(h.view(), "from the final message") {
+		t.Errorf("view:\n%s", h.view())
+	}
+}
+
+func TestModelErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"failed", &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "401 invalid api key"}, "Error: 401 invalid api key"},
+		{"plain", errors.New("boom"), "Error: boom"},
+		{"aborted", &musepi.PromptError{Kind: musepi.ErrAborted, Detail: "aborted"}, "Aborted."},
+		{"quit", fmt.Errorf("prompt: %w", context.Canceled), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.prompt("hello")
+			h.send(promptDoneMsg{err: tc.err})
+			last := h.m.entries[len(h.m.entries)-1]
+			if tc.want == "" {
+				if last.kind != userEntry {
+					t.Errorf("extra line %q", last.text)
+				}
+				return
+			}
+			if last.text != tc.want || !strings.Contains(h.view(), tc.want) {
+				t.Errorf("last line %q, want %q", last.text, tc.want)
+			}
+		})
+	}
+}
+
+func TestModelFallbackNotice(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.event(&messages.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
+	v := h.view()
+	if !strings.Contains(v, "Model fallback: fake/m1 → fake/m2") {
+		t.Errorf("no fallback notice:\n%s", v)
+	}
+	if first := strings.SplitN(v, "\n", 2)[0]; !strings.Contains(first, "fake/m2") {
+		t.Errorf("header %q does not name the fallback model", first)
+	}
+}
+
+func TestModelCtrlC(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		h := newHarness(t)
+		if running {
+			h.prompt("hello")
+		}
+		cmd := h.key("ctrl+c")
+		if cmd == nil {
+			t.Fatal("ctrl+c returned no command")
+		}
+		if _, ok := cmd().(tea.QuitMsg); !ok {
+			t.Errorf("ctrl+c did not quit")
+		}
+		if want := map[bool]int{false: 0, true: 1}[running]; h.ctl.aborts != want {
+			t.Errorf("running %v: %d aborts, want %d", running, h.ctl.aborts, want)
+		}
+	}
+	h := newHarness(t)
+	h.prompt("hello")
+	if _, ok := h.send(quitMsg{})().(tea.QuitMsg); !ok || h.ctl.aborts != 1 {
+		t.Errorf("quitMsg: aborts %d", h.ctl.aborts)
+	}
+}
+
+func TestViewFitsWindow(t *testing.T) {
+	h := newHarness(t)
+	h.send(tea.WindowSizeMsg{Width: 40, Height: 12})
+	h.prompt("hello")
+	for i := 0; i < 30; i++ {
+		h.event(&messages.MessageUpdate{Kind: "text", Delta: fmt.Sprintf("line %d of a long answer that wraps\n", i)})
+	}
+	h.retryStart(1, 10, 3000)
+	lines := strings.Split(h.view(), "\n")
+	if len(lines) != 12 {
+		t.Errorf("%d lines, want 12:\n%s", len(lines), h.view())
+	}
+	for _, l := range lines {
+		if w := ansi.StringWidth(l); w > 40 {
+			t.Errorf("line wider than 40 (%d): %q", w, l)
+		}
+	}
+	if !strings.Contains(h.view(), "line 29 of a long") {
+		t.Errorf("the end of the answer is not in view:\n%s", h.view())
+	}
+	// Page up leaves the end; a new delta does not jump back.
+	h.send(tea.KeyMsg{Type: tea.KeyPgUp})
+	h.event(&messages.MessageUpdate{Kind: "text", Delta: "more"})
+	if strings.Contains(h.view(), "line 29 of a long") {
+		t.Errorf("page up did not scroll:\n%s", h.view())
+	}
+}
