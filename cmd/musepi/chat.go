@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,15 +36,8 @@ func runChat(args []string) int {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "musepi chat: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	var extra []musepi.Option
 	if !setupFlags.verbose {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,11 +27,8 @@ func runDemo(args []string) int {
 	fs.SetOutput(stderr)
 	setupFlags := addSetupFlags(fs)
 	prompt := fs.String("prompt", "Say hello in one sentence.", "the prompt to send")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	su, err := setupFlags.open()
 	if err != nil {

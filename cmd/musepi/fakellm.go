@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,16 +28,8 @@ func runFakeLLM(args []string) int {
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "musepi fakellm: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 
 	var sc *fakellm.Scenario

@@ -7,6 +7,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -64,6 +66,24 @@ func run(args []string) int {
 		return 2
 	}
 	return cmd.run(args[1:])
+}
+
+// parseFlags parses a command's flags, which take no positional arguments.
+// ok is false when the command must exit with code: 0 after -h, 2 after a
+// bad flag or an argument.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
 }
 
 func main() {
