@@ -51,7 +51,8 @@ type SessionActor struct {
 	generation    uint64
 	waiter        *actor.PID // the Prompt call's future
 	promptActive  bool
-	startPending  bool // the first turn waits for the credential
+	startPending  bool // a turn waits for the credential
+	continuing    bool // the waiting turn is a retry's scheduled continue
 	turn          uint64
 	cancelTurn    context.CancelFunc
 	turnActive    bool
@@ -83,10 +84,15 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.prompt(ctx, m)
 	case *messages.CredentialSelected:
 		s.credential = m.GetCredential()
-		if s.startPending {
-			s.startPending = false
-			s.startTurn(ctx)
+		if !s.startPending {
+			break
 		}
+		s.startPending = false
+		if s.aborts.User || (s.continuing && !s.lifecycleOpen) {
+			s.maybeSettle(ctx) // aborted, or the retry was cancelled, while the credential was chosen
+			break
+		}
+		s.startTurn(ctx)
 	case *messages.TurnDelta:
 		if m.GetTurn() == s.turn && s.turnActive {
 			s.emit(&messages.MessageUpdate{Kind: m.GetKind(), Delta: m.GetText()})
@@ -196,6 +202,7 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
 		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}}, true)
 	s.emit(&messages.AgentStart{Generation: s.generation})
+	s.continuing = false
 	s.startWithCredential(ctx)
 }
 

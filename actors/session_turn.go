@@ -310,6 +310,7 @@ func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
 	}
 	s.maybeRevert()
 	s.emit(&messages.AgentStart{Generation: s.generation})
+	s.continuing = true
 	s.startWithCredential(ctx)
 }
 
