@@ -16,7 +16,17 @@ import (
 // inputs to retry.Chain and executes the effects; the policy itself is
 // decided there, never here. Everything the session must do comes back to
 // it as one RetryDecision per input.
+//
+// Its state lives in a retryState that outlives the actor instance: when a
+// panic restarts the actor (protoactor's supervision), the new instance
+// rolls the chain back to its state before the failed input and runs that
+// input again, so attempt, lifecycle and generation stay intact.
 type RetryActor struct {
+	*retryState
+}
+
+// retryState is everything a RetryActor keeps across restarts.
+type retryState struct {
 	deps      *Deps
 	sessionID string
 	chain     *retry.Chain
@@ -31,10 +41,16 @@ type RetryActor struct {
 	askPin   bool                     // the pending model-fallback ask pins
 	fallback *messages.NextModelReply // the reply being stepped
 	actions  []*messages.RetryAction
+
+	// For restarts: the input being stepped and the chain before it.
+	stepping    bool
+	input       retry.Input
+	before      retry.Chain
+	incarnation int
 }
 
-func newRetryActor(deps *Deps, sessionID string, src retry.Source) *RetryActor {
-	return &RetryActor{deps: deps, sessionID: sessionID, chain: retry.NewChain(src)}
+func newRetryState(deps *Deps, sessionID string, src retry.Source) *retryState {
+	return &retryState{deps: deps, sessionID: sessionID, chain: retry.NewChain(src)}
 }
 
 // Receive handles RetryTurnEnded, RetryCancel, SleepDone and the replies of
@@ -42,6 +58,15 @@ func newRetryActor(deps *Deps, sessionID string, src retry.Source) *RetryActor {
 func (a *RetryActor) Receive(ctx actor.Context) {
 	now := a.deps.Clock.Now()
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.incarnation++
+		if a.incarnation > 1 && a.stepping {
+			a.deps.Log.Error().Str("session", a.sessionID).Int("restart", a.incarnation-1).
+				Msg("retry actor restarted after a panic; replaying the failed input")
+			*a.chain = a.before
+			a.actions = nil
+			a.step(ctx, a.input)
+		}
 	case *messages.RetryTurnEnded:
 		settings, err := retry.SettingsFromProto(m.GetSettings())
 		if err != nil {
@@ -86,9 +111,11 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 // step runs one input through the chain, executes its effects and sends
 // the session what it must do.
 func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
+	a.stepping, a.input, a.before = true, in, *a.chain
 	for _, e := range a.chain.Step(in) {
 		a.execute(ctx, e)
 	}
+	a.stepping = false
 	d := &messages.RetryDecision{Actions: a.actions}
 	a.actions = nil
 	if a.deciding {

@@ -38,6 +38,7 @@ type SessionActor struct {
 	cfg  SessionConfig
 
 	retryPID *actor.PID
+	stopped  bool // Stopping was received
 	model    string // "provider/model" in use
 	pinned   bool   // the fallback model is pinned (refusal)
 	// primaryCooldownUntilMs is when the primary model may be restored.
@@ -142,24 +143,62 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(s.setModel(m.GetModel()))
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
+	case *actor.Terminated:
+		if !s.stopped && m.GetWho().Equal(s.retryPID) {
+			s.retryFailed(ctx)
+		}
 	case *actor.Stopping:
+		s.stopped = true
 		s.stopping(ctx)
 	}
+}
+
+// retryFailed handles a retry child that supervision gave up on (it kept
+// panicking): the open chain ends with auto_retry_end{success:false}, a
+// pending decision settles without a retry, and a fresh child takes over.
+func (s *SessionActor) retryFailed(ctx actor.Context) {
+	const reason = "retry actor failed repeatedly; retry chain ended"
+	s.deps.Log.Error().Str("session", s.cfg.ID).Msg(reason)
+	s.spawnRetry(ctx, s.newSource())
+	if s.deciding {
+		s.deciding = false
+		s.emit(&messages.AgentEnd{Message: s.last, WillRetry: false})
+	}
+	if s.lifecycleOpen {
+		s.lifecycleOpen = false
+		s.cfg.State.retrying.Store(false)
+		final := reason
+		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
+	}
+	if s.promptActive && s.failure == "" {
+		s.failure = reason
+	}
+	s.tasksPending = false
+	s.maybeSettle(ctx)
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
 	s.model = s.cfg.Model
 	s.cfg.State.Init(s.cfg.Model, s.cfg.Settings.Enabled)
-	var src retry.Source
-	if s.deps.NewSource != nil {
-		src = s.deps.NewSource()
-	} else {
-		seed := rand.Uint64()
-		src = rand.New(rand.NewPCG(seed, seed>>1))
-	}
-	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return newRetryActor(s.deps, s.cfg.ID, src) },
-		actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree())))
+	s.spawnRetry(ctx, s.newSource())
 	s.restore()
+}
+
+// newSource is the jitter source of a retry child.
+func (s *SessionActor) newSource() retry.Source {
+	if s.deps.NewSource != nil {
+		return s.deps.NewSource()
+	}
+	seed := rand.Uint64()
+	return rand.New(rand.NewPCG(seed, seed>>1))
+}
+
+// spawnRetry starts the retry child; its state survives restarts of the
+// actor after a panic (see RetryActor).
+func (s *SessionActor) spawnRetry(ctx actor.Context, src retry.Source) {
+	st := newRetryState(s.deps, s.cfg.ID, src)
+	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{st} },
+		actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree())))
 }
 
 // restore loads the persisted history: the runtime context is rebuilt from

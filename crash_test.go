@@ -1,0 +1,117 @@
+package musepi_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// panickySource panics on its first n draws (shared by every chain), then
+// gives the nominal delay.
+type panickySource struct{ left *atomic.Int64 }
+
+func (p panickySource) Float64() float64 {
+	if p.left.Add(-1) >= 0 {
+		panic("jitter source exploded")
+	}
+	return 1
+}
+
+func panicking(n int64) musepi.Option {
+	left := &atomic.Int64{}
+	left.Store(n)
+	return musepi.WithJitterSource(func() retry.Source { return panickySource{left} })
+}
+
+// A panic inside the retry actor is contained by supervision: the actor
+// restarts with its chain as it was before the failed input, replays the
+// input, and the prompt goes on as if nothing happened.
+func TestCrashContainmentRetryActor(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(1), musepi.WithLogger(zerolog.Nop()))
+	s, rec := h.session()
+	other, otherRec := h.session()
+	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("recovered"))
+	h.p.SetScript(other.ID(), answer("unbothered"))
+	ch, chOther := h.prompt(s, "hi"), h.prompt(other, "hi")
+	h.run()
+	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "recovered" {
+		t.Fatalf("prompt = %v, %v", r.msg, r.err)
+	}
+	if r := h.settle(chOther); r.err != nil {
+		t.Fatalf("the other session noticed: %v", r.err)
+	}
+	expectLines(t, rec.lines(retryEvents...),
+		"agent_end willRetry=true",
+		"auto_retry_start 1/10 delay=500ms class=transient",
+		"agent_end willRetry=false",
+		"auto_retry_end success=true attempt=1",
+		"agent_settled success=true")
+	expectLines(t, otherRec.lines(retryEvents...), "agent_end willRetry=false", "agent_settled success=true")
+}
+
+// When supervision gives up on a retry actor that keeps panicking, the
+// prompt still returns a clear error (never a hang), and the session serves
+// the next prompt with a fresh retry actor.
+func TestCrashContainmentRetryActorGivesUp(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(100), musepi.WithLogger(zerolog.Nop()))
+	s, _ := h.session()
+	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("later"))
+	ch := h.prompt(s, "hi")
+	h.run()
+	r := h.settle(ch)
+	if !errors.Is(r.err, musepi.ErrPromptFailed) || !strings.Contains(r.err.Error(), "retry actor failed") {
+		t.Fatalf("prompt error = %v", r.err)
+	}
+	ch = h.prompt(s, "again")
+	h.run()
+	if r := h.settle(ch); r.err != nil {
+		t.Fatalf("next prompt: %v", r.err)
+	}
+}
+
+// panickyProvider panics in Stream.
+type panickyProvider struct{}
+
+func (panickyProvider) Stream(context.Context, provider.Request, func(provider.Delta)) *messages.AssistantMessage {
+	panic("adapter bug")
+}
+func (panickyProvider) ResetSession(string) {}
+
+// A panic in a provider adapter becomes a failed turn with a clear error.
+func TestCrashContainmentProvider(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithProvider("bad", panickyProvider{}))
+	s, err := h.rt.NewSession(context.Background(), musepi.WithModel("bad/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := h.prompt(s, "hi")
+	h.run()
+	r := h.settle(ch)
+	if !errors.Is(r.err, musepi.ErrPromptFailed) || !strings.Contains(r.err.Error(), "provider panicked: adapter bug") {
+		t.Fatalf("prompt error = %v", r.err)
+	}
+}
+
+// A panic in a subscriber is contained: later events still reach it and
+// the others, and the prompt completes.
+func TestCrashContainmentSubscriber(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithLogger(zerolog.Nop()))
+	s, rec := h.session()
+	s.Subscribe(func(musepi.Event) { panic("subscriber bug") })
+	h.p.SetScript(s.ID(), answer("fine"))
+	ch := h.prompt(s, "hi")
+	h.run()
+	if r := h.settle(ch); r.err != nil {
+		t.Fatal(r.err)
+	}
+	expectLines(t, rec.lines(retryEvents...), "agent_end willRetry=false", "agent_settled success=true")
+}
