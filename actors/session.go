@@ -38,7 +38,7 @@ type SessionActor struct {
 	cfg  SessionConfig
 
 	retryPID *actor.PID
-	stopped  bool // Stopping was received
+	stopped  bool   // Stopping was received
 	model    string // "provider/model" in use
 	pinned   bool   // the fallback model is pinned (refusal)
 	// primaryCooldownUntilMs is when the primary model may be restored.
