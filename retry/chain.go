@@ -121,6 +121,11 @@ func (c *Chain) turnEnded(in Input) {
 		c.phase = AwaitingTurn
 	}
 	class := Classify(in.Message, in.Aborts)
+	if class.Retryable() && in.Aborts.any() {
+		// A deliberate abort (user, dispose, edit guard) settles the turn,
+		// whatever error the stream ended with while it was being aborted.
+		class = NotRetryable
+	}
 	switch {
 	case class == Success:
 		if c.phase != Idle {

@@ -427,6 +427,14 @@ func TestChainStops(t *testing.T) {
 		sc.step(sleepDone, "schedule_continue 1ms gen=1")
 		sc.step(fail("401 invalid x-api-key", 401), `auto_retry_end success=false attempt=1 error="401 invalid x-api-key"`, "close_lifecycle")
 	})
+	t.Run("a turn ending while a user abort is in progress is never retried", func(t *testing.T) {
+		for _, aborts := range []AbortState{{User: true}, {Dispose: true}, {EditGuard: true}} {
+			sc := newScript(t)
+			in := fail("stream stalled: no data for 120s", 0)
+			in.Aborts = aborts
+			sc.step(in)
+		}
+	})
 	t.Run("a non-retryable error with no chain does nothing", func(t *testing.T) {
 		sc := newScript(t)
 		sc.step(fail("400 invalid_request_error: messages: field required", 400))
