@@ -115,3 +115,21 @@ func TestCrashContainmentSubscriber(t *testing.T) {
 	}
 	expectLines(t, rec.lines(retryEvents...), "agent_end willRetry=false", "agent_settled success=true")
 }
+
+// A panic in a registered tool becomes an error result for the model; the
+// session goes on to the model's next turn.
+func TestCrashContainmentTool(t *testing.T) {
+	boom := musepi.Tool{Name: "boom", Run: func(context.Context, string) (string, error) { panic("tool bug") }}
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithTools(boom))
+	s, _ := h.session()
+	h.p.SetScript(s.ID(), toolUse(&messages.ToolCall{Id: "1", Name: "boom"}), answer("survived"))
+	ch := h.prompt(s, "hi")
+	h.run()
+	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "survived" {
+		t.Fatalf("prompt = %v, %v", r.msg, r.err)
+	}
+	last := h.p.Calls()[1].Context
+	if res := last[len(last)-1].GetToolResult(); !res.GetIsError() || res.GetOutput() != `tool "boom" panicked: tool bug` {
+		t.Fatalf("tool result %v", res)
+	}
+}

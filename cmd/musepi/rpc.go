@@ -24,6 +24,7 @@ func runRPC(args []string) int {
 	fs.SetOutput(stderr)
 	setupFlags := addSetupFlags(fs)
 	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes")
+	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE | --provider NAME --model ID [--base-url URL]]")
 		fmt.Fprintln(stderr)
@@ -45,7 +46,7 @@ func runRPC(args []string) int {
 	defer stop()
 	srv := &rpc.Server{
 		Runtime:        su.rt,
-		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model)},
+		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(*sessionID)},
 		Out:            os.Stdout,
 		Log:            setupFlags.logger(),
 		MaxLine:        *maxLine,

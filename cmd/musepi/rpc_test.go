@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +209,31 @@ func TestRPC(t *testing.T) {
 		p.send(`{"id":"3","type":"prompt","message":"hi"}`)
 		p.next("agent_settled", 10*time.Second)
 		expectTrace(t, p.retryTrace(), "agent_end willRetry=false", "settled success=false")
+	})
+
+	t.Run("SIGTERM cancels the backoff, settles the prompt, and the history survives", func(t *testing.T) {
+		dir := t.TempDir()
+		scenario := `{"rules":[{"respond":{"preset":"rate_limit","headers":{"retry-after":"30"}}}]}`
+		p := startRPC(t, bin, scenario, "--history-dir", dir, "--session-id", "kept")
+		p.send(`{"id":"1","type":"prompt","message":"remember me"}`)
+		p.next("auto_retry_start", 10*time.Second)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		end := p.next("auto_retry_end", 10*time.Second)
+		if end["success"] != false {
+			t.Fatalf("auto_retry_end %v", end)
+		}
+		p.next("agent_settled", 10*time.Second)
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+		again := startRPC(t, bin, scenario, "--history-dir", dir, "--session-id", "kept")
+		again.send(`{"id":"m","type":"get_messages"}`)
+		msgs := again.response("m")["data"].(map[string]any)["messages"].([]any)
+		if len(msgs) != 1 || msgs[0].(map[string]any)["content"] != "remember me" {
+			t.Fatalf("messages after restart: %v", msgs)
+		}
 	})
 
 	t.Run("bad input gets an error response while a prompt in flight completes", func(t *testing.T) {

@@ -1,0 +1,109 @@
+package musepi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// A subscriber that never returns blocks neither the session nor the other
+// subscribers; its bounded queue drops what does not fit, and once it runs
+// again it is told how many events it lost. (On the wall clock: the virtual
+// clock waits for every delivery by design.)
+func TestSlowSubscriber(t *testing.T) {
+	p := provider.NewScripted(
+		provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)},
+		provider.Outcome{Deltas: []provider.Delta{{Kind: "text", Text: "do"}, {Kind: "text", Text: "ne"}}, Message: provider.Text("done")})
+	settings := noFallback()
+	settings.BaseDelay = 10 * time.Millisecond
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", p), musepi.WithRetrySettings(settings), musepi.WithEventQueueLen(4),
+		musepi.WithJitterSource(func() retry.Source { return nominal{} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	s.Subscribe(rec.add)
+	release := make(chan struct{})
+	got := make(chan musepi.Event, 100)
+	s.Subscribe(func(e musepi.Event) {
+		<-release // never returns until the test releases it
+		got <- e
+	})
+	if _, err := s.Prompt(ctx, "hi"); err != nil {
+		t.Fatalf("prompt with a stuck subscriber: %v", err)
+	}
+	for len(rec.lines("agent_settled")) == 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	expectLines(t, rec.lines(retryEvents...),
+		"agent_end willRetry=true",
+		"auto_retry_start 1/10 delay=10ms class=transient",
+		"agent_end willRetry=false",
+		"auto_retry_end success=true attempt=1",
+		"agent_settled success=true")
+	total := len(rec.lines())
+	close(release)
+	var delivered int
+	for {
+		select {
+		case e := <-got:
+			if lost, ok := e.Payload.(*messages.EventsLost); ok {
+				// One event was in the subscriber's hands and four queued; the
+				// rest were dropped and counted.
+				if want := uint64(total - 5); lost.GetCount() != want || delivered != 5 {
+					t.Fatalf("events_lost %d after %d events, want %d after 5 (of %d)", lost.GetCount(), delivered, want, total)
+				}
+				return
+			}
+			delivered++
+		case <-ctx.Done():
+			t.Fatalf("no events_lost; delivered %d", delivered)
+		}
+	}
+}
+
+// Runtime.Shutdown cancels a pending backoff, and the history written before
+// survives into a second runtime on the same directory.
+func TestGracefulShutdownKeepsHistory(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithHistoryDir(dir))
+	s, _ := h.session(musepi.WithSessionID("keep"))
+	h.p.SetScript("keep", fail(429, "429 Too Many Requests", "retry-after", "60"))
+	ch := h.prompt(s, "remember me")
+	h.advance(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.rt.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(ch)
+
+	h2 := newHarness(t, musepi.WithHistoryDir(dir))
+	s2, _ := h2.session(musepi.WithSessionID("keep"))
+	hist, err := s2.History(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 || hist[0].GetUser().GetText() != "remember me" || hist[1].GetAssistant().GetHttpStatus() != 429 {
+		t.Fatalf("history after restart: %v", hist)
+	}
+	msgs, err := s2.Messages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].GetUser().GetText() != "remember me" {
+		t.Fatalf("runtime context after restart: %v (the failed turn stays out of it)", msgs)
+	}
+}
