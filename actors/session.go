@@ -21,7 +21,6 @@ const (
 	KindContextOverflow = "context_overflow"
 	KindRetryCancelled  = "retry_cancelled"
 	KindShutdown        = "shutdown"
-	KindBadRequest      = "bad_request"
 )
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
