@@ -117,7 +117,7 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 	if msg == nil {
 		msg = provider.Failure(0, "provider returned no message", nil)
 	}
-	return msg
+	return provider.ValidUTF8(msg)
 }
 
 func (s *SessionActor) toolSpecs() []provider.ToolSpec {

@@ -183,7 +183,7 @@ func (p *Provider) finish(req provider.Request, m *messages.AssistantMessage) *m
 	m.Provider = ProviderName
 	m.Model = req.Model
 	m.TimestampMs = time.Now().UnixMilli()
-	return m
+	return provider.ValidUTF8(m)
 }
 
 // failure maps a stream error to a message. ctx is the caller's context,

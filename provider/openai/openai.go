@@ -124,6 +124,7 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		}
 		msg.Provider = ProviderName
 		msg.Model = req.Model
+		provider.ValidUTF8(msg)
 	}()
 	if ctx.Err() != nil {
 		return provider.Aborted(nil)
