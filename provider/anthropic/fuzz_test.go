@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
+	"github.com/musepi/musepi/provider/providertest"
 )
 
 // The fuzz targets here hand the provider an arbitrary response body, with
@@ -23,78 +23,6 @@ import (
 // Whatever the body, Stream must return promptly, never panic (the provider
 // turns its own panics into "internal error" messages, which count as
 // panics here), never return nil, and return a well-formed message.
-
-// fuzzTransport answers every request with one canned response.
-type fuzzTransport struct {
-	status      int
-	contentType string
-	body        string
-
-	mu     sync.Mutex
-	calls  int
-	paths  []string
-	bodies []*trackedBody
-}
-
-func (tr *fuzzTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-		_ = req.Body.Close()
-	}
-	body := &trackedBody{r: strings.NewReader(tr.body)}
-	tr.mu.Lock()
-	tr.calls++
-	tr.paths = append(tr.paths, req.URL.Path)
-	tr.bodies = append(tr.bodies, body)
-	tr.mu.Unlock()
-	// X-Should-Retry would make the SDK retry at once if its retries were on.
-	h := http.Header{"Request-Id": {"req_fuzz"}, "X-Should-Retry": {"true"}}
-	if tr.contentType != "" {
-		h.Set("Content-Type", tr.contentType)
-	}
-	return &http.Response{
-		Status:     fmt.Sprintf("%d %s", tr.status, http.StatusText(tr.status)),
-		StatusCode: tr.status,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     h,
-		Body:       body,
-		Request:    req,
-	}, nil
-}
-
-// trackedBody is an in-memory response body that records its Close.
-type trackedBody struct {
-	r      *strings.Reader
-	mu     sync.Mutex
-	closed bool
-}
-
-func (b *trackedBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-
-func (b *trackedBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	return nil
-}
-
-func (b *trackedBody) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
-// fuzzContentTypes are the Content-Type values the status target picks from.
-var fuzzContentTypes = []string{
-	"text/event-stream",
-	"application/json",
-	"text/html; charset=utf-8",
-	"",
-	"text/event-stream; charset=utf-8",
-	"text/plain",
-}
 
 const fuzzModel = "claude-fuzz"
 
@@ -113,7 +41,7 @@ func fuzzRequest() provider.Request {
 
 // runFuzzStream runs one Stream call against tr and checks the invariants
 // every outcome must meet.
-func runFuzzStream(t *testing.T, tr *fuzzTransport) *messages.AssistantMessage {
+func runFuzzStream(t *testing.T, tr *providertest.CannedTransport) *messages.AssistantMessage {
 	t.Helper()
 	p := anthropic.New(anthropic.Config{
 		BaseURL:    "http://fuzz.invalid",
@@ -138,17 +66,17 @@ func runFuzzStream(t *testing.T, tr *fuzzTransport) *messages.AssistantMessage {
 	select {
 	case m = <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("Stream did not return within 10 s (status %d, body %q)", tr.status, tr.body)
+		t.Fatalf("Stream did not return within 10 s (status %d, body %q)", tr.Status, tr.Body)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("Stream ran until its 5 s context expired on an in-memory body (status %d, body %q)", tr.status, tr.body)
+		t.Fatalf("Stream ran until its 5 s context expired on an in-memory body (status %d, body %q)", tr.Status, tr.Body)
 	}
 	if m == nil {
 		t.Fatal("Stream returned nil")
 	}
 	if testing.Verbose() {
 		t.Logf("status %d: stop %v, http %d, details %q, error %q, %d blocks",
-			tr.status, m.GetStopReason(), m.GetHttpStatus(), m.GetStopDetails().GetType(), m.GetErrorMessage(), len(m.GetContent()))
+			tr.Status, m.GetStopReason(), m.GetHttpStatus(), m.GetStopDetails().GetType(), m.GetErrorMessage(), len(m.GetContent()))
 	}
 
 	switch m.GetStopReason() {
@@ -184,20 +112,17 @@ func runFuzzStream(t *testing.T, tr *fuzzTransport) *messages.AssistantMessage {
 	}
 	mu.Unlock()
 
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if tr.calls != 1 {
-		t.Errorf("%d requests, want 1 (SDK retries must be off)", tr.calls)
+	paths := tr.Paths()
+	if len(paths) != 1 {
+		t.Errorf("%d requests, want 1 (SDK retries must be off)", len(paths))
 	}
-	for _, p := range tr.paths {
+	for _, p := range paths {
 		if p != "/v1/messages" {
 			t.Errorf("request path %q", p)
 		}
 	}
-	for _, b := range tr.bodies {
-		if !b.isClosed() {
-			t.Errorf("response body not closed")
-		}
+	if !tr.BodiesClosed() {
+		t.Errorf("response body not closed")
 	}
 	return m
 }
@@ -334,7 +259,7 @@ func FuzzMessagesStream(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		tr := &fuzzTransport{status: http.StatusOK, contentType: "text/event-stream", body: body}
+		tr := &providertest.CannedTransport{Status: http.StatusOK, ContentType: "text/event-stream", Body: body, RequestIDHeader: "Request-Id"}
 		runFuzzStream(t, tr)
 	})
 }
@@ -390,7 +315,7 @@ func FuzzMessagesStreamStatus(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, status int, ct uint8, body string) {
 		status = fuzzStatus(status)
-		tr := &fuzzTransport{status: status, contentType: fuzzContentTypes[int(ct)%len(fuzzContentTypes)], body: body}
+		tr := &providertest.CannedTransport{Status: status, ContentType: providertest.ContentTypes[int(ct)%len(providertest.ContentTypes)], Body: body, RequestIDHeader: "Request-Id"}
 		m := runFuzzStream(t, tr)
 		if status < 400 {
 			return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/openai"
+	"github.com/musepi/musepi/provider/providertest"
 )
 
 // The fuzz targets here hand the provider an arbitrary response body, with
@@ -23,78 +23,6 @@ import (
 // Whatever the body, Stream must return promptly, never panic (the provider
 // turns its own panics into "internal error" messages, which count as
 // panics here), never return nil, and return a well-formed message.
-
-// fuzzTransport answers every request with one canned response.
-type fuzzTransport struct {
-	status      int
-	contentType string
-	body        string
-
-	mu     sync.Mutex
-	calls  int
-	paths  []string
-	bodies []*trackedBody
-}
-
-func (tr *fuzzTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil {
-		_, _ = io.Copy(io.Discard, req.Body)
-		_ = req.Body.Close()
-	}
-	body := &trackedBody{r: strings.NewReader(tr.body)}
-	tr.mu.Lock()
-	tr.calls++
-	tr.paths = append(tr.paths, req.URL.Path)
-	tr.bodies = append(tr.bodies, body)
-	tr.mu.Unlock()
-	// X-Should-Retry would make the SDK retry at once if its retries were on.
-	h := http.Header{"X-Request-Id": {"req_fuzz"}, "X-Should-Retry": {"true"}}
-	if tr.contentType != "" {
-		h.Set("Content-Type", tr.contentType)
-	}
-	return &http.Response{
-		Status:     fmt.Sprintf("%d %s", tr.status, http.StatusText(tr.status)),
-		StatusCode: tr.status,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     h,
-		Body:       body,
-		Request:    req,
-	}, nil
-}
-
-// trackedBody is an in-memory response body that records its Close.
-type trackedBody struct {
-	r      *strings.Reader
-	mu     sync.Mutex
-	closed bool
-}
-
-func (b *trackedBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-
-func (b *trackedBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	return nil
-}
-
-func (b *trackedBody) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
-// fuzzContentTypes are the Content-Type values the status targets pick from.
-var fuzzContentTypes = []string{
-	"text/event-stream",
-	"application/json",
-	"text/html; charset=utf-8",
-	"",
-	"text/event-stream; charset=utf-8",
-	"text/plain",
-}
 
 const fuzzModel = "gpt-fuzz"
 
@@ -114,7 +42,7 @@ func fuzzRequest() provider.Request {
 
 // runFuzzStream runs one Stream call of the given API against tr and checks
 // the invariants every outcome must meet.
-func runFuzzStream(t *testing.T, api string, tr *fuzzTransport) *messages.AssistantMessage {
+func runFuzzStream(t *testing.T, api string, tr *providertest.CannedTransport) *messages.AssistantMessage {
 	t.Helper()
 	p := openai.New(openai.Config{
 		BaseURL:    "http://fuzz.invalid/v1",
@@ -140,17 +68,17 @@ func runFuzzStream(t *testing.T, api string, tr *fuzzTransport) *messages.Assist
 	select {
 	case m = <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("Stream did not return within 10 s (status %d, body %q)", tr.status, tr.body)
+		t.Fatalf("Stream did not return within 10 s (status %d, body %q)", tr.Status, tr.Body)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("Stream ran until its 5 s context expired on an in-memory body (status %d, body %q)", tr.status, tr.body)
+		t.Fatalf("Stream ran until its 5 s context expired on an in-memory body (status %d, body %q)", tr.Status, tr.Body)
 	}
 	if m == nil {
 		t.Fatal("Stream returned nil")
 	}
 	if testing.Verbose() {
 		t.Logf("status %d: stop %v, http %d, details %q, error %q, %d blocks",
-			tr.status, m.GetStopReason(), m.GetHttpStatus(), m.GetStopDetails().GetType(), m.GetErrorMessage(), len(m.GetContent()))
+			tr.Status, m.GetStopReason(), m.GetHttpStatus(), m.GetStopDetails().GetType(), m.GetErrorMessage(), len(m.GetContent()))
 	}
 
 	switch m.GetStopReason() {
@@ -189,24 +117,21 @@ func runFuzzStream(t *testing.T, api string, tr *fuzzTransport) *messages.Assist
 	}
 	mu.Unlock()
 
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if tr.calls != 1 {
-		t.Errorf("%d requests, want 1 (SDK retries must be off)", tr.calls)
+	paths := tr.Paths()
+	if len(paths) != 1 {
+		t.Errorf("%d requests, want 1 (SDK retries must be off)", len(paths))
 	}
 	want := "/v1/chat/completions"
 	if api == openai.APIResponses {
 		want = "/v1/responses"
 	}
-	for _, p := range tr.paths {
+	for _, p := range paths {
 		if p != want {
 			t.Errorf("request path %q, want %q", p, want)
 		}
 	}
-	for _, b := range tr.bodies {
-		if !b.isClosed() {
-			t.Errorf("response body not closed")
-		}
+	if !tr.BodiesClosed() {
+		t.Errorf("response body not closed")
 	}
 	return m
 }
@@ -459,7 +384,7 @@ func FuzzChatStream(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		tr := &fuzzTransport{status: http.StatusOK, contentType: "text/event-stream", body: body}
+		tr := &providertest.CannedTransport{Status: http.StatusOK, ContentType: "text/event-stream", Body: body, RequestIDHeader: "X-Request-Id"}
 		m := runFuzzStream(t, openai.APIChat, tr)
 		if r := m.GetStopReason(); r != messages.StopReason_STOP_REASON_ERROR && m.GetHttpStatus() != http.StatusOK {
 			t.Errorf("%v with status %d", r, m.GetHttpStatus())
@@ -474,7 +399,7 @@ func FuzzResponsesStream(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		tr := &fuzzTransport{status: http.StatusOK, contentType: "text/event-stream", body: body}
+		tr := &providertest.CannedTransport{Status: http.StatusOK, ContentType: "text/event-stream", Body: body, RequestIDHeader: "X-Request-Id"}
 		m := runFuzzStream(t, openai.APIResponses, tr)
 		if r := m.GetStopReason(); r != messages.StopReason_STOP_REASON_ERROR && m.GetHttpStatus() != http.StatusOK {
 			t.Errorf("%v with status %d", r, m.GetHttpStatus())
@@ -521,7 +446,7 @@ func statusSeeds(f *testing.F, streams []string) {
 
 func fuzzStatusTarget(t *testing.T, api string, status int, ct uint8, body string) {
 	status = fuzzStatus(status)
-	tr := &fuzzTransport{status: status, contentType: fuzzContentTypes[int(ct)%len(fuzzContentTypes)], body: body}
+	tr := &providertest.CannedTransport{Status: status, ContentType: providertest.ContentTypes[int(ct)%len(providertest.ContentTypes)], Body: body, RequestIDHeader: "X-Request-Id"}
 	m := runFuzzStream(t, api, tr)
 	checkHTTPError(t, m, status)
 }
