@@ -171,6 +171,16 @@ func (r *recorder) seqs() []uint64 {
 	return out
 }
 
+// lastSeq is the sequence number of the last event received.
+func (r *recorder) lastSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		return 0
+	}
+	return r.events[len(r.events)-1].Seq
+}
+
 // lines renders the retry-relevant events as script lines.
 func (r *recorder) lines(types ...string) []string {
 	r.mu.Lock()

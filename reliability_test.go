@@ -16,18 +16,19 @@ import (
 // again it is told how many events it lost. (On the wall clock: the virtual
 // clock waits for every delivery by design.)
 func TestSlowSubscriber(t *testing.T) {
+	const queueLen, prompts = 16, 5 // each prompt's burst of events fits a queue; all of them do not
 	p := provider.NewScripted(
 		provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)},
 		provider.Outcome{Deltas: []provider.Delta{{Kind: "text", Text: "do"}, {Kind: "text", Text: "ne"}}, Message: provider.Text("done")})
 	settings := noFallback()
 	settings.BaseDelay = 10 * time.Millisecond
-	rt, err := musepi.NewRuntime(musepi.WithProvider("p", p), musepi.WithRetrySettings(settings), musepi.WithEventQueueLen(4),
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", p), musepi.WithRetrySettings(settings), musepi.WithEventQueueLen(queueLen),
 		musepi.WithJitterSource(func() retry.Source { return nominal{} }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Shutdown(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
 	if err != nil {
@@ -41,29 +42,30 @@ func TestSlowSubscriber(t *testing.T) {
 		<-release // never returns until the test releases it
 		got <- e
 	})
-	if _, err := s.Prompt(ctx, "hi"); err != nil {
-		t.Fatalf("prompt with a stuck subscriber: %v", err)
+	for i := 1; i <= prompts; i++ {
+		if _, err := s.Prompt(ctx, "hi"); err != nil {
+			t.Fatalf("prompt %d with a stuck subscriber: %v", i, err)
+		}
+		for len(rec.lines("agent_settled")) < i && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 	}
-	for len(rec.lines("agent_settled")) == 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
+	lines := rec.lines(retryEvents...)
+	if len(lines) < 5 || lines[1] != "auto_retry_start 1/10 delay=10ms class=transient" ||
+		lines[3] != "auto_retry_end success=true attempt=1" || len(rec.lines("agent_settled")) != prompts {
+		t.Fatalf("the other subscriber missed events: %q", lines)
 	}
-	expectLines(t, rec.lines(retryEvents...),
-		"agent_end willRetry=true",
-		"auto_retry_start 1/10 delay=10ms class=transient",
-		"agent_end willRetry=false",
-		"auto_retry_end success=true attempt=1",
-		"agent_settled success=true")
-	total := len(rec.lines())
+	total := rec.lastSeq() // seqs are gap-free from 1: the last one counts every event
 	close(release)
-	var delivered int
+	var delivered uint64
 	for {
 		select {
 		case e := <-got:
 			if lost, ok := e.Payload.(*messages.EventsLost); ok {
-				// One event was in the subscriber's hands and four queued; the
-				// rest were dropped and counted.
-				if want := uint64(total - 5); lost.GetCount() != want || delivered != 5 {
-					t.Fatalf("events_lost %d after %d events, want %d after 5 (of %d)", lost.GetCount(), delivered, want, total)
+				// One event was in the subscriber's hands and queueLen queued;
+				// the rest were dropped and counted.
+				if want := total - queueLen - 1; lost.GetCount() != want || delivered != queueLen+1 {
+					t.Fatalf("events_lost %d after %d events, want %d after %d (of %d)", lost.GetCount(), delivered, want, queueLen+1, total)
 				}
 				return
 			}
