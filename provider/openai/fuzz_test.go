@@ -1,16 +1,11 @@
 package openai_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -49,89 +44,13 @@ func runFuzzStream(t *testing.T, api string, tr *providertest.CannedTransport) *
 		API:        api,
 		HTTPClient: &http.Client{Transport: tr},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-
-	var (
-		mu     sync.Mutex
-		deltas []provider.Delta
-	)
-	done := make(chan *messages.AssistantMessage, 1)
-	go func() {
-		done <- p.Stream(ctx, fuzzRequest(), func(d provider.Delta) {
-			mu.Lock()
-			deltas = append(deltas, d)
-			mu.Unlock()
-		})
-	}()
-	var m *messages.AssistantMessage
-	select {
-	case m = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Stream did not return within 10 s (status %d, body %q)", tr.Status, tr.Body)
+	path := "/v1/chat/completions"
+	if api == openai.APIResponses {
+		path = "/v1/responses"
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("Stream ran until its 5 s context expired on an in-memory body (status %d, body %q)", tr.Status, tr.Body)
-	}
-	if m == nil {
-		t.Fatal("Stream returned nil")
-	}
-	if testing.Verbose() {
-		t.Logf("status %d: stop %v, http %d, details %q, error %q, %d blocks",
-			tr.Status, m.GetStopReason(), m.GetHttpStatus(), m.GetStopDetails().GetType(), m.GetErrorMessage(), len(m.GetContent()))
-	}
-
-	switch m.GetStopReason() {
-	case messages.StopReason_STOP_REASON_STOP, messages.StopReason_STOP_REASON_TOOL_USE,
-		messages.StopReason_STOP_REASON_LENGTH, messages.StopReason_STOP_REASON_ERROR:
-	case messages.StopReason_STOP_REASON_ABORTED:
-		// The caller never cancels here.
-		t.Fatalf("ABORTED without a cancellation (error %q)", m.GetErrorMessage())
-	default:
-		t.Fatalf("stop reason %v", m.GetStopReason())
-	}
-	if m.GetStopReason() == messages.StopReason_STOP_REASON_ERROR && m.GetErrorMessage() == "" {
-		t.Fatalf("ERROR without an error message: %v", m)
-	}
-	if strings.Contains(m.GetErrorMessage(), "internal error") {
-		t.Fatalf("the provider recovered from a panic: %q", m.GetErrorMessage())
-	}
-	if m.GetProvider() != openai.ProviderName || m.GetModel() != fuzzModel {
-		t.Errorf("provider/model = %q/%q", m.GetProvider(), m.GetModel())
-	}
+	m := providertest.Stream(t, p, fuzzRequest(), tr, openai.ProviderName, path)
 	if m.GetStopReason() == messages.StopReason_STOP_REASON_TOOL_USE && !hasToolCall(m) {
 		t.Errorf("TOOL_USE without a tool call: %v", m.GetContent())
-	}
-	// The session stores every message in its history as protojson, which
-	// (like proto.Marshal) rejects strings that are not valid UTF-8.
-	if _, err := protojson.Marshal(m); err != nil {
-		t.Fatalf("message cannot be stored: %v", err)
-	}
-	mu.Lock()
-	for _, d := range deltas {
-		switch d.Kind {
-		case "text", "thinking", "tool_call":
-		default:
-			t.Errorf("delta kind %q", d.Kind)
-		}
-	}
-	mu.Unlock()
-
-	paths := tr.Paths()
-	if len(paths) != 1 {
-		t.Errorf("%d requests, want 1 (SDK retries must be off)", len(paths))
-	}
-	want := "/v1/chat/completions"
-	if api == openai.APIResponses {
-		want = "/v1/responses"
-	}
-	for _, p := range paths {
-		if p != want {
-			t.Errorf("request path %q, want %q", p, want)
-		}
-	}
-	if !tr.BodiesClosed() {
-		t.Errorf("response body not closed")
 	}
 	return m
 }
