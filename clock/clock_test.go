@@ -442,3 +442,74 @@ func TestReal(t *testing.T) {
 		t.Error("Stop before firing = false")
 	}
 }
+
+func TestResolutionBatchesTimers(t *testing.T) {
+	tests := []struct {
+		name       string
+		resolution time.Duration
+		timers     []timerSpec
+		want       []string
+	}{
+		{"off: each on time", 0, []timerSpec{{"a", 10 * time.Millisecond}, {"b", 10500 * time.Microsecond}, {"c", 12 * time.Millisecond}},
+			[]string{"a@10ms", "b@10.5ms", "c@12ms"}},
+		{"1ms: a and b together at the later deadline", time.Millisecond,
+			[]timerSpec{{"a", 10 * time.Millisecond}, {"b", 10500 * time.Microsecond}, {"c", 12 * time.Millisecond}},
+			[]string{"a@10.5ms", "b@10.5ms", "c@12ms"}},
+		{"1ms: batch window starts at the earliest", time.Millisecond,
+			[]timerSpec{{"a", 10 * time.Millisecond}, {"b", 11 * time.Millisecond}, {"c", 11500 * time.Microsecond}},
+			[]string{"a@11ms", "b@11ms", "c@11.5ms"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, l := newLog()
+			v.SetResolution(tt.resolution)
+			for _, s := range tt.timers {
+				v.AfterFunc(s.d, l.fn(s.name))
+			}
+			if err := v.RunUntilIdle(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.got(); !slices.Equal(got, tt.want) {
+				t.Errorf("fired %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolutionHonoursStopWithinABatch(t *testing.T) {
+	v, l := newLog()
+	v.SetResolution(time.Second)
+	var second clock.Timer
+	v.AfterFunc(time.Millisecond, func() {
+		l.add("first")
+		if !second.Stop() {
+			t.Error("Stop of a batched timer not yet run = false, want true")
+		}
+	})
+	second = v.AfterFunc(2*time.Millisecond, l.fn("second"))
+	if err := v.RunUntilIdle(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.got(); !slices.Equal(got, []string{"first@2ms"}) {
+		t.Errorf("fired %v, want only first", got)
+	}
+	if second.Stop() {
+		t.Error("second Stop = true, want false")
+	}
+}
+
+func TestResolutionAdvanceStopsAtUntil(t *testing.T) {
+	v, l := newLog()
+	v.SetResolution(time.Second)
+	v.AfterFunc(100*time.Millisecond, l.fn("a"))
+	v.AfterFunc(300*time.Millisecond, l.fn("b"))
+	if err := v.Advance(ctxT(t), 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.got(); !slices.Equal(got, []string{"a@100ms"}) {
+		t.Errorf("fired %v, want only a", got)
+	}
+	if n := v.Pending(); n != 1 {
+		t.Errorf("Pending = %d, want 1", n)
+	}
+}

@@ -18,6 +18,7 @@ type Virtual struct {
 	busy   int
 	seq    uint64
 	timers timerHeap
+	batch  time.Duration // see SetResolution
 }
 
 // NewVirtual returns a virtual clock standing at start.
@@ -25,6 +26,18 @@ func NewVirtual(start time.Time) *Virtual {
 	v := &Virtual{now: start}
 	v.idle = sync.NewCond(&v.mu)
 	return v
+}
+
+// SetResolution makes timers fire in batches: every timer due within d of
+// the earliest pending one fires together, in deadline order, with the clock
+// standing at the latest of them, before the clock waits for the work they
+// start. A storm of 100,000 jittered timers then runs in parallel rather
+// than one timer at a time; each timer fires at most d late. The default, 0,
+// fires one timer at a time, exactly on time.
+func (v *Virtual) SetResolution(d time.Duration) {
+	v.mu.Lock()
+	v.batch = max(d, 0)
+	v.mu.Unlock()
 }
 
 // Now returns the virtual time.
@@ -129,24 +142,48 @@ func (v *Virtual) RunUntilIdle(ctx context.Context) error {
 }
 
 // fireNext fires the earliest timer due by until (any timer when until is
-// zero) and reports whether there was one.
+// zero), with the timers batched with it (SetResolution), and reports
+// whether there was one.
 func (v *Virtual) fireNext(until time.Time) bool {
 	v.mu.Lock()
 	if len(v.timers) == 0 || (!until.IsZero() && v.timers[0].at.After(until)) {
 		v.mu.Unlock()
 		return false
 	}
-	t := heap.Pop(&v.timers).(*virtualTimer)
-	t.index = -1
-	if t.at.After(v.now) {
-		v.now = t.at
+	last := v.timers[0].at.Add(v.batch)
+	if !until.IsZero() && last.After(until) {
+		last = until
+	}
+	var due []*virtualTimer
+	for len(v.timers) > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers[0].at.After(last))) {
+		t := heap.Pop(&v.timers).(*virtualTimer)
+		t.index = firing
+		if t.at.After(v.now) {
+			v.now = t.at
+		}
+		due = append(due, t)
 	}
 	v.busy++
 	v.mu.Unlock()
 	defer v.End()
-	t.f()
+	for _, t := range due {
+		v.mu.Lock()
+		stopped := t.index != firing // stopped by an earlier timer of the batch
+		t.index = fired
+		v.mu.Unlock()
+		if !stopped {
+			t.f()
+		}
+	}
 	return true
 }
+
+// The index of a timer out of the heap: popped in a batch not yet run, or
+// run (or stopped).
+const (
+	fired  = -1
+	firing = -2
+)
 
 type virtualTimer struct {
 	v     *Virtual
@@ -159,11 +196,15 @@ type virtualTimer struct {
 func (t *virtualTimer) Stop() bool {
 	t.v.mu.Lock()
 	defer t.v.mu.Unlock()
-	if t.index < 0 {
+	switch t.index {
+	case fired:
 		return false
+	case firing:
+		t.index = fired
+		return true
 	}
 	heap.Remove(&t.v.timers, t.index)
-	t.index = -1
+	t.index = fired
 	return true
 }
 
