@@ -21,6 +21,8 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/slogzero"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/scheduler"
@@ -124,6 +126,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Clock:       cfg.clock,
 		Log:         log,
 		Credentials: map[string]*actor.PID{},
+		Budgets:     map[string]*actor.PID{},
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
 		Providers:   cfg.providers,
@@ -137,7 +140,16 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	root := rt.system.Root
 	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock))
 	rt.pids = append(rt.pids, deps.Scheduler)
-	for name, creds := range cfg.creds {
+	for name := range cfg.providers {
+		creds := cfg.creds[name]
+		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
+			continue
+		}
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget))
+		rt.pids = append(rt.pids, pid)
+		if cfg.settings.Budget.Enabled {
+			deps.Budgets[name] = pid
+		}
 		if len(creds) == 0 {
 			continue
 		}
@@ -146,9 +158,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 			keys[c.Name] = c.APIKey
 		}
 		deps.Keys[name] = keys
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem))
 		deps.Credentials[name] = pid
-		rt.pids = append(rt.pids, pid)
 	}
 	for role, chain := range cfg.settings.FallbackChains {
 		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain))
@@ -276,15 +286,47 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// RetryBudget reports the state of a provider's retry budget (tokens,
+// held retries, how many were delayed and released); it fails when the
+// provider has no budget (retry.budget.enabled is off) or ctx ends.
+func (rt *Runtime) RetryBudget(ctx context.Context, providerName string) (retry.BudgetStats, error) {
+	pid := rt.deps.Budgets[providerName]
+	if pid == nil {
+		return retry.BudgetStats{}, fmt.Errorf("musepi: provider %q has no retry budget (retry.budget.enabled is off, or no such provider)", providerName)
+	}
+	res, err := waitResult(ctx, track.RequestFuture(rt.system.Root, rt.cfg.clock, pid, &messages.RetryBudgetStatsRequest{}, -1))
+	if err != nil {
+		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: %w", providerName, err)
+	}
+	st, ok := res.(*messages.RetryBudgetStats)
+	if !ok {
+		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: unexpected reply %T", providerName, res)
+	}
+	return retry.BudgetStats{Tokens: st.GetTokens(), Held: int(st.GetHeld()), Delayed: st.GetDelayed(), Released: st.GetReleased()}, nil
+}
+
 // waitFuture waits for f until ctx ends.
 func waitFuture(ctx context.Context, f *actor.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Wait() }()
+	_, err := waitResult(ctx, f)
+	return err
+}
+
+// waitResult waits for f's result until ctx ends.
+func waitResult(ctx context.Context, f *actor.Future) (interface{}, error) {
+	type result struct {
+		res interface{}
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.Result()
+		done <- result{res, err}
+	}()
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.res, r.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -64,50 +65,77 @@ func (s *Session) ID() string { return s.id }
 // task is left. When ctx ends first, the prompt is aborted and ctx.Err() is
 // returned.
 func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantMessage, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	limits := s.rt.cfg.limits
-	if limits.PromptBytes > 0 && len(text) > limits.PromptBytes {
-		return nil, &LimitError{Limit: "prompt bytes", Max: limits.PromptBytes}
-	}
-	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
-		s.rt.inFlight.Add(-1)
-		return nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight}
-	}
-	defer s.rt.inFlight.Add(-1)
-	fut := track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, &messages.PromptRequest{Text: text}, -1)
 	type outcome struct {
-		res interface{}
+		msg *messages.AssistantMessage
 		err error
 	}
 	done := make(chan outcome, 1)
-	go func() {
-		res, err := fut.Result()
-		done <- outcome{res, err}
-	}()
-	var out outcome
-	select {
-	case out = <-done:
-	case <-ctx.Done():
-		s.Abort()
-		return nil, ctx.Err()
+	s.PromptAsync(ctx, text, func(msg *messages.AssistantMessage, err error) { done <- outcome{msg, err} })
+	out := <-done
+	return out.msg, out.err
+}
+
+// PromptAsync is Prompt without a waiting goroutine: it sends text and
+// returns at once; done is called exactly once, from a runtime goroutine,
+// with what Prompt would have returned. done must not block. A session
+// waiting this way costs no goroutine, which is how one process holds
+// hundreds of thousands of prompts riding out an outage.
+func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
+	if err := ctx.Err(); err != nil {
+		done(nil, err)
+		return
 	}
-	if out.err != nil {
-		return nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, out.err)
+	limits := s.rt.cfg.limits
+	if limits.PromptBytes > 0 && len(text) > limits.PromptBytes {
+		done(nil, &LimitError{Limit: "prompt bytes", Max: limits.PromptBytes})
+		return
 	}
-	res, ok := out.res.(*messages.PromptResult)
+	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
+		s.rt.inFlight.Add(-1)
+		done(nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight})
+		return
+	}
+	var finished sync.Once
+	finish := func(msg *messages.AssistantMessage, err error) {
+		finished.Do(func() {
+			s.rt.inFlight.Add(-1)
+			done(msg, err)
+		})
+	}
+	var stopWatch func() bool
+	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
+		if stopWatch != nil {
+			stopWatch()
+		}
+		finish(s.result(res, err))
+	})
+	if ctx.Done() != nil {
+		stopWatch = context.AfterFunc(ctx, func() {
+			s.Abort()
+			finish(nil, ctx.Err())
+		})
+	}
+	s.rt.cfg.clock.Begin()
+	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text}, reply)
+}
+
+// result turns the session's reply to a PromptRequest into Prompt's results.
+func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage, error) {
+	if err != nil {
+		return nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, err)
+	}
+	r, ok := res.(*messages.PromptResult)
 	if !ok {
-		return nil, fmt.Errorf("musepi: prompt on session %s: unexpected reply %T", s.id, out.res)
+		return nil, fmt.Errorf("musepi: prompt on session %s: unexpected reply %T", s.id, res)
 	}
-	if res.GetErrorKind() == "" {
-		return res.GetMessage(), nil
+	if r.GetErrorKind() == "" {
+		return r.GetMessage(), nil
 	}
-	kind := kindErrors[res.GetErrorKind()]
+	kind := kindErrors[r.GetErrorKind()]
 	if kind == nil {
 		kind = ErrPromptFailed
 	}
-	return res.GetMessage(), &PromptError{Kind: kind, Detail: res.GetError(), Message: res.GetMessage()}
+	return r.GetMessage(), &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
 }
 
 func (s *Session) send(msg proto.Message) {
@@ -182,23 +210,11 @@ func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry,
 
 // ask sends a request and waits for the reply until ctx ends.
 func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
-	fut := track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg, -1)
-	done := make(chan struct{})
-	var res interface{}
-	var err error
-	go func() {
-		res, err = fut.Result()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if err != nil {
+	res, err := waitResult(ctx, track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg, -1))
+	if err != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("musepi: session %s: %w", s.id, err)
 	}
-	return res, nil
+	return res, err
 }
 
 // Subscribe calls fn with every event of the session, in order, from a
