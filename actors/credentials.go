@@ -8,6 +8,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
 )
 
 // Credential is one API key of a provider.
@@ -26,28 +27,38 @@ type credentialState struct {
 }
 
 // CredentialsActor holds the credentials of one provider: session-sticky
-// selection, blocked-until times after usage limits, banked resets.
+// selection, blocked-until times after usage limits, banked resets; and the
+// provider's retry budget, when there is one.
 type CredentialsActor struct {
 	clk        clock.Clock
 	creds      []credentialState
 	sticky     map[string]int // session -> index into creds
 	next       int            // round-robin start for new sessions
 	autoRedeem bool
+
+	budget  *retry.Budget         // nil: no budget
+	holders map[string]*actor.PID // session -> its retry actor, for releases
 }
 
 // CredentialsProps spawns the credentials actor of one provider. With
 // autoRedeem, a usage limit with no free sibling spends a banked reset.
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool) *actor.Props {
+// An enabled budget (valid settings) makes it the provider's retry budget.
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem}
 		for _, c := range creds {
 			a.creds = append(a.creds, credentialState{Credential: c})
 		}
+		if budget.Enabled {
+			a.budget = retry.NewBudget(budget)
+			a.holders = map[string]*actor.PID{}
+		}
 		return a
 	}, actor.WithReceiverMiddleware(track.Middleware(clk)))
 }
 
-// Receive answers SelectCredential, MarkUsageLimitReached and ReleaseSession.
+// Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession
+// and the retry budget's messages.
 func (a *CredentialsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SelectCredential:
@@ -56,6 +67,57 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		respond(ctx, a.clk, a.markLimited(m))
 	case *messages.ReleaseSession:
 		delete(a.sticky, m.GetSessionId())
+		if a.budget != nil {
+			a.budget.Forget(m.GetSessionId())
+			delete(a.holders, m.GetSessionId())
+		}
+	case *messages.RetryBudgetRequest:
+		respond(ctx, a.clk, a.admit(ctx, m))
+	case *messages.RetryBudgetDrop:
+		if a.budget != nil {
+			a.budget.Forget(m.GetSessionId())
+			delete(a.holders, m.GetSessionId())
+		}
+	case *messages.RetryBudgetOutcome:
+		a.record(ctx, m.GetSuccess())
+	case *messages.RetryBudgetStatsRequest:
+		var st retry.BudgetStats
+		if a.budget != nil {
+			st = a.budget.Stats()
+		}
+		respond(ctx, a.clk, &messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
+	}
+}
+
+// admit asks the budget when a retry may go out; without a budget, at once.
+func (a *CredentialsActor) admit(ctx actor.Context, m *messages.RetryBudgetRequest) *messages.RetryBudgetGrant {
+	grant := &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano()}
+	if a.budget == nil {
+		return grant
+	}
+	var latest time.Time
+	if m.GetLatestUnixNano() != 0 {
+		latest = time.Unix(0, m.GetLatestUnixNano())
+	}
+	due := time.Unix(0, m.GetDueUnixNano())
+	at := a.budget.Admit(a.clk.Now(), m.GetSessionId(), m.GetToken(), due, latest)
+	if at.After(due) && ctx.Sender() != nil {
+		a.holders[m.GetSessionId()] = ctx.Sender()
+	}
+	grant.AtUnixNano = at.UnixNano()
+	return grant
+}
+
+// record counts an outcome and sends the releases it frees.
+func (a *CredentialsActor) record(ctx actor.Context, success bool) {
+	if a.budget == nil {
+		return
+	}
+	for _, h := range a.budget.Record(a.clk.Now(), success) {
+		if pid := a.holders[h.Holder]; pid != nil {
+			delete(a.holders, h.Holder)
+			track.Send(ctx, a.clk, pid, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano()})
+		}
 	}
 }
 

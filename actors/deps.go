@@ -21,6 +21,7 @@ type Deps struct {
 	Log         zerolog.Logger
 	Scheduler   *actor.PID
 	Credentials map[string]*actor.PID        // credentials actor by provider name
+	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
 	Providers   map[string]provider.Provider // by provider name

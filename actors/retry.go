@@ -93,6 +93,10 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 		a.step(ctx, retry.Input{Kind: retry.InputFallbackReply, Now: now, Token: m.GetToken(),
 			Switched: m.GetSwitched(), From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()})
 		a.fallback = nil
+	case *messages.RetryBudgetGrant:
+		a.step(ctx, retry.Input{Kind: retry.InputBudgetGrant, Now: now, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
+	case *messages.RetryBudgetRelease:
+		a.step(ctx, retry.Input{Kind: retry.InputBudgetRelease, Now: now, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
 	case *messages.SleepDone:
 		a.step(ctx, retry.Input{Kind: retry.InputSleepDone, Now: now, Token: m.GetToken()})
 	case *messages.RetryCancel:
@@ -120,7 +124,7 @@ func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
 	a.actions = nil
 	if a.deciding {
 		switch a.chain.Phase() {
-		case retry.AwaitingCredential, retry.AwaitingFallback:
+		case retry.AwaitingCredential, retry.AwaitingFallback, retry.AwaitingBudget:
 		default:
 			a.deciding = false
 			d.Settled = true
@@ -150,6 +154,7 @@ func (a *RetryActor) execute(ctx actor.Context, e retry.Effect) {
 		a.action(messages.RetryAction_KIND_EMIT_START).Start = &messages.AutoRetryStart{
 			Attempt: int32(e.Start.Attempt), MaxAttempts: int32(e.Start.MaxAttempts),
 			DelayMs: e.Start.Delay.Milliseconds(), ErrorMessage: e.Start.ErrorMessage, ErrorClass: e.Start.Class.String(),
+			BudgetDelayMs: e.Start.BudgetDelay.Milliseconds(),
 		}
 	case retry.EmitEnd:
 		end := &messages.AutoRetryEnd{Success: e.End.Success, Attempt: int32(e.End.Attempt)}
@@ -194,6 +199,25 @@ func (a *RetryActor) execute(ctx actor.Context, e retry.Effect) {
 		track.Request(ctx, clk, pid, &messages.NextModelRequest{
 			SessionId: a.sessionID, Role: a.role, Current: a.current, Primary: a.primary,
 			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
+	case retry.RecordOutcome:
+		if pid := a.deps.Budgets[providerOf(a.current)]; pid != nil {
+			track.Send(ctx, clk, pid, &messages.RetryBudgetOutcome{Success: e.Success})
+		}
+	case retry.DropBudgetHold:
+		if pid := a.deps.Budgets[providerOf(a.current)]; pid != nil {
+			track.Send(ctx, clk, pid, &messages.RetryBudgetDrop{SessionId: a.sessionID})
+		}
+	case retry.AskBudget:
+		req := &messages.RetryBudgetRequest{SessionId: a.sessionID, Token: e.Token, DueUnixNano: e.Due.UnixNano()}
+		if !e.Latest.IsZero() {
+			req.LatestUnixNano = e.Latest.UnixNano()
+		}
+		pid := a.deps.Budgets[providerOf(a.current)]
+		if pid == nil { // no budget for this provider: go at the backoff time
+			track.Send(ctx, clk, ctx.Self(), &messages.RetryBudgetGrant{Token: e.Token, AtUnixNano: req.DueUnixNano})
+			return
+		}
+		track.Request(ctx, clk, pid, req)
 	case retry.Sleep:
 		self, root, token := ctx.Self(), ctx.ActorSystem().Root, e.Token
 		a.timer = clk.AfterFunc(e.Delay, func() {

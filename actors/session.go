@@ -370,8 +370,12 @@ func (s *SessionActor) stopping(ctx actor.Context) {
 		final := ShutdownError
 		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
 	}
-	if pid := s.deps.Credentials[providerOf(s.model)]; pid != nil {
-		track.Send(ctx, s.deps.Clock, pid, &messages.ReleaseSession{SessionId: s.cfg.ID})
+	creds, budget := s.deps.Credentials[providerOf(s.model)], s.deps.Budgets[providerOf(s.model)]
+	if creds != nil {
+		track.Send(ctx, s.deps.Clock, creds, &messages.ReleaseSession{SessionId: s.cfg.ID})
+	}
+	if budget != nil && budget != creds {
+		track.Send(ctx, s.deps.Clock, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
 	}
 	track.Send(ctx, s.deps.Clock, s.deps.Scheduler, &messages.Forget{SessionId: s.cfg.ID})
 	s.cfg.State.retrying.Store(false)

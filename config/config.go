@@ -445,6 +445,9 @@ func (v *validator) retry(s retry.Settings) {
 		v.add("retry.fallback_revert_policy", "unknown policy %q (want %q or %q)",
 			s.FallbackRevertPolicy, retry.RevertCooldownExpiry, retry.RevertNever)
 	}
+	for _, p := range s.Budget.Problems() {
+		v.add(snakeField(p.Field), "%s", p.Problem)
+	}
 	roles := make([]string, 0, len(s.FallbackChains))
 	for role := range s.FallbackChains {
 		roles = append(roles, role)
@@ -473,8 +476,9 @@ func (v *validator) retry(s retry.Settings) {
 }
 
 // snakeField turns a retry.SettingsError field ("retry.maxRetries",
-// "retry.fallbackChains.slow[2]") into the file's key
-// ("retry.max_retries", "retry.fallback_chains.slow[2]").
+// "retry.budget.maxTokens", "retry.fallbackChains.slow[2]") into the
+// file's key ("retry.max_retries", "retry.budget.max_tokens",
+// "retry.fallback_chains.slow[2]"); role names are kept as they are.
 func snakeField(field string) string {
 	group, rest, ok := strings.Cut(field, ".")
 	if !ok {
@@ -484,6 +488,14 @@ func snakeField(field string) string {
 	if i := strings.IndexAny(rest, ".["); i >= 0 {
 		name, tail = rest[:i], rest[i:]
 	}
+	if name == "budget" && strings.HasPrefix(tail, ".") {
+		return group + "." + snakeField(rest)
+	}
+	return group + "." + snakeCase(name) + tail
+}
+
+// snakeCase turns "maxTokens" into "max_tokens".
+func snakeCase(name string) string {
 	var b strings.Builder
 	for _, r := range name {
 		if r >= 'A' && r <= 'Z' {
@@ -492,5 +504,5 @@ func snakeField(field string) string {
 		}
 		b.WriteRune(r)
 	}
-	return group + "." + b.String() + tail
+	return b.String()
 }

@@ -87,7 +87,13 @@ func TestValidationErrors(t *testing.T) {
 		{name: "unknown credential key", prov: openaiProvider + "  banked = 1\n", key: "providers.openai.credentials[0].banked", msg: `did you mean "banked_resets"?`, only: true},
 		{name: "api key in a credential", prov: openaiProvider + "  api_key = \"sk-secret\"\n", key: "providers.openai.credentials[0].api_key", msg: "API keys are never read from the file", only: true},
 		{name: "api key in a provider", prov: "[providers.openai]\nkind = \"openai\"\napi_key = \"sk-secret\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.api_key", msg: "API keys are never read from the file", only: true},
-		{name: "unknown retry key", rest: "[retry]\njitter = 0.5", key: "retry.jitter", msg: "unknown key (allowed: base_delay_ms, enabled, fallback_chains", only: true},
+		{name: "budget max_tokens not a number", rest: "[retry.budget]\nenabled = true\nmax_tokens = \"ten\"", key: "retry.budget.max_tokens", msg: "must be a number, got a string", only: true},
+		{name: "budget max_tokens too small", rest: "[retry.budget]\nenabled = true\nmax_tokens = 0", key: "retry.budget.max_tokens", msg: "must be 1 to 1000000, got 0"},
+		{name: "budget token_ratio zero", rest: "[retry.budget]\nenabled = true\ntoken_ratio = 0", key: "retry.budget.token_ratio", msg: "must be above 0 and at most maxTokens, got 0"},
+		{name: "budget probe_interval_ms zero", rest: "[retry.budget]\nenabled = true\nprobe_interval_ms = 0", key: "retry.budget.probe_interval_ms", msg: "must be above 0, got 0"},
+		{name: "budget release_window_ms negative", rest: "[retry.budget]\nenabled = true\nrelease_window_ms = -1", key: "retry.budget.release_window_ms", msg: "must be 0 or more, got -1"},
+		{name: "unknown budget key", rest: "[retry.budget]\nburst = 3", key: "retry.budget.burst", msg: "unknown key (allowed: enabled, max_tokens, probe_interval_ms, release_window_ms, token_ratio)", only: true},
+		{name: "unknown retry key", rest: "[retry]\njitter = 0.5", key: "retry.jitter", msg: "unknown key (allowed: base_delay_ms, budget, enabled, fallback_chains", only: true},
 		{name: "default_model not a string", top: "default_model = 5", key: "default_model", msg: "must be a string, got an integer", only: true},
 		{name: "auto_redeem not a boolean", top: "default_model = \"openai/gpt-4o\"\nauto_redeem = \"yes\"", key: "auto_redeem", msg: "must be a boolean (true or false), got a string", only: true},
 		{name: "history_dir a date", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = 2024-01-02", key: "history_dir", msg: "must be a string, got a date-time", only: true},
@@ -335,6 +341,7 @@ func TestExample(t *testing.T) {
 			ModelFallback:        true,
 			FallbackChains:       map[string][]string{"default": {"anthropic/claude-sonnet-4", "openai/gpt-4o-mini"}},
 			FallbackRevertPolicy: retry.RevertCooldownExpiry,
+			Budget:               retry.DefaultBudgetSettings(),
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -387,7 +394,14 @@ base_delay_ms = 0
 max_delay_ms = -1
 model_fallback = false
 fallback_revert_policy = "never"
-fallback_chains = { default = [], smol = ["openai/gpt-4o-mini"], "x.y" = ["openai/gpt-4o"] }`)))
+fallback_chains = { default = [], smol = ["openai/gpt-4o-mini"], "x.y" = ["openai/gpt-4o"] }
+
+[retry.budget]
+enabled = true
+max_tokens = 20
+token_ratio = 0.5
+probe_interval_ms = 100
+release_window_ms = 0`)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,6 +409,7 @@ fallback_chains = { default = [], smol = ["openai/gpt-4o-mini"], "x.y" = ["opena
 			MaxDelay:             -time.Millisecond,
 			FallbackChains:       map[string][]string{"default": {}, "smol": {"openai/gpt-4o-mini"}, "x.y": {"openai/gpt-4o"}},
 			FallbackRevertPolicy: retry.RevertNever,
+			Budget:               retry.BudgetSettings{Enabled: true, MaxTokens: 20, TokenRatio: 0.5, ProbeInterval: 100 * time.Millisecond},
 		}
 		if !reflect.DeepEqual(cfg.Retry, want) {
 			t.Errorf("retry = %#v, want %#v", cfg.Retry, want)

@@ -127,6 +127,18 @@ func decodeRetry(t *table, s *retry.Settings) {
 			s.FallbackChains = chains
 		}
 	}
+	if bt, ok := t.sub("budget"); ok {
+		decodeBudget(bt, &s.Budget)
+	}
+	t.done(nil)
+}
+
+func decodeBudget(t *table, b *retry.BudgetSettings) {
+	t.boolean("enabled", &b.Enabled)
+	t.number("max_tokens", &b.MaxTokens)
+	t.number("token_ratio", &b.TokenRatio)
+	t.millis("probe_interval_ms", &b.ProbeInterval)
+	t.millis("release_window_ms", &b.ReleaseWindow)
 	t.done(nil)
 }
 
@@ -213,6 +225,24 @@ func (t *table) integer(k string, dst *int64) bool {
 		return false
 	}
 	*dst = n
+	return true
+}
+
+// number reads a number, integer or not, into a float64.
+func (t *table) number(k string, dst *float64) bool {
+	v, ok := t.get(k)
+	if !ok {
+		return false
+	}
+	switch n := v.(type) {
+	case int64:
+		*dst = float64(n)
+	case float64:
+		*dst = n
+	default:
+		t.d.wrongType(t.at(k), "a number", v)
+		return false
+	}
 	return true
 }
 

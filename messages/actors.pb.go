@@ -1342,6 +1342,382 @@ func (x *UsageLimitReply) GetToken() uint64 {
 	return 0
 }
 
+// RetryBudgetOutcome reports one request's outcome to its provider's
+// budget: a success, or a retryable failure.
+type RetryBudgetOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Success       bool                   `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetOutcome) Reset() {
+	*x = RetryBudgetOutcome{}
+	mi := &file_actors_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetOutcome) ProtoMessage() {}
+
+func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
+func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RetryBudgetOutcome) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+// RetryBudgetRequest asks when a retry due at due_unix_nano may go out;
+// latest_unix_nano (0: none) is the retry.maxDelayMs bound.
+type RetryBudgetRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token          uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	DueUnixNano    int64                  `protobuf:"varint,3,opt,name=due_unix_nano,json=dueUnixNano,proto3" json:"due_unix_nano,omitempty"`
+	LatestUnixNano int64                  `protobuf:"varint,4,opt,name=latest_unix_nano,json=latestUnixNano,proto3" json:"latest_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetryBudgetRequest) Reset() {
+	*x = RetryBudgetRequest{}
+	mi := &file_actors_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetRequest) ProtoMessage() {}
+
+func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
+func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RetryBudgetRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RetryBudgetRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RetryBudgetRequest) GetDueUnixNano() int64 {
+	if x != nil {
+		return x.DueUnixNano
+	}
+	return 0
+}
+
+func (x *RetryBudgetRequest) GetLatestUnixNano() int64 {
+	if x != nil {
+		return x.LatestUnixNano
+	}
+	return 0
+}
+
+// RetryBudgetGrant answers RetryBudgetRequest: the retry goes out at
+// at_unix_nano. RetryBudgetRelease, sent later to a held retry, moves it
+// earlier once the budget allows.
+type RetryBudgetGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetGrant) Reset() {
+	*x = RetryBudgetGrant{}
+	mi := &file_actors_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetGrant) ProtoMessage() {}
+
+func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
+func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RetryBudgetGrant) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RetryBudgetGrant) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+// RetryBudgetDrop tells a provider's budget that the session's held retry
+// will not go out (cancelled, or its turn ended).
+type RetryBudgetDrop struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetDrop) Reset() {
+	*x = RetryBudgetDrop{}
+	mi := &file_actors_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetDrop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetDrop) ProtoMessage() {}
+
+func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
+func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RetryBudgetDrop) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// RetryBudgetStatsRequest asks a provider's budget for RetryBudgetStats.
+type RetryBudgetStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetStatsRequest) Reset() {
+	*x = RetryBudgetStatsRequest{}
+	mi := &file_actors_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetStatsRequest) ProtoMessage() {}
+
+func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
+func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{26}
+}
+
+// RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
+type RetryBudgetStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        float64                `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Held          int64                  `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	Delayed       int64                  `protobuf:"varint,3,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Released      int64                  `protobuf:"varint,4,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetStats) Reset() {
+	*x = RetryBudgetStats{}
+	mi := &file_actors_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetStats) ProtoMessage() {}
+
+func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
+func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RetryBudgetStats) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RetryBudgetStats) GetHeld() int64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *RetryBudgetStats) GetDelayed() int64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *RetryBudgetStats) GetReleased() int64 {
+	if x != nil {
+		return x.Released
+	}
+	return 0
+}
+
+// RetryBudgetRelease lets a held retry go out at at_unix_nano.
+type RetryBudgetRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudgetRelease) Reset() {
+	*x = RetryBudgetRelease{}
+	mi := &file_actors_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudgetRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudgetRelease) ProtoMessage() {}
+
+func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
+func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RetryBudgetRelease) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RetryBudgetRelease) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
 // ReleaseSession forgets a session's sticky choices.
 type ReleaseSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1352,7 +1728,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1740,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1753,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1404,7 +1780,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1792,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1805,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -1496,7 +1872,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1884,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1897,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -1579,7 +1955,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1967,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1980,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -1647,7 +2023,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +2035,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +2048,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -1708,7 +2084,7 @@ type SetGeneration struct {
 
 func (x *SetGeneration) Reset() {
 	*x = SetGeneration{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +2096,7 @@ func (x *SetGeneration) String() string {
 func (*SetGeneration) ProtoMessage() {}
 
 func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +2109,7 @@ func (x *SetGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
 func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetGeneration) GetSessionId() string {
@@ -1760,7 +2136,7 @@ type DropTasks struct {
 
 func (x *DropTasks) Reset() {
 	*x = DropTasks{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2148,7 @@ func (x *DropTasks) String() string {
 func (*DropTasks) ProtoMessage() {}
 
 func (x *DropTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2161,7 @@ func (x *DropTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTasks.ProtoReflect.Descriptor instead.
 func (*DropTasks) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DropTasks) GetSessionId() string {
@@ -1805,7 +2181,7 @@ type GenerationIdle struct {
 
 func (x *GenerationIdle) Reset() {
 	*x = GenerationIdle{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2193,7 @@ func (x *GenerationIdle) String() string {
 func (*GenerationIdle) ProtoMessage() {}
 
 func (x *GenerationIdle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2206,7 @@ func (x *GenerationIdle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationIdle.ProtoReflect.Descriptor instead.
 func (*GenerationIdle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GenerationIdle) GetGeneration() uint64 {
@@ -1850,7 +2226,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2238,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2251,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -1900,7 +2276,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2288,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2301,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionState) GetAutoRetryEnabled() bool {
@@ -1979,7 +2355,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2367,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2380,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 // CompactionFinished carries the compaction hook's outcome.
@@ -2019,7 +2395,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2407,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2420,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2182,7 +2558,32 @@ const file_actors_proto_rawDesc = "" +
 	"credential\x12\x1e\n" +
 	"\vretry_at_ms\x18\x03 \x01(\x03R\tretryAtMs\x12\x1a\n" +
 	"\bredeemed\x18\x04 \x01(\bR\bredeemed\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\x04R\x05token\"/\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\".\n" +
+	"\x12RetryBudgetOutcome\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\"\x97\x01\n" +
+	"\x12RetryBudgetRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\"\n" +
+	"\rdue_unix_nano\x18\x03 \x01(\x03R\vdueUnixNano\x12(\n" +
+	"\x10latest_unix_nano\x18\x04 \x01(\x03R\x0elatestUnixNano\"J\n" +
+	"\x10RetryBudgetGrant\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\"0\n" +
+	"\x0fRetryBudgetDrop\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x19\n" +
+	"\x17RetryBudgetStatsRequest\"t\n" +
+	"\x10RetryBudgetStats\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\x03R\x04held\x12\x18\n" +
+	"\adelayed\x18\x03 \x01(\x03R\adelayed\x12\x1a\n" +
+	"\breleased\x18\x04 \x01(\x03R\breleased\"L\n" +
+	"\x12RetryBudgetRelease\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\"/\n" +
 	"\x0eReleaseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xc2\x01\n" +
@@ -2264,67 +2665,74 @@ func file_actors_proto_rawDescGZIP() []byte {
 }
 
 var file_actors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_actors_proto_goTypes = []any{
-	(RetryAction_Kind)(0),          // 0: musepi.v1.RetryAction.Kind
-	(*PromptRequest)(nil),          // 1: musepi.v1.PromptRequest
-	(*PromptResult)(nil),           // 2: musepi.v1.PromptResult
-	(*AbortRequest)(nil),           // 3: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),      // 4: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),    // 5: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),        // 6: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),        // 7: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),          // 8: musepi.v1.MessagesReply
-	(*Ack)(nil),                    // 9: musepi.v1.Ack
-	(*TurnDelta)(nil),              // 10: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),           // 11: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),          // 12: musepi.v1.ToolsFinished
-	(*Aborts)(nil),                 // 13: musepi.v1.Aborts
-	(*RetryTurnEnded)(nil),         // 14: musepi.v1.RetryTurnEnded
-	(*RetryCancel)(nil),            // 15: musepi.v1.RetryCancel
-	(*RetryAction)(nil),            // 16: musepi.v1.RetryAction
-	(*RetryDecision)(nil),          // 17: musepi.v1.RetryDecision
-	(*SleepDone)(nil),              // 18: musepi.v1.SleepDone
-	(*SelectCredential)(nil),       // 19: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),     // 20: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),  // 21: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),        // 22: musepi.v1.UsageLimitReply
-	(*ReleaseSession)(nil),         // 23: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),       // 24: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),         // 25: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),           // 26: musepi.v1.ScheduleTask
-	(*TaskDue)(nil),                // 27: musepi.v1.TaskDue
-	(*SetGeneration)(nil),          // 28: musepi.v1.SetGeneration
-	(*DropTasks)(nil),              // 29: musepi.v1.DropTasks
-	(*GenerationIdle)(nil),         // 30: musepi.v1.GenerationIdle
-	(*Forget)(nil),                 // 31: musepi.v1.Forget
-	(*SessionState)(nil),           // 32: musepi.v1.SessionState
-	(*Tick)(nil),                   // 33: musepi.v1.Tick
-	(*CompactionFinished)(nil),     // 34: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),       // 35: musepi.v1.AssistantMessage
-	(*Entry)(nil),                  // 36: musepi.v1.Entry
-	(*ToolResult)(nil),             // 37: musepi.v1.ToolResult
-	(*RetrySettings)(nil),          // 38: musepi.v1.RetrySettings
-	(*AutoRetryStart)(nil),         // 39: musepi.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),           // 40: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),   // 41: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil), // 42: musepi.v1.RetryFallbackSucceeded
+	(RetryAction_Kind)(0),           // 0: musepi.v1.RetryAction.Kind
+	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
+	(*PromptResult)(nil),            // 2: musepi.v1.PromptResult
+	(*AbortRequest)(nil),            // 3: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 4: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 5: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 6: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 7: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 8: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 9: musepi.v1.Ack
+	(*TurnDelta)(nil),               // 10: musepi.v1.TurnDelta
+	(*TurnFinished)(nil),            // 11: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 12: musepi.v1.ToolsFinished
+	(*Aborts)(nil),                  // 13: musepi.v1.Aborts
+	(*RetryTurnEnded)(nil),          // 14: musepi.v1.RetryTurnEnded
+	(*RetryCancel)(nil),             // 15: musepi.v1.RetryCancel
+	(*RetryAction)(nil),             // 16: musepi.v1.RetryAction
+	(*RetryDecision)(nil),           // 17: musepi.v1.RetryDecision
+	(*SleepDone)(nil),               // 18: musepi.v1.SleepDone
+	(*SelectCredential)(nil),        // 19: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 20: musepi.v1.CredentialSelected
+	(*MarkUsageLimitReached)(nil),   // 21: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 22: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 23: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 24: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 25: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 26: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 27: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 28: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 29: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 30: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 31: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 32: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 33: musepi.v1.ScheduleTask
+	(*TaskDue)(nil),                 // 34: musepi.v1.TaskDue
+	(*SetGeneration)(nil),           // 35: musepi.v1.SetGeneration
+	(*DropTasks)(nil),               // 36: musepi.v1.DropTasks
+	(*GenerationIdle)(nil),          // 37: musepi.v1.GenerationIdle
+	(*Forget)(nil),                  // 38: musepi.v1.Forget
+	(*SessionState)(nil),            // 39: musepi.v1.SessionState
+	(*Tick)(nil),                    // 40: musepi.v1.Tick
+	(*CompactionFinished)(nil),      // 41: musepi.v1.CompactionFinished
+	(*AssistantMessage)(nil),        // 42: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 43: musepi.v1.Entry
+	(*ToolResult)(nil),              // 44: musepi.v1.ToolResult
+	(*RetrySettings)(nil),           // 45: musepi.v1.RetrySettings
+	(*AutoRetryStart)(nil),          // 46: musepi.v1.AutoRetryStart
+	(*AutoRetryEnd)(nil),            // 47: musepi.v1.AutoRetryEnd
+	(*RetryFallbackApplied)(nil),    // 48: musepi.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil),  // 49: musepi.v1.RetryFallbackSucceeded
 }
 var file_actors_proto_depIdxs = []int32{
-	35, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	36, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	35, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	37, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	35, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
+	42, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	43, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	42, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	44, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	42, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
 	13, // 5: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
-	38, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
+	45, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
 	0,  // 7: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
-	39, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
-	40, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
-	41, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	42, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	46, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
+	47, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
+	48, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	49, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
 	16, // 12: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
-	36, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	43, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	14, // [14:14] is the sub-list for method output_type
 	14, // [14:14] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
@@ -2347,7 +2755,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

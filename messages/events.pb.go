@@ -28,7 +28,8 @@ type AutoRetryStart struct {
 	MaxAttempts   int32                  `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // retry.maxRetries
 	DelayMs       int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`             // the backoff before the attempt
 	ErrorMessage  string                 `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	ErrorClass    string                 `protobuf:"bytes,5,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"` // e.g. "transient", "usage_limit"
+	ErrorClass    string                 `protobuf:"bytes,5,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`             // e.g. "transient", "usage_limit"
+	BudgetDelayMs int64                  `protobuf:"varint,6,opt,name=budget_delay_ms,json=budgetDelayMs,proto3" json:"budget_delay_ms,omitempty"` // the part of delay_ms added by the provider's retry budget (0: not held)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,6 +97,13 @@ func (x *AutoRetryStart) GetErrorClass() string {
 		return x.ErrorClass
 	}
 	return ""
+}
+
+func (x *AutoRetryStart) GetBudgetDelayMs() int64 {
+	if x != nil {
+		return x.BudgetDelayMs
+	}
+	return 0
 }
 
 // AutoRetryEnd is emitted once when a retry chain ends.
@@ -960,14 +968,15 @@ var File_events_proto protoreflect.FileDescriptor
 
 const file_events_proto_rawDesc = "" +
 	"\n" +
-	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xae\x01\n" +
+	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xd6\x01\n" +
 	"\x0eAutoRetryStart\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12!\n" +
 	"\fmax_attempts\x18\x02 \x01(\x05R\vmaxAttempts\x12\x19\n" +
 	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12#\n" +
 	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\x12\x1f\n" +
 	"\verror_class\x18\x05 \x01(\tR\n" +
-	"errorClass\"x\n" +
+	"errorClass\x12&\n" +
+	"\x0fbudget_delay_ms\x18\x06 \x01(\x03R\rbudgetDelayMs\"x\n" +
 	"\fAutoRetryEnd\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12$\n" +

@@ -77,6 +77,7 @@ type RetrySettings struct {
 	ModelFallback        *bool                     `protobuf:"varint,5,opt,name=model_fallback,json=modelFallback,proto3,oneof" json:"model_fallback,omitempty"`                                                                       // default true
 	FallbackChains       map[string]*FallbackChain `protobuf:"bytes,6,rep,name=fallback_chains,json=fallbackChains,proto3" json:"fallback_chains,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // per role; default none
 	FallbackRevertPolicy *string                   `protobuf:"bytes,7,opt,name=fallback_revert_policy,json=fallbackRevertPolicy,proto3,oneof" json:"fallback_revert_policy,omitempty"`                                                 // "cooldown-expiry" (default) or "never"
+	Budget               *RetryBudget              `protobuf:"bytes,8,opt,name=budget,proto3" json:"budget,omitempty"`                                                                                                                 // per-provider retry budget
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -160,13 +161,97 @@ func (x *RetrySettings) GetFallbackRevertPolicy() string {
 	return ""
 }
 
+func (x *RetrySettings) GetBudget() *RetryBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// RetryBudget is the `retry.budget` group (see retry.BudgetSettings).
+type RetryBudget struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Enabled         *bool                  `protobuf:"varint,1,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`                                          // default false
+	MaxTokens       *float64               `protobuf:"fixed64,2,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`                    // default 10
+	TokenRatio      *float64               `protobuf:"fixed64,3,opt,name=token_ratio,json=tokenRatio,proto3,oneof" json:"token_ratio,omitempty"`                 // default 0.1
+	ProbeIntervalMs *int64                 `protobuf:"varint,4,opt,name=probe_interval_ms,json=probeIntervalMs,proto3,oneof" json:"probe_interval_ms,omitempty"` // default 250
+	ReleaseWindowMs *int64                 `protobuf:"varint,5,opt,name=release_window_ms,json=releaseWindowMs,proto3,oneof" json:"release_window_ms,omitempty"` // default 1000
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RetryBudget) Reset() {
+	*x = RetryBudget{}
+	mi := &file_settings_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudget) ProtoMessage() {}
+
+func (x *RetryBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_settings_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
+func (*RetryBudget) Descriptor() ([]byte, []int) {
+	return file_settings_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RetryBudget) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *RetryBudget) GetMaxTokens() float64 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetTokenRatio() float64 {
+	if x != nil && x.TokenRatio != nil {
+		return *x.TokenRatio
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetProbeIntervalMs() int64 {
+	if x != nil && x.ProbeIntervalMs != nil {
+		return *x.ProbeIntervalMs
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetReleaseWindowMs() int64 {
+	if x != nil && x.ReleaseWindowMs != nil {
+		return *x.ReleaseWindowMs
+	}
+	return 0
+}
+
 var File_settings_proto protoreflect.FileDescriptor
 
 const file_settings_proto_rawDesc = "" +
 	"\n" +
 	"\x0esettings.proto\x12\tmusepi.v1\"'\n" +
 	"\rFallbackChain\x12\x16\n" +
-	"\x06models\x18\x01 \x03(\tR\x06models\"\xac\x04\n" +
+	"\x06models\x18\x01 \x03(\tR\x06models\"\xdc\x04\n" +
 	"\rRetrySettings\x12\x1d\n" +
 	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12$\n" +
 	"\vmax_retries\x18\x02 \x01(\x05H\x01R\n" +
@@ -176,7 +261,8 @@ const file_settings_proto_rawDesc = "" +
 	"maxDelayMs\x88\x01\x01\x12*\n" +
 	"\x0emodel_fallback\x18\x05 \x01(\bH\x04R\rmodelFallback\x88\x01\x01\x12U\n" +
 	"\x0ffallback_chains\x18\x06 \x03(\v2,.musepi.v1.RetrySettings.FallbackChainsEntryR\x0efallbackChains\x129\n" +
-	"\x16fallback_revert_policy\x18\a \x01(\tH\x05R\x14fallbackRevertPolicy\x88\x01\x01\x1a[\n" +
+	"\x16fallback_revert_policy\x18\a \x01(\tH\x05R\x14fallbackRevertPolicy\x88\x01\x01\x12.\n" +
+	"\x06budget\x18\b \x01(\v2\x16.musepi.v1.RetryBudgetR\x06budget\x1a[\n" +
 	"\x13FallbackChainsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\v2\x18.musepi.v1.FallbackChainR\x05value:\x028\x01B\n" +
@@ -186,7 +272,21 @@ const file_settings_proto_rawDesc = "" +
 	"\x0e_base_delay_msB\x0f\n" +
 	"\r_max_delay_msB\x11\n" +
 	"\x0f_model_fallbackB\x19\n" +
-	"\x17_fallback_revert_policyB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x17_fallback_revert_policy\"\xaf\x02\n" +
+	"\vRetryBudget\x12\x1d\n" +
+	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x01H\x01R\tmaxTokens\x88\x01\x01\x12$\n" +
+	"\vtoken_ratio\x18\x03 \x01(\x01H\x02R\n" +
+	"tokenRatio\x88\x01\x01\x12/\n" +
+	"\x11probe_interval_ms\x18\x04 \x01(\x03H\x03R\x0fprobeIntervalMs\x88\x01\x01\x12/\n" +
+	"\x11release_window_ms\x18\x05 \x01(\x03H\x04R\x0freleaseWindowMs\x88\x01\x01B\n" +
+	"\n" +
+	"\b_enabledB\r\n" +
+	"\v_max_tokensB\x0e\n" +
+	"\f_token_ratioB\x14\n" +
+	"\x12_probe_interval_msB\x14\n" +
+	"\x12_release_window_msB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_settings_proto_rawDescOnce sync.Once
@@ -200,20 +300,22 @@ func file_settings_proto_rawDescGZIP() []byte {
 	return file_settings_proto_rawDescData
 }
 
-var file_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_settings_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_settings_proto_goTypes = []any{
 	(*FallbackChain)(nil), // 0: musepi.v1.FallbackChain
 	(*RetrySettings)(nil), // 1: musepi.v1.RetrySettings
-	nil,                   // 2: musepi.v1.RetrySettings.FallbackChainsEntry
+	(*RetryBudget)(nil),   // 2: musepi.v1.RetryBudget
+	nil,                   // 3: musepi.v1.RetrySettings.FallbackChainsEntry
 }
 var file_settings_proto_depIdxs = []int32{
-	2, // 0: musepi.v1.RetrySettings.fallback_chains:type_name -> musepi.v1.RetrySettings.FallbackChainsEntry
-	0, // 1: musepi.v1.RetrySettings.FallbackChainsEntry.value:type_name -> musepi.v1.FallbackChain
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 0: musepi.v1.RetrySettings.fallback_chains:type_name -> musepi.v1.RetrySettings.FallbackChainsEntry
+	2, // 1: musepi.v1.RetrySettings.budget:type_name -> musepi.v1.RetryBudget
+	0, // 2: musepi.v1.RetrySettings.FallbackChainsEntry.value:type_name -> musepi.v1.FallbackChain
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_settings_proto_init() }
@@ -222,13 +324,14 @@ func file_settings_proto_init() {
 		return
 	}
 	file_settings_proto_msgTypes[1].OneofWrappers = []any{}
+	file_settings_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_settings_proto_rawDesc), len(file_settings_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,11 +21,12 @@ const (
 	Idle               Phase = iota // no chain open
 	AwaitingCredential              // asked the credential actor to switch
 	AwaitingFallback                // asked the model-fallback actor to switch
+	AwaitingBudget                  // asked the provider's retry budget when the retry may go
 	Sleeping                        // the backoff sleep is running
 	AwaitingTurn                    // continue scheduled; waiting for the turn to end
 )
 
-var phaseNames = [...]string{"idle", "awaiting_credential", "awaiting_fallback", "sleeping", "awaiting_turn"}
+var phaseNames = [...]string{"idle", "awaiting_credential", "awaiting_fallback", "awaiting_budget", "sleeping", "awaiting_turn"}
 
 func (p Phase) String() string {
 	if int(p) < len(phaseNames) {
@@ -47,6 +48,10 @@ type Chain struct {
 	started    bool   // auto_retry_start emitted in this chain
 	token      uint64 // ties replies and timer firings to the request they answer
 	generation uint64 // prompt generation of the failing turn
+	now        time.Time
+
+	heldToken uint64    // the budget ask whose release may still move the sleep; 0: none
+	askedAt   time.Time // when the budget was asked
 
 	// The attempt being decided.
 	class    Class
@@ -85,6 +90,7 @@ func (c *Chain) Generation() uint64 { return c.generation }
 // firings whose Token is not the one the chain waits for are ignored.
 func (c *Chain) Step(in Input) []Effect {
 	c.out = c.out[:0]
+	c.now = in.Now
 	switch in.Kind {
 	case InputTurnEnded:
 		c.turnEnded(in)
@@ -96,8 +102,17 @@ func (c *Chain) Step(in Input) []Effect {
 		if c.phase == AwaitingFallback && in.Token == c.token {
 			c.fallbackReplied(in)
 		}
+	case InputBudgetGrant:
+		if c.phase == AwaitingBudget && in.Token == c.token {
+			c.budgetGranted(in.At)
+		}
+	case InputBudgetRelease:
+		if c.phase == Sleeping && c.heldToken != 0 && in.Token == c.heldToken {
+			c.budgetReleased(in.At)
+		}
 	case InputSleepDone:
 		if c.phase == Sleeping && in.Token == c.token {
+			c.heldToken = 0 // the held retry goes out now: nothing left to drop
 			c.phase = AwaitingTurn
 			c.emit(Effect{Kind: ScheduleContinue, Delay: time.Millisecond, Generation: c.generation})
 		}
@@ -117,6 +132,7 @@ func (c *Chain) turnEnded(in Input) {
 		c.emit(Effect{Kind: CancelSleep, Token: c.token})
 	}
 	c.token++ // a turn ended: any reply or timer still in flight is stale
+	c.dropHold()
 	if c.phase != Idle {
 		c.phase = AwaitingTurn
 	}
@@ -125,6 +141,14 @@ func (c *Chain) turnEnded(in Input) {
 		// A deliberate abort (user, dispose, edit guard) settles the turn,
 		// whatever error the stream ended with while it was being aborted.
 		class = NotRetryable
+	}
+	if c.settings.Budget.Enabled && c.settings.Enabled {
+		switch {
+		case class == Success:
+			c.emit(Effect{Kind: RecordOutcome, Success: true})
+		case class.LoadsProvider():
+			c.emit(Effect{Kind: RecordOutcome})
+		}
 	}
 	switch {
 	case class == Success:
@@ -253,14 +277,67 @@ func (c *Chain) decide() {
 			c.delay.Milliseconds(), s.MaxDelay.Milliseconds(), c.errText))
 		return
 	}
+	if s.Budget.Enabled && !c.switched {
+		// Step 10a (beyond the reference policy): the provider's retry
+		// budget may hold the retry back; a switched retry is a first
+		// attempt on another credential or model and is not held.
+		c.phase = AwaitingBudget
+		var latest time.Time
+		if s.MaxDelay > 0 {
+			latest = c.now.Add(s.MaxDelay)
+		}
+		c.askedAt = c.now
+		c.emit(Effect{Kind: AskBudget, Token: c.token, Due: c.now.Add(c.delay), Latest: latest})
+		return
+	}
+	c.start(0, c.delay)
+}
+
+// budgetGranted takes the budget's answer: the retry goes out at at.
+func (c *Chain) budgetGranted(at time.Time) {
+	due := c.askedAt.Add(c.delay)
+	if at.Before(due) {
+		at = due // never before the backoff
+	}
+	extra := at.Sub(due)
+	if extra > 0 {
+		c.heldToken = c.token
+	}
+	c.start(extra, max(at.Sub(c.now), 0))
+}
+
+// dropHold tells the budget that a held retry will not go out after all,
+// so that a release is not spent on it.
+func (c *Chain) dropHold() {
+	if c.heldToken != 0 {
+		c.heldToken = 0
+		c.emit(Effect{Kind: DropBudgetHold})
+	}
+}
+
+// budgetReleased moves a held retry's sleep to end at at (the budget
+// recovered before the retry's slot).
+func (c *Chain) budgetReleased(at time.Time) {
+	c.heldToken = 0
+	c.emit(Effect{Kind: CancelSleep, Token: c.token})
+	c.token++
+	c.emit(Effect{Kind: Sleep, Delay: max(at.Sub(c.now), 0), Token: c.token})
+}
+
+// start runs steps 11-12: auto_retry_start, then the backoff sleep for
+// sleep. The event's delay counts from the decision, extra of it added by
+// the budget.
+func (c *Chain) start(extra, sleep time.Duration) {
 	c.started = true
+	c.delay += extra
 	c.emit(Effect{Kind: EmitStart, Start: StartEvent{
-		Attempt: c.attempt, MaxAttempts: s.MaxRetries, Delay: c.delay, ErrorMessage: c.errText, Class: c.class,
+		Attempt: c.attempt, MaxAttempts: c.settings.MaxRetries, Delay: c.delay, ErrorMessage: c.errText, Class: c.class,
+		BudgetDelay: extra,
 	}})
 	c.emit(Effect{Kind: StripTrailingError})
 	c.token++
 	c.phase = Sleeping
-	c.emit(Effect{Kind: Sleep, Delay: c.delay, Token: c.token})
+	c.emit(Effect{Kind: Sleep, Delay: sleep, Token: c.token})
 }
 
 // endRefusal ends a chain whose classifier refusal found no fallback model:
@@ -282,6 +359,7 @@ func (c *Chain) abortRetry() {
 	case Sleeping:
 		c.emit(Effect{Kind: CancelSleep, Token: c.token})
 	}
+	c.dropHold()
 	c.end(false, c.attempt, RetryCancelled)
 }
 

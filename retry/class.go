@@ -52,6 +52,11 @@ func (c Class) String() string {
 // Retryable reports whether the class feeds the retry engine.
 func (c Class) Retryable() bool { return c >= ClassifierRefusal }
 
+// LoadsProvider reports whether a failure of this class is the provider
+// failing under load (overload, rate limit, server or network error): the
+// failures a retry budget counts.
+func (c Class) LoadsProvider() bool { return c == Transient }
+
 // AllowsModelFallback reports whether a retry of this class may switch models.
 // Reason-less aborts are retried without model fallback.
 func (c Class) AllowsModelFallback() bool { return c != ReasonlessAbort }

@@ -27,6 +27,12 @@ const (
 	InputAbortRetry
 	// InputAbort: the global abort; cancels the retry, then the stream.
 	InputAbort
+	// InputBudgetGrant answers AskBudget: the retry may go out At. Needs
+	// Now and Token.
+	InputBudgetGrant
+	// InputBudgetRelease: the budget recovered and lets the held retry of
+	// Token go out At, earlier than granted. Needs Now.
+	InputBudgetRelease
 )
 
 // Input is one thing that happened to a chain. Only the fields its Kind
@@ -44,6 +50,7 @@ type Input struct {
 	From       string
 	To         string
 	Role       string
+	At         time.Time
 }
 
 // TurnEnded is the input for a turn that ended with msg.
@@ -93,6 +100,17 @@ const (
 	RouteToCompaction
 	// AbortStream: abort the active LLM stream (after the retry was cancelled).
 	AbortStream
+	// RecordOutcome: tell the provider's retry budget that a request
+	// succeeded (Success) or failed retryably.
+	RecordOutcome
+	// AskBudget: ask the provider's retry budget when the retry due at Due
+	// may go out (never after Latest, when set); answer with
+	// InputBudgetGrant and Token. A later InputBudgetRelease with the same
+	// Token may move it earlier.
+	AskBudget
+	// DropBudgetHold: the retry the budget holds for this session will not
+	// go out (cancelled, or its turn ended); forget it.
+	DropBudgetHold
 )
 
 var effectNames = [...]string{
@@ -111,6 +129,9 @@ var effectNames = [...]string{
 	ScheduleContinue:      "schedule_continue",
 	RouteToCompaction:     "route_to_compaction",
 	AbortStream:           "abort_stream",
+	RecordOutcome:         "record_outcome",
+	AskBudget:             "ask_budget",
+	DropBudgetHold:        "drop_budget_hold",
 }
 
 func (k EffectKind) String() string {
@@ -131,6 +152,9 @@ type Effect struct {
 	Generation uint64
 	BlockFor   time.Duration
 	Pin        bool
+	Success    bool
+	Due        time.Time
+	Latest     time.Time
 }
 
 // StartEvent is the content of auto_retry_start.
@@ -140,6 +164,7 @@ type StartEvent struct {
 	Delay        time.Duration
 	ErrorMessage string
 	Class        Class
+	BudgetDelay  time.Duration // the part of Delay the retry budget added
 }
 
 // EndEvent is the content of auto_retry_end.

@@ -46,6 +46,9 @@ type Settings struct {
 	// FallbackRevertPolicy says when the primary model is restored. Default
 	// RevertCooldownExpiry.
 	FallbackRevertPolicy RevertPolicy
+	// Budget is the per-provider retry budget (storm protection beyond the
+	// reference policy). Default off.
+	Budget BudgetSettings
 }
 
 // MaxBackoff caps the local (hint-less) backoff of any attempt.
@@ -60,6 +63,7 @@ func DefaultSettings() Settings {
 		MaxDelay:             5 * time.Minute,
 		ModelFallback:        true,
 		FallbackRevertPolicy: RevertCooldownExpiry,
+		Budget:               DefaultBudgetSettings(),
 	}
 }
 
@@ -81,6 +85,9 @@ func (s Settings) Validate() error {
 	case s.FallbackRevertPolicy != RevertCooldownExpiry && s.FallbackRevertPolicy != RevertNever:
 		return &SettingsError{"retry.fallbackRevertPolicy",
 			fmt.Sprintf("unknown policy %q (want %q or %q)", s.FallbackRevertPolicy, RevertCooldownExpiry, RevertNever)}
+	}
+	if err := s.Budget.Validate(); err != nil {
+		return err
 	}
 	roles := make([]string, 0, len(s.FallbackChains))
 	for role := range s.FallbackChains {
@@ -143,6 +150,23 @@ func SettingsFromProto(p *messages.RetrySettings) (Settings, error) {
 	if p.FallbackRevertPolicy != nil {
 		s.FallbackRevertPolicy = RevertPolicy(p.GetFallbackRevertPolicy())
 	}
+	if b := p.GetBudget(); b != nil {
+		if b.Enabled != nil {
+			s.Budget.Enabled = b.GetEnabled()
+		}
+		if b.MaxTokens != nil {
+			s.Budget.MaxTokens = b.GetMaxTokens()
+		}
+		if b.TokenRatio != nil {
+			s.Budget.TokenRatio = b.GetTokenRatio()
+		}
+		if b.ProbeIntervalMs != nil {
+			s.Budget.ProbeInterval = msToDuration(b.GetProbeIntervalMs())
+		}
+		if b.ReleaseWindowMs != nil {
+			s.Budget.ReleaseWindow = msToDuration(b.GetReleaseWindowMs())
+		}
+	}
 	return s, s.Validate()
 }
 
@@ -156,6 +180,13 @@ func (s Settings) Proto() *messages.RetrySettings {
 		MaxDelayMs:           ptr(s.MaxDelay.Milliseconds()),
 		ModelFallback:        &s.ModelFallback,
 		FallbackRevertPolicy: ptr(string(s.FallbackRevertPolicy)),
+		Budget: &messages.RetryBudget{
+			Enabled:         &s.Budget.Enabled,
+			MaxTokens:       &s.Budget.MaxTokens,
+			TokenRatio:      &s.Budget.TokenRatio,
+			ProbeIntervalMs: ptr(s.Budget.ProbeInterval.Milliseconds()),
+			ReleaseWindowMs: ptr(s.Budget.ReleaseWindow.Milliseconds()),
+		},
 	}
 	if len(s.FallbackChains) > 0 {
 		p.FallbackChains = make(map[string]*messages.FallbackChain, len(s.FallbackChains))

@@ -23,6 +23,13 @@ func TestDefaultSettings(t *testing.T) {
 		ModelFallback:        true,
 		FallbackChains:       nil,
 		FallbackRevertPolicy: "cooldown-expiry",
+		Budget: BudgetSettings{
+			Enabled:       false,
+			MaxTokens:     10,
+			TokenRatio:    0.1,
+			ProbeInterval: 250 * time.Millisecond,
+			ReleaseWindow: time.Second,
+		},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultSettings() = %+v; want %+v", got, want)

@@ -1,0 +1,248 @@
+package retry
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// BudgetSettings is the `retry.budget` group: a per-provider retry budget,
+// gRPC's retry throttling token bucket (gRFC A6) adapted so that a retry is
+// delayed, never dropped. The bucket starts full at MaxTokens; each failed
+// request to the provider costs one token and each success refunds
+// TokenRatio. While tokens > MaxTokens/2 retries go out at their backoff
+// time. Below that the provider is considered down: retries are held, and
+// go out one per ProbeInterval (the probes that notice recovery), each
+// success while held releasing the next held retry at once. When tokens
+// climb back over half, every held retry is released, spread evenly over
+// ReleaseWindow. A prompt's first attempt is never held, and no retry is
+// held longer than retry.maxDelayMs allows.
+type BudgetSettings struct {
+	// Enabled turns the budget on. Default false: the budget changes the
+	// reference policy's delays for concurrent sessions of one provider.
+	Enabled bool
+	// MaxTokens is the bucket size; retries are held once it is half
+	// empty, after MaxTokens/2 failures in a row. Default 10.
+	MaxTokens float64
+	// TokenRatio is the refund of one success. Default 0.1.
+	TokenRatio float64
+	// ProbeInterval spaces the held retries that go out while the budget
+	// is spent. Default 250 ms.
+	ProbeInterval time.Duration
+	// ReleaseWindow spreads the held retries released when the budget
+	// recovers. Default 1 s.
+	ReleaseWindow time.Duration
+}
+
+// DefaultBudgetSettings returns the budget defaults (off; the other
+// fields are the values used once it is turned on).
+func DefaultBudgetSettings() BudgetSettings {
+	return BudgetSettings{
+		Enabled:       false,
+		MaxTokens:     10,
+		TokenRatio:    0.1,
+		ProbeInterval: 250 * time.Millisecond,
+		ReleaseWindow: time.Second,
+	}
+}
+
+// Validate reports the first bad field as a *SettingsError, or nil. The
+// fields of a disabled budget are not checked.
+func (b BudgetSettings) Validate() error {
+	if probs := b.Problems(); len(probs) > 0 {
+		return probs[0]
+	}
+	return nil
+}
+
+// Problems reports every bad field, in field order; none for a disabled
+// budget.
+func (b BudgetSettings) Problems() []*SettingsError {
+	if !b.Enabled {
+		return nil
+	}
+	var probs []*SettingsError
+	if !(b.MaxTokens >= 1 && b.MaxTokens <= 1e6) {
+		probs = append(probs, &SettingsError{"retry.budget.maxTokens", fmt.Sprintf("must be 1 to 1000000, got %v", b.MaxTokens)})
+	}
+	if !(b.TokenRatio > 0 && b.TokenRatio <= b.MaxTokens) {
+		probs = append(probs, &SettingsError{"retry.budget.tokenRatio", fmt.Sprintf("must be above 0 and at most maxTokens, got %v", b.TokenRatio)})
+	}
+	if b.ProbeInterval <= 0 {
+		probs = append(probs, &SettingsError{"retry.budget.probeIntervalMs", fmt.Sprintf("must be above 0, got %d", b.ProbeInterval.Milliseconds())})
+	}
+	if b.ReleaseWindow < 0 {
+		probs = append(probs, &SettingsError{"retry.budget.releaseWindowMs", fmt.Sprintf("must be 0 or more, got %d", b.ReleaseWindow.Milliseconds())})
+	}
+	return probs
+}
+
+// Budget is the retry budget of one provider, a pure state machine: the
+// actor that owns it feeds it outcomes and admission requests and delivers
+// the releases it returns. Not safe for concurrent use.
+type Budget struct {
+	s         BudgetSettings
+	tokens    float64
+	nextProbe time.Time
+	held      map[string]Hold // by holder (session)
+	out       []Hold
+	delayed   int64
+	released  int64
+}
+
+// BudgetStats is what a budget has done so far.
+type BudgetStats struct {
+	Tokens   float64 // tokens left
+	Held     int     // retries held now
+	Delayed  int64   // retries ever delayed past their backoff
+	Released int64   // held retries ever released early
+}
+
+// Stats reports the budget's state and counters.
+func (b *Budget) Stats() BudgetStats {
+	return BudgetStats{Tokens: b.tokens, Held: len(b.held), Delayed: b.delayed, Released: b.released}
+}
+
+// Hold is a retry the budget delayed: its holder (a session), the token
+// the holder tied to it, when its backoff was due and when it may go out.
+type Hold struct {
+	Holder string
+	Token  uint64
+	Due    time.Time
+	At     time.Time
+}
+
+// NewBudget returns a full budget; s must be valid.
+func NewBudget(s BudgetSettings) *Budget {
+	return &Budget{s: s, tokens: s.MaxTokens, held: map[string]Hold{}}
+}
+
+// Tokens is the number of tokens left.
+func (b *Budget) Tokens() float64 { return b.tokens }
+
+// Open reports whether retries go out unheld.
+func (b *Budget) Open() bool { return b.tokens > b.s.MaxTokens/2 }
+
+// Held is the number of retries held now.
+func (b *Budget) Held() int { return len(b.held) }
+
+// Admit decides when the retry of holder, due at due, may go out: at due
+// while the budget is open, else at the next probe slot (but never later
+// than latest, the retry.maxDelayMs bound; zero means unbounded). A held
+// retry is remembered, to be released early when the budget recovers.
+func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest time.Time) time.Time {
+	delete(b.held, holder)
+	if b.Open() {
+		return due
+	}
+	at := due
+	if b.nextProbe.After(at) {
+		at = b.nextProbe
+	}
+	if !latest.IsZero() && at.After(latest) {
+		at = latest // beyond the probe queue: the bound wins, the slot stays free
+	} else {
+		b.nextProbe = at.Add(b.s.ProbeInterval)
+	}
+	if at.After(due) {
+		b.held[holder] = Hold{Holder: holder, Token: token, Due: due, At: at}
+		b.delayed++
+	}
+	return at
+}
+
+// Record counts the outcome of one request and returns the held retries
+// to release now (reused by the next call): the oldest one after a
+// success while the budget is spent, all of them when it recovers.
+func (b *Budget) Record(now time.Time, success bool) []Hold {
+	b.out = b.out[:0]
+	wasOpen := b.Open()
+	if !success {
+		b.tokens = math.Max(0, b.tokens-1)
+		return b.out
+	}
+	b.tokens = math.Min(b.s.MaxTokens, b.tokens+b.s.TokenRatio)
+	b.prune(now)
+	if b.Open() && !wasOpen {
+		b.nextProbe = time.Time{} // the next outage's probes start afresh
+	}
+	switch {
+	case len(b.held) == 0:
+	case b.Open() && !wasOpen:
+		b.releaseAll(now)
+	case !b.Open():
+		b.releaseFirst(now)
+	}
+	return b.out
+}
+
+// Forget drops the held retry of holder (its session is gone).
+func (b *Budget) Forget(holder string) { delete(b.held, holder) }
+
+// prune drops the holds whose time has come: they went out on their own.
+func (b *Budget) prune(now time.Time) {
+	for k, h := range b.held {
+		if !h.At.After(now) {
+			delete(b.held, k)
+		}
+	}
+}
+
+// sortedHolds returns the holds in the order they were due to go out.
+func (b *Budget) sortedHolds() []Hold {
+	hs := make([]Hold, 0, len(b.held))
+	for _, h := range b.held {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool {
+		if !hs[i].At.Equal(hs[j].At) {
+			return hs[i].At.Before(hs[j].At)
+		}
+		return hs[i].Holder < hs[j].Holder
+	})
+	return hs
+}
+
+// releaseFirst lets the earliest held retry go out now (ack clocking: a
+// success while held paces the next probe).
+func (b *Budget) releaseFirst(now time.Time) {
+	var first Hold
+	found := false
+	for _, h := range b.held {
+		if !found || h.At.Before(first.At) || (h.At.Equal(first.At) && h.Holder < first.Holder) {
+			first, found = h, true
+		}
+	}
+	delete(b.held, first.Holder)
+	first.At = laterOf(now, first.Due)
+	b.out = append(b.out, first)
+	b.released++
+}
+
+// releaseAll lets every held retry go out, spread evenly over the release
+// window, none before its own backoff was due.
+func (b *Budget) releaseAll(now time.Time) {
+	hs := b.sortedHolds()
+	step := time.Duration(0)
+	if len(hs) > 1 {
+		step = b.s.ReleaseWindow / time.Duration(len(hs))
+	}
+	for i, h := range hs {
+		delete(b.held, h.Holder)
+		at := now.Add(time.Duration(i) * step)
+		if at.After(h.At) {
+			continue // its own slot comes first: it goes out then anyway
+		}
+		h.At = laterOf(at, h.Due)
+		b.out = append(b.out, h)
+		b.released++
+	}
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
