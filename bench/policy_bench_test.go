@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// half is a jitter source that always draws 0.5 (a jitter factor of 0.875).
+type half struct{}
+
+func (half) Float64() float64 { return 0.5 }
+
+var benchNow = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// failedTurn is the last assistant message of a failed turn: stop reason
+// error, the provider's error text, the HTTP status (0: none) and the
+// response headers as name, value pairs.
+func failedTurn(text string, status int, headers ...string) *messages.AssistantMessage {
+	m := &messages.AssistantMessage{
+		StopReason:   messages.StopReason_STOP_REASON_ERROR,
+		ErrorMessage: text,
+		HttpStatus:   int32(status),
+	}
+	if len(headers) > 0 {
+		m.Headers = make(map[string]string, len(headers)/2)
+		for i := 0; i+1 < len(headers); i += 2 {
+			m.Headers[headers[i]] = headers[i+1]
+		}
+	}
+	return m
+}
+
+// BenchmarkClassify: one op is one retry.Classify of the last assistant
+// message of a turn, for typical provider errors and a success.
+func BenchmarkClassify(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		msg  *messages.AssistantMessage
+		want retry.Class
+	}{
+		{"429_too_many_requests", failedTurn("429 Too Many Requests", 429, "retry-after", "3"), retry.Transient},
+		{"503_service_unavailable", failedTurn("503 Service Unavailable", 503), retry.Transient},
+		{"529_anthropic_overloaded", failedTurn(
+			`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_011CTqZzAbCdEfGhJkLmNpQr"}`, 529),
+			retry.Transient},
+		{"usage_limit", failedTurn(
+			`{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":3600}}`, 429),
+			retry.UsageLimit},
+		{"connection_reset", failedTurn("read tcp 10.0.0.2:51234->104.18.33.45:443: read: connection reset by peer", 0), retry.Transient},
+		{"context_overflow", failedTurn(
+			`{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 213462 tokens > 200000 maximum"}}`, 400),
+			retry.ContextOverflow},
+		{"400_not_retryable", failedTurn(
+			`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 128000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-20250514"}}`, 400),
+			retry.NotRetryable},
+		{"success", &messages.AssistantMessage{
+			StopReason: messages.StopReason_STOP_REASON_STOP,
+			Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_Text{
+				Text: &messages.TextBlock{Text: "Done: the tests pass."}}}},
+		}, retry.Success},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if got := retry.Classify(bc.msg, retry.AbortState{}); got != bc.want {
+				b.Fatalf("Classify = %v, want %v", got, bc.want)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				retry.Classify(bc.msg, retry.AbortState{})
+			}
+		})
+	}
+}
+
+// BenchmarkChainStep: one op is one retry attempt through a retry.Chain: the
+// retryable TurnEnded, then the replies the chain asks for (sleep done, and
+// credential or model-fallback replies if it asks), up to ScheduleContinue.
+// Model fallback is off and MaxRetries is huge, so the chain never ends.
+func BenchmarkChainStep(b *testing.B) {
+	s := retry.DefaultSettings()
+	s.ModelFallback = false
+	s.MaxRetries = 1 << 30
+	for _, bc := range []struct {
+		name string
+		msg  *messages.AssistantMessage
+	}{
+		{"529_overloaded", failedTurn(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, 529)},
+		{"429_retry_after_header", failedTurn("429 Too Many Requests", 429, "retry-after", "3")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := retry.NewChain(half{})
+			turn := retry.TurnEnded(benchNow, s, bc.msg, retry.AbortState{}, 1)
+			attempt := func() {
+				effects := c.Step(turn)
+				for {
+					in, ok := replyTo(b, effects)
+					if !ok {
+						break
+					}
+					effects = c.Step(in)
+				}
+				if len(effects) == 0 || effects[len(effects)-1].Kind != retry.ScheduleContinue {
+					b.Fatalf("attempt %d did not end in schedule_continue: %v", c.Attempt(), effects)
+				}
+			}
+			attempt() // opens the lifecycle; the loop measures steady-state attempts
+			b.ReportAllocs()
+			for b.Loop() {
+				attempt()
+			}
+		})
+	}
+}
+
+// replyTo is the input that answers the request or timer among effects, if any.
+func replyTo(b *testing.B, effects []retry.Effect) (retry.Input, bool) {
+	for _, e := range effects {
+		switch e.Kind {
+		case retry.Sleep:
+			return retry.Input{Kind: retry.InputSleepDone, Token: e.Token}, true
+		case retry.AskModelFallback:
+			return retry.Input{Kind: retry.InputFallbackReply, Token: e.Token}, true
+		case retry.AskCredentialSwitch:
+			return retry.Input{Kind: retry.InputCredentialReply, Now: benchNow, Token: e.Token}, true
+		case retry.EmitEnd:
+			b.Fatalf("the chain ended: %+v", e.End)
+		}
+	}
+	return retry.Input{}, false
+}
+
+// BenchmarkParseHint: one op is one retry.ParseHint of a failed response's
+// headers and error text.
+func BenchmarkParseHint(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		headers map[string]string
+		text    string
+		want    retry.Hint
+	}{
+		{"retry_after_header",
+			map[string]string{"content-type": "application/json", "Retry-After": "30", "x-request-id": "req_8f3a2c"},
+			"429 Too Many Requests",
+			retry.Hint{Delay: 30 * time.Second, Source: "retry-after"}},
+		{"text_hint",
+			nil,
+			"Rate limit reached for gpt-4o in organization org-AbCdEfGh on tokens per min (TPM): Limit 30000, Used 30000, Requested 1200. Please try again in 20ms.",
+			retry.Hint{Delay: 20 * time.Millisecond, Source: "text"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if got, ok := retry.ParseHint(bc.headers, bc.text, benchNow); !ok || got != bc.want {
+				b.Fatalf("ParseHint = %+v, %t; want %+v", got, ok, bc.want)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				retry.ParseHint(bc.headers, bc.text, benchNow)
+			}
+		})
+	}
+}
