@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/musepi/musepi/clock"
+)
+
+// contender is one system under test in a run: the peer or MusePi.
+type contender interface {
+	// launch sends every session's prompt; it does not wait for them.
+	launch(ctx context.Context) error
+	// finished is the number of prompts completed or failed so far.
+	finished() int
+	// counts are the prompt and request counts once every prompt finished.
+	counts() runCounts
+	// close releases what launch started; it returns once all of it stopped.
+	close() error
+}
+
+// runCounts is what a contender counted in a run.
+type runCounts struct {
+	completed, failed, requests int
+	extra                       map[string]float64 // figures of its own
+}
+
+// measured is the run (from env.newRun) a contender runs on.
+type measured struct {
+	clk     clock.Clock
+	rec     *recorder
+	waves   *waves
+	cleanup func() // the run's, called once the contender closed
+}
+
+// drive runs one contender on the run prepared by e.newRun: it moves the
+// virtual clock (or waits on the wall clock) until every prompt finished,
+// samples CPU, memory (the heap per session at mid-outage, when every
+// session waits) and goroutines, and turns it all into a System.
+func drive(ctx context.Context, e *env, name, description string, m measured, c contender) (System, error) {
+	sc := e.scenario
+	start := m.clk.Now()
+	mid := sc.OutageStart + sc.OutageLen/2
+	bar := e.progress(name, e.sessions)
+	bar.start()
+	smp := startSampler()
+	baseline := memInUse()
+	perWaiting := -1.0
+	atMid := func() {
+		if mem := memInUse(); mem > baseline {
+			perWaiting = float64(mem-baseline) / float64(e.sessions)
+		}
+	}
+	tick := func() { bar.set(c.finished()) }
+	cpu0, wall0 := cpuTime(), time.Now()
+	err := c.launch(ctx)
+	if err == nil {
+		if vc, ok := m.clk.(*clock.Virtual); ok {
+			limit := sc.OutageStart + sc.OutageLen + time.Duration(e.settings.MaxRetries+1)*e.settings.MaxDelay
+			err = advanceVirtual(ctx, vc, mid, limit, func() bool { return c.finished() == e.sessions }, atMid, tick)
+		} else {
+			err = waitReal(ctx, start.Add(mid), func() bool { return c.finished() == e.sessions }, atMid, tick)
+		}
+	}
+	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	peakHeap, peakG := smp.finish()
+	tick()
+	bar.stop()
+	if cerr := c.close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	m.cleanup()
+	if err != nil {
+		return System{}, fmt.Errorf("%s: %w", name, err)
+	}
+	runtime.GC()
+	n := c.counts()
+	retries := n.requests - e.sessions
+	outageFrom := start.Add(sc.OutageStart)
+	outageTo := outageFrom.Add(sc.OutageLen)
+	f := map[string]float64{
+		"prompts_started":   float64(e.sessions),
+		"prompts_completed": float64(n.completed),
+		"prompts_failed":    float64(n.failed),
+		"prompts_lost":      float64(e.sessions - n.completed - n.failed),
+		"requests_total":    float64(n.requests),
+		"requests_outage":   float64(m.rec.requestsBetween(outageFrom, outageTo)),
+		"retry_attempts":    float64(retries),
+		"cpu_seconds":       cpu.Seconds(),
+		"wall_seconds":      wall.Seconds(),
+		"peak_heap_mb":      float64(peakHeap) / (1 << 20),
+		"goroutines_peak":   float64(peakG),
+		"goroutines_after":  float64(runtime.NumGoroutine()),
+		"lockstep_index":    m.waves.index(e.settings.BaseDelay),
+	}
+	for k, v := range n.extra {
+		f[k] = v
+	}
+	if retries > 0 {
+		f["attempts_per_cpu_second"] = float64(retries) / cpu.Seconds()
+		f["cpu_us_per_attempt"] = float64(cpu.Microseconds()) / float64(retries)
+		f["attempts_per_second"] = float64(retries) / wall.Seconds()
+	}
+	if perWaiting >= 0 {
+		f["bytes_per_waiting_session"] = perWaiting
+	}
+	if last := m.rec.lastCompletion(); !last.IsZero() {
+		f["drain_seconds"] = max(0, last.Sub(outageTo).Seconds())
+	}
+	if e.mode == "real" {
+		all, first := m.rec.latenessFigures()
+		f["lateness_p50_ms"] = durationMs(all[0])
+		f["lateness_p99_ms"] = durationMs(all[1])
+		f["lateness_max_ms"] = durationMs(all[2])
+		f["first_wave_lateness_p99_ms"] = durationMs(first[1])
+	}
+	return System{Name: name, Description: description, Figures: f, Timeline: m.rec.timeline(100 * time.Millisecond)}, nil
+}
+
+// waitReal waits on the wall clock until done, calling atMid once at mid
+// and tick every 100 ms.
+func waitReal(ctx context.Context, mid time.Time, done func() bool, atMid, tick func()) error {
+	midTimer := time.NewTimer(time.Until(mid))
+	defer midTimer.Stop()
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-midTimer.C:
+			atMid()
+		case <-ticker.C:
+			tick()
+		}
+	}
+	return nil
+}
+
+// durationMs is d in milliseconds.
+func durationMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

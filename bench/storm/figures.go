@@ -1,0 +1,80 @@
+package main
+
+import "time"
+
+// Figure names one measured quantity of a storm run: its key in the JSON
+// file and its row in the Markdown table.
+type Figure struct {
+	Key   string // JSON key, snake_case
+	Label string // table row label
+	Unit  string // shown after the label, e.g. "µs", "KB"; empty for counts
+}
+
+// The figures a system may report, in table order. A system reports only
+// the ones it measures (the floor, say, has no prompts).
+var figures = []Figure{
+	{"prompts_started", "prompts started", ""},
+	{"prompts_completed", "prompts completed", ""},
+	{"prompts_failed", "prompts failed", ""},
+	{"prompts_lost", "prompts lost", ""},
+	{"requests_total", "provider requests, total", ""},
+	{"requests_outage", "provider requests during the outage", ""},
+	{"retry_attempts", "retry attempts", ""},
+	{"cpu_seconds", "CPU time", "s"},
+	{"attempts_per_cpu_second", "retry attempts per CPU-second", ""},
+	{"cpu_us_per_attempt", "CPU per attempt", "µs"},
+	{"wall_seconds", "wall time", "s"},
+	{"attempts_per_second", "retry attempts per wall-second", ""},
+	{"lateness_p50_ms", "backoff wake-up lateness p50", "ms"},
+	{"lateness_p99_ms", "backoff wake-up lateness p99", "ms"},
+	{"lateness_max_ms", "backoff wake-up lateness max", "ms"},
+	{"first_wave_lateness_p99_ms", "first-wave lateness p99", "ms"},
+	{"peak_heap_mb", "peak heap", "MB"},
+	{"bytes_per_waiting_session", "memory per session waiting in backoff", "B"},
+	{"goroutines_peak", "goroutines at peak", ""},
+	{"goroutines_after", "goroutines after", ""},
+	{"lockstep_index", "lockstep index (1.0 = spread)", ""},
+	{"drain_seconds", "time to drain after recovery", "s"},
+	{"budget_extended_retries", "retries delayed by the budget", ""},
+}
+
+// System is what one contender measured in a run: "floor", "peer" or
+// "musepi" (and "musepi-budget-off" when budgets are compared).
+type System struct {
+	Name        string             `json:"name"`
+	Description string             `json:"description"`
+	Figures     map[string]float64 `json:"figures"` // by Figure.Key
+	Timeline    *Timeline          `json:"timeline,omitempty"`
+}
+
+// Timeline counts provider requests and prompt completions per bucket,
+// from the start of the run.
+type Timeline struct {
+	BucketMs    int   `json:"bucket_ms"`
+	Requests    []int `json:"requests"`
+	Completions []int `json:"completions"`
+}
+
+// Ratio compares MusePi with the floor or the peer on one figure.
+type Ratio struct {
+	Label string  `json:"label"` // "CPU per attempt, MusePi / floor"
+	Value float64 `json:"value"`
+}
+
+// Report is everything a storm run writes: the table, the JSON file and
+// the plot are renderings of it.
+type Report struct {
+	Command       string        `json:"command"`
+	Mode          string        `json:"mode"` // "virtual" or "real"
+	Sessions      int           `json:"sessions"`
+	GoVersion     string        `json:"go_version"`
+	CPUs          int           `json:"cpus"`
+	Started       time.Time     `json:"started"`
+	OutageStartMs int64         `json:"outage_start_ms"` // from the start of the run
+	OutageEndMs   int64         `json:"outage_end_ms"`
+	Scenario      string        `json:"scenario"` // one-line description
+	Systems       []System      `json:"systems"`
+	Ratios        []Ratio       `json:"ratios"`
+	Notes         []string      `json:"notes,omitempty"`
+	Elapsed       time.Duration `json:"elapsed_ns"`
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
+)
+
+// env is what every contender of one run shares: the same sessions, the
+// same scenario, the same retry parameters.
+type env struct {
+	mode     string // "virtual" or "real"
+	sessions int
+	scenario *Scenario
+	settings retry.Settings // base delay, max retries (jitter and cap are the policy's)
+	seed     uint64
+	// budgetCompared: MusePi runs twice, retry budget on and off.
+	budgetCompared bool
+	// newRun prepares one contender's run: a fresh clock standing at the
+	// run's start (a *clock.Virtual in virtual mode), a recorder started at
+	// that instant, a provider that answers by the scenario and records each
+	// request in rec, and a cleanup to call when the run is over.
+	newRun   func() (clk clock.Clock, prov provider.Provider, rec *recorder, cleanup func(), err error)
+	progress func(label string, total int) *progress
+}
+
+// cpuTime is the CPU time (user + system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memInUse is the heap in use plus goroutine stacks, after two collections.
+func memInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
+}
+
+// sampler follows the peak heap and goroutine count of a run.
+type sampler struct {
+	stop     chan struct{}
+	done     chan struct{}
+	peakHeap uint64
+	peakG    int
+}
+
+// startSampler samples every 50 ms until stopped.
+func startSampler() *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s.sample()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) sample() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.peakHeap = max(s.peakHeap, ms.HeapAlloc)
+	s.peakG = max(s.peakG, runtime.NumGoroutine())
+}
+
+// finish stops sampling and returns the peaks.
+func (s *sampler) finish() (peakHeap uint64, peakGoroutines int) {
+	close(s.stop)
+	<-s.done
+	s.sample()
+	return s.peakHeap, s.peakG
+}
+
+// advanceVirtual runs a virtual-clock contender: it moves the clock in
+// 100 ms steps until done reports true, calls atMid once when the clock has
+// passed mid (with everything idle: every session is waiting), and reports
+// progress. It fails if the clock passes limit with work left.
+func advanceVirtual(ctx context.Context, clk *clock.Virtual, mid, limit time.Duration, done func() bool, atMid func(), tick func()) error {
+	start := clk.Now()
+	midDone := false
+	for !done() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := clk.Advance(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+		elapsed := clk.Now().Sub(start)
+		if !midDone && elapsed >= mid {
+			midDone = true
+			atMid()
+		}
+		tick()
+		if elapsed > limit {
+			return fmt.Errorf("virtual clock passed %v with prompts unfinished", limit)
+		}
+	}
+	return nil
+}

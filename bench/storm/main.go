@@ -1,0 +1,387 @@
+// Command storm is MusePi's retry-storm harness: N sessions send a prompt
+// at the same instant into a provider outage, ride it out, and complete
+// after it. It runs three contenders on the same sessions and scenario —
+// the floor (protoactor-go's raw message cost), the peer (a goroutine per
+// session with cenkalti/backoff/v5) and MusePi — and writes storm.md,
+// storm.json and storm.svg into -out. See bench/README.md.
+//
+//	go run ./bench/storm                         # virtual clock, 100,000 sessions
+//	go run ./bench/storm -mode real              # wall clock, fakellm over loopback, 10,000 sessions
+//	go run ./bench/storm -mode real -budget both # retry budget on vs off
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/provider/fakellm"
+	"github.com/musepi/musepi/provider/openai"
+	"github.com/musepi/musepi/retry"
+)
+
+// serveEnv, when set to a scenario file, makes the binary the fake LLM
+// server of a real-mode run (a child process, so that its CPU is not
+// counted against the contenders).
+const serveEnv = "MUSEPI_STORM_FAKELLM"
+
+// msgsPerAttempt is how many protocol messages one retry attempt takes
+// through MusePi's actors (measured by bench.BenchmarkRetryAttempt).
+const msgsPerAttempt = 8
+
+func main() {
+	if file := os.Getenv(serveEnv); file != "" {
+		if err := serveFakeLLM(file); err != nil {
+			fmt.Fprintln(os.Stderr, "storm fakellm:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "storm:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command's flags.
+type options struct {
+	mode        string
+	sessions    int
+	outage      time.Duration
+	outageStart time.Duration
+	mix         string
+	usageLimit  bool
+	budget      string
+	contenders  string
+	maxRetries  int
+	baseDelay   time.Duration
+	maxDelay    time.Duration
+	seed        uint64
+	out         string
+	quiet       bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider) or real (wall clock, OpenAI SDK, fakellm over loopback)")
+	fs.IntVar(&o.sessions, "sessions", 0, "sessions (default 100000 virtual, 10000 real)")
+	fs.DurationVar(&o.outage, "outage", 0, "outage length (default 40s virtual: every session rides out ~10 attempts; 10s real)")
+	fs.DurationVar(&o.outageStart, "outage-start", 0, "outage start, from the start of the run (prompts are sent at 0)")
+	fs.StringVar(&o.mix, "mix", "429=30,429-hint=10,503=40,overload=20", "error mix during the outage, kind=weight; kinds: "+strings.Join(kindNames(), ", "))
+	fs.BoolVar(&o.usageLimit, "usage-limit", true, "key "+limitedKey+" (half the sessions start on it) answers usage limits during the outage")
+	fs.StringVar(&o.budget, "budget", "off", "MusePi's retry budget: off, on, or both (MusePi runs twice)")
+	fs.StringVar(&o.contenders, "contenders", "floor,peer,musepi", "which contenders run, in order")
+	fs.IntVar(&o.maxRetries, "max-retries", 10, "retry.maxRetries for MusePi and the peer")
+	fs.DurationVar(&o.baseDelay, "base-delay", 500*time.Millisecond, "retry.baseDelayMs for MusePi and the peer")
+	fs.DurationVar(&o.maxDelay, "max-delay", 5*time.Minute, "retry.maxDelayMs")
+	fs.Uint64Var(&o.seed, "seed", 1, "jitter seed")
+	fs.StringVar(&o.out, "out", "storm-out", "output folder for storm.md, storm.json, storm.svg")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.mode {
+	case "virtual":
+		o.sessions = or(o.sessions, 100_000)
+		o.outage = or(o.outage, 40*time.Second)
+	case "real":
+		o.sessions = or(o.sessions, 10_000)
+		o.outage = or(o.outage, 10*time.Second)
+	default:
+		return nil, fmt.Errorf("-mode must be virtual or real, got %q", o.mode)
+	}
+	switch {
+	case o.sessions < 1:
+		return nil, fmt.Errorf("-sessions must be 1 or more, got %d", o.sessions)
+	case o.outage < 0 || o.outageStart < 0:
+		return nil, errors.New("-outage and -outage-start must not be negative")
+	case o.budget != "off" && o.budget != "on" && o.budget != "both":
+		return nil, fmt.Errorf("-budget must be off, on or both, got %q", o.budget)
+	}
+	for _, c := range strings.Split(o.contenders, ",") {
+		if c != "floor" && c != "peer" && c != "musepi" {
+			return nil, fmt.Errorf("-contenders: unknown contender %q (floor, peer, musepi)", c)
+		}
+	}
+	return o, nil
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// run parses the flags, runs the contenders and writes the outputs.
+func run(args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	mix, err := parseMix(o.mix)
+	if err != nil {
+		return err
+	}
+	sc := &Scenario{OutageStart: o.outageStart, OutageLen: o.outage, Mix: mix, UsageLimit: o.usageLimit}
+	settings := retry.DefaultSettings()
+	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
+	settings.ModelFallback = false
+	settings.Budget.Enabled = true // validated here; each MusePi run sets it on or off
+	if err := settings.Validate(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	e := &env{mode: o.mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed,
+		budgetCompared: o.budget == "both"}
+	e.progress = func(label string, total int) *progress {
+		w := stderr
+		if o.quiet {
+			w = io.Discard
+		}
+		return newProgress(w, fmt.Sprintf("%-18s", label), total)
+	}
+	if o.mode == "virtual" {
+		e.newRun = func() (clock.Clock, provider.Provider, *recorder, func(), error) {
+			vc := clock.NewVirtual(time.Unix(0, 0))
+			vc.SetResolution(time.Millisecond)
+			rec := newRecorder(vc.Now())
+			return vc, &scenarioProvider{sc: sc, clk: vc, start: vc.Now(), rec: rec}, rec, func() {}, nil
+		}
+	} else {
+		raiseFileLimit()
+		srv, err := startFakeLLM(ctx, sc)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		e.newRun = srv.newRun
+	}
+
+	report := &Report{
+		Command: "go run ./bench/storm " + strings.Join(args, " "), Mode: o.mode, Sessions: o.sessions,
+		GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0), Started: time.Now(),
+		OutageStartMs: sc.OutageStart.Milliseconds(), OutageEndMs: (sc.OutageStart + sc.OutageLen).Milliseconds(),
+		Scenario: sc.String(),
+	}
+	for _, c := range strings.Split(o.contenders, ",") {
+		var systems []System
+		switch c {
+		case "floor":
+			s, err := runFloor(ctx, e, msgsPerAttempt, o.sessions*o.maxRetries)
+			if err != nil {
+				return err
+			}
+			systems = append(systems, s)
+		case "peer":
+			s, err := runPeer(ctx, e)
+			if err != nil {
+				return err
+			}
+			systems = append(systems, s)
+		case "musepi":
+			for _, on := range budgetRuns(o.budget) {
+				s, err := runMusePi(ctx, e, on)
+				if err != nil {
+					return err
+				}
+				systems = append(systems, s)
+			}
+		}
+		report.Systems = append(report.Systems, systems...)
+	}
+	report.Ratios = ratios(report.Systems)
+	report.Notes = notes(o)
+	report.Elapsed = time.Since(report.Started)
+	if err := writeOutputs(o.out, report); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(o.out, "storm.md"))
+	return writeMarkdown(os.Stdout, report)
+}
+
+// budgetRuns are the budget settings MusePi runs with.
+func budgetRuns(budget string) []bool {
+	switch budget {
+	case "on":
+		return []bool{true}
+	case "both":
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+// ratios compares MusePi (each MusePi system) with the floor and the peer
+// on CPU per attempt, memory per waiting session and lateness.
+func ratios(systems []System) []Ratio {
+	byName := map[string]System{}
+	for _, s := range systems {
+		byName[s.Name] = s
+	}
+	var out []Ratio
+	for _, m := range systems {
+		if !strings.HasPrefix(m.Name, "musepi") {
+			continue
+		}
+		for _, other := range []string{"floor", "peer"} {
+			o, ok := byName[other]
+			if !ok {
+				continue
+			}
+			for _, f := range []struct{ key, label string }{
+				{"cpu_us_per_attempt", "CPU per attempt"},
+				{"bytes_per_waiting_session", "memory per waiting session"},
+				{"lateness_p99_ms", "p99 wake-up lateness"},
+				{"first_wave_lateness_p99_ms", "first-wave p99 lateness"},
+			} {
+				a, okA := m.Figures[f.key]
+				b, okB := o.Figures[f.key]
+				if okA && okB && b > 0 {
+					out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / %s", f.label, m.Name, other), Value: a / b})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// notes explain what the figures mean in this run.
+func notes(o *options) []string {
+	n := []string{
+		fmt.Sprintf("floor: protoactor-go alone, %d one-way messages per attempt between a bare actor pair per session; memory: the pair with one pending timer.", msgsPerAttempt),
+		"peer: one goroutine per session, cenkalti/backoff/v5 with the same base delay, cap, jitter (75–100 % of nominal) and max retries; no credential switching.",
+		"musepi: the runtime with defaults (model fallback off, no chains), sessions on two credentials, prompts sent with Session.PromptAsync.",
+		"lockstep index: largest 10 ms bucket of a retry wave over the mean per bucket across that wave's jitter window (1.0 = spread, ~12 without jitter); hinted sessions (retry-after) are left out.",
+	}
+	if o.mode == "virtual" {
+		n = append(n, "virtual mode: the virtual clock fires timers in 1 ms batches; lateness is not measured (timers fire exactly on virtual time).")
+	} else {
+		n = append(n, "real mode: fakellm runs in a child process (its CPU is not counted); lateness is from a timer's deadline to its callback, first wave = timers armed in the first 0.75 × base delay.")
+	}
+	return n
+}
+
+// raiseFileLimit lifts the soft open-files limit to the hard one: a real
+// run holds a connection per in-flight request.
+func raiseFileLimit() {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+}
+
+// fakeServer is the fake LLM server child process of a real-mode run.
+type fakeServer struct {
+	cmd    *exec.Cmd
+	base   string
+	client *http.Client
+	dir    string
+}
+
+// startFakeLLM starts this binary again as the fake server of sc and
+// waits for its address.
+func startFakeLLM(ctx context.Context, sc *Scenario) (*fakeServer, error) {
+	dir, err := os.MkdirTemp("", "storm-fakellm")
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, "scenario.json")
+	data, err := json.Marshal(sc.fakellm())
+	if err == nil {
+		err = os.WriteFile(file, data, 0o600)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("write fakellm scenario: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), serveEnv+"="+file)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start fakellm: %w", err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("fakellm did not report its address: %w", err)
+	}
+	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 2048, IdleConnTimeout: time.Minute}
+	return &fakeServer{cmd: cmd, base: strings.TrimSpace(line), client: &http.Client{Transport: tr}, dir: dir}, nil
+}
+
+// newRun resets the server's clock (the outage window starts now) and
+// gives a contender the OpenAI provider against it.
+func (s *fakeServer) newRun() (clock.Clock, provider.Provider, *recorder, func(), error) {
+	resp, err := s.client.Post(s.base+"/clock/reset", "application/json", nil)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("reset fakellm clock: %w", err)
+	}
+	resp.Body.Close()
+	rec := newRecorder(time.Now())
+	p := openai.New(openai.Config{BaseURL: s.base + "/v1", API: openai.APIChat, HTTPClient: s.client})
+	return clock.Real{}, &recordingProvider{Provider: p, rec: rec}, rec, s.client.CloseIdleConnections, nil
+}
+
+// stop ends the child process.
+func (s *fakeServer) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+	os.RemoveAll(s.dir)
+}
+
+// serveFakeLLM is the child process: it serves the scenario in file on a
+// loopback port, prints the base URL, and stops on SIGTERM or when its
+// parent's stdout closes.
+func serveFakeLLM(file string) error {
+	raiseFileLimit()
+	sc, err := fakellm.LoadScenario(file)
+	if err != nil {
+		return err
+	}
+	srv := fakellm.New(sc)
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Println(base)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return srv.Close()
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// stormProvider is the name MusePi's runtime knows the storm provider by.
+const stormProvider = "storm"
+
+// musepiRun is MusePi as a contender: one runtime, one session per storm
+// session, each prompt sent with PromptAsync (no goroutine waits on it).
+type musepiRun struct {
+	e      *env
+	clk    clock.Clock
+	prov   *countingProvider
+	rec    *recorder
+	budget bool
+
+	rt        *musepi.Runtime
+	completed atomic.Int64
+	failed    atomic.Int64
+}
+
+// runMusePi runs MusePi on a fresh run of e, with the retry budget on or off.
+func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
+	clk, prov, rec, cleanup, err := e.newRun()
+	if err != nil {
+		return System{}, err
+	}
+	start := clk.Now()
+	w := &waves{}
+	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario, sent: map[string]int{}}
+	if e.mode == "real" {
+		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4), min: 100 * time.Millisecond}
+	}
+	name, desc := "musepi", "MusePi runtime: session actor + retry child per session, PromptAsync"
+	if e.budgetCompared {
+		if budget {
+			name, desc = "musepi-budget-on", desc+", retry budget on"
+		} else {
+			name, desc = "musepi-budget-off", desc+", retry budget off"
+		}
+	}
+	r := &musepiRun{e: e, clk: clk, prov: cp, rec: rec, budget: budget}
+	return drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup}, r)
+}
+
+// launch starts the runtime and sends every session's prompt.
+func (r *musepiRun) launch(ctx context.Context) error {
+	settings := r.e.settings
+	settings.Budget.Enabled = r.budget
+	rt, err := musepi.NewRuntime(
+		musepi.WithClock(r.clk),
+		musepi.WithLogger(zerolog.New(io.Discard)),
+		musepi.WithProvider(stormProvider, r.prov,
+			musepi.Credential{Name: limitedKey, APIKey: limitedKey},
+			musepi.Credential{Name: freeKey, APIKey: freeKey}),
+		musepi.WithRetrySettings(settings),
+		musepi.WithSeed(r.e.seed),
+		musepi.WithLimits(musepi.Limits{}),
+	)
+	if err != nil {
+		return err
+	}
+	r.rt = rt
+	for i := range r.e.sessions {
+		s, err := rt.NewSession(ctx, musepi.WithSessionID(fmt.Sprint(i)),
+			musepi.WithModel(stormProvider+"/"+model(r.e.scenario.kindOf(i))))
+		if err != nil {
+			return err
+		}
+		s.PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *messages.AssistantMessage, err error) {
+			if err != nil {
+				r.failed.Add(1)
+				return
+			}
+			r.rec.completion(r.clk.Now())
+			r.completed.Add(1)
+		})
+	}
+	return nil
+}
+
+func (r *musepiRun) finished() int { return int(r.completed.Load() + r.failed.Load()) }
+
+// counts adds the budget's own figure when it is on.
+func (r *musepiRun) counts() runCounts {
+	n := runCounts{completed: int(r.completed.Load()), failed: int(r.failed.Load()), requests: int(r.prov.requests.Load())}
+	if r.budget && r.rt != nil {
+		if st, err := r.rt.RetryBudget(context.Background(), stormProvider); err == nil {
+			n.extra = map[string]float64{"budget_extended_retries": float64(st.Delayed)}
+		}
+	}
+	return n
+}
+
+// close shuts the runtime down.
+func (r *musepiRun) close() error {
+	if r.rt == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return r.rt.Shutdown(ctx)
+}
+
+// countingProvider counts the requests MusePi sends and files each
+// session's n-th retry in waves (sessions with hinted errors left out).
+type countingProvider struct {
+	provider.Provider
+	clk      clock.Clock
+	start    time.Time
+	waves    *waves
+	scenario *Scenario
+	requests atomic.Int64
+
+	mu   sync.Mutex
+	sent map[string]int // requests per session
+}
+
+// Stream counts the request, then asks the scenario's provider.
+func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
+	p.requests.Add(1)
+	p.mu.Lock()
+	n := p.sent[req.SessionID]
+	p.sent[req.SessionID] = n + 1
+	p.mu.Unlock()
+	if k := errorKinds[strings.TrimPrefix(req.Model, "m-")]; n > 0 && len(k.headers) == 0 {
+		p.waves.add(n, p.clk.Now().Sub(p.start))
+	}
+	return p.Provider.Stream(ctx, req, onDelta)
+}
+
+// latenessClock is the wall clock measuring how late each backoff-sized
+// timer (min or longer) wakes: from its deadline to its callback.
+type latenessClock struct {
+	clock.Real
+	rec          *recorder
+	firstWaveEnd time.Time // timers armed before it belong to the first wave
+	min          time.Duration
+}
+
+// AfterFunc arms a wall-clock timer, measuring its lateness when long enough.
+func (c *latenessClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	if d < c.min {
+		return c.Real.AfterFunc(d, f)
+	}
+	now := time.Now()
+	due, first := now.Add(d), now.Before(c.firstWaveEnd)
+	return time.AfterFunc(d, func() {
+		c.rec.lateness(time.Since(due), first)
+		f()
+	})
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// writeMarkdown renders r as a Markdown document: a header block, one
+// table with a row per figure and a column per system, then the ratios
+// and notes when there are any.
+func writeMarkdown(w io.Writer, r *Report) error {
+	var b bytes.Buffer
+	b.WriteString("# Retry storm benchmark\n\n")
+	fmt.Fprintf(&b, "- Command: %s\n", codeSpan(r.Command))
+	fmt.Fprintf(&b, "- Mode: %s\n", r.Mode)
+	fmt.Fprintf(&b, "- Sessions: %s\n", formatNumber(float64(r.Sessions)))
+	fmt.Fprintf(&b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
+	fmt.Fprintf(&b, "- Scenario: %s\n", r.Scenario)
+	fmt.Fprintf(&b, "- Outage: %s s – %s s\n",
+		formatNumber(float64(r.OutageStartMs)/1000), formatNumber(float64(r.OutageEndMs)/1000))
+	fmt.Fprintf(&b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
+
+	b.WriteString("| Figure |")
+	for _, s := range r.Systems {
+		fmt.Fprintf(&b, " %s |", mdCell(s.Name))
+	}
+	b.WriteString("\n|---|")
+	for range r.Systems {
+		b.WriteString("--:|")
+	}
+	b.WriteString("\n")
+	for _, f := range figures {
+		cells, present := make([]string, len(r.Systems)), false
+		for i, s := range r.Systems {
+			v, ok := s.Figures[f.Key]
+			if !ok {
+				cells[i] = "—"
+				continue
+			}
+			cells[i], present = formatNumber(v), true
+		}
+		if !present {
+			continue
+		}
+		label := f.Label
+		if f.Unit != "" {
+			label += " (" + f.Unit + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", mdCell(label), strings.Join(cells, " | "))
+	}
+
+	if len(r.Ratios) > 0 {
+		b.WriteString("\n## Ratios\n\n| Ratio | Value |\n|---|--:|\n")
+		for _, q := range r.Ratios {
+			fmt.Fprintf(&b, "| %s | %s× |\n", mdCell(q.Label), formatRatio(q.Value))
+		}
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n## Notes\n\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// writeJSON writes r as indented JSON.
+func writeJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// SVG layout, in pixels.
+const (
+	svgWidth   = 900
+	svgHeaderH = 50  // title and legend above the panels
+	svgPanelH  = 230 // one system's panel, title and x labels included
+	svgLeft    = 60  // room for the y tick labels
+	svgRight   = 20
+)
+
+// Plot colours.
+const (
+	colourRequests    = "#d62728"
+	colourCompletions = "#1f77b4"
+	colourOutage      = "#ffe3c2"
+)
+
+// writeSVG plots the timelines of r as a self-contained SVG: one panel per
+// system with a timeline, all on the same x scale (seconds from the start
+// of the run) and y scale (count per bucket), with the outage shaded.
+func writeSVG(w io.Writer, r *Report) error {
+	var panels []System
+	xMaxMs, yMax := float64(r.OutageEndMs), 0
+	for _, s := range r.Systems {
+		t := s.Timeline
+		if t == nil {
+			continue
+		}
+		panels = append(panels, s)
+		n := max(len(t.Requests), len(t.Completions))
+		xMaxMs = max(xMaxMs, float64(n*t.BucketMs))
+		for _, c := range t.Requests {
+			yMax = max(yMax, c)
+		}
+		for _, c := range t.Completions {
+			yMax = max(yMax, c)
+		}
+	}
+	if xMaxMs <= 0 {
+		xMaxMs = 1000
+	}
+	yStep := max(1, niceStep(float64(yMax), 4))
+	yTop := max(yStep, math.Ceil(float64(yMax)/yStep)*yStep)
+	xStep := niceStep(xMaxMs/1000, 8)
+
+	height := svgHeaderH + max(1, len(panels))*svgPanelH
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		svgWidth, height, svgWidth, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Retry storm: provider requests and completions per bucket</text>`+"\n", svgLeft)
+	legend := []struct{ colour, label string }{
+		{colourRequests, "provider requests"},
+		{colourCompletions, "completions"},
+		{colourOutage, "outage"},
+	}
+	for i, l := range legend {
+		x := svgLeft + i*160
+		fmt.Fprintf(&b, `<rect x="%d" y="30" width="14" height="10" fill="%s"/><text x="%d" y="40">%s</text>`+"\n",
+			x, l.colour, x+20, l.label)
+	}
+	if len(panels) == 0 {
+		fmt.Fprintf(&b, `<text x="%d" y="%d">no timelines recorded</text>`+"\n", svgLeft, svgHeaderH+svgPanelH/2)
+	}
+
+	x0, x1 := float64(svgLeft), float64(svgWidth-svgRight)
+	xAt := func(ms float64) float64 { return x0 + ms/xMaxMs*(x1-x0) }
+	for i, s := range panels {
+		top := float64(svgHeaderH + i*svgPanelH)
+		y0, y1 := top+28, top+svgPanelH-34
+		yAt := func(c float64) float64 { return y1 - c/yTop*(y1-y0) }
+		t := s.Timeline
+
+		fmt.Fprintf(&b, `<g class="panel">`+"\n")
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", x0, top+18, html.EscapeString(s.Name))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">count per %d ms</text>`+"\n", x1, top+18, t.BucketMs)
+		from := xAt(math.Max(0, float64(r.OutageStartMs)))
+		to := xAt(math.Min(xMaxMs, float64(r.OutageEndMs)))
+		if to > from {
+			fmt.Fprintf(&b, `<rect class="outage" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n",
+				from, y0, to-from, y1-y0, colourOutage)
+		}
+		for k := 0; float64(k)*yStep <= yTop; k++ {
+			c := float64(k) * yStep
+			y := yAt(c)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x1, y)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, formatNumber(c))
+		}
+		for k := 0; float64(k)*xStep <= xMaxMs/1000*(1+1e-9); k++ {
+			sec := float64(k) * xStep
+			x := xAt(sec * 1000)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y1, x, y1+4)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, y1+17, formatNumber(sec))
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">seconds from start</text>`+"\n", x1, y1+31)
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="#333" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f"/>`+"\n", x0, y0, x0, y1, x1, y1)
+		for _, series := range []struct {
+			colour string
+			counts []int
+		}{{colourRequests, t.Requests}, {colourCompletions, t.Completions}} {
+			if len(series.counts) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke-width="1.5" stroke="%s" points="`, series.colour)
+			for k, c := range series.counts {
+				if k > 0 {
+					b.WriteByte(' ')
+				}
+				fmt.Fprintf(&b, "%.1f,%.1f", xAt((float64(k)+0.5)*float64(t.BucketMs)), yAt(float64(c)))
+			}
+			b.WriteString(`"/>` + "\n")
+		}
+		b.WriteString("</g>\n")
+	}
+	b.WriteString("</svg>\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// writeOutputs creates dir and writes storm.md, storm.json and storm.svg
+// into it.
+func writeOutputs(dir string, r *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, out := range []struct {
+		name  string
+		write func(io.Writer, *Report) error
+	}{
+		{"storm.md", writeMarkdown},
+		{"storm.json", writeJSON},
+		{"storm.svg", writeSVG},
+	} {
+		if err := writeFile(filepath.Join(dir, out.name), r, out.write); err != nil {
+			return fmt.Errorf("%s: %w", out.name, err)
+		}
+	}
+	return nil
+}
+
+// writeFile creates path and renders r into it with write.
+func writeFile(path string, r *Report, write func(io.Writer, *Report) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// niceStep returns a tick step of 1, 2 or 5 times a power of ten that
+// divides span into at most about n intervals; 1 when span is not positive.
+func niceStep(span float64, n int) float64 {
+	raw := span / float64(n)
+	if raw <= 0 || math.IsInf(raw, 0) || math.IsNaN(raw) {
+		return 1
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5} {
+		if m*mag >= raw {
+			return m * mag
+		}
+	}
+	return 10 * mag
+}
+
+// formatNumber formats v for a table: integers with thousands separators
+// (100,000), other values with three significant digits (0.482, 12.3),
+// rounded to an integer from 1,000 up (1,234).
+func formatNumber(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		return groupThousands(int64(v))
+	}
+	s := strconv.FormatFloat(v, 'g', 3, 64)
+	if strings.Contains(s, "e+") {
+		return groupThousands(int64(math.Round(v)))
+	}
+	return s
+}
+
+// formatRatio formats a ratio with two decimals between 0.1 and 10, where
+// ratios usually fall, and like formatNumber elsewhere.
+func formatRatio(v float64) string {
+	if a := math.Abs(v); a >= 0.1 && a < 10 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return formatNumber(v)
+}
+
+// groupThousands formats n with a comma between groups of three digits.
+func groupThousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	sign := ""
+	if n < 0 {
+		sign, s = "-", s[1:]
+	}
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
+}
+
+// mdCell escapes the pipes in s so that it stays in one table cell.
+func mdCell(s string) string {
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+// codeSpan wraps s in a Markdown code span, with enough backticks that
+// backticks inside s do not end it.
+func codeSpan(s string) string {
+	fence := "`"
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}
