@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/slogzero"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -34,7 +36,8 @@ type Runtime struct {
 	cfg    runtimeConfig
 	system *actor.ActorSystem
 	deps   *actors.Deps
-	pids   []*actor.PID // runtime-wide actors, stopped last
+	pids   []*actor.PID   // runtime-wide actors, stopped last
+	pool   *dispatch.Pool // runs every actor's mailbox
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -137,15 +140,18 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 
 		StreamIdleTimeout: cfg.streamIdle,
 	}
+	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
+	deps.Dispatcher = rt.pool
+	onPool := actor.WithDispatcher(rt.pool)
 	root := rt.system.Root
-	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock))
+	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock, onPool))
 	rt.pids = append(rt.pids, deps.Scheduler)
 	for name := range cfg.providers {
 		creds := cfg.creds[name]
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget))
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -161,7 +167,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		deps.Credentials[name] = pid
 	}
 	for role, chain := range cfg.settings.FallbackChains {
-		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain))
+		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, onPool))
 		deps.Fallbacks[role] = pid
 		rt.pids = append(rt.pids, pid)
 	}
@@ -280,6 +286,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 	}
 	rt.system.Shutdown()
+	rt.pool.Close()
 	if err := rt.deps.Store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("musepi: close history: %w", err))
 	}

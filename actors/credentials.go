@@ -43,7 +43,8 @@ type CredentialsActor struct {
 // CredentialsProps spawns the credentials actor of one provider. With
 // autoRedeem, a usage limit with no free sibling spends a banked reset.
 // An enabled budget (valid settings) makes it the provider's retry budget.
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings) *actor.Props {
+// opts are added to the props (a dispatcher, say).
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem}
 		for _, c := range creds {
@@ -54,7 +55,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 			a.holders = map[string]*actor.PID{}
 		}
 		return a
-	}, actor.WithReceiverMiddleware(track.Middleware(clk)))
+	}, append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
 }
 
 // Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession

@@ -10,6 +10,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -35,6 +36,19 @@ type Deps struct {
 	StreamIdleTimeout time.Duration
 	// NewSource returns the jitter source of one session's retry chain.
 	NewSource func() retry.Source
+	// Dispatcher runs the session and retry actors' mailboxes; nil is
+	// protoactor's default (a goroutine per mailbox activation).
+	Dispatcher actor.Dispatcher
+}
+
+// propsOptions are the props of session and retry actors: tracked on the
+// clock, an unbounded lock-free mailbox, and the dispatcher if set.
+func (d *Deps) propsOptions() []actor.PropsOption {
+	opts := []actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(d.Clock)), actor.WithMailbox(actor.UnboundedLockfree())}
+	if d.Dispatcher != nil {
+		opts = append(opts, actor.WithDispatcher(d.Dispatcher))
+	}
+	return opts
 }
 
 // Tool is a Go function the model may call.

@@ -19,11 +19,12 @@ type FallbackActor struct {
 	cooldown map[string]time.Time // selector -> end of its cooldown
 }
 
-// FallbackProps spawns the model-fallback actor of role with its chain.
-func FallbackProps(clk clock.Clock, role string, chain []string) *actor.Props {
+// FallbackProps spawns the model-fallback actor of role with its chain;
+// opts are added to the props.
+func FallbackProps(clk clock.Clock, role string, chain []string, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}}
-	}, actor.WithReceiverMiddleware(track.Middleware(clk)))
+	}, append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
 }
 
 // Receive answers NextModelRequest.

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -38,6 +39,11 @@ type retryState struct {
 	primary  string
 	role     string
 
+	// The last settings decoded, and the message they came from: a session
+	// sends the same message until its settings change.
+	settingsFrom *messages.RetrySettings
+	settings     retry.Settings
+
 	askPin   bool                     // the pending model-fallback ask pins
 	fallback *messages.NextModelReply // the reply being stepped
 	actions  []*messages.RetryAction
@@ -68,11 +74,7 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 			a.step(ctx, a.input)
 		}
 	case *messages.RetryTurnEnded:
-		settings, err := retry.SettingsFromProto(m.GetSettings())
-		if err != nil {
-			a.deps.Log.Error().Err(err).Str("session", a.sessionID).Msg("invalid retry settings; using defaults")
-			settings = retry.DefaultSettings()
-		}
+		settings := a.decodeSettings(m.GetSettings())
 		a.deciding = true
 		a.current, a.primary, a.role = m.GetCurrentModel(), m.GetPrimaryModel(), m.GetRole()
 		ab := m.GetAborts()
@@ -112,13 +114,36 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	}
 }
 
+// decodeSettings decodes a turn's settings, reusing the last decoding
+// when the session sent the same message again.
+func (a *RetryActor) decodeSettings(p *messages.RetrySettings) retry.Settings {
+	if p != nil && p == a.settingsFrom {
+		return a.settings
+	}
+	settings, err := retry.SettingsFromProto(p)
+	if err != nil {
+		a.deps.Log.Error().Err(err).Str("session", a.sessionID).Msg("invalid retry settings; using defaults")
+		settings = retry.DefaultSettings()
+	}
+	a.settingsFrom, a.settings = p, settings
+	return settings
+}
+
+// effectBuffers lend the retry actors a buffer for one step's effects, so
+// an idle session keeps none.
+var effectBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
+
 // step runs one input through the chain, executes its effects and sends
 // the session what it must do.
 func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
 	a.stepping, a.input, a.before = true, in, *a.chain
-	for _, e := range a.chain.Step(in) {
+	buf := effectBuffers.Get().(*[]retry.Effect)
+	*buf = a.chain.AppendStep((*buf)[:0], in)
+	for _, e := range *buf {
 		a.execute(ctx, e)
 	}
+	clear(*buf) // drop the strings and messages the effects point to
+	effectBuffers.Put(buf)
 	a.stepping = false
 	d := &messages.RetryDecision{Actions: a.actions}
 	a.actions = nil

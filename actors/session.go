@@ -48,17 +48,20 @@ type SessionActor struct {
 	historySeq uint64
 	eventSeq   uint64
 
-	generation    uint64
-	waiter        *actor.PID // the Prompt call's future
-	promptActive  bool
-	startPending  bool // a turn waits for the credential
-	continuing    bool // the waiting turn is a retry's scheduled continue
-	turn          uint64
-	cancelTurn    context.CancelFunc
-	turnActive    bool
-	toolsActive   bool
-	compacting    bool
-	deciding      bool // a RetryTurnEnded awaits its decision
+	generation   uint64
+	waiter       *actor.PID // the Prompt call's future
+	promptActive bool
+	startPending bool // a turn waits for the credential
+	continuing   bool // the waiting turn is a retry's scheduled continue
+	turn         uint64
+	cancelTurn   context.CancelFunc
+	turnActive   bool
+	toolsActive  bool
+	compacting   bool
+	deciding     bool // a RetryTurnEnded awaits its decision
+	// settingsProto is cfg.Settings on the wire, built once per change: the
+	// retry child reuses its decoding while the pointer stays the same.
+	settingsProto *messages.RetrySettings
 	lifecycleOpen bool
 	attempt       int32 // of the last auto_retry_start in the open chain
 	tasksPending  bool
@@ -72,7 +75,7 @@ type SessionActor struct {
 func SessionProps(deps *Deps, cfg SessionConfig) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &SessionActor{deps: deps, cfg: cfg}
-	}, actor.WithReceiverMiddleware(track.Middleware(deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree()))
+	}, deps.propsOptions()...)
 }
 
 // Receive handles the session's messages.
@@ -136,6 +139,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(&messages.Ack{})
 	case *messages.SetAutoRetryRequest:
 		s.cfg.Settings.Enabled = m.GetEnabled()
+		s.settingsProto = nil
 		s.cfg.State.autoRetry.Store(m.GetEnabled())
 		ctx.Respond(&messages.Ack{})
 	case *messages.SetModelRequest:
@@ -196,8 +200,7 @@ func (s *SessionActor) newSource() retry.Source {
 // actor after a panic (see RetryActor).
 func (s *SessionActor) spawnRetry(ctx actor.Context, src retry.Source) {
 	st := newRetryState(s.deps, s.cfg.ID, src)
-	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{st} },
-		actor.WithReceiverMiddleware(track.Middleware(s.deps.Clock)), actor.WithMailbox(actor.UnboundedLockfree())))
+	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{st} }, s.deps.propsOptions()...))
 }
 
 // restore loads the persisted history: the runtime context is rebuilt from

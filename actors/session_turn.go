@@ -155,11 +155,19 @@ func (s *SessionActor) agentEnd(ctx actor.Context, msg *messages.AssistantMessag
 		Message:      msg,
 		Generation:   s.generation,
 		Aborts:       &messages.Aborts{User: ab.User, Dispose: ab.Dispose, EditGuard: ab.EditGuard},
-		Settings:     s.cfg.Settings.Proto(),
+		Settings:     s.wireSettings(),
 		CurrentModel: s.model,
 		PrimaryModel: s.cfg.Model,
 		Role:         s.cfg.Role,
 	})
+}
+
+// wireSettings is the session's retry settings as sent to the retry child.
+func (s *SessionActor) wireSettings() *messages.RetrySettings {
+	if s.settingsProto == nil {
+		s.settingsProto = s.cfg.Settings.Proto()
+	}
+	return s.settingsProto
 }
 
 func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {

@@ -65,7 +65,8 @@ type Chain struct {
 	fallbackModel   string
 	fallbackRole    string
 
-	out []Effect
+	out     []Effect // the effects of the Step running
+	stepBuf []Effect // Step's reused buffer
 }
 
 // NewChain returns an idle chain drawing jitter from src.
@@ -89,7 +90,15 @@ func (c *Chain) Generation() uint64 { return c.generation }
 // order. The returned slice is reused by the next Step. Replies and timer
 // firings whose Token is not the one the chain waits for are ignored.
 func (c *Chain) Step(in Input) []Effect {
-	c.out = c.out[:0]
+	c.stepBuf = c.AppendStep(c.stepBuf[:0], in)
+	return c.stepBuf
+}
+
+// AppendStep is Step appending the effects to out, so that the chain keeps
+// no buffer between steps: an owner of many idle chains shares one.
+func (c *Chain) AppendStep(out []Effect, in Input) []Effect {
+	c.out = out
+	defer func() { c.out = nil }()
 	c.now = in.Now
 	switch in.Kind {
 	case InputTurnEnded:

@@ -27,10 +27,10 @@ func New(clk clock.Clock) *Actor {
 	return &Actor{clk: clk, queue: NewQueue(), sessions: map[string]*actor.PID{}}
 }
 
-// Props spawns a scheduler on clk.
-func Props(clk clock.Clock) *actor.Props {
+// Props spawns a scheduler on clk; opts are added to the props.
+func Props(clk clock.Clock, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return New(clk) },
-		actor.WithReceiverMiddleware(track.Middleware(clk)))
+		append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
 }
 
 // Receive handles scheduler messages.
