@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/musepi/musepi/clock"
@@ -51,6 +53,11 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	atMid := func() {
 		if mem := memInUse(); mem > baseline {
 			perWaiting = float64(mem-baseline) / float64(e.sessions)
+		}
+		if e.heapProfile != "" {
+			if perr := writeHeapProfile(e.heapProfile + "." + name); perr != nil {
+				fmt.Fprintln(os.Stderr, "storm:", perr)
+			}
 		}
 	}
 	tick := func() { bar.set(c.finished()) }
@@ -117,6 +124,19 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		f["first_wave_lateness_p99_ms"] = durationMs(first[1])
 	}
 	return System{Name: name, Description: description, Figures: f, Timeline: m.rec.timeline(100 * time.Millisecond)}, nil
+}
+
+// writeHeapProfile writes the live heap to file.
+func writeHeapProfile(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 // waitReal waits on the wall clock until done, calling atMid once at mid

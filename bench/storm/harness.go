@@ -22,6 +22,9 @@ type env struct {
 	seed     uint64
 	// budgetCompared: MusePi runs twice, retry budget on and off.
 	budgetCompared bool
+	// heapProfile, when set, is where each contender writes a heap profile
+	// at mid-outage (suffixed with the contender's name).
+	heapProfile string
 	// newRun prepares one contender's run: a fresh clock standing at the
 	// run's start (a *clock.Virtual in virtual mode), a recorder started at
 	// that instant, a provider that answers by the scenario and records each

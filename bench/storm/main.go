@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -74,6 +75,8 @@ type options struct {
 	seed        uint64
 	out         string
 	quiet       bool
+	cpuProfile  string
+	heapProfile string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -94,6 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Uint64Var(&o.seed, "seed", 1, "jitter seed")
 	fs.StringVar(&o.out, "out", "storm-out", "output folder for storm.md, storm.json, storm.svg")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender>")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -154,9 +159,20 @@ func run(args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	e := &env{mode: o.mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed,
-		budgetCompared: o.budget == "both"}
+		budgetCompared: o.budget == "both", heapProfile: o.heapProfile}
 	e.progress = func(label string, total int) *progress {
 		w := stderr
 		if o.quiet {

@@ -54,7 +54,7 @@ func retryAfterSeconds(msg *messages.AssistantMessage) (int, bool) {
 // lockstepMinPerBucket is the mean number of retries per 10 ms bucket of
 // its jitter window a wave needs to count in waves.index (when some wave
 // has that many): thinner waves measure sampling noise, not lockstep.
-const lockstepMinPerBucket = 5
+const lockstepMinPerBucket = 50
 
 // waves collects when retry requests were sent, by retry number: wave n
 // holds every session's n-th retry (n from 1), as a time from the start of

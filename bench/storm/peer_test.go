@@ -198,13 +198,13 @@ func TestWavesIndex(t *testing.T) {
 			t.Errorf("index = %v, want 1", got)
 		}
 	})
-	t.Run("small waves ignored", func(t *testing.T) {
+	t.Run("thin waves ignored", func(t *testing.T) {
 		var w waves
-		for i := range 100 {
-			w.add(1, time.Second+time.Duration(i)*time.Millisecond)
+		for i := range 1000 { // 100 per bucket of wave 1's 100 ms window
+			w.add(1, time.Second+time.Duration(i)*100*time.Microsecond)
 		}
 		for range 10 {
-			w.add(2, 3*time.Second) // bunched, but only 10
+			w.add(2, 3*time.Second) // bunched, but only 10 over 20 buckets
 		}
 		if got := w.index(base); got < 0.99 || got > 1.01 {
 			t.Errorf("index = %v, want 1", got)
