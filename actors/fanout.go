@@ -65,6 +65,13 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 	}
 }
 
+// HasSubscribers reports whether anyone subscribes now.
+func (f *Fanout) HasSubscribers() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs) > 0
+}
+
 // Publish queues ev for every subscriber.
 func (f *Fanout) Publish(ev *messages.SessionEvent) {
 	f.mu.Lock()

@@ -48,12 +48,21 @@ type retryState struct {
 	fallback *messages.NextModelReply // the reply being stepped
 	actions  []*messages.RetryAction
 
-	// For restarts: the input being stepped and the chain before it.
-	stepping    bool
-	input       retry.Input
-	before      retry.Chain
+	// For restarts: the input being stepped and the chain before it, set
+	// only while a step runs.
+	stepping    *stepSnapshot
 	incarnation int
 }
+
+// stepSnapshot is what a restart needs to replay a step that panicked.
+type stepSnapshot struct {
+	input  retry.Input
+	before retry.Chain
+}
+
+// snapshots lend the retry actors a snapshot for one step, so an idle
+// session keeps none.
+var snapshots = sync.Pool{New: func() any { return new(stepSnapshot) }}
 
 func newRetryState(deps *Deps, sessionID string, src retry.Source) *retryState {
 	return &retryState{deps: deps, sessionID: sessionID, chain: retry.NewChain(src)}
@@ -66,12 +75,13 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.incarnation++
-		if a.incarnation > 1 && a.stepping {
+		if snap := a.stepping; a.incarnation > 1 && snap != nil {
 			a.deps.Log.Error().Str("session", a.sessionID).Int("restart", a.incarnation-1).
 				Msg("retry actor restarted after a panic; replaying the failed input")
-			*a.chain = a.before
+			*a.chain = snap.before
 			a.actions = nil
-			a.step(ctx, a.input)
+			a.stepping = nil
+			a.step(ctx, snap.input)
 		}
 	case *messages.RetryTurnEnded:
 		settings := a.decodeSettings(m.GetSettings())
@@ -136,7 +146,9 @@ var effectBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 // step runs one input through the chain, executes its effects and sends
 // the session what it must do.
 func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
-	a.stepping, a.input, a.before = true, in, *a.chain
+	snap := snapshots.Get().(*stepSnapshot)
+	snap.input, snap.before = in, *a.chain
+	a.stepping = snap
 	buf := effectBuffers.Get().(*[]retry.Effect)
 	*buf = a.chain.AppendStep((*buf)[:0], in)
 	for _, e := range *buf {
@@ -144,7 +156,9 @@ func (a *RetryActor) step(ctx actor.Context, in retry.Input) {
 	}
 	clear(*buf) // drop the strings and messages the effects point to
 	effectBuffers.Put(buf)
-	a.stepping = false
+	a.stepping = nil
+	*snap = stepSnapshot{}
+	snapshots.Put(snap)
 	d := &messages.RetryDecision{Actions: a.actions}
 	a.actions = nil
 	if a.deciding {

@@ -276,6 +276,9 @@ func (s *SessionActor) append(e *messages.Entry, toRuntime bool) {
 // emit publishes one event to the subscribers.
 func (s *SessionActor) emit(payload proto.Message) {
 	s.eventSeq++
+	if !s.cfg.Events.HasSubscribers() {
+		return // nobody listens: skip building the event (its seq is spent)
+	}
 	ev := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
 	switch p := payload.(type) {
 	case *messages.AutoRetryStart:

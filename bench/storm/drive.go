@@ -116,12 +116,20 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	if last := m.rec.lastCompletion(); !last.IsZero() {
 		f["drain_seconds"] = max(0, last.Sub(outageTo).Seconds())
 	}
+	if sc.OutageStart == 0 { // every first attempt went out in the outage
+		f["retries_outage"] = f["requests_outage"] - float64(e.sessions)
+	}
 	if e.mode == "real" {
 		all, first := m.rec.latenessFigures()
-		f["lateness_p50_ms"] = durationMs(all[0])
-		f["lateness_p99_ms"] = durationMs(all[1])
-		f["lateness_max_ms"] = durationMs(all[2])
-		f["first_wave_lateness_p99_ms"] = durationMs(first[1])
+		nAll, nFirst := m.rec.latenessCounts()
+		if nAll > 0 {
+			f["lateness_p50_ms"] = durationMs(all[0])
+			f["lateness_p99_ms"] = durationMs(all[1])
+			f["lateness_max_ms"] = durationMs(all[2])
+		}
+		if nFirst > 0 {
+			f["first_wave_lateness_p99_ms"] = durationMs(first[1])
+		}
 	}
 	return System{Name: name, Description: description, Figures: f, Timeline: m.rec.timeline(100 * time.Millisecond)}, nil
 }

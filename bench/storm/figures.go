@@ -19,6 +19,7 @@ var figures = []Figure{
 	{"prompts_lost", "prompts lost", ""},
 	{"requests_total", "provider requests, total", ""},
 	{"requests_outage", "provider requests during the outage", ""},
+	{"retries_outage", "retry requests during the outage", ""},
 	{"retry_attempts", "retry attempts", ""},
 	{"cpu_seconds", "CPU time", "s"},
 	{"attempts_per_cpu_second", "retry attempts per CPU-second", ""},

@@ -75,6 +75,7 @@ type options struct {
 	seed        uint64
 	out         string
 	quiet       bool
+	provider    string
 	cpuProfile  string
 	heapProfile string
 }
@@ -89,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.outageStart, "outage-start", 0, "outage start, from the start of the run (prompts are sent at 0)")
 	fs.StringVar(&o.mix, "mix", "429=30,429-hint=10,503=40,overload=20", "error mix during the outage, kind=weight; kinds: "+strings.Join(kindNames(), ", "))
 	fs.BoolVar(&o.usageLimit, "usage-limit", true, "key "+limitedKey+" (half the sessions start on it) answers usage limits during the outage")
+	fs.StringVar(&o.provider, "provider", "fakellm", "real mode's provider: fakellm (OpenAI SDK to the fake server over loopback) or inprocess (the virtual mode's provider on the wall clock: timers and actors without HTTP)")
 	fs.StringVar(&o.budget, "budget", "off", "MusePi's retry budget: off, on, or both (MusePi runs twice)")
 	fs.StringVar(&o.contenders, "contenders", "floor,peer,musepi", "which contenders run, in order")
 	fs.IntVar(&o.maxRetries, "max-retries", 10, "retry.maxRetries for MusePi and the peer")
@@ -120,6 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-sessions must be 1 or more, got %d", o.sessions)
 	case o.outage < 0 || o.outageStart < 0:
 		return nil, errors.New("-outage and -outage-start must not be negative")
+	case o.provider != "fakellm" && o.provider != "inprocess":
+		return nil, fmt.Errorf("-provider must be fakellm or inprocess, got %q", o.provider)
 	case o.budget != "off" && o.budget != "on" && o.budget != "both":
 		return nil, fmt.Errorf("-budget must be off, on or both, got %q", o.budget)
 	}
@@ -180,14 +184,21 @@ func run(args []string, stderr io.Writer) error {
 		}
 		return newProgress(w, fmt.Sprintf("%-18s", label), total)
 	}
-	if o.mode == "virtual" {
+	switch {
+	case o.mode == "virtual":
 		e.newRun = func() (clock.Clock, provider.Provider, *recorder, func(), error) {
 			vc := clock.NewVirtual(time.Unix(0, 0))
 			vc.SetResolution(time.Millisecond)
 			rec := newRecorder(vc.Now())
 			return vc, &scenarioProvider{sc: sc, clk: vc, start: vc.Now(), rec: rec}, rec, func() {}, nil
 		}
-	} else {
+	case o.provider == "inprocess":
+		e.newRun = func() (clock.Clock, provider.Provider, *recorder, func(), error) {
+			clk := clock.Real{}
+			rec := newRecorder(clk.Now())
+			return clk, &scenarioProvider{sc: sc, clk: clk, start: clk.Now(), rec: rec}, rec, func() {}, nil
+		}
+	default:
 		raiseFileLimit()
 		srv, err := startFakeLLM(ctx, sc)
 		if err != nil {
@@ -295,7 +306,12 @@ func notes(o *options) []string {
 	if o.mode == "virtual" {
 		n = append(n, "virtual mode: the virtual clock fires timers in 1 ms batches; lateness is not measured (timers fire exactly on virtual time).")
 	} else {
-		n = append(n, "real mode: fakellm runs in a child process (its CPU is not counted); lateness is from a timer's deadline to its callback, first wave = timers armed in the first 0.75 × base delay.")
+		n = append(n, "real mode: lateness is from a timer's deadline to its callback; first wave = timers armed in the first 0.75 × base delay.")
+		if o.provider == "fakellm" {
+			n = append(n, "fakellm runs in a child process (its CPU is not counted); memory per waiting session includes the HTTP client's pooled connections.")
+		} else {
+			n = append(n, "in-process provider on the wall clock: no HTTP, the timers and actors alone.")
+		}
 	}
 	return n
 }

@@ -145,6 +145,14 @@ func (r *recorder) latenessFigures() (all, firstWave [3]time.Duration) {
 	return all, firstWave
 }
 
+// latenessCounts is how many wake-ups were measured, in all and in the
+// first wave.
+func (r *recorder) latenessCounts() (all, firstWave int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.late), len(r.lateFirst)
+}
+
 // lastCompletion returns the time of the latest completion, or the zero
 // time when there was none.
 func (r *recorder) lastCompletion() time.Time {
