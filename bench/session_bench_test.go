@@ -37,6 +37,7 @@ func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Sett
 		musepi.WithProvider("p", p),
 		musepi.WithRetrySettings(s),
 		musepi.WithJitterSource(func() retry.Source { return nominal{} }),
+		musepi.WithLimits(musepi.Limits{}), // b.N may pass the default 100,000 sessions
 	)
 	if err != nil {
 		b.Fatal(err)

@@ -100,7 +100,11 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		"peak_heap_mb":      float64(peakHeap) / (1 << 20),
 		"goroutines_peak":   float64(peakG),
 		"goroutines_after":  float64(runtime.NumGoroutine()),
-		"lockstep_index":    m.waves.index(e.settings.BaseDelay),
+	}
+	lockstep, byWave := m.waves.indexes(e.settings.BaseDelay)
+	f["lockstep_index"] = lockstep
+	for n, v := range byWave { // JSON only: the table shows the worst
+		f[fmt.Sprintf("lockstep_wave_%d", n)] = v
 	}
 	for k, v := range n.extra {
 		f[k] = v

@@ -42,7 +42,8 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 	}
 	start := clk.Now()
 	w := &waves{}
-	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario, sent: map[string]int{}}
+	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario,
+		sent: map[string]int{}, switched: map[string]bool{}}
 	if e.mode == "real" {
 		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4), min: 100 * time.Millisecond}
 	}
@@ -118,7 +119,9 @@ func (r *musepiRun) close() error {
 }
 
 // countingProvider counts the requests MusePi sends and files each
-// session's n-th retry in waves (sessions with hinted errors left out).
+// session's n-th retry in waves. Sessions with hinted errors are left out
+// (their retries follow the hint), and so are sessions that met a usage
+// limit (their first retry follows the credential switch at once).
 type countingProvider struct {
 	provider.Provider
 	clk      clock.Clock
@@ -127,8 +130,9 @@ type countingProvider struct {
 	scenario *Scenario
 	requests atomic.Int64
 
-	mu   sync.Mutex
-	sent map[string]int // requests per session
+	mu       sync.Mutex
+	sent     map[string]int  // requests per session
+	switched map[string]bool // sessions that met a usage limit
 }
 
 // Stream counts the request, then asks the scenario's provider.
@@ -137,8 +141,12 @@ func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onD
 	p.mu.Lock()
 	n := p.sent[req.SessionID]
 	p.sent[req.SessionID] = n + 1
+	if p.scenario.UsageLimit && req.APIKey == limitedKey {
+		p.switched[req.SessionID] = true
+	}
+	switched := p.switched[req.SessionID]
 	p.mu.Unlock()
-	if k := errorKinds[strings.TrimPrefix(req.Model, "m-")]; n > 0 && len(k.headers) == 0 {
+	if k := errorKinds[strings.TrimPrefix(req.Model, "m-")]; n > 0 && len(k.headers) == 0 && !switched {
 		p.waves.add(n, p.clk.Now().Sub(p.start))
 	}
 	return p.Provider.Stream(ctx, req, onDelta)

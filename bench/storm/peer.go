@@ -83,8 +83,15 @@ func (w *waves) add(n int, at time.Duration) {
 // (lockstepMinPerBucket), or over all waves if none is. It is 0 when no
 // retry was recorded.
 func (w *waves) index(base time.Duration) float64 {
+	worst, _ := w.indexes(base)
+	return worst
+}
+
+// indexes is index, with the index of every wave measured, by wave.
+func (w *waves) indexes(base time.Duration) (worst float64, byWave map[int]float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	byWave = map[int]float64{}
 	dense := func(n int, ts []time.Duration) bool {
 		buckets := max(1, float64(retry.NominalBackoff(n, base)/4)/float64(10*time.Millisecond))
 		return float64(len(ts))/buckets >= lockstepMinPerBucket
@@ -93,14 +100,14 @@ func (w *waves) index(base time.Duration) float64 {
 	for n, ts := range w.at {
 		anyDense = anyDense || dense(n, ts)
 	}
-	worst := 0.0
 	for n, ts := range w.at {
 		if anyDense && !dense(n, ts) {
 			continue
 		}
-		worst = max(worst, lockstepIndex(ts, retry.NominalBackoff(n, base)/4))
+		byWave[n] = lockstepIndex(ts, retry.NominalBackoff(n, base)/4)
+		worst = max(worst, byWave[n])
 	}
-	return worst
+	return worst, byWave
 }
 
 // peerRun is one run of the peer.
