@@ -63,6 +63,7 @@ type retryState struct {
 	attempt, max int32
 	deadline     time.Time
 	seq          int
+	held         bool // the provider's retry budget extended the delay
 }
 
 var (
@@ -218,6 +219,9 @@ func (r *retryState) nextTick(now time.Time) time.Duration {
 // retryLine is the status line while a retry chain is open.
 func (r *retryState) line(now time.Time) string {
 	if secs := r.remaining(now); secs > 0 {
+		if r.held {
+			return fmt.Sprintf("Retrying (%d/%d) in %ds, held by the retry budget… (esc to cancel)", r.attempt, r.max, secs)
+		}
 		return fmt.Sprintf("Retrying (%d/%d) in %ds… (esc to cancel)", r.attempt, r.max, secs)
 	}
 	return fmt.Sprintf("Retrying (%d/%d)… (esc to cancel)", r.attempt, r.max)
@@ -335,6 +339,7 @@ func (m model) event(p proto.Message) (tea.Model, tea.Cmd) {
 			max:      p.GetMaxAttempts(),
 			deadline: m.now().Add(time.Duration(p.GetDelayMs()) * time.Millisecond),
 			seq:      m.retrySeq,
+			held:     p.GetBudgetDelayMs() > 0,
 		}
 		if e := firstLine(p.GetErrorMessage()); e != "" {
 			m.add(noticeEntry, "⚠ "+e)

@@ -80,8 +80,14 @@ func (h *harness) statusLine() string {
 }
 
 func (h *harness) retryStart(attempt, maxAttempts int32, delayMs int64) tea.Cmd {
+	return h.heldRetryStart(attempt, maxAttempts, delayMs, 0)
+}
+
+// heldRetryStart is an auto_retry_start whose delay the retry budget
+// extended by budgetMs.
+func (h *harness) heldRetryStart(attempt, maxAttempts int32, delayMs, budgetMs int64) tea.Cmd {
 	return h.event(&messages.AutoRetryStart{Attempt: attempt, MaxAttempts: maxAttempts, DelayMs: delayMs,
-		ErrorMessage: "429 Too Many Requests", ErrorClass: "transient"})
+		ErrorMessage: "429 Too Many Requests", ErrorClass: "transient", BudgetDelayMs: budgetMs})
 }
 
 func TestModelRetryCountdown(t *testing.T) {
@@ -90,29 +96,34 @@ func TestModelRetryCountdown(t *testing.T) {
 		want    string
 	}
 	cases := []struct {
-		name    string
-		attempt int32
-		max     int32
-		delayMs int64
-		steps   []step
+		name     string
+		attempt  int32
+		max      int32
+		delayMs  int64
+		budgetMs int64
+		steps    []step
 	}{
-		{"2000ms counts 2s then 1s", 1, 10, 2000, []step{
+		{"2000ms counts 2s then 1s", 1, 10, 2000, 0, []step{
 			{0, "Retrying (1/10) in 2s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10) in 1s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10)… (esc to cancel)"},
 		}},
-		{"rounds up", 3, 10, 2500, []step{
+		{"rounds up", 3, 10, 2500, 0, []step{
 			{0, "Retrying (3/10) in 3s… (esc to cancel)"},
 			{500 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
 			{999 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
 			{time.Millisecond, "Retrying (3/10) in 1s… (esc to cancel)"},
 		}},
-		{"retry-after 3s", 1, 10, 3000, []step{
+		{"retry-after 3s", 1, 10, 3000, 0, []step{
 			{0, "Retrying (1/10) in 3s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10) in 2s… (esc to cancel)"},
 		}},
-		{"no delay (fallback)", 2, 5, 0, []step{
+		{"no delay (fallback)", 2, 5, 0, 0, []step{
 			{0, "Retrying (2/5)… (esc to cancel)"},
+		}},
+		{"held by the retry budget", 4, 10, 6000, 2000, []step{
+			{0, "Retrying (4/10) in 6s, held by the retry budget… (esc to cancel)"},
+			{6 * time.Second, "Retrying (4/10)… (esc to cancel)"},
 		}},
 	}
 	for _, tc := range cases {
@@ -122,7 +133,7 @@ func TestModelRetryCountdown(t *testing.T) {
 			if got := h.statusLine(); !strings.Contains(got, "Working…") {
 				t.Fatalf("status before the retry %q, want the working spinner", got)
 			}
-			cmd := h.retryStart(tc.attempt, tc.max, tc.delayMs)
+			cmd := h.heldRetryStart(tc.attempt, tc.max, tc.delayMs, tc.budgetMs)
 			if (cmd != nil) != (tc.delayMs > 0) {
 				t.Errorf("auto_retry_start: tick scheduled %v, want %v", cmd != nil, tc.delayMs > 0)
 			}
