@@ -315,10 +315,11 @@ func (c *Chain) budgetGranted(at time.Time) {
 	c.start(extra, max(at.Sub(c.now), 0))
 }
 
-// dropHold tells the budget that a held retry will not go out after all,
-// so that a release is not spent on it.
+// dropHold tells the budget that a held retry (or one it is being asked
+// about, which it may hold) will not go out after all, so that a release is
+// not spent on it.
 func (c *Chain) dropHold() {
-	if c.heldToken != 0 {
+	if c.heldToken != 0 || c.phase == AwaitingBudget {
 		c.heldToken = 0
 		c.emit(Effect{Kind: DropBudgetHold})
 	}

@@ -229,22 +229,22 @@ func TestChainBudgetGrant(t *testing.T) {
 		sc.step(grant(sc.now.Add(backoff(2)+time.Second)),
 			startLine(2, backoff(2)+time.Second, time.Second), "strip_trailing_error", "sleep "+(backoff(2)+time.Second).String())
 	})
-	t.Run("abort_retry while waiting for the budget: no sleep to cancel, the grant is then stale", func(t *testing.T) {
+	t.Run("abort_retry while waiting for the budget: the hold it may make is dropped, the grant is then stale", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
 		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
-		sc.step(abortRetry, `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle")
+		sc.step(abortRetry, "drop_budget_hold", `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle")
 		sc.step(grant(t0.Add(b1)))
 	})
 	t.Run("global abort while waiting for the budget", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
 		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
-		sc.step(abortAll, `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle", "abort_stream")
+		sc.step(abortAll, "drop_budget_hold", `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle", "abort_stream")
 		sc.step(grant(t0.Add(b1)))
 	})
 	t.Run("a turn ending while waiting for the budget makes the grant stale", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
 		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
-		sc.step(ok(), "record_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
+		sc.step(ok(), "drop_budget_hold", "record_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
 		sc.step(grant(t0.Add(b1)))
 	})
 }
