@@ -1,9 +1,9 @@
 package retry
 
 import (
+	"container/heap"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 )
 
@@ -85,7 +85,7 @@ type Budget struct {
 	s         BudgetSettings
 	tokens    float64
 	nextProbe time.Time
-	held      map[string]Hold // by holder (session)
+	held      holdQueue // earliest first, indexed by holder
 	out       []Hold
 	delayed   int64
 	released  int64
@@ -101,7 +101,7 @@ type BudgetStats struct {
 
 // Stats reports the budget's state and counters.
 func (b *Budget) Stats() BudgetStats {
-	return BudgetStats{Tokens: b.tokens, Held: len(b.held), Delayed: b.delayed, Released: b.released}
+	return BudgetStats{Tokens: b.tokens, Held: b.held.Len(), Delayed: b.delayed, Released: b.released}
 }
 
 // Hold is a retry the budget delayed: its holder (a session), the token
@@ -115,7 +115,7 @@ type Hold struct {
 
 // NewBudget returns a full budget; s must be valid.
 func NewBudget(s BudgetSettings) *Budget {
-	return &Budget{s: s, tokens: s.MaxTokens, held: map[string]Hold{}}
+	return &Budget{s: s, tokens: s.MaxTokens, held: holdQueue{index: map[string]int{}}}
 }
 
 // Tokens is the number of tokens left.
@@ -125,14 +125,14 @@ func (b *Budget) Tokens() float64 { return b.tokens }
 func (b *Budget) Open() bool { return b.tokens > b.s.MaxTokens/2 }
 
 // Held is the number of retries held now.
-func (b *Budget) Held() int { return len(b.held) }
+func (b *Budget) Held() int { return b.held.Len() }
 
 // Admit decides when the retry of holder, due at due, may go out: at due
 // while the budget is open, else at the next probe slot (but never later
 // than latest, the retry.maxDelayMs bound; zero means unbounded). A held
 // retry is remembered, to be released early when the budget recovers.
 func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest time.Time) time.Time {
-	delete(b.held, holder)
+	b.held.remove(holder)
 	if b.Open() {
 		return due
 	}
@@ -146,7 +146,7 @@ func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest t
 		b.nextProbe = at.Add(b.s.ProbeInterval)
 	}
 	if at.After(due) {
-		b.held[holder] = Hold{Holder: holder, Token: token, Due: due, At: at}
+		heap.Push(&b.held, Hold{Holder: holder, Token: token, Due: due, At: at})
 		b.delayed++
 	}
 	return at
@@ -168,7 +168,7 @@ func (b *Budget) Record(now time.Time, success bool) []Hold {
 		b.nextProbe = time.Time{} // the next outage's probes start afresh
 	}
 	switch {
-	case len(b.held) == 0:
+	case b.held.Len() == 0:
 	case b.Open() && !wasOpen:
 		b.releaseAll(now)
 	case !b.Open():
@@ -178,58 +178,34 @@ func (b *Budget) Record(now time.Time, success bool) []Hold {
 }
 
 // Forget drops the held retry of holder (its session is gone).
-func (b *Budget) Forget(holder string) { delete(b.held, holder) }
+func (b *Budget) Forget(holder string) { b.held.remove(holder) }
 
 // prune drops the holds whose time has come: they went out on their own.
 func (b *Budget) prune(now time.Time) {
-	for k, h := range b.held {
-		if !h.At.After(now) {
-			delete(b.held, k)
-		}
+	for b.held.Len() > 0 && !b.held.hs[0].At.After(now) {
+		heap.Pop(&b.held)
 	}
-}
-
-// sortedHolds returns the holds in the order they were due to go out.
-func (b *Budget) sortedHolds() []Hold {
-	hs := make([]Hold, 0, len(b.held))
-	for _, h := range b.held {
-		hs = append(hs, h)
-	}
-	sort.Slice(hs, func(i, j int) bool {
-		if !hs[i].At.Equal(hs[j].At) {
-			return hs[i].At.Before(hs[j].At)
-		}
-		return hs[i].Holder < hs[j].Holder
-	})
-	return hs
 }
 
 // releaseFirst lets the earliest held retry go out now (ack clocking: a
 // success while held paces the next probe).
 func (b *Budget) releaseFirst(now time.Time) {
-	var first Hold
-	found := false
-	for _, h := range b.held {
-		if !found || h.At.Before(first.At) || (h.At.Equal(first.At) && h.Holder < first.Holder) {
-			first, found = h, true
-		}
-	}
-	delete(b.held, first.Holder)
+	first := heap.Pop(&b.held).(Hold)
 	first.At = laterOf(now, first.Due)
 	b.out = append(b.out, first)
 	b.released++
 }
 
-// releaseAll lets every held retry go out, spread evenly over the release
-// window, none before its own backoff was due.
+// releaseAll lets every held retry go out, in the order they were held
+// for, spread evenly over the release window, none before its own backoff
+// was due.
 func (b *Budget) releaseAll(now time.Time) {
-	hs := b.sortedHolds()
 	step := time.Duration(0)
-	if len(hs) > 1 {
-		step = b.s.ReleaseWindow / time.Duration(len(hs))
+	if n := b.held.Len(); n > 1 {
+		step = b.s.ReleaseWindow / time.Duration(n)
 	}
-	for i, h := range hs {
-		delete(b.held, h.Holder)
+	for i := 0; b.held.Len() > 0; i++ {
+		h := heap.Pop(&b.held).(Hold)
 		at := now.Add(time.Duration(i) * step)
 		if at.After(h.At) {
 			continue // its own slot comes first: it goes out then anyway
@@ -237,6 +213,50 @@ func (b *Budget) releaseAll(now time.Time) {
 		h.At = laterOf(at, h.Due)
 		b.out = append(b.out, h)
 		b.released++
+	}
+}
+
+// holdQueue is a min-heap of holds by (At, Holder) with an index by holder
+// (container/heap), so that the earliest is found and any holder removed in
+// O(log n) whatever the number of sessions held.
+type holdQueue struct {
+	hs    []Hold
+	index map[string]int // holder -> position in hs
+}
+
+func (q *holdQueue) Len() int { return len(q.hs) }
+
+func (q *holdQueue) Less(i, j int) bool {
+	if !q.hs[i].At.Equal(q.hs[j].At) {
+		return q.hs[i].At.Before(q.hs[j].At)
+	}
+	return q.hs[i].Holder < q.hs[j].Holder
+}
+
+func (q *holdQueue) Swap(i, j int) {
+	q.hs[i], q.hs[j] = q.hs[j], q.hs[i]
+	q.index[q.hs[i].Holder], q.index[q.hs[j].Holder] = i, j
+}
+
+// Push adds a Hold (for container/heap; use heap.Push).
+func (q *holdQueue) Push(x any) {
+	h := x.(Hold)
+	q.index[h.Holder] = len(q.hs)
+	q.hs = append(q.hs, h)
+}
+
+// Pop removes the last Hold (for container/heap; use heap.Pop).
+func (q *holdQueue) Pop() any {
+	h := q.hs[len(q.hs)-1]
+	q.hs = q.hs[:len(q.hs)-1]
+	delete(q.index, h.Holder)
+	return h
+}
+
+// remove drops holder's hold, if any.
+func (q *holdQueue) remove(holder string) {
+	if i, ok := q.index[holder]; ok {
+		heap.Remove(q, i)
 	}
 }
 
