@@ -89,7 +89,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "api key in a provider", prov: "[providers.openai]\nkind = \"openai\"\napi_key = \"sk-secret\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.api_key", msg: "API keys are never read from the file", only: true},
 		{name: "budget max_tokens not a number", rest: "[retry.budget]\nenabled = true\nmax_tokens = \"ten\"", key: "retry.budget.max_tokens", msg: "must be a number, got a string", only: true},
 		{name: "budget max_tokens too small", rest: "[retry.budget]\nenabled = true\nmax_tokens = 0", key: "retry.budget.max_tokens", msg: "must be 1 to 1000000, got 0"},
-		{name: "budget token_ratio zero", rest: "[retry.budget]\nenabled = true\ntoken_ratio = 0", key: "retry.budget.token_ratio", msg: "must be above 0 and at most maxTokens, got 0"},
+		{name: "budget token_ratio zero", rest: "[retry.budget]\nenabled = true\ntoken_ratio = 0", key: "retry.budget.token_ratio", msg: "must be above 0 and at most maxTokens (10), got 0"},
 		{name: "budget probe_interval_ms zero", rest: "[retry.budget]\nenabled = true\nprobe_interval_ms = 0", key: "retry.budget.probe_interval_ms", msg: "must be above 0, got 0"},
 		{name: "budget release_window_ms negative", rest: "[retry.budget]\nenabled = true\nrelease_window_ms = -1", key: "retry.budget.release_window_ms", msg: "must be 0 or more, got -1"},
 		{name: "unknown budget key", rest: "[retry.budget]\nburst = 3", key: "retry.budget.burst", msg: "unknown key (allowed: enabled, max_tokens, probe_interval_ms, release_window_ms, token_ratio)", only: true},

@@ -63,11 +63,13 @@ func (b BudgetSettings) Problems() []*SettingsError {
 		return nil
 	}
 	var probs []*SettingsError
-	if !(b.MaxTokens >= 1 && b.MaxTokens <= 1e6) {
+	maxOK := b.MaxTokens >= 1 && b.MaxTokens <= 1e6
+	if !maxOK {
 		probs = append(probs, &SettingsError{"retry.budget.maxTokens", fmt.Sprintf("must be 1 to 1000000, got %v", b.MaxTokens)})
 	}
-	if !(b.TokenRatio > 0 && b.TokenRatio <= b.MaxTokens) {
-		probs = append(probs, &SettingsError{"retry.budget.tokenRatio", fmt.Sprintf("must be above 0 and at most maxTokens, got %v", b.TokenRatio)})
+	if !(b.TokenRatio > 0) || (maxOK && b.TokenRatio > b.MaxTokens) {
+		probs = append(probs, &SettingsError{"retry.budget.tokenRatio",
+			fmt.Sprintf("must be above 0 and at most maxTokens (%v), got %v", b.MaxTokens, b.TokenRatio)})
 	}
 	if b.ProbeInterval <= 0 {
 		probs = append(probs, &SettingsError{"retry.budget.probeIntervalMs", fmt.Sprintf("must be above 0, got %d", b.ProbeInterval.Milliseconds())})
