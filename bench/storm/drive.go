@@ -75,6 +75,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	peakHeap, peakG := smp.finish()
 	tick()
 	bar.stop()
+	n := c.counts() // before close: MusePi asks its runtime
 	if cerr := c.close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -83,7 +84,6 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		return System{}, fmt.Errorf("%s: %w", name, err)
 	}
 	runtime.GC()
-	n := c.counts()
 	retries := n.requests - e.sessions
 	outageFrom := start.Add(sc.OutageStart)
 	outageTo := outageFrom.Add(sc.OutageLen)

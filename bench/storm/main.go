@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,7 +52,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(os.Args[1:], os.Stderr); err != nil {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "storm:", err)
 		os.Exit(1)
 	}
@@ -107,21 +106,29 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	sessions, outage := 100_000, 40*time.Second
 	switch o.mode {
 	case "virtual":
-		o.sessions = or(o.sessions, 100_000)
-		o.outage = or(o.outage, 40*time.Second)
 	case "real":
-		o.sessions = or(o.sessions, 10_000)
-		o.outage = or(o.outage, 10*time.Second)
+		sessions, outage = 10_000, 10*time.Second
 	default:
 		return nil, fmt.Errorf("-mode must be virtual or real, got %q", o.mode)
+	}
+	if !set["sessions"] {
+		o.sessions = sessions
+	}
+	if !set["outage"] {
+		o.outage = outage
 	}
 	switch {
 	case o.sessions < 1:
 		return nil, fmt.Errorf("-sessions must be 1 or more, got %d", o.sessions)
-	case o.outage < 0 || o.outageStart < 0:
-		return nil, errors.New("-outage and -outage-start must not be negative")
+	case o.outage <= 0:
+		return nil, fmt.Errorf("-outage must be above 0, got %v", o.outage)
+	case o.outageStart < 0:
+		return nil, fmt.Errorf("-outage-start must not be negative, got %v", o.outageStart)
 	case o.provider != "fakellm" && o.provider != "inprocess":
 		return nil, fmt.Errorf("-provider must be fakellm or inprocess, got %q", o.provider)
 	case o.budget != "off" && o.budget != "on" && o.budget != "both":
@@ -135,16 +142,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func or[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
-// run parses the flags, runs the contenders and writes the outputs.
-func run(args []string, stderr io.Writer) error {
+// run parses the flags, runs the contenders and writes the outputs; the
+// table goes to stdout, progress and notices to stderr.
+func run(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -247,7 +247,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(o.out, "storm.md"))
-	return writeMarkdown(os.Stdout, report)
+	return writeMarkdown(stdout, report)
 }
 
 // budgetRuns are the budget settings MusePi runs with.
@@ -328,10 +328,11 @@ func raiseFileLimit() {
 
 // fakeServer is the fake LLM server child process of a real-mode run.
 type fakeServer struct {
-	cmd    *exec.Cmd
-	base   string
-	client *http.Client
-	dir    string
+	cmd      *exec.Cmd
+	lifeline io.WriteCloser // the child's stdin
+	base     string
+	client   *http.Client
+	dir      string
 }
 
 // startFakeLLM starts this binary again as the fake server of sc and
@@ -358,7 +359,13 @@ func startFakeLLM(ctx context.Context, sc *Scenario) (*fakeServer, error) {
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Env = append(os.Environ(), serveEnv+"="+file)
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	// The child serves until its stdin closes: on stop, or when this
+	// process dies however it dies.
+	lifeline, err := cmd.StdinPipe()
+	var out io.ReadCloser
+	if err == nil {
+		out, err = cmd.StdoutPipe()
+	}
 	if err == nil {
 		err = cmd.Start()
 	}
@@ -374,7 +381,7 @@ func startFakeLLM(ctx context.Context, sc *Scenario) (*fakeServer, error) {
 		return nil, fmt.Errorf("fakellm did not report its address: %w", err)
 	}
 	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 2048, IdleConnTimeout: time.Minute}
-	return &fakeServer{cmd: cmd, base: strings.TrimSpace(line), client: &http.Client{Transport: tr}, dir: dir}, nil
+	return &fakeServer{cmd: cmd, lifeline: lifeline, base: strings.TrimSpace(line), client: &http.Client{Transport: tr}, dir: dir}, nil
 }
 
 // newRun resets the server's clock (the outage window starts now) and
@@ -392,14 +399,14 @@ func (s *fakeServer) newRun() (clock.Clock, provider.Provider, *recorder, func()
 
 // stop ends the child process.
 func (s *fakeServer) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.lifeline.Close()
 	_ = s.cmd.Wait()
 	os.RemoveAll(s.dir)
 }
 
 // serveFakeLLM is the child process: it serves the scenario in file on a
-// loopback port, prints the base URL, and stops on SIGTERM or when its
-// parent's stdout closes.
+// loopback port, prints the base URL, and stops on SIGINT or SIGTERM or
+// when its stdin closes (its parent stopped it, or died).
 func serveFakeLLM(file string) error {
 	raiseFileLimit()
 	sc, err := fakellm.LoadScenario(file)
@@ -414,6 +421,14 @@ func serveFakeLLM(file string) error {
 	fmt.Println(base)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	<-ctx.Done()
+	stdinClosed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-stdinClosed:
+	}
 	return srv.Close()
 }
