@@ -120,9 +120,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	if last := m.rec.lastCompletion(); !last.IsZero() {
 		f["drain_seconds"] = max(0, last.Sub(outageTo).Seconds())
 	}
-	if sc.OutageStart == 0 { // every first attempt went out in the outage
-		f["retries_outage"] = f["requests_outage"] - float64(e.sessions)
-	}
+	f["retries_outage"] = f["requests_outage"] - float64(sc.firstAttemptsInOutage(e.sessions))
 	if e.mode == "real" {
 		all, first := m.rec.latenessFigures()
 		nAll, nFirst := m.rec.latenessCounts()

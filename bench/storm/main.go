@@ -75,6 +75,7 @@ type options struct {
 	out         string
 	quiet       bool
 	provider    string
+	ramp        time.Duration
 	cpuProfile  string
 	heapProfile string
 }
@@ -86,7 +87,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider) or real (wall clock, OpenAI SDK, fakellm over loopback)")
 	fs.IntVar(&o.sessions, "sessions", 0, "sessions (default 100000 virtual, 10000 real)")
 	fs.DurationVar(&o.outage, "outage", 0, "outage length (default 40s virtual: every session rides out ~10 attempts; 10s real)")
-	fs.DurationVar(&o.outageStart, "outage-start", 0, "outage start, from the start of the run (prompts are sent at 0)")
+	fs.DurationVar(&o.outageStart, "outage-start", 0, "outage start, from the start of the run")
+	fs.DurationVar(&o.ramp, "ramp", 0, "send the prompts spread evenly over this long instead of all at once")
 	fs.StringVar(&o.mix, "mix", "429=30,429-hint=10,503=40,overload=20", "error mix during the outage, kind=weight; kinds: "+strings.Join(kindNames(), ", "))
 	fs.BoolVar(&o.usageLimit, "usage-limit", true, "key "+limitedKey+" (half the sessions start on it) answers usage limits during the outage")
 	fs.StringVar(&o.provider, "provider", "fakellm", "real mode's provider: fakellm (OpenAI SDK to the fake server over loopback) or inprocess (the virtual mode's provider on the wall clock: timers and actors without HTTP)")
@@ -129,6 +131,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-outage must be above 0, got %v", o.outage)
 	case o.outageStart < 0:
 		return nil, fmt.Errorf("-outage-start must not be negative, got %v", o.outageStart)
+	case o.ramp < 0:
+		return nil, fmt.Errorf("-ramp must not be negative, got %v", o.ramp)
 	case o.provider != "fakellm" && o.provider != "inprocess":
 		return nil, fmt.Errorf("-provider must be fakellm or inprocess, got %q", o.provider)
 	case o.budget != "off" && o.budget != "on" && o.budget != "both":
@@ -153,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sc := &Scenario{OutageStart: o.outageStart, OutageLen: o.outage, Mix: mix, UsageLimit: o.usageLimit}
+	sc := &Scenario{OutageStart: o.outageStart, OutageLen: o.outage, Mix: mix, UsageLimit: o.usageLimit, Ramp: o.ramp}
 	settings := retry.DefaultSettings()
 	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
 	settings.ModelFallback = false

@@ -24,12 +24,14 @@ const stormProvider = "storm"
 // session, each prompt sent with PromptAsync (no goroutine waits on it).
 type musepiRun struct {
 	e      *env
-	clk    clock.Clock
+	clk    clock.Clock // the runtime's (measuring lateness in real mode)
+	starts clock.Clock // the run's, for the prompts' start timers
 	prov   *countingProvider
 	rec    *recorder
 	budget bool
 
 	rt        *musepi.Runtime
+	starter   starter
 	completed atomic.Int64
 	failed    atomic.Int64
 }
@@ -42,6 +44,7 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 	}
 	start := clk.Now()
 	w := &waves{}
+	starts := clk // the starts' timers are not backoffs: not measured
 	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario,
 		sent: map[string]int{}, switched: map[string]bool{}}
 	if e.mode == "real" {
@@ -55,7 +58,7 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 			name, desc = "musepi-budget-off", desc+", retry budget off"
 		}
 	}
-	r := &musepiRun{e: e, clk: clk, prov: cp, rec: rec, budget: budget}
+	r := &musepiRun{e: e, clk: clk, starts: starts, prov: cp, rec: rec, budget: budget}
 	return drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup}, r)
 }
 
@@ -77,13 +80,17 @@ func (r *musepiRun) launch(ctx context.Context) error {
 		return err
 	}
 	r.rt = rt
-	for i := range r.e.sessions {
+	sessions := make([]*musepi.Session, r.e.sessions)
+	for i := range sessions {
 		s, err := rt.NewSession(ctx, musepi.WithSessionID(fmt.Sprint(i)),
 			musepi.WithModel(stormProvider+"/"+model(r.e.scenario.kindOf(i))))
 		if err != nil {
 			return err
 		}
-		s.PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *messages.AssistantMessage, err error) {
+		sessions[i] = s
+	}
+	r.starter.launch(r.starts, r.e.scenario, r.e.sessions, func(i int) {
+		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *messages.AssistantMessage, err error) {
 			if err != nil {
 				r.failed.Add(1)
 				return
@@ -91,7 +98,7 @@ func (r *musepiRun) launch(ctx context.Context) error {
 			r.rec.completion(r.clk.Now())
 			r.completed.Add(1)
 		})
-	}
+	})
 	return nil
 }
 
@@ -110,6 +117,7 @@ func (r *musepiRun) counts() runCounts {
 
 // close shuts the runtime down.
 func (r *musepiRun) close() error {
+	r.starter.cancel()
 	if r.rt == nil {
 		return nil
 	}

@@ -119,8 +119,9 @@ type peerRun struct {
 	start time.Time
 	waves waves
 
-	cancel context.CancelFunc // ends the sessions' context (close)
-	wg     sync.WaitGroup     // session goroutines
+	cancel  context.CancelFunc // ends the sessions' context (close)
+	wg      sync.WaitGroup     // session goroutines, and starts to come
+	starter starter
 
 	requests  atomic.Int64
 	completed atomic.Int64
@@ -272,21 +273,21 @@ func runPeer(ctx context.Context, e *env) (System, error) {
 func (r *peerRun) launch(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
 	vc, virtual := r.clk.(*clock.Virtual)
-	for i := range r.e.sessions {
-		r.wg.Add(1)
+	r.wg.Add(r.e.sessions)
+	r.starter.launch(r.clk, r.e.scenario, r.e.sessions, func(i int) {
 		if virtual {
 			vc.Begin() // the session's first attempt
 			go func() {
 				defer r.wg.Done()
 				r.sessionVirtual(ctx, vc, i)
 			}()
-			continue
+			return
 		}
 		go func() {
 			defer r.wg.Done()
 			r.sessionReal(ctx, i)
 		}()
-	}
+	})
 	return nil
 }
 
@@ -300,6 +301,9 @@ func (r *peerRun) counts() runCounts {
 func (r *peerRun) close() error {
 	if r.cancel != nil {
 		r.cancel()
+	}
+	for range r.starter.cancel() {
+		r.wg.Done() // a session that never started
 	}
 	r.wg.Wait()
 	return nil

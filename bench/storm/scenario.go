@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/musepi/musepi/clock"
@@ -43,14 +44,72 @@ const (
 )
 
 // Scenario is one storm: every session sends one prompt at the start of
-// the run; while the outage lasts each request fails with its session's
-// error kind (and requests on the limited key with a usage limit); after
-// it, every request succeeds.
+// the run (or, with a ramp, session i of n at Ramp·i/n); while the outage
+// lasts each request fails with its session's error kind (and requests on
+// the limited key with a usage limit); after it, every request succeeds.
 type Scenario struct {
 	OutageStart time.Duration // from the start of the run
 	OutageLen   time.Duration
-	Mix         []weighted // error kinds by weight
-	UsageLimit  bool       // limitedKey answers usage limits during the outage
+	Mix         []weighted    // error kinds by weight
+	UsageLimit  bool          // limitedKey answers usage limits during the outage
+	Ramp        time.Duration // prompts start spread over it; 0: all at once
+}
+
+// startAt is when session i of n sends its prompt.
+func (sc *Scenario) startAt(i, n int) time.Duration {
+	if sc.Ramp <= 0 || n <= 1 {
+		return 0
+	}
+	return time.Duration(int64(sc.Ramp) / int64(n) * int64(i))
+}
+
+// firstAttemptsInOutage is how many of n sessions send their prompt
+// during the outage.
+func (sc *Scenario) firstAttemptsInOutage(n int) int {
+	count := 0
+	for i := range n {
+		if sc.inOutage(sc.startAt(i, n)) {
+			count++
+		}
+	}
+	return count
+}
+
+// starter starts each session at its startAt on a clock, and can cancel
+// the starts not made yet.
+type starter struct {
+	mu      sync.Mutex
+	pending []clock.Timer
+}
+
+// launch calls start(i) for every session i of n: at once without a ramp,
+// else from a timer of clk at the session's start.
+func (st *starter) launch(clk clock.Clock, sc *Scenario, n int, start func(i int)) {
+	for i := range n {
+		d := sc.startAt(i, n)
+		if d <= 0 {
+			start(i)
+			continue
+		}
+		t := clk.AfterFunc(d, func() { start(i) })
+		st.mu.Lock()
+		st.pending = append(st.pending, t)
+		st.mu.Unlock()
+	}
+}
+
+// cancel stops the starts not made yet and reports how many it stopped.
+func (st *starter) cancel() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	stopped := 0
+	for _, t := range st.pending {
+		if t.Stop() {
+			stopped++
+		}
+	}
+	st.pending = nil
+	return stopped
 }
 
 // weighted is one entry of an error mix.
@@ -157,6 +216,9 @@ func (sc *Scenario) String() string {
 	s := fmt.Sprintf("outage %v from %v, mix %s", sc.OutageLen, sc.OutageStart, strings.Join(parts, ","))
 	if sc.UsageLimit {
 		s += ", usage limits on " + limitedKey
+	}
+	if sc.Ramp > 0 {
+		s += fmt.Sprintf(", prompts spread over %v", sc.Ramp)
 	}
 	return s
 }

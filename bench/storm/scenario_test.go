@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/retry"
 )
@@ -280,5 +282,67 @@ func TestScenarioString(t *testing.T) {
 	sc.UsageLimit = true
 	if s := sc.String(); !strings.Contains(s, "usage limits on "+limitedKey) {
 		t.Errorf("String() = %q, want the usage limits on %s", s, limitedKey)
+	}
+}
+
+func TestScenarioRamp(t *testing.T) {
+	tests := []struct {
+		name              string
+		ramp, outageStart time.Duration
+		n                 int
+		wantStarts        []time.Duration
+		wantInOutage      int
+	}{
+		{"no ramp: all at once", 0, 0, 4, []time.Duration{0, 0, 0, 0}, 4},
+		{"spread evenly", 4 * time.Second, 0, 4, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}, 4},
+		{"outage after the first starts", 4 * time.Second, 1500 * time.Millisecond, 4, []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}, 2},
+		{"one session", time.Second, 0, 1, []time.Duration{0}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &Scenario{OutageStart: tt.outageStart, OutageLen: 10 * time.Second, Ramp: tt.ramp}
+			for i, want := range tt.wantStarts {
+				if got := sc.startAt(i, tt.n); got != want {
+					t.Errorf("startAt(%d, %d) = %v, want %v", i, tt.n, got, want)
+				}
+			}
+			if got := sc.firstAttemptsInOutage(tt.n); got != tt.wantInOutage {
+				t.Errorf("firstAttemptsInOutage(%d) = %d, want %d", tt.n, got, tt.wantInOutage)
+			}
+		})
+	}
+}
+
+func TestStarter(t *testing.T) {
+	vc := clock.NewVirtual(time.Unix(0, 0))
+	sc := &Scenario{Ramp: 3 * time.Second}
+	var (
+		mu      sync.Mutex
+		started = map[int]time.Duration{}
+	)
+	var st starter
+	st.launch(vc, sc, 3, func(i int) {
+		mu.Lock()
+		started[i] = vc.Now().Sub(time.Unix(0, 0))
+		mu.Unlock()
+	})
+	if err := vc.Advance(testCtx(t), 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(started) != 2 || started[0] != 0 || started[1] != time.Second {
+		t.Errorf("started by 1.5 s: %v, want sessions 0 at 0s and 1 at 1s", started)
+	}
+	mu.Unlock()
+	if n := st.cancel(); n != 1 {
+		t.Errorf("cancel stopped %d starts, want the 1 not made", n)
+	}
+	if err := vc.RunUntilIdle(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := started[2]; ok {
+		t.Error("a cancelled start ran")
 	}
 }
