@@ -19,11 +19,12 @@ type Virtual struct {
 	seq    uint64
 	timers timerHeap
 	batch  time.Duration // see SetResolution
+	origin time.Time     // the start: timers are ordered by their offset from it
 }
 
 // NewVirtual returns a virtual clock standing at start.
 func NewVirtual(start time.Time) *Virtual {
-	v := &Virtual{now: start}
+	v := &Virtual{now: start, origin: start}
 	v.idle = sync.NewCond(&v.mu)
 	return v
 }
@@ -53,7 +54,8 @@ func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.seq++
-	t := &virtualTimer{v: v, at: v.now.Add(max(d, 0)), seq: v.seq, f: f}
+	at := v.now.Add(max(d, 0))
+	t := &virtualTimer{v: v, at: at, off: at.Sub(v.origin), seq: v.seq, f: f}
 	heap.Push(&v.timers, t)
 	return t
 }
@@ -188,6 +190,7 @@ const (
 type virtualTimer struct {
 	v     *Virtual
 	at    time.Time
+	off   time.Duration // at - origin, for cheap ordering
 	seq   uint64
 	index int
 	f     func()
@@ -212,10 +215,10 @@ type timerHeap []*virtualTimer
 
 func (h timerHeap) Len() int { return len(h) }
 func (h timerHeap) Less(i, j int) bool {
-	if h[i].at.Equal(h[j].at) {
+	if h[i].off == h[j].off {
 		return h[i].seq < h[j].seq
 	}
-	return h[i].at.Before(h[j].at)
+	return h[i].off < h[j].off
 }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
