@@ -198,7 +198,8 @@ func (a *RetryActor) execute(ctx actor.Context, e retry.Effect) {
 	case retry.EmitEnd:
 		end := &messages.AutoRetryEnd{Success: e.End.Success, Attempt: int32(e.End.Attempt)}
 		if !e.End.Success {
-			end.FinalError = &e.End.FinalError
+			final := e.End.FinalError // a copy: &e.End would move every effect to the heap
+			end.FinalError = &final
 		}
 		a.action(messages.RetryAction_KIND_EMIT_END).End = end
 	case retry.EmitFallbackApplied:
