@@ -102,15 +102,22 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 			done(msg, err)
 		})
 	}
-	var stopWatch func() bool
+	var (
+		stopWatch func() bool
+		sending   sync.Mutex // an abort for ctx goes after the prompt, never before
+	)
 	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
 		if stopWatch != nil {
 			stopWatch()
 		}
 		finish(s.result(res, err))
 	})
+	sending.Lock()
+	defer sending.Unlock()
 	if ctx.Done() != nil {
 		stopWatch = context.AfterFunc(ctx, func() {
+			sending.Lock()
+			sending.Unlock() // (empty on purpose: it waits until the prompt is sent)
 			s.Abort()
 			finish(nil, ctx.Err())
 		})
