@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -524,22 +523,9 @@ func TestBudgetSettingsValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := enabledBudget(tt.mutate)
-			err := s.Validate()
+			checkSettingsError(t, s.Validate(), tt.field)
 			if tt.field == "" {
-				if err != nil {
-					t.Errorf("Validate() = %v; want nil", err)
-				}
 				return
-			}
-			var se *SettingsError
-			if !errors.As(err, &se) {
-				t.Fatalf("Validate() = %v (%T); want a *SettingsError for %s", err, err, tt.field)
-			}
-			if se.Field != tt.field {
-				t.Errorf("Validate() field = %q; want %q (error %q)", se.Field, tt.field, err)
-			}
-			if se.Problem == "" || err.Error() != se.Field+": "+se.Problem {
-				t.Errorf("Validate() error text = %q; want %q followed by the problem", err, se.Field)
 			}
 
 			// The same bad values are not checked while the budget is off.

@@ -161,17 +161,7 @@ func TestSettingsValidateBudget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := DefaultSettings()
 			tt.mutate(&s)
-			err := s.Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Errorf("Validate() = %v; want nil", err)
-				}
-				return
-			}
-			var se *SettingsError
-			if !errors.As(err, &se) || se.Field != tt.field {
-				t.Errorf("Validate() = %v; want a *SettingsError for %s", err, tt.field)
-			}
+			checkSettingsError(t, s.Validate(), tt.field)
 		})
 	}
 }

@@ -100,23 +100,7 @@ func TestSettingsValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := DefaultSettings()
 			tt.mutate(&s)
-			err := s.Validate()
-			if tt.field == "" {
-				if err != nil {
-					t.Errorf("Validate() = %v; want nil", err)
-				}
-				return
-			}
-			var se *SettingsError
-			if !errors.As(err, &se) {
-				t.Fatalf("Validate() = %v (%T); want a *SettingsError for %s", err, err, tt.field)
-			}
-			if se.Field != tt.field {
-				t.Errorf("Validate() field = %q; want %q (error %q)", se.Field, tt.field, err)
-			}
-			if se.Problem == "" || err.Error() != se.Field+": "+se.Problem {
-				t.Errorf("Validate() error text = %q; want %q followed by the problem", err, se.Field)
-			}
+			checkSettingsError(t, s.Validate(), tt.field)
 		})
 	}
 }
@@ -284,5 +268,27 @@ func TestSplitModel(t *testing.T) {
 				t.Errorf("SplitModel(%q) = %q, %q, %v; want %q, %q, %v", tt.selector, provider, model, ok, tt.provider, tt.model, tt.ok)
 			}
 		})
+	}
+}
+
+// checkSettingsError checks that err is nil when field is empty, and
+// otherwise a *SettingsError naming field whose text is "field: problem".
+func checkSettingsError(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Errorf("Validate() = %v; want nil", err)
+		}
+		return
+	}
+	var se *SettingsError
+	if !errors.As(err, &se) {
+		t.Fatalf("Validate() = %v (%T); want a *SettingsError for %s", err, err, field)
+	}
+	if se.Field != field {
+		t.Errorf("Validate() field = %q; want %q (error %q)", se.Field, field, err)
+	}
+	if se.Problem == "" || err.Error() != se.Field+": "+se.Problem {
+		t.Errorf("Validate() error text = %q; want %q followed by the problem", err, se.Field)
 	}
 }
