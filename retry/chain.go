@@ -286,10 +286,11 @@ func (c *Chain) decide() {
 			c.delay.Milliseconds(), s.MaxDelay.Milliseconds(), c.errText))
 		return
 	}
-	if s.Budget.Enabled && !c.switched {
+	if s.Budget.Enabled && !c.switched && c.class != StaleReplay {
 		// Step 10a (beyond the reference policy): the provider's retry
 		// budget may hold the retry back; a switched retry is a first
-		// attempt on another credential or model and is not held.
+		// attempt on another credential or model and is not held, nor is
+		// a stale replay, which is not the provider failing under load.
 		c.phase = AwaitingBudget
 		var latest time.Time
 		if s.MaxDelay > 0 {

@@ -371,9 +371,11 @@ func TestChainBudgetRecordsOutcomes(t *testing.T) {
 		{"usage limit", nil, fail("You exceeded your current quota (insufficient_quota)", 429),
 			[]string{"open_lifecycle", "ask_credential_switch block=30m0s"}},
 		{"a retryable error during a user abort", nil, userAbort, nil},
-		// Not counted against the provider, but the retry still asks.
+		// Neither counted against the provider nor held by the budget: it
+		// retries at once.
 		{"stale replay", nil, fail("Item with id 'rs_1' not found.", 400),
-			[]string{"open_lifecycle", "reset_provider_session", "ask_budget due=+0s latest=+5m0s"}},
+			[]string{"open_lifecycle", "reset_provider_session", "auto_retry_start 1/10 delay=0s budget=0s class=stale_replay",
+				"strip_trailing_error", "sleep 0s"}},
 		{"reasonless abort", nil, failMsg(&messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ABORTED, ErrorMessage: AbortSentinel}),
 			[]string{"open_lifecycle", askLine(backoff(1))}},
 		{"classifier refusal (model fallback off)", nil, failMsg(refusal(StopDetailRefusal)),

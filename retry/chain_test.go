@@ -248,6 +248,37 @@ func TestChainStaleReplayResetsSessionWithNoDelay(t *testing.T) {
 		"sleep 0s")
 }
 
+// Spec 3 step 8: a stale replay never consults the fallback chain and puts
+// no model in cooldown, even with model fallback on.
+func TestChainStaleReplaySkipsModelFallback(t *testing.T) {
+	sc := newScript(t, func(s *Settings) { s.ModelFallback = true })
+	sc.step(fail("400 Bad Request: Previous response with id 'resp_9' not found. (code: previous_response_not_found)", 400),
+		"open_lifecycle",
+		"reset_provider_session",
+		"auto_retry_start 1/10 delay=0s class=stale_replay",
+		"strip_trailing_error",
+		"sleep 0s")
+}
+
+// Spec 3, "What resets the counter": a tool-use message is a successful
+// assistant message, so inside a tool loop each recovered failure closes its
+// own chain and the next failure starts again at attempt 1.
+func TestChainToolUseMessageResetsCounter(t *testing.T) {
+	toolUse := Input{Kind: InputTurnEnded, Message: &messages.AssistantMessage{
+		StopReason: messages.StopReason_STOP_REASON_TOOL_USE,
+		Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_ToolCall{
+			ToolCall: &messages.ToolCall{Id: "call_1", Name: "read", ArgumentsJson: "{}"}}}},
+	}}
+	sc := newScript(t)
+	for range 2 {
+		sc.step(fail("503 Service Unavailable", 503),
+			"open_lifecycle", "auto_retry_start 1/10 delay=500ms class=transient", "strip_trailing_error", "sleep 500ms")
+		sc.step(sleepDone, "schedule_continue 1ms gen=1")
+		sc.step(toolUse, "auto_retry_end success=true attempt=1", "close_lifecycle")
+	}
+	sc.step(ok()) // the answer after the loop: no chain is open
+}
+
 func TestChainUsageLimit(t *testing.T) {
 	const quota = "You exceeded your current quota (insufficient_quota)"
 	t.Run("credential switch gives delay 0 and skips model fallback", func(t *testing.T) {
@@ -264,6 +295,25 @@ func TestChainUsageLimit(t *testing.T) {
 		sc.step(credReply(false),
 			`auto_retry_end success=false attempt=1 error="provider asked for 1800000 ms, more than retry.maxDelayMs (300000 ms): `+quota+`"`,
 			"close_lifecycle")
+	})
+	// Spec 4: the reason estimate reads the provider's words, never the
+	// status line our adapters put in front ("429 Too Many Requests").
+	for _, text := range []string{
+		"429 Too Many Requests: You exceeded your current quota, please check your plan and billing details. (code: insufficient_quota, type: insufficient_quota)",
+		"429 Too Many Requests: The usage limit has been reached (code: usage_limit_reached, type: usage_limit_reached)",
+		"429 Too Many Requests: rate_limit_error: Claude AI usage limit reached for this period.",
+	} {
+		t.Run("status line is not the reason: "+text, func(t *testing.T) {
+			sc := newScript(t)
+			sc.step(fail(text, 429), "open_lifecycle", "ask_credential_switch block=30m0s")
+			sc.step(credReply(false),
+				`auto_retry_end success=false attempt=1 error="provider asked for 1800000 ms, more than retry.maxDelayMs (300000 ms): `+text+`"`,
+				"close_lifecycle")
+		})
+	}
+	t.Run("the provider's own rate-limit words still give 30 s", func(t *testing.T) {
+		sc := newScript(t)
+		sc.step(fail("429 Too Many Requests: usage limit: too many requests per minute", 429), "open_lifecycle", "ask_credential_switch block=30s")
 	})
 	t.Run("no switch: wait until the earliest blocked sibling frees up, plus 1 s", func(t *testing.T) {
 		sc := newScript(t)

@@ -1,6 +1,8 @@
 package retry
 
 import (
+	"net/http"
+	"strings"
 	"unsafe"
 
 	"github.com/musepi/musepi/messages"
@@ -58,8 +60,9 @@ func (c Class) Retryable() bool { return c >= ClassifierRefusal }
 func (c Class) LoadsProvider() bool { return c == Transient }
 
 // AllowsModelFallback reports whether a retry of this class may switch models.
-// Reason-less aborts are retried without model fallback.
-func (c Class) AllowsModelFallback() bool { return c != ReasonlessAbort }
+// Reason-less aborts are retried without model fallback, and a stale replay
+// is retried at once on the same model (the model is not at fault).
+func (c Class) AllowsModelFallback() bool { return c != ReasonlessAbort && c != StaleReplay }
 
 // Stop-detail types the classifier reads.
 const (
@@ -97,13 +100,12 @@ func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
 	default:
 		return Success
 	}
-	text := msg.GetErrorMessage()
-	if text == "" {
+	if msg.GetErrorMessage() == "" {
 		return NotRetryable
 	}
-	var buf [lowerBufSize]byte
-	lower := toLowerASCII(text, &buf)
 	status := int(msg.GetHttpStatus())
+	var buf [lowerBufSize]byte
+	lower := toLowerASCII(ProviderText(msg.GetErrorMessage(), status), &buf)
 	var set bigramSet
 	set.fill(lower)
 	if matchFamily(ContextOverflow, &set, lower, status) {
@@ -134,23 +136,53 @@ func IsContextOverflow(msg *messages.AssistantMessage) bool {
 }
 
 // HasObservableOutput reports whether a failed turn had already produced
-// output a user could see: a tool call, non-empty text, any thinking or
-// redacted-thinking block, or the stream_interrupted_after_content stop detail.
+// output a user could see: content with output (see ContentHasOutput) or
+// the stream_interrupted_after_content stop detail.
 func HasObservableOutput(msg *messages.AssistantMessage) bool {
-	if msg.GetStopDetails().GetType() == StopDetailStreamInterruptedAfterContent {
-		return true
-	}
-	for _, b := range msg.GetContent() {
+	return msg.GetStopDetails().GetType() == StopDetailStreamInterruptedAfterContent ||
+		ContentHasOutput(msg.GetContent())
+}
+
+// ContentHasOutput reports whether content holds output a user could see: a
+// tool call, text that is not empty after trimming whitespace, or any
+// thinking or redacted-thinking block (reasoning streamed by
+// OpenAI-compatible servers is thinking). Providers use it to mark a stream
+// interrupted after content, so the rule is the same everywhere.
+func ContentHasOutput(content []*messages.ContentBlock) bool {
+	for _, b := range content {
 		switch {
 		case b.GetToolCall() != nil:
 			return true
-		case b.GetText().GetText() != "":
+		case strings.TrimSpace(b.GetText().GetText()) != "":
 			return true
 		case b.GetThinking() != nil, b.GetRedactedThinking() != nil:
 			return true
 		}
 	}
 	return false
+}
+
+// ProviderText is the provider's own part of an error text: text without
+// the "<status> <status text>: " line our provider adapters put in front of
+// an HTTP error, when that status is the message's. Classification reads the
+// status as a number and the provider's words from this text, so that our
+// own prefix ("429 Too Many Requests") never decides a class or a reason.
+func ProviderText(text string, status int) string {
+	if status < 100 || status > 999 || len(text) < 3 || !isDigit(text[0]) || !isDigit(text[1]) || !isDigit(text[2]) ||
+		int(text[0]-'0')*100+int(text[1]-'0')*10+int(text[2]-'0') != status {
+		return text
+	}
+	rest := text[3:]
+	if st := http.StatusText(status); st != "" && len(rest) > len(st) && rest[0] == ' ' && rest[1:1+len(st)] == st {
+		rest = rest[1+len(st):]
+	}
+	switch {
+	case rest == "":
+		return ""
+	case strings.HasPrefix(rest, ": "):
+		return rest[2:]
+	}
+	return text
 }
 
 func isReasonlessAbort(msg *messages.AssistantMessage, aborts AbortState) bool {

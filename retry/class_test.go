@@ -314,6 +314,55 @@ func TestClassifyUsageLimit(t *testing.T) {
 
 func transientCases() []classCase {
 	rows := []classCase{
+		// Real wordings of the HTTP clients and providers in common use.
+		{name: "bun socket closed unexpectedly", want: Transient,
+			msg: errMsg("The socket connection was closed unexpectedly. For more information, pass `verbose: true` in the second argument to fetch()", 0)},
+		{name: "bun ConnectionRefused code", want: Transient, msg: errMsg("ConnectionRefused: Unable to connect. Is the computer able to access the url?", 0)},
+		{name: "bun FailedToOpenSocket", want: Transient, msg: errMsg("FailedToOpenSocket: Was there a typo in the url or port?", 0)},
+		{name: "bun ConnectionClosed", want: Transient, msg: errMsg("error: ConnectionClosed", 0)},
+		{name: "undici socket error", want: Transient, msg: errMsg("SocketError: other side closed (UND_ERR_SOCKET)", 0)},
+		{name: "undici headers timeout", want: Transient, msg: errMsg("HeadersTimeoutError: Headers Timeout Error (UND_ERR_HEADERS_TIMEOUT)", 0)},
+		{name: "node TLS socket disconnected", want: Transient,
+			msg: errMsg("Client network socket disconnected before secure TLS connection was established", 0)},
+		{name: "node premature close", want: Transient, msg: errMsg("Premature close", 0)},
+		{name: "node ECONNABORTED", want: Transient, msg: errMsg("connect ECONNABORTED 10.0.0.1:443", 0)},
+		{name: "node EHOSTUNREACH", want: Transient, msg: errMsg("connect EHOSTUNREACH 10.0.0.1:443", 0)},
+		{name: "go http2 GOAWAY", want: Transient,
+			msg: errMsg("http2: server sent GOAWAY and closed the connection; LastStreamID=1999, ErrCode=NO_ERROR, debug=\"\"", 0)},
+		{name: "go http2 REFUSED_STREAM", want: Transient, msg: errMsg("stream error: stream ID 7; REFUSED_STREAM", 0)},
+		{name: "go closed network connection", want: Transient,
+			msg: errMsg("read tcp 127.0.0.1:50000->127.0.0.1:443: use of closed network connection", 0)},
+		{name: "go no route to host", want: Transient, msg: errMsg("dial tcp 10.1.2.3:443: connect: no route to host", 0)},
+		{name: "go network is unreachable", want: Transient, msg: errMsg("dial tcp [2001:db8::1]:443: connect: network is unreachable", 0)},
+		{name: "go DNS server misbehaving", want: Transient, msg: errMsg("dial tcp: lookup api.openai.com on 127.0.0.53:53: server misbehaving", 0)},
+		{name: "go DNS temporary failure", want: Transient,
+			msg: errMsg("dial tcp: lookup api.anthropic.com: Temporary failure in name resolution", 0)},
+		{name: "go TLS handshake timeout", want: Transient, msg: errMsg("net/http: TLS handshake timeout", 0)},
+		{name: "httpx server disconnected", want: Transient, msg: errMsg("Server disconnected without sending a response.", 0)},
+		{name: "httpx peer closed connection", want: Transient,
+			msg: errMsg("RemoteProtocolError: peer closed connection without sending complete message body (incomplete chunked read)", 0)},
+		{name: "aiohttp payload not completed", want: Transient,
+			msg: errMsg("ClientPayloadError: Response payload is not completed: <TransferEncodingError: 400, message='Not enough data for satisfy transfer length header.'>", 0)},
+		{name: "aiohttp cannot connect", want: Transient,
+			msg: errMsg("Cannot connect to host api.example.com:443 ssl:default [Connect call failed ('10.0.0.1', 443)]", 0)},
+		{name: "bedrock try your request again", want: Transient,
+			msg: errMsg("The system encountered an unexpected error during processing. Try your request again.", 0)},
+		{name: "bedrock throttling", want: Transient,
+			msg: errMsg("ThrottlingException: Too many requests, please wait before trying again.", 429)},
+		{name: "bedrock too many tokens is throttling, not overflow", want: Transient,
+			msg: errMsg("ThrottlingException: Too many tokens, please wait before trying again.", 429)},
+		{name: "bedrock service unavailable exception", want: Transient,
+			msg: errMsg("ServiceUnavailableException: Bedrock is unable to process your request.", 503)},
+		{name: "bedrock internal server exception", want: Transient, msg: errMsg("InternalServerException: Internal error", 0)},
+		{name: "vertex try the request again", want: Transient,
+			msg: errMsg("Internal error encountered. Please try the request again.", 0)},
+		{name: "vertex currently unavailable", want: Transient, msg: errMsg(`{"error":{"message":"The service is currently unavailable.","status":"UNAVAILABLE"}}`, 0)},
+		{name: "gemini deadline exceeded", want: Transient,
+			msg: errMsg(`{"error":{"code":504,"message":"Deadline Exceeded","status":"DEADLINE_EXCEEDED"}}`, 0)},
+		{name: "azure server had an error", want: Transient,
+			msg: errMsg("The server had an error while processing your request. Sorry about that!", 0)},
+		{name: "azure token rate limit", want: Transient,
+			msg: errMsg("Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-02-01 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds.", 429)},
 		// overload and provider errors
 		{name: "anthropic 529 overloaded body", want: Transient,
 			msg: errMsg(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, 529)},
@@ -521,7 +570,10 @@ func TestObservableOutputBlocksRetry(t *testing.T) {
 			withBlocks(m, toolCallBlock("call_1", "list", ""))
 		}, true},
 		{"non-empty text", func(m *messages.AssistantMessage) { withBlocks(m, textBlock("Here is")) }, true},
-		{"whitespace text", func(m *messages.AssistantMessage) { withBlocks(m, textBlock(" ")) }, true},
+		// Spec 2: text is output only when it is non-empty after trimming whitespace.
+		{"whitespace text", func(m *messages.AssistantMessage) { withBlocks(m, textBlock(" ")) }, false},
+		{"whitespace and newlines", func(m *messages.AssistantMessage) { withBlocks(m, textBlock("  \n"), textBlock("\t\r\n")) }, false},
+		{"whitespace then text", func(m *messages.AssistantMessage) { withBlocks(m, textBlock("  \n"), textBlock(" ok")) }, true},
 		{"thinking", func(m *messages.AssistantMessage) { withBlocks(m, thinkingBlock("Let me think", "sig")) }, true},
 		{"redacted thinking", func(m *messages.AssistantMessage) { withBlocks(m, redactedBlock("EmwKAhgBEgy")) }, true},
 		{"thinking block with only a signature", func(m *messages.AssistantMessage) { withBlocks(m, thinkingBlock("", "EqQBCkYI")) }, true},
@@ -628,6 +680,33 @@ func TestClassString(t *testing.T) {
 	}
 }
 
+func TestProviderText(t *testing.T) {
+	tests := []struct {
+		text   string
+		status int
+		want   string
+	}{
+		{"429 Too Many Requests: You exceeded your current quota", 429, "You exceeded your current quota"},
+		{"503 Service Unavailable", 503, ""},
+		{"418 I'm a teapot: short and stout", 418, "short and stout"},
+		{"529: overloaded_error: Overloaded", 529, "overloaded_error: Overloaded"},
+		{"500 Internal Server Error: internal error", 500, "internal error"},
+		// Not our status line: kept whole.
+		{"429 Too Many Requests: quota", 503, "429 Too Many Requests: quota"},
+		{"429 Too Many Requests: quota", 0, "429 Too Many Requests: quota"},
+		{"4290 requests made", 429, "4290 requests made"},
+		{"429 requests per minute exceeded", 429, "429 requests per minute exceeded"},
+		{"Rate limit reached", 429, "Rate limit reached"},
+		{"", 429, ""},
+		{"42", 42, "42"},
+	}
+	for _, tt := range tests {
+		if got := ProviderText(tt.text, tt.status); got != tt.want {
+			t.Errorf("ProviderText(%q, %d) = %q, want %q", tt.text, tt.status, got, tt.want)
+		}
+	}
+}
+
 func TestClassRetryable(t *testing.T) {
 	retryable := map[Class]bool{
 		Success: false, NotRetryable: false, ContextOverflow: false,
@@ -637,7 +716,8 @@ func TestClassRetryable(t *testing.T) {
 		if got := c.Retryable(); got != retryable[c] {
 			t.Errorf("%v.Retryable() = %v, want %v", c, got, retryable[c])
 		}
-		if got, want := c.AllowsModelFallback(), c != ReasonlessAbort; got != want {
+		// Spec 3 step 8: stale replay retries at once on the same model.
+		if got, want := c.AllowsModelFallback(), c != ReasonlessAbort && c != StaleReplay; got != want {
 			t.Errorf("%v.AllowsModelFallback() = %v, want %v", c, got, want)
 		}
 	}

@@ -153,7 +153,7 @@ var (
 	textRetryAfter   = regexp.MustCompile(`(?i)retry-after\s*[=:]\s*"?(\d+(?:\.\d+)?)`)
 	textPleaseRetry  = regexp.MustCompile(`(?i)please retry in\s*(\d+(?:\.\d+)?)\s*(ms|s)\b`)
 	textRetryDelay   = regexp.MustCompile(`(?i)"retryDelay"\s*:\s*"(\d+(?:\.\d+)?)s"`)
-	textTryAgain     = regexp.MustCompile(`(?i)try again in\s*((?:\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)\s*)+)`)
+	textTryAgain     = regexp.MustCompile(`(?i)(?:try again in|retry after)\s*((?:\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)\s*)+)`)
 	textQuotaReset   = regexp.MustCompile(`(?i)reset after\s*((?:\d+(?:\.\d+)?\s*(?:ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)\s*)+)`)
 	durationPart     = regexp.MustCompile(`(\d+(?:\.\d+)?)\s*([a-z]+)`)
 )
@@ -184,7 +184,7 @@ func parseTextHint(text string) (time.Duration, bool) {
 
 // textHintWords prefilter the text hints: a text holding none of them has no
 // hint, and the regular expressions are not run.
-var textHintWords = []string{"retry-after", "retry in", "retrydelay", "try again in", "reset after"}
+var textHintWords = []string{"retry-after", "retry in", "retrydelay", "try again in", "retry after", "reset after"}
 
 func mayHoldTextHint(text string) bool {
 	var buf [lowerBufSize]byte
@@ -243,7 +243,8 @@ var limitReasons = []struct {
 	status []int
 }{
 	{ReasonCapacity, []string{"capacity", "overloaded", "resource exhausted", "resource_exhausted"}, []int{529, 503}},
-	{ReasonRateLimit, []string{"per minute", "rate limit", "rate_limit", "too many requests"}, nil},
+	// Not "rate_limit": Anthropic types usage limits rate_limit_error.
+	{ReasonRateLimit, []string{"per minute", "rate limit", "too many requests"}, nil},
 	{ReasonQuota, []string{"exhausted", "quota", "usage limit", "usage_limit"}, nil},
 	{ReasonServerError, []string{"internal error", "internal_error"}, []int{500}},
 }
@@ -252,9 +253,12 @@ var limitReasons = []struct {
 // 45 s plus up to 30 s (r in [0, 1) picks the extra), rate limit 30 s,
 // quota 30 min, server error 20 s, unknown 30 min. The same wait is the
 // credential's blocked-until time and the failing model's cooldown.
+//
+// text is the whole error text: the reason is read from its provider part
+// (see ProviderText), and status is matched as a number.
 func LimitWait(text string, status int, r float64) (LimitReason, time.Duration) {
 	var buf [lowerBufSize]byte
-	lower := toLowerASCII(text, &buf)
+	lower := toLowerASCII(ProviderText(text, status), &buf)
 	reason := ReasonUnknown
 	for _, row := range limitReasons {
 		if containsAny(lower, row.words) || (len(row.status) > 0 && statusMatches(row.status, lower, status)) {

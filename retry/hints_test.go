@@ -167,6 +167,8 @@ func TestParseHintText(t *testing.T) {
 		{`{"error":{"code":429,"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"12s"}]}}`, 12 * time.Second, true},
 		// try again in N (ms|s|sec|min|minutes|h|hours)
 		{"try again in 20s", 20 * time.Second, true},
+		// Azure OpenAI: "Please retry after N seconds."
+		{"have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 6 seconds.", 6 * time.Second, true},
 		{"try again in 1.5 seconds", 1500 * time.Millisecond, true},
 		{"try again in 10 sec", 10 * time.Second, true},
 		{"try again in 500ms", 500 * time.Millisecond, true},
@@ -326,8 +328,14 @@ func TestLimitWait(t *testing.T) {
 		// Rate limit: per minute, rate limit, too many requests.
 		{"per minute", "limit of 10 requests per minute reached", 0, 0.9, ReasonRateLimit, 30 * time.Second},
 		{"rate limit", "Rate limit reached", 0, 0.9, ReasonRateLimit, 30 * time.Second},
-		{"rate_limit_error", `{"type":"rate_limit_error"}`, 0, 0, ReasonRateLimit, 30 * time.Second},
-		{"too many requests", "429 Too Many Requests", 429, 0, ReasonRateLimit, 30 * time.Second},
+		{"too many requests", "upstream said: Too Many Requests", 429, 0, ReasonRateLimit, 30 * time.Second},
+		// The provider's own words and code decide, never our adapters'
+		// status line, and not Anthropic's type: it types usage limits
+		// rate_limit_error too.
+		{"our status line is not the reason", "429 Too Many Requests", 429, 0, ReasonUnknown, 30 * time.Minute},
+		{"status line then quota", "429 Too Many Requests: You exceeded your current quota", 429, 0, ReasonQuota, 30 * time.Minute},
+		{"status line then usage limit", "429 Too Many Requests: rate_limit_error: Claude AI usage limit reached", 429, 0, ReasonQuota, 30 * time.Minute},
+		{"rate_limit_error alone", `{"type":"rate_limit_error"}`, 0, 0, ReasonUnknown, 30 * time.Minute},
 
 		// Quota: exhausted, quota, usage limit.
 		{"exhausted", "credits exhausted", 0, 0, ReasonQuota, 30 * time.Minute},

@@ -25,11 +25,13 @@ var patterns = []pattern{
 		"maximum context length",
 		"context length exceeded",
 		"context_length_exceeded",
-		"too many tokens",
 		"exceeds the context window",
 		"exceeds the model's context window",
 		"input is too long",
 	}},
+	// "Too many tokens" is overflow, except AWS Bedrock's throttling
+	// ("Too many tokens, please wait before trying again.").
+	{class: ContextOverflow, all: []string{"too many tokens"}, none: []string{"wait", "try again", "trying again", "per min", "throttl"}},
 	// "Request too large" is overflow, except OpenAI's tokens-per-minute limit.
 	{class: ContextOverflow, all: []string{"request too large"}, none: []string{"per min", "(tpm)"}},
 	// A 400/413 whose body says the input exceeds the model's limit.
@@ -80,6 +82,7 @@ var patterns = []pattern{
 		"ratelimit",
 		"too many requests",
 		"tokens per min",
+		"throttl", // AWS ThrottlingException, "request was throttled"
 		// server classes in words
 		"service unavailable",
 		"service_unavailable",
@@ -89,10 +92,19 @@ var patterns = []pattern{
 		"internal_error",
 		"bad gateway",
 		"gateway timeout",
+		"serviceunavailable",             // AWS ServiceUnavailableException
+		"internalserverexception",        // AWS InternalServerException
+		"currently unavailable",          // Vertex: "The service is currently unavailable."
+		"server had an error",            // OpenAI, Azure OpenAI
+		"unable to process your request", // AWS Bedrock
+		"deadline exceeded",              // gRPC DEADLINE_EXCEEDED (Vertex, Gemini)
+		"deadline_exceeded",
 		// provider-suggested retry
 		"please retry",
 		"retry your request",
 		"try again",
+		"try your request again", // AWS Bedrock
+		"try the request again",  // Google Vertex
 		"retry delay",
 		// network, Node wordings
 		"connection error",
@@ -119,6 +131,22 @@ var patterns = []pattern{
 		"stream stalled",
 		"websocket closed",
 		"websocket connection closed",
+		"und_err_socket", // undici
+		"premature close",
+		"socket disconnected", // "Client network socket disconnected before secure TLS connection was established"
+		// network, Bun wordings
+		"socket connection was closed unexpectedly",
+		"connectionclosed",
+		"connectionrefused",
+		"failedtoopensocket",
+		"unable to connect",
+		// network, Python httpx and aiohttp wordings (as proxies relay them)
+		"server disconnected",
+		"peer closed connection",
+		"incomplete chunked read",
+		"response payload is not completed",
+		"cannot connect to host",
+		"remoteprotocolerror",
 		// network, Go wordings
 		"no such host",
 		"unexpected eof",
@@ -126,8 +154,17 @@ var patterns = []pattern{
 		"broken pipe",
 		"i/o timeout",
 		"http2: stream closed",
-		"context deadline exceeded",
 		"server closed idle connection",
+		"use of closed network connection",
+		"goaway",
+		"refused_stream",
+		"no route to host",
+		"network is unreachable",
+		"ehostunreach",
+		"enetunreach",
+		"econnaborted",
+		"temporary failure in name resolution",
+		"server misbehaving",
 		// stream-envelope failures before the first event
 		"before message_start",
 		"before the first event",
