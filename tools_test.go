@@ -73,6 +73,42 @@ func TestToolCallsRunUntilTheModelStops(t *testing.T) {
 		"agent_start", "message_end", "message_end", "agent_end willRetry=false", "agent_settled success=true")
 }
 
+// Spec 3, "What resets the counter": a tool-use message is a successful
+// assistant message. A loop 503 → tool call → 503 → answer runs two chains
+// of one attempt each, each closed by its own auto_retry_end before the
+// loop goes on.
+func TestToolUseMessageEndsTheRetryChain(t *testing.T) {
+	echo := musepi.Tool{Name: "echo", Run: func(_ context.Context, args string) (string, error) { return "echo " + args, nil }}
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithTools(echo))
+	s, rec := h.session()
+	h.p.SetScript(s.ID(),
+		fail(503, "Service Unavailable"),
+		toolUse(&messages.ToolCall{Id: "1", Name: "echo", ArgumentsJson: `{}`}),
+		fail(503, "Service Unavailable"),
+		answer("done"))
+	ch := h.prompt(s, "loop")
+	h.run()
+	if r := h.settle(ch); r.err != nil {
+		t.Fatalf("prompt: %v", r.err)
+	}
+	expectLines(t, rec.lines("auto_retry_start", "auto_retry_end", "message_end", "agent_end", "agent_settled"),
+		"message_end",
+		"agent_end willRetry=true",
+		"auto_retry_start 1/10 delay=500ms class=transient",
+		"message_end",
+		"auto_retry_end success=true attempt=1",
+		"message_end",
+		"agent_end willRetry=true",
+		"auto_retry_start 1/10 delay=500ms class=transient",
+		"message_end",
+		"agent_end willRetry=false",
+		"auto_retry_end success=true attempt=1",
+		"agent_settled success=true")
+	if n := len(h.p.Calls()); n != 4 {
+		t.Errorf("provider calls = %d, want 4", n)
+	}
+}
+
 // A compaction hook replaces the runtime context and the prompt continues.
 func TestCompactionHookContinuesThePrompt(t *testing.T) {
 	hook := func(_ context.Context, _ string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {

@@ -59,6 +59,10 @@ type SessionActor struct {
 	toolsActive  bool
 	compacting   bool
 	deciding     bool // a RetryTurnEnded awaits its decision
+	// toolsAfterDecision are the calls of a successful tool-use turn that
+	// ended while a retry chain was open: they run once the decision (the
+	// chain's successful end) is applied.
+	toolsAfterDecision []*messages.ToolCall
 	// settingsProto is cfg.Settings on the wire, built once per change: the
 	// retry child reuses its decoding while the pointer stays the same.
 	settingsProto *messages.RetrySettings
@@ -163,15 +167,23 @@ func (s *SessionActor) retryFailed(ctx actor.Context) {
 	const reason = "retry actor failed repeatedly; retry chain ended"
 	s.deps.Log.Error().Str("session", s.cfg.ID).Msg(reason)
 	s.spawnRetry(ctx, s.newSource())
+	calls := s.toolsAfterDecision
+	s.toolsAfterDecision = nil
 	if s.deciding {
 		s.deciding = false
-		s.emit(&messages.AgentEnd{Message: s.last, WillRetry: false})
+		if calls == nil {
+			s.emit(&messages.AgentEnd{Message: s.last, WillRetry: false})
+		}
 	}
 	if s.lifecycleOpen {
 		s.lifecycleOpen = false
 		s.cfg.State.retrying.Store(false)
 		final := reason
 		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
+	}
+	if calls != nil {
+		s.runTools(ctx, calls) // the turn itself succeeded: its tools still run
+		return
 	}
 	if s.promptActive && s.failure == "" {
 		s.failure = reason

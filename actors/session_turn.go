@@ -141,13 +141,22 @@ func (s *SessionActor) turnFinished(ctx actor.Context, msg *messages.AssistantMe
 	s.append(&messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}}, true)
 	s.emit(&messages.MessageEnd{Message: msg})
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !s.aborts.User {
+		if s.lifecycleOpen {
+			// Spec 3, "What resets the counter": a tool-use message is a
+			// successful assistant message, so it ends the open chain
+			// (auto_retry_end {success: true}) before its tools run.
+			s.toolsAfterDecision = calls
+			s.agentEnd(ctx, msg)
+			return
+		}
 		s.runTools(ctx, calls)
 		return
 	}
 	s.agentEnd(ctx, msg)
 }
 
-// agentEnd hands the turn's last message to the retry child.
+// agentEnd hands the turn's last message to the retry child: the end of the
+// agent run, or a tool-use message of a loop while a chain is open.
 func (s *SessionActor) agentEnd(ctx actor.Context, msg *messages.AssistantMessage) {
 	s.deciding = true
 	ab := s.aborts
@@ -241,15 +250,29 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 // decision applies what the retry child decided, in order. A settled
 // decision answers the turn's end: agent_end goes out first, carrying
 // whether a retry chain continues.
+//
+// The decision on a tool-use message inside a loop is no agent_end: once it
+// is applied, the loop goes on with the message's tools.
 func (s *SessionActor) decision(ctx actor.Context, d *messages.RetryDecision) {
+	var calls []*messages.ToolCall
 	if d.GetSettled() {
 		s.deciding = false
-		s.emit(&messages.AgentEnd{Message: s.last, WillRetry: d.GetWillRetry()})
+		calls, s.toolsAfterDecision = s.toolsAfterDecision, nil
+		if calls == nil {
+			s.emit(&messages.AgentEnd{Message: s.last, WillRetry: d.GetWillRetry()})
+		}
 	}
 	for _, a := range d.GetActions() {
 		s.apply(ctx, a)
 	}
-	s.maybeSettle(ctx)
+	switch {
+	case calls == nil:
+		s.maybeSettle(ctx)
+	case s.aborts.User:
+		s.agentEnd(ctx, s.last) // aborted before the tools ran
+	default:
+		s.runTools(ctx, calls)
+	}
 }
 
 func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {

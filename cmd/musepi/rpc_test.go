@@ -175,6 +175,30 @@ func TestRPC(t *testing.T) {
 			"end success=true attempt=1", "settled success=true")
 	})
 
+	// Spec 3, "What resets the counter": the tool-use message in the middle
+	// of the loop closes the first chain, so the second 503 starts a new
+	// chain at attempt 1.
+	t.Run("503, tool call, 503, answer: two chains of one attempt", func(t *testing.T) {
+		p := startRPC(t, bin, `{"rules":[
+			{"name":"first-503","match":{"first":1},"respond":{"preset":"unavailable"}},
+			{"name":"tool","match":{"first":1},"respond":{"tool_call":{"name":"read_file","arguments":{"path":"a.txt"}}}},
+			{"name":"second-503","match":{"first":1},"respond":{"preset":"unavailable"}}],
+			"default":{"text":"all done"}}`)
+		p.send(`{"id":"1","type":"prompt","message":"read a.txt"}`)
+		if r := p.response("1"); r["success"] != true {
+			t.Fatalf("prompt response %v", r)
+		}
+		p.next("agent_settled", 15*time.Second)
+		trace := p.retryTrace()
+		for i, line := range trace {
+			trace[i], _, _ = strings.Cut(line, " delay=") // jittered
+		}
+		expectTrace(t, trace,
+			"agent_end willRetry=true", "start 1", "end success=true attempt=1",
+			"agent_end willRetry=true", "start 1", "agent_end willRetry=false",
+			"end success=true attempt=1", "settled success=true")
+	})
+
 	t.Run("abort_retry during the backoff", func(t *testing.T) {
 		p := startRPC(t, bin, `{"rules":[{"respond":{"preset":"rate_limit","headers":{"retry-after":"30"}}}]}`)
 		p.send(`{"id":"1","type":"prompt","message":"hi"}`)

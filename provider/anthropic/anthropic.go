@@ -34,6 +34,7 @@ import (
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // ProviderName is the value of AssistantMessage.Provider for this adapter.
@@ -240,7 +241,7 @@ func (p *Provider) failure(ctx, reqCtx context.Context, err error, acc *accumula
 func interrupted(acc *accumulator, text string, status int, headers map[string]string) *messages.AssistantMessage {
 	m := provider.Failure(status, text, headers)
 	m.Content = acc.content()
-	if observable(m.Content) {
+	if retry.ContentHasOutput(m.Content) {
 		m.StopDetails = &messages.StopDetails{Type: stopDetailInterrupted}
 	}
 	return m

@@ -225,21 +225,6 @@ func refusalText(category, explanation string) string {
 	return text
 }
 
-// observable reports whether content holds output a user could have seen:
-// a tool call, non-empty text, or a thinking or redacted-thinking block (the
-// same rule as retry.HasObservableOutput).
-func observable(content []*messages.ContentBlock) bool {
-	for _, b := range content {
-		switch {
-		case b.GetToolCall() != nil, b.GetThinking() != nil, b.GetRedactedThinking() != nil:
-			return true
-		case b.GetText().GetText() != "":
-			return true
-		}
-	}
-	return false
-}
-
 // validJSONObject reports whether s is a JSON object.
 func validJSONObject(s string) bool {
 	s = strings.TrimSpace(s)

@@ -22,9 +22,11 @@ func chatUsage(req *apiRequest, c *content) obj {
 			"accepted_prediction_tokens", 0, "rejected_prediction_tokens", 0}}
 }
 
-// chatSteps is a chat.completion.chunk stream: a role chunk, the content
-// and tool_calls deltas, the finish_reason chunk, the usage chunk when
-// stream_options.include_usage is set, and [DONE]. Thinking is not sent.
+// chatSteps is a chat.completion.chunk stream: a role chunk, the thinking
+// deltas (in reasoning_content or reasoning, as OpenAI-compatible servers
+// send reasoning), the content and tool_calls deltas, the finish_reason
+// chunk (with stop_details and an error object when the scenario says), the
+// usage chunk when stream_options.include_usage is set, and [DONE].
 func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 	id := s.letterID("chatcmpl-fakellm")
 	created := now()
@@ -32,15 +34,23 @@ func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 		return obj{"id", id, "object", "chat.completion.chunk", "created", created, "model", req.Model,
 			"service_tier", "default", "system_fingerprint", "fp_fakellm"}
 	}
-	chunk := func(delta obj, finish any) []byte {
-		o := append(head(), "choices", []any{obj{"index", 0, "delta", delta, "logprobs", nil, "finish_reason", finish}})
+	choice := func(delta obj, finish any) obj {
+		return obj{"index", 0, "delta", delta, "logprobs", nil, "finish_reason", finish}
+	}
+	frame := func(ch obj, extra ...any) []byte {
+		o := append(head(), "choices", []any{ch})
 		if req.includeUsage() {
 			o = append(o, "usage", nil)
 		}
-		return dataFrame(o)
+		return dataFrame(append(o, extra...))
 	}
+	chunk := func(delta obj, finish any) []byte { return frame(choice(delta, finish)) }
 	b := &stepBuilder{}
 	b.add(chunk(obj{"role", "assistant", "content", "", "refusal", nil}, nil))
+	for _, p := range c.thinkingC {
+		b.add(chunk(obj{c.reasoningField, p}, nil))
+		b.chunk()
+	}
 	for _, p := range c.textC {
 		b.add(chunk(obj{"content", p}, nil))
 		b.chunk()
@@ -58,7 +68,16 @@ func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 			b.chunk()
 		}
 	}
-	b.add(chunk(obj{}, chatFinish[c.stop]))
+	finish := choice(obj{}, chatFinish[c.stop])
+	if c.stopDetails != nil {
+		finish = append(finish, "stop_details", c.stopDetails)
+	}
+	if c.stopError != "" {
+		b.add(frame(finish, "error", obj{"message", c.stopError, "type", "content_filter", "param", nil, "code", "content_filter"}))
+		b.add(doneFrame)
+		return b.finish()
+	}
+	b.add(frame(finish))
 	if req.includeUsage() {
 		b.add(dataFrame(append(head(), "choices", []any{}, "usage", chatUsage(req, c))))
 	}
@@ -69,6 +88,9 @@ func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 // chatCompletion is the whole chat.completion of a non-streaming request.
 func (s *Server) chatCompletion(req *apiRequest, c *content) obj {
 	msg := obj{"role", "assistant", "content", nullable(c.text), "refusal", nil, "annotations", []any{}}
+	if c.thinking != "" {
+		msg = append(msg, c.reasoningField, c.thinking)
+	}
 	if c.tool != nil {
 		msg = append(msg, "tool_calls", []any{obj{"id", s.letterID("call_fakellm"), "type", "function",
 			"function", obj{"name", c.tool.Name, "arguments", c.args}}})

@@ -104,6 +104,17 @@ type Respond struct {
 	ToolCall *ToolCall `json:"tool_call,omitempty"`
 	Refusal  string    `json:"refusal,omitempty"`
 	Stop     string    `json:"stop,omitempty"`
+	// ReasoningField is the Chat Completions delta field thinking streams
+	// in: "reasoning_content" (DeepSeek, vLLM; the default) or "reasoning"
+	// (OpenRouter).
+	ReasoningField string `json:"reasoning_field,omitempty"`
+	// StopDetails (Chat Completions, with a refusal stop) is a structured
+	// stop_details object sent on the content_filter finish chunk, as some
+	// gateways do: {"type": "refusal", "category": ..., "explanation": ...}.
+	StopDetails map[string]string `json:"stop_details,omitempty"`
+	// StopError (Chat Completions, with a refusal stop) is an error message
+	// sent in an "error" object on the same content_filter finish chunk.
+	StopError string `json:"stop_error,omitempty"`
 	// CutAfter drops the TCP connection after that many content chunks,
 	// without the terminating events (nil: never; 0: right after the
 	// response headers).
@@ -174,6 +185,9 @@ func (r *Respond) streamFields() []string {
 	add(r.ToolCall != nil, "tool_call")
 	add(r.Refusal != "", "refusal")
 	add(r.Stop != "", "stop")
+	add(r.ReasoningField != "", "reasoning_field")
+	add(r.StopDetails != nil, "stop_details")
+	add(r.StopError != "", "stop_error")
 	add(r.CutAfter != nil, "cut_after")
 	add(r.StallMs != 0, "stall_ms")
 	add(r.StallAfter != 0, "stall_after")
@@ -570,7 +584,7 @@ var respondFields = []string{
 	"preset", "status", "error_type", "error_code", "message", "stream_error",
 	"headers", "delay_ms", "forget_previous",
 	"text", "chunks", "thinking", "tool_call", "refusal", "stop",
-	"cut_after", "stall_ms", "stall_after", "chunk_delay_ms",
+	"reasoning_field", "stop_details", "stop_error", "cut_after", "stall_ms", "stall_after", "chunk_delay_ms",
 }
 
 func decodeRespond(path string, raw json.RawMessage) (*Respond, error) {
@@ -594,6 +608,9 @@ func decodeRespond(path string, raw json.RawMessage) (*Respond, error) {
 		o.str("thinking", &r.Thinking),
 		o.str("refusal", &r.Refusal),
 		o.str("stop", &r.Stop),
+		o.str("reasoning_field", &r.ReasoningField),
+		o.stringMap("stop_details", &r.StopDetails),
+		o.str("stop_error", &r.StopError),
 		o.intField("stall_ms", &r.StallMs),
 		o.intField("stall_after", &r.StallAfter),
 		o.intField("chunk_delay_ms", &r.ChunkDelayMs),
@@ -776,6 +793,19 @@ func (r *Respond) validate(path string) error {
 	}
 	if r.Refusal != "" && r.Stop != "" && stopNames[r.Stop] != stopRefusal {
 		return errAt(path+".stop", "must be refusal (or content_filter) with refusal, got %q", r.Stop)
+	}
+	switch r.ReasoningField {
+	case "", "reasoning_content", "reasoning":
+	default:
+		return errAt(path+".reasoning_field", "must be reasoning_content or reasoning, got %q", r.ReasoningField)
+	}
+	refusing := r.Refusal != "" || (r.Stop != "" && stopNames[r.Stop] == stopRefusal)
+	if (r.StopDetails != nil || r.StopError != "") && !refusing {
+		field := "stop_details"
+		if r.StopDetails == nil {
+			field = "stop_error"
+		}
+		return errAt(path+"."+field, "needs a refusal (refusal, or stop content_filter)")
 	}
 	if r.ToolCall != nil && r.ToolCall.Name == "" {
 		return errAt(path+".tool_call.name", "required")

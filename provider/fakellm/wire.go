@@ -221,14 +221,17 @@ func dropConnection(w http.ResponseWriter, rc *http.ResponseController) {
 
 // content is a stream's output cut into chunks.
 type content struct {
-	thinking  string
-	text      string // text, or the refusal text
-	tool      *ToolCall
-	args      string
-	stop      string // canonical stop
-	thinkingC []string
-	textC     []string
-	argsC     []string
+	reasoningField string            // Chat: the delta field thinking streams in
+	stopDetails    map[string]string // Chat: stop_details on the finish chunk
+	stopError      string            // Chat: an error object on the finish chunk
+	thinking       string
+	text           string // text, or the refusal text
+	tool           *ToolCall
+	args           string
+	stop           string // canonical stop
+	thinkingC      []string
+	textC          []string
+	argsC          []string
 }
 
 func planContent(r *Respond) content {
@@ -236,7 +239,11 @@ func planContent(r *Respond) content {
 	if n == 0 {
 		n = 3
 	}
-	c := content{thinking: r.Thinking, text: r.Text, tool: r.ToolCall}
+	c := content{thinking: r.Thinking, text: r.Text, tool: r.ToolCall,
+		reasoningField: r.ReasoningField, stopDetails: r.StopDetails, stopError: r.StopError}
+	if c.reasoningField == "" {
+		c.reasoningField = "reasoning_content"
+	}
 	if r.Refusal != "" {
 		c.text = r.Refusal
 	}

@@ -58,6 +58,12 @@ func (f family) appliesTo(k kind) bool {
 	return false
 }
 
+// proxyError is an in-stream error relaying text under a type and code
+// that classify nothing by themselves.
+func proxyError(text string) fakellm.Respond {
+	return fakellm.Respond{StreamError: true, ErrorType: "proxy_error", ErrorCode: "proxy_error", Message: text}
+}
+
 func families() []family {
 	rateLimit := func(headers map[string]string) fakellm.Respond {
 		return fakellm.Respond{Preset: "rate_limit", Headers: headers}
@@ -114,6 +120,51 @@ func families() []family {
 			class: retry.NotRetryable, status: statusStreamed, stop: retry.StopDetailStreamInterruptedAfterContent, partial: cutText},
 		{name: "cut_before_output", respond: fakellm.Respond{Text: cutText, Chunks: 5, CutAfter: fakellm.Int(0)},
 			class: retry.Transient, status: statusStreamed, wantNoContent: true},
+		// Whitespace is not output (spec 2): a turn that streamed only
+		// "  \n" and then broke is retried.
+		{name: "whitespace_then_cut", respond: fakellm.Respond{Text: "  \n", Chunks: 1, CutAfter: fakellm.Int(1)},
+			class: retry.Transient, status: statusStreamed},
+		// Reasoning is output (spec 2): every API streams it as thinking,
+		// Chat Completions as delta.reasoning_content.
+		{name: "thinking_then_cut", respond: fakellm.Respond{Thinking: "Let me think.", Text: cutText, Chunks: 2, CutAfter: fakellm.Int(2)},
+			class: retry.NotRetryable, status: statusStreamed, stop: retry.StopDetailStreamInterruptedAfterContent},
+		{name: "openrouter_reasoning_then_cut", only: []string{openaiChat.name},
+			respond: fakellm.Respond{Thinking: "Let me think.", ReasoningField: "reasoning", Text: cutText, Chunks: 2, CutAfter: fakellm.Int(1)},
+			class:   retry.NotRetryable, status: statusStreamed, stop: retry.StopDetailStreamInterruptedAfterContent},
+		// Refusals on chat completions (spec 2, provider mapping): the
+		// content_filter finish is a classifier refusal even with an error
+		// text on the same chunk, with a gateway's structured stop_details,
+		// and after streamed thinking.
+		{name: "content_filter_with_error_text", only: []string{openaiChat.name},
+			respond: fakellm.Respond{Refusal: "I can't help with that.", StopError: "Content blocked by the upstream safety filter"},
+			class:   retry.ClassifierRefusal, status: 200, stop: retry.StopDetailSensitive, textIn: "content blocked"},
+		{name: "content_filter_with_stop_details", only: []string{openaiChat.name},
+			respond: fakellm.Respond{Refusal: "I can't help with that.", StopDetails: map[string]string{
+				"type": "refusal", "category": "cyber", "explanation": "The safety classifier refused this request."}},
+			class: retry.ClassifierRefusal, status: 200, stop: retry.StopDetailRefusal, textIn: "safety classifier refused"},
+		{name: "content_filter_after_thinking", only: []string{openaiChat.name},
+			respond: fakellm.Respond{Thinking: "The user asks for something risky.", Refusal: "No."},
+			class:   retry.ClassifierRefusal, status: 200, stop: retry.StopDetailSensitive},
+		// Wordings of other HTTP clients and providers, relayed by a
+		// proxy as an in-stream error (spec 2, transient).
+		{name: "bun_socket_closed", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("The socket connection was closed unexpectedly. For more information, pass `verbose: true` in the second argument to fetch()"),
+			class:   retry.Transient, status: statusStreamed, textIn: "socket connection was closed"},
+		{name: "bedrock_try_your_request_again", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("The system encountered an unexpected error during processing. Try your request again."),
+			class:   retry.Transient, status: statusStreamed},
+		{name: "vertex_try_the_request_again", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("The model did not respond. Please try the request again."),
+			class:   retry.Transient, status: statusStreamed},
+		{name: "go_http2_goaway", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("http2: server sent GOAWAY and closed the connection; LastStreamID=1, ErrCode=NO_ERROR"),
+			class:   retry.Transient, status: statusStreamed},
+		{name: "httpx_server_disconnected", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("Server disconnected without sending a response."),
+			class:   retry.Transient, status: statusStreamed},
+		{name: "unknown_proxy_error_is_final", only: []string{openaiChat.name, openaiResponses.name},
+			respond: proxyError("The gateway rejected the request shape."),
+			class:   retry.NotRetryable, status: statusStreamed},
 		{name: "connection_refused", refused: true, class: retry.Transient, status: 0, textIn: "connection refused", wantNoContent: true},
 	}
 }

@@ -361,3 +361,10 @@ func waitActive(t *testing.T, srv *server, want int64, within time.Duration) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// all returns the events recorded so far.
+func (r *recorder) all() []musepi.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]musepi.Event(nil), r.events...)
+}

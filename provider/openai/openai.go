@@ -17,7 +17,11 @@
 //
 // Deltas: "text" deltas carry visible text (a model refusal is shown as
 // text); "tool_call" deltas carry fragments of a call's arguments JSON (empty
-// for a chunk that only opens the call). Reasoning is not streamed nor kept.
+// for a chunk that only opens the call); "thinking" deltas carry reasoning:
+// the delta's reasoning_content (DeepSeek, vLLM, SGLang, llama.cpp, LiteLLM)
+// or reasoning (OpenRouter) on Chat Completions, the reasoning summary on
+// Responses. Reasoning is kept as a thinking block before the text, and is
+// never sent back to the server (those servers reject or ignore it).
 //
 // Failures follow the retry policy's needs: an HTTP error keeps its status,
 // its headers (lower-case names, first value) and "<status> <status text>:
@@ -47,6 +51,7 @@ import (
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // ProviderName is the provider field of every message this package returns.
@@ -163,24 +168,26 @@ func (p *Provider) requestOptions(req provider.Request, res **http.Response) []o
 
 // turn is the state shared by both APIs while one call streams.
 type turn struct {
-	callerCtx  context.Context // the caller's: its cancellation is an abort
-	reqCtx     context.Context // callerCtx plus Config.RequestTimeout
-	timeout    time.Duration
-	onDelta    func(provider.Delta)
-	res        *http.Response // the HTTP response, once there is one
-	observable bool           // text or a tool call was already streamed
+	callerCtx context.Context // the caller's: its cancellation is an abort
+	reqCtx    context.Context // callerCtx plus Config.RequestTimeout
+	timeout   time.Duration
+	onDelta   func(provider.Delta)
+	res       *http.Response // the HTTP response, once there is one
 }
 
 func (t *turn) text(s string) {
-	if s == "" {
-		return
+	if s != "" {
+		t.onDelta(provider.Delta{Kind: "text", Text: s})
 	}
-	t.observable = true
-	t.onDelta(provider.Delta{Kind: "text", Text: s})
+}
+
+func (t *turn) thinking(s string) {
+	if s != "" {
+		t.onDelta(provider.Delta{Kind: "thinking", Text: s})
+	}
 }
 
 func (t *turn) toolCall(s string) {
-	t.observable = true
 	t.onDelta(provider.Delta{Kind: "tool_call", Text: s})
 }
 
@@ -193,11 +200,21 @@ func (t *turn) success(content []*messages.ContentBlock, reason messages.StopRea
 	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status}
 }
 
-// sensitive is a turn the provider's content filter stopped.
-func (t *turn) sensitive(content []*messages.ContentBlock, text string) *messages.AssistantMessage {
+// sensitive is a turn the provider's content filter stopped: a classifier
+// refusal with stop_details.type "sensitive", or the type, category and
+// explanation of the structured stop details the provider sent with it.
+// The error text is the explanation, else text.
+func (t *turn) sensitive(content []*messages.ContentBlock, text string, details *messages.StopDetails) *messages.AssistantMessage {
 	m := t.success(content, messages.StopReason_STOP_REASON_ERROR)
-	m.ErrorMessage = text
 	m.StopDetails = &messages.StopDetails{Type: "sensitive"}
+	if details != nil {
+		if details.Type != "" {
+			m.StopDetails.Type = details.Type
+		}
+		m.StopDetails.Fields = details.Fields
+		text = firstOf(details.Fields["explanation"], text)
+	}
+	m.ErrorMessage = text
 	return m
 }
 
@@ -209,7 +226,7 @@ func (t *turn) streamFailure(content []*messages.ContentBlock, text string) *mes
 	}
 	m := provider.Failure(0, text, nil)
 	m.Content = content
-	if t.observable {
+	if retry.ContentHasOutput(content) {
 		m.StopDetails = &messages.StopDetails{Type: "stream_interrupted_after_content"}
 	}
 	return m
@@ -401,9 +418,13 @@ func lowerHeaders(res *http.Response) map[string]string {
 	return out
 }
 
-// textBlock and toolBlock build content blocks.
+// textBlock, thinkingBlock and toolBlock build content blocks.
 func textBlock(s string) *messages.ContentBlock {
 	return &messages.ContentBlock{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: s}}}
+}
+
+func thinkingBlock(s string) *messages.ContentBlock {
+	return &messages.ContentBlock{Block: &messages.ContentBlock_Thinking{Thinking: &messages.ThinkingBlock{Thinking: s}}}
 }
 
 func toolBlock(id, name, args string) *messages.ContentBlock {

@@ -89,6 +89,7 @@ func (p *Provider) remember(req provider.Request, id string, epoch uint64) {
 // respItem is one output item being assembled from Responses API events.
 type respItem struct {
 	call         bool
+	reasoning    bool // a reasoning item: text is its summary
 	callID, name string
 	text, args   strings.Builder
 }
@@ -134,6 +135,8 @@ func (s *respState) content() []*messages.ContentBlock {
 		switch {
 		case it.call:
 			out = append(out, toolBlock(it.callID, it.name, it.args.String()))
+		case it.reasoning && it.text.Len() > 0:
+			out = append(out, thinkingBlock(it.text.String()))
 		case it.text.Len() > 0:
 			out = append(out, textBlock(it.text.String()))
 		}
@@ -142,12 +145,22 @@ func (s *respState) content() []*messages.ContentBlock {
 }
 
 // outputContent maps a final response's output items to content blocks:
-// message text (and refusals, as text) and function calls; reasoning and
-// other items are left out.
+// reasoning summaries (as thinking), message text (and refusals, as text)
+// and function calls; other items are left out.
 func outputContent(output []responses.ResponseOutputItemUnion) []*messages.ContentBlock {
 	var out []*messages.ContentBlock
 	for _, o := range output {
 		switch o.Type {
+		case "reasoning":
+			var parts []string
+			for _, p := range o.Summary {
+				if p.Text != "" {
+					parts = append(parts, p.Text)
+				}
+			}
+			if len(parts) > 0 {
+				out = append(out, thinkingBlock(strings.Join(parts, "\n\n")))
+			}
 		case "message":
 			var b strings.Builder
 			for _, c := range o.Content {
@@ -226,6 +239,11 @@ loop:
 			case "message":
 				s.item(ev.Item.ID, ev.OutputIndex)
 			}
+		case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+			it := s.item(ev.ItemID, ev.OutputIndex)
+			it.reasoning = true
+			it.text.WriteString(ev.Delta)
+			t.thinking(ev.Delta)
 		case "response.output_text.delta", "response.refusal.delta":
 			it := s.item(ev.ItemID, ev.OutputIndex)
 			it.text.WriteString(ev.Delta)
@@ -279,7 +297,7 @@ loop:
 		case "max_output_tokens":
 			return t.success(content, messages.StopReason_STOP_REASON_LENGTH)
 		case "content_filter":
-			return t.sensitive(content, "The response was stopped by the provider's content filter (incomplete_details.reason: content_filter)")
+			return t.sensitive(content, "The response was stopped by the provider's content filter (incomplete_details.reason: content_filter)", nil)
 		default:
 			return t.streamFailure(content, "response incomplete: "+firstOf(reason, "no reason given"))
 		}
