@@ -1,0 +1,502 @@
+package session
+
+import (
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// State is what a session is doing; it is the settle condition written
+// down once: a prompt is settled exactly when the state is Idle.
+type State uint8
+
+// The states of a session.
+const (
+	// Idle: no prompt runs.
+	Idle State = iota
+	// SelectingCredential: a turn waits for the credentials actor's choice.
+	SelectingCredential
+	// Streaming: a turn streams.
+	Streaming
+	// RunningTools: the tools of a turn run.
+	RunningTools
+	// Deciding: a turn's end waits for the retry chain's decision, which
+	// waits for the credential, fallback or budget actor.
+	Deciding
+	// Backoff: the retry chain sleeps before its next attempt.
+	Backoff
+	// ContinueScheduled: the retry's continue is scheduled.
+	ContinueScheduled
+	// Compacting: the compaction hook runs after a context overflow.
+	Compacting
+)
+
+var stateNames = [...]string{"idle", "selecting_credential", "streaming", "running_tools", "deciding",
+	"backoff", "continue_scheduled", "compacting"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// Config is a session's own configuration.
+type Config struct {
+	Model    string // primary "provider/model"
+	Role     string // model role for fallback chains ("default")
+	Settings retry.Settings
+	// Compaction says a compaction hook is installed; without one a context
+	// overflow ends the prompt after compaction_required.
+	Compaction bool
+}
+
+// Core is one session's lifecycle as a pure state machine. It is not safe
+// for concurrent use: an actor owns it.
+type Core struct {
+	cfg   Config
+	chain *retry.Chain
+
+	state      State
+	gen        uint64 // prompt generation
+	turn       uint64 // id of the last turn started
+	continuing bool   // the turn being started is a retry's continue
+	aborts     retry.AbortState
+
+	model         string // "provider/model" in use
+	pinned        bool   // the fallback model is pinned (refusal)
+	askPin        bool   // the pending fallback ask pins
+	primaryUntil  time.Time
+	credential    string
+	attempt       int                  // of the last auto_retry_start of the open chain
+	toolsAfterEnd []*messages.ToolCall // a tool-use turn's calls, run once its decision is applied
+
+	last        *messages.AssistantMessage
+	failure     string
+	failureKind ErrorKind
+
+	now   time.Time
+	out   []Effect
+	chBuf []retry.Effect
+}
+
+// New returns an idle core drawing retry jitter from src.
+func New(cfg Config, src retry.Source) *Core {
+	return &Core{cfg: cfg, chain: retry.NewChain(src), model: cfg.Model}
+}
+
+// State reports what the session is doing.
+func (c *Core) State() State { return c.state }
+
+// Busy reports whether a prompt runs.
+func (c *Core) Busy() bool { return c.state != Idle }
+
+// IsRetrying reports whether the retry lifecycle is open.
+func (c *Core) IsRetrying() bool { return c.chain.IsRetrying() }
+
+// Model is the "provider/model" in use.
+func (c *Core) Model() string { return c.model }
+
+// Credential is the credential the last turn used.
+func (c *Core) Credential() string { return c.credential }
+
+// Generation is the current prompt generation.
+func (c *Core) Generation() uint64 { return c.gen }
+
+// AutoRetryEnabled reports retry.enabled.
+func (c *Core) AutoRetryEnabled() bool { return c.cfg.Settings.Enabled }
+
+// Step feeds in at now and appends the effects to carry out, in order, to
+// out. The effects must be executed before the next Step.
+func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
+	c.out, c.now = out, now
+	defer func() { c.out = nil }()
+	switch in.Kind {
+	case InPrompt:
+		c.prompt(in.Text)
+	case InCredentialSelected:
+		c.credentialSelected(in.Credential)
+	case InTurnDelta:
+		if in.Turn == c.turn && c.state == Streaming {
+			c.emit(Event{Kind: EventMessageUpdate, DeltaKind: in.DeltaKind, Delta: in.Delta})
+		}
+	case InTurnEnded:
+		if in.Turn == c.turn && c.state == Streaming {
+			c.turnEnded(in.Message)
+		}
+	case InToolsDone:
+		if in.Turn == c.turn && c.state == RunningTools {
+			c.toolsDone(in.Results)
+		}
+	case InContinueDue:
+		if in.Generation == c.gen && c.state == ContinueScheduled {
+			c.continueDue()
+		}
+	case InAbort:
+		c.abort()
+	case InEditGuardAbort:
+		if c.state != Idle {
+			c.aborts.EditGuard = true
+			c.failureKind, c.failure = KindAborted, "stream aborted by the streaming-edit guard"
+			c.add(Effect{Kind: CancelTurn})
+		}
+	case InSetAutoRetry:
+		c.cfg.Settings.Enabled = in.Enabled
+	case InSetModel:
+		c.cfg.Model = in.Model
+		c.pinned = false
+		c.switchModel(in.Model, "user")
+	case InCompactionDone:
+		if in.Generation == c.gen && c.state == Compacting {
+			c.compactionDone(in.Context, in.Err)
+		}
+	case InStop:
+		c.stop()
+	case InCredentialReply:
+		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
+			c.credential = in.Credential
+		}
+		c.stepChain(chainInput(in, now))
+	case InFallbackReply:
+		if in.Switched && c.chain.Phase() == retry.AwaitingFallback {
+			c.primaryUntil = in.CooldownUntil
+		}
+		c.stepChain(chainInput(in, now))
+	default:
+		c.stepChain(chainInput(in, now))
+	}
+	return c.out
+}
+
+// chainInput maps the inputs the retry chain answers to retry.Input.
+func chainInput(in Input, now time.Time) retry.Input {
+	r := retry.Input{Now: now, Token: in.Token, Switched: in.Switched, RetryAt: in.RetryAt,
+		From: in.From, To: in.To, Role: in.Role, At: in.At}
+	switch in.Kind {
+	case InSleepDone:
+		r.Kind = retry.InputSleepDone
+	case InAbortRetry:
+		r.Kind = retry.InputAbortRetry
+	case InCredentialReply:
+		r.Kind = retry.InputCredentialReply
+	case InFallbackReply:
+		r.Kind = retry.InputFallbackReply
+	case InBudgetGrant:
+		r.Kind = retry.InputBudgetGrant
+	case InBudgetRelease:
+		r.Kind = retry.InputBudgetRelease
+	}
+	return r
+}
+
+func (c *Core) prompt(text string) {
+	if c.state != Idle {
+		c.add(Effect{Kind: RejectPrompt, Result: Result{Generation: c.gen, ErrorKind: KindBusy,
+			Error: "a prompt is already running; abort it or wait for it to settle"}})
+		return
+	}
+	c.gen++
+	c.aborts = retry.AbortState{}
+	c.last, c.failure, c.failureKind = nil, "", ""
+	c.maybeRevert()
+	c.add(Effect{Kind: AppendUser, Text: text, At: c.now})
+	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.continuing = false
+	c.selectCredential()
+}
+
+func (c *Core) selectCredential() {
+	c.state = SelectingCredential
+	c.add(Effect{Kind: SelectCredential, Model: c.model})
+}
+
+func (c *Core) credentialSelected(cred string) {
+	if c.state != SelectingCredential {
+		c.credential = cred
+		return
+	}
+	c.credential = cred
+	if c.aborts.User || (c.continuing && !c.chain.IsRetrying()) {
+		c.settle() // aborted, or the retry was cancelled, while the credential was chosen
+		return
+	}
+	c.startTurn()
+}
+
+func (c *Core) startTurn() {
+	c.turn++
+	c.state = Streaming
+	c.add(Effect{Kind: StartTurn, Turn: c.turn, Model: c.model, Credential: c.credential})
+}
+
+func (c *Core) turnEnded(msg *messages.AssistantMessage) {
+	c.last = msg
+	c.add(Effect{Kind: AppendAssistant, Message: msg})
+	c.emit(Event{Kind: EventMessageEnd, Message: msg})
+	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
+		if !c.chain.IsRetrying() {
+			c.runTools(calls)
+			return
+		}
+		// Spec 3, "What resets the counter": a tool-use message is a
+		// successful assistant message, so it ends the open chain before
+		// its tools run.
+		c.toolsAfterEnd = calls
+	}
+	c.decide(msg)
+}
+
+func (c *Core) runTools(calls []*messages.ToolCall) {
+	c.state = RunningTools
+	c.add(Effect{Kind: RunTools, Turn: c.turn, Calls: calls})
+}
+
+func (c *Core) toolsDone(results []*messages.ToolResult) {
+	if len(results) > 0 {
+		c.add(Effect{Kind: AppendToolResults, Results: results})
+	}
+	if c.aborts.User {
+		c.decide(c.last)
+		return
+	}
+	c.startTurn()
+}
+
+// decide hands the turn's last message to the retry chain (agent_end).
+func (c *Core) decide(msg *messages.AssistantMessage) {
+	c.state = Deciding
+	c.stepChain(retry.TurnEnded(c.now, c.cfg.Settings, msg, c.aborts, c.gen))
+}
+
+// stepChain runs one input through the retry chain and carries out its
+// effects. A decision that completes answers the turn's end: agent_end
+// goes out first, saying whether a retry chain continues.
+func (c *Core) stepChain(in retry.Input) {
+	c.chBuf = c.chain.AppendStep(c.chBuf[:0], in)
+	phase := c.chain.Phase()
+	decided := c.state == Deciding && phase != retry.AwaitingCredential && phase != retry.AwaitingFallback && phase != retry.AwaitingBudget
+	calls := c.toolsAfterEnd
+	if decided {
+		c.toolsAfterEnd = nil
+		if calls == nil {
+			c.emit(Event{Kind: EventAgentEnd, Message: c.last, WillRetry: phase == retry.Sleeping})
+		}
+	}
+	compact := false
+	for _, e := range c.chBuf {
+		compact = c.chainEffect(e) || compact
+	}
+	clear(c.chBuf)
+	switch {
+	case decided && calls != nil && c.aborts.User:
+		c.decide(c.last) // aborted before the tools ran
+	case decided && calls != nil:
+		c.runTools(calls)
+	case compact:
+		c.compact()
+	case c.state == Deciding || c.state == Backoff || c.state == ContinueScheduled:
+		c.follow(phase)
+	}
+}
+
+// follow moves a session waiting on its retry chain to the chain's phase,
+// settling when the chain is over.
+func (c *Core) follow(phase retry.Phase) {
+	switch phase {
+	case retry.AwaitingCredential, retry.AwaitingFallback, retry.AwaitingBudget:
+		c.state = Deciding
+	case retry.Sleeping:
+		c.state = Backoff
+	case retry.AwaitingTurn:
+		// ScheduleContinue set ContinueScheduled.
+	default:
+		c.settle()
+	}
+}
+
+// chainEffect carries out one effect of the retry chain; it reports a
+// context overflow routed to compaction.
+func (c *Core) chainEffect(e retry.Effect) (compact bool) {
+	switch e.Kind {
+	case retry.EmitStart:
+		c.attempt = e.Start.Attempt
+		c.emit(Event{Kind: EventAutoRetryStart, Start: e.Start})
+	case retry.EmitEnd:
+		if !e.End.Success {
+			c.failure = e.End.FinalError
+			if c.failure == retry.RetryCancelled && c.failureKind == "" {
+				c.failureKind = KindRetryCancelled
+			}
+		}
+		c.emit(Event{Kind: EventAutoRetryEnd, End: e.End})
+	case retry.EmitFallbackApplied:
+		c.pinned = c.askPin
+		c.switchModel(e.Fallback.To, "fallback")
+		c.emit(Event{Kind: EventFallbackApplied, Fallback: e.Fallback})
+	case retry.EmitFallbackSucceeded:
+		c.emit(Event{Kind: EventFallbackSucceeded, Fallback: e.Fallback})
+	case retry.ResetProviderSession:
+		c.add(Effect{Kind: ResetProviderSession, Model: c.model})
+	case retry.AskCredentialSwitch:
+		c.add(Effect{Kind: AskCredentialSwitch, Model: c.model, BlockFor: e.BlockFor, Token: e.Token})
+	case retry.AskModelFallback:
+		c.askPin = e.Pin
+		c.add(Effect{Kind: AskFallback, Model: c.model, Primary: c.cfg.Model, Role: c.cfg.Role,
+			BlockFor: e.BlockFor, Pin: e.Pin, Token: e.Token})
+	case retry.StripTrailingError:
+		c.add(Effect{Kind: StripTrailingError})
+	case retry.Sleep:
+		c.state = Backoff
+		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token})
+	case retry.CancelSleep:
+		c.add(Effect{Kind: CancelTimer, Token: e.Token})
+	case retry.ScheduleContinue:
+		c.state = ContinueScheduled
+		c.add(Effect{Kind: ScheduleContinue, Delay: e.Delay, Generation: e.Generation})
+	case retry.RouteToCompaction:
+		return true
+	case retry.AbortStream:
+		c.add(Effect{Kind: CancelTurn})
+	case retry.RecordOutcome:
+		c.add(Effect{Kind: RecordOutcome, Model: c.model, Success: e.Success})
+	case retry.AskBudget:
+		c.add(Effect{Kind: AskBudget, Model: c.model, Token: e.Token, Due: e.Due, Latest: e.Latest})
+	case retry.DropBudgetHold:
+		c.add(Effect{Kind: DropBudgetHold, Model: c.model})
+	}
+	return false
+}
+
+func (c *Core) continueDue() {
+	if !c.chain.IsRetrying() {
+		c.settle()
+		return
+	}
+	c.maybeRevert()
+	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.continuing = true
+	c.selectCredential()
+}
+
+func (c *Core) abort() {
+	if c.state == Idle {
+		return
+	}
+	c.aborts.User = true
+	c.failureKind = KindAborted
+	c.stepChain(retry.Input{Kind: retry.InputAbort, Now: c.now})
+}
+
+// compact runs the compaction hook on a context overflow; without one the
+// prompt ends with the overflow error after compaction_required.
+func (c *Core) compact() {
+	c.emit(Event{Kind: EventCompactionRequired, Error: c.last.GetErrorMessage()})
+	if !c.cfg.Compaction {
+		c.failureKind, c.failure = KindContextOverflow, c.last.GetErrorMessage()
+		c.settle()
+		return
+	}
+	c.state = Compacting
+	c.add(Effect{Kind: Compact, Generation: c.gen, Failed: c.last})
+}
+
+func (c *Core) compactionDone(context []*messages.Entry, err string) {
+	if err != "" || c.aborts.User {
+		c.failureKind, c.failure = KindContextOverflow, err
+		if c.failure == "" {
+			c.failure = c.last.GetErrorMessage()
+		}
+		c.settle()
+		return
+	}
+	c.add(Effect{Kind: ReplaceContext, Context: context})
+	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.startTurn()
+}
+
+// stop ends the session: the stream is cancelled, an open retry chain ends
+// with auto_retry_end{success:false}, and a running prompt settles with a
+// shutdown error.
+func (c *Core) stop() {
+	c.aborts.Dispose = true
+	c.add(Effect{Kind: CancelTurn})
+	if c.chain.IsRetrying() {
+		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError}})
+	}
+	c.add(Effect{Kind: ReleaseSession, Model: c.model})
+	if c.state != Idle {
+		c.state = Idle
+		c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Error: ShutdownError})
+		c.add(Effect{Kind: Settle, Result: Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}})
+	}
+}
+
+// settle answers the prompt once nothing of it is left.
+func (c *Core) settle() {
+	c.state = Idle
+	res := Result{Generation: c.gen, Message: c.last}
+	switch {
+	case c.failureKind != "":
+		res.ErrorKind, res.Error = c.failureKind, c.failure
+		if res.Error == "" {
+			res.Error = string(c.failureKind)
+		}
+		if c.failureKind == KindAborted && c.failure == "" {
+			res.Error = "prompt aborted"
+		}
+	case c.last == nil:
+		res.ErrorKind, res.Error = KindFailed, "no assistant message"
+	case isFailure(c.last):
+		res.ErrorKind, res.Error = KindFailed, c.failure
+		if res.Error == "" {
+			res.Error = c.last.GetErrorMessage()
+		}
+	}
+	c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Success: res.Error == "", Error: res.Error})
+	c.aborts.User, c.aborts.EditGuard = false, false
+	c.add(Effect{Kind: Settle, Result: res})
+}
+
+// switchModel changes the model in use and records a model_change.
+func (c *Core) switchModel(to, reason string) {
+	if to == c.model {
+		return
+	}
+	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason}
+	c.model = to
+	c.add(Effect{Kind: AppendModelChange, Change: change})
+	c.emit(Event{Kind: EventModelChange, Change: change})
+}
+
+// maybeRevert restores the primary model (cooldown-expiry policy) once its
+// cooldown is over, unless the fallback is pinned. It runs before each new
+// prompt and each scheduled continue.
+func (c *Core) maybeRevert() {
+	if c.model == c.cfg.Model || c.pinned || c.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
+		return
+	}
+	if c.now.Before(c.primaryUntil) {
+		return
+	}
+	c.switchModel(c.cfg.Model, "revert")
+}
+
+func (c *Core) emit(e Event) { c.out = append(c.out, Effect{Kind: Emit, Event: e}) }
+
+func (c *Core) add(e Effect) { c.out = append(c.out, e) }
+
+func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
+	var out []*messages.ToolCall
+	for _, b := range msg.GetContent() {
+		if call := b.GetToolCall(); call != nil {
+			out = append(out, call)
+		}
+	}
+	return out
+}
+
+func isFailure(m *messages.AssistantMessage) bool {
+	r := m.GetStopReason()
+	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
+}

@@ -1,0 +1,10 @@
+// Package session is the pure state machine of one MusePi session (the
+// raft Step model): Core.Step takes an input (a prompt, a turn's end, a
+// timer firing, an abort, an answer of the credential, fallback or budget
+// actors) at an instant and returns the effects its owner must carry out
+// (start a turn, arm a timer, emit an event, append to history, settle the
+// prompt). It holds the whole lifecycle of a prompt once — generation, turn,
+// the retry chain (retry.Chain, embedded) and the settle condition as one
+// explicit state — and starts no goroutine, reads no clock and draws no
+// random number of its own.
+package session

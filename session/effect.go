@@ -1,0 +1,208 @@
+package session
+
+import (
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// EffectKind says what the owner of a Core must do.
+type EffectKind uint8
+
+// The effects a Core returns. Each names the Effect fields it sets.
+const (
+	// Emit publishes Event to the session's subscribers.
+	Emit EffectKind = iota + 1
+	// AppendUser persists the user prompt Text (at At) and adds it to the
+	// runtime context.
+	AppendUser
+	// AppendAssistant persists Message and adds it to the runtime context.
+	AppendAssistant
+	// AppendToolResults persists Results and adds them to the runtime context.
+	AppendToolResults
+	// AppendModelChange persists Change (history only, never sent to a model).
+	AppendModelChange
+	// StripTrailingError removes the trailing assistant error from the
+	// runtime context; it stays in the history.
+	StripTrailingError
+	// ReplaceContext sets the runtime context to Context (after compaction).
+	ReplaceContext
+	// SelectCredential asks the credentials actor of Model's provider which
+	// credential the next turn uses; answer with InCredentialSelected.
+	SelectCredential
+	// StartTurn streams turn Turn on Model with Credential; its deltas and
+	// end come back as InTurnDelta and InTurnEnded.
+	StartTurn
+	// CancelTurn cancels the running turn or tools.
+	CancelTurn
+	// RunTools runs Calls of turn Turn; answer with InToolsDone.
+	RunTools
+	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
+	Compact
+	// ArmTimer starts the backoff timer Token for Delay; it fires as InSleepDone.
+	ArmTimer
+	// CancelTimer stops the backoff timer Token.
+	CancelTimer
+	// ScheduleContinue runs the retry's continue after Delay as
+	// InContinueDue for Generation.
+	ScheduleContinue
+	// ResetProviderSession drops Model's provider's cached state for the session.
+	ResetProviderSession
+	// AskCredentialSwitch marks the credential in use on Model's provider
+	// limited for BlockFor and asks for another; answer with
+	// InCredentialReply and Token.
+	AskCredentialSwitch
+	// AskFallback puts Model in cooldown for BlockFor (unless Pin) and asks
+	// the fallback actor of Role for the next model after Model (Primary
+	// being the session's primary); answer with InFallbackReply and Token.
+	AskFallback
+	// AskBudget asks Model's provider's retry budget when the retry due at
+	// Due may go out (never after Latest, when set); answer with
+	// InBudgetGrant and Token.
+	AskBudget
+	// RecordOutcome tells Model's provider's retry budget that a request
+	// succeeded (Success) or failed retryably.
+	RecordOutcome
+	// DropBudgetHold tells Model's provider's retry budget to forget the
+	// retry it holds for the session.
+	DropBudgetHold
+	// ReleaseSession tells Model's provider's credentials actor and budget
+	// that the session is gone.
+	ReleaseSession
+	// Settle answers the prompt with Result; the session is idle again.
+	Settle
+	// RejectPrompt answers a prompt that came while another runs with
+	// Result (ErrorKind busy); the running prompt goes on.
+	RejectPrompt
+)
+
+var effectNames = [...]string{
+	Emit: "emit", AppendUser: "append-user", AppendAssistant: "append-assistant",
+	AppendToolResults: "append-tool-results", AppendModelChange: "append-model-change",
+	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
+	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
+	RunTools: "run-tools", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
+	ScheduleContinue: "schedule-continue", ResetProviderSession: "reset-provider-session",
+	AskCredentialSwitch: "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
+	RecordOutcome: "record-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
+	Settle: "settle", RejectPrompt: "reject-prompt",
+}
+
+func (k EffectKind) String() string {
+	if int(k) < len(effectNames) && effectNames[k] != "" {
+		return effectNames[k]
+	}
+	return "unknown"
+}
+
+// Effect is one thing the owner of a Core must do. Only the fields its
+// Kind names are set.
+type Effect struct {
+	Kind EffectKind
+
+	Event      Event
+	Text       string
+	At         time.Time
+	Message    *messages.AssistantMessage
+	Results    []*messages.ToolResult
+	Change     ModelChange
+	Context    []*messages.Entry
+	Model      string
+	Primary    string
+	Role       string
+	Credential string
+	Turn       uint64
+	Calls      []*messages.ToolCall
+	Failed     *messages.AssistantMessage
+	Delay      time.Duration
+	Token      uint64
+	Generation uint64
+	BlockFor   time.Duration
+	Pin        bool
+	Success    bool
+	Due        time.Time
+	Latest     time.Time
+	Result     Result
+}
+
+// ModelChange is a switch of the session's model.
+type ModelChange struct {
+	From, To, Role string
+	Reason         string // "fallback", "revert" or "user"
+}
+
+// EventKind is the type of a session event.
+type EventKind uint8
+
+// The session events.
+const (
+	EventAgentStart EventKind = iota + 1
+	EventMessageUpdate
+	EventMessageEnd
+	EventAgentEnd
+	EventAgentSettled
+	EventAutoRetryStart
+	EventAutoRetryEnd
+	EventFallbackApplied
+	EventFallbackSucceeded
+	EventModelChange
+	EventCompactionRequired
+)
+
+var eventNames = [...]string{
+	EventAgentStart: "agent_start", EventMessageUpdate: "message_update", EventMessageEnd: "message_end",
+	EventAgentEnd: "agent_end", EventAgentSettled: "agent_settled", EventAutoRetryStart: "auto_retry_start",
+	EventAutoRetryEnd: "auto_retry_end", EventFallbackApplied: "retry_fallback_applied",
+	EventFallbackSucceeded: "retry_fallback_succeeded", EventModelChange: "model_change",
+	EventCompactionRequired: "compaction_required",
+}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && eventNames[k] != "" {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one session event. Only the fields its Kind names are set.
+type Event struct {
+	Kind       EventKind
+	Generation uint64                     // agent_start, agent_settled
+	DeltaKind  string                     // message_update: "text", "thinking", "tool_call"
+	Delta      string                     // message_update
+	Message    *messages.AssistantMessage // message_end, agent_end
+	WillRetry  bool                       // agent_end
+	Success    bool                       // agent_settled
+	Error      string                     // agent_settled; compaction_required
+	Start      retry.StartEvent           // auto_retry_start
+	End        retry.EndEvent             // auto_retry_end
+	Fallback   retry.FallbackEvent        // retry_fallback_applied / _succeeded
+	Change     ModelChange                // model_change
+}
+
+// ErrorKind says how a prompt ended without an answer.
+type ErrorKind string
+
+// The ways a prompt ends without an answer.
+const (
+	KindFailed          ErrorKind = "failed"
+	KindBusy            ErrorKind = "busy"
+	KindAborted         ErrorKind = "aborted"
+	KindContextOverflow ErrorKind = "context_overflow"
+	KindRetryCancelled  ErrorKind = "retry_cancelled"
+	KindShutdown        ErrorKind = "shutdown"
+)
+
+// Result is how a prompt ended: its last message, and for a prompt
+// without an answer the kind and text of the error.
+type Result struct {
+	Generation uint64
+	Message    *messages.AssistantMessage
+	ErrorKind  ErrorKind
+	Error      string
+}
+
+// ShutdownError is the final error of a retry chain or prompt cut short by
+// the session stopping.
+const ShutdownError = "session shut down before the prompt settled"

@@ -1,0 +1,90 @@
+package session
+
+import (
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// FuzzCore feeds random inputs (answering the core's own asks and timers
+// most of the time) and checks the invariants of a session: it never
+// panics, each prompt settles at most once, and Idle is exactly "no prompt
+// runs".
+func FuzzCore(f *testing.F) {
+	f.Add([]byte{0, 1, 3, 5, 6, 1, 2})
+	f.Add([]byte{0, 1, 4, 7, 0, 8, 9, 10, 11})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		s := retry.DefaultSettings()
+		s.Budget.Enabled = len(ops) > 0 && ops[0]%2 == 0
+		c := New(Config{Model: "fake/m1", Role: "default", Settings: s, Compaction: len(ops)%3 == 0}, nominal{})
+		now := t0
+		var token, turn uint64
+		settled := map[uint64]bool{}
+		var buf []Effect
+		msgs := []*messages.AssistantMessage{
+			{StopReason: messages.StopReason_STOP_REASON_STOP},
+			{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "503 Service Unavailable", HttpStatus: 503},
+			{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "You exceeded your current quota", HttpStatus: 429},
+			{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "prompt is too long", HttpStatus: 400},
+			{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "refused", StopDetails: &messages.StopDetails{Type: "refusal"}},
+			{StopReason: messages.StopReason_STOP_REASON_TOOL_USE, Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: "1"}}}}},
+			{StopReason: messages.StopReason_STOP_REASON_ABORTED, ErrorMessage: retry.AbortSentinel},
+		}
+		for i, op := range ops {
+			now = now.Add(time.Duration(op) * time.Millisecond)
+			var in Input
+			switch op % 14 {
+			case 0:
+				in = Input{Kind: InPrompt, Text: "p"}
+			case 1:
+				in = Input{Kind: InCredentialSelected, Credential: "k"}
+			case 2:
+				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/14)%len(msgs)]}
+			case 3:
+				in = Input{Kind: InToolsDone, Turn: turn}
+			case 4:
+				in = Input{Kind: InSleepDone, Token: token}
+			case 5:
+				in = Input{Kind: InContinueDue, Generation: c.Generation()}
+			case 6:
+				in = Input{Kind: InAbort}
+			case 7:
+				in = Input{Kind: InAbortRetry}
+			case 8:
+				in = Input{Kind: InCredentialReply, Token: token, Switched: op%2 == 0, Credential: "k2", RetryAt: now.Add(time.Second)}
+			case 9:
+				in = Input{Kind: InFallbackReply, Token: token, Switched: op%2 == 0, From: "fake/m1", To: "fake/m2"}
+			case 10:
+				in = Input{Kind: InBudgetGrant, Token: token, At: now}
+			case 11:
+				in = Input{Kind: InCompactionDone, Generation: c.Generation()}
+			case 12:
+				in = Input{Kind: InSetAutoRetry, Enabled: op%2 == 0}
+			case 13:
+				in = Input{Kind: InEditGuardAbort}
+			}
+			if i == len(ops)-1 && op%5 == 0 {
+				in = Input{Kind: InStop}
+			}
+			buf = c.Step(buf[:0], now, in)
+			for _, e := range buf {
+				switch e.Kind {
+				case ArmTimer, AskCredentialSwitch, AskFallback, AskBudget:
+					token = e.Token
+				case StartTurn, RunTools:
+					turn = e.Turn
+				case Settle:
+					if settled[e.Result.Generation] {
+						t.Fatalf("generation %d settled twice", e.Result.Generation)
+					}
+					settled[e.Result.Generation] = true
+				}
+			}
+			if (c.State() == Idle) != (c.Generation() == 0 || settled[c.Generation()]) {
+				t.Fatalf("state %v, generation %d settled %t", c.State(), c.Generation(), settled[c.Generation()])
+			}
+		}
+	})
+}

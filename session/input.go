@@ -1,0 +1,82 @@
+package session
+
+import (
+	"time"
+
+	"github.com/musepi/musepi/messages"
+)
+
+// InputKind says what happened to a session.
+type InputKind uint8
+
+// The inputs a Core takes. Each names the Input fields it reads.
+const (
+	// InPrompt: a new user prompt, Text.
+	InPrompt InputKind = iota + 1
+	// InCredentialSelected: the credentials actor chose Credential for the
+	// turn about to start ("" for a provider without credentials).
+	InCredentialSelected
+	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
+	InTurnDelta
+	// InTurnEnded: turn Turn ended with Message.
+	InTurnEnded
+	// InToolsDone: the tools of turn Turn ran, with Results.
+	InToolsDone
+	// InSleepDone: the backoff timer Token fired.
+	InSleepDone
+	// InContinueDue: the scheduled continue of Generation is due.
+	InContinueDue
+	// InAbort: the user's global abort (cancels a pending retry, then the stream).
+	InAbort
+	// InEditGuardAbort: the streaming-edit guard aborted the stream.
+	InEditGuardAbort
+	// InAbortRetry: the user cancelled the retry (abort_retry, Esc).
+	InAbortRetry
+	// InSetAutoRetry: retry.enabled becomes Enabled.
+	InSetAutoRetry
+	// InSetModel: the user picks Model ("provider/model") as the primary.
+	InSetModel
+	// InCredentialReply answers AskCredentialSwitch of Token: Switched (to
+	// Credential), and RetryAt, when the earliest blocked sibling frees up.
+	InCredentialReply
+	// InFallbackReply answers AskFallback of Token: Switched, From, To,
+	// Role, and CooldownUntil, when the primary may be restored.
+	InFallbackReply
+	// InBudgetGrant answers AskBudget of Token: the retry may go out At.
+	InBudgetGrant
+	// InBudgetRelease: the budget lets the held retry of Token go out At.
+	InBudgetRelease
+	// InCompactionDone: the compaction hook of Generation returned Context,
+	// or Err.
+	InCompactionDone
+	// InStop: the session is shutting down.
+	InStop
+)
+
+// Input is one thing that happened to a session. Only the fields its Kind
+// names are read.
+type Input struct {
+	Kind InputKind
+
+	Text       string
+	Credential string
+	Turn       uint64
+	DeltaKind  string
+	Delta      string
+	Message    *messages.AssistantMessage
+	Results    []*messages.ToolResult
+	Token      uint64
+	Generation uint64
+	Enabled    bool
+	Model      string
+
+	Switched      bool
+	RetryAt       time.Time
+	From, To      string
+	Role          string
+	CooldownUntil time.Time
+	At            time.Time
+
+	Context []*messages.Entry
+	Err     string
+}
