@@ -1,6 +1,7 @@
 package session
 
 import (
+	"sync"
 	"time"
 
 	"github.com/musepi/musepi/messages"
@@ -26,7 +27,8 @@ const (
 	Deciding
 	// Backoff: the retry chain sleeps before its next attempt.
 	Backoff
-	// ContinueScheduled: the retry's continue is scheduled.
+	// ContinueScheduled: the backoff is over and the retry's continue is
+	// scheduled (within the step that learns of it).
 	ContinueScheduled
 	// Compacting: the compaction hook runs after a context overflow.
 	Compacting
@@ -42,6 +44,10 @@ func (s State) String() string {
 	return "unknown"
 }
 
+// continueDelay is the delay of the continue a retry schedules after its
+// backoff sleep (spec 3 step 13).
+const continueDelay = time.Millisecond
+
 // Config is a session's own configuration.
 type Config struct {
 	Model    string // primary "provider/model"
@@ -56,6 +62,7 @@ type Config struct {
 // for concurrent use: an actor owns it.
 type Core struct {
 	cfg   Config
+	src   retry.Source
 	chain *retry.Chain
 
 	state      State
@@ -76,14 +83,36 @@ type Core struct {
 	failure     string
 	failureKind ErrorKind
 
-	now   time.Time
-	out   []Effect
-	chBuf []retry.Effect
+	now time.Time
+	out []Effect
 }
+
+// chainBuffers lend the cores a buffer for one step of their retry chain,
+// so an idle session keeps none.
+var chainBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
-	return &Core{cfg: cfg, chain: retry.NewChain(src), model: cfg.Model}
+	return &Core{cfg: cfg, src: src, chain: retry.NewChain(src), model: cfg.Model}
+}
+
+// Snapshot is a copy of a core's state, taken before a step that may
+// panic (the jitter source is the caller's code) and put back by Restore.
+type Snapshot struct {
+	core  Core
+	chain retry.Chain
+}
+
+// Snapshot copies the core's state into snap.
+func (c *Core) Snapshot(snap *Snapshot) {
+	snap.core, snap.chain = *c, *c.chain
+}
+
+// Restore puts back the state snap holds, as it was when it was taken.
+func (c *Core) Restore(snap *Snapshot) {
+	chain := c.chain
+	*c, *chain = snap.core, snap.chain
+	c.chain = chain
 }
 
 // State reports what the session is doing.
@@ -129,8 +158,9 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		if in.Turn == c.turn && c.state == RunningTools {
 			c.toolsDone(in.Results)
 		}
-	case InContinueDue:
-		if in.Generation == c.gen && c.state == ContinueScheduled {
+	case InBackoffDone:
+		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
+		if c.state == ContinueScheduled && in.Generation == c.gen {
 			c.continueDue()
 		}
 	case InAbort:
@@ -153,6 +183,8 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		}
 	case InStop:
 		c.stop()
+	case InChainFailed:
+		c.chainFailed(in.Err)
 	case InCredentialReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
 			c.credential = in.Credential
@@ -174,8 +206,6 @@ func chainInput(in Input, now time.Time) retry.Input {
 	r := retry.Input{Now: now, Token: in.Token, Switched: in.Switched, RetryAt: in.RetryAt,
 		From: in.From, To: in.To, Role: in.Role, At: in.At}
 	switch in.Kind {
-	case InSleepDone:
-		r.Kind = retry.InputSleepDone
 	case InAbortRetry:
 		r.Kind = retry.InputAbortRetry
 	case InCredentialReply:
@@ -273,7 +303,12 @@ func (c *Core) decide(msg *messages.AssistantMessage) {
 // effects. A decision that completes answers the turn's end: agent_end
 // goes out first, saying whether a retry chain continues.
 func (c *Core) stepChain(in retry.Input) {
-	c.chBuf = c.chain.AppendStep(c.chBuf[:0], in)
+	buf := chainBuffers.Get().(*[]retry.Effect)
+	defer func() {
+		clear(*buf) // drop what the effects point to
+		chainBuffers.Put(buf)
+	}()
+	*buf = c.chain.AppendStep((*buf)[:0], in)
 	phase := c.chain.Phase()
 	decided := c.state == Deciding && phase != retry.AwaitingCredential && phase != retry.AwaitingFallback && phase != retry.AwaitingBudget
 	calls := c.toolsAfterEnd
@@ -284,10 +319,9 @@ func (c *Core) stepChain(in retry.Input) {
 		}
 	}
 	compact := false
-	for _, e := range c.chBuf {
+	for _, e := range *buf {
 		compact = c.chainEffect(e) || compact
 	}
-	clear(c.chBuf)
 	switch {
 	case decided && calls != nil && c.aborts.User:
 		c.decide(c.last) // aborted before the tools ran
@@ -348,12 +382,13 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.add(Effect{Kind: StripTrailingError})
 	case retry.Sleep:
 		c.state = Backoff
-		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token})
+		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token, ContinueDelay: continueDelay, Generation: c.gen})
 	case retry.CancelSleep:
 		c.add(Effect{Kind: CancelTimer, Token: e.Token})
 	case retry.ScheduleContinue:
+		// Armed with the backoff timer: its owner scheduled the continue
+		// when the timer fired, and InBackoffDone says it is due.
 		c.state = ContinueScheduled
-		c.add(Effect{Kind: ScheduleContinue, Delay: e.Delay, Generation: e.Generation})
 	case retry.RouteToCompaction:
 		return true
 	case retry.AbortStream:
@@ -423,6 +458,7 @@ func (c *Core) stop() {
 	c.add(Effect{Kind: CancelTurn})
 	if c.chain.IsRetrying() {
 		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError}})
+		c.chain = retry.NewChain(c.src)
 	}
 	c.add(Effect{Kind: ReleaseSession, Model: c.model})
 	if c.state != Idle {
@@ -430,6 +466,23 @@ func (c *Core) stop() {
 		c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Error: ShutdownError})
 		c.add(Effect{Kind: Settle, Result: Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}})
 	}
+}
+
+// chainFailed drops a retry chain that could not be stepped: an open
+// chain ends with auto_retry_end{success:false}, and a running prompt
+// settles with reason (a turn or tools still running are cancelled).
+func (c *Core) chainFailed(reason string) {
+	if c.chain.IsRetrying() {
+		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: reason}})
+	}
+	c.chain = retry.NewChain(c.src)
+	c.toolsAfterEnd = nil
+	if c.state == Idle {
+		return
+	}
+	c.add(Effect{Kind: CancelTurn})
+	c.failureKind, c.failure = KindFailed, reason
+	c.settle()
 }
 
 // settle answers the prompt once nothing of it is left.

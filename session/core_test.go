@@ -114,10 +114,8 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(args)}
 	case "tools-done":
 		in = Input{Kind: InToolsDone, Turn: sc.turn, Results: []*messages.ToolResult{{ToolCallId: "call_1", Output: "ok"}}}
-	case "sleep-done":
-		in = Input{Kind: InSleepDone, Token: sc.token}
-	case "continue-due":
-		in = Input{Kind: InContinueDue, Generation: sc.core.Generation()}
+	case "backoff-done":
+		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation()}
 	case "abort":
 		in = Input{Kind: InAbort}
 	case "abort-retry":
@@ -252,9 +250,7 @@ func (sc *script) render(e Effect) string {
 		return fmt.Sprintf("run-tools %d calls=%d", e.Turn, len(e.Calls))
 	case ArmTimer:
 		sc.token = e.Token
-		return fmt.Sprintf("arm-timer %s", e.Delay)
-	case ScheduleContinue:
-		return fmt.Sprintf("schedule-continue %s gen=%d", e.Delay, e.Generation)
+		return fmt.Sprintf("arm-timer %s then continue %s gen=%d", e.Delay, e.ContinueDelay, e.Generation)
 	case AskCredentialSwitch:
 		sc.token = e.Token
 		return fmt.Sprintf("ask-credential-switch %s block=%s", e.Model, e.BlockFor)

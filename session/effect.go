@@ -40,13 +40,13 @@ const (
 	RunTools
 	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
 	Compact
-	// ArmTimer starts the backoff timer Token for Delay; it fires as InSleepDone.
+	// ArmTimer starts the backoff timer Token for Delay; when it fires, the
+	// retry's continue of Generation is scheduled after ContinueDelay (spec 3
+	// step 13: 1 ms, through the post-prompt scheduler) and comes back as
+	// InBackoffDone.
 	ArmTimer
 	// CancelTimer stops the backoff timer Token.
 	CancelTimer
-	// ScheduleContinue runs the retry's continue after Delay as
-	// InContinueDue for Generation.
-	ScheduleContinue
 	// ResetProviderSession drops Model's provider's cached state for the session.
 	ResetProviderSession
 	// AskCredentialSwitch marks the credential in use on Model's provider
@@ -83,8 +83,8 @@ var effectNames = [...]string{
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
 	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
 	RunTools: "run-tools", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
-	ScheduleContinue: "schedule-continue", ResetProviderSession: "reset-provider-session",
-	AskCredentialSwitch: "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
+	ResetProviderSession: "reset-provider-session",
+	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
 	RecordOutcome: "record-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
 	Settle: "settle", RejectPrompt: "reject-prompt",
 }
@@ -101,29 +101,30 @@ func (k EffectKind) String() string {
 type Effect struct {
 	Kind EffectKind
 
-	Event      Event
-	Text       string
-	At         time.Time
-	Message    *messages.AssistantMessage
-	Results    []*messages.ToolResult
-	Change     ModelChange
-	Context    []*messages.Entry
-	Model      string
-	Primary    string
-	Role       string
-	Credential string
-	Turn       uint64
-	Calls      []*messages.ToolCall
-	Failed     *messages.AssistantMessage
-	Delay      time.Duration
-	Token      uint64
-	Generation uint64
-	BlockFor   time.Duration
-	Pin        bool
-	Success    bool
-	Due        time.Time
-	Latest     time.Time
-	Result     Result
+	Event         Event
+	Text          string
+	At            time.Time
+	Message       *messages.AssistantMessage
+	Results       []*messages.ToolResult
+	Change        ModelChange
+	Context       []*messages.Entry
+	Model         string
+	Primary       string
+	Role          string
+	Credential    string
+	Turn          uint64
+	Calls         []*messages.ToolCall
+	Failed        *messages.AssistantMessage
+	Delay         time.Duration
+	ContinueDelay time.Duration
+	Token         uint64
+	Generation    uint64
+	BlockFor      time.Duration
+	Pin           bool
+	Success       bool
+	Due           time.Time
+	Latest        time.Time
+	Result        Result
 }
 
 // ModelChange is a switch of the session's model.

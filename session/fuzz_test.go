@@ -44,10 +44,8 @@ func FuzzCore(f *testing.F) {
 				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/14)%len(msgs)]}
 			case 3:
 				in = Input{Kind: InToolsDone, Turn: turn}
-			case 4:
-				in = Input{Kind: InSleepDone, Token: token}
-			case 5:
-				in = Input{Kind: InContinueDue, Generation: c.Generation()}
+			case 4, 5:
+				in = Input{Kind: InBackoffDone, Token: token, Generation: c.Generation()}
 			case 6:
 				in = Input{Kind: InAbort}
 			case 7:

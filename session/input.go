@@ -22,10 +22,10 @@ const (
 	InTurnEnded
 	// InToolsDone: the tools of turn Turn ran, with Results.
 	InToolsDone
-	// InSleepDone: the backoff timer Token fired.
-	InSleepDone
-	// InContinueDue: the scheduled continue of Generation is due.
-	InContinueDue
+	// InBackoffDone: the backoff timer Token fired and the continue of
+	// Generation it scheduled is due (the timer's owner schedules it, see
+	// ArmTimer).
+	InBackoffDone
 	// InAbort: the user's global abort (cancels a pending retry, then the stream).
 	InAbort
 	// InEditGuardAbort: the streaming-edit guard aborted the stream.
@@ -51,6 +51,10 @@ const (
 	InCompactionDone
 	// InStop: the session is shutting down.
 	InStop
+	// InChainFailed: stepping the retry chain kept panicking (a broken
+	// jitter source, say); the chain is dropped and a running prompt ends
+	// with Err.
+	InChainFailed
 )
 
 // Input is one thing that happened to a session. Only the fields its Kind
