@@ -41,7 +41,7 @@ var demoScenarios = []demoScenario{
 		about: "key A is over its quota (switch to key B at once), model m1 is overloaded\n" +
 			"(fallback to m2 at once), m2 answers a 429 with retry-after: 3 (a 3 s\n" +
 			"backoff, counted down) and then a 503 (an exponential backoff of 3-4 s),\n" +
-			"then the answer. About 8 s.",
+			"then the answer. About 7 s.",
 		model: "tour/m1", role: "default",
 	},
 	{
