@@ -178,7 +178,9 @@ func pickScenarios(name string) ([]demoScenario, error) {
 func demoSession(ctx context.Context, p *demoPrinter, rt *musepi.Runtime, prompt string, opts ...musepi.SessionOption) error {
 	s, err := rt.NewSession(ctx, opts...)
 	if err != nil {
-		p.line("  ✗ %v", err)
+		if ctx.Err() == nil { // after Ctrl-C the summary says it
+			p.line("  ✗ %v", err)
+		}
 		return err
 	}
 	defer func() {

@@ -191,6 +191,7 @@ func (r *demoRun) finish(msg *messages.AssistantMessage, err error) {
 		p.printf("  ✗ %s", firstLine(text))
 	}
 	p.printf("  ⏱ %s", r.summary())
+	p.cur = nil
 }
 
 // summary is the run's figures in one line.
@@ -226,13 +227,12 @@ func (p *demoPrinter) interrupted() {
 	defer p.mu.Unlock()
 	p.endCountdown("cancelled")
 	p.stopped = true
-	doing := "between runs"
-	summary := ""
+	doing, summary := "between scenarios", ""
 	if r := p.cur; r != nil {
 		doing, summary = r.doing, ": "+r.summary()
-	}
-	if doing == "" {
-		doing = "starting"
+		if doing == "" {
+			doing = "before the first call"
+		}
 	}
 	p.printf("■ Interrupted %s; the prompt was aborted and nothing more is sent%s", doing, summary)
 }
