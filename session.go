@@ -102,22 +102,18 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 			done(msg, err)
 		})
 	}
-	var (
-		stopWatch func() bool
-		sending   sync.Mutex // an abort for ctx goes after the prompt, never before
-	)
+	var stopWatch func() bool
+	sent := make(chan struct{}) // closed once the prompt is sent: an abort for ctx goes after it, never before
 	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
 		if stopWatch != nil {
 			stopWatch()
 		}
 		finish(s.result(res, err))
 	})
-	sending.Lock()
-	defer sending.Unlock()
+	defer close(sent)
 	if ctx.Done() != nil {
 		stopWatch = context.AfterFunc(ctx, func() {
-			sending.Lock()
-			sending.Unlock() // (empty on purpose: it waits until the prompt is sent)
+			<-sent
 			s.Abort()
 			finish(nil, ctx.Err())
 		})
