@@ -80,6 +80,11 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 // with what Prompt would have returned. done must not block. A session
 // waiting this way costs no goroutine, which is how one process holds
 // hundreds of thousands of prompts riding out an outage.
+//
+// Cancellation has one outcome: when ctx ends before the prompt's result
+// has come back, done gets ctx.Err() (context.Canceled or
+// context.DeadlineExceeded) and the prompt is aborted, never the abort's own
+// result (ErrAborted, ErrRetryCancelled) that may come back first.
 func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
 	if err := ctx.Err(); err != nil {
 		done(nil, err)
@@ -107,8 +112,8 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 		sending   sync.Mutex // an abort for ctx goes after the prompt, never before
 	)
 	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
-		if stopWatch != nil {
-			stopWatch()
+		if stopWatch != nil && !stopWatch() {
+			return // ctx ended first: the watcher finishes with ctx.Err()
 		}
 		finish(s.result(res, err))
 	})
@@ -118,7 +123,7 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 		stopWatch = context.AfterFunc(ctx, func() {
 			sending.Lock()
 			sending.Unlock() // (empty on purpose: it waits until the prompt is sent)
-			s.Abort()
+			s.Abort()        // queued before done runs, so it never hits a later prompt
 			finish(nil, ctx.Err())
 		})
 	}
