@@ -22,22 +22,23 @@ type Tool = actors.Tool
 type CompactionHook = actors.CompactionHook
 
 type runtimeConfig struct {
-	clock      clock.Clock
-	log        zerolog.Logger
-	providers  map[string]provider.Provider
-	creds      map[string][]Credential
-	autoRedeem bool
-	settings   retry.Settings
-	store      history.Store
-	historyDir string
-	tools      []Tool
-	compaction CompactionHook
-	seed       uint64
-	seeded     bool
-	newSource  func() retry.Source
-	streamIdle time.Duration
-	limits     Limits
-	queueLen   int
+	clock       clock.Clock
+	log         zerolog.Logger
+	providers   map[string]provider.Provider
+	creds       map[string][]Credential
+	autoRedeem  bool
+	settings    retry.Settings
+	store       history.Store
+	historyDir  string
+	tools       []Tool
+	compaction  CompactionHook
+	seed        uint64
+	seeded      bool
+	newSource   func() retry.Source
+	streamIdle  time.Duration
+	limits      Limits
+	maxResponse int
+	queueLen    int
 }
 
 // Option configures a Runtime.
@@ -104,6 +105,18 @@ func WithJitterSource(newSource func() retry.Source) Option {
 // had already streamed (default 120 s; 0 turns the watchdog off).
 func WithStreamIdleTimeout(d time.Duration) Option {
 	return func(c *runtimeConfig) { c.streamIdle = d }
+}
+
+// DefaultMaxResponseBytes is the response size bound of a runtime without
+// WithMaxResponseBytes (4 MiB).
+const DefaultMaxResponseBytes = actors.DefaultMaxResponseBytes
+
+// WithMaxResponseBytes bounds the output one turn may stream, in bytes of
+// text, thinking and tool-call arguments (default 4 MiB; 0 turns the bound
+// off). A turn that streams more is ended with the error "response too
+// large: ...", which is not retried, and the prompt fails with it.
+func WithMaxResponseBytes(n int) Option {
+	return func(c *runtimeConfig) { c.maxResponse = n }
 }
 
 // Limits bound what a runtime holds; a zero field means no limit.

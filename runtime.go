@@ -73,13 +73,14 @@ var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 // NewRuntime starts a runtime.
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
-		clock:      clock.Real{},
-		log:        zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
-		providers:  map[string]provider.Provider{},
-		creds:      map[string][]Credential{},
-		settings:   retry.DefaultSettings(),
-		streamIdle: DefaultStreamIdleTimeout,
-		limits:     DefaultLimits,
+		clock:       clock.Real{},
+		log:         zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		providers:   map[string]provider.Provider{},
+		creds:       map[string][]Credential{},
+		settings:    retry.DefaultSettings(),
+		streamIdle:  DefaultStreamIdleTimeout,
+		maxResponse: DefaultMaxResponseBytes,
+		limits:      DefaultLimits,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -139,6 +140,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		NewSource:   rt.newSource,
 
 		StreamIdleTimeout: cfg.streamIdle,
+		MaxResponseBytes:  cfg.maxResponse,
 	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool
