@@ -22,6 +22,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/slogzero"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -202,6 +203,9 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	if !history.ValidSessionID(cfg.id) {
 		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+	}
+	if err := plaintext.Check("session model", cfg.model); err != nil {
+		return nil, fmt.Errorf("musepi: %w", err)
 	}
 	prov, _, ok := retry.SplitModel(cfg.model)
 	if !ok {
