@@ -189,6 +189,16 @@ func (rt *Runtime) newSource() retry.Source {
 	return mrand.New(mrand.NewPCG(rt.seeds.Uint64(), rt.seeds.Uint64()))
 }
 
+// CheckPrompt returns the *LimitError a prompt of text would fail with for
+// its size (Limits.PromptBytes), or nil. Front ends that acknowledge a
+// prompt before it runs, like the RPC server, check it first.
+func (rt *Runtime) CheckPrompt(text string) error {
+	if max := rt.cfg.limits.PromptBytes; max > 0 && len(text) > max {
+		return &LimitError{Limit: "prompt bytes", Max: max}
+	}
+	return nil
+}
+
 // NewSession starts a session.
 func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	if err := ctx.Err(); err != nil {

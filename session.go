@@ -90,11 +90,11 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 		done(nil, err)
 		return
 	}
-	limits := s.rt.cfg.limits
-	if limits.PromptBytes > 0 && len(text) > limits.PromptBytes {
-		done(nil, &LimitError{Limit: "prompt bytes", Max: limits.PromptBytes})
+	if err := s.rt.CheckPrompt(text); err != nil {
+		done(nil, err)
 		return
 	}
+	limits := s.rt.cfg.limits
 	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
 		s.rt.inFlight.Add(-1)
 		done(nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight})
