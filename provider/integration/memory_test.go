@@ -195,3 +195,37 @@ func TestMemoryHugeErrorBody(t *testing.T) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// A server that streams one event forever (data lines and never the empty
+// line that ends an event) costs a bounded heap: the read fails once the
+// event passes provider.MaxStreamEvent, and the malformed stream is not
+// retried.
+func TestMemoryEndlessEvent(t *testing.T) {
+	for _, api := range hostileAPIs {
+		t.Run(api.name, func(t *testing.T) {
+			srv := startHostile(t, func(w http.ResponseWriter, write func(string) bool) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				line := "data: " + strings.Repeat("x", 1000) + "\n"
+				for write(line) {
+				}
+			})
+			rt := newRuntime(t, musepi.WithProvider("llm", api.build(srv.URL), musepi.Credential{Name: "main", APIKey: "key"}),
+				musepi.WithRetrySettings(fastRetry()))
+			s, events := newSession(t, rt, "llm/m")
+			var err error
+			base, peak := heapPeak(func() { _, err = prompt(t, s, events, 1, "hello") })
+			t.Logf("server streamed %.1f MiB in %d request(s); heap %.1f MiB before, peak %.1f MiB (+%.1f MiB)",
+				float64(srv.sent.Load())/(1<<20), srv.requests.Load(), mib(base), mib(peak), mib(peak-min(peak, base)))
+			if !errors.Is(err, musepi.ErrPromptFailed) || !strings.Contains(err.Error(), "malformed response stream") {
+				t.Fatalf("prompt error %v, want the malformed stream error", err)
+			}
+			if n := srv.requests.Load(); n != 1 {
+				t.Errorf("%d requests: a malformed stream must not be retried", n)
+			}
+			if peak > base+heapBound {
+				t.Errorf("heap peaked %.1f MiB over its baseline, bound %.0f MiB", mib(peak-base), mib(heapBound))
+			}
+		})
+	}
+}
