@@ -340,10 +340,19 @@ func (v *validator) add(key, format string, args ...any) {
 	v.probs = append(v.probs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
 }
 
+// plain reports whether s (what, at key) is printable text, adding the
+// problem when it is not.
+func (v *validator) plain(key, what, s string) bool {
+	if err := plaintext.Check(what, s); err != nil {
+		v.add(key, "%v", err)
+		return false
+	}
+	return true
+}
+
 // model checks a "provider/model" selector against the providers.
 func (v *validator) model(key, selector string) {
-	if err := plaintext.Check("model", selector); err != nil {
-		v.add(key, "%v", err)
+	if !v.plain(key, "model", selector) {
 		return
 	}
 	prov, model, ok := retry.SplitModel(selector)
@@ -397,8 +406,7 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(key, "empty model name")
 		case strings.TrimSpace(m) != m:
 			v.add(key, "model name %q has leading or trailing spaces", m)
-		case plaintext.Check("model name", m) != nil:
-			v.add(key, "%v", plaintext.Check("model name", m))
+		case !v.plain(key, "model name", m):
 		case dup:
 			v.add(key, "duplicate model %q (also models[%d])", m, j)
 		default:
@@ -419,8 +427,7 @@ func (v *validator) provider(name string, p Provider) []string {
 		switch j, dup := names[cr.Name]; {
 		case strings.TrimSpace(cr.Name) == "":
 			v.add(ck+".name", "required (a non-empty name)")
-		case plaintext.Check("credential name", cr.Name) != nil:
-			v.add(ck+".name", "%v", plaintext.Check("credential name", cr.Name))
+		case !v.plain(ck+".name", "credential name", cr.Name):
 		case dup:
 			v.add(ck+".name", "duplicate name %q (also credentials[%d])", cr.Name, j)
 		default:

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -192,5 +193,32 @@ func TestClosedOutputStopsServing(t *testing.T) {
 	entries, err := os.ReadFile(filepath.Join(dir, "piped.jsonl"))
 	if err != nil || !strings.Contains(string(entries), "keep me") {
 		t.Fatalf("history after the pipe closed: %q, %v", entries, err)
+	}
+}
+
+// A prompt acknowledged but refused by the runtime before the session took
+// it (here: another session holds the only in-flight slot) still ends with
+// an agent_settled line that says why.
+func TestPromptRefusedByRuntimeSettles(t *testing.T) {
+	p := provider.NewScripted(provider.Outcome{Block: true})
+	rt, err := musepi.NewRuntime(musepi.WithLimits(musepi.Limits{PromptsInFlight: 1}), musepi.WithProvider("p", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+	other, err := rt.NewSession(context.Background(), musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	other.PromptAsync(context.Background(), "holds the slot", func(_ *messages.AssistantMessage, err error) { held <- err })
+	defer func() { other.Abort(); <-held }()
+
+	out := &syncBuffer{}
+	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop()}
+	objs := serve(t, s, out, `{"id":"1","type":"prompt","message":"hi"}`)
+	settled := ofType(objs, "agent_settled")
+	if len(settled) != 1 || settled[0]["success"] != false || !strings.Contains(fmt.Sprint(settled[0]["error"]), "at most 1 prompts in flight") {
+		t.Fatalf("agent_settled %v, want one failure naming the limit; all lines %v", settled, objs)
 	}
 }
