@@ -138,6 +138,10 @@ var DefaultLimits = Limits{Sessions: 100_000, PromptsInFlight: 100_000, PromptBy
 func WithLimits(l Limits) Option { return func(c *runtimeConfig) { c.limits = l } }
 
 // WithEventQueueLen bounds each subscriber's queue (default 4096 events).
+// A subscriber that falls behind misses message_update deltas first, then
+// other non-terminal events (they have a reserve of a quarter more places),
+// never agent_end, auto_retry_end or agent_settled, and is told with
+// events_lost {count}.
 func WithEventQueueLen(n int) Option { return func(c *runtimeConfig) { c.queueLen = n } }
 
 type sessionConfig struct {

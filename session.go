@@ -230,8 +230,9 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 }
 
 // Subscribe calls fn with every event of the session, in order, from a
-// goroutine of its own; a slow fn never blocks the session. The returned
-// function unsubscribes.
+// goroutine of its own; a slow fn never blocks the session, and when it
+// falls behind it misses deltas first, never a terminal event (see
+// WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
 	return s.events.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
 }

@@ -22,9 +22,10 @@ const DefaultQueueLen = 4096
 // deltas (message_update) only fill the first queueLen places; the other
 // events have a reserve of queueLen/4 (at least 16) more places and, when
 // that is full too, push out a queued delta; terminal events (agent_end,
-// auto_retry_end, agent_settled) are never dropped: they push out a queued
-// delta or other non-terminal event, or are queued beyond the bound when the
-// queue holds nothing else. A subscriber that missed events is told how many
+// auto_retry_end, agent_settled) are never dropped: once the reserve is
+// full they push out a queued delta or other non-terminal event, or are
+// queued beyond the bound when the queue holds nothing else (a subscriber
+// that never reads keeps a few terminal events per prompt). A subscriber that missed events is told how many
 // with an events_lost event, delivered before its next non-delta event (or
 // once its queue is empty).
 type Fanout struct {
