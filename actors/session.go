@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
@@ -322,6 +323,9 @@ func (s *SessionActor) emit(payload proto.Message) {
 }
 
 func (s *SessionActor) setModel(model string) *messages.Ack {
+	if err := plaintext.Check("model", model); err != nil {
+		return &messages.Ack{Error: err.Error()}
+	}
 	prov, _, ok := retry.SplitModel(model)
 	if !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}
