@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/soak"
 )
 
 // 10,000 sessions on one runtime all fail with a transient error at once,
 // then recover, on the virtual clock: every Prompt returns, no event is lost
 // or duplicated per session, no goroutine leaks (TestMain runs goleak).
+// 1,000 sessions without -tags soak.
 func TestTenThousandSessionsRideOutAnOutage(t *testing.T) {
-	n := 10000
-	if testing.Short() {
-		n = 1000
+	n := 1000
+	if soak.Enabled {
+		n = 10000
 	}
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
 	h.p.SetDefault(fail(503, "503 Service Unavailable"), fail(429, "429 Too Many Requests", "retry-after", "2"), answer("ok"))

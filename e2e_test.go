@@ -1,6 +1,6 @@
 package musepi_test
 
-// End-to-end tests of the auto-retry policy (spec retry-policy.md, sections
+// End-to-end tests of the auto-retry policy (docs/retry-policy.md, sections
 // 3-9) through the public API, on the virtual clock: one test per behaviour.
 
 import (

@@ -3,10 +3,13 @@ package musepi_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -54,4 +57,60 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("prompt after the limit cleared: %v", r.err)
 		}
 	})
+}
+
+// A turn that streams more than WithMaxResponseBytes ends with a clear
+// error that is not retried; deltas past the bound are not delivered.
+func TestMaxResponseBytes(t *testing.T) {
+	chunk := strings.Repeat("x", 100)
+	tenChunks := provider.Outcome{Message: provider.Text(strings.Repeat(chunk, 10))}
+	for range 10 {
+		tenChunks.Deltas = append(tenChunks.Deltas, provider.Delta{Kind: "text", Text: chunk})
+	}
+	tests := []struct {
+		name    string
+		max     int
+		wantErr bool
+	}{
+		{"within the bound", 1000, false},
+		{"over the bound", 350, true},
+		{"thinking counts too", 1001, true},
+		{"no bound", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithMaxResponseBytes(tt.max))
+			out := tenChunks
+			if strings.HasPrefix(tt.name, "thinking") {
+				out.Deltas = append(slices.Clone(out.Deltas), provider.Delta{Kind: "thinking", Text: "hm"})
+			}
+			h.p.SetDefault(out)
+			s, rec := h.session()
+			ch := h.prompt(s, "hi")
+			h.run()
+			r := h.settle(ch)
+			if !tt.wantErr {
+				if r.err != nil {
+					t.Fatalf("prompt: %v", r.err)
+				}
+				return
+			}
+			if !errors.Is(r.err, musepi.ErrPromptFailed) || !strings.Contains(r.err.Error(), "response too large") ||
+				!strings.Contains(r.err.Error(), fmt.Sprint(tt.max)) {
+				t.Fatalf("prompt error %v, want ErrPromptFailed with response too large and the bound", r.err)
+			}
+			if n := len(h.p.Calls()); n != 1 {
+				t.Errorf("%d provider calls, want 1: the error must not be retried", n)
+			}
+			streamed := 0
+			for _, u := range rec.payloads("message_update") {
+				streamed += len(u.(*messages.MessageUpdate).GetDelta())
+			}
+			if streamed > tt.max {
+				t.Errorf("%d bytes of deltas delivered, more than the bound %d", streamed, tt.max)
+			}
+			expectLines(t, rec.lines("agent_end", "auto_retry_start", "agent_settled"),
+				"agent_end willRetry=false", "agent_settled success=false")
+		})
+	}
 }

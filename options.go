@@ -22,22 +22,23 @@ type Tool = actors.Tool
 type CompactionHook = actors.CompactionHook
 
 type runtimeConfig struct {
-	clock      clock.Clock
-	log        zerolog.Logger
-	providers  map[string]provider.Provider
-	creds      map[string][]Credential
-	autoRedeem bool
-	settings   retry.Settings
-	store      history.Store
-	historyDir string
-	tools      []Tool
-	compaction CompactionHook
-	seed       uint64
-	seeded     bool
-	newSource  func() retry.Source
-	streamIdle time.Duration
-	limits     Limits
-	queueLen   int
+	clock       clock.Clock
+	log         zerolog.Logger
+	providers   map[string]provider.Provider
+	creds       map[string][]Credential
+	autoRedeem  bool
+	settings    retry.Settings
+	store       history.Store
+	historyDir  string
+	tools       []Tool
+	compaction  CompactionHook
+	seed        uint64
+	seeded      bool
+	newSource   func() retry.Source
+	streamIdle  time.Duration
+	limits      Limits
+	maxResponse int
+	queueLen    int
 }
 
 // Option configures a Runtime.
@@ -106,6 +107,18 @@ func WithStreamIdleTimeout(d time.Duration) Option {
 	return func(c *runtimeConfig) { c.streamIdle = d }
 }
 
+// DefaultMaxResponseBytes is the response size bound of a runtime without
+// WithMaxResponseBytes (4 MiB).
+const DefaultMaxResponseBytes = actors.DefaultMaxResponseBytes
+
+// WithMaxResponseBytes bounds the output one turn may stream, in bytes of
+// text, thinking and tool-call arguments (default 4 MiB; 0 turns the bound
+// off). A turn that streams more is ended with the error "response too
+// large: ...", which is not retried, and the prompt fails with it.
+func WithMaxResponseBytes(n int) Option {
+	return func(c *runtimeConfig) { c.maxResponse = n }
+}
+
 // Limits bound what a runtime holds; a zero field means no limit.
 type Limits struct {
 	// Sessions is the most sessions running at once (default 100,000).
@@ -125,6 +138,10 @@ var DefaultLimits = Limits{Sessions: 100_000, PromptsInFlight: 100_000, PromptBy
 func WithLimits(l Limits) Option { return func(c *runtimeConfig) { c.limits = l } }
 
 // WithEventQueueLen bounds each subscriber's queue (default 4096 events).
+// A subscriber that falls behind misses message_update deltas first, then
+// other non-terminal events (they have a reserve of a quarter more places),
+// never agent_end, auto_retry_end or agent_settled, and is told with
+// events_lost {count}.
 func WithEventQueueLen(n int) Option { return func(c *runtimeConfig) { c.queueLen = n } }
 
 type sessionConfig struct {

@@ -76,3 +76,32 @@ func TestPromptAsync(t *testing.T) {
 		}
 	})
 }
+
+// A context cancelled while the prompt runs has one outcome, whatever the
+// prompt was doing and however the abort races with the cancellation:
+// done gets context.Canceled, once, and the session is free afterwards.
+func TestPromptAsyncCancelledOutcome(t *testing.T) {
+	const runs = 200
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
+	h.p.SetDefault(fail(503, "503 Service Unavailable"))
+	s, _ := h.session()
+	// Where the cancellation lands: before the session took the prompt,
+	// during the first turn, in the first backoff (500 ms), in the second.
+	points := []time.Duration{-1, 0, 100 * time.Millisecond, 800 * time.Millisecond}
+	for i := range runs {
+		ctx, cancel := context.WithCancel(context.Background())
+		done, ch := asyncResult(t)
+		s.PromptAsync(ctx, "hi", done)
+		if at := points[i%len(points)]; at >= 0 {
+			h.advance(at)
+		}
+		cancel()
+		if r := h.settle(ch); !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("run %d (cancelled at %v): err = %v, want context.Canceled", i, points[i%len(points)], r.err)
+		}
+		h.run()
+		if s.Busy() {
+			t.Fatalf("run %d: session still busy after the abort", i)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/slogzero"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -77,13 +78,14 @@ const schedulerShards = 8
 
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
-		clock:      clock.Real{},
-		log:        zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
-		providers:  map[string]provider.Provider{},
-		creds:      map[string][]Credential{},
-		settings:   retry.DefaultSettings(),
-		streamIdle: DefaultStreamIdleTimeout,
-		limits:     DefaultLimits,
+		clock:       clock.Real{},
+		log:         zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		providers:   map[string]provider.Provider{},
+		creds:       map[string][]Credential{},
+		settings:    retry.DefaultSettings(),
+		streamIdle:  DefaultStreamIdleTimeout,
+		maxResponse: DefaultMaxResponseBytes,
+		limits:      DefaultLimits,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -143,6 +145,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		NewSource:   rt.newSource,
 
 		StreamIdleTimeout: cfg.streamIdle,
+		MaxResponseBytes:  cfg.maxResponse,
 	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool
@@ -193,6 +196,16 @@ func (rt *Runtime) newSource() retry.Source {
 	return mrand.New(mrand.NewPCG(rt.seeds.Uint64(), rt.seeds.Uint64()))
 }
 
+// CheckPrompt returns the *LimitError a prompt of text would fail with for
+// its size (Limits.PromptBytes), or nil. Front ends that acknowledge a
+// prompt before it runs, like the RPC server, check it first.
+func (rt *Runtime) CheckPrompt(text string) error {
+	if max := rt.cfg.limits.PromptBytes; max > 0 && len(text) > max {
+		return &LimitError{Limit: "prompt bytes", Max: max}
+	}
+	return nil
+}
+
 // NewSession starts a session.
 func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	if err := ctx.Err(); err != nil {
@@ -207,6 +220,9 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	if !history.ValidSessionID(cfg.id) {
 		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+	}
+	if err := plaintext.Check("session model", cfg.model); err != nil {
+		return nil, fmt.Errorf("musepi: %w", err)
 	}
 	prov, _, ok := retry.SplitModel(cfg.model)
 	if !ok {

@@ -80,16 +80,21 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 // with what Prompt would have returned. done must not block. A session
 // waiting this way costs no goroutine, which is how one process holds
 // hundreds of thousands of prompts riding out an outage.
+//
+// Cancellation has one outcome: when ctx ends before the prompt's result
+// has come back, done gets ctx.Err() (context.Canceled or
+// context.DeadlineExceeded) and the prompt is aborted, never the abort's own
+// result (ErrAborted, ErrRetryCancelled) that may come back first.
 func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
 	if err := ctx.Err(); err != nil {
 		done(nil, err)
 		return
 	}
-	limits := s.rt.cfg.limits
-	if limits.PromptBytes > 0 && len(text) > limits.PromptBytes {
-		done(nil, &LimitError{Limit: "prompt bytes", Max: limits.PromptBytes})
+	if err := s.rt.CheckPrompt(text); err != nil {
+		done(nil, err)
 		return
 	}
+	limits := s.rt.cfg.limits
 	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
 		s.rt.inFlight.Add(-1)
 		done(nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight})
@@ -102,23 +107,19 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 			done(msg, err)
 		})
 	}
-	var (
-		stopWatch func() bool
-		sending   sync.Mutex // an abort for ctx goes after the prompt, never before
-	)
+	var stopWatch func() bool
+	sent := make(chan struct{}) // closed once the prompt is sent: an abort for ctx goes after it, never before
 	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
-		if stopWatch != nil {
-			stopWatch()
+		if stopWatch != nil && !stopWatch() {
+			return // ctx ended first: the watcher finishes with ctx.Err()
 		}
 		finish(s.result(res, err))
 	})
-	sending.Lock()
-	defer sending.Unlock()
+	defer close(sent)
 	if ctx.Done() != nil {
 		stopWatch = context.AfterFunc(ctx, func() {
-			sending.Lock()
-			sending.Unlock() // (empty on purpose: it waits until the prompt is sent)
-			s.Abort()
+			<-sent
+			s.Abort() // queued before done runs, so it never hits a later prompt
 			finish(nil, ctx.Err())
 		})
 	}
@@ -225,8 +226,9 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 }
 
 // Subscribe calls fn with every event of the session, in order, from a
-// goroutine of its own; a slow fn never blocks the session. The returned
-// function unsubscribes.
+// goroutine of its own; a slow fn never blocks the session, and when it
+// falls behind it misses deltas first, never a terminal event (see
+// WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
 	return s.events.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
 }

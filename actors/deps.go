@@ -34,6 +34,9 @@ type Deps struct {
 	// StreamIdleTimeout ends a stream that sends nothing for this long as a
 	// transient "stream stalled" error; 0 turns the watchdog off.
 	StreamIdleTimeout time.Duration
+	// MaxResponseBytes ends a turn whose streamed output passes this many
+	// bytes with an error that is not retried; 0 means no bound.
+	MaxResponseBytes int
 	// NewSource returns the jitter source of one session's retry chain.
 	NewSource func() retry.Source
 	// Dispatcher runs the session and retry actors' mailboxes; nil is

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -15,11 +16,23 @@ const DefaultQueueLen = 4096
 // Fanout delivers a session's events to its subscribers. Each subscriber has
 // a bounded queue and is called from its own goroutine, started only while
 // events are waiting, so a slow subscriber never blocks the session or the
-// others; on overflow it later receives an EventsLost event with the count.
+// others.
+//
+// When a subscriber falls behind, what it misses is chosen by kind: streamed
+// deltas (message_update) only fill the first queueLen places; the other
+// events have a reserve of queueLen/4 (at least 16) more places and, when
+// that is full too, push out a queued delta; terminal events (agent_end,
+// auto_retry_end, agent_settled) are never dropped: once the reserve is
+// full they push out a queued delta or other non-terminal event, or are
+// queued beyond the bound when the queue holds nothing else (a subscriber
+// that never reads keeps a few terminal events per prompt). A subscriber that missed events is told how many
+// with an events_lost event, delivered before its next non-delta event (or
+// once its queue is empty).
 type Fanout struct {
 	clk      clock.Clock
 	log      zerolog.Logger
 	queueLen int
+	reserve  int
 
 	mu   sync.Mutex
 	subs map[uint64]*subscriber
@@ -32,7 +45,26 @@ func NewFanout(clk clock.Clock, log zerolog.Logger, queueLen int) *Fanout {
 	if queueLen <= 0 {
 		queueLen = DefaultQueueLen
 	}
-	return &Fanout{clk: clk, log: log, queueLen: queueLen, subs: map[uint64]*subscriber{}}
+	return &Fanout{clk: clk, log: log, queueLen: queueLen, reserve: max(queueLen/4, 16), subs: map[uint64]*subscriber{}}
+}
+
+// rank says what a full queue may drop: lower ranks go first.
+type rank uint8
+
+const (
+	rankDelta    rank = iota // message_update: dropped first
+	rankOrdinary             // agent_start, message_end, auto_retry_start, ...
+	rankTerminal             // agent_end, auto_retry_end, agent_settled: never dropped
+)
+
+func rankOf(ev *messages.SessionEvent) rank {
+	switch ev.GetEvent().(type) {
+	case *messages.SessionEvent_MessageUpdate:
+		return rankDelta
+	case *messages.SessionEvent_AgentEnd, *messages.SessionEvent_AutoRetryEnd, *messages.SessionEvent_AgentSettled:
+		return rankTerminal
+	}
+	return rankOrdinary
 }
 
 type subscriber struct {
@@ -40,6 +72,8 @@ type subscriber struct {
 	fn      func(*messages.SessionEvent)
 	mu      sync.Mutex
 	queue   []*messages.SessionEvent
+	ranks   []rank
+	dropOK  int // queued events of rank below terminal
 	lost    uint64
 	running bool
 	closed  bool
@@ -60,7 +94,7 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 		f.mu.Unlock()
 		s.mu.Lock()
 		s.closed = true
-		s.queue = nil
+		s.queue, s.ranks = nil, nil
 		s.mu.Unlock()
 	}
 }
@@ -80,27 +114,73 @@ func (f *Fanout) Publish(ev *messages.SessionEvent) {
 		subs = append(subs, s)
 	}
 	f.mu.Unlock()
+	r := rankOf(ev)
 	for _, s := range subs {
-		s.push(ev)
+		s.push(ev, r)
 	}
 }
 
-func (s *subscriber) push(ev *messages.SessionEvent) {
+func (s *subscriber) push(ev *messages.SessionEvent, r rank) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	if len(s.queue) >= s.f.queueLen {
+	if !s.makeRoom(r) {
 		s.lost++
 		return
 	}
 	s.queue = append(s.queue, ev)
+	s.ranks = append(s.ranks, r)
+	if r < rankTerminal {
+		s.dropOK++
+	}
 	if !s.running {
 		s.running = true
 		s.f.clk.Begin()
 		go s.drain()
 	}
+}
+
+// makeRoom reports whether an event of rank r may be queued, first pushing
+// out a queued event of lower rank when the queue is full for r.
+func (s *subscriber) makeRoom(r rank) bool {
+	n := len(s.queue)
+	switch {
+	case r == rankDelta:
+		return n < s.f.queueLen
+	case n < s.f.queueLen+s.f.reserve:
+		return true
+	case s.evictBelow(r):
+		return true
+	}
+	return r == rankTerminal
+}
+
+// evictBelow drops the oldest queued delta, else the oldest queued event of
+// a rank below r, and reports whether it dropped one.
+func (s *subscriber) evictBelow(r rank) bool {
+	if s.dropOK == 0 {
+		return false
+	}
+	victim := -1
+	for i, qr := range s.ranks {
+		if qr == rankDelta {
+			victim = i
+			break
+		}
+		if qr < r && victim < 0 {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		return false
+	}
+	s.queue = slices.Delete(s.queue, victim, victim+1)
+	s.ranks = slices.Delete(s.ranks, victim, victim+1)
+	s.dropOK--
+	s.lost++
+	return true
 }
 
 // drain delivers queued events until the queue is empty, then exits.
@@ -110,23 +190,34 @@ func (s *subscriber) drain() {
 		s.mu.Lock()
 		if s.closed || len(s.queue) == 0 {
 			s.running = false
-			s.queue = nil
+			s.queue, s.ranks = nil, nil
 			s.mu.Unlock()
 			return
 		}
-		ev := s.queue[0]
+		ev, r := s.queue[0], s.ranks[0]
 		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		var lostNotice *messages.SessionEvent
-		if s.lost > 0 && len(s.queue) == 0 {
-			lostNotice = &messages.SessionEvent{SessionId: ev.GetSessionId(),
+		s.queue, s.ranks = s.queue[1:], s.ranks[1:]
+		if r < rankTerminal {
+			s.dropOK--
+		}
+		var before, after *messages.SessionEvent
+		if s.lost > 0 && (r != rankDelta || len(s.queue) == 0) {
+			notice := &messages.SessionEvent{SessionId: ev.GetSessionId(),
 				Event: &messages.SessionEvent_EventsLost{EventsLost: &messages.EventsLost{Count: s.lost}}}
 			s.lost = 0
+			if r == rankDelta {
+				after = notice
+			} else {
+				before = notice
+			}
 		}
 		s.mu.Unlock()
+		if before != nil {
+			s.call(before)
+		}
 		s.call(ev)
-		if lostNotice != nil {
-			s.call(lostNotice)
+		if after != nil {
+			s.call(after)
 		}
 	}
 }

@@ -138,17 +138,56 @@ func TestFanoutBlockedSubscriber(t *testing.T) {
 	}
 }
 
+// scripted is an event of the kind named by c: 'd' a delta
+// (message_update), 'o' an ordinary event (agent_start), 't' a terminal one
+// (agent_settled).
+func scripted(c byte, seq uint64) *messages.SessionEvent {
+	ev := &messages.SessionEvent{SessionId: "s", Seq: seq}
+	switch c {
+	case 'd':
+		ev.Event = &messages.SessionEvent_MessageUpdate{MessageUpdate: &messages.MessageUpdate{Kind: "text", Delta: "x"}}
+	case 'o':
+		ev.Event = &messages.SessionEvent_AgentStart{AgentStart: &messages.AgentStart{}}
+	case 't':
+		ev.Event = &messages.SessionEvent_AgentSettled{AgentSettled: &messages.AgentSettled{}}
+	}
+	return ev
+}
+
+// expand turns "d*3 t" into "ddd t" (kinds with repeat counts).
+func expand(script string) string {
+	var out strings.Builder
+	for _, f := range strings.Fields(script) {
+		kind, n := f, 1
+		if i := strings.IndexByte(f, '*'); i > 0 {
+			kind = f[:i]
+			fmt.Sscan(f[i+1:], &n)
+		}
+		out.WriteString(strings.Repeat(kind, n))
+	}
+	return out.String()
+}
+
+// A subscriber blocked on event 1 while the script's events are published:
+// deltas are dropped first, terminal events never, and the count of what
+// was dropped comes before the next non-delta event (or at the end).
 func TestFanoutOverflow(t *testing.T) {
 	tests := []struct {
-		name      string
-		queueLen  int
-		published int // the first is in delivery when the others arrive
-		want      []string
+		name     string
+		queueLen int // the reserve for non-deltas is max(queueLen/4, 16)
+		script   string
+		want     string // delivered seqs; "lost=N" for events_lost
 	}{
-		{"fits", 4, 5, seqs(1, 5)},
-		{"one lost", 4, 6, append(seqs(1, 5), "s lost=1")},
-		{"many lost", 4, 20, append(seqs(1, 5), "s lost=15")},
-		{"default queue length", 0, actors.DefaultQueueLen + 3, append(seqs(1, actors.DefaultQueueLen+1), "s lost=2")},
+		{"fits", 4, "d*5", "1-5"},
+		{"one delta lost", 4, "d*6", "1-5 lost=1"},
+		{"many deltas lost", 4, "d*20", "1-5 lost=15"},
+		{"default queue length", 0, fmt.Sprintf("d*%d", actors.DefaultQueueLen+3), fmt.Sprintf("1-%d lost=2", actors.DefaultQueueLen+1)},
+		{"a terminal event after lost deltas", 4, "d*30 t", "1-5 lost=25 31"},
+		{"other events use the reserve", 4, "d*10 o*3 t", "1-5 lost=5 11-14"},
+		{"a full reserve pushes out deltas, then ordinary events", 4, "d*5 o*20 t", "1 lost=5 7-26"},
+		{"ordinary events beyond the reserve are dropped", 4, "d o*30 t", "1 lost=11 3-21 32"},
+		{"terminal events are never dropped", 4, "d t*40", "1-41"},
+		{"terminal events push out ordinary ones", 4, "d o*20 t*3", "1 lost=3 5-24"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,21 +201,101 @@ func TestFanoutOverflow(t *testing.T) {
 					<-release
 				}
 			})
-
-			f.Publish(event(1))
+			kinds := expand(tt.script)
+			f.Publish(scripted(kinds[0], 1))
 			<-entered
-			for i := 2; i <= tt.published; i++ {
-				f.Publish(event(uint64(i)))
+			for i := 1; i < len(kinds); i++ {
+				f.Publish(scripted(kinds[i], uint64(i+1)))
 			}
 			close(release)
 			waitIdle(t, clk)
-			slow.expect(t, "slow", tt.want)
+			want := ranges(tt.want)
+			slow.expect(t, "slow", want)
 
 			// Once drained, later events flow without a new notice.
-			f.Publish(event(uint64(tt.published + 1)))
+			next := uint64(len(kinds) + 1)
+			f.Publish(scripted('d', next))
 			waitIdle(t, clk)
-			slow.expect(t, "slow after drain", append(slices.Clone(tt.want), fmt.Sprint(tt.published+1)))
+			slow.expect(t, "slow after drain", append(slices.Clone(want), fmt.Sprint(next)))
 		})
+	}
+}
+
+// ranges expands "1-3 lost=2 7" into "1", "2", "3", "s lost=2", "7".
+func ranges(spec string) []string {
+	var out []string
+	for _, f := range strings.Fields(spec) {
+		var from, to int
+		switch {
+		case strings.HasPrefix(f, "lost="):
+			out = append(out, "s "+f)
+		case strings.Contains(f, "-"):
+			fmt.Sscanf(f, "%d-%d", &from, &to)
+			out = append(out, seqs(from, to)...)
+		default:
+			fmt.Sscan(f, &from)
+			out = append(out, fmt.Sprint(from))
+		}
+	}
+	return out
+}
+
+// A subscriber that never reads while a session streams on: its queue stays
+// bounded (the deltas are dropped), and every terminal event is still there
+// for it, with the count of what it missed, when it reads again.
+func TestFanoutSubscriberThatNeverReads(t *testing.T) {
+	const queueLen, prompts, deltasPerPrompt = 64, 50, 2000
+	f, clk := newVirtualFanout(queueLen)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var settled, lost, notices, delivered int
+	var mu sync.Mutex
+	f.Subscribe(func(ev *messages.SessionEvent) {
+		if ev.GetSeq() == 1 {
+			close(entered)
+			<-release
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		delivered++
+		switch {
+		case ev.GetAgentSettled() != nil:
+			settled++
+		case ev.GetEventsLost() != nil:
+			lost += int(ev.GetEventsLost().GetCount())
+			notices++
+		}
+	})
+	seq := uint64(0)
+	publish := func(kind byte) {
+		seq++
+		f.Publish(scripted(kind, seq))
+	}
+	publish('o')
+	<-entered
+	for range prompts {
+		publish('o')
+		for range deltasPerPrompt {
+			publish('d')
+		}
+		publish('t')
+	}
+	close(release)
+	waitIdle(t, clk)
+	mu.Lock()
+	defer mu.Unlock()
+	if settled != prompts {
+		t.Errorf("agent_settled delivered %d times, want %d", settled, prompts)
+	}
+	// Held at most: the queue, its reserve, the terminal events beyond
+	// them, and the events_lost notices.
+	if bound := queueLen + 16 + prompts + prompts; delivered > bound {
+		t.Errorf("delivered %d events, want at most %d: the queue was not bounded", delivered, bound)
+	}
+	if events := delivered - notices; events+lost != int(seq) {
+		t.Errorf("%d events delivered + %d counted lost != %d published", events, lost, seq)
+	}
+	if lost < prompts*deltasPerPrompt-queueLen {
+		t.Errorf("lost = %d, want at least %d deltas counted", lost, prompts*deltasPerPrompt-queueLen)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -287,6 +288,9 @@ func (s *SessionActor) append(e *messages.Entry, toRuntime bool) {
 
 // checkModel validates a model the user picks.
 func (s *SessionActor) checkModel(model string) *messages.Ack {
+	if err := plaintext.Check("model", model); err != nil {
+		return &messages.Ack{Error: err.Error()}
+	}
 	prov, _, ok := retry.SplitModel(model)
 	if !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}

@@ -39,6 +39,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	}
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
+	size := newSizeLimit(s.deps.MaxResponseBytes, cancelCause)
 	clk.Begin()
 	go func() {
 		defer clk.End()
@@ -46,11 +47,16 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		watchdog.arm()
 		msg := streamContained(turnCtx, prov, req, func(d provider.Delta) {
 			watchdog.arm()
-			track.Send(root, clk, self, &messages.TurnDelta{Turn: turn, Kind: d.Kind, Text: d.Text})
+			if size.add(len(d.Text)) {
+				track.Send(root, clk, self, &messages.TurnDelta{Turn: turn, Kind: d.Kind, Text: d.Text})
+			}
 		})
 		watchdog.stop()
-		if errors.Is(context.Cause(turnCtx), errStreamStalled) {
+		switch cause := context.Cause(turnCtx); {
+		case errors.Is(cause, errStreamStalled):
 			msg = stalled(msg, s.deps.StreamIdleTimeout)
+		case errors.Is(cause, errResponseTooLarge):
+			msg = tooLarge(msg, s.deps.MaxResponseBytes)
 		}
 		track.Send(root, clk, self, &messages.TurnFinished{Turn: turn, Message: msg})
 	}()

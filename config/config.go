@@ -30,8 +30,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
 	"github.com/musepi/musepi/provider/openai"
@@ -57,6 +59,16 @@ type Config struct {
 	// RequestTimeout ("request_timeout_ms") bounds each LLM call, from
 	// sending the request to the end of the stream. Default 0: no limit.
 	RequestTimeout time.Duration
+	// StreamIdleTimeout ("stream_idle_timeout_ms") ends a stream that sends
+	// nothing for this long as a transient "stream stalled" error. Parse
+	// sets musepi.DefaultStreamIdleTimeout (120 s) when the key is left
+	// out; 0 turns the watchdog off.
+	StreamIdleTimeout time.Duration
+	// MaxResponseBytes ("max_response_bytes") bounds the output one turn may
+	// stream; more ends the turn with an error that is not retried. Parse
+	// sets musepi.DefaultMaxResponseBytes (4 MiB) when the key is left out;
+	// 0 means no bound.
+	MaxResponseBytes int
 	// Providers ("providers.NAME") by the name used in model selectors.
 	Providers map[string]Provider
 	// Retry ("retry") is the retry settings group; keys left out keep the
@@ -217,7 +229,8 @@ func (c *Config) HistoryPath() (string, error) {
 // RuntimeOptions returns the musepi.NewRuntime options the configuration
 // describes: one WithProvider per provider (built with its kind, base URL,
 // max_tokens and the request timeout, and its credentials' keys read from
-// the environment now), WithRetrySettings, WithAutoRedeem and, when
+// the environment now), WithRetrySettings, WithAutoRedeem,
+// WithStreamIdleTimeout, WithMaxResponseBytes and, when
 // history_dir is set, WithHistoryDir. extra follows them, so it can add
 // options (WithLogger, WithTools...) or override the file's.
 func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error) {
@@ -241,7 +254,8 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 			settings.FallbackChains[role] = slices.Clone(chain)
 		}
 	}
-	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem))
+	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem),
+		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithMaxResponseBytes(c.MaxResponseBytes))
 	dir, _ := c.HistoryPath() // checked above
 	if dir != "" {
 		opts = append(opts, musepi.WithHistoryDir(dir))
@@ -298,6 +312,12 @@ func (c *Config) check() (map[string][]string, []Problem) {
 	if c.RequestTimeout < 0 {
 		v.add("request_timeout_ms", "must be 0 or more, got %d", c.RequestTimeout.Milliseconds())
 	}
+	if c.StreamIdleTimeout < 0 {
+		v.add("stream_idle_timeout_ms", "must be 0 or more, got %d", c.StreamIdleTimeout.Milliseconds())
+	}
+	if c.MaxResponseBytes < 0 {
+		v.add("max_response_bytes", "must be 0 or more, got %d", c.MaxResponseBytes)
+	}
 	if _, err := c.HistoryPath(); err != nil {
 		v.add("history_dir", "%v", err)
 	}
@@ -320,8 +340,21 @@ func (v *validator) add(key, format string, args ...any) {
 	v.probs = append(v.probs, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
 }
 
+// plain reports whether s (what, at key) is printable text, adding the
+// problem when it is not.
+func (v *validator) plain(key, what, s string) bool {
+	if err := plaintext.Check(what, s); err != nil {
+		v.add(key, "%v", err)
+		return false
+	}
+	return true
+}
+
 // model checks a "provider/model" selector against the providers.
 func (v *validator) model(key, selector string) {
+	if !v.plain(key, "model", selector) {
+		return
+	}
 	prov, model, ok := retry.SplitModel(selector)
 	if !ok {
 		v.add(key, `want "provider/model", got %q`, selector)
@@ -373,6 +406,7 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(key, "empty model name")
 		case strings.TrimSpace(m) != m:
 			v.add(key, "model name %q has leading or trailing spaces", m)
+		case !v.plain(key, "model name", m):
 		case dup:
 			v.add(key, "duplicate model %q (also models[%d])", m, j)
 		default:
@@ -393,6 +427,7 @@ func (v *validator) provider(name string, p Provider) []string {
 		switch j, dup := names[cr.Name]; {
 		case strings.TrimSpace(cr.Name) == "":
 			v.add(ck+".name", "required (a non-empty name)")
+		case !v.plain(ck+".name", "credential name", cr.Name):
 		case dup:
 			v.add(ck+".name", "duplicate name %q (also credentials[%d])", cr.Name, j)
 		default:
@@ -422,6 +457,9 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(ek, "environment variable %s is not set", cr.APIKeyEnv)
 		case val == "":
 			v.add(ek, "environment variable %s is empty", cr.APIKeyEnv)
+		case strings.ContainsFunc(val, unicode.IsControl):
+			// Never the value: it is a secret.
+			v.add(ek, "environment variable %s holds a newline or other control character inside the key", cr.APIKeyEnv)
 		default:
 			keys[i] = val
 		}

@@ -68,6 +68,7 @@ func problems(t *testing.T, err error) []Problem {
 func TestValidationErrors(t *testing.T) {
 	t.Setenv(testKeyEnv, "sk-test")
 	t.Setenv("MUSEPI_TEST_EMPTY", "  ")
+	t.Setenv("MUSEPI_TEST_NEWLINE_KEY", "sk-first-half\nsk-second-half\n")
 	os.Unsetenv("MUSEPI_TEST_UNSET")
 	cred := func(name, env string) string {
 		return "\n  [[providers.openai.credentials]]\n  name = \"" + name + "\"\n  api_key_env = \"" + env + "\"\n"
@@ -80,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, providers, request_timeout_ms, retry)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, max_response_bytes, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models)", only: true},
@@ -126,6 +127,12 @@ func TestValidationErrors(t *testing.T) {
 		{name: "default_model provider unknown", top: `default_model = "anthropic/claude"`, key: "default_model", msg: `provider "anthropic" is not configured (configured: openai)`, only: true},
 		{name: "default_model not listed", top: `default_model = "openai/gpt-5"`, key: "default_model", msg: `model "gpt-5" is not in providers.openai.models (gpt-4o, gpt-4o-mini)`, only: true},
 		{name: "request_timeout_ms negative", top: "default_model = \"openai/gpt-4o\"\nrequest_timeout_ms = -1", key: "request_timeout_ms", msg: "must be 0 or more, got -1", only: true},
+		{name: "stream_idle_timeout_ms negative", top: "default_model = \"openai/gpt-4o\"\nstream_idle_timeout_ms = -1", key: "stream_idle_timeout_ms", msg: "must be 0 or more, got -1", only: true},
+		{name: "max_response_bytes negative", top: "default_model = \"openai/gpt-4o\"\nmax_response_bytes = -1", key: "max_response_bytes", msg: "must be 0 or more, got -1", only: true},
+		{name: "default_model with NUL", top: `default_model = "openai/gpt-4o\u0000"`, key: "default_model", msg: `model "openai/gpt-4o\x00": control character U+0000`, only: true},
+		{name: "model name with a newline", prov: "[providers.openai]\nkind = \"openai\"\nmodels = [\"gpt-4o\", \"gpt\\n4\"]\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.models[1]", msg: "control character U+000A", only: true},
+		{name: "credential name with an escape", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"ma\\u001bin\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.credentials[0].name", msg: "control character U+001B", only: true},
+		{name: "api key with a newline", prov: openaiProvider + cred("nl", "MUSEPI_TEST_NEWLINE_KEY"), key: "providers.openai.credentials[1].api_key_env", msg: "environment variable MUSEPI_TEST_NEWLINE_KEY holds a newline or other control character inside the key", only: true},
 		{name: "history_dir ~user", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = \"~bob/sessions\"", key: "history_dir", msg: `only a leading "~" or "~/" is expanded`, only: true},
 		{name: "no providers", prov: "-", key: "providers", msg: "at least one provider is required"},
 		{name: "no providers: default_model", prov: "-", key: "default_model", msg: `provider "openai" is not configured (no providers are configured)`},
@@ -317,9 +324,11 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		DefaultModel:   "openai/gpt-4o",
-		HistoryDir:     "~/.local/state/musepi/sessions",
-		RequestTimeout: 10 * time.Minute,
+		DefaultModel:      "openai/gpt-4o",
+		HistoryDir:        "~/.local/state/musepi/sessions",
+		RequestTimeout:    10 * time.Minute,
+		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout,
+		MaxResponseBytes:  musepi.DefaultMaxResponseBytes,
 		Providers: map[string]Provider{
 			"openai": {
 				Kind: KindOpenAI, BaseURL: "https://api.openai.com/v1", Models: []string{"gpt-4o", "gpt-4o-mini"},
@@ -651,8 +660,9 @@ default = ["ant/claude", "resp/gpt"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 providers, retry settings, auto-redeem, history dir.
-	if len(opts) != 6 {
+	// 3 providers, retry settings, auto-redeem, stream idle timeout, max
+	// response bytes, history dir.
+	if len(opts) != 8 {
 		t.Errorf("%d options", len(opts))
 	}
 	rt, err := musepi.NewRuntime(opts...)
@@ -785,6 +795,23 @@ func TestFuzzSeeds(t *testing.T) {
 			t.Errorf("%s: Parse error %v", f, err)
 		} else if testing.Verbose() && err != nil {
 			t.Logf("%s:\n%v", filepath.Base(f), err)
+		}
+	}
+}
+
+// A key with a newline inside is an error that names the variable and never
+// shows the value; surrounding whitespace (a trailing newline) is trimmed.
+func TestAPIKeyControlCharacters(t *testing.T) {
+	src := "default_model = \"openai/gpt-4o\"\n" + strings.Replace(openaiProvider, testKeyEnv, "MUSEPI_TEST_SECRET", 1)
+	t.Setenv("MUSEPI_TEST_SECRET", "sk-trailing-newline\n")
+	if _, err := Parse([]byte(src)); err != nil {
+		t.Fatalf("a trailing newline is trimmed: %v", err)
+	}
+	for _, secret := range []string{"sk-part-one\nsk-part-two", "sk-with\rcr", "sk-with\x1bescape"} {
+		t.Setenv("MUSEPI_TEST_SECRET", secret)
+		_, err := Parse([]byte(src))
+		if err == nil || !strings.Contains(err.Error(), "MUSEPI_TEST_SECRET") || strings.Contains(err.Error(), "sk-") {
+			t.Errorf("key %q: error %v, want one naming the variable and not showing the value", secret, err)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/musepi/musepi"
+
 	"github.com/musepi/musepi/retry"
 )
 
@@ -40,12 +42,15 @@ func parseTOML(data []byte) (root map[string]any, probs []Problem) {
 // left out keep their defaults.
 func decode(root map[string]any) (*Config, []Problem) {
 	d := &decoder{}
-	c := &Config{Retry: retry.DefaultSettings()}
+	c := &Config{Retry: retry.DefaultSettings(),
+		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
 	t.str("history_dir", &c.HistoryDir)
 	t.millis("request_timeout_ms", &c.RequestTimeout)
+	t.millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
+	t.count("max_response_bytes", &c.MaxResponseBytes)
 	if pt, ok := t.sub("providers"); ok {
 		c.Providers = map[string]Provider{}
 		for _, name := range pt.keys() {

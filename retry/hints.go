@@ -2,6 +2,7 @@ package retry
 
 import (
 	"math"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -68,10 +69,9 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if d, ok := scaled(v, time.Second); ok {
 		return d, true
 	}
-	for _, layout := range [...]string{time.RFC1123, "Monday, 02-Jan-06 15:04:05 MST", time.ANSIC} {
-		if t, err := time.Parse(layout, v); err == nil {
-			return ceilMs(t.Sub(now)), true
-		}
+	// The three HTTP date forms: IMF-fixdate, RFC 850 and asctime.
+	if t, err := http.ParseTime(v); err == nil {
+		return ceilMs(t.Sub(now)), true
 	}
 	return 0, false
 }

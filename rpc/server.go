@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 )
@@ -36,7 +37,9 @@ type Server struct {
 	// (default DefaultMaxLine).
 	MaxLine int
 
-	writeMu sync.Mutex
+	writeMu  sync.Mutex
+	writeErr error                   // the first failed write of Out; serving stops
+	stop     context.CancelCauseFunc // ends Serve
 
 	mu          sync.Mutex
 	session     *musepi.Session
@@ -57,9 +60,12 @@ type command struct {
 
 // Serve reads commands from in until it ends or ctx is done, then waits for
 // a running prompt to settle (aborting it when ctx is done) and closes the
-// session.
+// session. A write to Out that fails (the client closed the pipe: EPIPE)
+// is logged once and ends serving the same way, and Serve returns it.
 func (s *Server) Serve(ctx context.Context, in io.Reader) error {
 	s.settledCond = sync.NewCond(&s.mu)
+	ctx, s.stop = context.WithCancelCause(ctx)
+	defer s.stop(nil)
 	if err := s.startSession(ctx); err != nil {
 		return err
 	}
@@ -86,6 +92,11 @@ loop:
 	s.prompts.Wait()
 	s.waitSettledWritten(5 * time.Second)
 	s.closeSession(context.WithoutCancel(ctx))
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
 	return err
 }
 
@@ -107,7 +118,8 @@ func (s *Server) waitSettledWritten(limit time.Duration) {
 }
 
 // readLines sends each input line (without its newline); an over-long
-// line is answered with an error and skipped.
+// line is answered with an error, carrying the id and command its prefix
+// holds, and skipped.
 func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- []byte) error {
 	defer close(out)
 	max := s.MaxLine
@@ -118,7 +130,8 @@ func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- []byte)
 	for {
 		line, tooLong, err := readLine(r, max)
 		if tooLong {
-			s.respondError(nil, "", fmt.Sprintf("line longer than %d bytes", max))
+			id, typ := exactFields(line)
+			s.respondError(id, typ, fmt.Sprintf("line longer than %d bytes (the --max-line limit)", max))
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			select {
 			case out <- line:
@@ -135,21 +148,33 @@ func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- []byte)
 	}
 }
 
+// longLinePrefix is how much of an over-long line is kept to find its id.
+const longLinePrefix = 4096
+
 // readLine reads one line of at most max bytes; a longer line is consumed
-// to its end and reported as too long.
+// to its end and reported as too long, with its first bytes (at most
+// longLinePrefix) as line.
 func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	for {
 		chunk, isPrefix, err := r.ReadLine()
-		if !tooLong {
+		switch {
+		case !tooLong && len(line)+len(chunk) <= max:
 			line = append(line, chunk...)
-			if len(line) > max {
-				tooLong, line = true, nil
-			}
+		case !tooLong:
+			tooLong = true
+			line = appendUpTo(line[:min(len(line), longLinePrefix)], chunk, longLinePrefix)
+		default:
+			line = appendUpTo(line, chunk, longLinePrefix)
 		}
 		if err != nil || !isPrefix {
 			return line, tooLong, err
 		}
 	}
+}
+
+// appendUpTo appends to b as much of more as keeps it within n bytes.
+func appendUpTo(b, more []byte, n int) []byte {
+	return append(b, more[:min(len(more), max(0, n-len(b)))]...)
 }
 
 func (s *Server) current() *musepi.Session {
@@ -211,9 +236,16 @@ func (s *Server) writeLine(obj any) {
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	if s.writeErr != nil {
+		return
+	}
 	b = append(b, '\n')
 	if _, err := s.Out.Write(b); err != nil {
-		s.Log.Error().Err(err).Msg("write rpc line")
+		s.writeErr = fmt.Errorf("rpc: write: %w", err)
+		s.Log.Error().Err(err).Msg("cannot write to the client (it closed its end?): stopping; the running prompt is aborted and the history kept")
+		if s.stop != nil {
+			s.stop(s.writeErr)
+		}
 	}
 }
 
@@ -245,12 +277,20 @@ func (s *Server) respondError(id *string, cmd, msg string) {
 func (s *Server) handle(ctx context.Context, line []byte) {
 	var c command
 	if err := json.Unmarshal(line, &c); err != nil {
-		var idOnly struct {
-			ID *string `json:"id"`
-		}
-		_ = json.Unmarshal(line, &idOnly)
-		s.respondError(idOnly.ID, "", "malformed command: "+err.Error())
+		id, _ := exactFields(line)
+		s.respondError(id, "", "malformed command: "+err.Error())
 		return
+	}
+	if err := checkKeys(line); err != nil {
+		id, typ := exactFields(line)
+		s.respondError(id, typ, err.Error())
+		return
+	}
+	if c.ID != nil {
+		if err := plaintext.Check("id", *c.ID); err != nil {
+			s.respondError(c.ID, c.Type, err.Error())
+			return
+		}
 	}
 	h, ok := handlers[c.Type]
 	if !ok {
@@ -312,6 +352,11 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 	if err := decode(line, &c, "message"); err != nil {
 		return nil, err
 	}
+	// Checked after decoding: invalid UTF-8 replaced by U+FFFD can make the
+	// text longer than the line.
+	if err := s.Runtime.CheckPrompt(c.Message); err != nil {
+		return nil, fmt.Errorf("prompt of %d bytes rejected: %w", len(c.Message), err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.prompting {
@@ -324,8 +369,18 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 	go func() {
 		defer s.prompts.Done()
 		_, err := sess.Prompt(context.WithoutCancel(ctx), c.Message)
-		if err != nil {
+		var settledBySession *musepi.PromptError
+		switch {
+		case err == nil:
+		case errors.As(err, &settledBySession):
 			s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
+		default:
+			// The session never took the prompt (a runtime limit, a closed
+			// session), so no agent_settled will come from it: the client
+			// still gets one.
+			s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
+			s.writeEvent(musepi.Event{SessionID: sess.ID(), Type: "agent_settled",
+				Payload: &messages.AgentSettled{Success: false, Error: err.Error()}})
 		}
 		s.mu.Lock()
 		s.prompting = false

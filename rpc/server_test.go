@@ -85,7 +85,7 @@ func TestServeOneResponsePerCommand(t *testing.T) {
 	want := []struct {
 		id      any
 		success bool
-	}{{"1", true}, {"2", true}, {"3", false}, {nil, false}, {nil, false}, {"6", true}}
+	}{{"1", true}, {"2", true}, {"3", false}, {nil, false}, {"5", false}, {"6", true}}
 	if len(responses) != len(want) {
 		t.Fatalf("responses %v", responses)
 	}

@@ -332,6 +332,15 @@ func (m model) event(p proto.Message) (tea.Model, tea.Cmd) {
 		m.open = -1
 	case *messages.AgentEnd:
 		m.open = -1
+		// The error of a turn that will be retried is shown here, before
+		// retry_fallback_applied and auto_retry_start: the cause comes
+		// before what is done about it. A turn not retried ends the prompt,
+		// whose error finish shows.
+		if p.GetWillRetry() {
+			if e := firstLine(p.GetMessage().GetErrorMessage()); e != "" {
+				m.add(noticeEntry, "⚠ "+e)
+			}
+		}
 	case *messages.AutoRetryStart:
 		m.retrySeq++
 		m.retry = &retryState{
@@ -340,9 +349,6 @@ func (m model) event(p proto.Message) (tea.Model, tea.Cmd) {
 			deadline: m.now().Add(time.Duration(p.GetDelayMs()) * time.Millisecond),
 			seq:      m.retrySeq,
 			held:     p.GetBudgetDelayMs() > 0,
-		}
-		if e := firstLine(p.GetErrorMessage()); e != "" {
-			m.add(noticeEntry, "⚠ "+e)
 		}
 		return m, m.tickCmd()
 	case *messages.AutoRetryEnd:

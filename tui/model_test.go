@@ -365,6 +365,39 @@ func TestModelErrors(t *testing.T) {
 	}
 }
 
+// The events of a turn that falls back, in the order the runtime sends
+// them: the error that caused the fallback is shown above the fallback.
+func TestModelFallbackShowsTheCauseFirst(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	failed := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
+		ErrorMessage: "529 overloaded_error: Overloaded\nsecond line"}
+	h.event(&messages.MessageEnd{Message: failed})
+	h.event(&messages.AgentEnd{WillRetry: true, Message: failed})
+	h.event(&messages.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
+	h.event(&messages.AutoRetryStart{Attempt: 1, MaxAttempts: 10, ErrorMessage: failed.ErrorMessage, ErrorClass: "transient"})
+	v := h.view()
+	cause, fallback := strings.Index(v, "⚠ 529 overloaded_error: Overloaded"), strings.Index(v, "⇄ Model fallback: fake/m1 → fake/m2")
+	if cause < 0 || fallback < 0 || cause > fallback {
+		t.Errorf("want the error above the fallback notice:\n%s", v)
+	}
+	if strings.Count(v, "⚠") != 1 || strings.Contains(v, "second line") {
+		t.Errorf("want the error's first line once:\n%s", v)
+	}
+}
+
+// A turn that is not retried shows no warning line: its error ends the
+// prompt and is shown once, as the prompt's error.
+func TestModelNoWarningWithoutRetry(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.event(&messages.AgentEnd{Message: &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
+		ErrorMessage: "400 invalid request"}})
+	if v := h.view(); strings.Contains(v, "⚠") {
+		t.Errorf("a warning for a turn that is not retried:\n%s", v)
+	}
+}
+
 func TestModelFallbackNotice(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hello")

@@ -3,7 +3,8 @@
 // after it. It runs three contenders on the same sessions and scenario —
 // the floor (protoactor-go's raw message cost), the peer (a goroutine per
 // session with cenkalti/backoff/v5) and MusePi — and writes storm.md,
-// storm.json and storm.svg into -out. See bench/README.md.
+// storm.json and storm.svg into -out (default: a new temporary folder).
+// See bench/README.md.
 //
 //	go run ./bench/storm                         # virtual clock, 100,000 sessions
 //	go run ./bench/storm -mode real              # wall clock, fakellm over loopback, 10,000 sessions
@@ -98,7 +99,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.baseDelay, "base-delay", 500*time.Millisecond, "retry.baseDelayMs for MusePi and the peer")
 	fs.DurationVar(&o.maxDelay, "max-delay", 5*time.Minute, "retry.maxDelayMs")
 	fs.Uint64Var(&o.seed, "seed", 1, "jitter seed")
-	fs.StringVar(&o.out, "out", "storm-out", "output folder for storm.md, storm.json, storm.svg")
+	fs.StringVar(&o.out, "out", "", "output folder for storm.md, storm.json, storm.svg (default: a new temporary folder, printed at the end)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender>")
@@ -247,11 +248,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	report.Ratios = ratios(report.Systems)
 	report.Notes = notes(o)
 	report.Elapsed = time.Since(report.Started)
-	if err := writeOutputs(o.out, report); err != nil {
+	dir, err := outputDir(o.out)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(o.out, "storm.md"))
+	if err := writeOutputs(dir, report); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s, storm.json and storm.svg\n", filepath.Join(dir, "storm.md"))
 	return writeMarkdown(stdout, report)
+}
+
+// outputDir is the folder the outputs go to: out when -out was given,
+// otherwise a new temporary folder, so that a run leaves nothing in the
+// working tree unless asked to.
+func outputDir(out string) (string, error) {
+	if out != "" {
+		return out, nil
+	}
+	dir, err := os.MkdirTemp("", "storm-")
+	if err != nil {
+		return "", fmt.Errorf("output folder: %w", err)
+	}
+	return dir, nil
 }
 
 // budgetRuns are the budget settings MusePi runs with.

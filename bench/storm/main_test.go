@@ -29,11 +29,29 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+func TestOutputDir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dir, err := outputDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(dir) != tmp {
+		t.Errorf("no -out: wrote into %s, want a new folder in %s", dir, tmp)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Errorf("no -out: %s is not a folder: %v", dir, err)
+	}
+	if dir, err := outputDir("some/where"); err != nil || dir != "some/where" {
+		t.Errorf("-out some/where: %q, %v", dir, err)
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	defaults := options{
 		mix: defaultMix, usageLimit: true, budget: "off", contenders: "floor,peer,musepi",
 		maxRetries: 10, baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
-		seed: 1, out: "storm-out", provider: "fakellm",
+		seed: 1, provider: "fakellm",
 	}
 	with := func(f func(o *options)) *options {
 		o := defaults

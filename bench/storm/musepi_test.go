@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/musepi/musepi/internal/soak"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -13,12 +14,15 @@ import (
 // sessions and scenario: nothing lost, and the budget thins the storm.
 func TestMusePiVirtualBudget(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	const sessions = 2000
+	sessions := 500.0 // 2,000 with -tags soak
+	if soak.Enabled {
+		sessions = 2000
+	}
 	sc := testScenario(t, 10*time.Second, defaultMix)
 	sc.UsageLimit = true
 	settings := retry.DefaultSettings()
 	settings.ModelFallback = false
-	e := newTestEnv(t, "virtual", sessions, sc, settings)
+	e := newTestEnv(t, "virtual", int(sessions), sc, settings)
 	e.budgetCompared = true
 
 	ctx := testCtx(t)
@@ -44,7 +48,7 @@ func TestMusePiVirtualBudget(t *testing.T) {
 			f["budget_extended_retries"], f["lockstep_index"])
 		if f["prompts_started"] != sessions || f["prompts_lost"] != 0 || f["prompts_completed"] != sessions || f["prompts_failed"] != 0 {
 			t.Errorf("%s: started, completed, failed, lost = %v, %v, %v, %v; want %d, %d, 0, 0", s.Name,
-				f["prompts_started"], f["prompts_completed"], f["prompts_failed"], f["prompts_lost"], sessions, sessions)
+				f["prompts_started"], f["prompts_completed"], f["prompts_failed"], f["prompts_lost"], int(sessions), int(sessions))
 		}
 		if got, want := f["retry_attempts"], f["requests_total"]-sessions; got != want {
 			t.Errorf("%s: retry_attempts = %v, want requests_total - sessions = %v", s.Name, got, want)
@@ -65,7 +69,7 @@ func TestMusePiVirtualBudget(t *testing.T) {
 	}
 
 	if got := off.Figures["requests_outage"]; got <= sessions {
-		t.Errorf("budget off: requests_outage = %v, want more than %d", got, sessions)
+		t.Errorf("budget off: requests_outage = %v, want more than %v", got, sessions)
 	}
 	if _, ok := off.Figures["budget_extended_retries"]; ok {
 		t.Errorf("budget off: budget_extended_retries reported")

@@ -149,7 +149,10 @@ func TestPeerReal(t *testing.T) {
 	settings := retry.DefaultSettings()
 	settings.BaseDelay = 10 * time.Millisecond
 	settings.MaxRetries = 10
-	sc := testScenario(t, 300*time.Millisecond, "503=1")
+	// 1 s of outage: mid-outage (when memory is sampled) must come while
+	// every session still waits, even on a loaded machine; with 300 ms the
+	// sample was sometimes late, after the last session had finished.
+	sc := testScenario(t, time.Second, "503=1")
 	e := newTestEnv(t, "real", sessions, sc, settings)
 	s, err := runPeer(testCtx(t), e)
 	if err != nil {

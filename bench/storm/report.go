@@ -99,6 +99,10 @@ const (
 // writeSVG plots the timelines of r as a self-contained SVG: one panel per
 // system with a timeline, all on the same x scale (seconds from the start
 // of the run) and y scale (count per bucket), with the outage shaded.
+// It is written by hand on purpose: two polylines and a shaded band per
+// panel fit in this one function, which TestWriteSVG parses and checks;
+// gonum.org/v1/plot would add gonum, its font and image modules for the
+// same picture.
 func writeSVG(w io.Writer, r *Report) error {
 	var panels []System
 	xMaxMs, yMax := float64(r.OutageEndMs), 0

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	bubblesprogress "github.com/charmbracelet/bubbles/progress"
+	"github.com/muesli/termenv"
 )
 
 // lockstepBucket is the bucket width of the lockstep index.
@@ -170,13 +172,17 @@ const progressEvery = 200 * time.Millisecond
 // progressWidth is the number of cells in the progress bar.
 const progressWidth = 30
 
-// progress draws a one-line progress bar on a terminal. set may be called
-// from any goroutine; start, then stop, from the owner's.
+// progress draws a one-line progress bar on a terminal: the bar itself is
+// bubbles/progress's, in plain characters, rendered with ViewAs; this type
+// adds the label, the counts, the time and the redrawing, since the storm
+// writes to stderr rather than running a Bubble Tea program. set may be
+// called from any goroutine; start, then stop, from the owner's.
 type progress struct {
 	w     io.Writer
 	label string
 	total int
 	begun time.Time
+	bar   bubblesprogress.Model
 
 	done     atomic.Int64
 	quit     chan struct{}
@@ -188,7 +194,9 @@ type progress struct {
 // newProgress returns a progress bar for total units of work, drawn on w
 // after label.
 func newProgress(w io.Writer, label string, total int) *progress {
-	return &progress{w: w, label: label, total: total, begun: time.Now(), quit: make(chan struct{})}
+	bar := bubblesprogress.New(bubblesprogress.WithWidth(progressWidth), bubblesprogress.WithoutPercentage(),
+		bubblesprogress.WithFillCharacters('#', '.'), bubblesprogress.WithColorProfile(termenv.Ascii))
+	return &progress{w: w, label: label, total: total, begun: time.Now(), bar: bar, quit: make(chan struct{})}
 }
 
 // set records that done units of work are finished.
@@ -230,13 +238,11 @@ func (p *progress) stop() {
 // draw redraws the line over itself.
 func (p *progress) draw() {
 	done := int(p.done.Load())
-	pct := 100
+	frac := 1.0
 	if p.total > 0 {
-		pct = min(100, max(0, done*100/p.total))
+		frac = min(1, max(0, float64(done)/float64(p.total)))
 	}
-	cells := pct * progressWidth / 100
-	fmt.Fprintf(p.w, "\r%s [%s%s] %3d%%  %s/%s  %.1fs", p.label,
-		strings.Repeat("#", cells), strings.Repeat(".", progressWidth-cells),
-		pct, groupThousands(int64(done)), groupThousands(int64(p.total)),
+	fmt.Fprintf(p.w, "\r%s [%s] %3d%%  %s/%s  %.1fs", p.label, p.bar.ViewAs(frac),
+		int(frac*100), groupThousands(int64(done)), groupThousands(int64(p.total)),
 		time.Since(p.begun).Seconds())
 }

@@ -87,10 +87,10 @@ func (p *tmuxPane) waitFor(want string, timeout time.Duration) string {
 	}
 }
 
-// exitRE is the line the pane's shell prints when the chat has exited.
-var exitRE = regexp.MustCompile(`\[musepi chat exited: (\d+)\]`)
+// exitRE is the line the pane's shell prints when its command has exited.
+var exitRE = regexp.MustCompile(`\[musepi \w+ exited: (\d+)\]`)
 
-// waitExit waits until the chat process has exited and returns its exit
+// waitExit waits until the pane's command has exited and returns its exit
 // status, as the shell that ran it (and reaped it) reports.
 func (p *tmuxPane) waitExit(timeout time.Duration) int {
 	p.t.Helper()
@@ -112,7 +112,8 @@ func (p *tmuxPane) waitExit(timeout time.Duration) int {
 	}
 }
 
-// chatPID is the chat process: the child of the pane's shell; 0 if none.
+// chatPID is the pane's command (the chat, the demo): the child of the
+// pane's shell; 0 if none.
 func (p *tmuxPane) chatPID() int {
 	p.t.Helper()
 	shell := strings.TrimSpace(p.must("display-message", "-p", "-t", p.target, "#{pane_pid}"))
@@ -148,10 +149,20 @@ func startChat(t *testing.T, bin, scenario string) *tmuxPane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() }) // runs after the tmux cleanup below
+	t.Cleanup(func() { _ = srv.Close() }) // runs after the tmux cleanup of startPane
+	p := startPane(t, "chat", []string{"OPENAI_API_KEY=key-a"},
+		shellQuote(bin)+" chat --provider openai --base-url "+shellQuote(base+"/v1")+" --model m1 -v")
+	p.waitFor("ctrl+c quit", 15*time.Second)
+	return p
+}
 
+// startPane runs command (a shell command line; its stderr goes to the
+// pane's log) in a detached 120x30 tmux pane of its own tmux server, with
+// env added to the environment. name labels the pane.
+func startPane(t *testing.T, name string, env []string, command string) *tmuxPane {
+	t.Helper()
 	// A short directory of its own: socket paths are limited to ~100 bytes.
-	sockDir, err := os.MkdirTemp("", "mpchat")
+	sockDir, err := os.MkdirTemp("", "mp"+name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,25 +171,26 @@ func startChat(t *testing.T, bin, scenario string) *tmuxPane {
 	p := &tmuxPane{
 		t:      t,
 		sock:   filepath.Join(sockDir, "tmux"),
-		target: fmt.Sprintf("musepi-chat-%d-%d", os.Getpid(), n),
+		target: fmt.Sprintf("musepi-%s-%d-%d", name, os.Getpid(), n),
 	}
 	dir := t.TempDir()
-	p.log = filepath.Join(dir, "chat.log")
+	p.log = filepath.Join(dir, name+".log")
 	conf := filepath.Join(dir, "tmux.conf")
 	if err := os.WriteFile(conf, []byte("set -g remain-on-exit on\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The shell waits for the chat and reports its exit status on the
+	// The shell waits for the command and reports its exit status on the
 	// screen (tmux itself does not always notice a pane process exit).
-	command := shellQuote(bin) + " chat --provider openai --base-url " + shellQuote(base+"/v1") + " --model m1 -v 2>" + shellQuote(p.log) +
-		`; echo "[musepi chat exited: $?]"`
-	p.must("-f", conf, "-u", "new-session", "-d", "-x", "120", "-y", "30", "-s", p.target,
-		"-e", "OPENAI_API_KEY=key-a", command)
+	command += " 2>" + shellQuote(p.log) + `; echo "[musepi ` + name + ` exited: $?]"`
+	args := []string{"-f", conf, "-u", "new-session", "-d", "-x", "120", "-y", "30", "-s", p.target}
+	for _, kv := range env {
+		args = append(args, "-e", kv)
+	}
+	p.must(append(args, command)...)
 	t.Cleanup(func() {
 		_, _ = p.tmux("kill-session", "-t", p.target)
 		_, _ = p.tmux("kill-server")
 	})
-	p.waitFor("ctrl+c quit", 15*time.Second)
 	return p
 }
 

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,17 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func TestRunDispatch(t *testing.T) {
@@ -44,28 +55,42 @@ func TestRunDispatch(t *testing.T) {
 	}
 }
 
-func goTool(t *testing.T) string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err != nil {
-		t.Skip("no go tool to build the command")
-	}
-	return p
+// built is the musepi binary the tests share: built once, on first use,
+// into a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
 }
 
-// buildCommand builds musepi into a temporary directory.
+// buildCommand returns the musepi binary, building it on the first call.
 func buildCommand(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "musepi")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goTool(t), "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "musepi-cmd-test")
+		if built.err != nil {
+			return
+		}
+		// go test puts $GOROOT/bin first on the PATH of the tests it runs.
+		var goBin string
+		if goBin, built.err = exec.LookPath("go"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "musepi")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, goBin, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if errors.Is(built.err, exec.ErrNotFound) {
+		t.Skip("no go tool to build the command")
 	}
-	return bin
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
 }
 
 // runToEnd runs the command and returns its exit code and stderr.

@@ -23,7 +23,7 @@ func runRPC(args []string) int {
 	fs := flag.NewFlagSet("musepi rpc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	setupFlags := addSetupFlags(fs)
-	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes")
+	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE | --provider NAME --model ID [--base-url URL]]")
@@ -36,6 +36,10 @@ func runRPC(args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	if *maxLine < 0 {
+		fmt.Fprintf(stderr, "musepi rpc: --max-line must be 0 (the default, %d) or more, got %d\n", rpc.DefaultMaxLine, *maxLine)
+		return 2
+	}
 	su, err := setupFlags.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
@@ -44,6 +48,10 @@ func runRPC(args []string) int {
 	defer shutdown(su)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A client that closes our stdout must not kill the process with
+	// SIGPIPE before the history is flushed: with SIGPIPE caught, the write
+	// fails with EPIPE, which the server logs and shuts down on.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	srv := &rpc.Server{
 		Runtime:        su.rt,
 		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(*sessionID)},

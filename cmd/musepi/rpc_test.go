@@ -266,14 +266,16 @@ func TestRPC(t *testing.T) {
 		p.send(`{"id":"p","type":"prompt","message":"hi"}`)
 		p.response("p")
 		bad := []struct{ line, id, want string }{
-			{`{"id":"a","type":"prompt"`, "", "malformed command"},
+			{`{"id":"a","type":"prompt"`, "a", "malformed command"},
 			{`{"id":"b","type":"teleport"}`, "b", `unknown command "teleport"`},
 			{`{"id":"c","type":"set_auto_retry"}`, "c", `missing field "enabled"`},
 			{`{"id":"d","type":"set_auto_retry","enabled":"no"}`, "d", `field "enabled": want bool`},
 			{`{"id":"e","type":"set_model","provider":"openai"}`, "e", `missing field "modelId"`},
 			{`{"id":"f","type":"prompt","message":"again"}`, "f", "already running"},
 			{`{"id":"g"}`, "g", `missing "type"`},
-			{`{"id":"h","type":"prompt","message":"` + strings.Repeat("x", 5000) + `"}`, "", "line longer than 4096 bytes"},
+			{`{"id":"h","type":"prompt","message":"` + strings.Repeat("x", 5000) + `"}`, "h", "line longer than 4096 bytes"},
+			{`{"type":"prompt","message":"` + strings.Repeat("x", 5000) + `","id":"i"}`, "", "line longer than 4096 bytes"},
+			{`{"id":"j","TYPE":"get_state"}`, "j", `unknown key "TYPE"`},
 		}
 		for _, b := range bad {
 			p.send(b.line)

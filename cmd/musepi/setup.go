@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 )
 
 //go:embed demo_scenario.json
-var demoScenario []byte
+var demoScenarioJSON []byte
 
 // setupFlags choose what a command runs against: a config file, one
 // provider given by flags, or the built-in demo (a fault-injecting server on
@@ -34,6 +35,7 @@ type setupFlags struct {
 	keyEnv     string
 	historyDir string
 	verbose    bool
+	fast       bool // the demo server's time scaled down 1000× (musepi demo --fast)
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
@@ -76,7 +78,7 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	case f.provider != "":
 		return f.openProvider(opts)
 	}
-	return openDemo(opts)
+	return openDemo(opts, f.fast)
 }
 
 // openProvider starts a runtime with the one provider of --provider.
@@ -119,26 +121,31 @@ func (f *setupFlags) openProvider(opts []musepi.Option) (*setup, error) {
 }
 
 // openDemo starts the fault-injecting server on loopback with the demo
-// scenario and a runtime whose providers point at it:
-//   - "steady" (one key): a 429 with retry-after 2 s, then an overload, then an answer;
-//   - "fake" (keys key-a and key-b): key-a is over its quota (credential
-//     switch), m1 is overloaded on key-b (model fallback to m2), m2 answers.
-func openDemo(opts []musepi.Option) (*setup, error) {
-	sc, err := fakellm.ParseScenario(demoScenario)
+// scenario (demo_scenario.json; the scenarios are described in demo.go) and
+// a runtime whose providers point at it: "tour" with two API keys and the
+// fallback chain tour/m1 → tour/m2 for the default role, "outage" and
+// "give-up" with one key each. fast scales every delay down 1000×.
+func openDemo(opts []musepi.Option, fast bool) (*setup, error) {
+	sc, err := fakellm.ParseScenario(demoScenarioJSON)
 	if err != nil {
 		return nil, fmt.Errorf("demo scenario: %w", err)
+	}
+	settings := retry.DefaultSettings()
+	settings.FallbackChains = map[string][]string{"default": {"tour/m2"}}
+	if fast {
+		speedUp(sc, &settings)
 	}
 	srv := fakellm.New(sc)
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo server: %w", err)
 	}
-	settings := retry.DefaultSettings()
-	settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
+	llm := func() provider.Provider { return openai.New(openai.Config{BaseURL: base + "/v1"}) }
 	opts = append(opts,
-		musepi.WithProvider("steady", openai.New(openai.Config{BaseURL: base + "/v1"}), musepi.Credential{Name: "steady", APIKey: "key-steady"}),
-		musepi.WithProvider("fake", openai.New(openai.Config{BaseURL: base + "/v1"}),
-			musepi.Credential{Name: "key-a", APIKey: "key-a"}, musepi.Credential{Name: "key-b", APIKey: "key-b"}),
+		musepi.WithProvider("tour", llm(),
+			musepi.Credential{Name: "key A", APIKey: "tour-key-a"}, musepi.Credential{Name: "key B", APIKey: "tour-key-b"}),
+		musepi.WithProvider("outage", llm(), musepi.Credential{Name: "outage", APIKey: "outage-key"}),
+		musepi.WithProvider("give-up", llm(), musepi.Credential{Name: "give-up", APIKey: "give-up-key"}),
 		musepi.WithRetrySettings(settings),
 	)
 	rt, err := musepi.NewRuntime(opts...)
@@ -146,11 +153,28 @@ func openDemo(opts []musepi.Option) (*setup, error) {
 		srv.Close()
 		return nil, err
 	}
-	return &setup{rt: rt, model: "fake/m1", demo: true, shutdown: func(ctx context.Context) error {
+	return &setup{rt: rt, model: "tour/m1", demo: true, shutdown: func(ctx context.Context) error {
 		err := rt.Shutdown(ctx)
 		srv.Close()
 		return err
 	}}, nil
+}
+
+// speedUp scales the demo's time down 1000×, for tests: retry-after hints,
+// the base and maximum delays (so a hint beyond the maximum still fails
+// fast) become a thousandth; streamed chunks come without pauses.
+func speedUp(sc *fakellm.Scenario, settings *retry.Settings) {
+	settings.BaseDelay /= 1000
+	settings.MaxDelay /= 1000
+	for i := range sc.Rules {
+		r := &sc.Rules[i].Respond
+		r.ChunkDelayMs = 0
+		if v, ok := r.Headers["retry-after"]; ok {
+			if secs, err := strconv.ParseFloat(v, 64); err == nil {
+				r.Headers["retry-after"] = strconv.FormatFloat(secs/1000, 'f', -1, 64)
+			}
+		}
+	}
 }
 
 func expandHome(p string) string {

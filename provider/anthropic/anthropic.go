@@ -54,7 +54,8 @@ type Config struct {
 	// expires the result is an error ("context deadline exceeded"), not an abort.
 	RequestTimeout time.Duration
 	// HTTPClient sends the requests; nil means a client of the provider's own
-	// (a clone of http.DefaultTransport).
+	// (a clone of http.DefaultTransport). Either way the provider reads at
+	// most provider.MaxErrorBody bytes of an error response body.
 	HTTPClient *http.Client
 	// MaxTokens is the output token limit (max_tokens); 0 means DefaultMaxTokens.
 	MaxTokens int64
@@ -79,26 +80,16 @@ func New(cfg Config) *Provider {
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = DefaultMaxTokens
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = defaultHTTPClient()
-	}
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
-		option.WithHTTPClient(hc),
+		// Error bodies are bounded below the SDK, which reads them whole.
+		option.WithHTTPClient(provider.BoundedClient(cfg.HTTPClient)),
 		option.WithMaxRetries(0),
 	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
 	return &Provider{cfg: cfg, client: sdk.NewClient(opts...)}
-}
-
-func defaultHTTPClient() *http.Client {
-	if t, ok := http.DefaultTransport.(*http.Transport); ok {
-		return &http.Client{Transport: t.Clone()}
-	}
-	return &http.Client{Transport: http.DefaultTransport}
 }
 
 // ResetSession does nothing. The Messages API is stateless: every call sends

@@ -44,8 +44,6 @@ var (
 	allKinds        = []kind{openaiChat, openaiResponses, anthropicAPI}
 )
 
-func (k kind) isOpenAI() bool { return k.api != fakellm.APIAnthropic }
-
 // server is a started fakellm server.
 type server struct {
 	*fakellm.Server

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/soak"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/fakellm"
@@ -135,13 +136,15 @@ func heapAlloc() uint64 {
 // random faults (429s with hints, 5xx, overloads, stalls, cut streams,
 // refusals, usage limits, bad requests) and random client actions (abort,
 // abort_retry, set_auto_retry off and on, new prompts), checking the
-// invariants throughout. Short by default (CI); MUSEPI_SOAK_SECONDS and
-// MUSEPI_SOAK_SESSIONS make it longer and wider.
+// invariants throughout. 5 s by default; 90 s with -tags soak (which
+// .ci/run runs); MUSEPI_SOAK_SECONDS and MUSEPI_SOAK_SESSIONS make it longer
+// and wider.
 func TestSoak(t *testing.T) {
-	seconds := envInt("MUSEPI_SOAK_SECONDS", 90)
-	if testing.Short() {
-		seconds = 10
+	seconds := 5
+	if soak.Enabled {
+		seconds = 90
 	}
+	seconds = envInt("MUSEPI_SOAK_SECONDS", seconds)
 	sessions := envInt("MUSEPI_SOAK_SESSIONS", 40)
 	g0, h0 := runtime.NumGoroutine(), heapAlloc()
 

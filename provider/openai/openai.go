@@ -75,7 +75,9 @@ type Config struct {
 	// "context deadline exceeded", unlike the caller's cancellation, which is
 	// an abort.
 	RequestTimeout time.Duration
-	// HTTPClient sends the requests; nil uses the SDK's default client.
+	// HTTPClient sends the requests; nil means a client on a clone of
+	// http.DefaultTransport. Either way the provider reads at most
+	// provider.MaxErrorBody bytes of an error response body.
 	HTTPClient *http.Client
 	// MaxTokens caps the output tokens of a turn (max_completion_tokens or
 	// max_output_tokens); 0 leaves the server's default.
@@ -102,9 +104,8 @@ func New(cfg Config) *Provider {
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
-	}
+	// Error bodies are bounded below the SDK, which reads them whole.
+	opts = append(opts, option.WithHTTPClient(provider.BoundedClient(cfg.HTTPClient)))
 	return &Provider{
 		cfg:      cfg,
 		client:   oai.NewClient(opts...),
