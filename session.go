@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
@@ -33,6 +34,10 @@ var (
 	ErrContextOverflow = errors.New("musepi: context overflow")
 	ErrRetryCancelled  = errors.New("musepi: retry cancelled")
 	ErrShutdown        = errors.New("musepi: session shut down")
+	// ErrHistory: the prompt's history could not be written (a full disk,
+	// an I/O error); the *PromptError also matches a *history.Error
+	// (errors.As) naming the file.
+	ErrHistory = errors.New("musepi: history write failed")
 )
 
 var kindErrors = map[string]error{
@@ -42,6 +47,7 @@ var kindErrors = map[string]error{
 	actors.KindContextOverflow: ErrContextOverflow,
 	actors.KindRetryCancelled:  ErrRetryCancelled,
 	actors.KindShutdown:        ErrShutdown,
+	actors.KindHistory:         ErrHistory,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -50,12 +56,19 @@ type PromptError struct {
 	Kind    error  // one of the Err* sentinels
 	Detail  string // the final error text (e.g. auto_retry_end.finalError)
 	Message *messages.AssistantMessage
+	// History is the failed write of an ErrHistory error (nil otherwise).
+	History *history.Error
 }
 
 func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
 
-// Unwrap returns the sentinel.
-func (e *PromptError) Unwrap() error { return e.Kind }
+// Unwrap returns the sentinel, and History when set.
+func (e *PromptError) Unwrap() []error {
+	if e.History != nil {
+		return []error{e.Kind, e.History}
+	}
+	return []error{e.Kind}
+}
 
 // ID is the session id.
 func (s *Session) ID() string { return s.id }
@@ -142,7 +155,11 @@ func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage
 	if kind == nil {
 		kind = ErrPromptFailed
 	}
-	return r.GetMessage(), &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
+	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
+	if h := r.GetHistory(); h != nil {
+		pe.History = &history.Error{Op: h.GetOp(), Path: h.GetPath(), Err: errors.New(h.GetCause())}
+	}
+	return r.GetMessage(), pe
 }
 
 func (s *Session) send(msg proto.Message) {
