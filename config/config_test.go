@@ -80,7 +80,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, providers, request_timeout_ms, retry)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, providers, request_timeout_ms, retry)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models)", only: true},
@@ -126,6 +126,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "default_model provider unknown", top: `default_model = "anthropic/claude"`, key: "default_model", msg: `provider "anthropic" is not configured (configured: openai)`, only: true},
 		{name: "default_model not listed", top: `default_model = "openai/gpt-5"`, key: "default_model", msg: `model "gpt-5" is not in providers.openai.models (gpt-4o, gpt-4o-mini)`, only: true},
 		{name: "request_timeout_ms negative", top: "default_model = \"openai/gpt-4o\"\nrequest_timeout_ms = -1", key: "request_timeout_ms", msg: "must be 0 or more, got -1", only: true},
+		{name: "history_sync unknown", top: "default_model = \"openai/gpt-4o\"\nhistory_sync = \"always\"", key: "history_sync", msg: `want "turn", "entry" or "none", got "always"`, only: true},
 		{name: "history_dir ~user", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = \"~bob/sessions\"", key: "history_dir", msg: `only a leading "~" or "~/" is expanded`, only: true},
 		{name: "no providers", prov: "-", key: "providers", msg: "at least one provider is required"},
 		{name: "no providers: default_model", prov: "-", key: "default_model", msg: `provider "openai" is not configured (no providers are configured)`},
@@ -272,6 +273,7 @@ const exampleConfig = `
 default_model = "openai/gpt-4o"     # "provider/model"
 auto_redeem = false
 history_dir = "~/.local/state/musepi/sessions"   # "" = in memory
+history_sync = "turn"                             # fsync after each turn ("entry", "none")
 request_timeout_ms = 600000
 
 [providers.openai]
@@ -319,6 +321,7 @@ func TestExample(t *testing.T) {
 	want := &Config{
 		DefaultModel:   "openai/gpt-4o",
 		HistoryDir:     "~/.local/state/musepi/sessions",
+		HistorySync:    "turn",
 		RequestTimeout: 10 * time.Minute,
 		Providers: map[string]Provider{
 			"openai": {

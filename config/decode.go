@@ -45,6 +45,7 @@ func decode(root map[string]any) (*Config, []Problem) {
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
 	t.str("history_dir", &c.HistoryDir)
+	t.str("history_sync", &c.HistorySync)
 	t.millis("request_timeout_ms", &c.RequestTimeout)
 	if pt, ok := t.sub("providers"); ok {
 		c.Providers = map[string]Provider{}
