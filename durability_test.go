@@ -3,10 +3,12 @@ package musepi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,9 +154,29 @@ func TestFaultHistoryFullDisk(t *testing.T) {
 	msgs, _ := s.Messages(ctx)
 	expectKinds(t, "context after a lost answer", msgs, "user:one")
 
-	// Room again: the session goes on.
+	// Room again: the session goes on. Submit says when the prompt is
+	// recorded, before it settles.
 	disk.SetRoom(-1)
-	expectAnswer(t, h.runPrompt(s, "two"), "saved")
+	var order []string
+	var mu sync.Mutex
+	note := func(what string, err any) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, fmt.Sprintf("%s %v", what, err))
+	}
+	s.Submit(ctx, "two", func(err error) { note("accepted", err) }, func(_ *messages.AssistantMessage, err error) { note("done", err) })
+	h.run()
+	// A refused prompt: accepted gets the error, then done.
+	disk.SetRoom(0)
+	s.Submit(ctx, "refused", func(err error) { note("accepted", errors.Is(err, musepi.ErrHistory)) },
+		func(_ *messages.AssistantMessage, err error) { note("done", errors.Is(err, musepi.ErrHistory)) })
+	h.run()
+	disk.SetRoom(-1)
+	mu.Lock()
+	if got := strings.Join(order, ", "); got != "accepted <nil>, done <nil>, accepted true, done true" {
+		t.Fatalf("Submit callbacks: %s", got)
+	}
+	mu.Unlock()
 
 	// The disk fills during a retry chain: the chain ends, nothing retries.
 	ch := h.prompt(s, "three")

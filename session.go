@@ -94,6 +94,26 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 // waiting this way costs no goroutine, which is how one process holds
 // hundreds of thousands of prompts riding out an outage.
 func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
+	s.submit(ctx, text, nil, done)
+}
+
+// Submit is PromptAsync that also says when the session has taken the
+// prompt: accepted is called exactly once, before done, with nil once the
+// prompt is recorded in the history and running, or with the error that
+// refused it (a limit, a busy session, a history write that failed,
+// ctx ended), which done then also gets. Neither may block.
+func (s *Session) Submit(ctx context.Context, text string, accepted func(error), done func(*messages.AssistantMessage, error)) {
+	var once sync.Once
+	accept := func(err error) { once.Do(func() { accepted(err) }) }
+	s.submit(ctx, text, func() { accept(nil) }, func(msg *messages.AssistantMessage, err error) {
+		accept(err)
+		done(msg, err)
+	})
+}
+
+// submit sends a prompt; onAccepted, if not nil, is called when the
+// session has recorded it.
+func (s *Session) submit(ctx context.Context, text string, onAccepted func(), done func(*messages.AssistantMessage, error)) {
 	if err := ctx.Err(); err != nil {
 		done(nil, err)
 		return
@@ -124,7 +144,7 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 			stopWatch()
 		}
 		finish(s.result(res, err))
-	})
+	}, onAccepted)
 	sending.Lock()
 	defer sending.Unlock()
 	if ctx.Done() != nil {
@@ -136,7 +156,7 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 		})
 	}
 	s.rt.cfg.clock.Begin()
-	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text}, reply)
+	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text, Ack: onAccepted != nil}, reply)
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.

@@ -275,6 +275,9 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		s.maybeSettle(ctx)
 		return
 	}
+	if m.GetAck() {
+		ctx.Send(s.waiter, &messages.PromptAccepted{Generation: s.generation})
+	}
 	s.emit(&messages.AgentStart{Generation: s.generation})
 	s.continuing = false
 	s.startWithCredential(ctx)

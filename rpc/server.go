@@ -313,25 +313,30 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.prompting {
+		s.mu.Unlock()
 		return nil, errors.New("a prompt is already running; send abort or wait for agent_settled")
 	}
 	s.prompting = true
 	s.started++
 	s.prompts.Add(1)
 	sess := s.session
-	go func() {
-		defer s.prompts.Done()
-		_, err := sess.Prompt(context.WithoutCancel(ctx), c.Message)
-		if err != nil {
-			s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
-		}
-		s.mu.Lock()
-		s.prompting = false
-		s.mu.Unlock()
-	}()
-	return nil, nil
+	s.mu.Unlock()
+	// The response waits until the session has recorded the prompt in its
+	// history, so that a success means it is kept; a prompt that could not
+	// be recorded gets an error response naming the file.
+	accepted := make(chan error, 1)
+	sess.Submit(context.WithoutCancel(ctx), c.Message, func(err error) { accepted <- err },
+		func(_ *messages.AssistantMessage, err error) {
+			if err != nil {
+				s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
+			}
+			s.mu.Lock()
+			s.prompting = false
+			s.mu.Unlock()
+			s.prompts.Done()
+		})
+	return nil, <-accepted
 }
 
 func (s *Server) abort(context.Context, []byte) (any, error) {
