@@ -249,7 +249,11 @@ func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry,
 	if err != nil {
 		return nil, err
 	}
-	return res.(*messages.MessagesReply).GetEntries(), nil
+	reply := res.(*messages.MessagesReply)
+	if e := reply.GetError(); e != "" {
+		return nil, fmt.Errorf("musepi: session %s: %s", s.id, e)
+	}
+	return reply.GetEntries(), nil
 }
 
 // ask sends a request and waits for the reply until ctx ends.

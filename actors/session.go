@@ -440,7 +440,7 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 	}
 	entries, err := s.cfg.History.Load()
 	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
+		return &messages.MessagesReply{Error: err.Error()}
 	}
 	return &messages.MessagesReply{Entries: entries}
 }

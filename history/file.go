@@ -213,6 +213,11 @@ func (l *fileLog) open(log zerolog.Logger) ([]*messages.Entry, error) {
 		if err := l.write(headerLine); err != nil {
 			return nil, l.fail("open", err)
 		}
+		if l.sync != SyncNone { // the new file's name, too, must survive a power cut
+			if err := syncDir(filepath.Dir(l.path)); err != nil {
+				return nil, l.fail("open", err)
+			}
+		}
 	}
 	if err := os.WriteFile(l.lockPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		log.Warn().Err(err).Str("file", l.lockPath).Msg("cannot record the pid holding the history")
@@ -278,8 +283,10 @@ func (l *fileLog) Append(entries ...*messages.Entry) error {
 	return nil
 }
 
+// Sync fsyncs under SyncTurn; under SyncEntry every append already did,
+// and under SyncNone nothing does.
 func (l *fileLog) Sync() error {
-	if l.sync == SyncNone {
+	if l.sync != SyncTurn {
 		return nil
 	}
 	l.mu.Lock()
@@ -333,4 +340,14 @@ func (l *fileLog) Close() error {
 		errs = append(errs, l.fail("close", err))
 	}
 	return errors.Join(errs...)
+}
+
+// syncDir fsyncs a directory, making the names in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

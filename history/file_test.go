@@ -126,22 +126,33 @@ func TestFaultInvalidContent(t *testing.T) {
 	}
 }
 
-// Item 1: a file that cannot be read fails the open. Root reads any file,
-// so this needs another user (cmd/musepi runs it as nobody).
-func TestFaultUnreadableFile(t *testing.T) {
+// Items 1 and 2: a file that cannot be read, or a directory where it
+// cannot be created, fails the open naming the file. Root reads and writes
+// whatever the mode, so this needs another user (cmd/musepi's
+// TestRPCHistoryPermissions runs the same cases as nobody).
+func TestFaultPermissions(t *testing.T) {
 	if os.Geteuid() == 0 {
-		t.Skip("root reads files whatever their mode; TestRPCHistoryPermissions in cmd/musepi covers this as nobody")
+		t.Skip("root ignores file modes; TestRPCHistoryPermissions in cmd/musepi covers this as nobody")
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.jsonl")
-	writeFile(t, path, header)
-	if err := os.Chmod(path, 0); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err := openFile(t, dir).Open("s")
-	var he *history.Error
-	if !errors.As(err, &he) || he.Path != path || !errors.Is(err, os.ErrPermission) {
-		t.Fatalf("Open of an unreadable file = %v", err)
+	for name, deny := range map[string]func(dir, path string) error{
+		"unreadable file":     func(_, path string) error { return os.Chmod(path, 0) },
+		"read-only directory": func(dir, path string) error { os.Remove(path); return os.Chmod(dir, 0o500) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "s.jsonl")
+			writeFile(t, path, header)
+			s := openFile(t, dir)
+			if err := deny(dir, path); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Chmod(dir, 0o700)
+			_, _, err := s.Open("s")
+			var he *history.Error
+			if !errors.As(err, &he) || he.Path != path || !errors.Is(err, os.ErrPermission) {
+				t.Fatalf("Open = %v", err)
+			}
+		})
 	}
 }
 
@@ -196,8 +207,8 @@ func TestFaultFullDisk(t *testing.T) {
 	}
 }
 
-// Item 2: under SyncEntry a failed fsync undoes the append; Sync reports
-// a failed fsync (under SyncNone it does not sync at all).
+// Item 2: under SyncEntry a failed fsync undoes the append; under
+// SyncTurn, Sync reports a failed fsync; under SyncNone nothing syncs.
 func TestFaultSync(t *testing.T) {
 	for _, policy := range []history.Sync{history.SyncTurn, history.SyncEntry, history.SyncNone} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -209,8 +220,8 @@ func TestFaultSync(t *testing.T) {
 			if (err != nil) != (policy == history.SyncEntry) || err != nil && !errors.Is(err, syscall.EIO) {
 				t.Fatalf("Append with failing fsync = %v", err)
 			}
-			err = l.Sync()
-			if (err != nil) == (policy == history.SyncNone) || err != nil && !errors.Is(err, syscall.EIO) {
+			err = l.Sync() // fsyncs only per turn: per entry, the append did
+			if (err != nil) != (policy == history.SyncTurn) || err != nil && !errors.Is(err, syscall.EIO) {
 				t.Fatalf("Sync with failing fsync = %v", err)
 			}
 			disk.FailSync(nil)

@@ -563,6 +563,7 @@ func (x *MessagesRequest) GetHistory() bool {
 type MessagesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // the history could not be read
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +603,13 @@ func (x *MessagesReply) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *MessagesReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // Ack answers a command that has nothing else to say.
@@ -2603,9 +2611,10 @@ const file_actors_proto_rawDesc = "" +
 	"\x0fSetModelRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"+\n" +
 	"\x0fMessagesRequest\x12\x18\n" +
-	"\ahistory\x18\x01 \x01(\bR\ahistory\";\n" +
+	"\ahistory\x18\x01 \x01(\bR\ahistory\"Q\n" +
 	"\rMessagesReply\x12*\n" +
-	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\"\x1b\n" +
+	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"G\n" +
 	"\tTurnDelta\x12\x12\n" +
