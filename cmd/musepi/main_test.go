@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +21,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if built.dir != "" {
+			os.RemoveAll(built.dir)
+		}
+		os.Exit(code)
+	}))
 }
 
 func TestRunDispatch(t *testing.T) {
@@ -55,17 +62,34 @@ func goTool(t *testing.T) string {
 	return p
 }
 
-// buildCommand builds musepi into a temporary directory.
+// built is the musepi binary the tests share: built once, in a directory
+// TestMain removes.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildCommand builds musepi (once per test run) and returns its path.
 func buildCommand(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "musepi")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goTool(t), "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	tool := goTool(t)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "musepi-test-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "musepi")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, tool, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
 }
 
 // runToEnd runs the command and returns its exit code and stderr.
