@@ -121,18 +121,19 @@ func driveUntilKilled(p *rpcProc, total *int, max int, acked map[string]bool) in
 			return n
 		}
 		n++
-		settled := false
-		for !settled {
+		// Every prompt gets its response and one agent_settled (also one
+		// refused because its history write failed), in either order.
+		responded, settled := false, false
+		for !responded || !settled {
 			obj, ok := <-p.lines
 			if !ok {
 				return n
 			}
 			switch {
 			case obj["type"] == "response" && obj["id"] == text:
+				responded = true
 				if obj["success"] == true {
 					acked[text] = true
-				} else {
-					settled = true // refused: nothing to wait for
 				}
 			case obj["type"] == "agent_settled":
 				settled = true

@@ -69,10 +69,27 @@ func TestRPCHistoryWriteFails(t *testing.T) {
 		p.send(`{"id":"` + id + `","type":"prompt","message":"` + text + `"}`)
 		return p.response(id)
 	}
+	// settled returns the n-th agent_settled: a refused prompt's may come
+	// before its response.
+	settled := func(n int) map[string]any {
+		t.Helper()
+		for {
+			var all []map[string]any
+			for _, obj := range p.seen {
+				if obj["type"] == "agent_settled" {
+					all = append(all, obj)
+				}
+			}
+			if len(all) >= n {
+				return all[n-1]
+			}
+			p.next("agent_settled", 10*time.Second)
+		}
+	}
 	if r := prompt("1", "one"); r["success"] != true {
 		t.Fatalf("prompt 1: %v", r)
 	}
-	if s := p.next("agent_settled", 10*time.Second); s["success"] != true {
+	if s := settled(1); s["success"] != true {
 		t.Fatalf("prompt 1 settled: %v", s)
 	}
 
@@ -82,7 +99,7 @@ func TestRPCHistoryWriteFails(t *testing.T) {
 	if r["success"] != false || !strings.Contains(fmt.Sprint(r["error"]), path) || !strings.Contains(fmt.Sprint(r["error"]), "file too large") {
 		t.Fatalf("prompt 2 response: %v", r)
 	}
-	if s := p.next("agent_settled", 10*time.Second); s["success"] != false || !strings.Contains(fmt.Sprint(s["error"]), path) {
+	if s := settled(2); s["success"] != false || !strings.Contains(fmt.Sprint(s["error"]), path) {
 		t.Fatalf("prompt 2 settled: %v", s)
 	}
 
@@ -91,7 +108,7 @@ func TestRPCHistoryWriteFails(t *testing.T) {
 	if r := prompt("3", "three"); r["success"] != true {
 		t.Fatalf("prompt 3 response: %v", r)
 	}
-	if s := p.next("agent_settled", 10*time.Second); s["success"] != false || !strings.Contains(fmt.Sprint(s["error"]), path) ||
+	if s := settled(3); s["success"] != false || !strings.Contains(fmt.Sprint(s["error"]), path) ||
 		!strings.Contains(fmt.Sprint(s["error"]), "file too large") {
 		t.Fatalf("prompt 3 settled: %v", s)
 	}
@@ -101,7 +118,7 @@ func TestRPCHistoryWriteFails(t *testing.T) {
 	if r := prompt("4", "four"); r["success"] != true {
 		t.Fatalf("prompt 4: %v", r)
 	}
-	if s := p.next("agent_settled", 10*time.Second); s["success"] != true {
+	if s := settled(4); s["success"] != true {
 		t.Fatalf("prompt 4 settled: %v", s)
 	}
 	p.in.Close()
