@@ -22,6 +22,8 @@ const (
 	KindContextOverflow = "context_overflow"
 	KindRetryCancelled  = "retry_cancelled"
 	KindShutdown        = "shutdown"
+	// KindHistory: the prompt's history could not be written.
+	KindHistory = "history"
 )
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
@@ -74,13 +76,44 @@ type SessionActor struct {
 	last          *messages.AssistantMessage
 	failure       string // final error text of the prompt
 	failureKind   string
+	historyErr    error // a history write failed: the prompt ends with it
+	// resumed is the state rebuilt from the history when the session
+	// opened; nil for an actor restarted after a panic (it reloads).
+	resumed *resumed
 }
 
-// SessionProps spawns a session actor.
-func SessionProps(deps *Deps, cfg SessionConfig) *actor.Props {
+// SessionProps prepares the session on its open history (cfg.History,
+// with the entries cfg.Restored it held when opened) and returns the props
+// that spawn it. A prompt the history shows in progress (the process
+// stopped in the middle of it) is closed first with an "interrupted"
+// marker; the error is the failure to write that.
+func SessionProps(deps *Deps, cfg SessionConfig) (*actor.Props, error) {
+	entries := cfg.Restored
+	cfg.Restored = nil
+	r := resume(entries, cfg.Model, deps.knownModel)
+	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
+		for i, e := range extra {
+			e.Seq = r.seq + uint64(i) + 1
+		}
+		if err := cfg.History.Append(extra...); err != nil {
+			return nil, err
+		}
+		if err := cfg.History.Sync(); err != nil {
+			return nil, err
+		}
+		deps.Log.Warn().Str("session", cfg.ID).Uint64("seq", r.seq+1).Msg("resumed a session whose last prompt was interrupted; marked it")
+		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
+	}
+	cfg.State.Init(r.model, cfg.Settings.Enabled)
+	incarnation := 0
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &SessionActor{deps: deps, cfg: cfg}
-	}, deps.propsOptions()...)
+		incarnation++
+		a := &SessionActor{deps: deps, cfg: cfg}
+		if incarnation == 1 {
+			a.resumed = &r
+		}
+		return a
+	}, deps.propsOptions()...), nil
 }
 
 // Receive handles the session's messages.
@@ -158,6 +191,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		s.stopped = true
 		s.stopping(ctx)
+	case *actor.Stopped:
+		if err := s.cfg.History.Close(); err != nil {
+			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
+		}
 	}
 }
 
@@ -194,10 +231,20 @@ func (s *SessionActor) retryFailed(ctx actor.Context) {
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
-	s.model = s.cfg.Model
-	s.cfg.State.Init(s.cfg.Model, s.cfg.Settings.Enabled)
+	r := s.resumed
+	s.resumed = nil
+	if r == nil { // restarted after a panic: the history on disk is the truth
+		entries, err := s.cfg.History.Load()
+		if err != nil {
+			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
+		}
+		rr := resume(entries, s.cfg.Model, s.deps.knownModel)
+		r = &rr
+	}
+	s.runtime, s.historySeq = r.runtime, r.seq
+	s.cfg.Model, s.model, s.pinned, s.primaryCooldownUntilMs = r.primary, r.model, r.pinned, r.primaryCooldownUntilMs
+	s.cfg.State.Init(s.model, s.cfg.Settings.Enabled)
 	s.spawnRetry(ctx, s.newSource())
-	s.restore()
 }
 
 // newSource is the jitter source of a retry child.
@@ -216,27 +263,6 @@ func (s *SessionActor) spawnRetry(ctx actor.Context, src retry.Source) {
 	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{st} }, s.deps.propsOptions()...))
 }
 
-// restore loads the persisted history: the runtime context is rebuilt from
-// it without the failed turns (which were stripped when retried) and
-// without model-change entries.
-func (s *SessionActor) restore() {
-	entries, err := s.deps.Store.Load(s.cfg.ID)
-	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
-		return
-	}
-	for _, e := range entries {
-		s.historySeq = max(s.historySeq, e.GetSeq())
-		if a := e.GetAssistant(); a != nil && isFailure(a) {
-			continue
-		}
-		if e.GetModelChange() != nil {
-			continue
-		}
-		s.runtime = append(s.runtime, e)
-	}
-}
-
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	if s.promptActive {
 		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
@@ -250,11 +276,21 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	s.waiter = ctx.Sender()
 	s.promptActive = true
 	s.aborts = retry.AbortState{}
-	s.last, s.failure, s.failureKind = nil, "", ""
+	s.last, s.failure, s.failureKind, s.historyErr = nil, "", "", nil
 	s.tasksPending = true // until the scheduler confirms the new generation is idle
-	s.maybeRevert()
-	s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
-		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}}, true)
+	err := s.maybeRevert()
+	if err == nil {
+		err = s.append(true, &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
+			Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}})
+	}
+	if err != nil { // the prompt is not recorded: it ends at once with the error
+		s.historyErr = err
+		s.maybeSettle(ctx)
+		return
+	}
+	if m.GetAck() {
+		ctx.Send(s.waiter, &messages.PromptAccepted{Generation: s.generation})
+	}
 	s.emit(&messages.AgentStart{Generation: s.generation})
 	s.continuing = false
 	s.startWithCredential(ctx)
@@ -274,16 +310,49 @@ func (s *SessionActor) startWithCredential(ctx actor.Context) {
 	track.Request(ctx, s.deps.Clock, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
 }
 
-// append adds e to the history, and to the runtime context when toRuntime.
-func (s *SessionActor) append(e *messages.Entry, toRuntime bool) {
-	s.historySeq++
-	e.Seq = s.historySeq
-	if err := s.deps.Store.Append(s.cfg.ID, e); err != nil {
+// append adds entries to the history, and to the runtime context when
+// toRuntime, all or nothing: after a failed write both are as they were
+// (no seq is spent) and the error is returned.
+func (s *SessionActor) append(toRuntime bool, entries ...*messages.Entry) error {
+	for i, e := range entries {
+		e.Seq = s.historySeq + uint64(i) + 1
+	}
+	if err := s.cfg.History.Append(entries...); err != nil {
+		for _, e := range entries {
+			e.Seq = 0
+		}
 		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("append history")
+		return err
 	}
+	s.historySeq += uint64(len(entries))
 	if toRuntime {
-		s.runtime = append(s.runtime, e)
+		s.runtime = append(s.runtime, entries...)
 	}
+	return nil
+}
+
+// syncHistory makes the history durable at the end of a turn, as the
+// store's sync policy says.
+func (s *SessionActor) syncHistory() error {
+	err := s.cfg.History.Sync()
+	if err != nil {
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("sync history")
+	}
+	return err
+}
+
+// historyFailed ends the running prompt because its history could not be
+// written: like a user abort (the stream is cancelled, an open retry chain
+// ends, nothing is retried), but the prompt's error is err.
+func (s *SessionActor) historyFailed(ctx actor.Context, err error) {
+	if !s.promptActive {
+		return
+	}
+	if s.historyErr == nil {
+		s.historyErr = err
+	}
+	s.aborts.User = true
+	track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{Global: true})
 }
 
 // emit publishes one event to the subscribers.
@@ -333,35 +402,48 @@ func (s *SessionActor) setModel(model string) *messages.Ack {
 	if _, ok := s.deps.Providers[prov]; !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
 	}
-	s.cfg.Model = model
-	s.pinned = false
-	s.switchModel(model, "user")
+	primary, pinned := s.cfg.Model, s.pinned
+	s.cfg.Model, s.pinned = model, false
+	err := s.switchModel(model, "user")
+	if err == nil {
+		err = s.syncHistory()
+	}
+	if err != nil {
+		s.cfg.Model, s.pinned = primary, pinned
+		return &messages.Ack{Error: err.Error()}
+	}
 	return &messages.Ack{}
 }
 
-// switchModel changes the model in use and records a model_change entry.
-func (s *SessionActor) switchModel(to, reason string) {
+// switchModel changes the model in use and records a model_change entry
+// (with the pinning and the primary's cooldown, restored on resume). When
+// the entry cannot be written the model stays as it was.
+func (s *SessionActor) switchModel(to, reason string) error {
 	if to == s.model {
-		return
+		return nil
 	}
-	change := &messages.ModelChange{From: s.model, To: to, Role: s.cfg.Role, Reason: reason}
+	change := &messages.ModelChange{From: s.model, To: to, Role: s.cfg.Role, Reason: reason,
+		Pinned: s.pinned, PrimaryCooldownUntilMs: s.primaryCooldownUntilMs}
+	if err := s.append(false, &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: change}}); err != nil {
+		return err
+	}
 	s.model = to
 	s.cfg.State.model.Store(&to)
-	s.append(&messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: change}}, false)
 	s.emit(change)
+	return nil
 }
 
 // maybeRevert restores the primary model (cooldown-expiry policy) once its
 // cooldown is over, unless the fallback is pinned. It runs before each new
-// prompt and each scheduled continue.
-func (s *SessionActor) maybeRevert() {
+// prompt and each scheduled continue; the error is a failed history write.
+func (s *SessionActor) maybeRevert() error {
 	if s.model == s.cfg.Model || s.pinned || s.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
-		return
+		return nil
 	}
 	if s.deps.Clock.Now().UnixMilli() < s.primaryCooldownUntilMs {
-		return
+		return nil
 	}
-	s.switchModel(s.cfg.Model, "revert")
+	return s.switchModel(s.cfg.Model, "revert")
 }
 
 func (s *SessionActor) messages(history bool) *messages.MessagesReply {
@@ -372,9 +454,9 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 		}
 		return &messages.MessagesReply{Entries: out}
 	}
-	entries, err := s.deps.Store.Load(s.cfg.ID)
+	entries, err := s.cfg.History.Load()
 	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
+		return &messages.MessagesReply{Error: err.Error()}
 	}
 	return &messages.MessagesReply{Entries: entries}
 }

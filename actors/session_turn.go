@@ -9,7 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
-
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -144,8 +144,14 @@ func (s *SessionActor) turnFinished(ctx actor.Context, msg *messages.AssistantMe
 		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 	}
 	s.last = msg
-	s.append(&messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}}, true)
+	err := s.append(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
+	if err == nil {
+		err = s.syncHistory()
+	}
 	s.emit(&messages.MessageEnd{Message: msg})
+	if err != nil {
+		s.historyFailed(ctx, err)
+	}
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !s.aborts.User {
 		if s.lifecycleOpen {
 			// Spec 3, "What resets the counter": a tool-use message is a
@@ -243,8 +249,16 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
 	s.toolsActive = false
 	s.cancelTurn = nil
-	for _, r := range m.GetResults() {
-		s.append(&messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}, true)
+	results := make([]*messages.Entry, len(m.GetResults()))
+	for i, r := range m.GetResults() {
+		results[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
+	}
+	err := s.append(true, results...)
+	if err == nil {
+		err = s.syncHistory()
+	}
+	if err != nil {
+		s.historyFailed(ctx, err)
 	}
 	if s.aborts.User {
 		s.agentEnd(ctx, s.last)
@@ -302,9 +316,14 @@ func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
 		}
 		s.emit(end)
 	case messages.RetryAction_KIND_FALLBACK_APPLIED:
+		pinned, cooldown := s.pinned, s.primaryCooldownUntilMs
 		s.pinned = a.GetPinned()
 		s.primaryCooldownUntilMs = a.GetPrimaryCooldownUntilMs()
-		s.switchModel(a.GetFallbackApplied().GetTo(), "fallback")
+		if err := s.switchModel(a.GetFallbackApplied().GetTo(), "fallback"); err != nil {
+			s.pinned, s.primaryCooldownUntilMs = pinned, cooldown
+			s.historyFailed(ctx, err)
+			break
+		}
 		s.emit(a.GetFallbackApplied())
 	case messages.RetryAction_KIND_FALLBACK_SUCCEEDED:
 		s.emit(a.GetFallbackSucceeded())
@@ -345,7 +364,11 @@ func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
 		s.maybeSettle(ctx)
 		return
 	}
-	s.maybeRevert()
+	if err := s.maybeRevert(); err != nil {
+		s.historyFailed(ctx, err)
+		s.maybeSettle(ctx)
+		return
+	}
 	s.emit(&messages.AgentStart{Generation: s.generation})
 	s.continuing = true
 	s.startWithCredential(ctx)
@@ -416,7 +439,13 @@ func (s *SessionActor) maybeSettle(ctx actor.Context) {
 	}
 	s.promptActive = false
 	res := &messages.PromptResult{Generation: s.generation, Message: s.last}
+	var he *history.Error
 	switch {
+	case errors.As(s.historyErr, &he):
+		res.ErrorKind, res.Error = KindHistory, he.Error()
+		res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
+	case s.historyErr != nil:
+		res.ErrorKind, res.Error = KindHistory, s.historyErr.Error()
 	case s.failureKind != "":
 		res.ErrorKind, res.Error = s.failureKind, s.failure
 		if res.Error == "" {

@@ -97,14 +97,17 @@ func (x RetryAction_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetryAction_Kind.Descriptor instead.
 func (RetryAction_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15, 0}
+	return file_actors_proto_rawDescGZIP(), []int{17, 0}
 }
 
 // PromptRequest starts a prompt; the session answers PromptResult when the
 // prompt has settled (all retries and post-prompt tasks done).
 type PromptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// ack: send PromptAccepted to the sender once the prompt is recorded in
+	// the history (before the PromptResult).
+	Ack           bool `protobuf:"varint,2,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,20 +149,74 @@ func (x *PromptRequest) GetText() string {
 	return ""
 }
 
+func (x *PromptRequest) GetAck() bool {
+	if x != nil {
+		return x.Ack
+	}
+	return false
+}
+
+// PromptAccepted tells a PromptRequest's sender (with ack) that the prompt
+// is recorded in the history and running.
+type PromptAccepted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptAccepted) Reset() {
+	*x = PromptAccepted{}
+	mi := &file_actors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptAccepted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptAccepted) ProtoMessage() {}
+
+func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptAccepted.ProtoReflect.Descriptor instead.
+func (*PromptAccepted) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PromptAccepted) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // PromptResult answers PromptRequest.
 type PromptResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`                      // the last assistant message, if any
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`                          // empty on success
-	ErrorKind     string                 `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown"
+	ErrorKind     string                 `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown", "history"
+	History       *HistoryFailure        `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`                      // with error_kind "history": the write that failed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +228,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +241,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PromptResult) GetGeneration() uint64 {
@@ -215,6 +272,74 @@ func (x *PromptResult) GetErrorKind() string {
 	return ""
 }
 
+func (x *PromptResult) GetHistory() *HistoryFailure {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// HistoryFailure is a history write that failed and ended a prompt.
+type HistoryFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`       // "append" or "sync"
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`   // the history file
+	Cause         string                 `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"` // why, e.g. "write ...: no space left on device"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryFailure) Reset() {
+	*x = HistoryFailure{}
+	mi := &file_actors_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryFailure) ProtoMessage() {}
+
+func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryFailure.ProtoReflect.Descriptor instead.
+func (*HistoryFailure) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HistoryFailure) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *HistoryFailure) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HistoryFailure) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 // AbortRequest is the global abort: cancels a pending retry, then the
 // stream. With edit_guard, it is the streaming-edit guard aborting the
 // stream: the turn settles and is not retried, and no retry is cancelled.
@@ -227,7 +352,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +364,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +377,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AbortRequest) GetEditGuard() bool {
@@ -271,7 +396,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +408,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +421,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_actors_proto_rawDescGZIP(), []int{5}
 }
 
 // SetAutoRetryRequest writes retry.enabled.
@@ -309,7 +434,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +446,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +459,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetAutoRetryRequest) GetEnabled() bool {
@@ -354,7 +479,7 @@ type SetModelRequest struct {
 
 func (x *SetModelRequest) Reset() {
 	*x = SetModelRequest{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +491,7 @@ func (x *SetModelRequest) String() string {
 func (*SetModelRequest) ProtoMessage() {}
 
 func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +504,7 @@ func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
 func (*SetModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetModelRequest) GetModel() string {
@@ -399,7 +524,7 @@ type MessagesRequest struct {
 
 func (x *MessagesRequest) Reset() {
 	*x = MessagesRequest{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +536,7 @@ func (x *MessagesRequest) String() string {
 func (*MessagesRequest) ProtoMessage() {}
 
 func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +549,7 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
 func (*MessagesRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MessagesRequest) GetHistory() bool {
@@ -438,13 +563,14 @@ func (x *MessagesRequest) GetHistory() bool {
 type MessagesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // the history could not be read
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessagesReply) Reset() {
 	*x = MessagesReply{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +582,7 @@ func (x *MessagesReply) String() string {
 func (*MessagesReply) ProtoMessage() {}
 
 func (x *MessagesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +595,7 @@ func (x *MessagesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesReply.ProtoReflect.Descriptor instead.
 func (*MessagesReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MessagesReply) GetEntries() []*Entry {
@@ -477,6 +603,13 @@ func (x *MessagesReply) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *MessagesReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // Ack answers a command that has nothing else to say.
@@ -489,7 +622,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +634,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +647,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetError() string {
@@ -536,7 +669,7 @@ type TurnDelta struct {
 
 func (x *TurnDelta) Reset() {
 	*x = TurnDelta{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +681,7 @@ func (x *TurnDelta) String() string {
 func (*TurnDelta) ProtoMessage() {}
 
 func (x *TurnDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +694,7 @@ func (x *TurnDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDelta.ProtoReflect.Descriptor instead.
 func (*TurnDelta) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TurnDelta) GetTurn() uint64 {
@@ -596,7 +729,7 @@ type TurnFinished struct {
 
 func (x *TurnFinished) Reset() {
 	*x = TurnFinished{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +741,7 @@ func (x *TurnFinished) String() string {
 func (*TurnFinished) ProtoMessage() {}
 
 func (x *TurnFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +754,7 @@ func (x *TurnFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFinished.ProtoReflect.Descriptor instead.
 func (*TurnFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TurnFinished) GetTurn() uint64 {
@@ -649,7 +782,7 @@ type ToolsFinished struct {
 
 func (x *ToolsFinished) Reset() {
 	*x = ToolsFinished{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +794,7 @@ func (x *ToolsFinished) String() string {
 func (*ToolsFinished) ProtoMessage() {}
 
 func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +807,7 @@ func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsFinished.ProtoReflect.Descriptor instead.
 func (*ToolsFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolsFinished) GetTurn() uint64 {
@@ -703,7 +836,7 @@ type Aborts struct {
 
 func (x *Aborts) Reset() {
 	*x = Aborts{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +848,7 @@ func (x *Aborts) String() string {
 func (*Aborts) ProtoMessage() {}
 
 func (x *Aborts) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +861,7 @@ func (x *Aborts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aborts.ProtoReflect.Descriptor instead.
 func (*Aborts) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Aborts) GetUser() bool {
@@ -768,7 +901,7 @@ type RetryTurnEnded struct {
 
 func (x *RetryTurnEnded) Reset() {
 	*x = RetryTurnEnded{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +913,7 @@ func (x *RetryTurnEnded) String() string {
 func (*RetryTurnEnded) ProtoMessage() {}
 
 func (x *RetryTurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +926,7 @@ func (x *RetryTurnEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTurnEnded.ProtoReflect.Descriptor instead.
 func (*RetryTurnEnded) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RetryTurnEnded) GetMessage() *AssistantMessage {
@@ -855,7 +988,7 @@ type RetryCancel struct {
 
 func (x *RetryCancel) Reset() {
 	*x = RetryCancel{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1000,7 @@ func (x *RetryCancel) String() string {
 func (*RetryCancel) ProtoMessage() {}
 
 func (x *RetryCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1013,7 @@ func (x *RetryCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryCancel.ProtoReflect.Descriptor instead.
 func (*RetryCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RetryCancel) GetGlobal() bool {
@@ -909,7 +1042,7 @@ type RetryAction struct {
 
 func (x *RetryAction) Reset() {
 	*x = RetryAction{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1054,7 @@ func (x *RetryAction) String() string {
 func (*RetryAction) ProtoMessage() {}
 
 func (x *RetryAction) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1067,7 @@ func (x *RetryAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryAction.ProtoReflect.Descriptor instead.
 func (*RetryAction) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RetryAction) GetKind() RetryAction_Kind {
@@ -1019,7 +1152,7 @@ type RetryDecision struct {
 
 func (x *RetryDecision) Reset() {
 	*x = RetryDecision{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1164,7 @@ func (x *RetryDecision) String() string {
 func (*RetryDecision) ProtoMessage() {}
 
 func (x *RetryDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1177,7 @@ func (x *RetryDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryDecision.ProtoReflect.Descriptor instead.
 func (*RetryDecision) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RetryDecision) GetActions() []*RetryAction {
@@ -1078,7 +1211,7 @@ type SleepDone struct {
 
 func (x *SleepDone) Reset() {
 	*x = SleepDone{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1223,7 @@ func (x *SleepDone) String() string {
 func (*SleepDone) ProtoMessage() {}
 
 func (x *SleepDone) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1236,7 @@ func (x *SleepDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SleepDone.ProtoReflect.Descriptor instead.
 func (*SleepDone) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SleepDone) GetToken() uint64 {
@@ -1123,7 +1256,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1268,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1281,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1168,7 +1301,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1313,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1326,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1216,7 +1349,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1361,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1374,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1279,7 +1412,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1424,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1437,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1353,7 +1486,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1498,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1511,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1402,7 +1535,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1547,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1560,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1471,7 +1604,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1616,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1629,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1524,7 +1657,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1669,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1682,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1568,7 +1701,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1713,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1726,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1609,7 +1742,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1754,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1767,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1676,7 +1809,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1821,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1834,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1728,7 +1861,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1873,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1886,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1780,7 +1913,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1925,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1938,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -1872,7 +2005,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2017,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2030,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -1955,7 +2088,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2100,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2113,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2023,7 +2156,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2168,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2181,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2084,7 +2217,7 @@ type SetGeneration struct {
 
 func (x *SetGeneration) Reset() {
 	*x = SetGeneration{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2229,7 @@ func (x *SetGeneration) String() string {
 func (*SetGeneration) ProtoMessage() {}
 
 func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2242,7 @@ func (x *SetGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
 func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetGeneration) GetSessionId() string {
@@ -2136,7 +2269,7 @@ type DropTasks struct {
 
 func (x *DropTasks) Reset() {
 	*x = DropTasks{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2281,7 @@ func (x *DropTasks) String() string {
 func (*DropTasks) ProtoMessage() {}
 
 func (x *DropTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2294,7 @@ func (x *DropTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTasks.ProtoReflect.Descriptor instead.
 func (*DropTasks) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DropTasks) GetSessionId() string {
@@ -2181,7 +2314,7 @@ type GenerationIdle struct {
 
 func (x *GenerationIdle) Reset() {
 	*x = GenerationIdle{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2326,7 @@ func (x *GenerationIdle) String() string {
 func (*GenerationIdle) ProtoMessage() {}
 
 func (x *GenerationIdle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2339,7 @@ func (x *GenerationIdle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationIdle.ProtoReflect.Descriptor instead.
 func (*GenerationIdle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GenerationIdle) GetGeneration() uint64 {
@@ -2226,7 +2359,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2371,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2384,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2276,7 +2409,7 @@ type SessionState struct {
 
 func (x *SessionState) Reset() {
 	*x = SessionState{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2421,7 @@ func (x *SessionState) String() string {
 func (*SessionState) ProtoMessage() {}
 
 func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2434,7 @@ func (x *SessionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
 func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SessionState) GetAutoRetryEnabled() bool {
@@ -2355,7 +2488,7 @@ type Tick struct {
 
 func (x *Tick) Reset() {
 	*x = Tick{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2500,7 @@ func (x *Tick) String() string {
 func (*Tick) ProtoMessage() {}
 
 func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2513,7 @@ func (x *Tick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tick.ProtoReflect.Descriptor instead.
 func (*Tick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 // CompactionFinished carries the compaction hook's outcome.
@@ -2395,7 +2528,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2540,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2553,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2448,9 +2581,14 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\fevents.proto\x1a\rhistory.proto\x1a\x0esettings.proto\"#\n" +
+	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\fevents.proto\x1a\rhistory.proto\x1a\x0esettings.proto\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x9a\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
+	"\x03ack\x18\x02 \x01(\bR\x03ack\"0\n" +
+	"\x0ePromptAccepted\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"\xcf\x01\n" +
 	"\fPromptResult\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2458,7 +2596,12 @@ const file_actors_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\tR\terrorKind\"-\n" +
+	"error_kind\x18\x04 \x01(\tR\terrorKind\x123\n" +
+	"\ahistory\x18\x05 \x01(\v2\x19.musepi.v1.HistoryFailureR\ahistory\"J\n" +
+	"\x0eHistoryFailure\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"-\n" +
 	"\fAbortRequest\x12\x1d\n" +
 	"\n" +
 	"edit_guard\x18\x01 \x01(\bR\teditGuard\"\x13\n" +
@@ -2468,9 +2611,10 @@ const file_actors_proto_rawDesc = "" +
 	"\x0fSetModelRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"+\n" +
 	"\x0fMessagesRequest\x12\x18\n" +
-	"\ahistory\x18\x01 \x01(\bR\ahistory\";\n" +
+	"\ahistory\x18\x01 \x01(\bR\ahistory\"Q\n" +
 	"\rMessagesReply\x12*\n" +
-	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\"\x1b\n" +
+	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"G\n" +
 	"\tTurnDelta\x12\x12\n" +
@@ -2665,79 +2809,82 @@ func file_actors_proto_rawDescGZIP() []byte {
 }
 
 var file_actors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_actors_proto_goTypes = []any{
 	(RetryAction_Kind)(0),           // 0: musepi.v1.RetryAction.Kind
 	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
-	(*PromptResult)(nil),            // 2: musepi.v1.PromptResult
-	(*AbortRequest)(nil),            // 3: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 4: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 5: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 6: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 7: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 8: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 9: musepi.v1.Ack
-	(*TurnDelta)(nil),               // 10: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),            // 11: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 12: musepi.v1.ToolsFinished
-	(*Aborts)(nil),                  // 13: musepi.v1.Aborts
-	(*RetryTurnEnded)(nil),          // 14: musepi.v1.RetryTurnEnded
-	(*RetryCancel)(nil),             // 15: musepi.v1.RetryCancel
-	(*RetryAction)(nil),             // 16: musepi.v1.RetryAction
-	(*RetryDecision)(nil),           // 17: musepi.v1.RetryDecision
-	(*SleepDone)(nil),               // 18: musepi.v1.SleepDone
-	(*SelectCredential)(nil),        // 19: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 20: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),   // 21: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 22: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 23: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 24: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 25: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 26: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 27: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 28: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 29: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 30: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 31: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 32: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 33: musepi.v1.ScheduleTask
-	(*TaskDue)(nil),                 // 34: musepi.v1.TaskDue
-	(*SetGeneration)(nil),           // 35: musepi.v1.SetGeneration
-	(*DropTasks)(nil),               // 36: musepi.v1.DropTasks
-	(*GenerationIdle)(nil),          // 37: musepi.v1.GenerationIdle
-	(*Forget)(nil),                  // 38: musepi.v1.Forget
-	(*SessionState)(nil),            // 39: musepi.v1.SessionState
-	(*Tick)(nil),                    // 40: musepi.v1.Tick
-	(*CompactionFinished)(nil),      // 41: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),        // 42: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 43: musepi.v1.Entry
-	(*ToolResult)(nil),              // 44: musepi.v1.ToolResult
-	(*RetrySettings)(nil),           // 45: musepi.v1.RetrySettings
-	(*AutoRetryStart)(nil),          // 46: musepi.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),            // 47: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),    // 48: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil),  // 49: musepi.v1.RetryFallbackSucceeded
+	(*PromptAccepted)(nil),          // 2: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),            // 3: musepi.v1.PromptResult
+	(*HistoryFailure)(nil),          // 4: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),            // 5: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 6: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 7: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 8: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 9: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 10: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 11: musepi.v1.Ack
+	(*TurnDelta)(nil),               // 12: musepi.v1.TurnDelta
+	(*TurnFinished)(nil),            // 13: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 14: musepi.v1.ToolsFinished
+	(*Aborts)(nil),                  // 15: musepi.v1.Aborts
+	(*RetryTurnEnded)(nil),          // 16: musepi.v1.RetryTurnEnded
+	(*RetryCancel)(nil),             // 17: musepi.v1.RetryCancel
+	(*RetryAction)(nil),             // 18: musepi.v1.RetryAction
+	(*RetryDecision)(nil),           // 19: musepi.v1.RetryDecision
+	(*SleepDone)(nil),               // 20: musepi.v1.SleepDone
+	(*SelectCredential)(nil),        // 21: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
+	(*MarkUsageLimitReached)(nil),   // 23: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 24: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 25: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 26: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 27: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 28: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 29: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 30: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 31: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 32: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 33: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 34: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 35: musepi.v1.ScheduleTask
+	(*TaskDue)(nil),                 // 36: musepi.v1.TaskDue
+	(*SetGeneration)(nil),           // 37: musepi.v1.SetGeneration
+	(*DropTasks)(nil),               // 38: musepi.v1.DropTasks
+	(*GenerationIdle)(nil),          // 39: musepi.v1.GenerationIdle
+	(*Forget)(nil),                  // 40: musepi.v1.Forget
+	(*SessionState)(nil),            // 41: musepi.v1.SessionState
+	(*Tick)(nil),                    // 42: musepi.v1.Tick
+	(*CompactionFinished)(nil),      // 43: musepi.v1.CompactionFinished
+	(*AssistantMessage)(nil),        // 44: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 45: musepi.v1.Entry
+	(*ToolResult)(nil),              // 46: musepi.v1.ToolResult
+	(*RetrySettings)(nil),           // 47: musepi.v1.RetrySettings
+	(*AutoRetryStart)(nil),          // 48: musepi.v1.AutoRetryStart
+	(*AutoRetryEnd)(nil),            // 49: musepi.v1.AutoRetryEnd
+	(*RetryFallbackApplied)(nil),    // 50: musepi.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil),  // 51: musepi.v1.RetryFallbackSucceeded
 }
 var file_actors_proto_depIdxs = []int32{
-	42, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	43, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	42, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	44, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	42, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
-	13, // 5: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
-	45, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
-	0,  // 7: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
-	46, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
-	47, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
-	48, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	49, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	16, // 12: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
-	43, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	44, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	4,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
+	45, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	44, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	46, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	44, // 5: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
+	15, // 6: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
+	47, // 7: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
+	0,  // 8: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
+	48, // 9: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
+	49, // 10: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
+	50, // 11: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	51, // 12: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	18, // 13: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
+	45, // 14: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2755,7 +2902,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
