@@ -54,14 +54,13 @@ func TestScripts(t *testing.T) {
 
 // script is a Core under test and what the script said so far.
 type script struct {
-	t        *testing.T
-	core     *Core
-	cfg      Config
-	now      time.Time
-	token    uint64 // of the last timer or ask
-	turn     uint64 // of the last turn started
-	buf      []Effect
-	settings []string
+	t     *testing.T
+	core  *Core
+	cfg   Config
+	now   time.Time
+	token uint64 // of the last timer or ask
+	turn  uint64 // of the last turn started
+	buf   []Effect
 }
 
 // runScript runs the inputs of a script and returns it with the effects
