@@ -30,6 +30,7 @@ type runtimeConfig struct {
 	settings    retry.Settings
 	store       history.Store
 	historyDir  string
+	historySync history.Sync
 	tools       []Tool
 	compaction  CompactionHook
 	seed        uint64
@@ -73,6 +74,16 @@ func WithRetrySettings(s retry.Settings) Option { return func(c *runtimeConfig) 
 // per session, so it survives a restart. Without it (and without
 // WithHistoryStore) history lives in memory.
 func WithHistoryDir(dir string) Option { return func(c *runtimeConfig) { c.historyDir = dir } }
+
+// WithHistorySync sets when WithHistoryDir's files are synced to disk:
+// history.SyncTurn (the default: after each turn's assistant message and
+// tool results, and on a model change by the user), history.SyncEntry
+// (after every entry) or history.SyncNone (left to the operating system).
+// A killed process loses nothing written under any of them; the policy is
+// about power cuts and kernel crashes.
+func WithHistorySync(policy history.Sync) Option {
+	return func(c *runtimeConfig) { c.historySync = policy }
+}
 
 // WithHistoryStore keeps history in store; the runtime closes it on Shutdown.
 func WithHistoryStore(store history.Store) Option { return func(c *runtimeConfig) { c.store = store } }

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/messages"
 )
 
 // errNoSession is the error of a reply address whose message went to a
@@ -18,11 +20,15 @@ type replyAddress struct {
 	system *actor.ActorSystem
 	once   sync.Once
 	fn     func(res interface{}, err error)
+	// accepted, if set, is called with a PromptAccepted, which does not
+	// end the address.
+	accepted func()
 }
 
-// newReplyAddress registers a reply address calling fn and returns its PID.
-func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err error)) *actor.PID {
-	p := &replyAddress{system: system, fn: fn}
+// newReplyAddress registers a reply address calling fn (and accepted for a
+// PromptAccepted, if not nil) and returns its PID.
+func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err error), accepted func()) *actor.PID {
+	p := &replyAddress{system: system, fn: fn, accepted: accepted}
 	pid, _ := system.ProcessRegistry.Add(p, "reply"+system.ProcessRegistry.NextId())
 	return pid
 }
@@ -30,8 +36,14 @@ func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err err
 // SendUserMessage delivers the reply (a dead letter: the session was gone).
 func (p *replyAddress) SendUserMessage(pid *actor.PID, message interface{}) {
 	_, msg, _ := actor.UnwrapEnvelope(message)
-	if _, ok := msg.(*actor.DeadLetterResponse); ok {
+	switch msg.(type) {
+	case *actor.DeadLetterResponse:
 		p.finish(pid, nil, errNoSession)
+		return
+	case *messages.PromptAccepted:
+		if p.accepted != nil {
+			p.accepted()
+		}
 		return
 	}
 	p.finish(pid, msg, nil)

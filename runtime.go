@@ -37,6 +37,7 @@ type Runtime struct {
 	cfg    runtimeConfig
 	system *actor.ActorSystem
 	deps   *actors.Deps
+	store  history.Store
 	pids   []*actor.PID   // runtime-wide actors, stopped last
 	pool   *dispatch.Pool // runs every actor's mailbox
 
@@ -104,7 +105,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	}
 	store := cfg.store
 	if store == nil && cfg.historyDir != "" {
-		fs, err := history.OpenFileStore(cfg.historyDir)
+		fs, err := history.OpenFileStore(cfg.historyDir, history.WithSync(cfg.historySync), history.WithLogger(cfg.log))
 		if err != nil {
 			return nil, fmt.Errorf("musepi: %w", err)
 		}
@@ -119,6 +120,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	log := cfg.log
 	rt := &Runtime{
 		cfg:      cfg,
+		store:    store,
 		sessions: map[string]*Session{},
 		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
@@ -139,7 +141,6 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
 		Providers:   cfg.providers,
-		Store:       store,
 		Tools:       cfg.tools,
 		Compaction:  cfg.compaction,
 		NewSource:   rt.newSource,
@@ -255,14 +256,20 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		state:  &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
 	}
-	s.state.Init(cfg.model, settings.Enabled)
-	pid, err := rt.system.Root.SpawnNamed(actors.SessionProps(rt.deps, actors.SessionConfig{
-		ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
-	}), "session-"+cfg.id)
+	log, entries, err := rt.store.Open(cfg.id)
 	if err != nil {
+		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
+	}
+	props, err := actors.SessionProps(rt.deps, actors.SessionConfig{
+		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
+	})
+	if err == nil {
+		s.pid, err = rt.system.Root.SpawnNamed(props, "session-"+cfg.id)
+	}
+	if err != nil {
+		log.Close()
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
 	}
-	s.pid = pid
 	rt.sessions[cfg.id] = s
 	return s, nil
 }
@@ -310,7 +317,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	rt.system.Shutdown()
 	rt.pool.Close()
-	if err := rt.deps.Store.Close(); err != nil {
+	if err := rt.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("musepi: close history: %w", err))
 	}
 	return errors.Join(errs...)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
@@ -33,6 +34,10 @@ var (
 	ErrContextOverflow = errors.New("musepi: context overflow")
 	ErrRetryCancelled  = errors.New("musepi: retry cancelled")
 	ErrShutdown        = errors.New("musepi: session shut down")
+	// ErrHistory: the prompt's history could not be written (a full disk,
+	// an I/O error); the *PromptError also matches a *history.Error
+	// (errors.As) naming the file.
+	ErrHistory = errors.New("musepi: history write failed")
 )
 
 var kindErrors = map[string]error{
@@ -42,6 +47,7 @@ var kindErrors = map[string]error{
 	actors.KindContextOverflow: ErrContextOverflow,
 	actors.KindRetryCancelled:  ErrRetryCancelled,
 	actors.KindShutdown:        ErrShutdown,
+	actors.KindHistory:         ErrHistory,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -50,12 +56,19 @@ type PromptError struct {
 	Kind    error  // one of the Err* sentinels
 	Detail  string // the final error text (e.g. auto_retry_end.finalError)
 	Message *messages.AssistantMessage
+	// History is the failed write of an ErrHistory error (nil otherwise).
+	History *history.Error
 }
 
 func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
 
-// Unwrap returns the sentinel.
-func (e *PromptError) Unwrap() error { return e.Kind }
+// Unwrap returns the sentinel, and History when set.
+func (e *PromptError) Unwrap() []error {
+	if e.History != nil {
+		return []error{e.Kind, e.History}
+	}
+	return []error{e.Kind}
+}
 
 // ID is the session id.
 func (s *Session) ID() string { return s.id }
@@ -86,6 +99,26 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 // context.DeadlineExceeded) and the prompt is aborted, never the abort's own
 // result (ErrAborted, ErrRetryCancelled) that may come back first.
 func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
+	s.submit(ctx, text, nil, done)
+}
+
+// Submit is PromptAsync that also says when the session has taken the
+// prompt: accepted is called exactly once, before done, with nil once the
+// prompt is recorded in the history and running, or with the error that
+// refused it (a limit, a busy session, a history write that failed,
+// ctx ended), which done then also gets. Neither may block.
+func (s *Session) Submit(ctx context.Context, text string, accepted func(error), done func(*messages.AssistantMessage, error)) {
+	var once sync.Once
+	accept := func(err error) { once.Do(func() { accepted(err) }) }
+	s.submit(ctx, text, func() { accept(nil) }, func(msg *messages.AssistantMessage, err error) {
+		accept(err)
+		done(msg, err)
+	})
+}
+
+// submit sends a prompt; onAccepted, if not nil, is called when the
+// session has recorded it.
+func (s *Session) submit(ctx context.Context, text string, onAccepted func(), done func(*messages.AssistantMessage, error)) {
 	if err := ctx.Err(); err != nil {
 		done(nil, err)
 		return
@@ -114,7 +147,7 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 			return // ctx ended first: the watcher finishes with ctx.Err()
 		}
 		finish(s.result(res, err))
-	})
+	}, onAccepted)
 	defer close(sent)
 	if ctx.Done() != nil {
 		stopWatch = context.AfterFunc(ctx, func() {
@@ -124,7 +157,7 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 		})
 	}
 	s.rt.cfg.clock.Begin()
-	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text}, reply)
+	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text, Ack: onAccepted != nil}, reply)
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
@@ -143,7 +176,11 @@ func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage
 	if kind == nil {
 		kind = ErrPromptFailed
 	}
-	return r.GetMessage(), &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
+	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
+	if h := r.GetHistory(); h != nil {
+		pe.History = &history.Error{Op: h.GetOp(), Path: h.GetPath(), Err: errors.New(h.GetCause())}
+	}
+	return r.GetMessage(), pe
 }
 
 func (s *Session) send(msg proto.Message) {
@@ -213,7 +250,11 @@ func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry,
 	if err != nil {
 		return nil, err
 	}
-	return res.(*messages.MessagesReply).GetEntries(), nil
+	reply := res.(*messages.MessagesReply)
+	if e := reply.GetError(); e != "" {
+		return nil, fmt.Errorf("musepi: session %s: %s", s.id, e)
+	}
+	return reply.GetEntries(), nil
 }
 
 // ask sends a request and waits for the reply until ctx ends.

@@ -26,7 +26,6 @@ type Deps struct {
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
 	Providers   map[string]provider.Provider // by provider name
-	Store       history.Store
 	Tools       []Tool
 	// Compaction runs on context overflow; nil ends the prompt with the
 	// overflow error after emitting compaction_required.
@@ -67,9 +66,20 @@ type Tool struct {
 // prompt, or an error that ends the prompt.
 type CompactionHook func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error)
 
+// knownModel reports whether a "provider/model" names a registered provider.
+func (d *Deps) knownModel(model string) bool {
+	_, ok := d.Providers[providerOf(model)]
+	return ok
+}
+
 // SessionConfig is one session's own configuration.
 type SessionConfig struct {
-	ID       string
+	ID string
+	// History is the session's open history, closed when the actor stops;
+	// Restored is what it held when opened.
+	History  history.Log
+	Restored []*messages.Entry
+
 	Model    string // primary "provider/model"
 	Role     string // model role for fallback chains ("default")
 	Settings retry.Settings

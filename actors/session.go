@@ -25,6 +25,8 @@ const (
 	KindContextOverflow = string(session.KindContextOverflow)
 	KindRetryCancelled  = string(session.KindRetryCancelled)
 	KindShutdown        = string(session.KindShutdown)
+	// KindHistory: the prompt's history could not be written.
+	KindHistory = string(session.KindHistory)
 )
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
@@ -56,6 +58,15 @@ type SessionActor struct {
 	cancelTurn context.CancelFunc
 
 	pending []session.Input // inputs an effect answered at once, during a step
+
+	// resumed is the state rebuilt from the history when the session
+	// opened; nil for an actor restarted after a panic (it reloads).
+	resumed *resumed
+	// historyErr is the history write that failed and ends the prompt;
+	// stepHistoryErr the one that failed in the step being carried out.
+	historyErr     error
+	stepHistoryErr error
+	revertModel    bool
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -66,11 +77,38 @@ var effectBuffers = sync.Pool{New: func() any { return new([]session.Effect) }}
 // idle session keeps none.
 var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 
-// SessionProps spawns a session actor.
-func SessionProps(deps *Deps, cfg SessionConfig) *actor.Props {
+// SessionProps prepares the session on its open history (cfg.History,
+// with the entries cfg.Restored it held when opened) and returns the props
+// that spawn it. A prompt the history shows in progress (the process
+// stopped in the middle of it) is closed first with an "interrupted"
+// marker; the error is the failure to write that.
+func SessionProps(deps *Deps, cfg SessionConfig) (*actor.Props, error) {
+	entries := cfg.Restored
+	cfg.Restored = nil
+	r := resume(entries, cfg.Model, deps.knownModel)
+	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
+		for i, e := range extra {
+			e.Seq = r.seq + uint64(i) + 1
+		}
+		if err := cfg.History.Append(extra...); err != nil {
+			return nil, err
+		}
+		if err := cfg.History.Sync(); err != nil {
+			return nil, err
+		}
+		deps.Log.Warn().Str("session", cfg.ID).Uint64("seq", r.seq+1).Msg("resumed a session whose last prompt was interrupted; marked it")
+		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
+	}
+	cfg.State.Init(r.model, cfg.Settings.Enabled)
+	incarnation := 0
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &SessionActor{deps: deps, cfg: cfg}
-	}, deps.propsOptions()...)
+		incarnation++
+		a := &SessionActor{deps: deps, cfg: cfg}
+		if incarnation == 1 {
+			a.resumed = &r
+		}
+		return a
+	}, deps.propsOptions()...), nil
 }
 
 // Receive turns the session's messages into inputs of its core.
@@ -79,23 +117,31 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		s.started(ctx)
 	case *messages.PromptRequest:
-		busy := s.core.Busy()
-		s.step(ctx, session.Input{Kind: session.InPrompt, Text: m.GetText()})
-		if !busy {
-			s.waiter = ctx.Sender()
-		}
+		s.prompt(ctx, m)
 	case *messages.CredentialSelected:
 		s.step(ctx, session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()})
 	case *messages.TurnDelta:
 		s.step(ctx, session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()})
 	case *messages.TurnFinished:
+		if !s.core.AwaitsTurn(m.GetTurn()) {
+			break // a turn the session gave up on (aborted, shut down)
+		}
 		msg := m.GetMessage()
 		if msg.GetTimestampMs() == 0 {
 			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 		}
-		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg})
+		err := s.record(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
+		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	case *messages.ToolsFinished:
-		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Results: m.GetResults()})
+		if !s.core.AwaitsTools(m.GetTurn()) {
+			break
+		}
+		entries := make([]*messages.Entry, len(m.GetResults()))
+		for i, r := range m.GetResults() {
+			entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
+		}
+		err := s.record(true, entries...)
+		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
 	case *messages.TaskDue:
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
 	case *messages.UsageLimitReply:
@@ -133,7 +179,9 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.SetModelRequest:
 		ack := s.checkModel(m.GetModel())
 		if ack.GetError() == "" {
-			s.step(ctx, session.Input{Kind: session.InSetModel, Model: m.GetModel()})
+			if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: m.GetModel()}); err != nil {
+				ack.Error = err.Error() // not recorded: the model stays as it was
+			}
 		}
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
@@ -146,7 +194,46 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		s.stopped = true
 		s.step(ctx, session.Input{Kind: session.InStop})
+	case *actor.Stopped:
+		if err := s.cfg.History.Close(); err != nil {
+			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
+		}
 	}
+}
+
+// prompt records a new prompt in the history (a session that is idle),
+// tells a sender that asked for it that the prompt is recorded, and hands
+// it to the core; a prompt that cannot be recorded ends at once with the
+// error.
+func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+	if s.core.Busy() {
+		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
+		return
+	}
+	s.waiter, s.historyErr = ctx.Sender(), nil
+	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
+		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}})
+	if err == "" && m.GetAck() {
+		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
+	}
+	s.step(ctx, session.Input{Kind: session.InPrompt, Err: err})
+}
+
+// record appends entries (to the runtime context too when toRuntime) and
+// syncs the history, as at the end of a turn; it returns the error text
+// of a write that failed ("" when recorded), keeping the error for the
+// prompt's result.
+func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	if err := s.appendSynced(toRuntime, entries...); err != nil {
+		if s.historyErr == nil {
+			s.historyErr = err
+		}
+		return err.Error()
+	}
+	return ""
 }
 
 // chainAttempts is how often a step that panics is tried before the chain
@@ -157,7 +244,9 @@ const chainAttempts = 3
 // those effects answered at once. A step that panics (the retry chain runs
 // the caller's jitter source) is rolled back and tried again; when it keeps
 // panicking the chain is given up and the prompt ends with a clear error.
-func (s *SessionActor) step(ctx actor.Context, in session.Input) {
+//
+// It returns the history write that failed in the course of it, if any.
+func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
 	buf := effectBuffers.Get().(*[]session.Effect)
 	for {
 		now := s.deps.Clock.Now()
@@ -171,6 +260,19 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) {
 			s.execute(ctx, &effects[i])
 		}
 		clear(effects) // drop what the effects point to
+		if err := s.stepHistoryErr; err != nil {
+			// A history write failed: the prompt ends with it (the core
+			// decides how).
+			if s.historyErr == nil {
+				s.historyErr = err
+			}
+			if historyErr == nil {
+				historyErr = err
+			}
+			failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
+			s.pending = append([]session.Input{failed}, s.pending...) // before the answers the step's effects queued
+			s.stepHistoryErr, s.revertModel = nil, false
+		}
 		if len(s.pending) == 0 {
 			break
 		}
@@ -180,6 +282,7 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) {
 	effectBuffers.Put(buf)
 	s.pending = nil
 	s.publishState()
+	return historyErr
 }
 
 // stepContained runs one step, rolled back and tried again when it panics;
@@ -230,12 +333,26 @@ func (s *SessionActor) publishState() {
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
-	s.core = session.New(session.Config{Model: s.cfg.Model, Role: s.cfg.Role, Settings: s.cfg.Settings,
-		Compaction: s.deps.Compaction != nil}, s.newSource())
-	s.cfg.State.Init(s.cfg.Model, s.cfg.Settings.Enabled)
+	r := s.resumed
+	s.resumed = nil
+	if r == nil { // restarted after a panic: the history on disk is the truth
+		entries, err := s.cfg.History.Load()
+		if err != nil {
+			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
+		}
+		rr := resume(entries, s.cfg.Model, s.deps.knownModel)
+		r = &rr
+	}
+	s.runtime, s.historySeq = r.runtime, r.seq
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
+		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
+	if r.primaryCooldownUntilMs > 0 {
+		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
+	}
+	s.core = session.New(cfg, s.newSource())
+	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
 	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
 	s.spawnRetry(ctx)
-	s.restore()
 }
 
 // newSource is the jitter source of the session's retry chain.
@@ -253,36 +370,44 @@ func (s *SessionActor) spawnRetry(ctx actor.Context) {
 		s.deps.propsOptions()...))
 }
 
-// restore loads the persisted history: the runtime context is rebuilt from
-// it without the failed turns (which were stripped when retried) and
-// without model-change entries.
-func (s *SessionActor) restore() {
-	entries, err := s.deps.Store.Load(s.cfg.ID)
-	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
-		return
+// append adds entries to the history, and to the runtime context when
+// toRuntime, all or nothing: after a failed write both are as they were
+// (no seq is spent) and the error is returned.
+func (s *SessionActor) append(toRuntime bool, entries ...*messages.Entry) error {
+	for i, e := range entries {
+		e.Seq = s.historySeq + uint64(i) + 1
 	}
-	for _, e := range entries {
-		s.historySeq = max(s.historySeq, e.GetSeq())
-		if a := e.GetAssistant(); a != nil && isFailure(a) {
-			continue
+	if err := s.cfg.History.Append(entries...); err != nil {
+		for _, e := range entries {
+			e.Seq = 0
 		}
-		if e.GetModelChange() != nil {
-			continue
-		}
-		s.runtime = append(s.runtime, e)
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("append history")
+		return err
 	}
+	s.historySeq += uint64(len(entries))
+	if toRuntime {
+		s.runtime = append(s.runtime, entries...)
+	}
+	return nil
 }
 
-// append adds e to the history, and to the runtime context when toRuntime.
-func (s *SessionActor) append(e *messages.Entry, toRuntime bool) {
-	s.historySeq++
-	e.Seq = s.historySeq
-	if err := s.deps.Store.Append(s.cfg.ID, e); err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("append history")
+// appendSynced is append, then the store's sync (the end of a turn).
+func (s *SessionActor) appendSynced(toRuntime bool, entries ...*messages.Entry) error {
+	if err := s.append(toRuntime, entries...); err != nil {
+		return err
 	}
-	if toRuntime {
-		s.runtime = append(s.runtime, e)
+	err := s.cfg.History.Sync()
+	if err != nil {
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("sync history")
+	}
+	return err
+}
+
+// historyFailed records a history write of this step that failed; once
+// the step's effects are carried out the core learns of it.
+func (s *SessionActor) historyFailed(err error, revertModel bool) {
+	if s.stepHistoryErr == nil {
+		s.stepHistoryErr, s.revertModel = err, revertModel
 	}
 }
 
@@ -309,9 +434,9 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 		}
 		return &messages.MessagesReply{Entries: out}
 	}
-	entries, err := s.deps.Store.Load(s.cfg.ID)
+	entries, err := s.cfg.History.Load()
 	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("load history")
+		return &messages.MessagesReply{Error: err.Error()}
 	}
 	return &messages.MessagesReply{Entries: entries}
 }

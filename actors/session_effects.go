@@ -1,11 +1,13 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/session"
@@ -19,19 +21,18 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	switch e.Kind {
 	case session.Emit:
 		s.emit(&e.Event)
-	case session.AppendUser:
-		s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
-			Text: e.Text, TimestampMs: e.At.UnixMilli()}}}, true)
-	case session.AppendAssistant:
-		s.append(&messages.Entry{Entry: &messages.Entry_Assistant{Assistant: e.Message}}, true)
-	case session.AppendToolResults:
-		for _, r := range e.Results {
-			s.append(&messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}, true)
-		}
 	case session.AppendModelChange:
+		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
+		write := s.append
+		if e.Change.Reason == "user" {
+			write = s.appendSynced
+		}
+		if err := write(false, entry); err != nil {
+			s.historyFailed(err, true) // the model stays as it was
+			return
+		}
 		to := e.Change.To
 		s.cfg.State.model.Store(&to)
-		s.append(&messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}, false)
 	case session.StripTrailingError:
 		if n := len(s.runtime); n > 0 {
 			if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
@@ -115,7 +116,12 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		track.Send(ctx, clk, s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
 	case session.Settle:
 		if s.waiter != nil {
-			ctx.Send(s.waiter, promptResult(e.Result))
+			res := promptResult(e.Result)
+			var he *history.Error
+			if errors.As(s.historyErr, &he) && e.Result.ErrorKind == session.KindHistory {
+				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
+			}
+			ctx.Send(s.waiter, res)
 			s.waiter = nil
 		}
 	case session.RejectPrompt:
@@ -128,7 +134,11 @@ func promptResult(r session.Result) *messages.PromptResult {
 }
 
 func modelChange(c session.ModelChange) *messages.ModelChange {
-	return &messages.ModelChange{From: c.From, To: c.To, Role: c.Role, Reason: c.Reason}
+	m := &messages.ModelChange{From: c.From, To: c.To, Role: c.Role, Reason: c.Reason, Pinned: c.Pinned}
+	if !c.PrimaryUntil.IsZero() {
+		m.PrimaryCooldownUntilMs = c.PrimaryUntil.UnixMilli()
+	}
+	return m
 }
 
 // emit publishes one event to the subscribers, in the wire format; with

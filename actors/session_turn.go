@@ -209,3 +209,13 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 		track.Send(root, clk, self, done)
 	}()
 }
+
+func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
+	var out []*messages.ToolCall
+	for _, b := range msg.GetContent() {
+		if c := b.GetToolCall(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -33,6 +33,7 @@ import (
 	"unicode"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
@@ -56,6 +57,10 @@ type Config struct {
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
 	HistoryDir string
+	// HistorySync ("history_sync") is when history files are synced to
+	// disk: "turn" (the default when empty), "entry" or "none"; see
+	// musepi.WithHistorySync.
+	HistorySync string
 	// RequestTimeout ("request_timeout_ms") bounds each LLM call, from
 	// sending the request to the end of the stream. Default 0: no limit.
 	RequestTimeout time.Duration
@@ -260,6 +265,10 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 	if dir != "" {
 		opts = append(opts, musepi.WithHistoryDir(dir))
 	}
+	if c.HistorySync != "" {
+		policy, _ := history.ParseSync(c.HistorySync) // checked above
+		opts = append(opts, musepi.WithHistorySync(policy))
+	}
 	return append(opts, extra...), nil
 }
 
@@ -320,6 +329,11 @@ func (c *Config) check() (map[string][]string, []Problem) {
 	}
 	if _, err := c.HistoryPath(); err != nil {
 		v.add("history_dir", "%v", err)
+	}
+	if c.HistorySync != "" {
+		if _, err := history.ParseSync(c.HistorySync); err != nil {
+			v.add("history_sync", `want "turn", "entry" or "none", got %q`, c.HistorySync)
+		}
 	}
 	if len(c.Providers) == 0 {
 		v.add("providers", "at least one provider is required (a [providers.NAME] table)")

@@ -81,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, max_response_bytes, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models)", only: true},
@@ -133,6 +133,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "model name with a newline", prov: "[providers.openai]\nkind = \"openai\"\nmodels = [\"gpt-4o\", \"gpt\\n4\"]\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.models[1]", msg: "control character U+000A", only: true},
 		{name: "credential name with an escape", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"ma\\u001bin\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.credentials[0].name", msg: "control character U+001B", only: true},
 		{name: "api key with a newline", prov: openaiProvider + cred("nl", "MUSEPI_TEST_NEWLINE_KEY"), key: "providers.openai.credentials[1].api_key_env", msg: "environment variable MUSEPI_TEST_NEWLINE_KEY holds a newline or other control character inside the key", only: true},
+		{name: "history_sync unknown", top: "default_model = \"openai/gpt-4o\"\nhistory_sync = \"always\"", key: "history_sync", msg: `want "turn", "entry" or "none", got "always"`, only: true},
 		{name: "history_dir ~user", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = \"~bob/sessions\"", key: "history_dir", msg: `only a leading "~" or "~/" is expanded`, only: true},
 		{name: "no providers", prov: "-", key: "providers", msg: "at least one provider is required"},
 		{name: "no providers: default_model", prov: "-", key: "default_model", msg: `provider "openai" is not configured (no providers are configured)`},
@@ -279,6 +280,7 @@ const exampleConfig = `
 default_model = "openai/gpt-4o"     # "provider/model"
 auto_redeem = false
 history_dir = "~/.local/state/musepi/sessions"   # "" = in memory
+history_sync = "turn"                             # fsync after each turn ("entry", "none")
 request_timeout_ms = 600000
 
 [providers.openai]
@@ -326,6 +328,7 @@ func TestExample(t *testing.T) {
 	want := &Config{
 		DefaultModel:      "openai/gpt-4o",
 		HistoryDir:        "~/.local/state/musepi/sessions",
+		HistorySync:       "turn",
 		RequestTimeout:    10 * time.Minute,
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout,
 		MaxResponseBytes:  musepi.DefaultMaxResponseBytes,

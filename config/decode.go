@@ -48,6 +48,7 @@ func decode(root map[string]any) (*Config, []Problem) {
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
 	t.str("history_dir", &c.HistoryDir)
+	t.str("history_sync", &c.HistorySync)
 	t.millis("request_timeout_ms", &c.RequestTimeout)
 	t.millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
 	t.count("max_response_bytes", &c.MaxResponseBytes)

@@ -5,26 +5,70 @@ package history
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/musepi/musepi/messages"
 )
 
 // Store keeps the persisted history of sessions. Implementations are safe
-// for concurrent use; a session appends only from its own actor.
+// for concurrent use.
 type Store interface {
-	// Append adds entries to the end of session's history.
-	Append(session string, entries ...*messages.Entry) error
-	// Load returns session's whole history, oldest first (empty if none).
-	Load(session string) ([]*messages.Entry, error)
-	// Close flushes and releases the store; later calls fail with ErrClosed.
+	// Open opens session's history for appending and returns the entries
+	// it holds, oldest first (none for a new session). The session has one
+	// writer: until the Log is closed, opening it again (from this or
+	// another process) fails with ErrLocked. Invalid content fails with an
+	// *Error naming the line, and nothing is written.
+	Open(session string) (Log, []*messages.Entry, error)
+	// Close releases the store; later calls fail with ErrClosed.
 	Close() error
 }
 
-// ErrClosed is returned by a closed store.
-var ErrClosed = errors.New("history: store closed")
+// Log is one open session history, written by one session actor.
+type Log interface {
+	// Append adds entries at the end, all or nothing: after an error the
+	// history is as it was before the call, and a later Append may succeed
+	// (once the disk has room again).
+	Append(entries ...*messages.Entry) error
+	// Sync makes what was appended durable, as the store's Sync policy says
+	// (a no-op under SyncNone and for memory).
+	Sync() error
+	// Load returns the whole history, oldest first.
+	Load() ([]*messages.Entry, error)
+	// Close releases the session for another writer.
+	Close() error
+}
 
-// ErrBadSessionID is returned for a session id that cannot name a file.
-var ErrBadSessionID = errors.New("history: bad session id")
+// Errors an *Error wraps; test with errors.Is.
+var (
+	// ErrClosed is returned by a closed store or log.
+	ErrClosed = errors.New("store closed")
+	// ErrBadSessionID is returned for a session id that cannot name a file.
+	ErrBadSessionID = errors.New("bad session id")
+	// ErrLocked is returned when another writer holds the session open.
+	ErrLocked = errors.New("session is open in another process")
+	// ErrInvalid is returned for content that is not a valid history.
+	ErrInvalid = errors.New("invalid history")
+)
+
+// Error is a failed history operation. Callers test it with errors.As (to
+// read the file and line) or errors.Is (for the cause: ErrLocked,
+// ErrInvalid, fs.ErrPermission, syscall.ENOSPC, ...).
+type Error struct {
+	Op   string // "open", "append", "sync", "load", "close", "repair"
+	Path string // the history file (or the session id for memory)
+	Line int    // 1-based line of invalid content; 0 when not about a line
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("history: %s %s: line %d: %v", e.Op, e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("history: %s %s: %v", e.Op, e.Path, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
 
 // ValidSessionID reports whether id is usable: 1-128 characters of
 // letters, digits, '-', '_' and '.', not starting with '.'.

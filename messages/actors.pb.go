@@ -24,8 +24,11 @@ const (
 // PromptRequest starts a prompt; the session answers PromptResult when the
 // prompt has settled (all retries and post-prompt tasks done).
 type PromptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// ack: send PromptAccepted to the sender once the prompt is recorded in
+	// the history (before the PromptResult).
+	Ack           bool `protobuf:"varint,2,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -67,20 +70,74 @@ func (x *PromptRequest) GetText() string {
 	return ""
 }
 
+func (x *PromptRequest) GetAck() bool {
+	if x != nil {
+		return x.Ack
+	}
+	return false
+}
+
+// PromptAccepted tells a PromptRequest's sender (with ack) that the prompt
+// is recorded in the history and running.
+type PromptAccepted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptAccepted) Reset() {
+	*x = PromptAccepted{}
+	mi := &file_actors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptAccepted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptAccepted) ProtoMessage() {}
+
+func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptAccepted.ProtoReflect.Descriptor instead.
+func (*PromptAccepted) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PromptAccepted) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // PromptResult answers PromptRequest.
 type PromptResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`                      // the last assistant message, if any
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`                          // empty on success
-	ErrorKind     string                 `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown"
+	ErrorKind     string                 `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown", "history"
+	History       *HistoryFailure        `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`                      // with error_kind "history": the write that failed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +149,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +162,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PromptResult) GetGeneration() uint64 {
@@ -136,6 +193,74 @@ func (x *PromptResult) GetErrorKind() string {
 	return ""
 }
 
+func (x *PromptResult) GetHistory() *HistoryFailure {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// HistoryFailure is a history write that failed and ended a prompt.
+type HistoryFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`       // "append" or "sync"
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`   // the history file
+	Cause         string                 `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"` // why, e.g. "write ...: no space left on device"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryFailure) Reset() {
+	*x = HistoryFailure{}
+	mi := &file_actors_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryFailure) ProtoMessage() {}
+
+func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryFailure.ProtoReflect.Descriptor instead.
+func (*HistoryFailure) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HistoryFailure) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *HistoryFailure) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HistoryFailure) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 // AbortRequest is the global abort: cancels a pending retry, then the
 // stream. With edit_guard, it is the streaming-edit guard aborting the
 // stream: the turn settles and is not retried, and no retry is cancelled.
@@ -148,7 +273,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -160,7 +285,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -173,7 +298,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AbortRequest) GetEditGuard() bool {
@@ -192,7 +317,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +329,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +342,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_actors_proto_rawDescGZIP(), []int{5}
 }
 
 // SetAutoRetryRequest writes retry.enabled.
@@ -230,7 +355,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +367,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +380,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetAutoRetryRequest) GetEnabled() bool {
@@ -275,7 +400,7 @@ type SetModelRequest struct {
 
 func (x *SetModelRequest) Reset() {
 	*x = SetModelRequest{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +412,7 @@ func (x *SetModelRequest) String() string {
 func (*SetModelRequest) ProtoMessage() {}
 
 func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +425,7 @@ func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
 func (*SetModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetModelRequest) GetModel() string {
@@ -320,7 +445,7 @@ type MessagesRequest struct {
 
 func (x *MessagesRequest) Reset() {
 	*x = MessagesRequest{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +457,7 @@ func (x *MessagesRequest) String() string {
 func (*MessagesRequest) ProtoMessage() {}
 
 func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +470,7 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
 func (*MessagesRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MessagesRequest) GetHistory() bool {
@@ -359,13 +484,14 @@ func (x *MessagesRequest) GetHistory() bool {
 type MessagesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // the history could not be read
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessagesReply) Reset() {
 	*x = MessagesReply{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +503,7 @@ func (x *MessagesReply) String() string {
 func (*MessagesReply) ProtoMessage() {}
 
 func (x *MessagesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +516,7 @@ func (x *MessagesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesReply.ProtoReflect.Descriptor instead.
 func (*MessagesReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MessagesReply) GetEntries() []*Entry {
@@ -398,6 +524,13 @@ func (x *MessagesReply) GetEntries() []*Entry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *MessagesReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // Ack answers a command that has nothing else to say.
@@ -410,7 +543,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +555,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +568,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetError() string {
@@ -457,7 +590,7 @@ type TurnDelta struct {
 
 func (x *TurnDelta) Reset() {
 	*x = TurnDelta{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +602,7 @@ func (x *TurnDelta) String() string {
 func (*TurnDelta) ProtoMessage() {}
 
 func (x *TurnDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +615,7 @@ func (x *TurnDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDelta.ProtoReflect.Descriptor instead.
 func (*TurnDelta) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TurnDelta) GetTurn() uint64 {
@@ -517,7 +650,7 @@ type TurnFinished struct {
 
 func (x *TurnFinished) Reset() {
 	*x = TurnFinished{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +662,7 @@ func (x *TurnFinished) String() string {
 func (*TurnFinished) ProtoMessage() {}
 
 func (x *TurnFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +675,7 @@ func (x *TurnFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFinished.ProtoReflect.Descriptor instead.
 func (*TurnFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TurnFinished) GetTurn() uint64 {
@@ -570,7 +703,7 @@ type ToolsFinished struct {
 
 func (x *ToolsFinished) Reset() {
 	*x = ToolsFinished{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +715,7 @@ func (x *ToolsFinished) String() string {
 func (*ToolsFinished) ProtoMessage() {}
 
 func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +728,7 @@ func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsFinished.ProtoReflect.Descriptor instead.
 func (*ToolsFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolsFinished) GetTurn() uint64 {
@@ -629,7 +762,7 @@ type ArmRetryTimer struct {
 
 func (x *ArmRetryTimer) Reset() {
 	*x = ArmRetryTimer{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +774,7 @@ func (x *ArmRetryTimer) String() string {
 func (*ArmRetryTimer) ProtoMessage() {}
 
 func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +787,7 @@ func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmRetryTimer.ProtoReflect.Descriptor instead.
 func (*ArmRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ArmRetryTimer) GetDelayNs() int64 {
@@ -702,7 +835,7 @@ type CancelRetryTimer struct {
 
 func (x *CancelRetryTimer) Reset() {
 	*x = CancelRetryTimer{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +847,7 @@ func (x *CancelRetryTimer) String() string {
 func (*CancelRetryTimer) ProtoMessage() {}
 
 func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +860,7 @@ func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
 func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRetryTimer) GetToken() uint64 {
@@ -747,7 +880,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +892,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +905,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -792,7 +925,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +937,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +950,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -840,7 +973,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +985,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +998,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -903,7 +1036,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1048,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1061,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -977,7 +1110,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1122,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1135,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1026,7 +1159,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1171,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1184,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1095,7 +1228,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1240,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1253,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1148,7 +1281,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1293,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1306,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1192,7 +1325,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1337,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1350,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1233,7 +1366,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1378,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1391,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1300,7 +1433,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1445,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1458,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1352,7 +1485,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1497,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1510,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1404,7 +1537,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1549,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1562,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -1496,7 +1629,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1641,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1654,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -1581,7 +1714,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1726,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1739,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -1656,7 +1789,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +1801,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +1814,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -1715,7 +1848,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1860,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1873,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -1762,7 +1895,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1907,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1920,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -1815,9 +1948,14 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"#\n" +
+	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x9a\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
+	"\x03ack\x18\x02 \x01(\bR\x03ack\"0\n" +
+	"\x0ePromptAccepted\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"\xcf\x01\n" +
 	"\fPromptResult\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -1825,7 +1963,12 @@ const file_actors_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_kind\x18\x04 \x01(\tR\terrorKind\"-\n" +
+	"error_kind\x18\x04 \x01(\tR\terrorKind\x123\n" +
+	"\ahistory\x18\x05 \x01(\v2\x19.musepi.v1.HistoryFailureR\ahistory\"J\n" +
+	"\x0eHistoryFailure\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"-\n" +
 	"\fAbortRequest\x12\x1d\n" +
 	"\n" +
 	"edit_guard\x18\x01 \x01(\bR\teditGuard\"\x13\n" +
@@ -1835,9 +1978,10 @@ const file_actors_proto_rawDesc = "" +
 	"\x0fSetModelRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"+\n" +
 	"\x0fMessagesRequest\x12\x18\n" +
-	"\ahistory\x18\x01 \x01(\bR\ahistory\";\n" +
+	"\ahistory\x18\x01 \x01(\bR\ahistory\"Q\n" +
 	"\rMessagesReply\x12*\n" +
-	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\"\x1b\n" +
+	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"G\n" +
 	"\tTurnDelta\x12\x12\n" +
@@ -1964,55 +2108,58 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
-	(*PromptResult)(nil),            // 1: musepi.v1.PromptResult
-	(*AbortRequest)(nil),            // 2: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 3: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 4: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 5: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 6: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 7: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 8: musepi.v1.Ack
-	(*TurnDelta)(nil),               // 9: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),            // 10: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 11: musepi.v1.ToolsFinished
-	(*ArmRetryTimer)(nil),           // 12: musepi.v1.ArmRetryTimer
-	(*CancelRetryTimer)(nil),        // 13: musepi.v1.CancelRetryTimer
-	(*SelectCredential)(nil),        // 14: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 15: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),   // 16: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 17: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 18: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 19: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 20: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 21: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 22: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 23: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 24: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 25: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 26: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 27: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 28: musepi.v1.ScheduleTask
-	(*TaskDue)(nil),                 // 29: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 30: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 31: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),        // 32: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 33: musepi.v1.Entry
-	(*ToolResult)(nil),              // 34: musepi.v1.ToolResult
+	(*PromptAccepted)(nil),          // 1: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),            // 2: musepi.v1.PromptResult
+	(*HistoryFailure)(nil),          // 3: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),            // 4: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 5: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 6: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 7: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 8: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 9: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 10: musepi.v1.Ack
+	(*TurnDelta)(nil),               // 11: musepi.v1.TurnDelta
+	(*TurnFinished)(nil),            // 12: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 13: musepi.v1.ToolsFinished
+	(*ArmRetryTimer)(nil),           // 14: musepi.v1.ArmRetryTimer
+	(*CancelRetryTimer)(nil),        // 15: musepi.v1.CancelRetryTimer
+	(*SelectCredential)(nil),        // 16: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 17: musepi.v1.CredentialSelected
+	(*MarkUsageLimitReached)(nil),   // 18: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 19: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 20: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 21: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 22: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 23: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 24: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 25: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 26: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 27: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 28: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 29: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 30: musepi.v1.ScheduleTask
+	(*TaskDue)(nil),                 // 31: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 32: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 33: musepi.v1.CompactionFinished
+	(*AssistantMessage)(nil),        // 34: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 35: musepi.v1.Entry
+	(*ToolResult)(nil),              // 36: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	32, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	33, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	32, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	34, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	33, // 4: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	34, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	3,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
+	35, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	34, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	36, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	35, // 5: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2028,7 +2175,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -283,13 +283,19 @@ func (x *RetryFallbackSucceeded) GetRole() string {
 
 // ModelChange is a history entry: the session's model changed.
 type ModelChange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
-	Role          string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // "fallback", "revert" or "user"
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To     string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	Role   string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Reason string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // "fallback", "revert" or "user"
+	// pinned: the fallback stays until the user changes the model (a
+	// refusal); restored with the model when the session resumes.
+	Pinned bool `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// primary_cooldown_until_ms is when a fallback may revert to the primary
+	// model (cooldown-expiry policy); 0 if unknown.
+	PrimaryCooldownUntilMs int64 `protobuf:"varint,6,opt,name=primary_cooldown_until_ms,json=primaryCooldownUntilMs,proto3" json:"primary_cooldown_until_ms,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ModelChange) Reset() {
@@ -348,6 +354,20 @@ func (x *ModelChange) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ModelChange) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *ModelChange) GetPrimaryCooldownUntilMs() int64 {
+	if x != nil {
+		return x.PrimaryCooldownUntilMs
+	}
+	return 0
 }
 
 // AgentStart is emitted when a prompt (or a scheduled continue) starts a run.
@@ -989,12 +1009,14 @@ const file_events_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\tR\x04role\"B\n" +
 	"\x16RetryFallbackSucceeded\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04role\"]\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\"\xb0\x01\n" +
 	"\vModelChange\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\",\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x129\n" +
+	"\x19primary_cooldown_until_ms\x18\x06 \x01(\x03R\x16primaryCooldownUntilMs\",\n" +
 	"\n" +
 	"AgentStart\x12\x1e\n" +
 	"\n" +

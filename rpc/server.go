@@ -69,7 +69,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader) error {
 	if err := s.startSession(ctx); err != nil {
 		return err
 	}
-	lines := make(chan []byte)
+	lines := make(chan inputLine)
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.readLines(ctx, in, lines) }()
 	var err error
@@ -81,7 +81,12 @@ loop:
 				err = <-readErr
 				break loop
 			}
-			s.handle(ctx, line)
+			if line.tooLong > 0 {
+				id, typ := exactFields(line.data)
+				s.respondError(id, typ, fmt.Sprintf("line longer than %d bytes (the --max-line limit)", line.tooLong))
+				continue
+			}
+			s.handle(ctx, line.data)
 		case <-ctx.Done():
 			break loop
 		}
@@ -117,10 +122,16 @@ func (s *Server) waitSettledWritten(limit time.Duration) {
 	}
 }
 
-// readLines sends each input line (without its newline); an over-long
-// line is answered with an error, carrying the id and command its prefix
-// holds, and skipped.
-func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- []byte) error {
+// inputLine is one input line (without its newline), or the prefix of one
+// longer than tooLong bytes, answered in its turn with an error carrying
+// the id and command the prefix holds.
+type inputLine struct {
+	data    []byte
+	tooLong int
+}
+
+// readLines sends each input line, in order.
+func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- inputLine) error {
 	defer close(out)
 	max := s.MaxLine
 	if max <= 0 {
@@ -129,12 +140,13 @@ func (s *Server) readLines(ctx context.Context, in io.Reader, out chan<- []byte)
 	r := bufio.NewReaderSize(in, 64*1024)
 	for {
 		line, tooLong, err := readLine(r, max)
+		item := inputLine{data: line}
 		if tooLong {
-			id, typ := exactFields(line)
-			s.respondError(id, typ, fmt.Sprintf("line longer than %d bytes (the --max-line limit)", max))
-		} else if len(bytes.TrimSpace(line)) > 0 {
+			item.tooLong = max
+		}
+		if tooLong || len(bytes.TrimSpace(line)) > 0 {
 			select {
-			case out <- line:
+			case out <- item:
 			case <-ctx.Done():
 				return nil
 			}
@@ -358,35 +370,40 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 		return nil, fmt.Errorf("prompt of %d bytes rejected: %w", len(c.Message), err)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.prompting {
+		s.mu.Unlock()
 		return nil, errors.New("a prompt is already running; send abort or wait for agent_settled")
 	}
 	s.prompting = true
 	s.started++
 	s.prompts.Add(1)
 	sess := s.session
-	go func() {
-		defer s.prompts.Done()
-		_, err := sess.Prompt(context.WithoutCancel(ctx), c.Message)
-		var settledBySession *musepi.PromptError
-		switch {
-		case err == nil:
-		case errors.As(err, &settledBySession):
-			s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
-		default:
-			// The session never took the prompt (a runtime limit, a closed
-			// session), so no agent_settled will come from it: the client
-			// still gets one.
-			s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
-			s.writeEvent(musepi.Event{SessionID: sess.ID(), Type: "agent_settled",
-				Payload: &messages.AgentSettled{Success: false, Error: err.Error()}})
-		}
-		s.mu.Lock()
-		s.prompting = false
-		s.mu.Unlock()
-	}()
-	return nil, nil
+	s.mu.Unlock()
+	// The response waits until the session has recorded the prompt in its
+	// history, so that a success means it is kept; a prompt that could not
+	// be recorded gets an error response naming the file.
+	accepted := make(chan error, 1)
+	sess.Submit(context.WithoutCancel(ctx), c.Message, func(err error) { accepted <- err },
+		func(_ *messages.AssistantMessage, err error) {
+			var settledBySession *musepi.PromptError
+			switch {
+			case err == nil:
+			case errors.As(err, &settledBySession):
+				s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
+			default:
+				// The session never took the prompt (a runtime limit, a closed
+				// session), so no agent_settled will come from it: the client
+				// still gets one.
+				s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
+				s.writeEvent(musepi.Event{SessionID: sess.ID(), Type: "agent_settled",
+					Payload: &messages.AgentSettled{Success: false, Error: err.Error()}})
+			}
+			s.mu.Lock()
+			s.prompting = false
+			s.mu.Unlock()
+			s.prompts.Done()
+		})
+	return nil, <-accepted
 }
 
 func (s *Server) abort(context.Context, []byte) (any, error) {

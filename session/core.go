@@ -53,6 +53,11 @@ type Config struct {
 	Model    string // primary "provider/model"
 	Role     string // model role for fallback chains ("default")
 	Settings retry.Settings
+	// Where a resumed session stood: the model in use ("" is Model), whether
+	// it is a pinned fallback, and when it may revert to the primary.
+	InUse        string
+	Pinned       bool
+	PrimaryUntil time.Time
 	// Compaction says a compaction hook is installed; without one a context
 	// overflow ends the prompt after compaction_required.
 	Compaction bool
@@ -71,8 +76,9 @@ type Core struct {
 	continuing bool   // the turn being started is a retry's continue
 	aborts     retry.AbortState
 
-	model         string // "provider/model" in use
-	pinned        bool   // the fallback model is pinned (refusal)
+	model         string     // "provider/model" in use
+	pinned        bool       // the fallback model is pinned (refusal)
+	beforeChange  modelState // what the last model change replaced, to undo it
 	askPin        bool   // the pending fallback ask pins
 	primaryUntil  time.Time
 	credential    string
@@ -93,7 +99,12 @@ var chainBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
-	return &Core{cfg: cfg, src: src, chain: retry.NewChain(src), model: cfg.Model}
+	c := &Core{cfg: cfg, src: src, chain: retry.NewChain(src), model: cfg.Model,
+		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil}
+	if cfg.InUse != "" {
+		c.model = cfg.InUse
+	}
+	return c
 }
 
 // Snapshot is a copy of a core's state, taken before a step that may
@@ -130,6 +141,14 @@ func (c *Core) Model() string { return c.model }
 // Credential is the credential the last turn used.
 func (c *Core) Credential() string { return c.credential }
 
+// AwaitsTurn reports whether the session waits for the end of turn (its
+// stream), and AwaitsTools whether it waits for turn's tools: what they
+// bring is recorded only then.
+func (c *Core) AwaitsTurn(turn uint64) bool { return turn == c.turn && c.state == Streaming }
+
+// AwaitsTools reports whether the session waits for the tools of turn.
+func (c *Core) AwaitsTools(turn uint64) bool { return turn == c.turn && c.state == RunningTools }
+
 // Generation is the current prompt generation.
 func (c *Core) Generation() uint64 { return c.gen }
 
@@ -143,7 +162,7 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	defer func() { c.out = nil }()
 	switch in.Kind {
 	case InPrompt:
-		c.prompt(in.Text)
+		c.prompt(in.Err)
 	case InCredentialSelected:
 		c.credentialSelected(in.Credential)
 	case InTurnDelta:
@@ -152,11 +171,11 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		}
 	case InTurnEnded:
 		if in.Turn == c.turn && c.state == Streaming {
-			c.turnEnded(in.Message)
+			c.turnEnded(in.Message, in.Err)
 		}
 	case InToolsDone:
 		if in.Turn == c.turn && c.state == RunningTools {
-			c.toolsDone(in.Results)
+			c.toolsDone(in.Err)
 		}
 	case InBackoffDone:
 		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
@@ -174,9 +193,11 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	case InSetAutoRetry:
 		c.cfg.Settings.Enabled = in.Enabled
 	case InSetModel:
+		before := c.modelState()
 		c.cfg.Model = in.Model
 		c.pinned = false
 		c.switchModel(in.Model, "user")
+		c.beforeChange = before
 	case InCompactionDone:
 		if in.Generation == c.gen && c.state == Compacting {
 			c.compactionDone(in.Context, in.Err)
@@ -185,6 +206,8 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.stop()
 	case InChainFailed:
 		c.chainFailed(in.Err)
+	case InHistoryFailed:
+		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
 			c.credential = in.Credential
@@ -199,6 +222,13 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.stepChain(chainInput(in, now))
 	}
 	return c.out
+}
+
+// modelState is the model part of a core: in use, primary, pinning.
+type modelState struct {
+	model, primary string
+	pinned         bool
+	primaryUntil   time.Time
 }
 
 // chainInput maps the inputs the retry chain answers to retry.Input.
@@ -220,7 +250,9 @@ func chainInput(in Input, now time.Time) retry.Input {
 	return r
 }
 
-func (c *Core) prompt(text string) {
+// prompt starts a prompt the owner has recorded (historyErr: it could
+// not, and the prompt ends at once with that error).
+func (c *Core) prompt(historyErr string) {
 	if c.state != Idle {
 		c.add(Effect{Kind: RejectPrompt, Result: Result{Generation: c.gen, ErrorKind: KindBusy,
 			Error: "a prompt is already running; abort it or wait for it to settle"}})
@@ -229,8 +261,12 @@ func (c *Core) prompt(text string) {
 	c.gen++
 	c.aborts = retry.AbortState{}
 	c.last, c.failure, c.failureKind = nil, "", ""
+	if historyErr != "" {
+		c.failureKind, c.failure = KindHistory, historyErr
+		c.settle()
+		return
+	}
 	c.maybeRevert()
-	c.add(Effect{Kind: AppendUser, Text: text, At: c.now})
 	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
 	c.continuing = false
 	c.selectCredential()
@@ -260,10 +296,12 @@ func (c *Core) startTurn() {
 	c.add(Effect{Kind: StartTurn, Turn: c.turn, Model: c.model, Credential: c.credential})
 }
 
-func (c *Core) turnEnded(msg *messages.AssistantMessage) {
+// turnEnded takes a turn's message, which the owner has recorded
+// (historyErr: it could not).
+func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.last = msg
-	c.add(Effect{Kind: AppendAssistant, Message: msg})
 	c.emit(Event{Kind: EventMessageEnd, Message: msg})
+	c.recordFailed(historyErr)
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
 		if !c.chain.IsRetrying() {
 			c.runTools(calls)
@@ -282,10 +320,10 @@ func (c *Core) runTools(calls []*messages.ToolCall) {
 	c.add(Effect{Kind: RunTools, Turn: c.turn, Calls: calls})
 }
 
-func (c *Core) toolsDone(results []*messages.ToolResult) {
-	if len(results) > 0 {
-		c.add(Effect{Kind: AppendToolResults, Results: results})
-	}
+// toolsDone takes the results of a turn's tools, which the owner has
+// recorded (historyErr: it could not).
+func (c *Core) toolsDone(historyErr string) {
+	c.recordFailed(historyErr)
 	if c.aborts.User {
 		c.decide(c.last)
 		return
@@ -357,7 +395,7 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.attempt = e.Start.Attempt
 		c.emit(Event{Kind: EventAutoRetryStart, Start: e.Start})
 	case retry.EmitEnd:
-		if !e.End.Success {
+		if !e.End.Success && c.failureKind != KindHistory {
 			c.failure = e.End.FinalError
 			if c.failure == retry.RetryCancelled && c.failureKind == "" {
 				c.failureKind = KindRetryCancelled
@@ -365,8 +403,10 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		}
 		c.emit(Event{Kind: EventAutoRetryEnd, End: e.End})
 	case retry.EmitFallbackApplied:
+		before := c.modelState()
 		c.pinned = c.askPin
 		c.switchModel(e.Fallback.To, "fallback")
+		c.beforeChange = before
 		c.emit(Event{Kind: EventFallbackApplied, Fallback: e.Fallback})
 	case retry.EmitFallbackSucceeded:
 		c.emit(Event{Kind: EventFallbackSucceeded, Fallback: e.Fallback})
@@ -485,6 +525,42 @@ func (c *Core) chainFailed(reason string) {
 	c.settle()
 }
 
+func (c *Core) modelState() modelState {
+	return modelState{model: c.model, primary: c.cfg.Model, pinned: c.pinned, primaryUntil: c.primaryUntil}
+}
+
+// recordFailed ends the prompt when the owner could not record what the
+// input brought (historyErr non-empty): an open retry chain ends, and the
+// turn settles as under a user abort, nothing retried.
+func (c *Core) recordFailed(historyErr string) {
+	if historyErr == "" {
+		return
+	}
+	if c.failureKind != KindHistory {
+		c.failureKind, c.failure = KindHistory, historyErr
+	}
+	c.aborts.User = true
+	c.stepChain(retry.Input{Kind: retry.InputAbort, Now: c.now})
+}
+
+// historyFailed ends the running prompt because its history could not be
+// written: like a user abort (the stream is cancelled, an open retry chain
+// ends, nothing is retried), but the prompt's error is err. A model change
+// that could not be written is undone first.
+func (c *Core) historyFailed(err string, revert bool) {
+	if revert {
+		b := c.beforeChange
+		c.model, c.cfg.Model, c.pinned, c.primaryUntil = b.model, b.primary, b.pinned, b.primaryUntil
+	}
+	if c.state == Idle {
+		return
+	}
+	c.recordFailed(err)
+	if c.state == SelectingCredential {
+		c.settle()
+	}
+}
+
 // settle answers the prompt once nothing of it is left.
 func (c *Core) settle() {
 	c.state = Idle
@@ -516,7 +592,8 @@ func (c *Core) switchModel(to, reason string) {
 	if to == c.model {
 		return
 	}
-	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason}
+	c.beforeChange = c.modelState()
+	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 	c.model = to
 	c.add(Effect{Kind: AppendModelChange, Change: change})
 	c.emit(Event{Kind: EventModelChange, Change: change})

@@ -54,14 +54,13 @@ func TestScripts(t *testing.T) {
 
 // script is a Core under test and what the script said so far.
 type script struct {
-	t        *testing.T
-	core     *Core
-	cfg      Config
-	now      time.Time
-	token    uint64 // of the last timer or ask
-	turn     uint64 // of the last turn started
-	buf      []Effect
-	settings []string
+	t     *testing.T
+	core  *Core
+	cfg   Config
+	now   time.Time
+	token uint64 // of the last timer or ask
+	turn  uint64 // of the last turn started
+	buf   []Effect
 }
 
 // runScript runs the inputs of a script and returns it with the effects
@@ -103,8 +102,10 @@ func (sc *script) input(line string) []string {
 		}
 		sc.now = sc.now.Add(d)
 		return nil
-	case "prompt":
-		in = Input{Kind: InPrompt, Text: arg}
+	case "prompt": // recorded by the owner
+		in = Input{Kind: InPrompt}
+	case "prompt-unrecorded": // the owner could not record it
+		in = Input{Kind: InPrompt, Err: arg}
 	case "credential":
 		in = Input{Kind: InCredentialSelected, Credential: arg}
 	case "delta":
@@ -112,8 +113,11 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InTurnDelta, Turn: sc.turn, DeltaKind: kind, Delta: text}
 	case "turn-end":
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(args)}
+	case "turn-end-unrecorded": // the owner could not record the message: "KIND ... | ERROR"
+		kind, errText, _ := strings.Cut(arg, " | ")
+		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(strings.Fields(kind)), Err: errText}
 	case "tools-done":
-		in = Input{Kind: InToolsDone, Turn: sc.turn, Results: []*messages.ToolResult{{ToolCallId: "call_1", Output: "ok"}}}
+		in = Input{Kind: InToolsDone, Turn: sc.turn}
 	case "backoff-done":
 		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation()}
 	case "abort":
@@ -155,6 +159,10 @@ func (sc *script) input(line string) []string {
 		}
 	case "stop":
 		in = Input{Kind: InStop}
+	case "history-failed":
+		in = Input{Kind: InHistoryFailed, Err: arg}
+	case "history-failed-revert":
+		in = Input{Kind: InHistoryFailed, Err: arg, RevertModel: true}
 	default:
 		sc.t.Fatalf("unknown command %q", line)
 	}
@@ -235,10 +243,6 @@ func (sc *script) render(e Effect) string {
 	switch e.Kind {
 	case Emit:
 		return "emit " + renderEvent(e.Event)
-	case AppendUser:
-		return fmt.Sprintf("append-user %q", e.Text)
-	case AppendAssistant:
-		return "append-assistant " + e.Message.GetStopReason().String()
 	case AppendModelChange:
 		return fmt.Sprintf("append-model-change %s -> %s (%s)", e.Change.From, e.Change.To, e.Change.Reason)
 	case SelectCredential, ResetProviderSession, DropBudgetHold, ReleaseSession:

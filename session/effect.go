@@ -14,14 +14,9 @@ type EffectKind uint8
 const (
 	// Emit publishes Event to the session's subscribers.
 	Emit EffectKind = iota + 1
-	// AppendUser persists the user prompt Text (at At) and adds it to the
-	// runtime context.
-	AppendUser
-	// AppendAssistant persists Message and adds it to the runtime context.
-	AppendAssistant
-	// AppendToolResults persists Results and adds them to the runtime context.
-	AppendToolResults
-	// AppendModelChange persists Change (history only, never sent to a model).
+	// AppendModelChange persists Change (history only, never sent to a
+	// model). The conversation itself (prompts, messages, tool results) is
+	// recorded by the owner as it arrives, before the core is told.
 	AppendModelChange
 	// StripTrailingError removes the trailing assistant error from the
 	// runtime context; it stays in the history.
@@ -78,8 +73,7 @@ const (
 )
 
 var effectNames = [...]string{
-	Emit: "emit", AppendUser: "append-user", AppendAssistant: "append-assistant",
-	AppendToolResults: "append-tool-results", AppendModelChange: "append-model-change",
+	Emit: "emit", AppendModelChange: "append-model-change",
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
 	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
 	RunTools: "run-tools", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
@@ -127,10 +121,13 @@ type Effect struct {
 	Result        Result
 }
 
-// ModelChange is a switch of the session's model.
+// ModelChange is a switch of the session's model, with what a resumed
+// session needs to stand where this one stood after it.
 type ModelChange struct {
 	From, To, Role string
-	Reason         string // "fallback", "revert" or "user"
+	Reason         string    // "fallback", "revert" or "user"
+	Pinned         bool      // To is a pinned fallback (never reverted)
+	PrimaryUntil   time.Time // when a fallback may revert to the primary
 }
 
 // EventKind is the type of a session event.
@@ -193,6 +190,7 @@ const (
 	KindContextOverflow ErrorKind = "context_overflow"
 	KindRetryCancelled  ErrorKind = "retry_cancelled"
 	KindShutdown        ErrorKind = "shutdown"
+	KindHistory         ErrorKind = "history"
 )
 
 // Result is how a prompt ended: its last message, and for a prompt

@@ -37,7 +37,7 @@ func FuzzCore(f *testing.F) {
 			var in Input
 			switch op % 14 {
 			case 0:
-				in = Input{Kind: InPrompt, Text: "p"}
+				in = Input{Kind: InPrompt}
 			case 1:
 				in = Input{Kind: InCredentialSelected, Credential: "k"}
 			case 2:

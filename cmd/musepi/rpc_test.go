@@ -37,8 +37,13 @@ func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	args := append([]string{"rpc", "--provider", "openai", "--base-url", base + "/v1", "--model", "m1"}, extra...)
-	cmd := exec.Command(bin, args...)
+	return spawnRPC(t, bin, append([]string{"--provider", "openai", "--base-url", base + "/v1", "--model", "m1"}, extra...)...)
+}
+
+// spawnRPC starts "musepi rpc args..." with OPENAI_API_KEY set.
+func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"rpc"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=key-a")
 	cmd.Stderr = io.Discard
 	in, err := cmd.StdinPipe()

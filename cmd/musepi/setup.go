@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
 	"github.com/musepi/musepi/provider/fakellm"
@@ -28,14 +29,15 @@ var demoScenarioJSON []byte
 // provider given by flags, or the built-in demo (a fault-injecting server on
 // loopback, no API key needed).
 type setupFlags struct {
-	config     string
-	provider   string
-	baseURL    string
-	model      string
-	keyEnv     string
-	historyDir string
-	verbose    bool
-	fast       bool // the demo server's time scaled down 1000× (musepi demo --fast)
+	config      string
+	provider    string
+	baseURL     string
+	model       string
+	keyEnv      string
+	historyDir  string
+	historySync string
+	verbose     bool
+	fast        bool // the demo server's time scaled down 1000× (musepi demo --fast)
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
@@ -46,6 +48,7 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 	fs.StringVar(&f.model, "model", "", "model id for --provider (e.g. gpt-4o-mini)")
 	fs.StringVar(&f.keyEnv, "api-key-env", "", "environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY)")
 	fs.StringVar(&f.historyDir, "history-dir", "", "keep session history in this directory (default: memory)")
+	fs.StringVar(&f.historySync, "history-sync", "", `fsync history files after each "turn" (default), each "entry", or "none"`)
 	fs.BoolVar(&f.verbose, "v", false, "log runtime diagnostics to stderr")
 	return f
 }
@@ -71,6 +74,13 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	opts := append([]musepi.Option{musepi.WithLogger(f.logger())}, extra...)
 	if f.historyDir != "" {
 		opts = append(opts, musepi.WithHistoryDir(expandHome(f.historyDir)))
+	}
+	if f.historySync != "" {
+		policy, err := history.ParseSync(f.historySync)
+		if err != nil {
+			return nil, fmt.Errorf("--history-sync: %w", err)
+		}
+		opts = append(opts, musepi.WithHistorySync(policy))
 	}
 	switch {
 	case f.config != "":
