@@ -32,10 +32,11 @@ func panicking(n int64) musepi.Option {
 	return musepi.WithJitterSource(func() retry.Source { return panickySource{left} })
 }
 
-// A panic inside the retry actor is contained by supervision: the actor
-// restarts with its chain as it was before the failed input, replays the
-// input, and the prompt goes on as if nothing happened.
-func TestCrashContainmentRetryActor(t *testing.T) {
+// A panic while the session steps its retry chain (the jitter source is
+// the caller's code) is contained: the step is rolled back to the core's
+// state before it and tried again, and the prompt goes on as if nothing
+// happened.
+func TestCrashContainmentRetryChain(t *testing.T) {
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(1), musepi.WithLogger(zerolog.Nop()))
 	s, rec := h.session()
 	other, otherRec := h.session()
@@ -58,17 +59,17 @@ func TestCrashContainmentRetryActor(t *testing.T) {
 	expectLines(t, otherRec.lines(retryEvents...), "agent_end willRetry=false", "agent_settled success=true")
 }
 
-// When supervision gives up on a retry actor that keeps panicking, the
+// When stepping the retry chain keeps panicking, the chain is given up: the
 // prompt still returns a clear error (never a hang), and the session serves
-// the next prompt with a fresh retry actor.
-func TestCrashContainmentRetryActorGivesUp(t *testing.T) {
+// the next prompt with a fresh chain.
+func TestCrashContainmentRetryChainGivesUp(t *testing.T) {
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(100), musepi.WithLogger(zerolog.Nop()))
 	s, _ := h.session()
 	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("later"))
 	ch := h.prompt(s, "hi")
 	h.run()
 	r := h.settle(ch)
-	if !errors.Is(r.err, musepi.ErrPromptFailed) || !strings.Contains(r.err.Error(), "retry actor failed") {
+	if !errors.Is(r.err, musepi.ErrPromptFailed) || !strings.Contains(r.err.Error(), "retry chain failed repeatedly") {
 		t.Fatalf("prompt error = %v", r.err)
 	}
 	ch = h.prompt(s, "again")

@@ -73,6 +73,10 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 
 // NewRuntime starts a runtime.
+// schedulerShards is how many post-prompt schedulers a runtime runs, so
+// that a storm's continues do not all pass through one mailbox.
+const schedulerShards = 8
+
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
 		clock:       clock.Real{},
@@ -148,8 +152,11 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	deps.Dispatcher = rt.pool
 	onPool := actor.WithDispatcher(rt.pool)
 	root := rt.system.Root
-	deps.Scheduler = root.Spawn(scheduler.Props(cfg.clock, onPool))
-	rt.pids = append(rt.pids, deps.Scheduler)
+	for range schedulerShards {
+		pid := root.Spawn(scheduler.Props(cfg.clock, onPool))
+		deps.Schedulers = append(deps.Schedulers, pid)
+		rt.pids = append(rt.pids, pid)
+	}
 	for name := range cfg.providers {
 		creds := cfg.creds[name]
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {

@@ -20,7 +20,7 @@ import (
 type Deps struct {
 	Clock       clock.Clock
 	Log         zerolog.Logger
-	Scheduler   *actor.PID
+	Schedulers  []*actor.PID                 // post-prompt schedulers, sharded by session id
 	Credentials map[string]*actor.PID        // credentials actor by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Keys        map[string]map[string]string // provider -> credential name -> API key

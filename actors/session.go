@@ -3,84 +3,79 @@ package actors
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
+	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/internal/plaintext"
-	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
 // Error kinds of PromptResult.
 const (
-	KindFailed          = "failed"
-	KindBusy            = "busy"
-	KindAborted         = "aborted"
-	KindContextOverflow = "context_overflow"
-	KindRetryCancelled  = "retry_cancelled"
-	KindShutdown        = "shutdown"
+	KindFailed          = string(session.KindFailed)
+	KindBusy            = string(session.KindBusy)
+	KindAborted         = string(session.KindAborted)
+	KindContextOverflow = string(session.KindContextOverflow)
+	KindRetryCancelled  = string(session.KindRetryCancelled)
+	KindShutdown        = string(session.KindShutdown)
 	// KindHistory: the prompt's history could not be written.
-	KindHistory = "history"
+	KindHistory = string(session.KindHistory)
 )
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
 // the session stopping.
-const ShutdownError = "session shut down before the prompt settled"
+const ShutdownError = session.ShutdownError
+
+// chainFailedError ends a prompt whose retry chain kept panicking.
+const chainFailedError = "retry chain failed repeatedly (panics while stepping it); retry chain ended"
 
 // SessionActor owns one conversation: the runtime context (what is sent to
-// the model) and the persisted history (what is kept), the prompt
-// generation, the abort flags and the event stream. It runs turns through a
-// provider and tools, hands each turn's end to its retry child, and answers
-// the Prompt call once all of the prompt's work has settled.
+// the model), the persisted history (what is kept) and the event stream.
+// Every decision is its session.Core's: the actor feeds the core its inputs
+// and carries out the effects the core returns (turns and tools in their
+// own goroutines, timers through its retry child, continues through a
+// scheduler, asks to the credentials, fallback and budget actors).
 type SessionActor struct {
 	deps *Deps
 	cfg  SessionConfig
+	core *session.Core
 
-	retryPID *actor.PID
-	stopped  bool   // Stopping was received
-	model    string // "provider/model" in use
-	pinned   bool   // the fallback model is pinned (refusal)
-	// primaryCooldownUntilMs is when the primary model may be restored.
-	primaryCooldownUntilMs int64
-	credential             string
+	retryPID  *actor.PID
+	scheduler *actor.PID
+	stopped   bool // Stopping was received
 
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
+	waiter     *actor.PID // the Prompt call's future
+	cancelTurn context.CancelFunc
 
-	generation   uint64
-	waiter       *actor.PID // the Prompt call's future
-	promptActive bool
-	startPending bool // a turn waits for the credential
-	continuing   bool // the waiting turn is a retry's scheduled continue
-	turn         uint64
-	cancelTurn   context.CancelFunc
-	turnActive   bool
-	toolsActive  bool
-	compacting   bool
-	deciding     bool // a RetryTurnEnded awaits its decision
-	// toolsAfterDecision are the calls of a successful tool-use turn that
-	// ended while a retry chain was open: they run once the decision (the
-	// chain's successful end) is applied.
-	toolsAfterDecision []*messages.ToolCall
-	// settingsProto is cfg.Settings on the wire, built once per change: the
-	// retry child reuses its decoding while the pointer stays the same.
-	settingsProto *messages.RetrySettings
-	lifecycleOpen bool
-	attempt       int32 // of the last auto_retry_start in the open chain
-	tasksPending  bool
-	aborts        retry.AbortState
-	last          *messages.AssistantMessage
-	failure       string // final error text of the prompt
-	failureKind   string
-	historyErr    error // a history write failed: the prompt ends with it
+	pending []session.Input // inputs an effect answered at once, during a step
+
 	// resumed is the state rebuilt from the history when the session
 	// opened; nil for an actor restarted after a panic (it reloads).
 	resumed *resumed
+	// historyErr is the history write that failed and ends the prompt;
+	// stepHistoryErr the one that failed in the step being carried out.
+	historyErr     error
+	stepHistoryErr error
+	revertModel    bool
 }
+
+// effectBuffers lend the sessions a buffer for one step's effects, so an
+// idle session keeps none.
+var effectBuffers = sync.Pool{New: func() any { return new([]session.Effect) }}
+
+// snapshots lend the sessions a copy of their core for one step, so an
+// idle session keeps none.
+var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 
 // SessionProps prepares the session on its open history (cfg.History,
 // with the entries cfg.Restored it held when opened) and returns the props
@@ -116,7 +111,7 @@ func SessionProps(deps *Deps, cfg SessionConfig) (*actor.Props, error) {
 	}, deps.propsOptions()...), nil
 }
 
-// Receive handles the session's messages.
+// Receive turns the session's messages into inputs of its core.
 func (s *SessionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
@@ -124,73 +119,81 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
 	case *messages.CredentialSelected:
-		s.credential = m.GetCredential()
-		if !s.startPending {
-			break
-		}
-		s.startPending = false
-		if s.aborts.User || (s.continuing && !s.lifecycleOpen) {
-			s.maybeSettle(ctx) // aborted, or the retry was cancelled, while the credential was chosen
-			break
-		}
-		s.startTurn(ctx)
+		s.step(ctx, session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()})
 	case *messages.TurnDelta:
-		if m.GetTurn() == s.turn && s.turnActive {
-			s.emit(&messages.MessageUpdate{Kind: m.GetKind(), Delta: m.GetText()})
-		}
+		s.step(ctx, session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()})
 	case *messages.TurnFinished:
-		if m.GetTurn() == s.turn && s.turnActive {
-			s.turnFinished(ctx, m.GetMessage())
+		if !s.core.AwaitsTurn(m.GetTurn()) {
+			break // a turn the session gave up on (aborted, shut down)
 		}
+		msg := m.GetMessage()
+		if msg.GetTimestampMs() == 0 {
+			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
+		}
+		err := s.record(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
+		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	case *messages.ToolsFinished:
-		if m.GetTurn() == s.turn && s.toolsActive {
-			s.toolsFinished(ctx, m)
+		if !s.core.AwaitsTools(m.GetTurn()) {
+			break
 		}
-	case *messages.RetryDecision:
-		s.decision(ctx, m)
+		entries := make([]*messages.Entry, len(m.GetResults()))
+		for i, r := range m.GetResults() {
+			entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
+		}
+		err := s.record(true, entries...)
+		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
 	case *messages.TaskDue:
-		s.taskDue(ctx, m)
-	case *messages.GenerationIdle:
-		if m.GetGeneration() == s.generation {
-			s.tasksPending = false
-			s.maybeSettle(ctx)
+		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
+	case *messages.UsageLimitReply:
+		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(), Credential: m.GetCredential()}
+		if m.GetRetryAtMs() > 0 {
+			in.RetryAt = time.UnixMilli(m.GetRetryAtMs())
 		}
+		s.step(ctx, in)
+	case *messages.NextModelReply:
+		in := session.Input{Kind: session.InFallbackReply, Token: m.GetToken(), Switched: m.GetSwitched(),
+			From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()}
+		if ms := m.GetPrimaryCooldownUntilMs(); ms > 0 {
+			in.CooldownUntil = time.UnixMilli(ms)
+		}
+		s.step(ctx, in)
+	case *messages.RetryBudgetGrant:
+		s.step(ctx, session.Input{Kind: session.InBudgetGrant, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
+	case *messages.RetryBudgetRelease:
+		s.step(ctx, session.Input{Kind: session.InBudgetRelease, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
 	case *messages.CompactionFinished:
-		s.compactionFinished(ctx, m)
+		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
 	case *messages.AbortRequest:
-		switch {
-		case !s.promptActive:
-		case m.GetEditGuard():
-			s.aborts.EditGuard = true
-			s.failureKind, s.failure = KindAborted, "stream aborted by the streaming-edit guard"
-			if s.cancelTurn != nil {
-				s.cancelTurn()
-			}
-		default:
-			s.aborts.User = true
-			s.failureKind = KindAborted
-			track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{Global: true})
+		kind := session.InAbort
+		if m.GetEditGuard() {
+			kind = session.InEditGuardAbort
 		}
+		s.step(ctx, session.Input{Kind: kind})
 		ctx.Respond(&messages.Ack{})
 	case *messages.AbortRetryRequest:
-		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{})
+		s.step(ctx, session.Input{Kind: session.InAbortRetry})
 		ctx.Respond(&messages.Ack{})
 	case *messages.SetAutoRetryRequest:
-		s.cfg.Settings.Enabled = m.GetEnabled()
-		s.settingsProto = nil
-		s.cfg.State.autoRetry.Store(m.GetEnabled())
+		s.step(ctx, session.Input{Kind: session.InSetAutoRetry, Enabled: m.GetEnabled()})
 		ctx.Respond(&messages.Ack{})
 	case *messages.SetModelRequest:
-		ctx.Respond(s.setModel(m.GetModel()))
+		ack := s.checkModel(m.GetModel())
+		if ack.GetError() == "" {
+			if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: m.GetModel()}); err != nil {
+				ack.Error = err.Error() // not recorded: the model stays as it was
+			}
+		}
+		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
 	case *actor.Terminated:
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
-			s.retryFailed(ctx)
+			s.deps.Log.Error().Str("session", s.cfg.ID).Msg("retry actor stopped; starting a new one")
+			s.spawnRetry(ctx)
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		s.stopping(ctx)
+		s.step(ctx, session.Input{Kind: session.InStop})
 	case *actor.Stopped:
 		if err := s.cfg.History.Close(); err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
@@ -198,36 +201,135 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	}
 }
 
-// retryFailed handles a retry child that supervision gave up on (it kept
-// panicking): the open chain ends with auto_retry_end{success:false}, a
-// pending decision settles without a retry, and a fresh child takes over.
-func (s *SessionActor) retryFailed(ctx actor.Context) {
-	const reason = "retry actor failed repeatedly; retry chain ended"
-	s.deps.Log.Error().Str("session", s.cfg.ID).Msg(reason)
-	s.spawnRetry(ctx, s.newSource())
-	calls := s.toolsAfterDecision
-	s.toolsAfterDecision = nil
-	if s.deciding {
-		s.deciding = false
-		if calls == nil {
-			s.emit(&messages.AgentEnd{Message: s.last, WillRetry: false})
-		}
-	}
-	if s.lifecycleOpen {
-		s.lifecycleOpen = false
-		s.cfg.State.retrying.Store(false)
-		final := reason
-		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
-	}
-	if calls != nil {
-		s.runTools(ctx, calls) // the turn itself succeeded: its tools still run
+// prompt records a new prompt in the history (a session that is idle),
+// tells a sender that asked for it that the prompt is recorded, and hands
+// it to the core; a prompt that cannot be recorded ends at once with the
+// error.
+func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+	if s.core.Busy() {
+		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	if s.promptActive && s.failure == "" {
-		s.failure = reason
+	s.waiter, s.historyErr = ctx.Sender(), nil
+	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
+		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}})
+	if err == "" && m.GetAck() {
+		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
 	}
-	s.tasksPending = false
-	s.maybeSettle(ctx)
+	s.step(ctx, session.Input{Kind: session.InPrompt, Err: err})
+}
+
+// record appends entries (to the runtime context too when toRuntime) and
+// syncs the history, as at the end of a turn; it returns the error text
+// of a write that failed ("" when recorded), keeping the error for the
+// prompt's result.
+func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	if err := s.appendSynced(toRuntime, entries...); err != nil {
+		if s.historyErr == nil {
+			s.historyErr = err
+		}
+		return err.Error()
+	}
+	return ""
+}
+
+// chainAttempts is how often a step that panics is tried before the chain
+// is given up.
+const chainAttempts = 3
+
+// step feeds in to the core and carries out the effects, then the inputs
+// those effects answered at once. A step that panics (the retry chain runs
+// the caller's jitter source) is rolled back and tried again; when it keeps
+// panicking the chain is given up and the prompt ends with a clear error.
+//
+// It returns the history write that failed in the course of it, if any.
+func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
+	buf := effectBuffers.Get().(*[]session.Effect)
+	for {
+		now := s.deps.Clock.Now()
+		effects, ok := s.stepContained((*buf)[:0], now, in)
+		if !ok {
+			s.deps.Log.Error().Str("session", s.cfg.ID).Msg(chainFailedError)
+			effects = s.core.Step((*buf)[:0], now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
+		}
+		*buf = effects
+		for i := range effects {
+			s.execute(ctx, &effects[i])
+		}
+		clear(effects) // drop what the effects point to
+		if err := s.stepHistoryErr; err != nil {
+			// A history write failed: the prompt ends with it (the core
+			// decides how).
+			if s.historyErr == nil {
+				s.historyErr = err
+			}
+			if historyErr == nil {
+				historyErr = err
+			}
+			failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
+			s.pending = append([]session.Input{failed}, s.pending...) // before the answers the step's effects queued
+			s.stepHistoryErr, s.revertModel = nil, false
+		}
+		if len(s.pending) == 0 {
+			break
+		}
+		in = s.pending[0]
+		s.pending = s.pending[1:]
+	}
+	effectBuffers.Put(buf)
+	s.pending = nil
+	s.publishState()
+	return historyErr
+}
+
+// stepContained runs one step, rolled back and tried again when it panics;
+// it reports false when every try panicked.
+func (s *SessionActor) stepContained(out []session.Effect, now time.Time, in session.Input) ([]session.Effect, bool) {
+	if !drawsJitter(in.Kind) {
+		return s.core.Step(out, now, in), true
+	}
+	snap := snapshots.Get().(*session.Snapshot)
+	defer func() {
+		*snap = session.Snapshot{}
+		snapshots.Put(snap)
+	}()
+	s.core.Snapshot(snap)
+	for try := 1; try <= chainAttempts; try++ {
+		if effects, ok := s.tryStep(out, now, in); ok {
+			return effects, true
+		}
+		s.core.Restore(snap)
+		s.deps.Log.Error().Str("session", s.cfg.ID).Int("try", try).Msg("session step panicked; rolled back")
+	}
+	return out, false
+}
+
+// drawsJitter reports whether an input may reach the retry chain's
+// decision on a turn's end, the only step that runs the caller's code (the
+// jitter source).
+func drawsJitter(k session.InputKind) bool {
+	return k == session.InTurnEnded || k == session.InToolsDone
+}
+
+func (s *SessionActor) tryStep(out []session.Effect, now time.Time, in session.Input) (effects []session.Effect, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok = false
+		}
+	}()
+	return s.core.Step(out, now, in), true
+}
+
+// publishState mirrors what callers read without asking the actor.
+func (s *SessionActor) publishState() {
+	st := s.cfg.State
+	st.busy.Store(s.core.Busy())
+	st.retrying.Store(s.core.IsRetrying())
+	st.generation.Store(s.core.Generation())
+	st.autoRetry.Store(s.core.AutoRetryEnabled())
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
@@ -242,12 +344,18 @@ func (s *SessionActor) started(ctx actor.Context) {
 		r = &rr
 	}
 	s.runtime, s.historySeq = r.runtime, r.seq
-	s.cfg.Model, s.model, s.pinned, s.primaryCooldownUntilMs = r.primary, r.model, r.pinned, r.primaryCooldownUntilMs
-	s.cfg.State.Init(s.model, s.cfg.Settings.Enabled)
-	s.spawnRetry(ctx, s.newSource())
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
+		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
+	if r.primaryCooldownUntilMs > 0 {
+		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
+	}
+	s.core = session.New(cfg, s.newSource())
+	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
+	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
+	s.spawnRetry(ctx)
 }
 
-// newSource is the jitter source of a retry child.
+// newSource is the jitter source of the session's retry chain.
 func (s *SessionActor) newSource() retry.Source {
 	if s.deps.NewSource != nil {
 		return s.deps.NewSource()
@@ -256,58 +364,10 @@ func (s *SessionActor) newSource() retry.Source {
 	return rand.New(rand.NewPCG(seed, seed>>1))
 }
 
-// spawnRetry starts the retry child; its state survives restarts of the
-// actor after a panic (see RetryActor).
-func (s *SessionActor) spawnRetry(ctx actor.Context, src retry.Source) {
-	st := newRetryState(s.deps, s.cfg.ID, src)
-	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{st} }, s.deps.propsOptions()...))
-}
-
-func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
-	if s.promptActive {
-		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
-			Error: "a prompt is already running; abort it or wait for it to settle"})
-		return
-	}
-	s.generation++
-	s.cfg.State.generation.Store(s.generation)
-	s.cfg.State.busy.Store(true)
-	track.Request(ctx, s.deps.Clock, s.deps.Scheduler, &messages.SetGeneration{SessionId: s.cfg.ID, Generation: s.generation})
-	s.waiter = ctx.Sender()
-	s.promptActive = true
-	s.aborts = retry.AbortState{}
-	s.last, s.failure, s.failureKind, s.historyErr = nil, "", "", nil
-	s.tasksPending = true // until the scheduler confirms the new generation is idle
-	err := s.maybeRevert()
-	if err == nil {
-		err = s.append(true, &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
-			Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}})
-	}
-	if err != nil { // the prompt is not recorded: it ends at once with the error
-		s.historyErr = err
-		s.maybeSettle(ctx)
-		return
-	}
-	if m.GetAck() {
-		ctx.Send(s.waiter, &messages.PromptAccepted{Generation: s.generation})
-	}
-	s.emit(&messages.AgentStart{Generation: s.generation})
-	s.continuing = false
-	s.startWithCredential(ctx)
-}
-
-// startWithCredential starts a turn once the credentials actor has said
-// which credential to use: the sticky one, or a free one when it is
-// blocked. A provider without credentials starts at once.
-func (s *SessionActor) startWithCredential(ctx actor.Context) {
-	pid := s.deps.Credentials[providerOf(s.model)]
-	if pid == nil {
-		s.credential = ""
-		s.startTurn(ctx)
-		return
-	}
-	s.startPending = true
-	track.Request(ctx, s.deps.Clock, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+// spawnRetry starts the retry child, which owns the backoff timer.
+func (s *SessionActor) spawnRetry(ctx actor.Context) {
+	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{clk: s.deps.Clock, scheduler: s.scheduler} },
+		s.deps.propsOptions()...))
 }
 
 // append adds entries to the history, and to the runtime context when
@@ -331,9 +391,11 @@ func (s *SessionActor) append(toRuntime bool, entries ...*messages.Entry) error 
 	return nil
 }
 
-// syncHistory makes the history durable at the end of a turn, as the
-// store's sync policy says.
-func (s *SessionActor) syncHistory() error {
+// appendSynced is append, then the store's sync (the end of a turn).
+func (s *SessionActor) appendSynced(toRuntime bool, entries ...*messages.Entry) error {
+	if err := s.append(toRuntime, entries...); err != nil {
+		return err
+	}
 	err := s.cfg.History.Sync()
 	if err != nil {
 		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("sync history")
@@ -341,57 +403,16 @@ func (s *SessionActor) syncHistory() error {
 	return err
 }
 
-// historyFailed ends the running prompt because its history could not be
-// written: like a user abort (the stream is cancelled, an open retry chain
-// ends, nothing is retried), but the prompt's error is err.
-func (s *SessionActor) historyFailed(ctx actor.Context, err error) {
-	if !s.promptActive {
-		return
+// historyFailed records a history write of this step that failed; once
+// the step's effects are carried out the core learns of it.
+func (s *SessionActor) historyFailed(err error, revertModel bool) {
+	if s.stepHistoryErr == nil {
+		s.stepHistoryErr, s.revertModel = err, revertModel
 	}
-	if s.historyErr == nil {
-		s.historyErr = err
-	}
-	s.aborts.User = true
-	track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryCancel{Global: true})
 }
 
-// emit publishes one event to the subscribers.
-func (s *SessionActor) emit(payload proto.Message) {
-	s.eventSeq++
-	if !s.cfg.Events.HasSubscribers() {
-		return // nobody listens: skip building the event (its seq is spent)
-	}
-	ev := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
-	switch p := payload.(type) {
-	case *messages.AutoRetryStart:
-		ev.Event = &messages.SessionEvent_AutoRetryStart{AutoRetryStart: p}
-	case *messages.AutoRetryEnd:
-		ev.Event = &messages.SessionEvent_AutoRetryEnd{AutoRetryEnd: p}
-	case *messages.RetryFallbackApplied:
-		ev.Event = &messages.SessionEvent_RetryFallbackApplied{RetryFallbackApplied: p}
-	case *messages.RetryFallbackSucceeded:
-		ev.Event = &messages.SessionEvent_RetryFallbackSucceeded{RetryFallbackSucceeded: p}
-	case *messages.ModelChange:
-		ev.Event = &messages.SessionEvent_ModelChange{ModelChange: p}
-	case *messages.AgentStart:
-		ev.Event = &messages.SessionEvent_AgentStart{AgentStart: p}
-	case *messages.AgentEnd:
-		ev.Event = &messages.SessionEvent_AgentEnd{AgentEnd: p}
-	case *messages.AgentSettled:
-		ev.Event = &messages.SessionEvent_AgentSettled{AgentSettled: p}
-	case *messages.MessageUpdate:
-		ev.Event = &messages.SessionEvent_MessageUpdate{MessageUpdate: p}
-	case *messages.MessageEnd:
-		ev.Event = &messages.SessionEvent_MessageEnd{MessageEnd: p}
-	case *messages.CompactionRequired:
-		ev.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: p}
-	default:
-		panic(fmt.Sprintf("actors: emit of unknown event %T", payload))
-	}
-	s.cfg.Events.Publish(ev)
-}
-
-func (s *SessionActor) setModel(model string) *messages.Ack {
+// checkModel validates a model the user picks.
+func (s *SessionActor) checkModel(model string) *messages.Ack {
 	if err := plaintext.Check("model", model); err != nil {
 		return &messages.Ack{Error: err.Error()}
 	}
@@ -402,48 +423,7 @@ func (s *SessionActor) setModel(model string) *messages.Ack {
 	if _, ok := s.deps.Providers[prov]; !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
 	}
-	primary, pinned := s.cfg.Model, s.pinned
-	s.cfg.Model, s.pinned = model, false
-	err := s.switchModel(model, "user")
-	if err == nil {
-		err = s.syncHistory()
-	}
-	if err != nil {
-		s.cfg.Model, s.pinned = primary, pinned
-		return &messages.Ack{Error: err.Error()}
-	}
 	return &messages.Ack{}
-}
-
-// switchModel changes the model in use and records a model_change entry
-// (with the pinning and the primary's cooldown, restored on resume). When
-// the entry cannot be written the model stays as it was.
-func (s *SessionActor) switchModel(to, reason string) error {
-	if to == s.model {
-		return nil
-	}
-	change := &messages.ModelChange{From: s.model, To: to, Role: s.cfg.Role, Reason: reason,
-		Pinned: s.pinned, PrimaryCooldownUntilMs: s.primaryCooldownUntilMs}
-	if err := s.append(false, &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: change}}); err != nil {
-		return err
-	}
-	s.model = to
-	s.cfg.State.model.Store(&to)
-	s.emit(change)
-	return nil
-}
-
-// maybeRevert restores the primary model (cooldown-expiry policy) once its
-// cooldown is over, unless the fallback is pinned. It runs before each new
-// prompt and each scheduled continue; the error is a failed history write.
-func (s *SessionActor) maybeRevert() error {
-	if s.model == s.cfg.Model || s.pinned || s.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
-		return nil
-	}
-	if s.deps.Clock.Now().UnixMilli() < s.primaryCooldownUntilMs {
-		return nil
-	}
-	return s.switchModel(s.cfg.Model, "revert")
 }
 
 func (s *SessionActor) messages(history bool) *messages.MessagesReply {
@@ -461,36 +441,15 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 	return &messages.MessagesReply{Entries: entries}
 }
 
-// stopping ends the session: the stream is cancelled, an open retry chain
-// ends with auto_retry_end{success:false}, and a waiting Prompt returns a
-// shutdown error after agent_settled.
-func (s *SessionActor) stopping(ctx actor.Context) {
-	s.aborts.Dispose = true
-	if s.cancelTurn != nil {
-		s.cancelTurn()
+// schedulerFor picks the scheduler shard of a session.
+func (d *Deps) schedulerFor(sessionID string) *actor.PID {
+	if len(d.Schedulers) == 1 {
+		return d.Schedulers[0]
 	}
-	if s.lifecycleOpen {
-		s.lifecycleOpen = false
-		final := ShutdownError
-		s.emit(&messages.AutoRetryEnd{Success: false, Attempt: s.attempt, FinalError: &final})
-	}
-	creds, budget := s.deps.Credentials[providerOf(s.model)], s.deps.Budgets[providerOf(s.model)]
-	if creds != nil {
-		track.Send(ctx, s.deps.Clock, creds, &messages.ReleaseSession{SessionId: s.cfg.ID})
-	}
-	if budget != nil && budget != creds {
-		track.Send(ctx, s.deps.Clock, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
-	}
-	track.Send(ctx, s.deps.Clock, s.deps.Scheduler, &messages.Forget{SessionId: s.cfg.ID})
-	s.cfg.State.retrying.Store(false)
-	if s.promptActive {
-		s.promptActive = false
-		s.cfg.State.busy.Store(false)
-		s.emit(&messages.AgentSettled{Generation: s.generation, Success: false, Error: ShutdownError})
-		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.generation, ErrorKind: KindShutdown,
-			Error: ShutdownError, Message: s.last})
-	}
+	return d.Schedulers[maphash.String(schedulerSeed, sessionID)%uint64(len(d.Schedulers))]
 }
+
+var schedulerSeed = maphash.MakeSeed()
 
 func isFailure(m *messages.AssistantMessage) bool {
 	r := m.GetStopReason()

@@ -9,21 +9,21 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/history"
+
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
-// startTurn streams one turn on the current model in its own goroutine;
+// startTurn streams turn on model with credential in its own goroutine;
 // deltas and the final message come back as TurnDelta and TurnFinished.
-func (s *SessionActor) startTurn(ctx actor.Context) {
-	prov := s.deps.Providers[providerOf(s.model)]
-	s.turn++
-	s.turnActive = true
+func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credential string) {
+	prov := s.deps.Providers[providerOf(model)]
 	if prov == nil {
-		s.turnFinished(ctx, provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(s.model), s.model), nil))
+		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
+			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(model), model), nil)})
 		return
 	}
 	turnCtx, cancelCause := context.WithCancelCause(context.Background())
@@ -31,13 +31,13 @@ func (s *SessionActor) startTurn(ctx actor.Context) {
 	s.cancelTurn = cancel
 	req := provider.Request{
 		SessionID:  s.cfg.ID,
-		Model:      modelOf(s.model),
-		Credential: s.credential,
-		APIKey:     s.deps.Keys[providerOf(s.model)][s.credential],
+		Model:      modelOf(model),
+		Credential: credential,
+		APIKey:     s.deps.Keys[providerOf(model)][credential],
 		Context:    append([]*messages.Entry(nil), s.runtime...),
 		Tools:      s.toolSpecs(),
 	}
-	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
+	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
 	size := newSizeLimit(s.deps.MaxResponseBytes, cancelCause)
 	clk.Begin()
@@ -137,80 +137,15 @@ func (s *SessionActor) toolSpecs() []provider.ToolSpec {
 	return out
 }
 
-func (s *SessionActor) turnFinished(ctx actor.Context, msg *messages.AssistantMessage) {
-	s.turnActive = false
-	s.cancelTurn = nil
-	if msg.GetTimestampMs() == 0 {
-		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
-	}
-	s.last = msg
-	err := s.append(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
-	if err == nil {
-		err = s.syncHistory()
-	}
-	s.emit(&messages.MessageEnd{Message: msg})
-	if err != nil {
-		s.historyFailed(ctx, err)
-	}
-	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !s.aborts.User {
-		if s.lifecycleOpen {
-			// Spec 3, "What resets the counter": a tool-use message is a
-			// successful assistant message, so it ends the open chain
-			// (auto_retry_end {success: true}) before its tools run.
-			s.toolsAfterDecision = calls
-			s.agentEnd(ctx, msg)
-			return
-		}
-		s.runTools(ctx, calls)
-		return
-	}
-	s.agentEnd(ctx, msg)
-}
-
-// agentEnd hands the turn's last message to the retry child: the end of the
-// agent run, or a tool-use message of a loop while a chain is open.
-func (s *SessionActor) agentEnd(ctx actor.Context, msg *messages.AssistantMessage) {
-	s.deciding = true
-	ab := s.aborts
-	track.Send(ctx, s.deps.Clock, s.retryPID, &messages.RetryTurnEnded{
-		Message:      msg,
-		Generation:   s.generation,
-		Aborts:       &messages.Aborts{User: ab.User, Dispose: ab.Dispose, EditGuard: ab.EditGuard},
-		Settings:     s.wireSettings(),
-		CurrentModel: s.model,
-		PrimaryModel: s.cfg.Model,
-		Role:         s.cfg.Role,
-	})
-}
-
-// wireSettings is the session's retry settings as sent to the retry child.
-func (s *SessionActor) wireSettings() *messages.RetrySettings {
-	if s.settingsProto == nil {
-		s.settingsProto = s.cfg.Settings.Proto()
-	}
-	return s.settingsProto
-}
-
-func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
-	var out []*messages.ToolCall
-	for _, b := range msg.GetContent() {
-		if c := b.GetToolCall(); c != nil {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// runTools runs the turn's tool calls in order in one goroutine.
-func (s *SessionActor) runTools(ctx actor.Context, calls []*messages.ToolCall) {
-	s.toolsActive = true
+// runTools runs the tool calls of turn in order in one goroutine.
+func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
 	tools := map[string]Tool{}
 	for _, t := range s.deps.Tools {
 		tools[t.Name] = t
 	}
 	toolCtx, cancel := context.WithCancel(context.Background())
 	s.cancelTurn = cancel
-	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
+	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
 	go func() {
 		defer clk.End()
@@ -246,146 +181,11 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 	return res
 }
 
-func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
-	s.toolsActive = false
-	s.cancelTurn = nil
-	results := make([]*messages.Entry, len(m.GetResults()))
-	for i, r := range m.GetResults() {
-		results[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
-	}
-	err := s.append(true, results...)
-	if err == nil {
-		err = s.syncHistory()
-	}
-	if err != nil {
-		s.historyFailed(ctx, err)
-	}
-	if s.aborts.User {
-		s.agentEnd(ctx, s.last)
-		return
-	}
-	s.startTurn(ctx)
-}
-
-// decision applies what the retry child decided, in order. A settled
-// decision answers the turn's end: agent_end goes out first, carrying
-// whether a retry chain continues.
-//
-// The decision on a tool-use message inside a loop is no agent_end: once it
-// is applied, the loop goes on with the message's tools.
-func (s *SessionActor) decision(ctx actor.Context, d *messages.RetryDecision) {
-	var calls []*messages.ToolCall
-	if d.GetSettled() {
-		s.deciding = false
-		calls, s.toolsAfterDecision = s.toolsAfterDecision, nil
-		if calls == nil {
-			s.emit(&messages.AgentEnd{Message: s.last, WillRetry: d.GetWillRetry()})
-		}
-	}
-	for _, a := range d.GetActions() {
-		s.apply(ctx, a)
-	}
-	switch {
-	case calls == nil:
-		s.maybeSettle(ctx)
-	case s.aborts.User:
-		s.agentEnd(ctx, s.last) // aborted before the tools ran
-	default:
-		s.runTools(ctx, calls)
-	}
-}
-
-func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
-	switch a.GetKind() {
-	case messages.RetryAction_KIND_LIFECYCLE_OPEN:
-		s.lifecycleOpen = true
-		s.cfg.State.retrying.Store(true)
-	case messages.RetryAction_KIND_LIFECYCLE_CLOSE:
-		s.lifecycleOpen = false
-		s.cfg.State.retrying.Store(false)
-	case messages.RetryAction_KIND_EMIT_START:
-		s.attempt = a.GetStart().GetAttempt()
-		s.emit(a.GetStart())
-	case messages.RetryAction_KIND_EMIT_END:
-		end := a.GetEnd()
-		if !end.GetSuccess() {
-			s.failure = end.GetFinalError()
-			if s.failure == "Retry cancelled" && s.failureKind == "" {
-				s.failureKind = KindRetryCancelled
-			}
-		}
-		s.emit(end)
-	case messages.RetryAction_KIND_FALLBACK_APPLIED:
-		pinned, cooldown := s.pinned, s.primaryCooldownUntilMs
-		s.pinned = a.GetPinned()
-		s.primaryCooldownUntilMs = a.GetPrimaryCooldownUntilMs()
-		if err := s.switchModel(a.GetFallbackApplied().GetTo(), "fallback"); err != nil {
-			s.pinned, s.primaryCooldownUntilMs = pinned, cooldown
-			s.historyFailed(ctx, err)
-			break
-		}
-		s.emit(a.GetFallbackApplied())
-	case messages.RetryAction_KIND_FALLBACK_SUCCEEDED:
-		s.emit(a.GetFallbackSucceeded())
-	case messages.RetryAction_KIND_STRIP_TRAILING_ERROR:
-		if n := len(s.runtime); n > 0 {
-			if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
-				s.runtime[n-1] = nil
-				s.runtime = s.runtime[:n-1]
-			}
-		}
-	case messages.RetryAction_KIND_RESET_PROVIDER_SESSION:
-		if p := s.deps.Providers[providerOf(s.model)]; p != nil {
-			p.ResetSession(s.cfg.ID)
-		}
-	case messages.RetryAction_KIND_SCHEDULE_CONTINUE:
-		s.tasksPending = true
-		track.Request(ctx, s.deps.Clock, s.deps.Scheduler, &messages.ScheduleTask{
-			SessionId: s.cfg.ID, Generation: a.GetGeneration(), DelayMs: a.GetDelayMs(), Task: "continue"})
-	case messages.RetryAction_KIND_ROUTE_TO_COMPACTION:
-		s.compact(ctx)
-	case messages.RetryAction_KIND_ABORT_STREAM:
-		if s.cancelTurn != nil {
-			s.cancelTurn()
-		}
-	case messages.RetryAction_KIND_SWITCH_CREDENTIAL:
-		s.credential = a.GetCredential()
-	}
-}
-
-// taskDue runs a scheduled continue of the current generation; tasks of an
-// older generation, or arriving after the chain was cancelled, are dropped.
-func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
-	if m.GetGeneration() != s.generation {
-		return
-	}
-	s.tasksPending = m.GetRemaining() > 0
-	if m.GetTask() != "continue" || !s.promptActive || !s.lifecycleOpen || s.turnActive || s.toolsActive {
-		s.maybeSettle(ctx)
-		return
-	}
-	if err := s.maybeRevert(); err != nil {
-		s.historyFailed(ctx, err)
-		s.maybeSettle(ctx)
-		return
-	}
-	s.emit(&messages.AgentStart{Generation: s.generation})
-	s.continuing = true
-	s.startWithCredential(ctx)
-}
-
-// compact runs the compaction hook on context overflow; without one it
-// emits compaction_required and ends the prompt with the overflow error.
-func (s *SessionActor) compact(ctx actor.Context) {
-	failed := s.last
-	s.emit(&messages.CompactionRequired{ErrorMessage: failed.GetErrorMessage()})
-	if s.deps.Compaction == nil {
-		s.failureKind = KindContextOverflow
-		s.failure = failed.GetErrorMessage()
-		return
-	}
-	s.compacting = true
-	hook, clk, root, self, gen, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.generation, s.cfg.ID
+// compact runs the compaction hook on failed, the overflowing turn of
+// generation gen, in its own goroutine; the outcome comes back as
+// CompactionFinished.
+func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage) {
+	hook, clk, root, self, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.cfg.ID
 	runtime := append([]*messages.Entry(nil), s.runtime...)
 	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
@@ -410,61 +210,12 @@ func (s *SessionActor) compact(ctx actor.Context) {
 	}()
 }
 
-func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
-	if m.GetGeneration() != s.generation || !s.compacting {
-		return
-	}
-	s.compacting = false
-	if m.GetError() != "" || !s.promptActive || s.aborts.User {
-		s.failureKind = KindContextOverflow
-		s.failure = m.GetError()
-		if s.failure == "" {
-			s.failure = s.last.GetErrorMessage()
-		}
-		s.maybeSettle(ctx)
-		return
-	}
-	s.runtime = m.GetContext()
-	s.emit(&messages.AgentStart{Generation: s.generation})
-	s.startTurn(ctx)
-}
-
-// maybeSettle answers the Prompt call once nothing of the prompt is left:
-// no turn or tools running, no decision pending, the retry lifecycle
-// closed, and no scheduled task for this generation.
-func (s *SessionActor) maybeSettle(ctx actor.Context) {
-	if !s.promptActive || s.startPending || s.turnActive || s.toolsActive || s.compacting ||
-		s.deciding || s.lifecycleOpen || s.tasksPending {
-		return
-	}
-	s.promptActive = false
-	res := &messages.PromptResult{Generation: s.generation, Message: s.last}
-	var he *history.Error
-	switch {
-	case errors.As(s.historyErr, &he):
-		res.ErrorKind, res.Error = KindHistory, he.Error()
-		res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
-	case s.historyErr != nil:
-		res.ErrorKind, res.Error = KindHistory, s.historyErr.Error()
-	case s.failureKind != "":
-		res.ErrorKind, res.Error = s.failureKind, s.failure
-		if res.Error == "" {
-			res.Error = s.failureKind
-		}
-		if s.failureKind == KindAborted && s.failure == "" {
-			res.Error = "prompt aborted"
-		}
-	case s.last == nil:
-		res.ErrorKind, res.Error = KindFailed, "no assistant message"
-	case isFailure(s.last):
-		res.ErrorKind, res.Error = KindFailed, s.failure
-		if res.Error == "" {
-			res.Error = s.last.GetErrorMessage()
+func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
+	var out []*messages.ToolCall
+	for _, b := range msg.GetContent() {
+		if c := b.GetToolCall(); c != nil {
+			out = append(out, c)
 		}
 	}
-	s.emit(&messages.AgentSettled{Generation: s.generation, Success: res.GetError() == "", Error: res.GetError()})
-	s.cfg.State.busy.Store(false)
-	s.aborts.User, s.aborts.EditGuard = false, false
-	ctx.Send(s.waiter, res)
-	s.waiter = nil
+	return out
 }

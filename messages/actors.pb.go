@@ -21,85 +21,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type RetryAction_Kind int32
-
-const (
-	RetryAction_KIND_UNSPECIFIED            RetryAction_Kind = 0
-	RetryAction_KIND_EMIT_START             RetryAction_Kind = 1  // emit auto_retry_start
-	RetryAction_KIND_EMIT_END               RetryAction_Kind = 2  // emit auto_retry_end
-	RetryAction_KIND_FALLBACK_APPLIED       RetryAction_Kind = 3  // switch model, model_change entry, emit retry_fallback_applied
-	RetryAction_KIND_FALLBACK_SUCCEEDED     RetryAction_Kind = 4  // emit retry_fallback_succeeded
-	RetryAction_KIND_STRIP_TRAILING_ERROR   RetryAction_Kind = 5  // drop the trailing error from the runtime context
-	RetryAction_KIND_RESET_PROVIDER_SESSION RetryAction_Kind = 6  // stale replay
-	RetryAction_KIND_SCHEDULE_CONTINUE      RetryAction_Kind = 7  // schedule continue (delay_ms, generation)
-	RetryAction_KIND_ROUTE_TO_COMPACTION    RetryAction_Kind = 8  // context overflow
-	RetryAction_KIND_ABORT_STREAM           RetryAction_Kind = 9  // global abort: abort the active stream
-	RetryAction_KIND_SWITCH_CREDENTIAL      RetryAction_Kind = 10 // use credential from now on
-	RetryAction_KIND_LIFECYCLE_OPEN         RetryAction_Kind = 11 // the retry lifecycle opened
-	RetryAction_KIND_LIFECYCLE_CLOSE        RetryAction_Kind = 12 // the retry lifecycle closed
-)
-
-// Enum value maps for RetryAction_Kind.
-var (
-	RetryAction_Kind_name = map[int32]string{
-		0:  "KIND_UNSPECIFIED",
-		1:  "KIND_EMIT_START",
-		2:  "KIND_EMIT_END",
-		3:  "KIND_FALLBACK_APPLIED",
-		4:  "KIND_FALLBACK_SUCCEEDED",
-		5:  "KIND_STRIP_TRAILING_ERROR",
-		6:  "KIND_RESET_PROVIDER_SESSION",
-		7:  "KIND_SCHEDULE_CONTINUE",
-		8:  "KIND_ROUTE_TO_COMPACTION",
-		9:  "KIND_ABORT_STREAM",
-		10: "KIND_SWITCH_CREDENTIAL",
-		11: "KIND_LIFECYCLE_OPEN",
-		12: "KIND_LIFECYCLE_CLOSE",
-	}
-	RetryAction_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":            0,
-		"KIND_EMIT_START":             1,
-		"KIND_EMIT_END":               2,
-		"KIND_FALLBACK_APPLIED":       3,
-		"KIND_FALLBACK_SUCCEEDED":     4,
-		"KIND_STRIP_TRAILING_ERROR":   5,
-		"KIND_RESET_PROVIDER_SESSION": 6,
-		"KIND_SCHEDULE_CONTINUE":      7,
-		"KIND_ROUTE_TO_COMPACTION":    8,
-		"KIND_ABORT_STREAM":           9,
-		"KIND_SWITCH_CREDENTIAL":      10,
-		"KIND_LIFECYCLE_OPEN":         11,
-		"KIND_LIFECYCLE_CLOSE":        12,
-	}
-)
-
-func (x RetryAction_Kind) Enum() *RetryAction_Kind {
-	p := new(RetryAction_Kind)
-	*p = x
-	return p
-}
-
-func (x RetryAction_Kind) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (RetryAction_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_actors_proto_enumTypes[0].Descriptor()
-}
-
-func (RetryAction_Kind) Type() protoreflect.EnumType {
-	return &file_actors_proto_enumTypes[0]
-}
-
-func (x RetryAction_Kind) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use RetryAction_Kind.Descriptor instead.
-func (RetryAction_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17, 0}
-}
-
 // PromptRequest starts a prompt; the session answers PromptResult when the
 // prompt has settled (all retries and post-prompt tasks done).
 type PromptRequest struct {
@@ -824,30 +745,35 @@ func (x *ToolsFinished) GetResults() []*ToolResult {
 	return nil
 }
 
-// Aborts says which deliberate aborts are in progress.
-type Aborts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	User          bool                   `protobuf:"varint,1,opt,name=user,proto3" json:"user,omitempty"`
-	Dispose       bool                   `protobuf:"varint,2,opt,name=dispose,proto3" json:"dispose,omitempty"`
-	EditGuard     bool                   `protobuf:"varint,3,opt,name=edit_guard,json=editGuard,proto3" json:"edit_guard,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+// ArmRetryTimer asks the session's retry actor to start the backoff timer
+// of token; when it fires, the retry actor schedules the continue of
+// generation after continue_delay_ms with the post-prompt scheduler, which
+// sends the session TaskDue.
+type ArmRetryTimer struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	DelayNs         int64                  `protobuf:"varint,1,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
+	Token           uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	SessionId       string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Generation      uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	ContinueDelayMs int64                  `protobuf:"varint,5,opt,name=continue_delay_ms,json=continueDelayMs,proto3" json:"continue_delay_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
-func (x *Aborts) Reset() {
-	*x = Aborts{}
+func (x *ArmRetryTimer) Reset() {
+	*x = ArmRetryTimer{}
 	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Aborts) String() string {
+func (x *ArmRetryTimer) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Aborts) ProtoMessage() {}
+func (*ArmRetryTimer) ProtoMessage() {}
 
-func (x *Aborts) ProtoReflect() protoreflect.Message {
+func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
 	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -859,371 +785,69 @@ func (x *Aborts) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Aborts.ProtoReflect.Descriptor instead.
-func (*Aborts) Descriptor() ([]byte, []int) {
+// Deprecated: Use ArmRetryTimer.ProtoReflect.Descriptor instead.
+func (*ArmRetryTimer) Descriptor() ([]byte, []int) {
 	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *Aborts) GetUser() bool {
+func (x *ArmRetryTimer) GetDelayNs() int64 {
 	if x != nil {
-		return x.User
+		return x.DelayNs
 	}
-	return false
+	return 0
 }
 
-func (x *Aborts) GetDispose() bool {
+func (x *ArmRetryTimer) GetToken() uint64 {
 	if x != nil {
-		return x.Dispose
+		return x.Token
 	}
-	return false
+	return 0
 }
 
-func (x *Aborts) GetEditGuard() bool {
+func (x *ArmRetryTimer) GetSessionId() string {
 	if x != nil {
-		return x.EditGuard
+		return x.SessionId
 	}
-	return false
+	return ""
 }
 
-// RetryTurnEnded hands the last assistant message of a turn to the retry actor.
-type RetryTurnEnded struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Message       *AssistantMessage      `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Aborts        *Aborts                `protobuf:"bytes,3,opt,name=aborts,proto3" json:"aborts,omitempty"`
-	Settings      *RetrySettings         `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
-	CurrentModel  string                 `protobuf:"bytes,5,opt,name=current_model,json=currentModel,proto3" json:"current_model,omitempty"` // "provider/model" the turn ran on
-	PrimaryModel  string                 `protobuf:"bytes,6,opt,name=primary_model,json=primaryModel,proto3" json:"primary_model,omitempty"`
-	Role          string                 `protobuf:"bytes,7,opt,name=role,proto3" json:"role,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RetryTurnEnded) Reset() {
-	*x = RetryTurnEnded{}
-	mi := &file_actors_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryTurnEnded) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryTurnEnded) ProtoMessage() {}
-
-func (x *RetryTurnEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryTurnEnded.ProtoReflect.Descriptor instead.
-func (*RetryTurnEnded) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *RetryTurnEnded) GetMessage() *AssistantMessage {
-	if x != nil {
-		return x.Message
-	}
-	return nil
-}
-
-func (x *RetryTurnEnded) GetGeneration() uint64 {
+func (x *ArmRetryTimer) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
 	}
 	return 0
 }
 
-func (x *RetryTurnEnded) GetAborts() *Aborts {
+func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
 	if x != nil {
-		return x.Aborts
-	}
-	return nil
-}
-
-func (x *RetryTurnEnded) GetSettings() *RetrySettings {
-	if x != nil {
-		return x.Settings
-	}
-	return nil
-}
-
-func (x *RetryTurnEnded) GetCurrentModel() string {
-	if x != nil {
-		return x.CurrentModel
-	}
-	return ""
-}
-
-func (x *RetryTurnEnded) GetPrimaryModel() string {
-	if x != nil {
-		return x.PrimaryModel
-	}
-	return ""
-}
-
-func (x *RetryTurnEnded) GetRole() string {
-	if x != nil {
-		return x.Role
-	}
-	return ""
-}
-
-// RetryCancel cancels the retry: abort_retry, or the global abort (global = true).
-type RetryCancel struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Global        bool                   `protobuf:"varint,1,opt,name=global,proto3" json:"global,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RetryCancel) Reset() {
-	*x = RetryCancel{}
-	mi := &file_actors_proto_msgTypes[16]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryCancel) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryCancel) ProtoMessage() {}
-
-func (x *RetryCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryCancel.ProtoReflect.Descriptor instead.
-func (*RetryCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
-}
-
-func (x *RetryCancel) GetGlobal() bool {
-	if x != nil {
-		return x.Global
-	}
-	return false
-}
-
-// RetryAction is one thing the retry actor asks the session to do, in order.
-type RetryAction struct {
-	state                  protoimpl.MessageState  `protogen:"open.v1"`
-	Kind                   RetryAction_Kind        `protobuf:"varint,1,opt,name=kind,proto3,enum=musepi.v1.RetryAction_Kind" json:"kind,omitempty"`
-	Start                  *AutoRetryStart         `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
-	End                    *AutoRetryEnd           `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
-	FallbackApplied        *RetryFallbackApplied   `protobuf:"bytes,4,opt,name=fallback_applied,json=fallbackApplied,proto3" json:"fallback_applied,omitempty"`
-	FallbackSucceeded      *RetryFallbackSucceeded `protobuf:"bytes,5,opt,name=fallback_succeeded,json=fallbackSucceeded,proto3" json:"fallback_succeeded,omitempty"`
-	DelayMs                int64                   `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	Generation             uint64                  `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
-	Credential             string                  `protobuf:"bytes,8,opt,name=credential,proto3" json:"credential,omitempty"`
-	Pinned                 bool                    `protobuf:"varint,9,opt,name=pinned,proto3" json:"pinned,omitempty"`                                                                    // with FALLBACK_APPLIED: never reverted
-	PrimaryCooldownUntilMs int64                   `protobuf:"varint,10,opt,name=primary_cooldown_until_ms,json=primaryCooldownUntilMs,proto3" json:"primary_cooldown_until_ms,omitempty"` // with FALLBACK_APPLIED
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
-}
-
-func (x *RetryAction) Reset() {
-	*x = RetryAction{}
-	mi := &file_actors_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryAction) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryAction) ProtoMessage() {}
-
-func (x *RetryAction) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryAction.ProtoReflect.Descriptor instead.
-func (*RetryAction) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *RetryAction) GetKind() RetryAction_Kind {
-	if x != nil {
-		return x.Kind
-	}
-	return RetryAction_KIND_UNSPECIFIED
-}
-
-func (x *RetryAction) GetStart() *AutoRetryStart {
-	if x != nil {
-		return x.Start
-	}
-	return nil
-}
-
-func (x *RetryAction) GetEnd() *AutoRetryEnd {
-	if x != nil {
-		return x.End
-	}
-	return nil
-}
-
-func (x *RetryAction) GetFallbackApplied() *RetryFallbackApplied {
-	if x != nil {
-		return x.FallbackApplied
-	}
-	return nil
-}
-
-func (x *RetryAction) GetFallbackSucceeded() *RetryFallbackSucceeded {
-	if x != nil {
-		return x.FallbackSucceeded
-	}
-	return nil
-}
-
-func (x *RetryAction) GetDelayMs() int64 {
-	if x != nil {
-		return x.DelayMs
+		return x.ContinueDelayMs
 	}
 	return 0
 }
 
-func (x *RetryAction) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *RetryAction) GetCredential() string {
-	if x != nil {
-		return x.Credential
-	}
-	return ""
-}
-
-func (x *RetryAction) GetPinned() bool {
-	if x != nil {
-		return x.Pinned
-	}
-	return false
-}
-
-func (x *RetryAction) GetPrimaryCooldownUntilMs() int64 {
-	if x != nil {
-		return x.PrimaryCooldownUntilMs
-	}
-	return 0
-}
-
-// RetryDecision is the outcome of one input to the retry actor.
-type RetryDecision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actions       []*RetryAction         `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
-	Settled       bool                   `protobuf:"varint,2,opt,name=settled,proto3" json:"settled,omitempty"`                      // answers a RetryTurnEnded: the decision for that turn is complete
-	WillRetry     bool                   `protobuf:"varint,3,opt,name=will_retry,json=willRetry,proto3" json:"will_retry,omitempty"` // with settled: a retry chain continues after the turn
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RetryDecision) Reset() {
-	*x = RetryDecision{}
-	mi := &file_actors_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryDecision) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryDecision) ProtoMessage() {}
-
-func (x *RetryDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryDecision.ProtoReflect.Descriptor instead.
-func (*RetryDecision) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *RetryDecision) GetActions() []*RetryAction {
-	if x != nil {
-		return x.Actions
-	}
-	return nil
-}
-
-func (x *RetryDecision) GetSettled() bool {
-	if x != nil {
-		return x.Settled
-	}
-	return false
-}
-
-func (x *RetryDecision) GetWillRetry() bool {
-	if x != nil {
-		return x.WillRetry
-	}
-	return false
-}
-
-// SleepDone is the firing of the retry actor's backoff timer.
-type SleepDone struct {
+// CancelRetryTimer stops the backoff timer of token.
+type CancelRetryTimer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SleepDone) Reset() {
-	*x = SleepDone{}
-	mi := &file_actors_proto_msgTypes[19]
+func (x *CancelRetryTimer) Reset() {
+	*x = CancelRetryTimer{}
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SleepDone) String() string {
+func (x *CancelRetryTimer) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SleepDone) ProtoMessage() {}
+func (*CancelRetryTimer) ProtoMessage() {}
 
-func (x *SleepDone) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,12 +858,12 @@ func (x *SleepDone) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SleepDone.ProtoReflect.Descriptor instead.
-func (*SleepDone) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+// Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
+func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
-func (x *SleepDone) GetToken() uint64 {
+func (x *CancelRetryTimer) GetToken() uint64 {
 	if x != nil {
 		return x.Token
 	}
@@ -1256,7 +880,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +892,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +905,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1301,7 +925,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +937,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +950,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1349,7 +973,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +985,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +998,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1412,7 +1036,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1048,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1061,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1486,7 +1110,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1122,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1135,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1535,7 +1159,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1171,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1184,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1604,7 +1228,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1240,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1253,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1657,7 +1281,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1293,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1306,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1701,7 +1325,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1337,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1350,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1742,7 +1366,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1378,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1391,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1809,7 +1433,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1445,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1458,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1861,7 +1485,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +1497,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +1510,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1913,7 +1537,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +1549,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +1562,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2005,7 +1629,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +1641,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +1654,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2075,20 +1699,22 @@ func (x *NextModelReply) GetToken() uint64 {
 	return 0
 }
 
-// ScheduleTask asks for a post-prompt task after delay_ms.
+// ScheduleTask asks for a post-prompt task after delay_ms; the scheduler
+// sends the session (the message's sender) TaskDue when it is due.
 type ScheduleTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	DelayMs       int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	Task          string                 `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"` // "continue"
+	Task          string                 `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"`    // "continue"
+	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"` // the backoff the task follows
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +1726,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +1739,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2144,19 +1770,26 @@ func (x *ScheduleTask) GetTask() string {
 	return ""
 }
 
+func (x *ScheduleTask) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // TaskDue is sent to the session when its task is due.
 type TaskDue struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Remaining     int32                  `protobuf:"varint,3,opt,name=remaining,proto3" json:"remaining,omitempty"` // tasks still pending for this session and generation
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +1801,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +1814,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2198,158 +1831,14 @@ func (x *TaskDue) GetTask() string {
 	return ""
 }
 
-func (x *TaskDue) GetRemaining() int32 {
+func (x *TaskDue) GetToken() uint64 {
 	if x != nil {
-		return x.Remaining
+		return x.Token
 	}
 	return 0
 }
 
-// SetGeneration tells the scheduler a session moved to generation; tasks of
-// older generations are dropped.
-type SetGeneration struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SetGeneration) Reset() {
-	*x = SetGeneration{}
-	mi := &file_actors_proto_msgTypes[36]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SetGeneration) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SetGeneration) ProtoMessage() {}
-
-func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
-func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
-}
-
-func (x *SetGeneration) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *SetGeneration) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-// DropTasks drops every pending task of a session.
-type DropTasks struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DropTasks) Reset() {
-	*x = DropTasks{}
-	mi := &file_actors_proto_msgTypes[37]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DropTasks) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DropTasks) ProtoMessage() {}
-
-func (x *DropTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DropTasks.ProtoReflect.Descriptor instead.
-func (*DropTasks) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
-}
-
-func (x *DropTasks) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-// GenerationIdle tells the session that generation has no tasks left.
-type GenerationIdle struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GenerationIdle) Reset() {
-	*x = GenerationIdle{}
-	mi := &file_actors_proto_msgTypes[38]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GenerationIdle) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GenerationIdle) ProtoMessage() {}
-
-func (x *GenerationIdle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GenerationIdle.ProtoReflect.Descriptor instead.
-func (*GenerationIdle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
-}
-
-func (x *GenerationIdle) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-// Forget drops a session from the scheduler (session stopped).
+// Forget drops a session's pending tasks (session stopped).
 type Forget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2359,7 +1848,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +1860,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +1873,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2392,128 +1881,6 @@ func (x *Forget) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
-}
-
-// SessionState answers GetState.
-type SessionState struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	AutoRetryEnabled bool                   `protobuf:"varint,1,opt,name=auto_retry_enabled,json=autoRetryEnabled,proto3" json:"auto_retry_enabled,omitempty"`
-	IsRetrying       bool                   `protobuf:"varint,2,opt,name=is_retrying,json=isRetrying,proto3" json:"is_retrying,omitempty"`
-	Attempt          int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Generation       uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
-	Model            string                 `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
-	Busy             bool                   `protobuf:"varint,6,opt,name=busy,proto3" json:"busy,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
-}
-
-func (x *SessionState) Reset() {
-	*x = SessionState{}
-	mi := &file_actors_proto_msgTypes[40]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SessionState) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SessionState) ProtoMessage() {}
-
-func (x *SessionState) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SessionState.ProtoReflect.Descriptor instead.
-func (*SessionState) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
-}
-
-func (x *SessionState) GetAutoRetryEnabled() bool {
-	if x != nil {
-		return x.AutoRetryEnabled
-	}
-	return false
-}
-
-func (x *SessionState) GetIsRetrying() bool {
-	if x != nil {
-		return x.IsRetrying
-	}
-	return false
-}
-
-func (x *SessionState) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
-func (x *SessionState) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *SessionState) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *SessionState) GetBusy() bool {
-	if x != nil {
-		return x.Busy
-	}
-	return false
-}
-
-// Tick is the firing of an actor's own timer.
-type Tick struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Tick) Reset() {
-	*x = Tick{}
-	mi := &file_actors_proto_msgTypes[41]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Tick) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Tick) ProtoMessage() {}
-
-func (x *Tick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Tick.ProtoReflect.Descriptor instead.
-func (*Tick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 // CompactionFinished carries the compaction hook's outcome.
@@ -2528,7 +1895,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +1907,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +1920,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2581,7 +1948,7 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\fevents.proto\x1a\rhistory.proto\x1a\x0esettings.proto\"5\n" +
+	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
 	"\x03ack\x18\x02 \x01(\bR\x03ack\"0\n" +
@@ -2626,61 +1993,17 @@ const file_actors_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\"T\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"U\n" +
-	"\x06Aborts\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\bR\x04user\x12\x18\n" +
-	"\adispose\x18\x02 \x01(\bR\adispose\x12\x1d\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\xab\x01\n" +
+	"\rArmRetryTimer\x12\x19\n" +
+	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1d\n" +
 	"\n" +
-	"edit_guard\x18\x03 \x01(\bR\teditGuard\"\xa6\x02\n" +
-	"\x0eRetryTurnEnded\x125\n" +
-	"\amessage\x18\x01 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x1e\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1e\n" +
 	"\n" +
-	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\x12)\n" +
-	"\x06aborts\x18\x03 \x01(\v2\x11.musepi.v1.AbortsR\x06aborts\x124\n" +
-	"\bsettings\x18\x04 \x01(\v2\x18.musepi.v1.RetrySettingsR\bsettings\x12#\n" +
-	"\rcurrent_model\x18\x05 \x01(\tR\fcurrentModel\x12#\n" +
-	"\rprimary_model\x18\x06 \x01(\tR\fprimaryModel\x12\x12\n" +
-	"\x04role\x18\a \x01(\tR\x04role\"%\n" +
-	"\vRetryCancel\x12\x16\n" +
-	"\x06global\x18\x01 \x01(\bR\x06global\"\xc5\x06\n" +
-	"\vRetryAction\x12/\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x1b.musepi.v1.RetryAction.KindR\x04kind\x12/\n" +
-	"\x05start\x18\x02 \x01(\v2\x19.musepi.v1.AutoRetryStartR\x05start\x12)\n" +
-	"\x03end\x18\x03 \x01(\v2\x17.musepi.v1.AutoRetryEndR\x03end\x12J\n" +
-	"\x10fallback_applied\x18\x04 \x01(\v2\x1f.musepi.v1.RetryFallbackAppliedR\x0ffallbackApplied\x12P\n" +
-	"\x12fallback_succeeded\x18\x05 \x01(\v2!.musepi.v1.RetryFallbackSucceededR\x11fallbackSucceeded\x12\x19\n" +
-	"\bdelay_ms\x18\x06 \x01(\x03R\adelayMs\x12\x1e\n" +
-	"\n" +
-	"generation\x18\a \x01(\x04R\n" +
-	"generation\x12\x1e\n" +
-	"\n" +
-	"credential\x18\b \x01(\tR\n" +
-	"credential\x12\x16\n" +
-	"\x06pinned\x18\t \x01(\bR\x06pinned\x129\n" +
-	"\x19primary_cooldown_until_ms\x18\n" +
-	" \x01(\x03R\x16primaryCooldownUntilMs\"\xdc\x02\n" +
-	"\x04Kind\x12\x14\n" +
-	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
-	"\x0fKIND_EMIT_START\x10\x01\x12\x11\n" +
-	"\rKIND_EMIT_END\x10\x02\x12\x19\n" +
-	"\x15KIND_FALLBACK_APPLIED\x10\x03\x12\x1b\n" +
-	"\x17KIND_FALLBACK_SUCCEEDED\x10\x04\x12\x1d\n" +
-	"\x19KIND_STRIP_TRAILING_ERROR\x10\x05\x12\x1f\n" +
-	"\x1bKIND_RESET_PROVIDER_SESSION\x10\x06\x12\x1a\n" +
-	"\x16KIND_SCHEDULE_CONTINUE\x10\a\x12\x1c\n" +
-	"\x18KIND_ROUTE_TO_COMPACTION\x10\b\x12\x15\n" +
-	"\x11KIND_ABORT_STREAM\x10\t\x12\x1a\n" +
-	"\x16KIND_SWITCH_CREDENTIAL\x10\n" +
-	"\x12\x17\n" +
-	"\x13KIND_LIFECYCLE_OPEN\x10\v\x12\x18\n" +
-	"\x14KIND_LIFECYCLE_CLOSE\x10\f\"z\n" +
-	"\rRetryDecision\x120\n" +
-	"\aactions\x18\x01 \x03(\v2\x16.musepi.v1.RetryActionR\aactions\x12\x18\n" +
-	"\asettled\x18\x02 \x01(\bR\asettled\x12\x1d\n" +
-	"\n" +
-	"will_retry\x18\x03 \x01(\bR\twillRetry\"!\n" +
-	"\tSleepDone\x12\x14\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12*\n" +
+	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\"(\n" +
+	"\x10CancelRetryTimer\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\"1\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
@@ -2747,7 +2070,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"|\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"\x92\x01\n" +
 	"\fScheduleTask\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
@@ -2755,40 +2078,17 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x19\n" +
 	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12\x12\n" +
-	"\x04task\x18\x04 \x01(\tR\x04task\"[\n" +
+	"\x04task\x18\x04 \x01(\tR\x04task\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\"S\n" +
 	"\aTaskDue\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1c\n" +
-	"\tremaining\x18\x03 \x01(\x05R\tremaining\"N\n" +
-	"\rSetGeneration\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\"*\n" +
-	"\tDropTasks\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"0\n" +
-	"\x0eGenerationIdle\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"'\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"'\n" +
 	"\x06Forget\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\xc1\x01\n" +
-	"\fSessionState\x12,\n" +
-	"\x12auto_retry_enabled\x18\x01 \x01(\bR\x10autoRetryEnabled\x12\x1f\n" +
-	"\vis_retrying\x18\x02 \x01(\bR\n" +
-	"isRetrying\x12\x18\n" +
-	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\x12\x14\n" +
-	"\x05model\x18\x05 \x01(\tR\x05model\x12\x12\n" +
-	"\x04busy\x18\x06 \x01(\bR\x04busy\"\x06\n" +
-	"\x04Tick\"v\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"v\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2808,83 +2108,58 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_actors_proto_goTypes = []any{
-	(RetryAction_Kind)(0),           // 0: musepi.v1.RetryAction.Kind
-	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
-	(*PromptAccepted)(nil),          // 2: musepi.v1.PromptAccepted
-	(*PromptResult)(nil),            // 3: musepi.v1.PromptResult
-	(*HistoryFailure)(nil),          // 4: musepi.v1.HistoryFailure
-	(*AbortRequest)(nil),            // 5: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 6: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 7: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 8: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 9: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 10: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 11: musepi.v1.Ack
-	(*TurnDelta)(nil),               // 12: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),            // 13: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 14: musepi.v1.ToolsFinished
-	(*Aborts)(nil),                  // 15: musepi.v1.Aborts
-	(*RetryTurnEnded)(nil),          // 16: musepi.v1.RetryTurnEnded
-	(*RetryCancel)(nil),             // 17: musepi.v1.RetryCancel
-	(*RetryAction)(nil),             // 18: musepi.v1.RetryAction
-	(*RetryDecision)(nil),           // 19: musepi.v1.RetryDecision
-	(*SleepDone)(nil),               // 20: musepi.v1.SleepDone
-	(*SelectCredential)(nil),        // 21: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),   // 23: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 24: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 25: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 26: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 27: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 28: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 29: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 30: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 31: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 32: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 33: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 34: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 35: musepi.v1.ScheduleTask
-	(*TaskDue)(nil),                 // 36: musepi.v1.TaskDue
-	(*SetGeneration)(nil),           // 37: musepi.v1.SetGeneration
-	(*DropTasks)(nil),               // 38: musepi.v1.DropTasks
-	(*GenerationIdle)(nil),          // 39: musepi.v1.GenerationIdle
-	(*Forget)(nil),                  // 40: musepi.v1.Forget
-	(*SessionState)(nil),            // 41: musepi.v1.SessionState
-	(*Tick)(nil),                    // 42: musepi.v1.Tick
-	(*CompactionFinished)(nil),      // 43: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),        // 44: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 45: musepi.v1.Entry
-	(*ToolResult)(nil),              // 46: musepi.v1.ToolResult
-	(*RetrySettings)(nil),           // 47: musepi.v1.RetrySettings
-	(*AutoRetryStart)(nil),          // 48: musepi.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),            // 49: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),    // 50: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil),  // 51: musepi.v1.RetryFallbackSucceeded
+	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
+	(*PromptAccepted)(nil),          // 1: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),            // 2: musepi.v1.PromptResult
+	(*HistoryFailure)(nil),          // 3: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),            // 4: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 5: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 6: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 7: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 8: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 9: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 10: musepi.v1.Ack
+	(*TurnDelta)(nil),               // 11: musepi.v1.TurnDelta
+	(*TurnFinished)(nil),            // 12: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 13: musepi.v1.ToolsFinished
+	(*ArmRetryTimer)(nil),           // 14: musepi.v1.ArmRetryTimer
+	(*CancelRetryTimer)(nil),        // 15: musepi.v1.CancelRetryTimer
+	(*SelectCredential)(nil),        // 16: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 17: musepi.v1.CredentialSelected
+	(*MarkUsageLimitReached)(nil),   // 18: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 19: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 20: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 21: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 22: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 23: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 24: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 25: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 26: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 27: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 28: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 29: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 30: musepi.v1.ScheduleTask
+	(*TaskDue)(nil),                 // 31: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 32: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 33: musepi.v1.CompactionFinished
+	(*AssistantMessage)(nil),        // 34: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 35: musepi.v1.Entry
+	(*ToolResult)(nil),              // 36: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	44, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	4,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
-	45, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	44, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	46, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	44, // 5: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
-	15, // 6: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
-	47, // 7: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
-	0,  // 8: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
-	48, // 9: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
-	49, // 10: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
-	50, // 11: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	51, // 12: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	18, // 13: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
-	45, // 14: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	34, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	3,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
+	35, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	34, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	36, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	35, // 5: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2893,22 +2168,19 @@ func file_actors_proto_init() {
 		return
 	}
 	file_assistant_proto_init()
-	file_events_proto_init()
 	file_history_proto_init()
-	file_settings_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   43,
+			NumEnums:      0,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_actors_proto_goTypes,
 		DependencyIndexes: file_actors_proto_depIdxs,
-		EnumInfos:         file_actors_proto_enumTypes,
 		MessageInfos:      file_actors_proto_msgTypes,
 	}.Build()
 	File_actors_proto = out.File

@@ -41,9 +41,7 @@ func (p *probe) Receive(ctx actor.Context) {
 		defer p.clk.End()
 		m(ctx)
 	case *messages.TaskDue:
-		p.got <- fmt.Sprintf("%v due gen=%d task=%s remaining=%d", at, m.GetGeneration(), m.GetTask(), m.GetRemaining())
-	case *messages.GenerationIdle:
-		p.got <- fmt.Sprintf("%v idle gen=%d", at, m.GetGeneration())
+		p.got <- fmt.Sprintf("%v due gen=%d task=%s", at, m.GetGeneration(), m.GetTask())
 	}
 }
 
@@ -100,65 +98,36 @@ func (f *schedFixture) runUntilIdle(t *testing.T) []string {
 	}
 }
 
-// Protocol messages the probe sends to the scheduler.
 func schedule(gen uint64, delayMs int64, name string) *messages.ScheduleTask {
 	return &messages.ScheduleTask{SessionId: "s", Generation: gen, DelayMs: delayMs, Task: name}
 }
 
-func setGeneration(gen uint64) *messages.SetGeneration {
-	return &messages.SetGeneration{SessionId: "s", Generation: gen}
-}
-
 func TestSchedulerActor(t *testing.T) {
-	type msg = any // *messages.ScheduleTask, SetGeneration, DropTasks or Forget
 	tests := []struct {
-		name string
-		send []msg
-		want []string
+		name   string
+		msgs   []*messages.ScheduleTask
+		forget bool
+		want   []string
 	}{
-		{"task due after its delay",
-			[]msg{setGeneration(1), schedule(1, 1500, "continue")},
-			[]string{"0s idle gen=1", "1.5s due gen=1 task=continue remaining=0"}},
-		{"remaining counts down",
-			[]msg{schedule(1, 2000, "b"), schedule(1, 1000, "a")},
-			[]string{"1s due gen=1 task=a remaining=1", "2s due gen=1 task=b remaining=0"}},
-		{"same instant in scheduling order",
-			[]msg{schedule(1, 1000, "a"), schedule(1, 1000, "b")},
-			[]string{"1s due gen=1 task=a remaining=1", "1s due gen=1 task=b remaining=0"}},
-		{"zero and negative delays are due now",
-			[]msg{schedule(1, -500, "neg"), schedule(1, 0, "zero")},
-			[]string{"0s due gen=1 task=neg remaining=1", "0s due gen=1 task=zero remaining=0"}},
-		{"SetGeneration makes a pending task stale",
-			[]msg{schedule(1, 1000, "continue"), setGeneration(2)},
-			[]string{"0s idle gen=2"}},
-		{"SetGeneration to the pending task's generation keeps it",
-			[]msg{schedule(2, 1000, "continue"), setGeneration(2)},
-			[]string{"1s due gen=2 task=continue remaining=0"}},
-		{"stale ScheduleTask answered with GenerationIdle",
-			[]msg{setGeneration(3), schedule(2, 1000, "continue")},
-			[]string{"0s idle gen=3", "0s idle gen=2"}},
-		{"DropTasks drops and reports idle",
-			[]msg{schedule(4, 1000, "continue"), &messages.DropTasks{SessionId: "s"}},
-			[]string{"0s idle gen=4"}},
-		{"Forget drops silently",
-			[]msg{schedule(1, 1000, "continue"), &messages.Forget{SessionId: "s"}},
-			nil},
+		{"a task is due after its delay", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, false,
+			[]string{"1s due gen=1 task=continue"}},
+		{"a negative delay is due at once", []*messages.ScheduleTask{schedule(1, -5, "continue")}, false,
+			[]string{"0s due gen=1 task=continue"}},
+		{"a newer generation replaces the pending task", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 1000, "new")}, false,
+			[]string{"1s due gen=2 task=new"}},
+		{"an older generation than the pending one is stale", []*messages.ScheduleTask{schedule(3, 1000, "new"), schedule(2, 500, "old")}, false,
+			[]string{"1s due gen=3 task=new"}},
+		{"Forget drops the pending task", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newSchedFixture(t)
 			f.do(func(ctx actor.Context) {
-				for _, m := range tt.send {
-					switch m := m.(type) {
-					case *messages.ScheduleTask:
-						track.Request(ctx, f.clk, f.sched, m)
-					case *messages.SetGeneration:
-						track.Request(ctx, f.clk, f.sched, m)
-					case *messages.DropTasks:
-						track.Send(ctx, f.clk, f.sched, m)
-					case *messages.Forget:
-						track.Send(ctx, f.clk, f.sched, m)
-					}
+				for _, m := range tt.msgs {
+					track.Request(ctx, f.clk, f.sched, m)
+				}
+				if tt.forget {
+					track.Send(ctx, f.clk, f.sched, &messages.Forget{SessionId: "s"})
 				}
 			})
 			if got := f.runUntilIdle(t); !slices.Equal(got, tt.want) {
@@ -168,43 +137,15 @@ func TestSchedulerActor(t *testing.T) {
 	}
 }
 
-// An earlier task scheduled after a later one re-arms the timer; a new
-// prompt generation in between drops the pending one.
-func TestSchedulerActorAcrossSteps(t *testing.T) {
-	f := newSchedFixture(t)
-	f.do(func(ctx actor.Context) {
-		track.Request(ctx, f.clk, f.sched, setGeneration(1))
-		track.Request(ctx, f.clk, f.sched, schedule(1, 5000, "late"))
-		track.Request(ctx, f.clk, f.sched, schedule(1, 1000, "early"))
-	})
-	want := []string{"0s idle gen=1"}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := f.clk.Advance(ctx, 1500*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, "1s due gen=1 task=early remaining=1")
-
-	f.do(func(ctx actor.Context) { track.Request(ctx, f.clk, f.sched, setGeneration(2)) })
-	f.do(func(ctx actor.Context) { track.Request(ctx, f.clk, f.sched, schedule(2, 1000, "next")) })
-	want = append(want, "1.5s idle gen=2", "2.5s due gen=2 task=next remaining=0")
-
-	if got := f.runUntilIdle(t); !slices.Equal(got, want) {
-		t.Errorf("got\n\t%q\nwant\n\t%q", got, want)
-	}
-	if got := f.clk.Now().Sub(t0); got != 2500*time.Millisecond {
-		t.Errorf("clock at %v, want 2.5s (the stale task's timer re-armed for the next one)", got)
-	}
-}
-
-// A task of a session that never told the scheduler its PID (no sender)
-// is dropped when due; the others are unaffected.
+// A task with no sender to answer is dropped; the others are unaffected.
 func TestSchedulerActorUnknownSender(t *testing.T) {
 	f := newSchedFixture(t)
 	track.Send(f.system.Root, f.clk, f.sched, &messages.ScheduleTask{SessionId: "anon", Generation: 1, DelayMs: 1000, Task: "continue"})
 	f.do(func(ctx actor.Context) { track.Request(ctx, f.clk, f.sched, schedule(1, 2000, "continue")) })
-	want := []string{"2s due gen=1 task=continue remaining=0"}
+	want := []string{"2s due gen=1 task=continue"}
 	if got := f.runUntilIdle(t); !slices.Equal(got, want) {
 		t.Errorf("got\n\t%q\nwant\n\t%q", got, want)
 	}
 }
+
+var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"sync"
 	"time"
 
 	"github.com/musepi/musepi/messages"
@@ -26,7 +27,8 @@ const (
 	Deciding
 	// Backoff: the retry chain sleeps before its next attempt.
 	Backoff
-	// ContinueScheduled: the retry's continue is scheduled.
+	// ContinueScheduled: the backoff is over and the retry's continue is
+	// scheduled (within the step that learns of it).
 	ContinueScheduled
 	// Compacting: the compaction hook runs after a context overflow.
 	Compacting
@@ -42,11 +44,20 @@ func (s State) String() string {
 	return "unknown"
 }
 
+// continueDelay is the delay of the continue a retry schedules after its
+// backoff sleep (spec 3 step 13).
+const continueDelay = time.Millisecond
+
 // Config is a session's own configuration.
 type Config struct {
 	Model    string // primary "provider/model"
 	Role     string // model role for fallback chains ("default")
 	Settings retry.Settings
+	// Where a resumed session stood: the model in use ("" is Model), whether
+	// it is a pinned fallback, and when it may revert to the primary.
+	InUse        string
+	Pinned       bool
+	PrimaryUntil time.Time
 	// Compaction says a compaction hook is installed; without one a context
 	// overflow ends the prompt after compaction_required.
 	Compaction bool
@@ -56,6 +67,7 @@ type Config struct {
 // for concurrent use: an actor owns it.
 type Core struct {
 	cfg   Config
+	src   retry.Source
 	chain *retry.Chain
 
 	state      State
@@ -64,8 +76,9 @@ type Core struct {
 	continuing bool   // the turn being started is a retry's continue
 	aborts     retry.AbortState
 
-	model         string // "provider/model" in use
-	pinned        bool   // the fallback model is pinned (refusal)
+	model         string     // "provider/model" in use
+	pinned        bool       // the fallback model is pinned (refusal)
+	beforeChange  modelState // what the last model change replaced, to undo it
 	askPin        bool   // the pending fallback ask pins
 	primaryUntil  time.Time
 	credential    string
@@ -76,14 +89,41 @@ type Core struct {
 	failure     string
 	failureKind ErrorKind
 
-	now   time.Time
-	out   []Effect
-	chBuf []retry.Effect
+	now time.Time
+	out []Effect
 }
+
+// chainBuffers lend the cores a buffer for one step of their retry chain,
+// so an idle session keeps none.
+var chainBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
-	return &Core{cfg: cfg, chain: retry.NewChain(src), model: cfg.Model}
+	c := &Core{cfg: cfg, src: src, chain: retry.NewChain(src), model: cfg.Model,
+		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil}
+	if cfg.InUse != "" {
+		c.model = cfg.InUse
+	}
+	return c
+}
+
+// Snapshot is a copy of a core's state, taken before a step that may
+// panic (the jitter source is the caller's code) and put back by Restore.
+type Snapshot struct {
+	core  Core
+	chain retry.Chain
+}
+
+// Snapshot copies the core's state into snap.
+func (c *Core) Snapshot(snap *Snapshot) {
+	snap.core, snap.chain = *c, *c.chain
+}
+
+// Restore puts back the state snap holds, as it was when it was taken.
+func (c *Core) Restore(snap *Snapshot) {
+	chain := c.chain
+	*c, *chain = snap.core, snap.chain
+	c.chain = chain
 }
 
 // State reports what the session is doing.
@@ -101,6 +141,14 @@ func (c *Core) Model() string { return c.model }
 // Credential is the credential the last turn used.
 func (c *Core) Credential() string { return c.credential }
 
+// AwaitsTurn reports whether the session waits for the end of turn (its
+// stream), and AwaitsTools whether it waits for turn's tools: what they
+// bring is recorded only then.
+func (c *Core) AwaitsTurn(turn uint64) bool { return turn == c.turn && c.state == Streaming }
+
+// AwaitsTools reports whether the session waits for the tools of turn.
+func (c *Core) AwaitsTools(turn uint64) bool { return turn == c.turn && c.state == RunningTools }
+
 // Generation is the current prompt generation.
 func (c *Core) Generation() uint64 { return c.gen }
 
@@ -114,7 +162,7 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	defer func() { c.out = nil }()
 	switch in.Kind {
 	case InPrompt:
-		c.prompt(in.Text)
+		c.prompt(in.Err)
 	case InCredentialSelected:
 		c.credentialSelected(in.Credential)
 	case InTurnDelta:
@@ -123,14 +171,15 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		}
 	case InTurnEnded:
 		if in.Turn == c.turn && c.state == Streaming {
-			c.turnEnded(in.Message)
+			c.turnEnded(in.Message, in.Err)
 		}
 	case InToolsDone:
 		if in.Turn == c.turn && c.state == RunningTools {
-			c.toolsDone(in.Results)
+			c.toolsDone(in.Err)
 		}
-	case InContinueDue:
-		if in.Generation == c.gen && c.state == ContinueScheduled {
+	case InBackoffDone:
+		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
+		if c.state == ContinueScheduled && in.Generation == c.gen {
 			c.continueDue()
 		}
 	case InAbort:
@@ -144,15 +193,21 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	case InSetAutoRetry:
 		c.cfg.Settings.Enabled = in.Enabled
 	case InSetModel:
+		before := c.modelState()
 		c.cfg.Model = in.Model
 		c.pinned = false
 		c.switchModel(in.Model, "user")
+		c.beforeChange = before
 	case InCompactionDone:
 		if in.Generation == c.gen && c.state == Compacting {
 			c.compactionDone(in.Context, in.Err)
 		}
 	case InStop:
 		c.stop()
+	case InChainFailed:
+		c.chainFailed(in.Err)
+	case InHistoryFailed:
+		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
 			c.credential = in.Credential
@@ -169,13 +224,18 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	return c.out
 }
 
+// modelState is the model part of a core: in use, primary, pinning.
+type modelState struct {
+	model, primary string
+	pinned         bool
+	primaryUntil   time.Time
+}
+
 // chainInput maps the inputs the retry chain answers to retry.Input.
 func chainInput(in Input, now time.Time) retry.Input {
 	r := retry.Input{Now: now, Token: in.Token, Switched: in.Switched, RetryAt: in.RetryAt,
 		From: in.From, To: in.To, Role: in.Role, At: in.At}
 	switch in.Kind {
-	case InSleepDone:
-		r.Kind = retry.InputSleepDone
 	case InAbortRetry:
 		r.Kind = retry.InputAbortRetry
 	case InCredentialReply:
@@ -190,7 +250,9 @@ func chainInput(in Input, now time.Time) retry.Input {
 	return r
 }
 
-func (c *Core) prompt(text string) {
+// prompt starts a prompt the owner has recorded (historyErr: it could
+// not, and the prompt ends at once with that error).
+func (c *Core) prompt(historyErr string) {
 	if c.state != Idle {
 		c.add(Effect{Kind: RejectPrompt, Result: Result{Generation: c.gen, ErrorKind: KindBusy,
 			Error: "a prompt is already running; abort it or wait for it to settle"}})
@@ -199,8 +261,12 @@ func (c *Core) prompt(text string) {
 	c.gen++
 	c.aborts = retry.AbortState{}
 	c.last, c.failure, c.failureKind = nil, "", ""
+	if historyErr != "" {
+		c.failureKind, c.failure = KindHistory, historyErr
+		c.settle()
+		return
+	}
 	c.maybeRevert()
-	c.add(Effect{Kind: AppendUser, Text: text, At: c.now})
 	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
 	c.continuing = false
 	c.selectCredential()
@@ -230,10 +296,12 @@ func (c *Core) startTurn() {
 	c.add(Effect{Kind: StartTurn, Turn: c.turn, Model: c.model, Credential: c.credential})
 }
 
-func (c *Core) turnEnded(msg *messages.AssistantMessage) {
+// turnEnded takes a turn's message, which the owner has recorded
+// (historyErr: it could not).
+func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.last = msg
-	c.add(Effect{Kind: AppendAssistant, Message: msg})
 	c.emit(Event{Kind: EventMessageEnd, Message: msg})
+	c.recordFailed(historyErr)
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
 		if !c.chain.IsRetrying() {
 			c.runTools(calls)
@@ -252,10 +320,10 @@ func (c *Core) runTools(calls []*messages.ToolCall) {
 	c.add(Effect{Kind: RunTools, Turn: c.turn, Calls: calls})
 }
 
-func (c *Core) toolsDone(results []*messages.ToolResult) {
-	if len(results) > 0 {
-		c.add(Effect{Kind: AppendToolResults, Results: results})
-	}
+// toolsDone takes the results of a turn's tools, which the owner has
+// recorded (historyErr: it could not).
+func (c *Core) toolsDone(historyErr string) {
+	c.recordFailed(historyErr)
 	if c.aborts.User {
 		c.decide(c.last)
 		return
@@ -273,7 +341,12 @@ func (c *Core) decide(msg *messages.AssistantMessage) {
 // effects. A decision that completes answers the turn's end: agent_end
 // goes out first, saying whether a retry chain continues.
 func (c *Core) stepChain(in retry.Input) {
-	c.chBuf = c.chain.AppendStep(c.chBuf[:0], in)
+	buf := chainBuffers.Get().(*[]retry.Effect)
+	defer func() {
+		clear(*buf) // drop what the effects point to
+		chainBuffers.Put(buf)
+	}()
+	*buf = c.chain.AppendStep((*buf)[:0], in)
 	phase := c.chain.Phase()
 	decided := c.state == Deciding && phase != retry.AwaitingCredential && phase != retry.AwaitingFallback && phase != retry.AwaitingBudget
 	calls := c.toolsAfterEnd
@@ -284,10 +357,9 @@ func (c *Core) stepChain(in retry.Input) {
 		}
 	}
 	compact := false
-	for _, e := range c.chBuf {
+	for _, e := range *buf {
 		compact = c.chainEffect(e) || compact
 	}
-	clear(c.chBuf)
 	switch {
 	case decided && calls != nil && c.aborts.User:
 		c.decide(c.last) // aborted before the tools ran
@@ -323,7 +395,7 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.attempt = e.Start.Attempt
 		c.emit(Event{Kind: EventAutoRetryStart, Start: e.Start})
 	case retry.EmitEnd:
-		if !e.End.Success {
+		if !e.End.Success && c.failureKind != KindHistory {
 			c.failure = e.End.FinalError
 			if c.failure == retry.RetryCancelled && c.failureKind == "" {
 				c.failureKind = KindRetryCancelled
@@ -331,8 +403,10 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		}
 		c.emit(Event{Kind: EventAutoRetryEnd, End: e.End})
 	case retry.EmitFallbackApplied:
+		before := c.modelState()
 		c.pinned = c.askPin
 		c.switchModel(e.Fallback.To, "fallback")
+		c.beforeChange = before
 		c.emit(Event{Kind: EventFallbackApplied, Fallback: e.Fallback})
 	case retry.EmitFallbackSucceeded:
 		c.emit(Event{Kind: EventFallbackSucceeded, Fallback: e.Fallback})
@@ -348,12 +422,13 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.add(Effect{Kind: StripTrailingError})
 	case retry.Sleep:
 		c.state = Backoff
-		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token})
+		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token, ContinueDelay: continueDelay, Generation: c.gen})
 	case retry.CancelSleep:
 		c.add(Effect{Kind: CancelTimer, Token: e.Token})
 	case retry.ScheduleContinue:
+		// Armed with the backoff timer: its owner scheduled the continue
+		// when the timer fired, and InBackoffDone says it is due.
 		c.state = ContinueScheduled
-		c.add(Effect{Kind: ScheduleContinue, Delay: e.Delay, Generation: e.Generation})
 	case retry.RouteToCompaction:
 		return true
 	case retry.AbortStream:
@@ -423,12 +498,66 @@ func (c *Core) stop() {
 	c.add(Effect{Kind: CancelTurn})
 	if c.chain.IsRetrying() {
 		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError}})
+		c.chain = retry.NewChain(c.src)
 	}
 	c.add(Effect{Kind: ReleaseSession, Model: c.model})
 	if c.state != Idle {
 		c.state = Idle
 		c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Error: ShutdownError})
 		c.add(Effect{Kind: Settle, Result: Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}})
+	}
+}
+
+// chainFailed drops a retry chain that could not be stepped: an open
+// chain ends with auto_retry_end{success:false}, and a running prompt
+// settles with reason (a turn or tools still running are cancelled).
+func (c *Core) chainFailed(reason string) {
+	if c.chain.IsRetrying() {
+		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: reason}})
+	}
+	c.chain = retry.NewChain(c.src)
+	c.toolsAfterEnd = nil
+	if c.state == Idle {
+		return
+	}
+	c.add(Effect{Kind: CancelTurn})
+	c.failureKind, c.failure = KindFailed, reason
+	c.settle()
+}
+
+func (c *Core) modelState() modelState {
+	return modelState{model: c.model, primary: c.cfg.Model, pinned: c.pinned, primaryUntil: c.primaryUntil}
+}
+
+// recordFailed ends the prompt when the owner could not record what the
+// input brought (historyErr non-empty): an open retry chain ends, and the
+// turn settles as under a user abort, nothing retried.
+func (c *Core) recordFailed(historyErr string) {
+	if historyErr == "" {
+		return
+	}
+	if c.failureKind != KindHistory {
+		c.failureKind, c.failure = KindHistory, historyErr
+	}
+	c.aborts.User = true
+	c.stepChain(retry.Input{Kind: retry.InputAbort, Now: c.now})
+}
+
+// historyFailed ends the running prompt because its history could not be
+// written: like a user abort (the stream is cancelled, an open retry chain
+// ends, nothing is retried), but the prompt's error is err. A model change
+// that could not be written is undone first.
+func (c *Core) historyFailed(err string, revert bool) {
+	if revert {
+		b := c.beforeChange
+		c.model, c.cfg.Model, c.pinned, c.primaryUntil = b.model, b.primary, b.pinned, b.primaryUntil
+	}
+	if c.state == Idle {
+		return
+	}
+	c.recordFailed(err)
+	if c.state == SelectingCredential {
+		c.settle()
 	}
 }
 
@@ -463,7 +592,8 @@ func (c *Core) switchModel(to, reason string) {
 	if to == c.model {
 		return
 	}
-	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason}
+	c.beforeChange = c.modelState()
+	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 	c.model = to
 	c.add(Effect{Kind: AppendModelChange, Change: change})
 	c.emit(Event{Kind: EventModelChange, Change: change})

@@ -102,8 +102,10 @@ func (sc *script) input(line string) []string {
 		}
 		sc.now = sc.now.Add(d)
 		return nil
-	case "prompt":
-		in = Input{Kind: InPrompt, Text: arg}
+	case "prompt": // recorded by the owner
+		in = Input{Kind: InPrompt}
+	case "prompt-unrecorded": // the owner could not record it
+		in = Input{Kind: InPrompt, Err: arg}
 	case "credential":
 		in = Input{Kind: InCredentialSelected, Credential: arg}
 	case "delta":
@@ -111,12 +113,13 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InTurnDelta, Turn: sc.turn, DeltaKind: kind, Delta: text}
 	case "turn-end":
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(args)}
+	case "turn-end-unrecorded": // the owner could not record the message: "KIND ... | ERROR"
+		kind, errText, _ := strings.Cut(arg, " | ")
+		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(strings.Fields(kind)), Err: errText}
 	case "tools-done":
-		in = Input{Kind: InToolsDone, Turn: sc.turn, Results: []*messages.ToolResult{{ToolCallId: "call_1", Output: "ok"}}}
-	case "sleep-done":
-		in = Input{Kind: InSleepDone, Token: sc.token}
-	case "continue-due":
-		in = Input{Kind: InContinueDue, Generation: sc.core.Generation()}
+		in = Input{Kind: InToolsDone, Turn: sc.turn}
+	case "backoff-done":
+		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation()}
 	case "abort":
 		in = Input{Kind: InAbort}
 	case "abort-retry":
@@ -156,6 +159,10 @@ func (sc *script) input(line string) []string {
 		}
 	case "stop":
 		in = Input{Kind: InStop}
+	case "history-failed":
+		in = Input{Kind: InHistoryFailed, Err: arg}
+	case "history-failed-revert":
+		in = Input{Kind: InHistoryFailed, Err: arg, RevertModel: true}
 	default:
 		sc.t.Fatalf("unknown command %q", line)
 	}
@@ -236,10 +243,6 @@ func (sc *script) render(e Effect) string {
 	switch e.Kind {
 	case Emit:
 		return "emit " + renderEvent(e.Event)
-	case AppendUser:
-		return fmt.Sprintf("append-user %q", e.Text)
-	case AppendAssistant:
-		return "append-assistant " + e.Message.GetStopReason().String()
 	case AppendModelChange:
 		return fmt.Sprintf("append-model-change %s -> %s (%s)", e.Change.From, e.Change.To, e.Change.Reason)
 	case SelectCredential, ResetProviderSession, DropBudgetHold, ReleaseSession:
@@ -251,9 +254,7 @@ func (sc *script) render(e Effect) string {
 		return fmt.Sprintf("run-tools %d calls=%d", e.Turn, len(e.Calls))
 	case ArmTimer:
 		sc.token = e.Token
-		return fmt.Sprintf("arm-timer %s", e.Delay)
-	case ScheduleContinue:
-		return fmt.Sprintf("schedule-continue %s gen=%d", e.Delay, e.Generation)
+		return fmt.Sprintf("arm-timer %s then continue %s gen=%d", e.Delay, e.ContinueDelay, e.Generation)
 	case AskCredentialSwitch:
 		sc.token = e.Token
 		return fmt.Sprintf("ask-credential-switch %s block=%s", e.Model, e.BlockFor)

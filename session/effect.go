@@ -14,14 +14,9 @@ type EffectKind uint8
 const (
 	// Emit publishes Event to the session's subscribers.
 	Emit EffectKind = iota + 1
-	// AppendUser persists the user prompt Text (at At) and adds it to the
-	// runtime context.
-	AppendUser
-	// AppendAssistant persists Message and adds it to the runtime context.
-	AppendAssistant
-	// AppendToolResults persists Results and adds them to the runtime context.
-	AppendToolResults
-	// AppendModelChange persists Change (history only, never sent to a model).
+	// AppendModelChange persists Change (history only, never sent to a
+	// model). The conversation itself (prompts, messages, tool results) is
+	// recorded by the owner as it arrives, before the core is told.
 	AppendModelChange
 	// StripTrailingError removes the trailing assistant error from the
 	// runtime context; it stays in the history.
@@ -40,13 +35,13 @@ const (
 	RunTools
 	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
 	Compact
-	// ArmTimer starts the backoff timer Token for Delay; it fires as InSleepDone.
+	// ArmTimer starts the backoff timer Token for Delay; when it fires, the
+	// retry's continue of Generation is scheduled after ContinueDelay (spec 3
+	// step 13: 1 ms, through the post-prompt scheduler) and comes back as
+	// InBackoffDone.
 	ArmTimer
 	// CancelTimer stops the backoff timer Token.
 	CancelTimer
-	// ScheduleContinue runs the retry's continue after Delay as
-	// InContinueDue for Generation.
-	ScheduleContinue
 	// ResetProviderSession drops Model's provider's cached state for the session.
 	ResetProviderSession
 	// AskCredentialSwitch marks the credential in use on Model's provider
@@ -78,13 +73,12 @@ const (
 )
 
 var effectNames = [...]string{
-	Emit: "emit", AppendUser: "append-user", AppendAssistant: "append-assistant",
-	AppendToolResults: "append-tool-results", AppendModelChange: "append-model-change",
+	Emit: "emit", AppendModelChange: "append-model-change",
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
 	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
 	RunTools: "run-tools", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
-	ScheduleContinue: "schedule-continue", ResetProviderSession: "reset-provider-session",
-	AskCredentialSwitch: "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
+	ResetProviderSession: "reset-provider-session",
+	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
 	RecordOutcome: "record-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
 	Settle: "settle", RejectPrompt: "reject-prompt",
 }
@@ -101,35 +95,39 @@ func (k EffectKind) String() string {
 type Effect struct {
 	Kind EffectKind
 
-	Event      Event
-	Text       string
-	At         time.Time
-	Message    *messages.AssistantMessage
-	Results    []*messages.ToolResult
-	Change     ModelChange
-	Context    []*messages.Entry
-	Model      string
-	Primary    string
-	Role       string
-	Credential string
-	Turn       uint64
-	Calls      []*messages.ToolCall
-	Failed     *messages.AssistantMessage
-	Delay      time.Duration
-	Token      uint64
-	Generation uint64
-	BlockFor   time.Duration
-	Pin        bool
-	Success    bool
-	Due        time.Time
-	Latest     time.Time
-	Result     Result
+	Event         Event
+	Text          string
+	At            time.Time
+	Message       *messages.AssistantMessage
+	Results       []*messages.ToolResult
+	Change        ModelChange
+	Context       []*messages.Entry
+	Model         string
+	Primary       string
+	Role          string
+	Credential    string
+	Turn          uint64
+	Calls         []*messages.ToolCall
+	Failed        *messages.AssistantMessage
+	Delay         time.Duration
+	ContinueDelay time.Duration
+	Token         uint64
+	Generation    uint64
+	BlockFor      time.Duration
+	Pin           bool
+	Success       bool
+	Due           time.Time
+	Latest        time.Time
+	Result        Result
 }
 
-// ModelChange is a switch of the session's model.
+// ModelChange is a switch of the session's model, with what a resumed
+// session needs to stand where this one stood after it.
 type ModelChange struct {
 	From, To, Role string
-	Reason         string // "fallback", "revert" or "user"
+	Reason         string    // "fallback", "revert" or "user"
+	Pinned         bool      // To is a pinned fallback (never reverted)
+	PrimaryUntil   time.Time // when a fallback may revert to the primary
 }
 
 // EventKind is the type of a session event.
@@ -192,6 +190,7 @@ const (
 	KindContextOverflow ErrorKind = "context_overflow"
 	KindRetryCancelled  ErrorKind = "retry_cancelled"
 	KindShutdown        ErrorKind = "shutdown"
+	KindHistory         ErrorKind = "history"
 )
 
 // Result is how a prompt ended: its last message, and for a prompt

@@ -37,17 +37,15 @@ func FuzzCore(f *testing.F) {
 			var in Input
 			switch op % 14 {
 			case 0:
-				in = Input{Kind: InPrompt, Text: "p"}
+				in = Input{Kind: InPrompt}
 			case 1:
 				in = Input{Kind: InCredentialSelected, Credential: "k"}
 			case 2:
 				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/14)%len(msgs)]}
 			case 3:
 				in = Input{Kind: InToolsDone, Turn: turn}
-			case 4:
-				in = Input{Kind: InSleepDone, Token: token}
-			case 5:
-				in = Input{Kind: InContinueDue, Generation: c.Generation()}
+			case 4, 5:
+				in = Input{Kind: InBackoffDone, Token: token, Generation: c.Generation()}
 			case 6:
 				in = Input{Kind: InAbort}
 			case 7:

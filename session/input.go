@@ -11,21 +11,25 @@ type InputKind uint8
 
 // The inputs a Core takes. Each names the Input fields it reads.
 const (
-	// InPrompt: a new user prompt, Text.
+	// InPrompt: a new user prompt, which the owner recorded in the history
+	// if the session was idle (Err: the write that failed; the prompt then
+	// ends at once with it).
 	InPrompt InputKind = iota + 1
 	// InCredentialSelected: the credentials actor chose Credential for the
 	// turn about to start ("" for a provider without credentials).
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
-	// InTurnEnded: turn Turn ended with Message.
+	// InTurnEnded: turn Turn ended with Message, which the owner recorded
+	// (Err: the write that failed; nothing more of the prompt is tried).
 	InTurnEnded
-	// InToolsDone: the tools of turn Turn ran, with Results.
+	// InToolsDone: the tools of turn Turn ran; the owner recorded their
+	// results (Err: the write that failed).
 	InToolsDone
-	// InSleepDone: the backoff timer Token fired.
-	InSleepDone
-	// InContinueDue: the scheduled continue of Generation is due.
-	InContinueDue
+	// InBackoffDone: the backoff timer Token fired and the continue of
+	// Generation it scheduled is due (the timer's owner schedules it, see
+	// ArmTimer).
+	InBackoffDone
 	// InAbort: the user's global abort (cancels a pending retry, then the stream).
 	InAbort
 	// InEditGuardAbort: the streaming-edit guard aborted the stream.
@@ -51,6 +55,14 @@ const (
 	InCompactionDone
 	// InStop: the session is shutting down.
 	InStop
+	// InChainFailed: stepping the retry chain kept panicking (a broken
+	// jitter source, say); the chain is dropped and a running prompt ends
+	// with Err.
+	InChainFailed
+	// InHistoryFailed: a history write of the last step failed with Err.
+	// Like a user abort, nothing of the prompt is retried and it ends, with
+	// Err; a model change that could not be written is undone (RevertModel).
+	InHistoryFailed
 )
 
 // Input is one thing that happened to a session. Only the fields its Kind
@@ -58,13 +70,11 @@ const (
 type Input struct {
 	Kind InputKind
 
-	Text       string
 	Credential string
 	Turn       uint64
 	DeltaKind  string
 	Delta      string
 	Message    *messages.AssistantMessage
-	Results    []*messages.ToolResult
 	Token      uint64
 	Generation uint64
 	Enabled    bool
@@ -77,6 +87,7 @@ type Input struct {
 	CooldownUntil time.Time
 	At            time.Time
 
-	Context []*messages.Entry
-	Err     string
+	Context     []*messages.Entry
+	Err         string
+	RevertModel bool
 }

@@ -1,0 +1,187 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/session"
+)
+
+// execute carries out one effect of the session's core. Effects that an
+// actor-less deployment answers at once (no credentials, no fallback chain,
+// no budget, no provider) queue their answer as the next input.
+func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
+	clk := s.deps.Clock
+	switch e.Kind {
+	case session.Emit:
+		s.emit(&e.Event)
+	case session.AppendModelChange:
+		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
+		write := s.append
+		if e.Change.Reason == "user" {
+			write = s.appendSynced
+		}
+		if err := write(false, entry); err != nil {
+			s.historyFailed(err, true) // the model stays as it was
+			return
+		}
+		to := e.Change.To
+		s.cfg.State.model.Store(&to)
+	case session.StripTrailingError:
+		if n := len(s.runtime); n > 0 {
+			if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
+				s.runtime[n-1] = nil
+				s.runtime = s.runtime[:n-1]
+			}
+		}
+	case session.ReplaceContext:
+		s.runtime = e.Context
+	case session.SelectCredential:
+		pid := s.deps.Credentials[providerOf(e.Model)]
+		if pid == nil {
+			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
+			return
+		}
+		track.Request(ctx, clk, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+	case session.StartTurn:
+		s.startTurn(ctx, e.Turn, e.Model, e.Credential)
+	case session.CancelTurn:
+		if s.cancelTurn != nil {
+			s.cancelTurn()
+			s.cancelTurn = nil
+		}
+	case session.RunTools:
+		s.runTools(ctx, e.Turn, e.Calls)
+	case session.Compact:
+		s.compact(ctx, e.Generation, e.Failed)
+	case session.ArmTimer:
+		track.Send(ctx, clk, s.retryPID, &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
+			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
+	case session.CancelTimer:
+		track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+	case session.ResetProviderSession:
+		if p := s.deps.Providers[providerOf(e.Model)]; p != nil {
+			p.ResetSession(s.cfg.ID)
+		}
+	case session.AskCredentialSwitch:
+		pid := s.deps.Credentials[providerOf(e.Model)]
+		if pid == nil { // no credentials configured: nothing to switch to
+			s.pending = append(s.pending, session.Input{Kind: session.InCredentialReply, Token: e.Token})
+			return
+		}
+		track.Request(ctx, clk, pid, &messages.MarkUsageLimitReached{
+			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token})
+	case session.AskFallback:
+		pid := s.deps.Fallbacks[e.Role]
+		if pid == nil { // no chain for this role
+			s.pending = append(s.pending, session.Input{Kind: session.InFallbackReply, Token: e.Token, From: e.Model, Role: e.Role})
+			return
+		}
+		track.Request(ctx, clk, pid, &messages.NextModelRequest{
+			SessionId: s.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
+			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
+	case session.AskBudget:
+		pid := s.deps.Budgets[providerOf(e.Model)]
+		if pid == nil { // no budget for this provider: go at the backoff time
+			s.pending = append(s.pending, session.Input{Kind: session.InBudgetGrant, Token: e.Token, At: e.Due})
+			return
+		}
+		req := &messages.RetryBudgetRequest{SessionId: s.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano()}
+		if !e.Latest.IsZero() {
+			req.LatestUnixNano = e.Latest.UnixNano()
+		}
+		track.Request(ctx, clk, pid, req)
+	case session.RecordOutcome:
+		if pid := s.deps.Budgets[providerOf(e.Model)]; pid != nil {
+			track.Send(ctx, clk, pid, &messages.RetryBudgetOutcome{Success: e.Success})
+		}
+	case session.DropBudgetHold:
+		if pid := s.deps.Budgets[providerOf(e.Model)]; pid != nil {
+			track.Send(ctx, clk, pid, &messages.RetryBudgetDrop{SessionId: s.cfg.ID})
+		}
+	case session.ReleaseSession:
+		creds, budget := s.deps.Credentials[providerOf(e.Model)], s.deps.Budgets[providerOf(e.Model)]
+		if creds != nil {
+			track.Send(ctx, clk, creds, &messages.ReleaseSession{SessionId: s.cfg.ID})
+		}
+		if budget != nil && budget != creds {
+			track.Send(ctx, clk, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
+		}
+		track.Send(ctx, clk, s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	case session.Settle:
+		if s.waiter != nil {
+			res := promptResult(e.Result)
+			var he *history.Error
+			if errors.As(s.historyErr, &he) && e.Result.ErrorKind == session.KindHistory {
+				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
+			}
+			ctx.Send(s.waiter, res)
+			s.waiter = nil
+		}
+	case session.RejectPrompt:
+		ctx.Respond(promptResult(e.Result))
+	}
+}
+
+func promptResult(r session.Result) *messages.PromptResult {
+	return &messages.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
+}
+
+func modelChange(c session.ModelChange) *messages.ModelChange {
+	m := &messages.ModelChange{From: c.From, To: c.To, Role: c.Role, Reason: c.Reason, Pinned: c.Pinned}
+	if !c.PrimaryUntil.IsZero() {
+		m.PrimaryCooldownUntilMs = c.PrimaryUntil.UnixMilli()
+	}
+	return m
+}
+
+// emit publishes one event to the subscribers, in the wire format; with
+// none, nothing is built (the event's seq is still spent).
+func (s *SessionActor) emit(ev *session.Event) {
+	s.eventSeq++
+	if !s.cfg.Events.HasSubscribers() {
+		return
+	}
+	out := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
+	switch ev.Kind {
+	case session.EventAutoRetryStart:
+		st := ev.Start
+		out.Event = &messages.SessionEvent_AutoRetryStart{AutoRetryStart: &messages.AutoRetryStart{
+			Attempt: int32(st.Attempt), MaxAttempts: int32(st.MaxAttempts), DelayMs: st.Delay.Milliseconds(),
+			ErrorMessage: st.ErrorMessage, ErrorClass: st.Class.String(), BudgetDelayMs: st.BudgetDelay.Milliseconds()}}
+	case session.EventAutoRetryEnd:
+		end := &messages.AutoRetryEnd{Success: ev.End.Success, Attempt: int32(ev.End.Attempt)}
+		if !ev.End.Success {
+			end.FinalError = proto.String(ev.End.FinalError)
+		}
+		out.Event = &messages.SessionEvent_AutoRetryEnd{AutoRetryEnd: end}
+	case session.EventFallbackApplied:
+		f := ev.Fallback
+		out.Event = &messages.SessionEvent_RetryFallbackApplied{RetryFallbackApplied: &messages.RetryFallbackApplied{From: f.From, To: f.To, Role: f.Role}}
+	case session.EventFallbackSucceeded:
+		out.Event = &messages.SessionEvent_RetryFallbackSucceeded{RetryFallbackSucceeded: &messages.RetryFallbackSucceeded{Model: ev.Fallback.To, Role: ev.Fallback.Role}}
+	case session.EventModelChange:
+		out.Event = &messages.SessionEvent_ModelChange{ModelChange: modelChange(ev.Change)}
+	case session.EventAgentStart:
+		out.Event = &messages.SessionEvent_AgentStart{AgentStart: &messages.AgentStart{Generation: ev.Generation}}
+	case session.EventAgentEnd:
+		out.Event = &messages.SessionEvent_AgentEnd{AgentEnd: &messages.AgentEnd{Message: ev.Message, WillRetry: ev.WillRetry}}
+	case session.EventAgentSettled:
+		out.Event = &messages.SessionEvent_AgentSettled{AgentSettled: &messages.AgentSettled{Generation: ev.Generation, Success: ev.Success, Error: ev.Error}}
+	case session.EventMessageUpdate:
+		out.Event = &messages.SessionEvent_MessageUpdate{MessageUpdate: &messages.MessageUpdate{Kind: ev.DeltaKind, Delta: ev.Delta}}
+	case session.EventMessageEnd:
+		out.Event = &messages.SessionEvent_MessageEnd{MessageEnd: &messages.MessageEnd{Message: ev.Message}}
+	case session.EventCompactionRequired:
+		out.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: &messages.CompactionRequired{ErrorMessage: ev.Error}}
+	default:
+		panic(fmt.Sprintf("actors: emit of unknown event %v", ev.Kind))
+	}
+	s.cfg.Events.Publish(out)
+}
