@@ -13,6 +13,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // Session is one conversation running as an actor. Its methods are safe for
@@ -180,6 +181,14 @@ func (s *Session) Busy() bool { return s.state.Busy() }
 
 // Generation is the current prompt generation (the number of prompts taken).
 func (s *Session) Generation() uint64 { return s.state.Generation() }
+
+// SetThinkingLevel sets how much the session's next turns reason; each
+// provider maps it to its own setting (OpenAI reasoning effort, Anthropic
+// thinking budget).
+func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) { s.state.SetThinkingLevel(level) }
+
+// ThinkingLevel is the session's thinking level.
+func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.state.ThinkingLevel() }
 
 // Model is the "provider/model" in use (a fallback model while one applies).
 func (s *Session) Model() string { return s.state.Model() }

@@ -81,6 +81,18 @@ type SessionState struct {
 	busy       atomic.Bool
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
+	thinking   atomic.Pointer[provider.ThinkingLevel]
+}
+
+// SetThinkingLevel sets the thinking level the session's next turns ask for.
+func (s *SessionState) SetThinkingLevel(l provider.ThinkingLevel) { s.thinking.Store(&l) }
+
+// ThinkingLevel is the thinking level of the session's turns.
+func (s *SessionState) ThinkingLevel() provider.ThinkingLevel {
+	if l := s.thinking.Load(); l != nil {
+		return *l
+	}
+	return provider.ThinkingOff
 }
 
 // Init sets the state a new session starts with.

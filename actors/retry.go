@@ -97,7 +97,7 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 		}
 		if m.GetSwitched() && a.chain.Phase() == retry.AwaitingCredential {
 			a.actions = append(a.actions, &messages.RetryAction{
-				Kind: messages.RetryAction_KIND_SWITCH_CREDENTIAL, Credential: m.GetCredential()})
+				Kind: messages.RetryAction_KIND_SWITCH_CREDENTIAL, Credential: m.GetCredential(), Redeemed: m.GetRedeemed()})
 		}
 		a.step(ctx, in)
 	case *messages.NextModelReply:

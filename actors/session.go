@@ -252,9 +252,9 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	s.last, s.failure, s.failureKind = nil, "", ""
 	s.tasksPending = true // until the scheduler confirms the new generation is idle
 	s.maybeRevert()
-	s.append(&messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
-		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}}, true)
-	s.emit(&messages.AgentStart{Generation: s.generation})
+	user := &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
+	s.append(&messages.Entry{Entry: &messages.Entry_User{User: user}}, true)
+	s.emit(&messages.AgentStart{Generation: s.generation, User: user})
 	s.continuing = false
 	s.startWithCredential(ctx)
 }
@@ -315,6 +315,12 @@ func (s *SessionActor) emit(payload proto.Message) {
 		ev.Event = &messages.SessionEvent_MessageEnd{MessageEnd: p}
 	case *messages.CompactionRequired:
 		ev.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: p}
+	case *messages.ToolExecutionStart:
+		ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: p}
+	case *messages.ToolExecutionEnd:
+		ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: p}
+	case *messages.CredentialSwitch:
+		ev.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: p}
 	default:
 		panic(fmt.Sprintf("actors: emit of unknown event %T", payload))
 	}

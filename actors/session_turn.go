@@ -36,6 +36,7 @@ func (s *SessionActor) startTurn(ctx actor.Context) {
 		APIKey:     s.deps.Keys[providerOf(s.model)][s.credential],
 		Context:    append([]*messages.Entry(nil), s.runtime...),
 		Tools:      s.toolSpecs(),
+		Thinking:   s.cfg.State.ThinkingLevel(),
 	}
 	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
 	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
@@ -137,6 +138,12 @@ func (s *SessionActor) turnFinished(ctx actor.Context, msg *messages.AssistantMe
 	if msg.GetTimestampMs() == 0 {
 		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 	}
+	// The provider is the configured name the model selector uses ("fake"),
+	// not the adapter's wire kind ("openai").
+	msg.Provider = providerOf(s.model)
+	if msg.GetModel() == "" {
+		msg.Model = modelOf(s.model)
+	}
 	s.last = msg
 	s.append(&messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}}, true)
 	s.emit(&messages.MessageEnd{Message: msg})
@@ -196,6 +203,9 @@ func (s *SessionActor) runTools(ctx actor.Context, calls []*messages.ToolCall) {
 	for _, t := range s.deps.Tools {
 		tools[t.Name] = t
 	}
+	for _, c := range calls {
+		s.emit(&messages.ToolExecutionStart{Call: c})
+	}
 	toolCtx, cancel := context.WithCancel(context.Background())
 	s.cancelTurn = cancel
 	clk, root, self, turn := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.turn
@@ -237,8 +247,11 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
 	s.toolsActive = false
 	s.cancelTurn = nil
+	now := s.deps.Clock.Now().UnixMilli()
 	for _, r := range m.GetResults() {
+		r.TimestampMs = now
 		s.append(&messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}, true)
+		s.emit(&messages.ToolExecutionEnd{Result: r})
 	}
 	if s.aborts.User {
 		s.agentEnd(ctx, s.last)
@@ -324,6 +337,11 @@ func (s *SessionActor) apply(ctx actor.Context, a *messages.RetryAction) {
 			s.cancelTurn()
 		}
 	case messages.RetryAction_KIND_SWITCH_CREDENTIAL:
+		reason := "usage_limit"
+		if a.GetRedeemed() {
+			reason = "usage_limit_redeemed"
+		}
+		s.emit(&messages.CredentialSwitch{Provider: providerOf(s.model), From: s.credential, To: a.GetCredential(), Reason: reason})
 		s.credential = a.GetCredential()
 	}
 }

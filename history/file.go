@@ -135,7 +135,7 @@ func (s *FileStore) Load(session string) ([]*messages.Entry, error) {
 			continue
 		}
 		e := &messages.Entry{}
-		if err := protojson.Unmarshal(sc.Bytes(), e); err != nil {
+		if err := protojson.Unmarshal(legacyTimestamps(sc.Bytes()), e); err != nil {
 			if !bytes.HasSuffix(data, []byte("\n")) && isLastLine(data, sc.Bytes()) {
 				break // a torn last line from a crash mid-write
 			}
@@ -144,6 +144,19 @@ func (s *FileStore) Load(session string) ([]*messages.Entry, error) {
 		out = append(out, e)
 	}
 	return out, sc.Err()
+}
+
+// legacyTimestampKey is how files written before the pi wire format named
+// the timestamps of user and assistant messages; they are "timestamp" now.
+var legacyTimestampKey, timestampKey = []byte(`"timestampMs":`), []byte(`"timestamp":`)
+
+// legacyTimestamps renames the old timestamp key of a line. The key can only
+// match as an object key: inside a JSON string its quotes would be escaped.
+func legacyTimestamps(line []byte) []byte {
+	if !bytes.Contains(line, legacyTimestampKey) {
+		return line
+	}
+	return bytes.ReplaceAll(line, legacyTimestampKey, timestampKey)
 }
 
 func isLastLine(data, line []byte) bool { return bytes.HasSuffix(data, line) }

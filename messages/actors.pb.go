@@ -903,6 +903,7 @@ type RetryAction struct {
 	Credential             string                  `protobuf:"bytes,8,opt,name=credential,proto3" json:"credential,omitempty"`
 	Pinned                 bool                    `protobuf:"varint,9,opt,name=pinned,proto3" json:"pinned,omitempty"`                                                                    // with FALLBACK_APPLIED: never reverted
 	PrimaryCooldownUntilMs int64                   `protobuf:"varint,10,opt,name=primary_cooldown_until_ms,json=primaryCooldownUntilMs,proto3" json:"primary_cooldown_until_ms,omitempty"` // with FALLBACK_APPLIED
+	Redeemed               bool                    `protobuf:"varint,11,opt,name=redeemed,proto3" json:"redeemed,omitempty"`                                                               // with SWITCH_CREDENTIAL: the switch spent a banked reset
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -1005,6 +1006,13 @@ func (x *RetryAction) GetPrimaryCooldownUntilMs() int64 {
 		return x.PrimaryCooldownUntilMs
 	}
 	return 0
+}
+
+func (x *RetryAction) GetRedeemed() bool {
+	if x != nil {
+		return x.Redeemed
+	}
+	return false
 }
 
 // RetryDecision is the outcome of one input to the retry actor.
@@ -2499,7 +2507,7 @@ const file_actors_proto_rawDesc = "" +
 	"\rprimary_model\x18\x06 \x01(\tR\fprimaryModel\x12\x12\n" +
 	"\x04role\x18\a \x01(\tR\x04role\"%\n" +
 	"\vRetryCancel\x12\x16\n" +
-	"\x06global\x18\x01 \x01(\bR\x06global\"\xc5\x06\n" +
+	"\x06global\x18\x01 \x01(\bR\x06global\"\xe1\x06\n" +
 	"\vRetryAction\x12/\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1b.musepi.v1.RetryAction.KindR\x04kind\x12/\n" +
 	"\x05start\x18\x02 \x01(\v2\x19.musepi.v1.AutoRetryStartR\x05start\x12)\n" +
@@ -2515,7 +2523,8 @@ const file_actors_proto_rawDesc = "" +
 	"credential\x12\x16\n" +
 	"\x06pinned\x18\t \x01(\bR\x06pinned\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\n" +
-	" \x01(\x03R\x16primaryCooldownUntilMs\"\xdc\x02\n" +
+	" \x01(\x03R\x16primaryCooldownUntilMs\x12\x1a\n" +
+	"\bredeemed\x18\v \x01(\bR\bredeemed\"\xdc\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKIND_EMIT_START\x10\x01\x12\x11\n" +

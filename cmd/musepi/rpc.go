@@ -50,6 +50,8 @@ func runRPC(args []string) int {
 		Out:            os.Stdout,
 		Log:            setupFlags.logger(),
 		MaxLine:        *maxLine,
+		Models:         su.models,
+		HistoryDir:     su.historyDir,
 	}
 	if err := srv.Serve(ctx, os.Stdin); err != nil {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
