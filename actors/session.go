@@ -58,7 +58,9 @@ type SessionActor struct {
 	turnActive   bool
 	toolsActive  bool
 	compacting   bool
-	deciding     bool // a RetryTurnEnded awaits its decision
+	// compactWaiter is the caller of a manual compaction in progress.
+	compactWaiter *actor.PID
+	deciding      bool // a RetryTurnEnded awaits its decision
 	// toolsAfterDecision are the calls of a successful tool-use turn that
 	// ended while a retry chain was open: they run once the decision (the
 	// chain's successful end) is applied.
@@ -122,7 +124,13 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 			s.maybeSettle(ctx)
 		}
 	case *messages.CompactionFinished:
+		if m.GetManual() {
+			s.manualCompactionFinished(ctx, m)
+			break
+		}
 		s.compactionFinished(ctx, m)
+	case *messages.CompactRequest:
+		s.manualCompact(ctx)
 	case *messages.AbortRequest:
 		switch {
 		case !s.promptActive:
@@ -237,6 +245,11 @@ func (s *SessionActor) restore() {
 }
 
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+	if s.compactWaiter != nil {
+		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
+			Error: "the session is being compacted; wait for compact to answer"})
+		return
+	}
 	if s.promptActive {
 		ctx.Respond(&messages.PromptResult{Generation: s.generation, ErrorKind: KindBusy,
 			Error: "a prompt is already running; abort it or wait for it to settle"})

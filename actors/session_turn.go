@@ -368,21 +368,27 @@ func (s *SessionActor) taskDue(ctx actor.Context, m *messages.TaskDue) {
 func (s *SessionActor) compact(ctx actor.Context) {
 	failed := s.last
 	s.emit(&messages.CompactionRequired{ErrorMessage: failed.GetErrorMessage()})
-	if s.deps.Compaction == nil {
+	if s.deps.Compaction == nil || !s.cfg.State.AutoCompaction() {
 		s.failureKind = KindContextOverflow
 		s.failure = failed.GetErrorMessage()
 		return
 	}
 	s.compacting = true
-	hook, clk, root, self, gen, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.generation, s.cfg.ID
 	runtime := append([]*messages.Entry(nil), s.runtime...)
 	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
 	}
+	s.runHook(ctx, runtime, failed, false)
+}
+
+// runHook runs the compaction hook in a goroutine of its own; its outcome
+// comes back as CompactionFinished.
+func (s *SessionActor) runHook(ctx actor.Context, runtime []*messages.Entry, failed *messages.AssistantMessage, manual bool) {
+	hook, clk, root, self, gen, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.generation, s.cfg.ID
 	clk.Begin()
 	go func() {
 		defer clk.End()
-		done := &messages.CompactionFinished{Generation: gen}
+		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -397,6 +403,42 @@ func (s *SessionActor) compact(ctx actor.Context) {
 		}()
 		track.Send(root, clk, self, done)
 	}()
+}
+
+// manualCompact runs the compaction hook on the runtime context between
+// prompts (the RPC's compact); failed is nil for the hook.
+func (s *SessionActor) manualCompact(ctx actor.Context) {
+	switch {
+	case s.deps.Compaction == nil:
+		ctx.Respond(&messages.CompactReply{Error: "no compaction hook is configured"})
+		return
+	case s.promptActive || s.compactWaiter != nil:
+		ctx.Respond(&messages.CompactReply{Error: "a prompt or a compaction is running"})
+		return
+	}
+	s.compactWaiter = ctx.Sender()
+	s.runHook(ctx, append([]*messages.Entry(nil), s.runtime...), nil, true)
+}
+
+func (s *SessionActor) manualCompactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
+	waiter := s.compactWaiter
+	s.compactWaiter = nil
+	reply := &messages.CompactReply{Error: m.GetError(), EntriesBefore: int32(len(s.runtime))}
+	for i := len(s.runtime) - 1; i >= 0; i-- {
+		if a := s.runtime[i].GetAssistant(); a != nil {
+			u := a.GetUsage()
+			reply.TokensBefore = u.GetInput() + u.GetCacheRead() + u.GetCacheWrite()
+			break
+		}
+	}
+	if m.GetError() == "" {
+		s.runtime = m.GetContext()
+		reply.EntriesAfter = int32(len(s.runtime))
+		if len(s.runtime) > 0 {
+			reply.FirstKeptSeq = s.runtime[0].GetSeq()
+		}
+	}
+	ctx.Send(waiter, reply)
 }
 
 func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.CompactionFinished) {

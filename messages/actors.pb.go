@@ -2397,6 +2397,7 @@ type CompactionFinished struct {
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted runtime context
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
+	Manual        bool                   `protobuf:"varint,4,opt,name=manual,proto3" json:"manual,omitempty"`  // answers a CompactRequest
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2450,6 +2451,128 @@ func (x *CompactionFinished) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *CompactionFinished) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+// CompactRequest runs the compaction hook on the runtime context now,
+// between prompts.
+type CompactRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactRequest) Reset() {
+	*x = CompactRequest{}
+	mi := &file_actors_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactRequest) ProtoMessage() {}
+
+func (x *CompactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
+func (*CompactRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{41}
+}
+
+// CompactReply answers CompactRequest.
+type CompactReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`                                       // empty when compacted
+	EntriesBefore int32                  `protobuf:"varint,2,opt,name=entries_before,json=entriesBefore,proto3" json:"entries_before,omitempty"` // runtime-context entries before
+	EntriesAfter  int32                  `protobuf:"varint,3,opt,name=entries_after,json=entriesAfter,proto3" json:"entries_after,omitempty"`    // and after
+	FirstKeptSeq  uint64                 `protobuf:"varint,4,opt,name=first_kept_seq,json=firstKeptSeq,proto3" json:"first_kept_seq,omitempty"`  // history seq of the first entry kept (0: none)
+	TokensBefore  int64                  `protobuf:"varint,5,opt,name=tokens_before,json=tokensBefore,proto3" json:"tokens_before,omitempty"`    // input tokens of the last turn before (0: unknown)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactReply) Reset() {
+	*x = CompactReply{}
+	mi := &file_actors_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactReply) ProtoMessage() {}
+
+func (x *CompactReply) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
+func (*CompactReply) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CompactReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CompactReply) GetEntriesBefore() int32 {
+	if x != nil {
+		return x.EntriesBefore
+	}
+	return 0
+}
+
+func (x *CompactReply) GetEntriesAfter() int32 {
+	if x != nil {
+		return x.EntriesAfter
+	}
+	return 0
+}
+
+func (x *CompactReply) GetFirstKeptSeq() uint64 {
+	if x != nil {
+		return x.FirstKeptSeq
+	}
+	return 0
+}
+
+func (x *CompactReply) GetTokensBefore() int64 {
+	if x != nil {
+		return x.TokensBefore
+	}
+	return 0
 }
 
 var File_actors_proto protoreflect.FileDescriptor
@@ -2653,13 +2776,21 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05model\x18\x05 \x01(\tR\x05model\x12\x12\n" +
 	"\x04busy\x18\x06 \x01(\bR\x04busy\"\x06\n" +
-	"\x04Tick\"v\n" +
+	"\x04Tick\"\x8e\x01\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12*\n" +
 	"\acontext\x18\x02 \x03(\v2\x10.musepi.v1.EntryR\acontext\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05errorB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06manual\x18\x04 \x01(\bR\x06manual\"\x10\n" +
+	"\x0eCompactRequest\"\xbb\x01\n" +
+	"\fCompactReply\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x12%\n" +
+	"\x0eentries_before\x18\x02 \x01(\x05R\rentriesBefore\x12#\n" +
+	"\rentries_after\x18\x03 \x01(\x05R\fentriesAfter\x12$\n" +
+	"\x0efirst_kept_seq\x18\x04 \x01(\x04R\ffirstKeptSeq\x12#\n" +
+	"\rtokens_before\x18\x05 \x01(\x03R\ftokensBeforeB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_actors_proto_rawDescOnce sync.Once
@@ -2674,7 +2805,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 }
 
 var file_actors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_actors_proto_goTypes = []any{
 	(RetryAction_Kind)(0),           // 0: musepi.v1.RetryAction.Kind
 	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
@@ -2718,30 +2849,32 @@ var file_actors_proto_goTypes = []any{
 	(*SessionState)(nil),            // 39: musepi.v1.SessionState
 	(*Tick)(nil),                    // 40: musepi.v1.Tick
 	(*CompactionFinished)(nil),      // 41: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),        // 42: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 43: musepi.v1.Entry
-	(*ToolResult)(nil),              // 44: musepi.v1.ToolResult
-	(*RetrySettings)(nil),           // 45: musepi.v1.RetrySettings
-	(*AutoRetryStart)(nil),          // 46: musepi.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),            // 47: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),    // 48: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil),  // 49: musepi.v1.RetryFallbackSucceeded
+	(*CompactRequest)(nil),          // 42: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 43: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 44: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 45: musepi.v1.Entry
+	(*ToolResult)(nil),              // 46: musepi.v1.ToolResult
+	(*RetrySettings)(nil),           // 47: musepi.v1.RetrySettings
+	(*AutoRetryStart)(nil),          // 48: musepi.v1.AutoRetryStart
+	(*AutoRetryEnd)(nil),            // 49: musepi.v1.AutoRetryEnd
+	(*RetryFallbackApplied)(nil),    // 50: musepi.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil),  // 51: musepi.v1.RetryFallbackSucceeded
 }
 var file_actors_proto_depIdxs = []int32{
-	42, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	43, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	42, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	44, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	42, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
+	44, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	45, // 1: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	44, // 2: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	46, // 3: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	44, // 4: musepi.v1.RetryTurnEnded.message:type_name -> musepi.v1.AssistantMessage
 	13, // 5: musepi.v1.RetryTurnEnded.aborts:type_name -> musepi.v1.Aborts
-	45, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
+	47, // 6: musepi.v1.RetryTurnEnded.settings:type_name -> musepi.v1.RetrySettings
 	0,  // 7: musepi.v1.RetryAction.kind:type_name -> musepi.v1.RetryAction.Kind
-	46, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
-	47, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
-	48, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	49, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	48, // 8: musepi.v1.RetryAction.start:type_name -> musepi.v1.AutoRetryStart
+	49, // 9: musepi.v1.RetryAction.end:type_name -> musepi.v1.AutoRetryEnd
+	50, // 10: musepi.v1.RetryAction.fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	51, // 11: musepi.v1.RetryAction.fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
 	16, // 12: musepi.v1.RetryDecision.actions:type_name -> musepi.v1.RetryAction
-	43, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	45, // 13: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	14, // [14:14] is the sub-list for method output_type
 	14, // [14:14] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
@@ -2764,7 +2897,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -36,6 +36,8 @@ var handlers = map[string]handler{
 	"get_commands":            (*Server).commands,
 	"new_session":             (*Server).newSession,
 	"switch_session":          (*Server).switchSession,
+	"compact":                 (*Server).compact,
+	"set_auto_compaction":     (*Server).setAutoCompaction,
 }
 
 // unsupported are pi's commands MusePi does not offer: they answer
@@ -43,7 +45,6 @@ var handlers = map[string]handler{
 var unsupported = map[string]struct{}{
 	"bash": {}, "abort_bash": {}, "export_html": {},
 	"fork": {}, "clone": {}, "get_fork_messages": {},
-	"compact": {}, "set_auto_compaction": {},
 }
 
 // prefs are what the client set for the session.
@@ -204,7 +205,7 @@ func (s *Server) getState(ctx context.Context, _ []byte) (any, error) {
 		"steeringMode":          orDefault(s.prefs.steeringMode, "one-at-a-time"),
 		"followUpMode":          orDefault(s.prefs.followUpMode, "one-at-a-time"),
 		"sessionId":             sess.ID(),
-		"autoCompactionEnabled": false,
+		"autoCompactionEnabled": sess.AutoCompaction(),
 		"messageCount":          len(entries),
 		"pendingMessageCount":   s.queue.len(),
 		"autoRetryEnabled":      sess.AutoRetryEnabled(),
@@ -457,6 +458,37 @@ func (s *Server) setSessionName(_ context.Context, line []byte) (any, error) {
 	id := s.session.ID()
 	s.mu.Unlock()
 	s.writeLine(map[string]any{"type": "session_info_changed", "name": c.Name, "sessionId": id})
+	return nil, nil
+}
+
+// compact runs the runtime's compaction hook on the runtime context; the
+// result is pi's CompactionResult, its summary saying what the hook kept.
+// customInstructions are not passed on: the hook takes none.
+func (s *Server) compact(ctx context.Context, _ []byte) (any, error) {
+	res, err := s.current().Compact(ctx)
+	if err != nil {
+		return nil, err
+	}
+	first := ""
+	if res.FirstKeptSeq > 0 {
+		first = fmt.Sprint(res.FirstKeptSeq)
+	}
+	return map[string]any{
+		"summary":          fmt.Sprintf("the compaction hook kept %d of %d entries", res.EntriesAfter, res.EntriesBefore),
+		"firstKeptEntryId": first,
+		"tokensBefore":     res.TokensBefore,
+	}, nil
+}
+
+// setAutoCompaction switches running the compaction hook on overflow.
+func (s *Server) setAutoCompaction(_ context.Context, line []byte) (any, error) {
+	var c struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := decode(line, &c, "enabled"); err != nil {
+		return nil, err
+	}
+	s.current().SetAutoCompaction(c.Enabled)
 	return nil, nil
 }
 

@@ -281,6 +281,10 @@ async function clientA() {
 			] as const) {
 				await assert.rejects(call, new RegExp(`^Error: ${name} is not supported by MusePi$`));
 			}
+			// compact runs the runtime's compaction hook; `musepi rpc` has none.
+			await assert.rejects(() => c.compact(), /no compaction hook is configured/);
+			await c.setAutoCompaction(false);
+			assert.equal((await c.getState()).autoCompactionEnabled, false);
 		});
 		await check("new_session", async () => {
 			const before = (await c.getState()).sessionId;
