@@ -51,15 +51,14 @@ type Server struct {
 	// written, so that Serve ends only once every prompt's last event is out.
 	started, settled int
 	settledCond      *sync.Cond
-	// prefs are the session's settings the client chose (thinking level,
-	// queue modes, name, auto-compaction); they carry over to new sessions
-	// except the name.
+	// prefs are the settings the client chose (thinking level, queue
+	// modes, session name); new sessions keep them but the name.
 	prefs prefs
 	// queue holds the messages sent while a prompt runs.
 	queue queue
 	// retry is the retry backoff being waited out, if any.
 	retry retryWait
-	// stats counts what the session's events told (retries).
+	// retries counts the session's auto_retry_start events.
 	retries int
 }
 
