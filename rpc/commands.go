@@ -157,7 +157,10 @@ func (s *Server) startPromptLocked(ctx context.Context, text string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.prompting = false
-		if next, ok := s.dequeueLocked(); ok && ctx.Err() == nil && s.session == sess {
+		if ctx.Err() != nil || s.session != sess {
+			return
+		}
+		if next, ok := s.dequeueLocked(); ok {
 			s.startPromptLocked(ctx, next)
 		}
 	}()

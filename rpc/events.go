@@ -187,18 +187,9 @@ func (t *translator) assistantEnd(ev musepi.Event, m *messages.AssistantMessage)
 	t.s.writeLine(map[string]any{"type": "message_end", "sessionId": ev.SessionID, "message": msg})
 	t.run = append(t.run, msg)
 	t.turnMsg = msg
-	if m.GetStopReason() != messages.StopReason_STOP_REASON_TOOL_USE && !hasToolCall(m) {
+	if m.GetStopReason() != messages.StopReason_STOP_REASON_TOOL_USE && len(toolCallsOf(m)) == 0 {
 		t.closeTurn(ev)
 	}
-}
-
-func hasToolCall(m *messages.AssistantMessage) bool {
-	for _, b := range m.GetContent() {
-		if b.GetToolCall() != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func emptyBlock(kind string) *messages.ContentBlock {
