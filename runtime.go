@@ -235,6 +235,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	s.state.Init(cfg.model, settings.Enabled)
 	pid, err := rt.system.Root.SpawnNamed(actors.SessionProps(rt.deps, actors.SessionConfig{
 		ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
+		Steering: cfg.steering,
 	}), "session-"+cfg.id)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)

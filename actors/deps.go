@@ -74,6 +74,9 @@ type SessionConfig struct {
 	Settings retry.Settings
 	Events   *Fanout
 	State    *SessionState
+	// Steering, when set, gives the steering messages to add after a
+	// turn's tool results, before the next turn (see musepi.WithSteering).
+	Steering func() []string
 }
 
 // SessionState mirrors what callers may read without asking the actor.

@@ -334,6 +334,8 @@ func (s *SessionActor) emit(payload proto.Message) {
 		ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: p}
 	case *messages.CredentialSwitch:
 		ev.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: p}
+	case *messages.SteeringDelivered:
+		ev.Event = &messages.SessionEvent_SteeringDelivered{SteeringDelivered: p}
 	default:
 		panic(fmt.Sprintf("actors: emit of unknown event %T", payload))
 	}

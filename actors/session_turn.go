@@ -257,7 +257,21 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 		s.agentEnd(ctx, s.last)
 		return
 	}
+	s.deliverSteering()
 	s.startTurn(ctx)
+}
+
+// deliverSteering adds the waiting steering messages to the conversation,
+// between a turn's tool results and the next turn.
+func (s *SessionActor) deliverSteering() {
+	if s.cfg.Steering == nil {
+		return
+	}
+	for _, text := range s.cfg.Steering() {
+		user := &messages.UserMessage{Text: text, TimestampMs: s.deps.Clock.Now().UnixMilli()}
+		s.append(&messages.Entry{Entry: &messages.Entry_User{User: user}}, true)
+		s.emit(&messages.SteeringDelivered{User: user})
+	}
 }
 
 // decision applies what the retry child decided, in order. A settled

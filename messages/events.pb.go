@@ -865,6 +865,53 @@ func (x *CredentialSwitch) GetReason() string {
 	return ""
 }
 
+// SteeringDelivered is emitted when a steering message joins the running
+// prompt: a user message added after a turn's tool results, before the
+// next turn.
+type SteeringDelivered struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *UserMessage           `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteeringDelivered) Reset() {
+	*x = SteeringDelivered{}
+	mi := &file_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteeringDelivered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteeringDelivered) ProtoMessage() {}
+
+func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteeringDelivered.ProtoReflect.Descriptor instead.
+func (*SteeringDelivered) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SteeringDelivered) GetUser() *UserMessage {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
 // SessionEvent is one event of a session, in emission order.
 type SessionEvent struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -888,6 +935,7 @@ type SessionEvent struct {
 	//	*SessionEvent_ToolExecutionStart
 	//	*SessionEvent_ToolExecutionEnd
 	//	*SessionEvent_CredentialSwitch
+	//	*SessionEvent_SteeringDelivered
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -895,7 +943,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +955,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +968,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{15}
+	return file_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionEvent) GetSessionId() string {
@@ -1086,6 +1134,15 @@ func (x *SessionEvent) GetCredentialSwitch() *CredentialSwitch {
 	return nil
 }
 
+func (x *SessionEvent) GetSteeringDelivered() *SteeringDelivered {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_SteeringDelivered); ok {
+			return x.SteeringDelivered
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -1150,6 +1207,10 @@ type SessionEvent_CredentialSwitch struct {
 	CredentialSwitch *CredentialSwitch `protobuf:"bytes,24,opt,name=credential_switch,json=credentialSwitch,proto3,oneof"`
 }
 
+type SessionEvent_SteeringDelivered struct {
+	SteeringDelivered *SteeringDelivered `protobuf:"bytes,25,opt,name=steering_delivered,json=steeringDelivered,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -1179,6 +1240,8 @@ func (*SessionEvent_ToolExecutionStart) isSessionEvent_Event() {}
 func (*SessionEvent_ToolExecutionEnd) isSessionEvent_Event() {}
 
 func (*SessionEvent_CredentialSwitch) isSessionEvent_Event() {}
+
+func (*SessionEvent_SteeringDelivered) isSessionEvent_Event() {}
 
 var File_events_proto protoreflect.FileDescriptor
 
@@ -1246,7 +1309,9 @@ const file_events_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x81\t\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"?\n" +
+	"\x11SteeringDelivered\x12*\n" +
+	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\xd0\t\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1270,7 +1335,8 @@ const file_events_proto_rawDesc = "" +
 	"eventsLost\x12Q\n" +
 	"\x14tool_execution_start\x18\x16 \x01(\v2\x1d.musepi.v1.ToolExecutionStartH\x00R\x12toolExecutionStart\x12K\n" +
 	"\x12tool_execution_end\x18\x17 \x01(\v2\x1b.musepi.v1.ToolExecutionEndH\x00R\x10toolExecutionEnd\x12J\n" +
-	"\x11credential_switch\x18\x18 \x01(\v2\x1b.musepi.v1.CredentialSwitchH\x00R\x10credentialSwitchB\a\n" +
+	"\x11credential_switch\x18\x18 \x01(\v2\x1b.musepi.v1.CredentialSwitchH\x00R\x10credentialSwitch\x12M\n" +
+	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDeliveredB\a\n" +
 	"\x05eventB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
@@ -1285,7 +1351,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_events_proto_goTypes = []any{
 	(*AutoRetryStart)(nil),         // 0: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 1: musepi.v1.AutoRetryEnd
@@ -1302,38 +1368,41 @@ var file_events_proto_goTypes = []any{
 	(*ToolExecutionStart)(nil),     // 12: musepi.v1.ToolExecutionStart
 	(*ToolExecutionEnd)(nil),       // 13: musepi.v1.ToolExecutionEnd
 	(*CredentialSwitch)(nil),       // 14: musepi.v1.CredentialSwitch
-	(*SessionEvent)(nil),           // 15: musepi.v1.SessionEvent
-	(*UserMessage)(nil),            // 16: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 17: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 18: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 19: musepi.v1.ToolResult
+	(*SteeringDelivered)(nil),      // 15: musepi.v1.SteeringDelivered
+	(*SessionEvent)(nil),           // 16: musepi.v1.SessionEvent
+	(*UserMessage)(nil),            // 17: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 18: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 19: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 20: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
-	16, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	17, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	17, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	18, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	19, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	0,  // 5: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
-	1,  // 6: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
-	2,  // 7: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	3,  // 8: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	4,  // 9: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
-	9,  // 10: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
-	10, // 11: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
-	11, // 12: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
-	5,  // 13: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
-	6,  // 14: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
-	7,  // 15: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
-	8,  // 16: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
-	12, // 17: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
-	13, // 18: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
-	14, // 19: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	17, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	18, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	18, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	19, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	20, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	17, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	0,  // 6: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
+	1,  // 7: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
+	2,  // 8: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	3,  // 9: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	4,  // 10: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
+	9,  // 11: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
+	10, // 12: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
+	11, // 13: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
+	5,  // 14: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
+	6,  // 15: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
+	7,  // 16: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
+	8,  // 17: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	12, // 18: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
+	13, // 19: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
+	14, // 20: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
+	15, // 21: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1343,7 +1412,7 @@ func file_events_proto_init() {
 	}
 	file_assistant_proto_init()
 	file_events_proto_msgTypes[1].OneofWrappers = []any{}
-	file_events_proto_msgTypes[15].OneofWrappers = []any{
+	file_events_proto_msgTypes[16].OneofWrappers = []any{
 		(*SessionEvent_AutoRetryStart)(nil),
 		(*SessionEvent_AutoRetryEnd)(nil),
 		(*SessionEvent_RetryFallbackApplied)(nil),
@@ -1359,6 +1428,7 @@ func file_events_proto_init() {
 		(*SessionEvent_ToolExecutionStart)(nil),
 		(*SessionEvent_ToolExecutionEnd)(nil),
 		(*SessionEvent_CredentialSwitch)(nil),
+		(*SessionEvent_SteeringDelivered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1366,7 +1436,7 @@ func file_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -45,6 +45,10 @@ func (t *translator) event(ev musepi.Event) {
 			t.openTurn(ev)
 			t.message(ev, userJSON(p.GetUser()))
 		}
+	case *messages.SteeringDelivered:
+		t.closeTurn(ev) // the turn whose tools ran
+		t.openTurn(ev)
+		t.message(ev, userJSON(p.GetUser()))
 	case *messages.MessageUpdate:
 		t.update(ev, p)
 	case *messages.MessageEnd:

@@ -20,6 +20,25 @@ func (s *Server) enqueueLocked(q *[]string, text string) {
 	s.writeQueueLocked()
 }
 
+// takeSteering hands the running prompt its steering messages at a turn
+// boundary: all of them in "all" mode, else the first. It runs on the
+// session's goroutine and only takes s.mu.
+func (s *Server) takeSteering() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue.steering) == 0 {
+		return nil
+	}
+	n := 1
+	if s.prefs.steeringMode == "all" {
+		n = len(s.queue.steering)
+	}
+	out := append([]string(nil), s.queue.steering[:n]...)
+	s.queue.steering = append([]string(nil), s.queue.steering[n:]...)
+	s.writeQueueLocked()
+	return out
+}
+
 // dequeueLocked takes the next prompt from the queue. s.mu is held.
 func (s *Server) dequeueLocked() (string, bool) {
 	q, mode := &s.queue.steering, s.prefs.steeringMode

@@ -171,8 +171,10 @@ func (s *Server) current() *musepi.Session {
 	return s.session
 }
 
-// startSession starts a session with opts and subscribes to its events.
+// startSession starts a session with opts and subscribes to its events;
+// the session takes its steering messages from the server's queue.
 func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption) error {
+	opts = append(append([]musepi.SessionOption(nil), opts...), musepi.WithSteering(s.takeSteering))
 	sess, err := s.Runtime.NewSession(ctx, opts...)
 	if err != nil {
 		return fmt.Errorf("rpc: start session: %w", err)
