@@ -160,6 +160,7 @@ type sessionConfig struct {
 	model    string
 	role     string
 	settings *retry.Settings
+	steering func() []string
 }
 
 // SessionOption configures a Session.
@@ -174,6 +175,15 @@ func WithRole(role string) SessionOption { return func(c *sessionConfig) { c.rol
 // WithSessionID names the session (default: random). Reusing the id of a
 // session whose history is stored resumes that history.
 func WithSessionID(id string) SessionOption { return func(c *sessionConfig) { c.id = id } }
+
+// WithSteering gives the session a source of steering messages: after a
+// turn's tool calls have run, before the next turn, the session calls next
+// and adds each message it returns to the conversation as a user message
+// (event steering_delivered). next is called from the session's goroutine:
+// it must return at once, and must not call the session.
+func WithSteering(next func() []string) SessionOption {
+	return func(c *sessionConfig) { c.steering = next }
+}
 
 // WithSessionRetrySettings overrides the runtime's retry settings for this session.
 func WithSessionRetrySettings(s retry.Settings) SessionOption {

@@ -262,6 +262,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	props, err := actors.SessionProps(rt.deps, actors.SessionConfig{
 		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
+		Steering: cfg.steering,
 	})
 	if err == nil {
 		s.pid, err = rt.system.Root.SpawnNamed(props, "session-"+cfg.id)

@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // Session is one conversation running as an actor. Its methods are safe for
@@ -218,6 +219,50 @@ func (s *Session) Busy() bool { return s.state.Busy() }
 
 // Generation is the current prompt generation (the number of prompts taken).
 func (s *Session) Generation() uint64 { return s.state.Generation() }
+
+// SetThinkingLevel sets how much the session's next turns reason; each
+// provider maps it to its own setting (OpenAI reasoning effort, Anthropic
+// thinking budget).
+func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) { s.state.SetThinkingLevel(level) }
+
+// ThinkingLevel is the session's thinking level.
+func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.state.ThinkingLevel() }
+
+// CompactResult is what a manual compaction did to the runtime context.
+type CompactResult struct {
+	EntriesBefore, EntriesAfter int
+	// FirstKeptSeq is the history seq of the first entry kept (0: none).
+	FirstKeptSeq uint64
+	// TokensBefore is the input tokens of the last turn before (0: unknown).
+	TokensBefore int64
+}
+
+// Compact runs the runtime's compaction hook on the runtime context now
+// (the hook gets a nil failed message). It fails while a prompt runs and
+// when no hook is configured.
+func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
+	res, err := s.ask(ctx, &messages.CompactRequest{})
+	if err != nil {
+		return CompactResult{}, err
+	}
+	r := res.(*messages.CompactReply)
+	if r.GetError() != "" {
+		return CompactResult{}, fmt.Errorf("musepi: compact: %s", r.GetError())
+	}
+	return CompactResult{EntriesBefore: int(r.GetEntriesBefore()), EntriesAfter: int(r.GetEntriesAfter()),
+		FirstKeptSeq: r.GetFirstKeptSeq(), TokensBefore: r.GetTokensBefore()}, nil
+}
+
+// SetAutoCompaction switches the compaction hook on context overflow on
+// (the default) or off: off, an overflow emits compaction_required and
+// ends the prompt.
+func (s *Session) SetAutoCompaction(on bool) { s.state.SetAutoCompaction(on) }
+
+// AutoCompaction reports whether a compaction hook is configured and runs
+// on overflow.
+func (s *Session) AutoCompaction() bool {
+	return s.rt.cfg.compaction != nil && s.state.AutoCompaction()
+}
 
 // Model is the "provider/model" in use (a fallback model while one applies).
 func (s *Session) Model() string { return s.state.Model() }

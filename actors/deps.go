@@ -63,7 +63,9 @@ type Tool struct {
 
 // CompactionHook shrinks a runtime context that overflowed the model's
 // window. It returns the new context, after which the session continues the
-// prompt, or an error that ends the prompt.
+// prompt, or an error that ends the prompt. A manual compaction
+// (Session.Compact, the RPC's compact) calls it between prompts with a nil
+// failed message.
 type CompactionHook func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error)
 
 // knownModel reports whether a "provider/model" names a registered provider.
@@ -85,6 +87,9 @@ type SessionConfig struct {
 	Settings retry.Settings
 	Events   *Fanout
 	State    *SessionState
+	// Steering, when set, gives the steering messages to add after a
+	// turn's tool results, before the next turn (see musepi.WithSteering).
+	Steering func() []string
 }
 
 // SessionState mirrors what callers may read without asking the actor.
@@ -94,6 +99,26 @@ type SessionState struct {
 	busy       atomic.Bool
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
+	thinking   atomic.Pointer[provider.ThinkingLevel]
+	noAutoComp atomic.Bool // auto-compaction switched off
+}
+
+// SetAutoCompaction switches running the compaction hook on context
+// overflow on (the default) or off (overflow then ends the prompt).
+func (s *SessionState) SetAutoCompaction(on bool) { s.noAutoComp.Store(!on) }
+
+// AutoCompaction reports whether the hook runs on context overflow.
+func (s *SessionState) AutoCompaction() bool { return !s.noAutoComp.Load() }
+
+// SetThinkingLevel sets the thinking level the session's next turns ask for.
+func (s *SessionState) SetThinkingLevel(l provider.ThinkingLevel) { s.thinking.Store(&l) }
+
+// ThinkingLevel is the thinking level of the session's turns.
+func (s *SessionState) ThinkingLevel() provider.ThinkingLevel {
+	if l := s.thinking.Load(); l != nil {
+		return *l
+	}
+	return provider.ThinkingOff
 }
 
 // Init sets the state a new session starts with.

@@ -67,6 +67,10 @@ type SessionActor struct {
 	historyErr     error
 	stepHistoryErr error
 	revertModel    bool
+
+	promptUser    *messages.UserMessage // the prompt running, for its agent_start
+	turnModel     string                // "provider/model" of the turn running
+	compactWaiter *actor.PID            // the caller of a manual compaction in progress
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -130,17 +134,30 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if msg.GetTimestampMs() == 0 {
 			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 		}
+		// The provider is the configured name the model selector uses
+		// ("fake"), not the adapter's wire kind ("openai").
+		msg.Provider = providerOf(s.turnModel)
+		if msg.GetModel() == "" {
+			msg.Model = modelOf(s.turnModel)
+		}
 		err := s.record(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
 		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	case *messages.ToolsFinished:
 		if !s.core.AwaitsTools(m.GetTurn()) {
 			break
 		}
+		now := s.deps.Clock.Now().UnixMilli()
 		entries := make([]*messages.Entry, len(m.GetResults()))
 		for i, r := range m.GetResults() {
+			r.TimestampMs = now
 			entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
 		}
 		err := s.record(true, entries...)
+		for _, r := range m.GetResults() {
+			s.emitWire(func(ev *messages.SessionEvent) {
+				ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
+			})
+		}
 		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
 	case *messages.TaskDue:
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
@@ -162,7 +179,13 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.RetryBudgetRelease:
 		s.step(ctx, session.Input{Kind: session.InBudgetRelease, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
 	case *messages.CompactionFinished:
+		if m.GetManual() {
+			s.manualCompactionFinished(ctx, m)
+			break
+		}
 		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
+	case *messages.CompactRequest:
+		s.manualCompact(ctx)
 	case *messages.AbortRequest:
 		kind := session.InAbort
 		if m.GetEditGuard() {
@@ -206,13 +229,18 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 // it to the core; a prompt that cannot be recorded ends at once with the
 // error.
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+	if s.compactWaiter != nil {
+		ctx.Respond(&messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindBusy,
+			Error: "the session is being compacted; wait for compact to answer"})
+		return
+	}
 	if s.core.Busy() {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
 	s.waiter, s.historyErr = ctx.Sender(), nil
-	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{
-		Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}}})
+	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
+	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
 	if err == "" && m.GetAck() {
 		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
 	}

@@ -58,8 +58,15 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 	case session.RunTools:
 		s.runTools(ctx, e.Turn, e.Calls)
+	case session.DeliverSteering:
+		s.deliverSteering()
 	case session.Compact:
-		s.compact(ctx, e.Generation, e.Failed)
+		if !s.cfg.State.AutoCompaction() { // switched off: the overflow ends the prompt
+			s.pending = append(s.pending, session.Input{Kind: session.InCompactionDone, Generation: e.Generation,
+				Err: e.Failed.GetErrorMessage()})
+			return
+		}
+		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
 		track.Send(ctx, clk, s.retryPID, &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
 			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
@@ -141,8 +148,20 @@ func modelChange(c session.ModelChange) *messages.ModelChange {
 	return m
 }
 
-// emit publishes one event to the subscribers, in the wire format; with
-// none, nothing is built (the event's seq is still spent).
+// emitWire publishes one event built by the actor itself (tool
+// executions, steering) to the subscribers; set fills in its payload.
+func (s *SessionActor) emitWire(set func(*messages.SessionEvent)) {
+	s.eventSeq++
+	if !s.cfg.Events.HasSubscribers() {
+		return
+	}
+	ev := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
+	set(ev)
+	s.cfg.Events.Publish(ev)
+}
+
+// emit publishes one event of the core to the subscribers, in the wire
+// format; with none, nothing is built (the event's seq is still spent).
 func (s *SessionActor) emit(ev *session.Event) {
 	s.eventSeq++
 	if !s.cfg.Events.HasSubscribers() {
@@ -169,7 +188,19 @@ func (s *SessionActor) emit(ev *session.Event) {
 	case session.EventModelChange:
 		out.Event = &messages.SessionEvent_ModelChange{ModelChange: modelChange(ev.Change)}
 	case session.EventAgentStart:
-		out.Event = &messages.SessionEvent_AgentStart{AgentStart: &messages.AgentStart{Generation: ev.Generation}}
+		start := &messages.AgentStart{Generation: ev.Generation}
+		if ev.PromptStart {
+			start.User = s.promptUser
+		}
+		out.Event = &messages.SessionEvent_AgentStart{AgentStart: start}
+	case session.EventCredentialSwitch:
+		sw := ev.Switch
+		reason := "usage_limit"
+		if sw.Redeemed {
+			reason = "usage_limit_redeemed"
+		}
+		out.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: &messages.CredentialSwitch{
+			Provider: providerOf(sw.Model), From: sw.From, To: sw.To, Reason: reason}}
 	case session.EventAgentEnd:
 		out.Event = &messages.SessionEvent_AgentEnd{AgentEnd: &messages.AgentEnd{Message: ev.Message, WillRetry: ev.WillRetry}}
 	case session.EventAgentSettled:

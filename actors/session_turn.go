@@ -36,7 +36,9 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		APIKey:     s.deps.Keys[providerOf(model)][credential],
 		Context:    append([]*messages.Entry(nil), s.runtime...),
 		Tools:      s.toolSpecs(),
+		Thinking:   s.cfg.State.ThinkingLevel(),
 	}
+	s.turnModel = model
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
 	size := newSizeLimit(s.deps.MaxResponseBytes, cancelCause)
@@ -143,6 +145,11 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 	for _, t := range s.deps.Tools {
 		tools[t.Name] = t
 	}
+	for _, c := range calls {
+		s.emitWire(func(ev *messages.SessionEvent) {
+			ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: &messages.ToolExecutionStart{Call: c}}
+		})
+	}
 	toolCtx, cancel := context.WithCancel(context.Background())
 	s.cancelTurn = cancel
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
@@ -182,9 +189,9 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 }
 
 // compact runs the compaction hook on failed, the overflowing turn of
-// generation gen, in its own goroutine; the outcome comes back as
-// CompactionFinished.
-func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage) {
+// generation gen (nil and manual for a compaction asked between prompts),
+// in its own goroutine; the outcome comes back as CompactionFinished.
+func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage, manual bool) {
 	hook, clk, root, self, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.cfg.ID
 	runtime := append([]*messages.Entry(nil), s.runtime...)
 	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
@@ -193,7 +200,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 	clk.Begin()
 	go func() {
 		defer clk.End()
-		done := &messages.CompactionFinished{Generation: gen}
+		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -210,6 +217,42 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 	}()
 }
 
+// manualCompact runs the compaction hook on the runtime context between
+// prompts (the RPC's compact); failed is nil for the hook.
+func (s *SessionActor) manualCompact(ctx actor.Context) {
+	switch {
+	case s.deps.Compaction == nil:
+		ctx.Respond(&messages.CompactReply{Error: "no compaction hook is configured"})
+		return
+	case s.core.Busy() || s.compactWaiter != nil:
+		ctx.Respond(&messages.CompactReply{Error: "a prompt or a compaction is running"})
+		return
+	}
+	s.compactWaiter = ctx.Sender()
+	s.compact(ctx, s.core.Generation(), nil, true)
+}
+
+func (s *SessionActor) manualCompactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
+	waiter := s.compactWaiter
+	s.compactWaiter = nil
+	reply := &messages.CompactReply{Error: m.GetError(), EntriesBefore: int32(len(s.runtime))}
+	for i := len(s.runtime) - 1; i >= 0; i-- {
+		if a := s.runtime[i].GetAssistant(); a != nil {
+			u := a.GetUsage()
+			reply.TokensBefore = u.GetInput() + u.GetCacheRead() + u.GetCacheWrite()
+			break
+		}
+	}
+	if m.GetError() == "" {
+		s.runtime = m.GetContext()
+		reply.EntriesAfter = int32(len(s.runtime))
+		if len(s.runtime) > 0 {
+			reply.FirstKeptSeq = s.runtime[0].GetSeq()
+		}
+	}
+	ctx.Send(waiter, reply)
+}
+
 func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
 	var out []*messages.ToolCall
 	for _, b := range msg.GetContent() {
@@ -218,4 +261,22 @@ func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
 		}
 	}
 	return out
+}
+
+// deliverSteering adds the waiting steering messages to the conversation,
+// between a turn's tool results and the next turn.
+func (s *SessionActor) deliverSteering() {
+	if s.cfg.Steering == nil {
+		return
+	}
+	for _, text := range s.cfg.Steering() {
+		user := &messages.UserMessage{Text: text, TimestampMs: s.deps.Clock.Now().UnixMilli()}
+		if err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: user}}); err != "" {
+			s.deps.Log.Error().Str("session", s.cfg.ID).Str("error", err).Msg("steering message not recorded")
+			continue
+		}
+		s.emitWire(func(ev *messages.SessionEvent) {
+			ev.Event = &messages.SessionEvent_SteeringDelivered{SteeringDelivered: &messages.SteeringDelivered{User: user}}
+		})
+	}
 }

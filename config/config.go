@@ -111,10 +111,23 @@ type Provider struct {
 	// MaxTokens ("max_tokens") caps the output tokens of a turn; 0 leaves
 	// the provider's default (the server's for openai, 4096 for anthropic).
 	MaxTokens int64
+	// Prices ("prices.MODEL") are model prices in dollars per million
+	// tokens, by model id; the RPC reports the cost of a priced model's
+	// usage. A model without a price costs 0.
+	Prices map[string]Price
 	// Credentials ("credentials") are the provider's API keys; sessions
 	// are spread over them and switch on a usage limit. At least one is
 	// required.
 	Credentials []Credential
+}
+
+// Price is one "[providers.NAME.prices.MODEL]" table: dollars per million
+// tokens of each kind; keys left out are 0.
+type Price struct {
+	Input      float64 // "input"
+	Output     float64 // "output"
+	CacheRead  float64 // "cache_read"
+	CacheWrite float64 // "cache_write"
 }
 
 // Credential is one "[[providers.NAME.credentials]]" table.
@@ -425,6 +438,13 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(key, "duplicate model %q (also models[%d])", m, j)
 		default:
 			seenModel[m] = i
+		}
+	}
+	for model, pr := range p.Prices {
+		for key, n := range map[string]float64{"input": pr.Input, "output": pr.Output, "cache_read": pr.CacheRead, "cache_write": pr.CacheWrite} {
+			if n < 0 {
+				v.add(at+".prices."+model+"."+key, "must be 0 or more, got %g", n)
+			}
 		}
 	}
 	if p.MaxTokens < 0 {

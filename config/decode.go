@@ -83,6 +83,23 @@ func decodeProvider(parent *table, name string) (Provider, bool) {
 	if t.integer("max_tokens", &maxTokens) {
 		p.MaxTokens = maxTokens
 	}
+	if pt, ok := t.sub("prices"); ok {
+		p.Prices = map[string]Price{}
+		for _, model := range pt.keys() {
+			mt, ok := pt.sub(model)
+			if !ok {
+				continue
+			}
+			var pr Price
+			mt.number("input", &pr.Input)
+			mt.number("output", &pr.Output)
+			mt.number("cache_read", &pr.CacheRead)
+			mt.number("cache_write", &pr.CacheWrite)
+			mt.done(nil)
+			p.Prices[model] = pr
+		}
+		pt.done(nil) // every key was read above
+	}
 	if creds, ok := t.tables("credentials"); creds != nil {
 		p.Credentials = make([]Credential, 0, len(creds))
 		for _, ct := range creds {

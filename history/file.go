@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -148,6 +149,19 @@ func (s *FileStore) Open(session string) (Log, []*messages.Entry, error) {
 		return nil, nil, err
 	}
 	return l, entries, nil
+}
+
+// legacyTimestampKey is how files written before the pi wire format named
+// the timestamps of user and assistant messages; they are "timestamp" now.
+var legacyTimestampKey, timestampKey = []byte(`"timestampMs":`), []byte(`"timestamp":`)
+
+// legacyTimestamps renames the old timestamp key of a line. The key can only
+// match as an object key: inside a JSON string its quotes would be escaped.
+func legacyTimestamps(line []byte) []byte {
+	if !bytes.Contains(line, legacyTimestampKey) {
+		return line
+	}
+	return bytes.ReplaceAll(line, legacyTimestampKey, timestampKey)
 }
 
 // Close marks the store closed; open logs stay usable until closed.

@@ -82,7 +82,7 @@ func parse(data []byte, all bool) *scan {
 			continue
 		}
 		e := &messages.Entry{}
-		if err := unmarshal.Unmarshal(text, e); err != nil {
+		if err := unmarshal.Unmarshal(legacyTimestamps(text), e); err != nil {
 			sc.problems = append(sc.problems, Problem{line, fmt.Errorf("not a history entry: %v", err)})
 			if !all {
 				return sc

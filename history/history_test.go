@@ -274,3 +274,42 @@ func TestValidSessionID(t *testing.T) {
 		}
 	}
 }
+
+// Files written before the pi wire format name timestamps "timestampMs";
+// they load as before, and new lines are written with "timestamp".
+func TestFileStoreReadsLegacyTimestamps(t *testing.T) {
+	dir := t.TempDir()
+	legacy := `{"seq":"1","user":{"text":"say \"timestampMs\": 1","timestampMs":"1700000000000"}}` + "\n" +
+		`{"seq":"2","assistant":{"stopReason":"STOP_REASON_STOP","timestampMs":"1700000000001"}}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "old.jsonl"), []byte(legacy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openFile(t, dir)
+	old, got, err := s.Open("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	equalEntries(t, got, []*messages.Entry{
+		{Seq: 1, Entry: &messages.Entry_User{User: &messages.UserMessage{Text: `say "timestampMs": 1`, TimestampMs: 1700000000000}}},
+		{Seq: 2, Entry: &messages.Entry_Assistant{Assistant: &messages.AssistantMessage{
+			StopReason: messages.StopReason_STOP_REASON_STOP, TimestampMs: 1700000000001}}},
+	})
+	fresh, _, err := s.Open("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Append(got[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "new.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"timestamp":"1700000000000"`) || strings.Contains(string(data), `"timestampMs":"`) {
+		t.Errorf("new line = %s, want the key \"timestamp\"", data)
+	}
+}

@@ -1889,6 +1889,7 @@ type CompactionFinished struct {
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted runtime context
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
+	Manual        bool                   `protobuf:"varint,4,opt,name=manual,proto3" json:"manual,omitempty"`  // answers a CompactRequest
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1942,6 +1943,128 @@ func (x *CompactionFinished) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *CompactionFinished) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
+}
+
+// CompactRequest runs the compaction hook on the runtime context now,
+// between prompts.
+type CompactRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactRequest) Reset() {
+	*x = CompactRequest{}
+	mi := &file_actors_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactRequest) ProtoMessage() {}
+
+func (x *CompactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
+func (*CompactRequest) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{34}
+}
+
+// CompactReply answers CompactRequest.
+type CompactReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`                                       // empty when compacted
+	EntriesBefore int32                  `protobuf:"varint,2,opt,name=entries_before,json=entriesBefore,proto3" json:"entries_before,omitempty"` // runtime-context entries before
+	EntriesAfter  int32                  `protobuf:"varint,3,opt,name=entries_after,json=entriesAfter,proto3" json:"entries_after,omitempty"`    // and after
+	FirstKeptSeq  uint64                 `protobuf:"varint,4,opt,name=first_kept_seq,json=firstKeptSeq,proto3" json:"first_kept_seq,omitempty"`  // history seq of the first entry kept (0: none)
+	TokensBefore  int64                  `protobuf:"varint,5,opt,name=tokens_before,json=tokensBefore,proto3" json:"tokens_before,omitempty"`    // input tokens of the last turn before (0: unknown)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactReply) Reset() {
+	*x = CompactReply{}
+	mi := &file_actors_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactReply) ProtoMessage() {}
+
+func (x *CompactReply) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
+func (*CompactReply) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CompactReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CompactReply) GetEntriesBefore() int32 {
+	if x != nil {
+		return x.EntriesBefore
+	}
+	return 0
+}
+
+func (x *CompactReply) GetEntriesAfter() int32 {
+	if x != nil {
+		return x.EntriesAfter
+	}
+	return 0
+}
+
+func (x *CompactReply) GetFirstKeptSeq() uint64 {
+	if x != nil {
+		return x.FirstKeptSeq
+	}
+	return 0
+}
+
+func (x *CompactReply) GetTokensBefore() int64 {
+	if x != nil {
+		return x.TokensBefore
+	}
+	return 0
 }
 
 var File_actors_proto protoreflect.FileDescriptor
@@ -2088,13 +2211,21 @@ const file_actors_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\"'\n" +
 	"\x06Forget\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"v\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8e\x01\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12*\n" +
 	"\acontext\x18\x02 \x03(\v2\x10.musepi.v1.EntryR\acontext\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05errorB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06manual\x18\x04 \x01(\bR\x06manual\"\x10\n" +
+	"\x0eCompactRequest\"\xbb\x01\n" +
+	"\fCompactReply\x12\x14\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x12%\n" +
+	"\x0eentries_before\x18\x02 \x01(\x05R\rentriesBefore\x12#\n" +
+	"\rentries_after\x18\x03 \x01(\x05R\fentriesAfter\x12$\n" +
+	"\x0efirst_kept_seq\x18\x04 \x01(\x04R\ffirstKeptSeq\x12#\n" +
+	"\rtokens_before\x18\x05 \x01(\x03R\ftokensBeforeB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_actors_proto_rawDescOnce sync.Once
@@ -2108,7 +2239,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*PromptAccepted)(nil),          // 1: musepi.v1.PromptAccepted
@@ -2144,17 +2275,19 @@ var file_actors_proto_goTypes = []any{
 	(*TaskDue)(nil),                 // 31: musepi.v1.TaskDue
 	(*Forget)(nil),                  // 32: musepi.v1.Forget
 	(*CompactionFinished)(nil),      // 33: musepi.v1.CompactionFinished
-	(*AssistantMessage)(nil),        // 34: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 35: musepi.v1.Entry
-	(*ToolResult)(nil),              // 36: musepi.v1.ToolResult
+	(*CompactRequest)(nil),          // 34: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 35: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 36: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 37: musepi.v1.Entry
+	(*ToolResult)(nil),              // 38: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	34, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	36, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	3,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
-	35, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	34, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	36, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	35, // 5: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	37, // 2: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	36, // 3: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	38, // 4: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	37, // 5: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	6,  // [6:6] is the sub-list for method output_type
 	6,  // [6:6] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
@@ -2175,7 +2308,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

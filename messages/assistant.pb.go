@@ -467,7 +467,8 @@ type AssistantMessage struct {
 	Headers       map[string]string      `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // response headers; names as received
 	Provider      string                 `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
 	Model         string                 `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
-	TimestampMs   int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds
+	TimestampMs   int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds (pi's "timestamp")
+	Usage         *Usage                 `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`                              // token counts, when the provider reported them
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +566,212 @@ func (x *AssistantMessage) GetTimestampMs() int64 {
 	return 0
 }
 
+func (x *AssistantMessage) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// Usage is the token count of one turn, as the provider reported it.
+type Usage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Input         int64                  `protobuf:"varint,1,opt,name=input,proto3" json:"input,omitempty"`                             // input tokens not read from the cache
+	Output        int64                  `protobuf:"varint,2,opt,name=output,proto3" json:"output,omitempty"`                           // output tokens, reasoning included
+	CacheRead     int64                  `protobuf:"varint,3,opt,name=cache_read,json=cacheRead,proto3" json:"cache_read,omitempty"`    // input tokens read from the prompt cache
+	CacheWrite    int64                  `protobuf:"varint,4,opt,name=cache_write,json=cacheWrite,proto3" json:"cache_write,omitempty"` // input tokens written to the prompt cache
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_assistant_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_assistant_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_assistant_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Usage) GetInput() int64 {
+	if x != nil {
+		return x.Input
+	}
+	return 0
+}
+
+func (x *Usage) GetOutput() int64 {
+	if x != nil {
+		return x.Output
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheRead() int64 {
+	if x != nil {
+		return x.CacheRead
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWrite() int64 {
+	if x != nil {
+		return x.CacheWrite
+	}
+	return 0
+}
+
+// UserMessage is a prompt from the user.
+type UserMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	TimestampMs   int64                  `protobuf:"varint,2,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds (pi's "timestamp")
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserMessage) Reset() {
+	*x = UserMessage{}
+	mi := &file_assistant_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserMessage) ProtoMessage() {}
+
+func (x *UserMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_assistant_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserMessage.ProtoReflect.Descriptor instead.
+func (*UserMessage) Descriptor() ([]byte, []int) {
+	return file_assistant_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UserMessage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *UserMessage) GetTimestampMs() int64 {
+	if x != nil {
+		return x.TimestampMs
+	}
+	return 0
+}
+
+// ToolResult is the output of one tool call.
+type ToolResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	IsError       bool                   `protobuf:"varint,4,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	TimestampMs   int64                  `protobuf:"varint,5,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolResult) Reset() {
+	*x = ToolResult{}
+	mi := &file_assistant_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResult) ProtoMessage() {}
+
+func (x *ToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_assistant_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
+func (*ToolResult) Descriptor() ([]byte, []int) {
+	return file_assistant_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ToolResult) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *ToolResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolResult) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolResult) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+func (x *ToolResult) GetTimestampMs() int64 {
+	if x != nil {
+		return x.TimestampMs
+	}
+	return 0
+}
+
 var File_assistant_proto protoreflect.FileDescriptor
 
 const file_assistant_proto_rawDesc = "" +
@@ -592,7 +799,7 @@ const file_assistant_proto_rawDesc = "" +
 	"\x06fields\x18\x02 \x03(\v2\".musepi.v1.StopDetails.FieldsEntryR\x06fields\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x03\n" +
 	"\x10AssistantMessage\x121\n" +
 	"\acontent\x18\x01 \x03(\v2\x17.musepi.v1.ContentBlockR\acontent\x126\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x15.musepi.v1.StopReasonR\n" +
@@ -603,11 +810,31 @@ const file_assistant_proto_rawDesc = "" +
 	"httpStatus\x12B\n" +
 	"\aheaders\x18\x06 \x03(\v2(.musepi.v1.AssistantMessage.HeadersEntryR\aheaders\x12\x1a\n" +
 	"\bprovider\x18\a \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\b \x01(\tR\x05model\x12!\n" +
-	"\ftimestamp_ms\x18\t \x01(\x03R\vtimestampMs\x1a:\n" +
+	"\x05model\x18\b \x01(\tR\x05model\x12\x1f\n" +
+	"\ftimestamp_ms\x18\t \x01(\x03R\ttimestamp\x12&\n" +
+	"\x05usage\x18\n" +
+	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x05Usage\x12\x14\n" +
+	"\x05input\x18\x01 \x01(\x03R\x05input\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\x03R\x06output\x12\x1d\n" +
+	"\n" +
+	"cache_read\x18\x03 \x01(\x03R\tcacheRead\x12\x1f\n" +
+	"\vcache_write\x18\x04 \x01(\x03R\n" +
+	"cacheWrite\"B\n" +
+	"\vUserMessage\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1f\n" +
+	"\ftimestamp_ms\x18\x02 \x01(\x03R\ttimestamp\"\x96\x01\n" +
+	"\n" +
+	"ToolResult\x12 \n" +
+	"\ftool_call_id\x18\x01 \x01(\tR\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x19\n" +
+	"\bis_error\x18\x04 \x01(\bR\aisError\x12\x1f\n" +
+	"\ftimestamp_ms\x18\x05 \x01(\x03R\ttimestamp*\xa1\x01\n" +
 	"\n" +
 	"StopReason\x12\x1b\n" +
 	"\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -630,7 +857,7 @@ func file_assistant_proto_rawDescGZIP() []byte {
 }
 
 var file_assistant_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_assistant_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_assistant_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_assistant_proto_goTypes = []any{
 	(StopReason)(0),               // 0: musepi.v1.StopReason
 	(*TextBlock)(nil),             // 1: musepi.v1.TextBlock
@@ -640,24 +867,28 @@ var file_assistant_proto_goTypes = []any{
 	(*ContentBlock)(nil),          // 5: musepi.v1.ContentBlock
 	(*StopDetails)(nil),           // 6: musepi.v1.StopDetails
 	(*AssistantMessage)(nil),      // 7: musepi.v1.AssistantMessage
-	nil,                           // 8: musepi.v1.StopDetails.FieldsEntry
-	nil,                           // 9: musepi.v1.AssistantMessage.HeadersEntry
+	(*Usage)(nil),                 // 8: musepi.v1.Usage
+	(*UserMessage)(nil),           // 9: musepi.v1.UserMessage
+	(*ToolResult)(nil),            // 10: musepi.v1.ToolResult
+	nil,                           // 11: musepi.v1.StopDetails.FieldsEntry
+	nil,                           // 12: musepi.v1.AssistantMessage.HeadersEntry
 }
 var file_assistant_proto_depIdxs = []int32{
-	1, // 0: musepi.v1.ContentBlock.text:type_name -> musepi.v1.TextBlock
-	2, // 1: musepi.v1.ContentBlock.thinking:type_name -> musepi.v1.ThinkingBlock
-	3, // 2: musepi.v1.ContentBlock.redacted_thinking:type_name -> musepi.v1.RedactedThinkingBlock
-	4, // 3: musepi.v1.ContentBlock.tool_call:type_name -> musepi.v1.ToolCall
-	8, // 4: musepi.v1.StopDetails.fields:type_name -> musepi.v1.StopDetails.FieldsEntry
-	5, // 5: musepi.v1.AssistantMessage.content:type_name -> musepi.v1.ContentBlock
-	0, // 6: musepi.v1.AssistantMessage.stop_reason:type_name -> musepi.v1.StopReason
-	6, // 7: musepi.v1.AssistantMessage.stop_details:type_name -> musepi.v1.StopDetails
-	9, // 8: musepi.v1.AssistantMessage.headers:type_name -> musepi.v1.AssistantMessage.HeadersEntry
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	1,  // 0: musepi.v1.ContentBlock.text:type_name -> musepi.v1.TextBlock
+	2,  // 1: musepi.v1.ContentBlock.thinking:type_name -> musepi.v1.ThinkingBlock
+	3,  // 2: musepi.v1.ContentBlock.redacted_thinking:type_name -> musepi.v1.RedactedThinkingBlock
+	4,  // 3: musepi.v1.ContentBlock.tool_call:type_name -> musepi.v1.ToolCall
+	11, // 4: musepi.v1.StopDetails.fields:type_name -> musepi.v1.StopDetails.FieldsEntry
+	5,  // 5: musepi.v1.AssistantMessage.content:type_name -> musepi.v1.ContentBlock
+	0,  // 6: musepi.v1.AssistantMessage.stop_reason:type_name -> musepi.v1.StopReason
+	6,  // 7: musepi.v1.AssistantMessage.stop_details:type_name -> musepi.v1.StopDetails
+	12, // 8: musepi.v1.AssistantMessage.headers:type_name -> musepi.v1.AssistantMessage.HeadersEntry
+	8,  // 9: musepi.v1.AssistantMessage.usage:type_name -> musepi.v1.Usage
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_assistant_proto_init() }
@@ -677,7 +908,7 @@ func file_assistant_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_assistant_proto_rawDesc), len(file_assistant_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

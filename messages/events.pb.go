@@ -374,6 +374,7 @@ func (x *ModelChange) GetPrimaryCooldownUntilMs() int64 {
 type AgentStart struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	User          *UserMessage           `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"` // the prompt that starts the run; unset for a retry's continue
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +414,13 @@ func (x *AgentStart) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *AgentStart) GetUser() *UserMessage {
+	if x != nil {
+		return x.User
+	}
+	return nil
 }
 
 // MessageUpdate is streamed assistant output.
@@ -717,6 +725,213 @@ func (x *CompactionRequired) GetErrorMessage() string {
 	return ""
 }
 
+// ToolExecutionStart is emitted before a tool call runs.
+type ToolExecutionStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Call          *ToolCall              `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolExecutionStart) Reset() {
+	*x = ToolExecutionStart{}
+	mi := &file_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolExecutionStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolExecutionStart) ProtoMessage() {}
+
+func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolExecutionStart.ProtoReflect.Descriptor instead.
+func (*ToolExecutionStart) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ToolExecutionStart) GetCall() *ToolCall {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+// ToolExecutionEnd is emitted when a tool call has its result.
+type ToolExecutionEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *ToolResult            `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolExecutionEnd) Reset() {
+	*x = ToolExecutionEnd{}
+	mi := &file_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolExecutionEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolExecutionEnd) ProtoMessage() {}
+
+func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolExecutionEnd.ProtoReflect.Descriptor instead.
+func (*ToolExecutionEnd) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ToolExecutionEnd) GetResult() *ToolResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// CredentialSwitch is emitted when a session moves to another credential of
+// its provider. It names credentials, never their keys.
+type CredentialSwitch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`     // credential name
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`         // credential name
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // "usage_limit", or "usage_limit_redeemed" when a banked reset was spent
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CredentialSwitch) Reset() {
+	*x = CredentialSwitch{}
+	mi := &file_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CredentialSwitch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CredentialSwitch) ProtoMessage() {}
+
+func (x *CredentialSwitch) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CredentialSwitch.ProtoReflect.Descriptor instead.
+func (*CredentialSwitch) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CredentialSwitch) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *CredentialSwitch) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *CredentialSwitch) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *CredentialSwitch) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SteeringDelivered is emitted when a steering message joins the running
+// prompt: a user message added after a turn's tool results, before the
+// next turn.
+type SteeringDelivered struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *UserMessage           `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SteeringDelivered) Reset() {
+	*x = SteeringDelivered{}
+	mi := &file_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SteeringDelivered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SteeringDelivered) ProtoMessage() {}
+
+func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SteeringDelivered.ProtoReflect.Descriptor instead.
+func (*SteeringDelivered) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SteeringDelivered) GetUser() *UserMessage {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
 // SessionEvent is one event of a session, in emission order.
 type SessionEvent struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -737,6 +952,10 @@ type SessionEvent struct {
 	//	*SessionEvent_MessageUpdate
 	//	*SessionEvent_MessageEnd
 	//	*SessionEvent_EventsLost
+	//	*SessionEvent_ToolExecutionStart
+	//	*SessionEvent_ToolExecutionEnd
+	//	*SessionEvent_CredentialSwitch
+	//	*SessionEvent_SteeringDelivered
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -744,7 +963,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_events_proto_msgTypes[12]
+	mi := &file_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +975,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[12]
+	mi := &file_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +988,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{12}
+	return file_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionEvent) GetSessionId() string {
@@ -908,6 +1127,42 @@ func (x *SessionEvent) GetEventsLost() *EventsLost {
 	return nil
 }
 
+func (x *SessionEvent) GetToolExecutionStart() *ToolExecutionStart {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ToolExecutionStart); ok {
+			return x.ToolExecutionStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetToolExecutionEnd() *ToolExecutionEnd {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_ToolExecutionEnd); ok {
+			return x.ToolExecutionEnd
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetCredentialSwitch() *CredentialSwitch {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_CredentialSwitch); ok {
+			return x.CredentialSwitch
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetSteeringDelivered() *SteeringDelivered {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_SteeringDelivered); ok {
+			return x.SteeringDelivered
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -960,6 +1215,22 @@ type SessionEvent_EventsLost struct {
 	EventsLost *EventsLost `protobuf:"bytes,21,opt,name=events_lost,json=eventsLost,proto3,oneof"`
 }
 
+type SessionEvent_ToolExecutionStart struct {
+	ToolExecutionStart *ToolExecutionStart `protobuf:"bytes,22,opt,name=tool_execution_start,json=toolExecutionStart,proto3,oneof"`
+}
+
+type SessionEvent_ToolExecutionEnd struct {
+	ToolExecutionEnd *ToolExecutionEnd `protobuf:"bytes,23,opt,name=tool_execution_end,json=toolExecutionEnd,proto3,oneof"`
+}
+
+type SessionEvent_CredentialSwitch struct {
+	CredentialSwitch *CredentialSwitch `protobuf:"bytes,24,opt,name=credential_switch,json=credentialSwitch,proto3,oneof"`
+}
+
+type SessionEvent_SteeringDelivered struct {
+	SteeringDelivered *SteeringDelivered `protobuf:"bytes,25,opt,name=steering_delivered,json=steeringDelivered,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -983,6 +1254,14 @@ func (*SessionEvent_MessageUpdate) isSessionEvent_Event() {}
 func (*SessionEvent_MessageEnd) isSessionEvent_Event() {}
 
 func (*SessionEvent_EventsLost) isSessionEvent_Event() {}
+
+func (*SessionEvent_ToolExecutionStart) isSessionEvent_Event() {}
+
+func (*SessionEvent_ToolExecutionEnd) isSessionEvent_Event() {}
+
+func (*SessionEvent_CredentialSwitch) isSessionEvent_Event() {}
+
+func (*SessionEvent_SteeringDelivered) isSessionEvent_Event() {}
 
 var File_events_proto protoreflect.FileDescriptor
 
@@ -1016,12 +1295,13 @@ const file_events_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x129\n" +
-	"\x19primary_cooldown_until_ms\x18\x06 \x01(\x03R\x16primaryCooldownUntilMs\",\n" +
+	"\x19primary_cooldown_until_ms\x18\x06 \x01(\x03R\x16primaryCooldownUntilMs\"X\n" +
 	"\n" +
 	"AgentStart\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"9\n" +
+	"generation\x12*\n" +
+	"\x04user\x18\x02 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"9\n" +
 	"\rMessageUpdate\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05delta\x18\x02 \x01(\tR\x05delta\"C\n" +
@@ -1042,7 +1322,18 @@ const file_events_proto_rawDesc = "" +
 	"\asuccess\x18\x02 \x01(\bR\asuccess\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"9\n" +
 	"\x12CompactionRequired\x12#\n" +
-	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\"\x95\a\n" +
+	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\"=\n" +
+	"\x12ToolExecutionStart\x12'\n" +
+	"\x04call\x18\x01 \x01(\v2\x13.musepi.v1.ToolCallR\x04call\"A\n" +
+	"\x10ToolExecutionEnd\x12-\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.musepi.v1.ToolResultR\x06result\"j\n" +
+	"\x10CredentialSwitch\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"?\n" +
+	"\x11SteeringDelivered\x12*\n" +
+	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\xd0\t\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1063,7 +1354,11 @@ const file_events_proto_rawDesc = "" +
 	"\vmessage_end\x18\x14 \x01(\v2\x15.musepi.v1.MessageEndH\x00R\n" +
 	"messageEnd\x128\n" +
 	"\vevents_lost\x18\x15 \x01(\v2\x15.musepi.v1.EventsLostH\x00R\n" +
-	"eventsLostB\a\n" +
+	"eventsLost\x12Q\n" +
+	"\x14tool_execution_start\x18\x16 \x01(\v2\x1d.musepi.v1.ToolExecutionStartH\x00R\x12toolExecutionStart\x12K\n" +
+	"\x12tool_execution_end\x18\x17 \x01(\v2\x1b.musepi.v1.ToolExecutionEndH\x00R\x10toolExecutionEnd\x12J\n" +
+	"\x11credential_switch\x18\x18 \x01(\v2\x1b.musepi.v1.CredentialSwitchH\x00R\x10credentialSwitch\x12M\n" +
+	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDeliveredB\a\n" +
 	"\x05eventB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
@@ -1078,7 +1373,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_events_proto_goTypes = []any{
 	(*AutoRetryStart)(nil),         // 0: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 1: musepi.v1.AutoRetryEnd
@@ -1092,29 +1387,44 @@ var file_events_proto_goTypes = []any{
 	(*AgentEnd)(nil),               // 9: musepi.v1.AgentEnd
 	(*AgentSettled)(nil),           // 10: musepi.v1.AgentSettled
 	(*CompactionRequired)(nil),     // 11: musepi.v1.CompactionRequired
-	(*SessionEvent)(nil),           // 12: musepi.v1.SessionEvent
-	(*AssistantMessage)(nil),       // 13: musepi.v1.AssistantMessage
+	(*ToolExecutionStart)(nil),     // 12: musepi.v1.ToolExecutionStart
+	(*ToolExecutionEnd)(nil),       // 13: musepi.v1.ToolExecutionEnd
+	(*CredentialSwitch)(nil),       // 14: musepi.v1.CredentialSwitch
+	(*SteeringDelivered)(nil),      // 15: musepi.v1.SteeringDelivered
+	(*SessionEvent)(nil),           // 16: musepi.v1.SessionEvent
+	(*UserMessage)(nil),            // 17: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 18: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 19: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 20: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
-	13, // 0: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	13, // 1: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	0,  // 2: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
-	1,  // 3: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
-	2,  // 4: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	3,  // 5: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	4,  // 6: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
-	9,  // 7: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
-	10, // 8: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
-	11, // 9: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
-	5,  // 10: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
-	6,  // 11: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
-	7,  // 12: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
-	8,  // 13: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	17, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	18, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	18, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	19, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	20, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	17, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	0,  // 6: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
+	1,  // 7: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
+	2,  // 8: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	3,  // 9: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	4,  // 10: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
+	9,  // 11: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
+	10, // 12: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
+	11, // 13: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
+	5,  // 14: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
+	6,  // 15: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
+	7,  // 16: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
+	8,  // 17: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	12, // 18: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
+	13, // 19: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
+	14, // 20: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
+	15, // 21: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1124,7 +1434,7 @@ func file_events_proto_init() {
 	}
 	file_assistant_proto_init()
 	file_events_proto_msgTypes[1].OneofWrappers = []any{}
-	file_events_proto_msgTypes[12].OneofWrappers = []any{
+	file_events_proto_msgTypes[16].OneofWrappers = []any{
 		(*SessionEvent_AutoRetryStart)(nil),
 		(*SessionEvent_AutoRetryEnd)(nil),
 		(*SessionEvent_RetryFallbackApplied)(nil),
@@ -1137,6 +1447,10 @@ func file_events_proto_init() {
 		(*SessionEvent_MessageUpdate)(nil),
 		(*SessionEvent_MessageEnd)(nil),
 		(*SessionEvent_EventsLost)(nil),
+		(*SessionEvent_ToolExecutionStart)(nil),
+		(*SessionEvent_ToolExecutionEnd)(nil),
+		(*SessionEvent_CredentialSwitch)(nil),
+		(*SessionEvent_SteeringDelivered)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1144,7 +1458,7 @@ func file_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,128 +21,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// UserMessage is a prompt from the user.
-type UserMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	TimestampMs   int64                  `protobuf:"varint,2,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UserMessage) Reset() {
-	*x = UserMessage{}
-	mi := &file_history_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UserMessage) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UserMessage) ProtoMessage() {}
-
-func (x *UserMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_history_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UserMessage.ProtoReflect.Descriptor instead.
-func (*UserMessage) Descriptor() ([]byte, []int) {
-	return file_history_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *UserMessage) GetText() string {
-	if x != nil {
-		return x.Text
-	}
-	return ""
-}
-
-func (x *UserMessage) GetTimestampMs() int64 {
-	if x != nil {
-		return x.TimestampMs
-	}
-	return 0
-}
-
-// ToolResult is the output of one tool call.
-type ToolResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ToolCallId    string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
-	IsError       bool                   `protobuf:"varint,4,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ToolResult) Reset() {
-	*x = ToolResult{}
-	mi := &file_history_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ToolResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ToolResult) ProtoMessage() {}
-
-func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_history_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
-func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_history_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *ToolResult) GetToolCallId() string {
-	if x != nil {
-		return x.ToolCallId
-	}
-	return ""
-}
-
-func (x *ToolResult) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *ToolResult) GetOutput() string {
-	if x != nil {
-		return x.Output
-	}
-	return ""
-}
-
-func (x *ToolResult) GetIsError() bool {
-	if x != nil {
-		return x.IsError
-	}
-	return false
-}
-
 // Entry is one item of a conversation: in the runtime context (what is sent
 // to the model) and in the persisted history (what is kept).
 type Entry struct {
@@ -161,7 +39,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_history_proto_msgTypes[2]
+	mi := &file_history_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +51,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_history_proto_msgTypes[2]
+	mi := &file_history_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +64,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_history_proto_rawDescGZIP(), []int{2}
+	return file_history_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Entry) GetSeq() uint64 {
@@ -271,17 +149,7 @@ var File_history_proto protoreflect.FileDescriptor
 
 const file_history_proto_rawDesc = "" +
 	"\n" +
-	"\rhistory.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\fevents.proto\"D\n" +
-	"\vUserMessage\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\x12!\n" +
-	"\ftimestamp_ms\x18\x02 \x01(\x03R\vtimestampMs\"u\n" +
-	"\n" +
-	"ToolResult\x12 \n" +
-	"\ftool_call_id\x18\x01 \x01(\tR\n" +
-	"toolCallId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06output\x18\x03 \x01(\tR\x06output\x12\x19\n" +
-	"\bis_error\x18\x04 \x01(\bR\aisError\"\x84\x02\n" +
+	"\rhistory.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\fevents.proto\"\x84\x02\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +
 	"\x04user\x18\n" +
@@ -304,18 +172,18 @@ func file_history_proto_rawDescGZIP() []byte {
 	return file_history_proto_rawDescData
 }
 
-var file_history_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_history_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_history_proto_goTypes = []any{
-	(*UserMessage)(nil),      // 0: musepi.v1.UserMessage
-	(*ToolResult)(nil),       // 1: musepi.v1.ToolResult
-	(*Entry)(nil),            // 2: musepi.v1.Entry
-	(*AssistantMessage)(nil), // 3: musepi.v1.AssistantMessage
+	(*Entry)(nil),            // 0: musepi.v1.Entry
+	(*UserMessage)(nil),      // 1: musepi.v1.UserMessage
+	(*AssistantMessage)(nil), // 2: musepi.v1.AssistantMessage
+	(*ToolResult)(nil),       // 3: musepi.v1.ToolResult
 	(*ModelChange)(nil),      // 4: musepi.v1.ModelChange
 }
 var file_history_proto_depIdxs = []int32{
-	0, // 0: musepi.v1.Entry.user:type_name -> musepi.v1.UserMessage
-	3, // 1: musepi.v1.Entry.assistant:type_name -> musepi.v1.AssistantMessage
-	1, // 2: musepi.v1.Entry.tool_result:type_name -> musepi.v1.ToolResult
+	1, // 0: musepi.v1.Entry.user:type_name -> musepi.v1.UserMessage
+	2, // 1: musepi.v1.Entry.assistant:type_name -> musepi.v1.AssistantMessage
+	3, // 2: musepi.v1.Entry.tool_result:type_name -> musepi.v1.ToolResult
 	4, // 3: musepi.v1.Entry.model_change:type_name -> musepi.v1.ModelChange
 	4, // [4:4] is the sub-list for method output_type
 	4, // [4:4] is the sub-list for method input_type
@@ -331,7 +199,7 @@ func file_history_proto_init() {
 	}
 	file_assistant_proto_init()
 	file_events_proto_init()
-	file_history_proto_msgTypes[2].OneofWrappers = []any{
+	file_history_proto_msgTypes[0].OneofWrappers = []any{
 		(*Entry_User)(nil),
 		(*Entry_Assistant)(nil),
 		(*Entry_ToolResult)(nil),
@@ -343,7 +211,7 @@ func file_history_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_history_proto_rawDesc), len(file_history_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   1,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

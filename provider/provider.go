@@ -17,6 +17,9 @@ type Request struct {
 	APIKey     string            // the credential's key, if any
 	Context    []*messages.Entry // the runtime context, oldest first
 	Tools      []ToolSpec
+	// Thinking is the session's thinking level; adapters map it to their
+	// API's reasoning setting (off: none sent).
+	Thinking ThinkingLevel
 }
 
 // ToolSpec describes a tool the model may call.

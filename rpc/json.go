@@ -5,21 +5,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/musepi/musepi/messages"
 )
 
 // toJSON turns a protobuf message into a JSON-ready map with camelCase
 // names: 64-bit integers stay numbers (protojson would quote them), enums
-// are lower-case words ("error", "tool_use"), unset optional fields are left
-// out, and content blocks are flat objects with a "type"
-// ({"type":"text","text":"…"}), as pi-style clients expect.
+// are lower-case words, and unset optional fields are left out. It renders
+// MusePi's own events (auto_retry_start, ...); pi's messages are rendered by
+// wire.go.
 func toJSON(m proto.Message) map[string]any {
 	if m == nil {
 		return nil
-	}
-	if b, ok := m.(*messages.ContentBlock); ok {
-		return contentBlock(b)
 	}
 	out := map[string]any{}
 	r := m.ProtoReflect()
@@ -94,19 +89,4 @@ func commonPrefix(ed protoreflect.EnumDescriptor) string {
 		return p[:j+1]
 	}
 	return ""
-}
-
-func contentBlock(b *messages.ContentBlock) map[string]any {
-	switch {
-	case b.GetText() != nil:
-		return map[string]any{"type": "text", "text": b.GetText().GetText()}
-	case b.GetThinking() != nil:
-		return map[string]any{"type": "thinking", "thinking": b.GetThinking().GetThinking(), "signature": b.GetThinking().GetSignature()}
-	case b.GetRedactedThinking() != nil:
-		return map[string]any{"type": "redacted_thinking", "data": b.GetRedactedThinking().GetData()}
-	case b.GetToolCall() != nil:
-		c := b.GetToolCall()
-		return map[string]any{"type": "tool_call", "id": c.GetId(), "name": c.GetName(), "arguments": c.GetArgumentsJson()}
-	}
-	return map[string]any{"type": "unknown"}
 }

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/musepi/musepi/internal/plaintext"
 )
 
 // knownKeys are the keys of every command, spelled exactly. Go's
 // encoding/json matches keys without regard to case, so checkKeys rejects
 // what it would fold before a command is decoded.
-var knownKeys = []string{"enabled", "id", "message", "modelId", "provider", "type"}
+var knownKeys = []string{"enabled", "id", "level", "message", "mode", "modelId", "name", "provider",
+	"sessionPath", "streamingBehavior", "type"}
 
 // checkKeys rejects a command object with two keys that differ only by case
 // (or not at all), or a key that is a known key spelled with other case.
@@ -37,22 +40,36 @@ func checkKeys(line []byte) error {
 	return problem
 }
 
-// exactFields reads the "id" and "type" strings of a command, by their
-// exact keys, from a line or the prefix of one (an over-long line): what is
-// cut off or malformed is left out.
-func exactFields(line []byte) (id *string, typ string) {
+// exactFields reads the "id" (a string or a number, as sent) and "type" of
+// a command, by their exact keys, from a line or the prefix of one (an
+// over-long line): what is cut off or malformed is left out.
+func exactFields(line []byte) (id json.RawMessage, typ string) {
 	topLevel(line, func(key string, v json.Token) bool {
-		s, ok := v.(string)
-		switch {
-		case !ok:
-		case key == "id" && id == nil:
-			id = &s
-		case key == "type" && typ == "":
-			typ = s
+		switch v := v.(type) {
+		case string:
+			if key == "id" && id == nil {
+				id, _ = json.Marshal(v)
+			}
+			if key == "type" && typ == "" {
+				typ = v
+			}
+		case json.Number:
+			if key == "id" && id == nil {
+				id = json.RawMessage(v)
+			}
 		}
 		return true
 	})
 	return id, typ
+}
+
+// checkID rejects an id string holding control characters.
+func checkID(id json.RawMessage) error {
+	var s string
+	if len(id) == 0 || id[0] != '"' || json.Unmarshal(id, &s) != nil {
+		return nil // absent, or a number
+	}
+	return plaintext.Check("id", s)
 }
 
 // topLevel calls fn with each key of the JSON object in data and its value
@@ -60,6 +77,7 @@ func exactFields(line []byte) (id *string, typ string) {
 // order, until fn returns false or data ends or stops being valid JSON.
 func topLevel(data []byte, fn func(key string, value json.Token) bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return
 	}

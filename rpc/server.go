@@ -18,9 +18,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/internal/plaintext"
-	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/retry"
 )
 
 // DefaultMaxLine bounds one input line (1 MiB).
@@ -36,6 +33,12 @@ type Server struct {
 	// MaxLine bounds an input line; longer lines get an error response
 	// (default DefaultMaxLine).
 	MaxLine int
+	// Models are the models get_available_models lists and cycle_model
+	// cycles through, in order.
+	Models []Model
+	// HistoryDir, when the runtime keeps history in files there, names the
+	// session file get_state reports and switch_session opens.
+	HistoryDir string
 
 	writeMu  sync.Mutex
 	writeErr error                   // the first failed write of Out; serving stops
@@ -50,12 +53,21 @@ type Server struct {
 	// written, so that Serve ends only once every prompt's last event is out.
 	started, settled int
 	settledCond      *sync.Cond
+	// prefs are the settings the client chose (thinking level, queue
+	// modes, session name); new sessions keep them but the name.
+	prefs prefs
+	// queue holds the messages sent while a prompt runs.
+	queue queue
+	// retry is the retry backoff being waited out, if any.
+	retry retryWait
+	// retries counts the session's auto_retry_start events.
+	retries int
 }
 
 // command is one input line. Fields are decoded per command type.
 type command struct {
-	ID   *string `json:"id,omitempty"`
-	Type string  `json:"type"`
+	ID   json.RawMessage `json:"id,omitempty"`
+	Type string          `json:"type"`
 }
 
 // Serve reads commands from in until it ends or ctx is done, then waits for
@@ -66,7 +78,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader) error {
 	s.settledCond = sync.NewCond(&s.mu)
 	ctx, s.stop = context.WithCancelCause(ctx)
 	defer s.stop(nil)
-	if err := s.startSession(ctx); err != nil {
+	if err := s.startSession(ctx, s.SessionOptions...); err != nil {
 		return err
 	}
 	lines := make(chan inputLine)
@@ -83,6 +95,9 @@ loop:
 			}
 			if line.tooLong > 0 {
 				id, typ := exactFields(line.data)
+				if typ == "" {
+					typ = "parse"
+				}
 				s.respondError(id, typ, fmt.Sprintf("line longer than %d bytes (the --max-line limit)", line.tooLong))
 				continue
 			}
@@ -195,14 +210,24 @@ func (s *Server) current() *musepi.Session {
 	return s.session
 }
 
-func (s *Server) startSession(ctx context.Context) error {
-	sess, err := s.Runtime.NewSession(ctx, s.SessionOptions...)
+// startSession starts a session with opts and subscribes to its events;
+// the session takes its steering messages from the server's queue.
+func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption) error {
+	opts = append(append([]musepi.SessionOption(nil), opts...), musepi.WithSteering(s.takeSteering))
+	sess, err := s.Runtime.NewSession(ctx, opts...)
 	if err != nil {
 		return fmt.Errorf("rpc: start session: %w", err)
 	}
-	unsub := sess.Subscribe(s.writeEvent)
+	t := &translator{s: s}
 	s.mu.Lock()
-	s.session, s.unsubscribe = sess, unsub
+	s.session = sess
+	s.prefs.name = ""
+	s.retries = 0
+	s.retry = retryWait{}
+	s.mu.Unlock()
+	unsub := sess.Subscribe(func(ev musepi.Event) { s.writeEvent(t, ev) })
+	s.mu.Lock()
+	s.unsubscribe = unsub
 	s.mu.Unlock()
 	return nil
 }
@@ -220,16 +245,9 @@ func (s *Server) closeSession(ctx context.Context) {
 	unsub()
 }
 
-// writeEvent writes one session event as a line: its payload's fields plus
-// "type" (and "sessionId").
-func (s *Server) writeEvent(ev musepi.Event) {
-	obj := toJSON(ev.Payload)
-	if obj == nil {
-		obj = map[string]any{}
-	}
-	obj["type"] = ev.Type
-	obj["sessionId"] = ev.SessionID
-	s.writeLine(obj)
+// writeEvent writes one session event as pi's lines (see translator).
+func (s *Server) writeEvent(t *translator, ev musepi.Event) {
+	t.event(ev)
 	if ev.Type == "agent_settled" {
 		s.mu.Lock()
 		s.settled++
@@ -261,15 +279,15 @@ func (s *Server) writeLine(obj any) {
 	}
 }
 
-func response(id *string, cmd string) map[string]any {
+func response(id json.RawMessage, cmd string) map[string]any {
 	r := map[string]any{"type": "response", "command": cmd}
 	if id != nil {
-		r["id"] = *id
+		r["id"] = id
 	}
 	return r
 }
 
-func (s *Server) respond(id *string, cmd string, data any) {
+func (s *Server) respond(id json.RawMessage, cmd string, data any) {
 	r := response(id, cmd)
 	r["success"] = true
 	if data != nil {
@@ -278,7 +296,7 @@ func (s *Server) respond(id *string, cmd string, data any) {
 	s.writeLine(r)
 }
 
-func (s *Server) respondError(id *string, cmd, msg string) {
+func (s *Server) respondError(id json.RawMessage, cmd, msg string) {
 	r := response(id, cmd)
 	r["success"] = false
 	r["error"] = msg
@@ -287,10 +305,12 @@ func (s *Server) respondError(id *string, cmd, msg string) {
 
 // handle answers one command line.
 func (s *Server) handle(ctx context.Context, line []byte) {
-	var c command
-	if err := json.Unmarshal(line, &c); err != nil {
-		id, _ := exactFields(line)
-		s.respondError(id, "", "malformed command: "+err.Error())
+	c, err := parseCommand(line)
+	if err != nil {
+		if c.ID == nil {
+			c.ID, _ = exactFields(line)
+		}
+		s.respondError(c.ID, "parse", err.Error())
 		return
 	}
 	if err := checkKeys(line); err != nil {
@@ -298,16 +318,18 @@ func (s *Server) handle(ctx context.Context, line []byte) {
 		s.respondError(id, typ, err.Error())
 		return
 	}
-	if c.ID != nil {
-		if err := plaintext.Check("id", *c.ID); err != nil {
-			s.respondError(c.ID, c.Type, err.Error())
-			return
-		}
+	if err := checkID(c.ID); err != nil {
+		s.respondError(c.ID, c.Type, err.Error())
+		return
 	}
 	h, ok := handlers[c.Type]
 	if !ok {
 		if c.Type == "" {
-			s.respondError(c.ID, "", `missing "type"`)
+			s.respondError(c.ID, "parse", `missing "type"`)
+			return
+		}
+		if _, known := unsupported[c.Type]; known {
+			s.respondError(c.ID, c.Type, fmt.Sprintf("%s is not supported by MusePi", c.Type))
 			return
 		}
 		s.respondError(c.ID, c.Type, fmt.Sprintf("unknown command %q", c.Type))
@@ -323,17 +345,6 @@ func (s *Server) handle(ctx context.Context, line []byte) {
 
 // handler runs one command type and returns the response data.
 type handler func(s *Server, ctx context.Context, line []byte) (any, error)
-
-var handlers = map[string]handler{
-	"prompt":         (*Server).prompt,
-	"abort":          (*Server).abort,
-	"abort_retry":    (*Server).abortRetry,
-	"set_auto_retry": (*Server).setAutoRetry,
-	"get_state":      (*Server).getState,
-	"get_messages":   (*Server).getMessages,
-	"set_model":      (*Server).setModel,
-	"new_session":    (*Server).newSession,
-}
 
 // decode reads the command's own fields strictly: each named field must be
 // present (required) and of the right type.
@@ -355,151 +366,4 @@ func decode(line []byte, v any, required ...string) error {
 		return fmt.Errorf("malformed command: %w", err)
 	}
 	return nil
-}
-
-func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
-	var c struct {
-		Message string `json:"message"`
-	}
-	if err := decode(line, &c, "message"); err != nil {
-		return nil, err
-	}
-	// Checked after decoding: invalid UTF-8 replaced by U+FFFD can make the
-	// text longer than the line.
-	if err := s.Runtime.CheckPrompt(c.Message); err != nil {
-		return nil, fmt.Errorf("prompt of %d bytes rejected: %w", len(c.Message), err)
-	}
-	s.mu.Lock()
-	if s.prompting {
-		s.mu.Unlock()
-		return nil, errors.New("a prompt is already running; send abort or wait for agent_settled")
-	}
-	s.prompting = true
-	s.started++
-	s.prompts.Add(1)
-	sess := s.session
-	s.mu.Unlock()
-	// The response waits until the session has recorded the prompt in its
-	// history, so that a success means it is kept; a prompt that could not
-	// be recorded gets an error response naming the file.
-	accepted := make(chan error, 1)
-	sess.Submit(context.WithoutCancel(ctx), c.Message, func(err error) { accepted <- err },
-		func(_ *messages.AssistantMessage, err error) {
-			var settledBySession *musepi.PromptError
-			switch {
-			case err == nil:
-			case errors.As(err, &settledBySession):
-				s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
-			default:
-				// The session never took the prompt (a runtime limit, a closed
-				// session), so no agent_settled will come from it: the client
-				// still gets one.
-				s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
-				s.writeEvent(musepi.Event{SessionID: sess.ID(), Type: "agent_settled",
-					Payload: &messages.AgentSettled{Success: false, Error: err.Error()}})
-			}
-			s.mu.Lock()
-			s.prompting = false
-			s.mu.Unlock()
-			s.prompts.Done()
-		})
-	return nil, <-accepted
-}
-
-func (s *Server) abort(context.Context, []byte) (any, error) {
-	s.current().Abort()
-	return nil, nil
-}
-
-func (s *Server) abortRetry(context.Context, []byte) (any, error) {
-	s.current().AbortRetry()
-	return nil, nil
-}
-
-func (s *Server) setAutoRetry(_ context.Context, line []byte) (any, error) {
-	var c struct {
-		Enabled bool `json:"enabled"`
-	}
-	if err := decode(line, &c, "enabled"); err != nil {
-		return nil, err
-	}
-	s.current().SetAutoRetryEnabled(c.Enabled)
-	return nil, nil
-}
-
-func (s *Server) getState(ctx context.Context, _ []byte) (any, error) {
-	sess := s.current()
-	entries, err := sess.Messages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	prompting := s.prompting
-	s.mu.Unlock()
-	prov, model, _ := retry.SplitModel(sess.Model())
-	return map[string]any{
-		"sessionId":        sess.ID(),
-		"model":            map[string]any{"provider": prov, "id": model},
-		"isStreaming":      prompting,
-		"autoRetryEnabled": sess.AutoRetryEnabled(),
-		"isRetrying":       sess.IsRetrying(),
-		"messageCount":     len(entries),
-	}, nil
-}
-
-func (s *Server) getMessages(ctx context.Context, _ []byte) (any, error) {
-	entries, err := s.current().Messages(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]any, 0, len(entries))
-	for _, e := range entries {
-		out = append(out, entryJSON(e))
-	}
-	return map[string]any{"messages": out}, nil
-}
-
-// entryJSON renders a conversation entry as a message with a "role".
-func entryJSON(e *messages.Entry) map[string]any {
-	switch {
-	case e.GetUser() != nil:
-		return map[string]any{"role": "user", "content": e.GetUser().GetText(), "timestamp": e.GetUser().GetTimestampMs()}
-	case e.GetAssistant() != nil:
-		m := toJSON(e.GetAssistant())
-		m["role"] = "assistant"
-		return m
-	case e.GetToolResult() != nil:
-		m := toJSON(e.GetToolResult())
-		m["role"] = "tool_result"
-		return m
-	}
-	m := toJSON(e.GetModelChange())
-	m["role"] = "model_change"
-	return m
-}
-
-func (s *Server) setModel(ctx context.Context, line []byte) (any, error) {
-	var c struct {
-		Provider string `json:"provider"`
-		ModelID  string `json:"modelId"`
-	}
-	if err := decode(line, &c, "provider", "modelId"); err != nil {
-		return nil, err
-	}
-	if err := s.current().SetModel(ctx, c.Provider+"/"+c.ModelID); err != nil {
-		return nil, err
-	}
-	return map[string]any{"provider": c.Provider, "id": c.ModelID}, nil
-}
-
-func (s *Server) newSession(ctx context.Context, _ []byte) (any, error) {
-	old := s.current()
-	old.Abort()
-	s.prompts.Wait()
-	s.waitSettledWritten(5 * time.Second)
-	s.closeSession(ctx)
-	if err := s.startSession(ctx); err != nil {
-		return nil, err
-	}
-	return map[string]any{"sessionId": s.current().ID()}, nil
 }

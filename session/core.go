@@ -79,7 +79,7 @@ type Core struct {
 	model         string     // "provider/model" in use
 	pinned        bool       // the fallback model is pinned (refusal)
 	beforeChange  modelState // what the last model change replaced, to undo it
-	askPin        bool   // the pending fallback ask pins
+	askPin        bool       // the pending fallback ask pins
 	primaryUntil  time.Time
 	credential    string
 	attempt       int                  // of the last auto_retry_start of the open chain
@@ -210,6 +210,8 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
+			c.emit(Event{Kind: EventCredentialSwitch, Switch: CredentialSwitch{
+				Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}})
 			c.credential = in.Credential
 		}
 		c.stepChain(chainInput(in, now))
@@ -267,7 +269,7 @@ func (c *Core) prompt(historyErr string) {
 		return
 	}
 	c.maybeRevert()
-	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.emit(Event{Kind: EventAgentStart, Generation: c.gen, PromptStart: true})
 	c.continuing = false
 	c.selectCredential()
 }
@@ -328,6 +330,7 @@ func (c *Core) toolsDone(historyErr string) {
 		c.decide(c.last)
 		return
 	}
+	c.add(Effect{Kind: DeliverSteering})
 	c.startTurn()
 }
 

@@ -33,6 +33,10 @@ const (
 	CancelTurn
 	// RunTools runs Calls of turn Turn; answer with InToolsDone.
 	RunTools
+	// DeliverSteering adds the steering messages waiting for the running
+	// prompt to the conversation: after a turn's tool results, before the
+	// next turn.
+	DeliverSteering
 	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
 	Compact
 	// ArmTimer starts the backoff timer Token for Delay; when it fires, the
@@ -76,7 +80,7 @@ var effectNames = [...]string{
 	Emit: "emit", AppendModelChange: "append-model-change",
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
 	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
-	RunTools: "run-tools", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
+	RunTools: "run-tools", DeliverSteering: "deliver-steering", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
 	ResetProviderSession: "reset-provider-session",
 	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
 	RecordOutcome: "record-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
@@ -146,6 +150,7 @@ const (
 	EventFallbackSucceeded
 	EventModelChange
 	EventCompactionRequired
+	EventCredentialSwitch
 )
 
 var eventNames = [...]string{
@@ -153,7 +158,7 @@ var eventNames = [...]string{
 	EventAgentEnd: "agent_end", EventAgentSettled: "agent_settled", EventAutoRetryStart: "auto_retry_start",
 	EventAutoRetryEnd: "auto_retry_end", EventFallbackApplied: "retry_fallback_applied",
 	EventFallbackSucceeded: "retry_fallback_succeeded", EventModelChange: "model_change",
-	EventCompactionRequired: "compaction_required",
+	EventCompactionRequired: "compaction_required", EventCredentialSwitch: "credential_switch",
 }
 
 func (k EventKind) String() string {
@@ -165,18 +170,28 @@ func (k EventKind) String() string {
 
 // Event is one session event. Only the fields its Kind names are set.
 type Event struct {
-	Kind       EventKind
-	Generation uint64                     // agent_start, agent_settled
-	DeltaKind  string                     // message_update: "text", "thinking", "tool_call"
-	Delta      string                     // message_update
-	Message    *messages.AssistantMessage // message_end, agent_end
-	WillRetry  bool                       // agent_end
-	Success    bool                       // agent_settled
-	Error      string                     // agent_settled; compaction_required
-	Start      retry.StartEvent           // auto_retry_start
-	End        retry.EndEvent             // auto_retry_end
-	Fallback   retry.FallbackEvent        // retry_fallback_applied / _succeeded
-	Change     ModelChange                // model_change
+	Kind        EventKind
+	Generation  uint64                     // agent_start, agent_settled
+	PromptStart bool                       // agent_start: the run a new prompt starts (not a continue)
+	DeltaKind   string                     // message_update: "text", "thinking", "tool_call"
+	Delta       string                     // message_update
+	Message     *messages.AssistantMessage // message_end, agent_end
+	WillRetry   bool                       // agent_end
+	Success     bool                       // agent_settled
+	Error       string                     // agent_settled; compaction_required
+	Start       retry.StartEvent           // auto_retry_start
+	End         retry.EndEvent             // auto_retry_end
+	Fallback    retry.FallbackEvent        // retry_fallback_applied / _succeeded
+	Change      ModelChange                // model_change
+	Switch      CredentialSwitch           // credential_switch
+}
+
+// CredentialSwitch is a move to another credential of the model's
+// provider: names, never keys.
+type CredentialSwitch struct {
+	Model    string // "provider/model" in use
+	From, To string
+	Redeemed bool // the switch spent a banked reset
 }
 
 // ErrorKind says how a prompt ended without an answer.

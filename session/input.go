@@ -81,6 +81,7 @@ type Input struct {
 	Model      string
 
 	Switched      bool
+	Redeemed      bool // InCredentialReply: the switch spent a banked reset
 	RetryAt       time.Time
 	From, To      string
 	Role          string

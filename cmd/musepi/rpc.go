@@ -17,7 +17,7 @@ func init() {
 	commands["rpc"] = command{summary: "serve a session as JSON lines on stdin/stdout", run: runRPC}
 }
 
-// runRPC is "musepi rpc": JSON lines on stdin/stdout (see rpc/README.md);
+// runRPC is "musepi rpc": JSON lines on stdin/stdout (see docs/rpc.md);
 // logs go to stderr only.
 func runRPC(args []string) int {
 	fs := flag.NewFlagSet("musepi rpc", flag.ContinueOnError)
@@ -58,6 +58,8 @@ func runRPC(args []string) int {
 		Out:            os.Stdout,
 		Log:            setupFlags.logger(),
 		MaxLine:        *maxLine,
+		Models:         su.models,
+		HistoryDir:     su.historyDir,
 	}
 	if err := srv.Serve(ctx, os.Stdin); err != nil {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/provider/openai"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/rpc"
 )
 
 //go:embed demo_scenario.json
@@ -55,10 +56,14 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 
 // setup is a started runtime and the session defaults to use on it.
 type setup struct {
-	rt       *musepi.Runtime
-	model    string
-	demo     bool
-	shutdown func(context.Context) error
+	rt    *musepi.Runtime
+	model string
+	// models are the models clients may list and switch to.
+	models []rpc.Model
+	// historyDir is where session files are kept ("" in memory).
+	historyDir string
+	demo       bool
+	shutdown   func(context.Context) error
 }
 
 func (f *setupFlags) logger() zerolog.Logger {
@@ -73,7 +78,7 @@ func (f *setupFlags) logger() zerolog.Logger {
 func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	opts := append([]musepi.Option{musepi.WithLogger(f.logger())}, extra...)
 	if f.historyDir != "" {
-		opts = append(opts, musepi.WithHistoryDir(expandHome(f.historyDir)))
+		opts = append(opts, musepi.WithHistoryDir(f.historyPath()))
 	}
 	if f.historySync != "" {
 		policy, err := history.ParseSync(f.historySync)
@@ -82,13 +87,22 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 		}
 		opts = append(opts, musepi.WithHistorySync(policy))
 	}
+	var (
+		su  *setup
+		err error
+	)
 	switch {
 	case f.config != "":
-		return openConfig(f.config, opts)
+		su, err = openConfig(f.config, opts)
 	case f.provider != "":
-		return f.openProvider(opts)
+		su, err = f.openProvider(opts)
+	default:
+		su, err = openDemo(opts, f.fast)
 	}
-	return openDemo(opts, f.fast)
+	if err == nil && f.historyDir != "" {
+		su.historyDir = f.historyPath() // the flag overrides the file's history_dir
+	}
+	return su, err
 }
 
 // openProvider starts a runtime with the one provider of --provider.
@@ -127,7 +141,9 @@ func (f *setupFlags) openProvider(opts []musepi.Option) (*setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &setup{rt: rt, model: name + "/" + f.model, shutdown: rt.Shutdown}, nil
+	api := map[string]string{"openai": "openai-completions", "openai-responses": "openai-responses", "anthropic": "anthropic-messages"}[f.provider]
+	models := []rpc.Model{{Provider: name, ID: f.model, API: api, BaseURL: f.baseURL, Reasoning: true}}
+	return &setup{rt: rt, model: name + "/" + f.model, models: models, shutdown: rt.Shutdown}, nil
 }
 
 // openDemo starts the fault-injecting server on loopback with the demo
@@ -163,7 +179,11 @@ func openDemo(opts []musepi.Option, fast bool) (*setup, error) {
 		srv.Close()
 		return nil, err
 	}
-	return &setup{rt: rt, model: "tour/m1", demo: true, shutdown: func(ctx context.Context) error {
+	demoModel := func(prov, id string) rpc.Model {
+		return rpc.Model{Provider: prov, ID: id, API: "openai-completions", BaseURL: base + "/v1", Reasoning: true}
+	}
+	models := []rpc.Model{demoModel("tour", "m1"), demoModel("tour", "m2"), demoModel("outage", "m1"), demoModel("give-up", "m1")}
+	return &setup{rt: rt, model: "tour/m1", models: models, demo: true, shutdown: func(ctx context.Context) error {
 		err := rt.Shutdown(ctx)
 		srv.Close()
 		return err
@@ -185,6 +205,14 @@ func speedUp(sc *fakellm.Scenario, settings *retry.Settings) {
 			}
 		}
 	}
+}
+
+// historyPath is --history-dir with "~/" expanded ("" when not set).
+func (f *setupFlags) historyPath() string {
+	if f.historyDir == "" {
+		return ""
+	}
+	return expandHome(f.historyDir)
 }
 
 func expandHome(p string) string {

@@ -23,8 +23,11 @@ func (p *Provider) buildParams(req provider.Request) (sdk.MessageNewParams, erro
 		MaxTokens: p.cfg.MaxTokens,
 		Messages:  convertContext(req.Context),
 	}
-	if p.cfg.ThinkingBudget > 0 {
-		params.Thinking = sdk.ThinkingConfigParamOfEnabled(p.cfg.ThinkingBudget)
+	if budget := thinkingBudget(p.cfg, req.Thinking); budget > 0 {
+		params.Thinking = sdk.ThinkingConfigParamOfEnabled(budget)
+		if params.MaxTokens <= budget {
+			params.MaxTokens = budget + p.cfg.MaxTokens // the API wants room for the answer
+		}
 	}
 	for _, t := range req.Tools {
 		schema, err := inputSchema(t.SchemaJSON)
@@ -38,6 +41,15 @@ func (p *Provider) buildParams(req provider.Request) (sdk.MessageNewParams, erro
 		params.Tools = append(params.Tools, tool)
 	}
 	return params, nil
+}
+
+// thinkingBudget is the budget_tokens of a turn: the session's thinking
+// level when set, else Config.ThinkingBudget.
+func thinkingBudget(cfg Config, level provider.ThinkingLevel) int64 {
+	if b := level.Budget(); b > 0 {
+		return b
+	}
+	return cfg.ThinkingBudget
 }
 
 // inputSchema is the tool's JSON schema, sent verbatim; an empty schema is

@@ -42,6 +42,7 @@ type accumulator struct {
 	stopped    bool // message_stop seen
 	stopReason sdk.StopReason
 	refusal    sdk.RefusalStopDetails
+	usage      *messages.Usage // input counts from message_start, output from message_delta
 }
 
 func newAccumulator(onDelta func(provider.Delta)) *accumulator {
@@ -53,6 +54,9 @@ func (a *accumulator) handle(ev sdk.MessageStreamEventUnion) {
 	switch ev.Type {
 	case "message_start":
 		a.started = true
+		u := ev.Message.Usage
+		a.usage = &messages.Usage{Input: u.InputTokens, CacheRead: u.CacheReadInputTokens,
+			CacheWrite: u.CacheCreationInputTokens, Output: u.OutputTokens}
 	case "content_block_start":
 		a.started = true
 		a.start(ev.Index, ev.ContentBlock)
@@ -66,6 +70,9 @@ func (a *accumulator) handle(ev sdk.MessageStreamEventUnion) {
 		}
 		if ev.Delta.JSON.StopDetails.Valid() {
 			a.refusal = ev.Delta.StopDetails
+		}
+		if a.usage != nil && ev.Usage.OutputTokens > 0 {
+			a.usage.Output = ev.Usage.OutputTokens
 		}
 	case "message_stop":
 		a.stopped = true
@@ -185,7 +192,7 @@ func (b *block) arguments() string {
 
 // result is the final message of a complete stream.
 func (a *accumulator) result() *messages.AssistantMessage {
-	m := &messages.AssistantMessage{Content: a.content(), HttpStatus: 200}
+	m := &messages.AssistantMessage{Content: a.content(), HttpStatus: 200, Usage: a.usage}
 	switch a.stopReason {
 	case sdk.StopReasonToolUse:
 		m.StopReason = messages.StopReason_STOP_REASON_TOOL_USE

@@ -68,6 +68,10 @@ func (p *Provider) chatParams(req provider.Request) (oai.ChatCompletionNewParams
 	if p.cfg.MaxTokens > 0 {
 		params.MaxCompletionTokens = oai.Int(p.cfg.MaxTokens)
 	}
+	params.StreamOptions = oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)}
+	if e := req.Thinking.Effort(); e != "" {
+		params.ReasoningEffort = oai.ReasoningEffort(e)
+	}
 	return params, nil
 }
 
@@ -127,6 +131,10 @@ func (s *chatState) add(t *turn, chunk oai.ChatCompletionChunk) {
 		if ch.Index == 0 {
 			s.addChoice(t, ch)
 		}
+	}
+	if chunk.JSON.Usage.Valid() {
+		u := chunk.Usage
+		t.setUsage(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens)
 	}
 	if d := stopDetails(chunk.JSON.ExtraFields["stop_details"].Raw()); d != nil && s.details == nil {
 		s.details = d

@@ -173,7 +173,8 @@ type turn struct {
 	reqCtx    context.Context // callerCtx plus Config.RequestTimeout
 	timeout   time.Duration
 	onDelta   func(provider.Delta)
-	res       *http.Response // the HTTP response, once there is one
+	res       *http.Response  // the HTTP response, once there is one
+	usage     *messages.Usage // the token counts the stream reported
 }
 
 func (t *turn) text(s string) {
@@ -198,7 +199,13 @@ func (t *turn) success(content []*messages.ContentBlock, reason messages.StopRea
 	if t.res != nil && t.res.StatusCode >= 200 && t.res.StatusCode < 300 {
 		status = int32(t.res.StatusCode)
 	}
-	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status}
+	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status, Usage: t.usage}
+}
+
+// setUsage records the stream's token counts; input counts every prompt
+// token, cached ones included, as both APIs report it.
+func (t *turn) setUsage(input, cached, output int64) {
+	t.usage = &messages.Usage{Input: input - cached, CacheRead: cached, Output: output}
 }
 
 // sensitive is a turn the provider's content filter stopped: a classifier

@@ -202,6 +202,9 @@ func (p *Provider) responseParams(req provider.Request, send []item, prevID stri
 	if p.cfg.MaxTokens > 0 {
 		params.MaxOutputTokens = oai.Int(p.cfg.MaxTokens)
 	}
+	if e := req.Thinking.Effort(); e != "" {
+		params.Reasoning = oai.ReasoningParam{Effort: oai.ReasoningEffort(e)}
+	}
 	return params, nil
 }
 
@@ -263,6 +266,9 @@ loop:
 		case "response.completed", "response.incomplete", "response.failed":
 			r := ev.Response
 			s.final, s.end = &r, ev.Type
+			if r.JSON.Usage.Valid() {
+				t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
+			}
 			s.id = firstOf(r.ID, s.id)
 			break loop
 		case "error":

@@ -1,0 +1,22 @@
+// MusePi's additions to pi's RPC protocol: event types pi does not have.
+// pi's RpcClient hands them to onEvent listeners, which ignore types they
+// do not know. (Extra fields on pi's own events and responses — willRetry,
+// errorClass, budgetDelayMs, sessionId, retryAttempt, … — are allowed by
+// pi's types and listed in docs/rpc.md.)
+
+/** Once per prompt, when all its work (retries included) is over. */
+export interface AgentSettled { type: "agent_settled"; sessionId: string; generation: number; success: boolean; error: string; }
+/** A retry switched to a fallback model ("provider/model"). */
+export interface RetryFallbackApplied { type: "retry_fallback_applied"; sessionId: string; from: string; to: string; role: string; }
+/** The first success on a fallback model. */
+export interface RetryFallbackSucceeded { type: "retry_fallback_succeeded"; sessionId: string; model: string; role: string; }
+/** The session's model changed. */
+export interface ModelChange { type: "model_change"; sessionId: string; from: string; to: string; role: string; reason: "fallback" | "revert" | "user"; }
+/** The session moved to another credential of its provider (names, never keys). */
+export interface CredentialSwitch { type: "credential_switch"; sessionId: string; provider: string; from: string; to: string; reason: "usage_limit" | "usage_limit_redeemed"; }
+/** The default compaction hook met a context overflow. */
+export interface CompactionRequired { type: "compaction_required"; sessionId: string; errorMessage: string; }
+/** A slow reader lost events. */
+export interface EventsLost { type: "events_lost"; sessionId: string; count: number; }
+
+export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | CompactionRequired | EventsLost;
