@@ -217,6 +217,10 @@ func (s *Session) IsRetrying() bool { return s.state.IsRetrying() }
 // Busy reports whether a prompt is in progress.
 func (s *Session) Busy() bool { return s.state.Busy() }
 
+// IsCompacting reports whether the session's compaction hook runs (after a
+// context overflow, or Compact).
+func (s *Session) IsCompacting() bool { return s.state.Compacting() }
+
 // Generation is the current prompt generation (the number of prompts taken).
 func (s *Session) Generation() uint64 { return s.state.Generation() }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
@@ -130,5 +131,45 @@ func TestCompactionHookContinuesThePrompt(t *testing.T) {
 	}
 	if got := rec.lines("compaction_required"); len(got) != 1 {
 		t.Fatalf("compaction_required events = %v", got)
+	}
+}
+
+// IsCompacting reports a compaction hook that runs (here a manual one),
+// and goes back to false once it returned.
+func TestIsCompactingWhileTheHookRuns(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	hook := func(_ context.Context, _ string, runtime []*messages.Entry, _ *messages.AssistantMessage) ([]*messages.Entry, error) {
+		close(entered)
+		<-release
+		return runtime, nil
+	}
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Text("hi")})),
+		musepi.WithCompactionHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func() { _ = rt.Shutdown(ctx) }()
+	s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.IsCompacting() {
+		t.Fatal("IsCompacting before any compaction")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Compact(ctx); done <- err }()
+	<-entered
+	if !s.IsCompacting() {
+		t.Error("IsCompacting = false while the hook runs")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s.IsCompacting() {
+		t.Error("IsCompacting = true after the hook returned")
 	}
 }

@@ -97,6 +97,7 @@ type SessionState struct {
 	autoRetry  atomic.Bool
 	retrying   atomic.Bool
 	busy       atomic.Bool
+	compacting atomic.Bool
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
 	thinking   atomic.Pointer[provider.ThinkingLevel]
@@ -136,6 +137,10 @@ func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
 
 // IsRetrying reports whether the retry lifecycle is open.
 func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
+
+// Compacting reports whether the compaction hook runs (on overflow, or a
+// manual compaction).
+func (s *SessionState) Compacting() bool { return s.compacting.Load() }
 
 // Busy reports whether a prompt is in progress.
 func (s *SessionState) Busy() bool { return s.busy.Load() }

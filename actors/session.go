@@ -355,6 +355,7 @@ func (s *SessionActor) tryStep(out []session.Effect, now time.Time, in session.I
 func (s *SessionActor) publishState() {
 	st := s.cfg.State
 	st.busy.Store(s.core.Busy())
+	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
 	st.retrying.Store(s.core.IsRetrying())
 	st.generation.Store(s.core.Generation())
 	st.autoRetry.Store(s.core.AutoRetryEnabled())

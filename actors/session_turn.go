@@ -229,12 +229,14 @@ func (s *SessionActor) manualCompact(ctx actor.Context) {
 		return
 	}
 	s.compactWaiter = ctx.Sender()
+	s.cfg.State.compacting.Store(true)
 	s.compact(ctx, s.core.Generation(), nil, true)
 }
 
 func (s *SessionActor) manualCompactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
 	waiter := s.compactWaiter
 	s.compactWaiter = nil
+	s.cfg.State.compacting.Store(false)
 	reply := &messages.CompactReply{Error: m.GetError(), EntriesBefore: int32(len(s.runtime))}
 	for i := len(s.runtime) - 1; i >= 0; i-- {
 		if a := s.runtime[i].GetAssistant(); a != nil {

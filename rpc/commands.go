@@ -244,7 +244,7 @@ func (s *Server) getState(ctx context.Context, _ []byte) (any, error) {
 		"model":                 s.modelOf(sess.Model()).json(),
 		"thinkingLevel":         orDefault(s.prefs.thinking, "off"),
 		"isStreaming":           s.prompting && !waiting,
-		"isCompacting":          false,
+		"isCompacting":          sess.IsCompacting(),
 		"steeringMode":          orDefault(s.prefs.steeringMode, "one-at-a-time"),
 		"followUpMode":          orDefault(s.prefs.followUpMode, "one-at-a-time"),
 		"sessionId":             sess.ID(),
