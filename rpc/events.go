@@ -156,8 +156,10 @@ func (t *translator) update(ev musepi.Event, p *messages.MessageUpdate) {
 		return // a kind pi has no event for
 	}
 	if kind != t.lastKind || (kind == "tool_call" && delta == "") {
+		t.blockEnd(ev)
 		t.partial.Content = append(t.partial.Content, emptyBlock(kind))
 		t.lastKind = kind
+		t.blockEvent(ev, map[string]any{"type": blockEventTypes[kind] + "_start"})
 	}
 	idx := len(t.partial.Content) - 1
 	appendDelta(t.partial.Content[idx], delta)
@@ -166,6 +168,38 @@ func (t *translator) update(ev musepi.Event, p *messages.MessageUpdate) {
 		"type": "message_update", "sessionId": ev.SessionID, "message": partial,
 		"assistantMessageEvent": map[string]any{"type": evType, "contentIndex": idx, "delta": delta, "partial": partial},
 	})
+}
+
+// blockEventTypes are the prefixes of pi's *_start and *_end events of
+// each delta kind.
+var blockEventTypes = map[string]string{"text": "text", "thinking": "thinking", "tool_call": "toolcall"}
+
+// blockEnd writes the *_end message_update of the content block that
+// streams, if any: its whole content (a tool call as pi's toolCall).
+func (t *translator) blockEnd(ev musepi.Event) {
+	if t.partial == nil || len(t.partial.Content) == 0 {
+		return
+	}
+	b := t.partial.Content[len(t.partial.Content)-1]
+	e := map[string]any{"type": blockEventTypes[t.lastKind] + "_end"}
+	switch {
+	case b.GetText() != nil:
+		e["content"] = b.GetText().GetText()
+	case b.GetThinking() != nil:
+		e["content"] = b.GetThinking().GetThinking()
+	case b.GetToolCall() != nil:
+		content, _ := t.partialJSON()["content"].([]any)
+		e["toolCall"] = content[len(content)-1]
+	}
+	t.blockEvent(ev, e)
+}
+
+// blockEvent writes a message_update for an event of the last content
+// block (its contentIndex and the partial message are added).
+func (t *translator) blockEvent(ev musepi.Event, e map[string]any) {
+	partial := t.partialJSON()
+	e["contentIndex"], e["partial"] = len(t.partial.Content)-1, partial
+	t.s.writeLine(map[string]any{"type": "message_update", "sessionId": ev.SessionID, "message": partial, "assistantMessageEvent": e})
 }
 
 func (t *translator) partialJSON() map[string]any {
@@ -187,6 +221,7 @@ func (t *translator) assistantEnd(ev musepi.Event, m *messages.AssistantMessage)
 	if t.partial == nil {
 		t.s.writeLine(map[string]any{"type": "message_start", "sessionId": ev.SessionID, "message": msg})
 	}
+	t.blockEnd(ev)
 	t.partial = nil
 	t.s.writeLine(map[string]any{"type": "message_end", "sessionId": ev.SessionID, "message": msg})
 	t.run = append(t.run, msg)

@@ -103,7 +103,13 @@ async function clientA() {
 			]);
 			const updates = of(events, "message_update");
 			assert.ok(updates.length >= 2, "streamed in pieces");
-			assert.equal(updates[0].assistantMessageEvent.type, "text_delta");
+			// pi's block events: text_start, the text_deltas, text_end.
+			const kinds = updates.map((u: any) => u.assistantMessageEvent.type);
+			assert.equal(kinds[0], "text_start");
+			assert.equal(kinds[kinds.length - 1], "text_end");
+			assert.ok(kinds.slice(1, -1).every((k: string) => k === "text_delta"), kinds.join(","));
+			const textEnd = updates[updates.length - 1].assistantMessageEvent;
+			assert.equal(textEnd.content, textEnd.partial.content[textEnd.contentIndex].text);
 			const end = last(of(events, "agent_end"));
 			assert.deepEqual(end.messages.map((m: any) => m.role), ["user", "assistant"]);
 			assert.equal(end.messages[1].stopReason, "stop");
