@@ -185,7 +185,10 @@ func WithSteering(next func() []string) SessionOption {
 	return func(c *sessionConfig) { c.steering = next }
 }
 
-// WithSessionRetrySettings overrides the runtime's retry settings for this session.
+// WithSessionRetrySettings overrides the runtime's retry settings for this
+// session. Fallback chains are runtime-wide (one fallback actor per role,
+// whose cooldowns every session shares): settings with other chains than
+// the runtime's are refused by NewSession, as are invalid ones.
 func WithSessionRetrySettings(s retry.Settings) SessionOption {
 	return func(c *sessionConfig) { c.settings = &s }
 }

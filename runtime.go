@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -236,6 +238,11 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	if cfg.settings != nil {
 		if err := cfg.settings.Validate(); err != nil {
 			return nil, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
+		}
+		if len(cfg.settings.FallbackChains) > 0 && !maps.EqualFunc(cfg.settings.FallbackChains, settings.FallbackChains, slices.Equal) {
+			// The fallback actors, and the cooldowns they keep, are the
+			// runtime's: one per role, shared by its sessions.
+			return nil, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
 		}
 		settings = *cfg.settings
 	}

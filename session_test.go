@@ -1,11 +1,15 @@
 package musepi_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/retry"
 )
 
 func TestMain(m *testing.M) {
@@ -34,4 +38,33 @@ func TestTransientErrorRetriedUntilSuccess(t *testing.T) {
 		"auto_retry_end success=true attempt=2",
 		"agent_settled success=true",
 	)
+}
+
+// WithSessionRetrySettings: a session's own settings apply to it; settings
+// the runtime cannot honour for one session are refused, never ignored.
+func TestSessionRetrySettings(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
+	ctx := context.Background()
+
+	one := noFallback()
+	one.MaxRetries = 1
+	s, rec := h.session(musepi.WithSessionRetrySettings(one))
+	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), fail(503, "503 Service Unavailable"))
+	if r := h.runPrompt(s, "hi"); !errors.Is(r.err, musepi.ErrPromptFailed) {
+		t.Fatalf("prompt error = %v", r.err)
+	}
+	expectLines(t, rec.lines("auto_retry_start", "auto_retry_end"),
+		"auto_retry_start 1/1 delay=500ms class=transient",
+		`auto_retry_end success=false attempt=1 error="503 Service Unavailable"`)
+
+	chains := noFallback()
+	chains.FallbackChains = map[string][]string{"default": {"p/m2"}}
+	if _, err := h.rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionRetrySettings(chains)); err == nil ||
+		!strings.Contains(err.Error(), "fallback chains are runtime-wide") {
+		t.Errorf("own fallback chains: err = %v", err)
+	}
+	if _, err := h.rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionRetrySettings(retry.Settings{})); err == nil ||
+		!strings.Contains(err.Error(), "settings are empty") {
+		t.Errorf("zero settings: err = %v", err)
+	}
 }

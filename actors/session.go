@@ -162,7 +162,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.TaskDue:
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
 	case *messages.UsageLimitReply:
-		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(), Credential: m.GetCredential()}
+		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
+			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
 		if m.GetRetryAtMs() > 0 {
 			in.RetryAt = time.UnixMilli(m.GetRetryAtMs())
 		}

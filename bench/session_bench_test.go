@@ -86,7 +86,7 @@ func BenchmarkIdleSession(b *testing.B) {
 }
 
 // BenchmarkRetryAttempt is one retry attempt end to end through the actors
-// (turn fails, retry child decides, backoff timer, scheduler, continue) on
+// (turn fails, the session core decides, backoff timer, scheduler, continue) on
 // the virtual clock: ns and protocol messages per attempt.
 func BenchmarkRetryAttempt(b *testing.B) {
 	clk := &countingClock{Virtual: clock.NewVirtual(time.Unix(0, 0))}

@@ -75,9 +75,13 @@ type SettingsError struct {
 
 func (e *SettingsError) Error() string { return e.Field + ": " + e.Problem }
 
-// Validate reports the first bad field as a *SettingsError, or nil.
+// Validate reports the first bad field as a *SettingsError, or nil. The
+// zero Settings is not usable (it would say: retry off, no policy): it is
+// reported as such, so start from DefaultSettings.
 func (s Settings) Validate() error {
 	switch {
+	case s.isZero():
+		return &SettingsError{"retry", "settings are empty (the zero retry.Settings); start from retry.DefaultSettings() and change what differs"}
 	case s.MaxRetries < 0:
 		return &SettingsError{"retry.maxRetries", fmt.Sprintf("must be 0 or more, got %d", s.MaxRetries)}
 	case s.BaseDelay < 0:
@@ -214,3 +218,9 @@ func msToDuration(ms int64) time.Duration {
 
 // maxDuration is the largest Duration; delays saturate at it.
 const maxDuration = time.Duration(1<<63 - 1)
+
+// isZero reports the zero Settings.
+func (s Settings) isZero() bool {
+	return !s.Enabled && s.MaxRetries == 0 && s.BaseDelay == 0 && s.MaxDelay == 0 && !s.ModelFallback &&
+		len(s.FallbackChains) == 0 && s.FallbackRevertPolicy == "" && s.Budget == (BudgetSettings{})
+}

@@ -65,6 +65,8 @@ func TestSettingsValidate(t *testing.T) {
 			}
 		}, ""},
 
+		{"the zero Settings", func(s *Settings) { *s = Settings{} }, "retry"},
+		{"retry off is not the zero Settings", func(s *Settings) { s.Enabled = false }, ""},
 		{"negative maxRetries", func(s *Settings) { s.MaxRetries = -1 }, "retry.maxRetries"},
 		{"negative baseDelay", func(s *Settings) { s.BaseDelay = -time.Millisecond }, "retry.baseDelayMs"},
 		{"unknown revert policy", func(s *Settings) { s.FallbackRevertPolicy = "sometimes" }, "retry.fallbackRevertPolicy"},
