@@ -24,6 +24,7 @@ var figures = []Figure{
 	{"cpu_seconds", "CPU time", "s"},
 	{"attempts_per_cpu_second", "retry attempts per CPU-second", ""},
 	{"cpu_us_per_attempt", "CPU per attempt", "µs"},
+	{"messages_per_attempt", "actor messages per retry attempt (counted)", ""},
 	{"wall_seconds", "wall time", "s"},
 	{"attempts_per_second", "retry attempts per wall-second", ""},
 	{"lateness_p50_ms", "backoff wake-up lateness p50", "ms"},

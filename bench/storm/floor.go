@@ -69,10 +69,11 @@ type floorRun struct {
 	system     *actor.ActorSystem
 	perAttempt int
 	childProps *actor.Props
-	ready      *countdown // Started, both actors of every pair
-	attempts   *countdown // attempts finished
-	armed      *countdown // session actors holding a timer
-	stopped    *countdown // session actors stopped (their child first)
+	ready      *countdown   // Started, both actors of every pair
+	attempts   *countdown   // attempts finished
+	armed      *countdown   // session actors holding a timer
+	stopped    *countdown   // session actors stopped (their child first)
+	pings      atomic.Int64 // attempt messages received, counted as they come
 }
 
 // floorActor is either actor of a pair.
@@ -96,6 +97,7 @@ func (a *floorActor) Receive(ctx actor.Context) {
 		}
 		a.run.ready.tick()
 	case *floorPing:
+		a.run.pings.Add(1)
 		if m.msgs > 0 {
 			m.msgs--
 			ctx.Send(a.other, m)
@@ -250,6 +252,9 @@ wait:
 		"bytes_per_waiting_session": perPair,
 		"goroutines_peak":           float64(peakG),
 		"goroutines_after":          float64(goroutinesAfter),
+	}
+	if attempts > 0 {
+		f["messages_per_attempt"] = float64(run.pings.Load()) / float64(attempts)
 	}
 	if attempts > 0 && cpu > 0 {
 		f["cpu_us_per_attempt"] = float64(cpu.Microseconds()) / float64(attempts)

@@ -41,9 +41,12 @@ import (
 // counted against the contenders).
 const serveEnv = "MUSEPI_STORM_FAKELLM"
 
-// msgsPerAttempt is how many protocol messages one retry attempt takes
-// through MusePi's actors (measured by bench.BenchmarkRetryAttempt).
-const msgsPerAttempt = 8
+// msgsPerAttempt is how many actor messages one plain retry attempt takes
+// in MusePi (the turn's end, arm the backoff timer, schedule the continue,
+// the continue is due: BenchmarkRetryAttempt), which the floor passes too.
+// MusePi's own figure, counted during its run, is in its
+// messages_per_attempt.
+const msgsPerAttempt = 4
 
 func main() {
 	if file := os.Getenv(serveEnv); file != "" {
@@ -324,6 +327,7 @@ func notes(o *options) []string {
 		fmt.Sprintf("floor: protoactor-go alone, %d one-way messages per attempt between a bare actor pair per session; memory: the pair with one pending timer.", msgsPerAttempt),
 		"peer: one goroutine per session, cenkalti/backoff/v5 with the same base delay, cap, jitter (75–100 % of nominal) and max retries; no credential switching.",
 		"musepi: the runtime with defaults (model fallback off, no chains), sessions on two credentials, prompts sent with Session.PromptAsync.",
+		"messages per attempt, counted during the run: the floor's messages received over its attempts; MusePi's protocol messages (Begins on its clock, less one per turn for the stream's goroutine) over its retry attempts: a plain attempt's 4, plus what prompts, credential selection and usage limits send.",
 		"lockstep index: largest 10 ms bucket of a retry wave over the mean per bucket across that wave's jitter window (1.0 = spread, ~12 without jitter); hinted sessions (retry-after) are left out.",
 	}
 	if o.mode == "virtual" {

@@ -31,6 +31,7 @@ type musepiRun struct {
 	budget bool
 
 	rt        *musepi.Runtime
+	counted   *countingClock // the runtime's clock, counting protocol messages
 	starter   starter
 	completed atomic.Int64
 	failed    atomic.Int64
@@ -66,8 +67,9 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 func (r *musepiRun) launch(ctx context.Context) error {
 	settings := r.e.settings
 	settings.Budget.Enabled = r.budget
+	r.counted = &countingClock{Clock: r.clk}
 	rt, err := musepi.NewRuntime(
-		musepi.WithClock(r.clk),
+		musepi.WithClock(r.counted),
 		musepi.WithLogger(zerolog.New(io.Discard)),
 		musepi.WithProvider(stormProvider, r.prov,
 			musepi.Credential{Name: limitedKey, APIKey: limitedKey},
@@ -106,13 +108,33 @@ func (r *musepiRun) finished() int { return int(r.completed.Load() + r.failed.Lo
 
 // counts adds the budget's own figure when it is on.
 func (r *musepiRun) counts() runCounts {
-	n := runCounts{completed: int(r.completed.Load()), failed: int(r.failed.Load()), requests: int(r.prov.requests.Load())}
+	n := runCounts{completed: int(r.completed.Load()), failed: int(r.failed.Load()), requests: int(r.prov.requests.Load()),
+		extra: map[string]float64{}}
+	if retries := n.requests - r.e.sessions; retries > 0 && r.counted != nil {
+		// Every protocol message is one Begin on the clock, and so is each
+		// turn's stream goroutine: the messages of the run, over its retries.
+		msgs := r.counted.begins.Load() - int64(n.requests)
+		n.extra["messages_per_attempt"] = float64(msgs) / float64(retries)
+	}
 	if r.budget && r.rt != nil {
 		if st, err := r.rt.RetryBudget(context.Background(), stormProvider); err == nil {
-			n.extra = map[string]float64{"budget_extended_retries": float64(st.Delayed)}
+			n.extra["budget_extended_retries"] = float64(st.Delayed)
 		}
 	}
 	return n
+}
+
+// countingClock counts the work units begun on a clock: each protocol
+// message sent to an actor, and each turn's stream goroutine.
+type countingClock struct {
+	clock.Clock
+	begins atomic.Int64
+}
+
+// Begin counts, then begins on the clock.
+func (c *countingClock) Begin() {
+	c.begins.Add(1)
+	c.Clock.Begin()
 }
 
 // close shuts the runtime down.
