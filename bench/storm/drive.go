@@ -9,10 +9,15 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/provider"
 )
 
 // contender is one system under test in a run: the peer or MusePi.
 type contender interface {
+	// setup prepares what must exist before the first prompt (MusePi's
+	// runtime and sessions); its time is a figure of its own, and the
+	// scenario's clock starts after it.
+	setup(ctx context.Context) error
 	// launch sends every session's prompt; it does not wait for them.
 	launch(ctx context.Context) error
 	// finished is the number of prompts completed or failed so far.
@@ -35,6 +40,24 @@ type measured struct {
 	rec     *recorder
 	waves   *waves
 	cleanup func() // the run's, called once the contender closed
+	// restart starts the scenario's clock (its outage window) and the
+	// run's measures again at now, once the contender is set up.
+	restart func(now time.Time) error
+}
+
+// restartScenario starts the scenario of prov (in process, or the fake
+// server's clock) and rec again at now.
+func restartScenario(prov provider.Provider, rec *recorder, now time.Time) error {
+	rec.restart(now)
+	switch p := prov.(type) {
+	case *scenarioProvider:
+		p.start = now
+	case *recordingProvider:
+		if p.resetClock != nil {
+			return p.resetClock()
+		}
+	}
+	return nil
 }
 
 // drive runs one contender on the run prepared by e.newRun: it moves the
@@ -43,7 +66,19 @@ type measured struct {
 // session waits) and goroutines, and turns it all into a System.
 func drive(ctx context.Context, e *env, name, description string, m measured, c contender) (System, error) {
 	sc := e.scenario
+	setup0 := time.Now()
+	if err := c.setup(ctx); err != nil {
+		_ = c.close()
+		m.cleanup()
+		return System{}, fmt.Errorf("%s: setup: %w", name, err)
+	}
+	setup := time.Since(setup0)
 	start := m.clk.Now()
+	if err := m.restart(start); err != nil {
+		_ = c.close()
+		m.cleanup()
+		return System{}, fmt.Errorf("%s: %w", name, err)
+	}
 	mid := sc.OutageStart + sc.OutageLen/2
 	bar := e.progress(name, e.sessions)
 	bar.start()
@@ -100,6 +135,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		"peak_heap_mb":      float64(peakHeap) / (1 << 20),
 		"goroutines_peak":   float64(peakG),
 		"goroutines_after":  float64(runtime.NumGoroutine()),
+		"setup_seconds":     setup.Seconds(),
 	}
 	lockstep, byWave := m.waves.indexes(e.settings.BaseDelay)
 	f["lockstep_index"] = lockstep

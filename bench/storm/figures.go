@@ -35,6 +35,7 @@ var figures = []Figure{
 	{"bytes_per_waiting_session", "memory per session waiting in backoff", "B"},
 	{"goroutines_peak", "goroutines at peak", ""},
 	{"goroutines_after", "goroutines after", ""},
+	{"setup_seconds", "setup before the first prompt (sessions created)", "s"},
 	{"lockstep_index", "lockstep index (1.0 = spread)", ""},
 	{"drain_seconds", "time to drain after recovery", "s"},
 	{"budget_extended_retries", "retries delayed by the budget", ""},

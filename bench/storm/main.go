@@ -414,14 +414,21 @@ func startFakeLLM(ctx context.Context, sc *Scenario) (*fakeServer, error) {
 // newRun resets the server's clock (the outage window starts now) and
 // gives a contender the OpenAI provider against it.
 func (s *fakeServer) newRun() (clock.Clock, provider.Provider, *recorder, func(), error) {
-	resp, err := s.client.Post(s.base+"/clock/reset", "application/json", nil)
-	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("reset fakellm clock: %w", err)
+	if err := s.resetClock(); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	resp.Body.Close()
 	rec := newRecorder(time.Now())
 	p := openai.New(openai.Config{BaseURL: s.base + "/v1", API: openai.APIChat, HTTPClient: s.client})
-	return clock.Real{}, &recordingProvider{Provider: p, rec: rec}, rec, s.client.CloseIdleConnections, nil
+	return clock.Real{}, &recordingProvider{Provider: p, rec: rec, resetClock: s.resetClock}, rec, s.client.CloseIdleConnections, nil
+}
+
+// resetClock starts the server's scenario (its outage window) now.
+func (s *fakeServer) resetClock() error {
+	resp, err := s.client.Post(s.base+"/clock/reset", "application/json", nil)
+	if err != nil {
+		return fmt.Errorf("reset fakellm clock: %w", err)
+	}
+	return resp.Body.Close()
 }
 
 // stop ends the child process.

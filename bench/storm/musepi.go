@@ -31,6 +31,7 @@ type musepiRun struct {
 	budget bool
 
 	rt        *musepi.Runtime
+	sessions  []*musepi.Session
 	counted   *countingClock // the runtime's clock, counting protocol messages
 	starter   starter
 	completed atomic.Int64
@@ -60,11 +61,18 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 		}
 	}
 	r := &musepiRun{e: e, clk: clk, starts: starts, prov: cp, rec: rec, budget: budget}
-	return drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup}, r)
+	restart := func(now time.Time) error {
+		cp.start = now
+		if lc, ok := r.clk.(*latenessClock); ok {
+			lc.firstWaveEnd = now.Add(e.settings.BaseDelay * 3 / 4)
+		}
+		return restartScenario(prov, rec, now)
+	}
+	return drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup, restart: restart}, r)
 }
 
-// launch starts the runtime and sends every session's prompt.
-func (r *musepiRun) launch(ctx context.Context) error {
+// setup starts the runtime and its sessions.
+func (r *musepiRun) setup(ctx context.Context) error {
 	settings := r.e.settings
 	settings.Budget.Enabled = r.budget
 	r.counted = &countingClock{Clock: r.clk}
@@ -91,6 +99,13 @@ func (r *musepiRun) launch(ctx context.Context) error {
 		}
 		sessions[i] = s
 	}
+	r.sessions = sessions
+	return nil
+}
+
+// launch sends every session's prompt.
+func (r *musepiRun) launch(ctx context.Context) error {
+	sessions := r.sessions
 	r.starter.launch(r.starts, r.e.scenario, r.e.sessions, func(i int) {
 		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *messages.AssistantMessage, err error) {
 			if err != nil {

@@ -264,9 +264,16 @@ func runPeer(ctx context.Context, e *env) (System, error) {
 		return System{}, err
 	}
 	r := &peerRun{e: e, clk: clk, prov: prov, rec: rec, start: clk.Now()}
+	restart := func(now time.Time) error {
+		r.start = now
+		return restartScenario(prov, rec, now)
+	}
 	return drive(ctx, e, "peer", "one goroutine per session, cenkalti/backoff/v5 retry loop",
-		measured{clk: clk, rec: rec, waves: &r.waves, cleanup: cleanup}, r)
+		measured{clk: clk, rec: rec, waves: &r.waves, cleanup: cleanup, restart: restart}, r)
 }
+
+// setup has nothing to prepare: a session is its goroutine.
+func (r *peerRun) setup(context.Context) error { return nil }
 
 // launch starts one goroutine per session: on a virtual clock the
 // hand-written loop, on the wall clock backoff.Retry.

@@ -248,7 +248,8 @@ func (p *scenarioProvider) ResetSession(string) {}
 // recordingProvider records each request of a real provider.
 type recordingProvider struct {
 	provider.Provider
-	rec *recorder
+	rec        *recorder
+	resetClock func() error // restarts the fake server's scenario clock
 }
 
 // Stream records the request, then streams it.

@@ -65,6 +65,13 @@ type recorder struct {
 	lateFirst   []time.Duration // the first wave's only
 }
 
+// restart makes now the start of the run, before any request.
+func (r *recorder) restart(now time.Time) {
+	r.mu.Lock()
+	r.start = now
+	r.mu.Unlock()
+}
+
 // newRecorder returns a recorder for a run that started at start.
 func newRecorder(start time.Time) *recorder {
 	return &recorder{start: start}
