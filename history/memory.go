@@ -12,16 +12,18 @@ import (
 
 // MemoryStore keeps histories in memory, for sessions that need not
 // survive the process. Like a FileStore, a session has one writer at a time.
+// Entries are kept in their protobuf encoding: compact, and bytes the
+// garbage collector need not scan (a storm's sessions hold millions).
 type MemoryStore struct {
 	mu      sync.Mutex
-	entries map[string][]*messages.Entry
+	entries map[string][][]byte
 	open    map[string]bool
 	closed  bool
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{entries: map[string][]*messages.Entry{}, open: map[string]bool{}}
+	return &MemoryStore{entries: map[string][][]byte{}, open: map[string]bool{}}
 }
 
 // Open opens session's history, returning copies of its entries.
@@ -34,16 +36,24 @@ func (s *MemoryStore) Open(session string) (Log, []*messages.Entry, error) {
 	case s.open[session]:
 		return nil, nil, &Error{Op: "open", Path: session, Err: fmt.Errorf("%w (pid %d)", ErrLocked, os.Getpid())}
 	}
+	entries, err := s.copyOf(session)
+	if err != nil {
+		return nil, nil, &Error{Op: "open", Path: session, Err: err}
+	}
 	s.open[session] = true
-	return &memoryLog{store: s, session: session}, s.copyOf(session), nil
+	return &memoryLog{store: s, session: session}, entries, nil
 }
 
-func (s *MemoryStore) copyOf(session string) []*messages.Entry {
+// copyOf decodes session's entries.
+func (s *MemoryStore) copyOf(session string) ([]*messages.Entry, error) {
 	out := make([]*messages.Entry, len(s.entries[session]))
-	for i, e := range s.entries[session] {
-		out[i] = proto.Clone(e).(*messages.Entry)
+	for i, b := range s.entries[session] {
+		out[i] = &messages.Entry{}
+		if err := proto.Unmarshal(b, out[i]); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+		}
 	}
-	return out
+	return out, nil
 }
 
 // Close drops everything.
@@ -71,6 +81,14 @@ func (l *memoryLog) usable(op string) error {
 }
 
 func (l *memoryLog) Append(entries ...*messages.Entry) error {
+	encoded := make([][]byte, len(entries))
+	for i, e := range entries {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			return &Error{Op: "append", Path: l.session, Err: err}
+		}
+		encoded[i] = b
+	}
 	s := l.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -80,9 +98,7 @@ func (l *memoryLog) Append(entries ...*messages.Entry) error {
 	if err := checkSeq(uint64(len(s.entries[l.session])), entries); err != nil {
 		return &Error{Op: "append", Path: l.session, Err: err}
 	}
-	for _, e := range entries {
-		s.entries[l.session] = append(s.entries[l.session], proto.Clone(e).(*messages.Entry))
-	}
+	s.entries[l.session] = append(s.entries[l.session], encoded...)
 	return nil
 }
 
@@ -95,7 +111,11 @@ func (l *memoryLog) Load() ([]*messages.Entry, error) {
 	if err := l.usable("load"); err != nil {
 		return nil, err
 	}
-	return s.copyOf(l.session), nil
+	entries, err := s.copyOf(l.session)
+	if err != nil {
+		return nil, &Error{Op: "load", Path: l.session, Err: err}
+	}
+	return entries, nil
 }
 
 func (l *memoryLog) Close() error {
