@@ -35,6 +35,9 @@ var (
 	ErrContextOverflow = errors.New("musepi: context overflow")
 	ErrRetryCancelled  = errors.New("musepi: retry cancelled")
 	ErrShutdown        = errors.New("musepi: session shut down")
+	// ErrSessionClosed: the session was closed (Session.Close) before the
+	// call; after Runtime.Shutdown calls fail with ErrRuntimeClosed.
+	ErrSessionClosed = errors.New("musepi: session is closed")
 	// ErrHistory: the prompt's history could not be written (a full disk,
 	// an I/O error); the *PromptError also matches a *history.Error
 	// (errors.As) naming the file.
@@ -163,6 +166,9 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
 func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage, error) {
+	if errors.Is(err, errNoSession) {
+		err = s.closedError()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, err)
 	}
@@ -309,10 +315,24 @@ func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry,
 // ask sends a request and waits for the reply until ctx ends.
 func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
 	res, err := waitResult(ctx, track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg, -1))
+	if errors.Is(err, actor.ErrDeadLetter) {
+		err = s.closedError()
+	}
 	if err != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("musepi: session %s: %w", s.id, err)
 	}
 	return res, err
+}
+
+// closedError is why a call reached no session: the runtime was shut down
+// (ErrRuntimeClosed), or the session was closed (ErrSessionClosed).
+func (s *Session) closedError() error {
+	s.rt.mu.Lock()
+	defer s.rt.mu.Unlock()
+	if s.rt.closed {
+		return ErrRuntimeClosed
+	}
+	return ErrSessionClosed
 }
 
 // Subscribe calls fn with every event of the session, in order, from a

@@ -42,3 +42,31 @@ func TestShutdownCancelsPendingBackoff(t *testing.T) {
 		t.Fatal("state must be cleared after shutdown")
 	}
 }
+
+// A call on a closed session or after Shutdown says which, with a sentinel
+// errors.Is matches; it never hangs.
+func TestCallsAfterCloseAndShutdown(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	closed, _ := h.session()
+	if err := closed.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closed.Prompt(ctx, "hi"); !errors.Is(err, musepi.ErrSessionClosed) {
+		t.Errorf("Prompt after Close = %v, want ErrSessionClosed", err)
+	}
+	if _, err := closed.Messages(ctx); !errors.Is(err, musepi.ErrSessionClosed) {
+		t.Errorf("Messages after Close = %v, want ErrSessionClosed", err)
+	}
+	open, _ := h.session()
+	if err := h.rt.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Prompt(ctx, "hi"); !errors.Is(err, musepi.ErrRuntimeClosed) {
+		t.Errorf("Prompt after Shutdown = %v, want ErrRuntimeClosed", err)
+	}
+	if _, err := open.History(ctx); !errors.Is(err, musepi.ErrRuntimeClosed) {
+		t.Errorf("History after Shutdown = %v, want ErrRuntimeClosed", err)
+	}
+}
