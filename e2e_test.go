@@ -562,20 +562,13 @@ func TestNewChainAfterReset(t *testing.T) {
 
 // newCredHarness is a harness whose provider "p" has credentials: a later
 // WithProvider for the same name overrides the one newHarness registers.
-func newCredHarness(t *testing.T, creds []musepi.Credential, opts ...musepi.Option) *harness {
-	t.Helper()
-	p := provider.NewScripted()
-	h := newHarness(t, append(opts, musepi.WithProvider("p", p, creds...))...)
-	h.p = p
-	return h
-}
 
 var twoKeys = []musepi.Credential{{Name: "a", APIKey: "ka"}, {Name: "b", APIKey: "kb"}}
 
 // A usage limit on one key switches to its free sibling and retries at once,
 // in preference to a model fallback.
 func TestCredentialSwitchRetriesAtOnce(t *testing.T) {
-	h := newCredHarness(t, twoKeys, musepi.WithRetrySettings(withFallback(fallbackModel)))
+	h := newHarnessCreds(t, twoKeys, musepi.WithRetrySettings(withFallback(fallbackModel)))
 	s, rec := h.session()
 	h.p.SetScript(s.ID(), fail(429, "usage_limit_reached: You have hit your usage limit"), answer("hello"))
 	r := h.runPrompt(s, "hi")
@@ -597,7 +590,7 @@ func TestCredentialSwitchRetriesAtOnce(t *testing.T) {
 // delay is 20 s - 1 ms + 1 s = 20999 ms, and the next attempt picks up a.
 func TestSiblingCredentialUnblockWait(t *testing.T) {
 	t.Skip("BUG: after waiting for the sibling to free up, the retry still uses the blocked key b (keys ka,kb,kb, want ka,kb,ka): the session never re-selects its credential before a scheduled continue")
-	h := newCredHarness(t, twoKeys, musepi.WithRetrySettings(noFallback()))
+	h := newHarnessCreds(t, twoKeys, musepi.WithRetrySettings(noFallback()))
 	s, rec := h.session()
 	h.p.SetScript(s.ID(),
 		fail(429, "You have hit your usage limit; retry-after: 20"),
@@ -628,7 +621,7 @@ func TestAutoRedeemOnlyWhenOptedIn(t *testing.T) {
 		"agent_settled success=false",
 	}
 	t.Run("off", func(t *testing.T) {
-		h := newCredHarness(t, banked, musepi.WithRetrySettings(noFallback()))
+		h := newHarnessCreds(t, banked, musepi.WithRetrySettings(noFallback()))
 		s, rec := h.session()
 		h.p.SetScript(s.ID(), limit, answer("hello"))
 		r := h.runPrompt(s, "hi")
@@ -637,7 +630,7 @@ func TestAutoRedeemOnlyWhenOptedIn(t *testing.T) {
 		expectCalls(t, "p", h.p, 1)
 	})
 	t.Run("on", func(t *testing.T) {
-		h := newCredHarness(t, banked, musepi.WithRetrySettings(noFallback()), musepi.WithAutoRedeem(true))
+		h := newHarnessCreds(t, banked, musepi.WithRetrySettings(noFallback()), musepi.WithAutoRedeem(true))
 		s, rec := h.session()
 		h.p.SetScript(s.ID(), limit, answer("hello"), limit)
 		r := h.runPrompt(s, "hi")

@@ -28,11 +28,17 @@ type harness struct {
 
 func newHarness(t *testing.T, opts ...musepi.Option) *harness {
 	t.Helper()
+	return newHarnessCreds(t, nil, opts...)
+}
+
+// newHarnessCreds is newHarness with credentials for provider "p".
+func newHarnessCreds(t *testing.T, creds []musepi.Credential, opts ...musepi.Option) *harness {
+	t.Helper()
 	h := &harness{t: t, clk: clock.NewVirtual(start), p: provider.NewScripted(), other: provider.NewScripted()}
 	base := []musepi.Option{
 		musepi.WithClock(h.clk),
 		musepi.WithJitterSource(func() retry.Source { return nominal{} }),
-		musepi.WithProvider("p", h.p),
+		musepi.WithProvider("p", h.p, creds...),
 		musepi.WithProvider("q", h.other),
 	}
 	rt, err := musepi.NewRuntime(append(base, opts...)...)

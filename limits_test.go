@@ -11,6 +11,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // Each limit is answered with a clear *LimitError, and the runtime goes on.
@@ -111,6 +112,39 @@ func TestMaxResponseBytes(t *testing.T) {
 			}
 			expectLines(t, rec.lines("agent_end", "auto_retry_start", "agent_settled"),
 				"agent_end willRetry=false", "agent_settled success=false")
+		})
+	}
+}
+
+// NewRuntime refuses options it cannot honour, naming the option: a nil
+// provider, one given twice, an empty name, a fallback target whose
+// provider is not there.
+func TestNewRuntimeRefusesBadOptions(t *testing.T) {
+	p := provider.NewScripted()
+	chains := retry.DefaultSettings()
+	chains.FallbackChains = map[string][]string{"default": {"p/m2", "nowhere/m"}}
+	tests := []struct {
+		name string
+		opts []musepi.Option
+		want string
+	}{
+		{"nil provider", []musepi.Option{musepi.WithProvider("x", nil)}, `WithProvider("x"): nil provider`},
+		{"duplicate provider", []musepi.Option{musepi.WithProvider("p", p), musepi.WithProvider("p", p)}, `WithProvider("p"): provider given twice`},
+		{"empty name", []musepi.Option{musepi.WithProvider("", p)}, "WithProvider: empty provider name"},
+		{"unknown fallback target", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(chains)},
+			`retry.fallbackChains.default[1] "nowhere/m": no provider "nowhere"`},
+		{"zero settings", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(retry.Settings{})}, "settings are empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt, err := musepi.NewRuntime(tt.opts...)
+			if err == nil {
+				_ = rt.Shutdown(context.Background())
+				t.Fatalf("NewRuntime accepted the options")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to say %q", err, tt.want)
+			}
 		})
 	}
 }

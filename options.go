@@ -1,6 +1,8 @@
 package musepi
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +24,7 @@ type Tool = actors.Tool
 type CompactionHook = actors.CompactionHook
 
 type runtimeConfig struct {
+	optionErrs  []error // options that cannot be applied, reported by NewRuntime
 	clock       clock.Clock
 	log         zerolog.Logger
 	providers   map[string]provider.Provider
@@ -54,9 +57,18 @@ func WithClock(clk clock.Clock) Option { return func(c *runtimeConfig) { c.clock
 func WithLogger(log zerolog.Logger) Option { return func(c *runtimeConfig) { c.log = log } }
 
 // WithProvider registers a provider under name, with its credentials (API
-// keys), selected per session and switched on usage limits.
+// keys), selected per session and switched on usage limits. NewRuntime
+// refuses an empty name, a nil provider and a name given twice.
 func WithProvider(name string, p provider.Provider, creds ...Credential) Option {
 	return func(c *runtimeConfig) {
+		switch _, dup := c.providers[name]; {
+		case name == "":
+			c.optionErrs = append(c.optionErrs, errors.New("WithProvider: empty provider name"))
+		case p == nil:
+			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithProvider(%q): nil provider", name))
+		case dup:
+			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithProvider(%q): provider given twice", name))
+		}
 		c.providers[name] = p
 		c.creds[name] = append([]Credential(nil), creds...)
 	}

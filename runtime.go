@@ -93,8 +93,18 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := errors.Join(cfg.optionErrs...); err != nil {
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
 	if err := cfg.settings.Validate(); err != nil {
 		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	for role, chain := range cfg.settings.FallbackChains {
+		for i, m := range chain {
+			if p, _, _ := retry.SplitModel(m); cfg.providers[p] == nil {
+				return nil, fmt.Errorf("musepi: retry.fallbackChains.%s[%d] %q: no provider %q (WithProvider)", role, i, m, p)
+			}
+		}
 	}
 	for name, creds := range cfg.creds {
 		seen := map[string]bool{}
