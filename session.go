@@ -62,16 +62,37 @@ type PromptError struct {
 	Message *messages.AssistantMessage
 	// History is the failed write of an ErrHistory error (nil otherwise).
 	History *history.Error
+	// Retry is how the prompt's retry chain ended without success (retries
+	// exhausted, a wait over retry.maxDelayMs, cancelled; nil when no
+	// chain failed).
+	Retry *RetryError
+}
+
+// RetryError says how a prompt's retry chain ended without success; a
+// *PromptError wraps it (errors.As).
+type RetryError struct {
+	Class      string // of the failure retried: "transient", "usage_limit", ...
+	Attempt    int    // the last attempt, as auto_retry_end reported it
+	Status     int    // HTTP status of the last failed turn (0: none)
+	FinalError string // auto_retry_end.finalError
+}
+
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("retry chain (%s) ended after attempt %d: %s", e.Class, e.Attempt, e.FinalError)
 }
 
 func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
 
-// Unwrap returns the sentinel, and History when set.
+// Unwrap returns the sentinel, and History and Retry when set.
 func (e *PromptError) Unwrap() []error {
+	errs := []error{e.Kind}
 	if e.History != nil {
-		return []error{e.Kind, e.History}
+		errs = append(errs, e.History)
 	}
-	return []error{e.Kind}
+	if e.Retry != nil {
+		errs = append(errs, e.Retry)
+	}
+	return errs
 }
 
 // ID is the session id.
@@ -186,6 +207,9 @@ func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage
 	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
 	if h := r.GetHistory(); h != nil {
 		pe.History = &history.Error{Op: h.GetOp(), Path: h.GetPath(), Err: errors.New(h.GetCause())}
+	}
+	if f := r.GetRetry(); f != nil {
+		pe.Retry = &RetryError{Class: f.GetClass(), Attempt: int(f.GetAttempt()), Status: int(f.GetHttpStatus()), FinalError: f.GetFinalError()}
 	}
 	return r.GetMessage(), pe
 }

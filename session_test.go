@@ -68,3 +68,28 @@ func TestSessionRetrySettings(t *testing.T) {
 		t.Errorf("zero settings: err = %v", err)
 	}
 }
+
+// A prompt whose retry chain ended without success carries a *RetryError
+// (errors.As) with the class, the attempt, the status and the final error;
+// one whose chain recovered, or that never retried, carries none.
+func TestRetryError(t *testing.T) {
+	settings := noFallback()
+	settings.MaxRetries = 2
+	h := newHarness(t, musepi.WithRetrySettings(settings))
+	s, _ := h.session()
+	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), fail(503, "503 Service Unavailable"),
+		fail(503, "503 Service Unavailable"), fail(401, "401 Unauthorized: invalid key"), answer("ok"))
+	r := h.runPrompt(s, "exhaust the retries")
+	var re *musepi.RetryError
+	if !errors.Is(r.err, musepi.ErrPromptFailed) || !errors.As(r.err, &re) {
+		t.Fatalf("prompt error = %v, want ErrPromptFailed with a *RetryError", r.err)
+	}
+	if re.Class != "transient" || re.Attempt != 2 || re.Status != 503 || re.FinalError != "503 Service Unavailable" {
+		t.Errorf("RetryError = %+v", *re)
+	}
+	// Not retryable, no chain: no RetryError.
+	r = h.runPrompt(s, "bad key")
+	if !errors.Is(r.err, musepi.ErrPromptFailed) || errors.As(r.err, &re) {
+		t.Errorf("prompt error = %v; want ErrPromptFailed without a *RetryError", r.err)
+	}
+}

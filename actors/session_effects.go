@@ -137,7 +137,12 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 }
 
 func promptResult(r session.Result) *messages.PromptResult {
-	return &messages.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
+	res := &messages.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
+	if end := r.Retry; end != nil {
+		res.Retry = &messages.RetryFailure{Class: end.Class.String(), Attempt: int32(end.Attempt),
+			HttpStatus: r.Message.GetHttpStatus(), FinalError: end.FinalError}
+	}
+	return res
 }
 
 func modelChange(c session.ModelChange) *messages.ModelChange {

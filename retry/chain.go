@@ -376,7 +376,7 @@ func (c *Chain) abortRetry() {
 
 // end emits auto_retry_end, closes the lifecycle and resets the counter.
 func (c *Chain) end(success bool, attempt int, finalError string) {
-	c.emit(Effect{Kind: EmitEnd, End: EndEvent{Success: success, Attempt: attempt, FinalError: finalError}})
+	c.emit(Effect{Kind: EmitEnd, End: EndEvent{Success: success, Attempt: attempt, FinalError: finalError, Class: c.class}})
 	c.emit(Effect{Kind: CloseLifecycle})
 	c.reset()
 }

@@ -172,6 +172,7 @@ type EndEvent struct {
 	Success    bool
 	Attempt    int
 	FinalError string // empty on success
+	Class      Class  // of the failure the chain was retrying
 }
 
 // FallbackEvent is the content of retry_fallback_applied / _succeeded.

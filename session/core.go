@@ -88,6 +88,7 @@ type Core struct {
 	last        *messages.AssistantMessage
 	failure     string
 	failureKind ErrorKind
+	retryEnd    *retry.EndEvent // the prompt's last chain, ended without success
 
 	now time.Time
 	out []Effect
@@ -262,7 +263,7 @@ func (c *Core) prompt(historyErr string) {
 	}
 	c.gen++
 	c.aborts = retry.AbortState{}
-	c.last, c.failure, c.failureKind = nil, "", ""
+	c.last, c.failure, c.failureKind, c.retryEnd = nil, "", "", nil
 	if historyErr != "" {
 		c.failureKind, c.failure = KindHistory, historyErr
 		c.settle()
@@ -398,6 +399,12 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.attempt = e.Start.Attempt
 		c.emit(Event{Kind: EventAutoRetryStart, Start: e.Start})
 	case retry.EmitEnd:
+		if e.End.Success {
+			c.retryEnd = nil
+		} else {
+			end := e.End
+			c.retryEnd = &end
+		}
 		if !e.End.Success && c.failureKind != KindHistory {
 			c.failure = e.End.FinalError
 			if c.failure == retry.RetryCancelled && c.failureKind == "" {
@@ -584,6 +591,9 @@ func (c *Core) settle() {
 		if res.Error == "" {
 			res.Error = c.last.GetErrorMessage()
 		}
+	}
+	if res.Error != "" {
+		res.Retry = c.retryEnd
 	}
 	c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Success: res.Error == "", Error: res.Error})
 	c.aborts.User, c.aborts.EditGuard = false, false

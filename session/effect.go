@@ -215,6 +215,9 @@ type Result struct {
 	Message    *messages.AssistantMessage
 	ErrorKind  ErrorKind
 	Error      string
+	// Retry is how the prompt's last retry chain ended, when it ended
+	// without success (nil otherwise).
+	Retry *retry.EndEvent
 }
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
