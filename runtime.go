@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,8 @@ type Runtime struct {
 	store  history.Store
 	pids   []*actor.PID   // runtime-wide actors, stopped last
 	pool   *dispatch.Pool // runs every actor's mailbox
+
+	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -136,6 +139,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		sessions: map[string]*Session{},
 		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
+	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slogzero.New(log.With().Str("lib", "protoactor").Logger())
@@ -278,7 +282,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
 	props, err := actors.SessionProps(rt.deps, actors.SessionConfig{
-		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, State: s.state,
+		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: rt.allEvents, State: s.state,
 		Steering: cfg.steering,
 	})
 	if err == nil {
@@ -305,6 +309,59 @@ func (rt *Runtime) forget(id string) {
 	rt.mu.Lock()
 	delete(rt.sessions, id)
 	rt.mu.Unlock()
+}
+
+// Sessions returns the runtime's open sessions, by id.
+func (rt *Runtime) Sessions() []*Session {
+	rt.mu.Lock()
+	out := make([]*Session, 0, len(rt.sessions))
+	for _, s := range rt.sessions {
+		out = append(out, s)
+	}
+	rt.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.id, b.id) })
+	return out
+}
+
+// Session returns the open session with id.
+func (rt *Runtime) Session(id string) (*Session, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	s, ok := rt.sessions[id]
+	return s, ok
+}
+
+// Subscribe calls fn with the events of every session of the runtime
+// (Event.SessionID says whose), each session's in order, from a goroutine
+// of its own, with the same bounded delivery as Session.Subscribe: a slow
+// fn never blocks a session, and falling behind it misses deltas first,
+// never a terminal event. The returned function unsubscribes.
+func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
+	return rt.allEvents.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
+}
+
+// Stats is a view of the runtime as a whole.
+type Stats struct {
+	Sessions int            // open sessions
+	ByPhase  map[string]int // open sessions by what they do: "idle", "streaming", "backoff", ...
+	Retrying int            // sessions whose retry chain is open
+	Busy     int            // sessions with a prompt running
+}
+
+// Stats counts the runtime's sessions by what they do now.
+func (rt *Runtime) Stats() Stats {
+	st := Stats{ByPhase: map[string]int{}}
+	for _, s := range rt.Sessions() {
+		st.Sessions++
+		st.ByPhase[s.state.Phase()]++
+		if s.state.IsRetrying() {
+			st.Retrying++
+		}
+		if s.state.Busy() {
+			st.Busy++
+		}
+	}
+	return st
 }
 
 // Shutdown stops every session (a waiting Prompt returns ErrShutdown), then

@@ -3,8 +3,11 @@ package musepi_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -91,5 +94,67 @@ func TestRetryError(t *testing.T) {
 	r = h.runPrompt(s, "bad key")
 	if !errors.Is(r.err, musepi.ErrPromptFailed) || errors.As(r.err, &re) {
 		t.Errorf("prompt error = %v; want ErrPromptFailed without a *RetryError", r.err)
+	}
+}
+
+// The runtime as a whole: its sessions, every session's events through
+// one subscription, and what each session does now.
+func TestRuntimeWideView(t *testing.T) {
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	unsubscribe := h.rt.Subscribe(func(ev musepi.Event) {
+		mu.Lock()
+		seen[ev.SessionID] = append(seen[ev.SessionID], ev.Type)
+		mu.Unlock()
+	})
+	defer unsubscribe()
+	waiting, _ := h.session(musepi.WithSessionID("b-waiting"))
+	idle, _ := h.session(musepi.WithSessionID("a-idle"))
+	h.p.SetScript(waiting.ID(), fail(429, "429 Too Many Requests", "retry-after", "30"), answer("late"))
+	h.p.SetScript(idle.ID(), answer("hi"))
+	if r := h.runPrompt(idle, "hi"); r.err != nil {
+		t.Fatal(r.err)
+	}
+	ch := h.prompt(waiting, "wait")
+	h.advance(time.Second)
+
+	var ids []string
+	for _, s := range h.rt.Sessions() {
+		ids = append(ids, s.ID())
+	}
+	if strings.Join(ids, ",") != "a-idle,b-waiting" {
+		t.Errorf("Sessions = %v", ids)
+	}
+	if s, ok := h.rt.Session("b-waiting"); !ok || s != waiting {
+		t.Errorf("Session(b-waiting) = %v, %t", s, ok)
+	}
+	if _, ok := h.rt.Session("nobody"); ok {
+		t.Error("Session(nobody) found")
+	}
+	st := h.rt.Stats()
+	if st.Sessions != 2 || st.Busy != 1 || st.Retrying != 1 || st.ByPhase["backoff"] != 1 || st.ByPhase["idle"] != 1 {
+		t.Errorf("Stats = %+v", st)
+	}
+	h.advance(31 * time.Second)
+	if r := h.settle(ch); r.err != nil {
+		t.Fatal(r.err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		done := slices.Contains(seen["b-waiting"], "agent_settled") && slices.Contains(seen["a-idle"], "agent_settled")
+		a, b := strings.Join(seen["a-idle"], " "), strings.Join(seen["b-waiting"], " ")
+		mu.Unlock()
+		if done {
+			if !strings.Contains(b, "auto_retry_start") || !strings.Contains(b, "auto_retry_end") || !strings.HasPrefix(a, "agent_start") {
+				t.Errorf("events: a-idle %q, b-waiting %q", a, b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runtime-wide subscriber saw a-idle %q, b-waiting %q", a, b)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

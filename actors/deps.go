@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
 // Deps is what every session of a runtime shares.
@@ -85,8 +86,11 @@ type SessionConfig struct {
 	Model    string // primary "provider/model"
 	Role     string // model role for fallback chains ("default")
 	Settings retry.Settings
-	Events   *Fanout
-	State    *SessionState
+	Events   *Fanout // the session's subscribers
+	// AllEvents are the runtime-wide subscribers, who get every session's
+	// events too (nil: none).
+	AllEvents *Fanout
+	State     *SessionState
 	// Steering, when set, gives the steering messages to add after a
 	// turn's tool results, before the next turn (see musepi.WithSteering).
 	Steering func() []string
@@ -98,6 +102,7 @@ type SessionState struct {
 	retrying   atomic.Bool
 	busy       atomic.Bool
 	compacting atomic.Bool
+	phase      atomic.Uint32 // the core's session.State
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
 	thinking   atomic.Pointer[provider.ThinkingLevel]
@@ -137,6 +142,10 @@ func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
 
 // IsRetrying reports whether the retry lifecycle is open.
 func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
+
+// Phase is what the session is doing: its core's state ("idle",
+// "streaming", "backoff", ...).
+func (s *SessionState) Phase() string { return session.State(s.phase.Load()).String() }
 
 // Compacting reports whether the compaction hook runs (on overflow, or a
 // manual compaction).

@@ -3,6 +3,7 @@ package actors
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -34,9 +35,10 @@ type Fanout struct {
 	queueLen int
 	reserve  int
 
-	mu   sync.Mutex
-	subs map[uint64]*subscriber
-	next uint64
+	mu    sync.Mutex
+	subs  map[uint64]*subscriber
+	next  uint64
+	count atomic.Int32 // len(subs), read without the lock
 }
 
 // NewFanout returns a fan-out with queueLen events per subscriber (<= 0:
@@ -87,10 +89,12 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 	id := f.next
 	s := &subscriber{f: f, fn: fn}
 	f.subs[id] = s
+	f.count.Store(int32(len(f.subs)))
 	f.mu.Unlock()
 	return func() {
 		f.mu.Lock()
 		delete(f.subs, id)
+		f.count.Store(int32(len(f.subs)))
 		f.mu.Unlock()
 		s.mu.Lock()
 		s.closed = true
@@ -100,11 +104,7 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 }
 
 // HasSubscribers reports whether anyone subscribes now.
-func (f *Fanout) HasSubscribers() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.subs) > 0
-}
+func (f *Fanout) HasSubscribers() bool { return f != nil && f.count.Load() > 0 }
 
 // Publish queues ev for every subscriber.
 func (f *Fanout) Publish(ev *messages.SessionEvent) {

@@ -357,6 +357,7 @@ func (s *SessionActor) publishState() {
 	st := s.cfg.State
 	st.busy.Store(s.core.Busy())
 	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
+	st.phase.Store(uint32(s.core.State()))
 	st.retrying.Store(s.core.IsRetrying())
 	st.generation.Store(s.core.Generation())
 	st.autoRetry.Store(s.core.AutoRetryEnabled())

@@ -157,19 +157,33 @@ func modelChange(c session.ModelChange) *messages.ModelChange {
 // executions, steering) to the subscribers; set fills in its payload.
 func (s *SessionActor) emitWire(set func(*messages.SessionEvent)) {
 	s.eventSeq++
-	if !s.cfg.Events.HasSubscribers() {
+	if !s.listened() {
 		return
 	}
 	ev := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
 	set(ev)
+	s.publish(ev)
+}
+
+// listened reports whether anyone subscribes to the session's events, on
+// the session or runtime-wide.
+func (s *SessionActor) listened() bool {
+	return s.cfg.Events.HasSubscribers() || s.cfg.AllEvents.HasSubscribers()
+}
+
+// publish gives ev to the session's subscribers and the runtime-wide ones.
+func (s *SessionActor) publish(ev *messages.SessionEvent) {
 	s.cfg.Events.Publish(ev)
+	if s.cfg.AllEvents != nil {
+		s.cfg.AllEvents.Publish(ev)
+	}
 }
 
 // emit publishes one event of the core to the subscribers, in the wire
 // format; with none, nothing is built (the event's seq is still spent).
 func (s *SessionActor) emit(ev *session.Event) {
 	s.eventSeq++
-	if !s.cfg.Events.HasSubscribers() {
+	if !s.listened() {
 		return
 	}
 	out := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
@@ -219,5 +233,5 @@ func (s *SessionActor) emit(ev *session.Event) {
 	default:
 		panic(fmt.Sprintf("actors: emit of unknown event %v", ev.Kind))
 	}
-	s.cfg.Events.Publish(out)
+	s.publish(out)
 }
