@@ -26,7 +26,6 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/plaintext"
-	"github.com/musepi/musepi/internal/slogzero"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -142,7 +141,11 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slogzero.New(log.With().Str("lib", "protoactor").Logger())
+			// protoactor-go logs through log/slog: zerolog's own slog handler
+			// takes it into the runtime's logger, at warning and above (its
+			// info lines are dead letters of aborted streams and the like).
+			lib := log.With().Str("lib", "protoactor").Logger()
+			return slog.New(zerolog.NewSlogHandler(lib.Level(max(lib.GetLevel(), zerolog.WarnLevel))))
 		}),
 		// Dead letters (a stream finishing after its session stopped) are
 		// expected at shutdown; a short window keeps protoactor's throttle
