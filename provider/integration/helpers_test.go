@@ -366,3 +366,14 @@ func (r *recorder) all() []musepi.Event {
 	defer r.mu.Unlock()
 	return append([]musepi.Event(nil), r.events...)
 }
+
+// newFallbackRuntime is a runtime on p as provider "fake" (one key) whose
+// model fallback chain goes to fake/m2.
+func newFallbackRuntime(t *testing.T, p provider.Provider) *musepi.Runtime {
+	t.Helper()
+	settings := fastRetry()
+	settings.ModelFallback = true
+	settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
+	return newRuntime(t, musepi.WithProvider("fake", p, musepi.Credential{Name: "main", APIKey: "key-main"}),
+		musepi.WithRetrySettings(settings))
+}

@@ -118,11 +118,7 @@ func TestStaleReplayRetriesOnSameModel(t *testing.T) {
 		Match: fakellm.Match{Model: "m1"}, Respond: fakellm.Respond{ForgetPrevious: true, Text: "Fresh."}}},
 		Default: &fakellm.Respond{Text: "From the fallback."}})
 	p, _ := newProvider(t, openaiResponses, srv.base, 10*time.Second)
-	settings := fastRetry()
-	settings.ModelFallback = true
-	settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
-	rt := newRuntime(t, musepi.WithProvider("fake", p, musepi.Credential{Name: "main", APIKey: "key-main"}),
-		musepi.WithRetrySettings(settings))
+	rt := newFallbackRuntime(t, p)
 	s, events := newSession(t, rt, "fake/m1")
 	for i := 1; i <= 2; i++ {
 		if msg, err := prompt(t, s, events, i, "Question"); err != nil || textOf(msg) != "Fresh." {
@@ -152,11 +148,7 @@ func TestChatRefusalFallsBackAndPins(t *testing.T) {
 			StopError: "Content blocked by the upstream safety filter"}}},
 		Default: &fakellm.Respond{Text: "Answered by m2."}})
 	p, _ := newProvider(t, openaiChat, srv.base, 10*time.Second)
-	settings := fastRetry()
-	settings.ModelFallback = true
-	settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
-	rt := newRuntime(t, musepi.WithProvider("fake", p, musepi.Credential{Name: "main", APIKey: "key-main"}),
-		musepi.WithRetrySettings(settings))
+	rt := newFallbackRuntime(t, p)
 	s, events := newSession(t, rt, "fake/m1")
 
 	msg, err := prompt(t, s, events, 1, "Something risky")

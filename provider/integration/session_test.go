@@ -198,12 +198,7 @@ func TestModelFallbackEndToEnd(t *testing.T) {
 				},
 			})
 			p, _ := newProvider(t, k, srv.base, 10*time.Second)
-			settings := fastRetry()
-			settings.ModelFallback = true
-			settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
-			rt := newRuntime(t,
-				musepi.WithProvider("fake", p, musepi.Credential{Name: "main", APIKey: "key-main"}),
-				musepi.WithRetrySettings(settings))
+			rt := newFallbackRuntime(t, p)
 			s, events := newSession(t, rt, "fake/m1")
 
 			msg, err := prompt(t, s, events, 1, "Hello")
