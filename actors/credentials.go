@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
@@ -55,7 +56,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 			a.holders = map[string]*actor.PID{}
 		}
 		return a
-	}, append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
+	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
 // Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession

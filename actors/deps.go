@@ -10,7 +10,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
-	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -47,7 +47,7 @@ type Deps struct {
 // propsOptions are the props of session and retry actors: tracked on the
 // clock, an unbounded lock-free mailbox, and the dispatcher if set.
 func (d *Deps) propsOptions() []actor.PropsOption {
-	opts := []actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(d.Clock)), actor.WithMailbox(actor.UnboundedLockfree())}
+	opts := []actor.PropsOption{mailbox.Option(d.Clock)}
 	if d.Dispatcher != nil {
 		opts = append(opts, actor.WithDispatcher(d.Dispatcher))
 	}

@@ -6,7 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -24,7 +24,7 @@ type FallbackActor struct {
 func FallbackProps(clk clock.Clock, role string, chain []string, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}}
-	}, append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
+	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
 // Receive answers NextModelRequest.

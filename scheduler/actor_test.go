@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/scheduler"
@@ -64,7 +65,7 @@ func newSchedFixture(t *testing.T) *schedFixture {
 	f.sched = system.Root.Spawn(scheduler.Props(clk))
 	f.probe = system.Root.Spawn(actor.PropsFromProducer(
 		func() actor.Actor { return &probe{clk: clk, got: f.got} },
-		actor.WithReceiverMiddleware(track.Middleware(clk))))
+		mailbox.Option(clk)))
 	t.Cleanup(func() {
 		_ = system.Root.StopFuture(f.probe).Wait()
 		_ = system.Root.StopFuture(f.sched).Wait()
@@ -117,6 +118,8 @@ func TestSchedulerActor(t *testing.T) {
 			[]string{"1s due gen=2 task=new"}},
 		{"an older generation than the pending one is stale", []*messages.ScheduleTask{schedule(3, 1000, "new"), schedule(2, 500, "old")}, false,
 			[]string{"1s due gen=3 task=new"}},
+		{"a task due now replaces the pending one", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 0, "now")}, false,
+			[]string{"0s due gen=2 task=now"}},
 		{"Forget drops the pending task", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, true, nil},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,7 @@
 // Package track counts MusePi protocol messages in flight on a clock, so a
 // virtual clock advances only when every actor has handled what it was sent.
 // Every musepi.v1 message sent to an actor goes through Send (or Begin before
-// a custom send); the receiving actor's Middleware ends it once handled.
+// a custom send); the receiving actor's mailbox (internal/mailbox) ends it once handled.
 package track
 
 import (
@@ -46,37 +46,4 @@ func RequestFuture(root *actor.RootContext, clk clock.Clock, pid *actor.PID, msg
 func IsProtocol(msg interface{}) bool {
 	m, ok := msg.(proto.Message)
 	return ok && m.ProtoReflect().Descriptor().ParentFile().Package() == protocolPackage
-}
-
-// Middleware ends each protocol message on clk once the actor has handled
-// it. A message whose handler panics stays in flight until supervision has
-// restarted the actor (its Started has been handled) or stopped it, so a
-// virtual clock does not move while the actor is being restarted. Use one
-// Middleware per actor (per Props).
-func Middleware(clk clock.Clock) actor.ReceiverMiddleware {
-	held := 0 // messages whose handler panicked; touched only by the actor's goroutine
-	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
-		return func(ctx actor.ReceiverContext, env *actor.MessageEnvelope) {
-			switch env.Message.(type) {
-			case *actor.Started, *actor.Stopped:
-				next(ctx, env)
-				for ; held > 0; held-- {
-					clk.End()
-				}
-				return
-			}
-			if !IsProtocol(env.Message) {
-				next(ctx, env)
-				return
-			}
-			defer func() {
-				if r := recover(); r != nil {
-					held++
-					panic(r)
-				}
-				clk.End()
-			}()
-			next(ctx, env)
-		}
-	}
 }
