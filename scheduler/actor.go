@@ -6,13 +6,14 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
 
 // Actor is a post-prompt scheduler: it answers ScheduleTask with TaskDue
 // to the asking session at the due time (a clock timer whose firing goes
-// straight to the session), and Forget by dropping a session's pending
+// straight to the session; at once for a task due now, with no timer), and Forget by dropping a session's pending
 // tasks. A session's newer generation makes its older tasks stale. A
 // runtime runs several, sharded by session id, so that no one mailbox
 // carries every session's continues.
@@ -35,7 +36,7 @@ func New(clk clock.Clock) *Actor {
 // Props spawns a scheduler on clk; opts are added to the props.
 func Props(clk clock.Clock, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return New(clk) },
-		append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
+		append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
 // Receive handles ScheduleTask and Forget.
@@ -66,10 +67,16 @@ func (a *Actor) schedule(ctx actor.Context, m *messages.ScheduleTask) {
 		}
 		p.timer.Stop()
 	}
+	task, token := m.GetTask(), m.GetToken()
+	if m.GetDelayMs() <= 0 { // due now: no timer to keep
+		delete(a.pending, id)
+		track.Send(ctx, a.clk, session, &messages.TaskDue{Generation: gen, Task: task, Token: token})
+		return
+	}
 	p := &pendingTask{generation: gen}
 	a.pending[id] = p
-	clk, root, task, token := a.clk, ctx.ActorSystem().Root, m.GetTask(), m.GetToken()
-	p.timer = clk.AfterFunc(time.Duration(max(m.GetDelayMs(), 0))*time.Millisecond, func() {
+	clk, root := a.clk, ctx.ActorSystem().Root
+	p.timer = clk.AfterFunc(time.Duration(m.GetDelayMs())*time.Millisecond, func() {
 		track.Send(root, clk, session, &messages.TaskDue{Generation: gen, Task: task, Token: token})
 	})
 }
