@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,8 +55,8 @@ type SessionActor struct {
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
-	waiter     *actor.PID // the Prompt call's future
-	cancelTurn context.CancelFunc
+	waiter     *actor.PID              // the Prompt call's future
+	cancelTurn context.CancelCauseFunc // ends the turn or tools running
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
@@ -76,6 +77,10 @@ type SessionActor struct {
 // effectBuffers lend the sessions a buffer for one step's effects, so an
 // idle session keeps none.
 var effectBuffers = sync.Pool{New: func() any { return new([]session.Effect) }}
+
+// pendingBuffers lend the sessions a buffer for the inputs one step's
+// effects answered at once.
+var pendingBuffers = sync.Pool{New: func() any { return new([]session.Input) }}
 
 // snapshots lend the sessions a copy of their core for one step, so an
 // idle session keeps none.
@@ -277,7 +282,9 @@ const chainAttempts = 3
 // It returns the history write that failed in the course of it, if any.
 func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
 	buf := effectBuffers.Get().(*[]session.Effect)
-	for {
+	pend := pendingBuffers.Get().(*[]session.Input)
+	s.pending = (*pend)[:0]
+	for next := 0; ; next++ {
 		now := s.deps.Clock.Now()
 		effects, ok := s.stepContained((*buf)[:0], now, in)
 		if !ok {
@@ -299,16 +306,18 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 				historyErr = err
 			}
 			failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
-			s.pending = append([]session.Input{failed}, s.pending...) // before the answers the step's effects queued
+			s.pending = slices.Insert(s.pending, next, failed) // before the answers the step's effects queued
 			s.stepHistoryErr, s.revertModel = nil, false
 		}
-		if len(s.pending) == 0 {
+		if next == len(s.pending) {
 			break
 		}
-		in = s.pending[0]
-		s.pending = s.pending[1:]
+		in = s.pending[next]
 	}
 	effectBuffers.Put(buf)
+	clear(s.pending)
+	*pend = s.pending[:0]
+	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
 	return historyErr

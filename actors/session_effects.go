@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -53,7 +54,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.startTurn(ctx, e.Turn, e.Model, e.Credential)
 	case session.CancelTurn:
 		if s.cancelTurn != nil {
-			s.cancelTurn()
+			s.cancelTurn(context.Canceled)
 			s.cancelTurn = nil
 		}
 	case session.RunTools:

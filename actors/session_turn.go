@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -26,72 +28,123 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(model), model), nil)})
 		return
 	}
-	turnCtx, cancelCause := context.WithCancelCause(context.Background())
-	cancel := func() { cancelCause(context.Canceled) }
-	s.cancelTurn = cancel
-	req := provider.Request{
-		SessionID:  s.cfg.ID,
-		Model:      modelOf(model),
-		Credential: credential,
-		APIKey:     s.deps.Keys[providerOf(model)][credential],
-		Context:    append([]*messages.Entry(nil), s.runtime...),
-		Tools:      s.toolSpecs(),
-		Thinking:   s.cfg.State.ThinkingLevel(),
+	n := len(s.runtime)
+	t := &turnRun{
+		turn: turn, prov: prov, clk: s.deps.Clock, root: ctx.ActorSystem().Root, self: ctx.Self(),
+		idle: s.deps.StreamIdleTimeout, maxBytes: s.deps.MaxResponseBytes,
+		req: provider.Request{
+			SessionID:  s.cfg.ID,
+			Model:      modelOf(model),
+			Credential: credential,
+			APIKey:     s.deps.Keys[providerOf(model)][credential],
+			// The context as it stands: the session only appends past its
+			// end, or swaps the whole slice, while the turn runs.
+			Context:  s.runtime[:n:n],
+			Tools:    s.toolSpecs(),
+			Thinking: s.cfg.State.ThinkingLevel(),
+		},
 	}
+	t.ctx, t.cancel = context.WithCancelCause(context.Background())
+	s.cancelTurn = t.cancel
 	s.turnModel = model
-	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
-	watchdog := newWatchdog(clk, s.deps.StreamIdleTimeout, cancelCause)
-	size := newSizeLimit(s.deps.MaxResponseBytes, cancelCause)
-	clk.Begin()
-	go func() {
-		defer clk.End()
-		defer cancel()
-		watchdog.arm()
-		msg := streamContained(turnCtx, prov, req, func(d provider.Delta) {
-			watchdog.arm()
-			if size.add(len(d.Text)) {
-				track.Send(root, clk, self, &messages.TurnDelta{Turn: turn, Kind: d.Kind, Text: d.Text})
-			}
-		})
-		watchdog.stop()
-		switch cause := context.Cause(turnCtx); {
-		case errors.Is(cause, errStreamStalled):
-			msg = stalled(msg, s.deps.StreamIdleTimeout)
-		case errors.Is(cause, errResponseTooLarge):
-			msg = tooLarge(msg, s.deps.MaxResponseBytes)
-		}
-		track.Send(root, clk, self, &messages.TurnFinished{Turn: turn, Message: msg})
-	}()
+	t.clk.Begin()
+	go t.run()
+}
+
+// turnRun is one turn's provider stream in its goroutine, with its idle
+// watchdog and its response size bound.
+type turnRun struct {
+	turn   uint64
+	prov   provider.Provider
+	req    provider.Request
+	clk    clock.Clock
+	root   *actor.RootContext
+	self   *actor.PID
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// idle: a stream that sends nothing for this long is cancelled with
+	// errStreamStalled (0: no watchdog). lastData is when it last sent
+	// (unix ns); the watchdog's timer checks it when it fires, so a delta
+	// costs no timer.
+	idle     time.Duration
+	lastData atomic.Int64
+	mu       sync.Mutex // the watchdog's timer, between the stream and the timer
+	timer    clock.Timer
+	ended    bool
+
+	maxBytes int // bound on the streamed bytes (0: none); n counts them
+	n        int
 }
 
 // errStreamStalled is the cause a turn is cancelled with by its watchdog.
 var errStreamStalled = errors.New("stream stalled")
 
-// watchdog cancels a stream that sends nothing for idle (off when idle <= 0).
-// arm and stop are called from the stream's goroutine only.
-type watchdog struct {
-	clk    clock.Clock
-	idle   time.Duration
-	cancel context.CancelCauseFunc
-	timer  clock.Timer
+// run streams the turn and sends its deltas and final message to the session.
+func (t *turnRun) run() {
+	defer t.clk.End()
+	defer t.cancel(context.Canceled)
+	if t.idle > 0 {
+		t.lastData.Store(t.clk.Now().UnixNano())
+		t.mu.Lock()
+		t.timer = t.clk.AfterFunc(t.idle, t.watch)
+		t.mu.Unlock()
+	}
+	msg := streamContained(t.ctx, t.prov, t.req, t.onDelta)
+	if t.idle > 0 {
+		t.mu.Lock()
+		t.ended = true
+		t.timer.Stop()
+		t.mu.Unlock()
+	}
+	switch cause := context.Cause(t.ctx); {
+	case errors.Is(cause, errStreamStalled):
+		msg = stalled(msg, t.idle)
+	case errors.Is(cause, errResponseTooLarge):
+		msg = tooLarge(msg, t.maxBytes)
+	}
+	track.Send(t.root, t.clk, t.self, &messages.TurnFinished{Turn: t.turn, Message: msg})
 }
 
-func newWatchdog(clk clock.Clock, idle time.Duration, cancel context.CancelCauseFunc) *watchdog {
-	return &watchdog{clk: clk, idle: idle, cancel: cancel}
+// onDelta passes a delta within the size bound on to the session.
+func (t *turnRun) onDelta(d provider.Delta) {
+	if t.idle > 0 {
+		t.lastData.Store(t.clk.Now().UnixNano())
+	}
+	if t.withinBound(len(d.Text)) {
+		track.Send(t.root, t.clk, t.self, &messages.TurnDelta{Turn: t.turn, Kind: d.Kind, Text: d.Text})
+	}
 }
 
-// arm (re)starts the idle countdown.
-func (w *watchdog) arm() {
-	if w.idle <= 0 {
+// withinBound counts n more streamed bytes and reports whether they are
+// within the bound; the first time they are not, it cancels the turn.
+func (t *turnRun) withinBound(n int) bool {
+	if t.maxBytes <= 0 {
+		return true
+	}
+	if t.n > t.maxBytes {
+		return false
+	}
+	t.n += n
+	if t.n > t.maxBytes {
+		t.cancel(errResponseTooLarge)
+		return false
+	}
+	return true
+}
+
+// watch is the watchdog's timer: it cancels a stream idle for t.idle, or
+// waits again for the rest of the idle time since its last data.
+func (t *turnRun) watch() {
+	quiet := t.clk.Now().Sub(time.Unix(0, t.lastData.Load()))
+	if quiet >= t.idle {
+		t.cancel(errStreamStalled)
 		return
 	}
-	w.stop()
-	w.timer = w.clk.AfterFunc(w.idle, func() { w.cancel(errStreamStalled) })
-}
-
-func (w *watchdog) stop() {
-	if w.timer != nil {
-		w.timer.Stop()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.ended {
+		t.timer = t.clk.AfterFunc(t.idle-quiet, t.watch)
 	}
 }
 
@@ -150,13 +203,13 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 			ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: &messages.ToolExecutionStart{Call: c}}
 		})
 	}
-	toolCtx, cancel := context.WithCancel(context.Background())
+	toolCtx, cancel := context.WithCancelCause(context.Background())
 	s.cancelTurn = cancel
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
 	go func() {
 		defer clk.End()
-		defer cancel()
+		defer cancel(context.Canceled)
 		results := make([]*messages.ToolResult, 0, len(calls))
 		for _, c := range calls {
 			results = append(results, runTool(toolCtx, tools, c))

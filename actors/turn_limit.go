@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -15,36 +14,6 @@ const DefaultMaxResponseBytes = 4 << 20
 // errResponseTooLarge is the cause a turn is cancelled with when its output
 // passes the session's response size bound.
 var errResponseTooLarge = errors.New("response too large")
-
-// sizeLimit counts the bytes a turn streams and cancels the turn once they
-// pass max (off when max <= 0). add is called from the stream's goroutine
-// only.
-type sizeLimit struct {
-	max    int
-	n      int
-	cancel context.CancelCauseFunc
-}
-
-func newSizeLimit(max int, cancel context.CancelCauseFunc) *sizeLimit {
-	return &sizeLimit{max: max, cancel: cancel}
-}
-
-// add counts n more bytes and reports whether they are within the bound;
-// the first time they are not, it cancels the turn.
-func (l *sizeLimit) add(n int) bool {
-	if l.max <= 0 {
-		return true
-	}
-	if l.n > l.max {
-		return false
-	}
-	l.n += n
-	if l.n > l.max {
-		l.cancel(errResponseTooLarge)
-		return false
-	}
-	return true
-}
 
 // tooLarge turns the aborted result of a turn its size bound ended into an
 // error that is never retried: it keeps what had streamed within the bound

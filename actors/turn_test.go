@@ -1,0 +1,105 @@
+package actors
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// drip streams a delta every gap, n times, waits pause, then answers; it
+// stops early when ctx ends, returning what streamed as aborted.
+type drip struct {
+	gap   time.Duration
+	n     int
+	pause time.Duration
+}
+
+func (d drip) Stream(ctx context.Context, _ provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
+	text := ""
+	for range d.n {
+		select {
+		case <-ctx.Done():
+			return provider.Aborted([]*messages.ContentBlock{{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: text}}}})
+		case <-time.After(d.gap):
+		}
+		onDelta(provider.Delta{Kind: "text", Text: "x"})
+		text += "x"
+	}
+	select {
+	case <-ctx.Done():
+		return provider.Aborted([]*messages.ContentBlock{{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: text}}}})
+	case <-time.After(d.pause):
+	}
+	return &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_STOP,
+		Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: text}}}}}
+}
+
+func (drip) ResetSession(string) {}
+
+// finishedTo forwards the TurnFinished a turn sends to a channel.
+type finishedTo chan *messages.TurnFinished
+
+func (f finishedTo) Receive(ctx actor.Context) {
+	if m, ok := ctx.Message().(*messages.TurnFinished); ok {
+		f <- m
+	}
+}
+
+// runTurn runs one turnRun with prov on the wall clock and returns its
+// final message.
+func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes int) *messages.AssistantMessage {
+	t.Helper()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	defer system.Shutdown()
+	got := make(finishedTo, 1)
+	self := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return got }))
+	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, idle: idle, maxBytes: maxBytes}
+	tr.ctx, tr.cancel = context.WithCancelCause(context.Background())
+	tr.clk.Begin()
+	go tr.run()
+	select {
+	case m := <-got:
+		return m.GetMessage()
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn never finished")
+		return nil
+	}
+}
+
+func TestTurnWatchdogAndBound(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	tests := []struct {
+		name     string
+		prov     drip
+		maxBytes int
+		want     string // in the error message; "" for an answer
+	}{
+		{"steady data for longer than the idle time is not a stall", drip{gap: 10 * time.Millisecond, n: 100}, 0, ""},
+		{"a stream quiet for the idle time is stalled", drip{gap: 5 * time.Second, n: 1}, 0, "stream stalled"},
+		{"data, then quiet for the idle time, is stalled", drip{gap: 10 * time.Millisecond, n: 30, pause: 5 * time.Second}, 0, "stream stalled"},
+		{"a stream past the size bound is cut", drip{gap: time.Millisecond, n: 50}, 10, "response too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			msg := runTurn(t, tt.prov, idle, tt.maxBytes)
+			switch {
+			case tt.want == "" && msg.GetStopReason() != messages.StopReason_STOP_REASON_STOP:
+				t.Fatalf("got %v, want an answer", msg)
+			case tt.want != "" && !strings.Contains(msg.GetErrorMessage(), tt.want):
+				t.Fatalf("error %q, want %q", msg.GetErrorMessage(), tt.want)
+			}
+		})
+	}
+}
