@@ -83,6 +83,8 @@ type Core struct {
 	primaryUntil  time.Time
 	credential    string
 	attempt       int                  // of the last auto_retry_start of the open chain
+	sleepUntil    time.Time            // when the backoff timer fires (in backoff)
+	sleepToken    uint64               // the backoff timer's token
 	toolsAfterEnd []*messages.ToolCall // a tool-use turn's calls, run once its decision is applied
 
 	last        *messages.AssistantMessage
@@ -182,6 +184,10 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
 		if c.state == ContinueScheduled && in.Generation == c.gen {
 			c.continueDue()
+		}
+	case InTimerLost:
+		if c.state == Backoff {
+			c.armTimer(max(c.sleepUntil.Sub(now), 0))
 		}
 	case InAbort:
 		c.abort()
@@ -432,7 +438,8 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.add(Effect{Kind: StripTrailingError})
 	case retry.Sleep:
 		c.state = Backoff
-		c.add(Effect{Kind: ArmTimer, Delay: e.Delay, Token: e.Token, ContinueDelay: continueDelay, Generation: c.gen})
+		c.sleepUntil, c.sleepToken = c.now.Add(e.Delay), e.Token
+		c.armTimer(e.Delay)
 	case retry.CancelSleep:
 		c.add(Effect{Kind: CancelTimer, Token: e.Token})
 	case retry.ScheduleContinue:
@@ -451,6 +458,20 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.add(Effect{Kind: DropBudgetHold, Model: c.model})
 	}
 	return false
+}
+
+// armTimer arms the backoff timer for d, its continue scheduled behind it.
+func (c *Core) armTimer(d time.Duration) {
+	c.add(Effect{Kind: ArmTimer, Delay: d, Token: c.sleepToken, ContinueDelay: continueDelay, Generation: c.gen})
+}
+
+// WaitingUntil is when the backoff timer fires, while the session is in
+// backoff (the zero time otherwise).
+func (c *Core) WaitingUntil() time.Time {
+	if c.state != Backoff {
+		return time.Time{}
+	}
+	return c.sleepUntil
 }
 
 func (c *Core) continueDue() {

@@ -120,6 +120,8 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InToolsDone, Turn: sc.turn}
 	case "backoff-done":
 		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation()}
+	case "timer-lost":
+		in = Input{Kind: InTimerLost}
 	case "abort":
 		in = Input{Kind: InAbort}
 	case "abort-retry":

@@ -35,13 +35,13 @@ func FuzzCore(f *testing.F) {
 		for i, op := range ops {
 			now = now.Add(time.Duration(op) * time.Millisecond)
 			var in Input
-			switch op % 14 {
+			switch op % 15 {
 			case 0:
 				in = Input{Kind: InPrompt}
 			case 1:
 				in = Input{Kind: InCredentialSelected, Credential: "k"}
 			case 2:
-				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/14)%len(msgs)]}
+				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/15)%len(msgs)]}
 			case 3:
 				in = Input{Kind: InToolsDone, Turn: turn}
 			case 4, 5:
@@ -62,6 +62,8 @@ func FuzzCore(f *testing.F) {
 				in = Input{Kind: InSetAutoRetry, Enabled: op%2 == 0}
 			case 13:
 				in = Input{Kind: InEditGuardAbort}
+			case 14:
+				in = Input{Kind: InTimerLost}
 			}
 			if i == len(ops)-1 && op%5 == 0 {
 				in = Input{Kind: InStop}

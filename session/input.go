@@ -30,6 +30,10 @@ const (
 	// Generation it scheduled is due (the timer's owner schedules it, see
 	// ArmTimer).
 	InBackoffDone
+	// InTimerLost: the backoff timer's owner is gone (the retry child
+	// stopped); a core in backoff arms the same timer again for what is
+	// left of its delay.
+	InTimerLost
 	// InAbort: the user's global abort (cancels a pending retry, then the stream).
 	InAbort
 	// InEditGuardAbort: the streaming-edit guard aborted the stream.
