@@ -284,13 +284,10 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
-	props, err := actors.SessionProps(rt.deps, actors.SessionConfig{
+	s.pid, err = actors.SpawnSession(rt.system.Root, rt.deps, "session-"+cfg.id, actors.SessionConfig{
 		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: rt.allEvents, State: s.state,
 		Steering: cfg.steering,
 	})
-	if err == nil {
-		s.pid, err = rt.system.Root.SpawnNamed(props, "session-"+cfg.id)
-	}
 	if err != nil {
 		log.Close()
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,16 +43,33 @@ type Deps struct {
 	// Dispatcher runs the session and retry actors' mailboxes; nil is
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
+
+	sessions  sync.Map // actor name -> *sessionEntry, while the actor lives
+	propsOnce sync.Once
+	shared    sharedProps
 }
 
-// propsOptions are the props of session and retry actors: tracked on the
-// clock, an unbounded lock-free mailbox, and the dispatcher if set.
-func (d *Deps) propsOptions() []actor.PropsOption {
-	opts := []actor.PropsOption{mailbox.Option(d.Clock)}
-	if d.Dispatcher != nil {
-		opts = append(opts, actor.WithDispatcher(d.Dispatcher))
-	}
-	return opts
+// sharedProps are the props every session and retry actor of a runtime
+// is spawned from.
+type sharedProps struct {
+	session, retry *actor.Props
+}
+
+// props builds the shared props on first use: the actors' own mailbox on
+// the clock, and the dispatcher if set.
+func (d *Deps) props() *sharedProps {
+	d.propsOnce.Do(func() {
+		opts := []actor.PropsOption{mailbox.Option(d.Clock)}
+		if d.Dispatcher != nil {
+			opts = append(opts, actor.WithDispatcher(d.Dispatcher))
+		}
+		// A retry child that panics is stopped, not restarted: its session
+		// then starts a new one from the core's state (InTimerLost).
+		stopChild := actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective }))
+		d.shared.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, append(opts, stopChild)...)
+		d.shared.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} }, opts...)
+	})
+	return &d.shared
 }
 
 // Tool is a Go function the model may call.

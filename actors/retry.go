@@ -18,10 +18,9 @@ import (
 // ties a TaskDue to the backoff it ends, so a late one after a cancel or a
 // restart is ignored there.
 type RetryActor struct {
-	clk       clock.Clock
-	scheduler *actor.PID
-	timer     clock.Timer
-	token     uint64
+	deps  *Deps
+	timer clock.Timer
+	token uint64
 }
 
 // Receive handles ArmRetryTimer and CancelRetryTimer.
@@ -29,7 +28,7 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.ArmRetryTimer:
 		a.stop()
-		session, root, clk, scheduler := ctx.Parent(), ctx.ActorSystem().Root, a.clk, a.scheduler
+		session, root, clk, scheduler := ctx.Parent(), ctx.ActorSystem().Root, a.deps.Clock, a.deps.schedulerFor(m.GetSessionId())
 		task := &messages.ScheduleTask{SessionId: m.GetSessionId(), Generation: m.GetGeneration(),
 			DelayMs: m.GetContinueDelayMs(), Task: "continue", Token: m.GetToken()}
 		a.token = m.GetToken()

@@ -44,9 +44,10 @@ const chainFailedError = "retry chain failed repeatedly (panics while stepping i
 // own goroutines, timers through its retry child, continues through a
 // scheduler, asks to the credentials, fallback and budget actors).
 type SessionActor struct {
-	deps *Deps
-	cfg  SessionConfig
-	core *session.Core
+	deps  *Deps
+	entry *sessionEntry // under its name in deps, while it lives
+	cfg   *SessionConfig
+	core  *session.Core
 
 	retryPID  *actor.PID
 	scheduler *actor.PID
@@ -60,9 +61,6 @@ type SessionActor struct {
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
-	// resumed is the state rebuilt from the history when the session
-	// opened; nil for an actor restarted after a panic (it reloads).
-	resumed *resumed
 	// historyErr is the history write that failed and ends the prompt;
 	// stepHistoryErr the one that failed in the step being carried out.
 	historyErr     error
@@ -86,12 +84,16 @@ var pendingBuffers = sync.Pool{New: func() any { return new([]session.Input) }}
 // idle session keeps none.
 var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 
-// SessionProps prepares the session on its open history (cfg.History,
-// with the entries cfg.Restored it held when opened) and returns the props
-// that spawn it. A prompt the history shows in progress (the process
+// SpawnSession prepares the session on its open history (cfg.History,
+// with the entries cfg.Restored it held when opened) and spawns it from
+// root under name. A prompt the history shows in progress (the process
 // stopped in the middle of it) is closed first with an "interrupted"
-// marker; the error is the failure to write that.
-func SessionProps(deps *Deps, cfg SessionConfig) (*actor.Props, error) {
+// marker; the error is the failure to write that, or to spawn.
+//
+// Every session of a runtime is spawned from the same props: the actor
+// finds its configuration under its name when it starts (again after a
+// panic), so a session costs no props or producer of its own.
+func SpawnSession(root *actor.RootContext, deps *Deps, name string, cfg SessionConfig) (*actor.PID, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
@@ -109,15 +111,20 @@ func SessionProps(deps *Deps, cfg SessionConfig) (*actor.Props, error) {
 		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
 	}
 	cfg.State.Init(r.model, cfg.Settings.Enabled)
-	incarnation := 0
-	return actor.PropsFromProducer(func() actor.Actor {
-		incarnation++
-		a := &SessionActor{deps: deps, cfg: cfg}
-		if incarnation == 1 {
-			a.resumed = &r
-		}
-		return a
-	}, deps.propsOptions()...), nil
+	deps.sessions.Store(name, &sessionEntry{cfg: &cfg, resumed: &r})
+	pid, err := root.SpawnNamed(deps.props().session, name)
+	if err != nil {
+		deps.sessions.Delete(name)
+	}
+	return pid, err
+}
+
+// sessionEntry is what a session actor finds under its name when it
+// starts: its configuration, and the state rebuilt from its history for
+// its first start (nil once taken: after a panic it reloads).
+type sessionEntry struct {
+	cfg     *SessionConfig
+	resumed *resumed
 }
 
 // Receive turns the session's messages into inputs of its core.
@@ -217,13 +224,17 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(s.messages(m.GetHistory()))
 	case *actor.Terminated:
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
+			// Its timer is gone with it: the core arms it again, through a
+			// new child, for what is left of the backoff.
 			s.deps.Log.Error().Str("session", s.cfg.ID).Msg("retry actor stopped; starting a new one")
-			s.spawnRetry(ctx)
+			s.retryPID = nil
+			s.step(ctx, session.Input{Kind: session.InTimerLost})
 		}
 	case *actor.Stopping:
 		s.stopped = true
 		s.step(ctx, session.Input{Kind: session.InStop})
 	case *actor.Stopped:
+		s.deps.sessions.CompareAndDelete(ctx.Self().Id, s.entry)
 		if err := s.cfg.History.Close(); err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
 		}
@@ -373,8 +384,11 @@ func (s *SessionActor) publishState() {
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
-	r := s.resumed
-	s.resumed = nil
+	v, _ := s.deps.sessions.Load(ctx.Self().Id)
+	s.entry = v.(*sessionEntry)
+	s.cfg = s.entry.cfg
+	r := s.entry.resumed
+	s.entry.resumed = nil
 	if r == nil { // restarted after a panic: the history on disk is the truth
 		entries, err := s.cfg.History.Load()
 		if err != nil {
@@ -392,7 +406,6 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.core = session.New(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
 	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
-	s.spawnRetry(ctx)
 }
 
 // newSource is the jitter source of the session's retry chain.
@@ -404,10 +417,14 @@ func (s *SessionActor) newSource() retry.Source {
 	return rand.New(rand.NewPCG(seed, seed>>1))
 }
 
-// spawnRetry starts the retry child, which owns the backoff timer.
-func (s *SessionActor) spawnRetry(ctx actor.Context) {
-	s.retryPID = ctx.Spawn(actor.PropsFromProducer(func() actor.Actor { return &RetryActor{clk: s.deps.Clock, scheduler: s.scheduler} },
-		s.deps.propsOptions()...))
+// retry is the retry child, which owns the backoff timer; it is started
+// with the session's first backoff, so a session that never retries costs
+// one actor, not two.
+func (s *SessionActor) retry(ctx actor.Context) *actor.PID {
+	if s.retryPID == nil {
+		s.retryPID = ctx.Spawn(s.deps.props().retry)
+	}
+	return s.retryPID
 }
 
 // append adds entries to the history, and to the runtime context when

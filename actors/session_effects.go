@@ -69,10 +69,12 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
-		track.Send(ctx, clk, s.retryPID, &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
+		track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
 			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
 	case session.CancelTimer:
-		track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+		if s.retryPID != nil { // no child yet: no timer to cancel
+			track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+		}
 	case session.ResetProviderSession:
 		if p := s.deps.Providers[providerOf(e.Model)]; p != nil {
 			p.ResetSession(s.cfg.ID)
