@@ -66,6 +66,9 @@ func restartScenario(prov provider.Provider, rec *recorder, now time.Time) error
 // session waits) and goroutines, and turns it all into a System.
 func drive(ctx context.Context, e *env, name, description string, m measured, c contender) (System, error) {
 	sc := e.scenario
+	// The memory a waiting session holds counts everything its contender
+	// built for it, sessions included: measured from before the setup.
+	baseline := memInUse()
 	setup0 := time.Now()
 	if err := c.setup(ctx); err != nil {
 		_ = c.close()
@@ -83,7 +86,6 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	bar := e.progress(name, e.sessions)
 	bar.start()
 	smp := startSampler()
-	baseline := memInUse()
 	perWaiting := -1.0
 	atMid := func() {
 		if mem := memInUse(); mem > baseline {

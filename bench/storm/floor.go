@@ -241,7 +241,7 @@ wait:
 			return fail(err)
 		}
 	}
-	_, peakG := smp.finish()
+	peakHeap, peakG := smp.finish()
 	if bar != nil {
 		bar.stop()
 	}
@@ -250,6 +250,7 @@ wait:
 	f := map[string]float64{
 		"wall_seconds":              wall.Seconds(),
 		"bytes_per_waiting_session": perPair,
+		"peak_heap_mb":              float64(peakHeap) / (1 << 20),
 		"goroutines_peak":           float64(peakG),
 		"goroutines_after":          float64(goroutinesAfter),
 	}
