@@ -589,7 +589,6 @@ func TestCredentialSwitchRetriesAtOnce(t *testing.T) {
 // failure happens at start+1ms (the scheduled continue's 1 ms), so the
 // delay is 20 s - 1 ms + 1 s = 20999 ms, and the next attempt picks up a.
 func TestSiblingCredentialUnblockWait(t *testing.T) {
-	t.Skip("BUG: after waiting for the sibling to free up, the retry still uses the blocked key b (keys ka,kb,kb, want ka,kb,ka): the session never re-selects its credential before a scheduled continue")
 	h := newHarnessCreds(t, twoKeys, musepi.WithRetrySettings(noFallback()))
 	s, rec := h.session()
 	h.p.SetScript(s.ID(),
@@ -609,6 +608,42 @@ func TestSiblingCredentialUnblockWait(t *testing.T) {
 	)
 	if got := strings.Join(apiKeys(h.p), ","); got != "ka,kb,ka" {
 		t.Fatalf("API keys used = %s, want ka,kb,ka (the retry after the wait uses the freed sibling)", got)
+	}
+}
+
+// A retry keeps its key only while no one has blocked it: here y waits in
+// a 503 backoff on key a while x meets a usage limit on a, so y's retry
+// goes out on b without first calling with a.
+func TestRetryLeavesAKeyBlockedElsewhere(t *testing.T) {
+	h := newHarnessCreds(t, twoKeys, musepi.WithRetrySettings(noFallback()))
+	y, _ := h.session()
+	z, _ := h.session()
+	x, _ := h.session()
+	h.p.SetScript(y.ID(), fail(503, "503 Service Unavailable"), answer("y"))
+	h.p.SetScript(z.ID(), answer("z"))
+	h.p.SetScript(x.ID(), fail(429, "You have hit your usage limit; retry-after: 20"), answer("x"))
+	keysOf := func(s *musepi.Session) string {
+		var out []string
+		for _, c := range h.p.Calls() {
+			if c.SessionID == s.ID() {
+				out = append(out, c.APIKey)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	ry := h.prompt(y, "hi") // key a (round-robin), then backoff 500 ms
+	h.advance(0)
+	expectAnswer(t, h.settle(h.prompt(z, "hi")), "z") // key b
+	h.advance(0)
+	rx := h.prompt(x, "hi") // key a again: the usage limit blocks a, x goes on with b
+	h.run()
+	expectAnswer(t, h.settle(rx), "x")
+	expectAnswer(t, h.settle(ry), "y")
+	if got := keysOf(x); got != "ka,kb" {
+		t.Fatalf("x used %s, want ka,kb", got)
+	}
+	if got := keysOf(y); got != "ka,kb" {
+		t.Fatalf("y used %s, want ka,kb (its retry must leave the key x found limited)", got)
 	}
 }
 

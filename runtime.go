@@ -156,6 +156,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Clock:       cfg.clock,
 		Log:         log,
 		Credentials: map[string]*actor.PID{},
+		Boards:      map[string]*actors.CredentialBoard{},
 		Budgets:     map[string]*actor.PID{},
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
@@ -181,7 +182,8 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget, onPool))
+		props, board := actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget, onPool)
+		pid := root.Spawn(props)
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -195,6 +197,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		}
 		deps.Keys[name] = keys
 		deps.Credentials[name] = pid
+		deps.Boards[name] = board
 	}
 	for role, chain := range cfg.settings.FallbackChains {
 		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, onPool))

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -39,15 +40,62 @@ type CredentialsActor struct {
 
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
+
+	board *CredentialBoard // blockedUntil of each key, published
+}
+
+// CredentialBoard is what a credentials actor publishes for its sessions
+// to read without asking: until when each of its keys is blocked. A
+// session retrying on a key that is not blocked goes on with it, which is
+// what the actor would answer (the session's sticky key); any other
+// selection asks the actor.
+type CredentialBoard struct {
+	index map[string]int // key name -> index, fixed
+	until []atomic.Int64 // unix ns the key is blocked until (0: never)
+}
+
+func newCredentialBoard(creds []Credential) *CredentialBoard {
+	b := &CredentialBoard{index: make(map[string]int, len(creds)), until: make([]atomic.Int64, len(creds))}
+	for i, c := range creds {
+		b.index[c.Name] = i
+	}
+	return b
+}
+
+// Free reports whether the key named name is one of the board's and not
+// blocked at now.
+func (b *CredentialBoard) Free(name string, now time.Time) bool {
+	i, ok := b.index[name]
+	return ok && b.until[i].Load() <= now.UnixNano()
+}
+
+// reset clears the board, for a new incarnation of its actor.
+func (b *CredentialBoard) reset() {
+	for i := range b.until {
+		b.until[i].Store(0)
+	}
+}
+
+// block sets until when key i is blocked, on the actor and its board.
+func (a *CredentialsActor) block(i int, until time.Time) {
+	a.creds[i].blockedUntil = until
+	var ns int64
+	if !until.IsZero() {
+		ns = until.UnixNano()
+	}
+	a.board.until[i].Store(ns)
 }
 
 // CredentialsProps spawns the credentials actor of one provider. With
 // autoRedeem, a usage limit with no free sibling spends a banked reset.
 // An enabled budget (valid settings) makes it the provider's retry budget.
-// opts are added to the props (a dispatcher, say).
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, opts ...actor.PropsOption) *actor.Props {
+// opts are added to the props (a dispatcher, say). The board is what the
+// actor publishes of its keys for the sessions to read.
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, opts ...actor.PropsOption) (*actor.Props, *CredentialBoard) {
+	board := newCredentialBoard(creds)
 	return actor.PropsFromProducer(func() actor.Actor {
-		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem}
+		board.reset()
+		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, board: board}
 		for _, c := range creds {
 			a.creds = append(a.creds, credentialState{Credential: c})
 		}
@@ -56,7 +104,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 			a.holders = map[string]*actor.PID{}
 		}
 		return a
-	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
+	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...), board
 }
 
 // Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession
@@ -176,7 +224,7 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 	if !ok {
 		current = 0
 	}
-	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
+	a.block(current, now.Add(time.Duration(max(m.GetBlockForMs(), 0))*time.Millisecond))
 	if i := a.firstFree(now, current); i >= 0 {
 		a.sticky[m.GetSessionId()] = i
 		reply.Switched, reply.Credential = true, a.creds[i].Name
@@ -187,7 +235,7 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 			i := (current + k) % len(a.creds)
 			if a.creds[i].BankedResets > 0 {
 				a.creds[i].BankedResets--
-				a.creds[i].blockedUntil = time.Time{}
+				a.block(i, time.Time{})
 				a.sticky[m.GetSessionId()] = i
 				reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
 				return reply

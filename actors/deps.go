@@ -24,6 +24,7 @@ type Deps struct {
 	Log         zerolog.Logger
 	Schedulers  []*actor.PID                 // post-prompt schedulers, sharded by session id
 	Credentials map[string]*actor.PID        // credentials actor by provider name
+	Boards      map[string]*CredentialBoard  // what each credentials actor publishes, by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role

@@ -44,9 +44,14 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.ReplaceContext:
 		s.runtime = e.Context
 	case session.SelectCredential:
-		pid := s.deps.Credentials[providerOf(e.Model)]
+		prov := providerOf(e.Model)
+		pid := s.deps.Credentials[prov]
 		if pid == nil {
 			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
+			return
+		}
+		if e.Credential != "" && s.deps.Boards[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
+			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected, Credential: e.Credential})
 			return
 		}
 		track.Request(ctx, clk, pid, &messages.SelectCredential{SessionId: s.cfg.ID})

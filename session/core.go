@@ -283,7 +283,11 @@ func (c *Core) prompt(historyErr string) {
 
 func (c *Core) selectCredential() {
 	c.state = SelectingCredential
-	c.add(Effect{Kind: SelectCredential, Model: c.model})
+	e := Effect{Kind: SelectCredential, Model: c.model}
+	if c.continuing {
+		e.Credential = c.credential
+	}
+	c.add(e)
 }
 
 func (c *Core) credentialSelected(cred string) {

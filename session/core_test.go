@@ -247,7 +247,12 @@ func (sc *script) render(e Effect) string {
 		return "emit " + renderEvent(e.Event)
 	case AppendModelChange:
 		return fmt.Sprintf("append-model-change %s -> %s (%s)", e.Change.From, e.Change.To, e.Change.Reason)
-	case SelectCredential, ResetProviderSession, DropBudgetHold, ReleaseSession:
+	case SelectCredential:
+		if e.Credential != "" {
+			return fmt.Sprintf("%s %s keep=%s", e.Kind, e.Model, e.Credential)
+		}
+		return fmt.Sprintf("%s %s", e.Kind, e.Model)
+	case ResetProviderSession, DropBudgetHold, ReleaseSession:
 		return fmt.Sprintf("%s %s", e.Kind, e.Model)
 	case StartTurn:
 		sc.turn = e.Turn

@@ -24,7 +24,10 @@ const (
 	// ReplaceContext sets the runtime context to Context (after compaction).
 	ReplaceContext
 	// SelectCredential asks the credentials actor of Model's provider which
-	// credential the next turn uses; answer with InCredentialSelected.
+	// credential the next turn uses; answer with InCredentialSelected. On a
+	// retry's continue, Credential is the key the chain's last attempt
+	// used: while it is not blocked the actor would answer it again (it is
+	// the session's sticky key), so the owner may answer with it at once.
 	SelectCredential
 	// StartTurn streams turn Turn on Model with Credential; its deltas and
 	// end come back as InTurnDelta and InTurnEnded.

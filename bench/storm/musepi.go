@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 	w := &waves{}
 	starts := clk // the starts' timers are not backoffs: not measured
 	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario,
-		sent: map[string]int{}, switched: map[string]bool{}}
+		sessions: make([]sessionRequests, e.sessions)}
 	if e.mode == "real" {
 		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4), min: 100 * time.Millisecond}
 	}
@@ -176,20 +177,30 @@ type countingProvider struct {
 	requests atomic.Int64
 
 	mu       sync.Mutex
-	sent     map[string]int  // requests per session
-	switched map[string]bool // sessions that met a usage limit
+	sessions []sessionRequests // by session number (its id)
+}
+
+// sessionRequests is what the harness tracks of one session's requests.
+type sessionRequests struct {
+	sent     int32 // requests
+	switched bool  // it met a usage limit
 }
 
 // Stream counts the request, then asks the scenario's provider.
 func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
 	p.requests.Add(1)
-	p.mu.Lock()
-	n := p.sent[req.SessionID]
-	p.sent[req.SessionID] = n + 1
-	if p.scenario.UsageLimit && req.APIKey == limitedKey {
-		p.switched[req.SessionID] = true
+	i, err := strconv.Atoi(req.SessionID)
+	if err != nil || i < 0 || i >= len(p.sessions) {
+		panic(fmt.Sprintf("storm: request of unknown session %q", req.SessionID))
 	}
-	switched := p.switched[req.SessionID]
+	p.mu.Lock()
+	sr := &p.sessions[i]
+	n := int(sr.sent)
+	sr.sent++
+	if p.scenario.UsageLimit && req.APIKey == limitedKey {
+		sr.switched = true
+	}
+	switched := sr.switched
 	p.mu.Unlock()
 	if k := errorKinds[strings.TrimPrefix(req.Model, "m-")]; n > 0 && len(k.headers) == 0 && !switched {
 		p.waves.add(n, p.clk.Now().Sub(p.start))
