@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/messages"
@@ -12,18 +14,27 @@ import (
 
 // MemoryStore keeps histories in memory, for sessions that need not
 // survive the process. Like a FileStore, a session has one writer at a time.
-// Entries are kept in their protobuf encoding: compact, and bytes the
-// garbage collector need not scan (a storm's sessions hold millions).
+// Entries are kept in their protobuf encoding, one length-prefixed buffer
+// per session: compact, and bytes the garbage collector need not scan (a
+// storm's sessions hold millions).
 type MemoryStore struct {
-	mu      sync.Mutex
-	entries map[string][][]byte
-	open    map[string]bool
-	closed  bool
+	mu        sync.Mutex // guards histories, open
+	histories map[string]*memoryHistory
+	open      map[string]bool
+	closed    atomic.Bool
+}
+
+// memoryHistory is one session's entries: each the uvarint length of its
+// encoding, then the encoding.
+type memoryHistory struct {
+	mu   sync.Mutex
+	data []byte
+	n    uint64 // entries
 }
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{entries: map[string][][]byte{}, open: map[string]bool{}}
+	return &MemoryStore{histories: map[string]*memoryHistory{}, open: map[string]bool{}}
 }
 
 // Open opens session's history, returning copies of its entries.
@@ -31,27 +42,40 @@ func (s *MemoryStore) Open(session string) (Log, []*messages.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.closed:
+	case s.closed.Load():
 		return nil, nil, &Error{Op: "open", Path: session, Err: ErrClosed}
 	case s.open[session]:
 		return nil, nil, &Error{Op: "open", Path: session, Err: fmt.Errorf("%w (pid %d)", ErrLocked, os.Getpid())}
 	}
-	entries, err := s.copyOf(session)
+	h := s.histories[session]
+	if h == nil {
+		h = &memoryHistory{}
+		s.histories[session] = h
+	}
+	entries, err := h.decode()
 	if err != nil {
 		return nil, nil, &Error{Op: "open", Path: session, Err: err}
 	}
 	s.open[session] = true
-	return &memoryLog{store: s, session: session}, entries, nil
+	return &memoryLog{store: s, session: session, history: h}, entries, nil
 }
 
-// copyOf decodes session's entries.
-func (s *MemoryStore) copyOf(session string) ([]*messages.Entry, error) {
-	out := make([]*messages.Entry, len(s.entries[session]))
-	for i, b := range s.entries[session] {
-		out[i] = &messages.Entry{}
-		if err := proto.Unmarshal(b, out[i]); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", i+1, err)
+// decode returns copies of the entries.
+func (h *memoryHistory) decode() ([]*messages.Entry, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*messages.Entry, 0, h.n)
+	for b := h.data; len(b) > 0; {
+		size, n := protowire.ConsumeVarint(b)
+		if n < 0 || uint64(len(b)-n) < size {
+			return nil, fmt.Errorf("entry %d: truncated", len(out)+1)
 		}
+		e := &messages.Entry{}
+		if err := proto.Unmarshal(b[n:n+int(size)], e); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", len(out)+1, err)
+		}
+		out = append(out, e)
+		b = b[n+int(size):]
 	}
 	return out, nil
 }
@@ -60,8 +84,8 @@ func (s *MemoryStore) copyOf(session string) ([]*messages.Entry, error) {
 func (s *MemoryStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.closed = true
-	s.entries = nil
+	s.closed.Store(true)
+	s.histories = nil
 	return nil
 }
 
@@ -69,49 +93,51 @@ func (s *MemoryStore) Close() error {
 type memoryLog struct {
 	store   *MemoryStore
 	session string
-	closed  bool // guarded by store.mu
+	history *memoryHistory
+	closed  bool // guarded by history.mu
 }
 
-// usable fails once the log or its store is closed; s.mu is held.
+// usable fails once the log or its store is closed; history.mu is held.
 func (l *memoryLog) usable(op string) error {
-	if l.closed || l.store.closed {
+	if l.closed || l.store.closed.Load() {
 		return &Error{Op: op, Path: l.session, Err: ErrClosed}
 	}
 	return nil
 }
 
+// Append encodes the entries and adds them, all or none.
 func (l *memoryLog) Append(entries ...*messages.Entry) error {
-	encoded := make([][]byte, len(entries))
-	for i, e := range entries {
-		b, err := proto.Marshal(e)
-		if err != nil {
-			return &Error{Op: "append", Path: l.session, Err: err}
-		}
-		encoded[i] = b
-	}
-	s := l.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	h := l.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if err := l.usable("append"); err != nil {
 		return err
 	}
-	if err := checkSeq(uint64(len(s.entries[l.session])), entries); err != nil {
+	if err := checkSeq(h.n, entries); err != nil {
 		return &Error{Op: "append", Path: l.session, Err: err}
 	}
-	s.entries[l.session] = append(s.entries[l.session], encoded...)
+	data := h.data
+	for _, e := range entries {
+		data = protowire.AppendVarint(data, uint64(proto.Size(e)))
+		var err error
+		if data, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(data, e); err != nil {
+			return &Error{Op: "append", Path: l.session, Err: err}
+		}
+	}
+	h.data, h.n = data, h.n+uint64(len(entries))
 	return nil
 }
 
 func (l *memoryLog) Sync() error { return nil }
 
 func (l *memoryLog) Load() ([]*messages.Entry, error) {
-	s := l.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := l.usable("load"); err != nil {
+	l.history.mu.Lock()
+	err := l.usable("load")
+	l.history.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
-	entries, err := s.copyOf(l.session)
+	entries, err := l.history.decode()
 	if err != nil {
 		return nil, &Error{Op: "load", Path: l.session, Err: err}
 	}
@@ -119,12 +145,16 @@ func (l *memoryLog) Load() ([]*messages.Entry, error) {
 }
 
 func (l *memoryLog) Close() error {
-	s := l.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !l.closed {
-		l.closed = true
+	h := l.history
+	h.mu.Lock()
+	already := l.closed
+	l.closed = true
+	h.mu.Unlock()
+	if !already {
+		s := l.store
+		s.mu.Lock()
 		delete(s.open, l.session)
+		s.mu.Unlock()
 	}
 	return nil
 }

@@ -180,16 +180,17 @@ func unwrap(msg interface{}) interface{} {
 	return msg
 }
 
-// ring is a FIFO of messages in a ring buffer that grows by doubling and
-// is dropped once a burst has drained, so an idle mailbox keeps a few
-// slots at most.
+// ring is a FIFO of messages in a ring buffer that grows by doubling. A
+// buffer grown past keptSlots by a burst (a scheduler shard's, say) is
+// dropped once drained; a session's mailbox, which holds a message or two,
+// keeps its two slots.
 type ring struct {
 	buf     []interface{}
 	head, n int
 }
 
-// keptSlots is the largest buffer an emptied ring keeps.
-const keptSlots = 8
+// keptSlots is the largest buffer an emptied ring keeps (4 KiB).
+const keptSlots = 256
 
 func (r *ring) push(msg interface{}) {
 	if r.n == len(r.buf) {
