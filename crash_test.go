@@ -44,7 +44,7 @@ func TestCrashContainmentRetryChain(t *testing.T) {
 	h.p.SetScript(other.ID(), answer("unbothered"))
 	ch, chOther := h.prompt(s, "hi"), h.prompt(other, "hi")
 	h.run()
-	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "recovered" {
+	if r := h.settle(ch); r.err != nil || r.msg.Text() != "recovered" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	if r := h.settle(chOther); r.err != nil {
@@ -126,7 +126,7 @@ func TestCrashContainmentTool(t *testing.T) {
 	h.p.SetScript(s.ID(), toolUse(&messages.ToolCall{Id: "1", Name: "boom"}), answer("survived"))
 	ch := h.prompt(s, "hi")
 	h.run()
-	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "survived" {
+	if r := h.settle(ch); r.err != nil || r.msg.Text() != "survived" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	last := h.p.Calls()[1].Context

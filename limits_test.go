@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -104,8 +103,8 @@ func TestMaxResponseBytes(t *testing.T) {
 				t.Errorf("%d provider calls, want 1: the error must not be retried", n)
 			}
 			streamed := 0
-			for _, u := range rec.payloads("message_update") {
-				streamed += len(u.(*messages.MessageUpdate).GetDelta())
+			for _, u := range rec.ofType("message_update") {
+				streamed += len(u.(musepi.MessageUpdate).Delta)
 			}
 			if streamed > tt.max {
 				t.Errorf("%d bytes of deltas delivered, more than the bound %d", streamed, tt.max)

@@ -1,6 +1,7 @@
 package musepi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -10,18 +11,54 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
 
-// Credential is one API key of a provider.
-type Credential = actors.Credential
+// Credential is one API key of a provider (WithProvider).
+type Credential struct {
+	// Name names the credential in events and logs (never the key); unique
+	// within its provider, not empty.
+	Name   string
+	APIKey string
+	// BankedResets is how many usage-limit resets this credential may
+	// spend when no sibling credential is free (only with WithAutoRedeem).
+	BankedResets int
+}
 
-// Tool is a Go function the model may call.
-type Tool = actors.Tool
+// Tool is a Go function the model may call (WithTools).
+type Tool struct {
+	Name        string // unique among the runtime's tools, not empty
+	Description string // what the tool does, for the model
+	SchemaJSON  string // JSON schema of the arguments object
+	// Run runs one call with its arguments (a JSON object) and returns the
+	// output the model sees; an error is shown to the model as a failed
+	// call. ctx ends when the prompt is aborted.
+	Run func(ctx context.Context, argsJSON string) (string, error)
+}
 
-// CompactionHook shrinks a runtime context that overflowed the model's window.
-type CompactionHook = actors.CompactionHook
+// CompactionHook shrinks a runtime context that overflowed the model's
+// window (WithCompactionHook). It gets the session's id, its runtime
+// context and the failed turn (nil for a manual Session.Compact) and
+// returns the new runtime context, after which the session continues the
+// prompt, or an error that ends the prompt. Entries it keeps should keep
+// their Seq; new ones (a summary) have Seq 0.
+type CompactionHook func(ctx context.Context, sessionID string, runtime []Entry, failed *AssistantMessage) ([]Entry, error)
+
+// wire is the hook on the actors' wire types.
+func (h CompactionHook) wire() actors.CompactionHook {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
+		out, err := h(ctx, sessionID, fromWireEntries(runtime), fromWireAssistant(failed))
+		if err != nil {
+			return nil, err
+		}
+		return toWireEntries(out), nil
+	}
+}
 
 type runtimeConfig struct {
 	optionErrs  []error // options that cannot be applied, reported by NewRuntime

@@ -160,8 +160,8 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
 		Providers:   cfg.providers,
-		Tools:       cfg.tools,
-		Compaction:  cfg.compaction,
+		Tools:       actorTools(cfg.tools),
+		Compaction:  cfg.compaction.wire(),
 		NewSource:   rt.newSource,
 
 		StreamIdleTimeout: cfg.streamIdle,
@@ -181,7 +181,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget, onPool))
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCredentials(creds), cfg.autoRedeem, cfg.settings.Budget, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -203,6 +203,24 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	}
 	rt.deps = deps
 	return rt, nil
+}
+
+// actorCredentials are creds as the credentials actor holds them.
+func actorCredentials(creds []Credential) []actors.Credential {
+	out := make([]actors.Credential, len(creds))
+	for i, c := range creds {
+		out[i] = actors.Credential{Name: c.Name, APIKey: c.APIKey, BankedResets: c.BankedResets}
+	}
+	return out
+}
+
+// actorTools are tools as the session actors run them.
+func actorTools(tools []Tool) []actors.Tool {
+	out := make([]actors.Tool, len(tools))
+	for i, t := range tools {
+		out[i] = actors.Tool{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON, Run: t.Run}
+	}
+	return out
 }
 
 // newSource gives each session's retry chain its own jitter source, drawn
@@ -340,7 +358,7 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 // fn never blocks a session, and falling behind it misses deltas first,
 // never a terminal event. The returned function unsubscribes.
 func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return rt.allEvents.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
+	return rt.allEvents.Subscribe(goEvents(fn))
 }
 
 // Stats is a view of the runtime as a whole.
