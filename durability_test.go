@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/musepi/musepi"
@@ -88,7 +88,7 @@ func TestFaultHistoryInvalidFailsOpen(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	_, err := h.rt.NewSession(context.Background(), musepi.WithModel("p/m"), musepi.WithSessionID("s"))
 	var he *hist.Error
 	if !errors.As(err, &he) || he.Path != path || he.Line != 2 || !errors.Is(err, hist.ErrInvalid) {
@@ -120,7 +120,7 @@ func TestFaultHistoryFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, musepi.WithHistoryStore(store), musepi.WithRetrySettings(noFallback()), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithHistoryStore(store), musepi.WithRetrySettings(noFallback()), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	s, rec := h.session(musepi.WithSessionID("s"))
 	ctx := context.Background()
 	expectHistoryErr := func(r result) {
@@ -292,7 +292,7 @@ func TestResumeMarksInterruptedPrompt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeHistory(t, dir, "s", tt.written...)
-			h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(zerolog.Nop()))
+			h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 			s, _ := h.session(musepi.WithSessionID("s"))
 			ctx := context.Background()
 			got, err := s.History(ctx)

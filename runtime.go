@@ -27,6 +27,7 @@ import (
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/internal/zslog"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -104,7 +105,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	for role, chain := range cfg.settings.FallbackChains {
 		for i, m := range chain {
 			if p, _, _ := retry.SplitModel(m); cfg.providers[p] == nil {
-				return nil, fmt.Errorf("musepi: retry.fallbackChains.%s[%d] %q: no provider %q (WithProvider)", role, i, m, p)
+				return nil, fmt.Errorf("musepi: WithRetrySettings: retry.fallbackChains.%s[%d] %q: unknown fallback target: no provider %q (WithProvider)", role, i, m, p)
 			}
 		}
 	}
@@ -112,7 +113,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		seen := map[string]bool{}
 		for i, c := range creds {
 			if c.Name == "" || seen[c.Name] {
-				return nil, fmt.Errorf("musepi: provider %q credential %d: empty or duplicate name %q", name, i, c.Name)
+				return nil, fmt.Errorf("musepi: WithProvider(%q): credential %d: empty or duplicate name %q", name, i, c.Name)
 			}
 			seen[c.Name] = true
 		}
@@ -141,11 +142,17 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			// protoactor-go logs through log/slog: zerolog's own slog handler
-			// takes it into the runtime's logger, at warning and above (its
-			// info lines are dead letters of aborted streams and the like).
-			lib := log.With().Str("lib", "protoactor").Logger()
-			return slog.New(zerolog.NewSlogHandler(lib.Level(max(lib.GetLevel(), zerolog.WarnLevel))))
+			// protoactor-go logs through log/slog: into WithLogger's logger,
+			// or by zerolog's own slog handler into the default one, at
+			// warning and above (its info lines are dead letters of aborted
+			// streams and the like).
+			var h slog.Handler
+			if cfg.slog != nil {
+				h = cfg.slog.Handler()
+			} else {
+				h = zerolog.NewSlogHandler(log)
+			}
+			return slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
 		}),
 		// Dead letters (a stream finishing after its session stopped) are
 		// expected at shutdown; a short window keeps protoactor's throttle
@@ -255,6 +262,9 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	if cfg.id == "" {
 		cfg.id = newID()
+	}
+	if strings.TrimSpace(cfg.role) == "" {
+		return nil, fmt.Errorf("musepi: WithRole: empty role")
 	}
 	if !history.ValidSessionID(cfg.id) {
 		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)

@@ -65,6 +65,9 @@ type PromptError struct {
 	// exhausted, a wait over retry.maxDelayMs, cancelled; nil when no
 	// chain failed).
 	Retry *RetryError
+	// closed is why an ErrShutdown prompt's session went away:
+	// ErrRuntimeClosed or ErrSessionClosed.
+	closed error
 }
 
 // RetryError says how a prompt's retry chain ended without success; a
@@ -82,9 +85,14 @@ func (e *RetryError) Error() string {
 
 func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
 
-// Unwrap returns the sentinel, and History and Retry when set.
+// Unwrap returns the sentinel, History and Retry when set, and for
+// ErrShutdown whether the runtime (ErrRuntimeClosed) or only the session
+// (ErrSessionClosed) was closed.
 func (e *PromptError) Unwrap() []error {
 	errs := []error{e.Kind}
+	if e.closed != nil {
+		errs = append(errs, e.closed)
+	}
 	if e.History != nil {
 		errs = append(errs, e.History)
 	}
@@ -207,6 +215,9 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: msg}
 	if h := r.GetHistory(); h != nil {
 		pe.History = &history.Error{Op: h.GetOp(), Path: h.GetPath(), Err: errors.New(h.GetCause())}
+	}
+	if kind == ErrShutdown {
+		pe.closed = s.closedError()
 	}
 	if f := r.GetRetry(); f != nil {
 		pe.Retry = &RetryError{Class: f.GetClass(), Attempt: int(f.GetAttempt()), Status: int(f.GetHttpStatus()), FinalError: f.GetFinalError()}

@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
@@ -78,7 +76,7 @@ func (r *musepiRun) setup(ctx context.Context) error {
 	r.counted = &countingClock{Clock: r.clk}
 	rt, err := musepi.NewRuntime(
 		musepi.WithClock(r.counted),
-		musepi.WithLogger(zerolog.New(io.Discard)),
+		musepi.WithLogger(slog.New(slog.DiscardHandler)),
 		musepi.WithProvider(stormProvider, r.prov,
 			musepi.Credential{Name: limitedKey, APIKey: limitedKey},
 			musepi.Credential{Name: freeKey, APIKey: freeKey}),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -15,8 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/internal/soak"
@@ -165,7 +164,7 @@ func TestSoak(t *testing.T) {
 		musepi.WithRetrySettings(settings),
 		musepi.WithStreamIdleTimeout(150*time.Millisecond),
 		musepi.WithHistoryDir(t.TempDir()),
-		musepi.WithLogger(zerolog.Nop()),
+		musepi.WithLogger(slog.New(slog.DiscardHandler)),
 	)
 	if err != nil {
 		t.Fatal(err)
