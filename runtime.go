@@ -46,6 +46,9 @@ type Runtime struct {
 
 	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
 
+	credViews     map[string]*actors.CredentialsView // per provider, for Stats
+	cooldownViews []*actors.CooldownView             // per role, for Stats
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
@@ -134,10 +137,11 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	}
 	log := cfg.log
 	rt := &Runtime{
-		cfg:      cfg,
-		store:    store,
-		sessions: map[string]*Session{},
-		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
+		cfg:       cfg,
+		store:     store,
+		sessions:  map[string]*Session{},
+		credViews: map[string]*actors.CredentialsView{},
+		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
 	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
@@ -188,7 +192,9 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCredentials(creds), cfg.autoRedeem, cfg.settings.Budget, onPool))
+		view := &actors.CredentialsView{}
+		rt.credViews[name] = view
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCredentials(creds), cfg.autoRedeem, cfg.settings.Budget, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -204,7 +210,9 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		deps.Credentials[name] = pid
 	}
 	for role, chain := range cfg.settings.FallbackChains {
-		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, onPool))
+		view := &actors.CooldownView{}
+		rt.cooldownViews = append(rt.cooldownViews, view)
+		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, view, onPool))
 		deps.Fallbacks[role] = pid
 		rt.pids = append(rt.pids, pid)
 	}
@@ -375,13 +383,29 @@ func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
 type Stats struct {
 	Sessions int            // open sessions
 	ByPhase  map[string]int // open sessions by what they do: "idle", "streaming", "backoff", ...
-	Retrying int            // sessions whose retry chain is open
-	Busy     int            // sessions with a prompt running
+	// Retrying is the number of retry chains open: sessions whose chain
+	// has started and not ended (in a backoff, or running an attempt).
+	Retrying int
+	Busy     int // sessions with a prompt running
+	// WaitingUntil is the earliest moment a session in a backoff makes its
+	// next attempt (zero: none waits).
+	WaitingUntil time.Time
+	// CredentialsBlocked is, per provider, how many of its credentials a
+	// usage limit blocks now (providers with none blocked are left out).
+	CredentialsBlocked map[string]int
+	// ModelsCoolingDown are the "provider/model" selectors cooling down
+	// after failures, which fallback skips, sorted.
+	ModelsCoolingDown []string
+	// BudgetTokens is, per provider, its retry budget's tokens (only with
+	// retry.budget.enabled; see RetryBudget).
+	BudgetTokens map[string]float64
 }
 
-// Stats counts the runtime's sessions by what they do now.
+// Stats counts the runtime's sessions by what they do now, and reads the
+// state of its credentials, fallback chains and retry budgets.
 func (rt *Runtime) Stats() Stats {
-	st := Stats{ByPhase: map[string]int{}}
+	now := rt.cfg.clock.Now()
+	st := Stats{ByPhase: map[string]int{}, CredentialsBlocked: map[string]int{}, BudgetTokens: map[string]float64{}}
 	for _, s := range rt.Sessions() {
 		st.Sessions++
 		st.ByPhase[s.state.Phase()]++
@@ -391,7 +415,23 @@ func (rt *Runtime) Stats() Stats {
 		if s.state.Busy() {
 			st.Busy++
 		}
+		if at := s.state.RetryAt(); !at.IsZero() && (st.WaitingUntil.IsZero() || at.Before(st.WaitingUntil)) {
+			st.WaitingUntil = at
+		}
 	}
+	for name, v := range rt.credViews {
+		if n := v.Blocked(now); n > 0 {
+			st.CredentialsBlocked[name] = n
+		}
+		if tokens, ok := v.BudgetTokens(); ok {
+			st.BudgetTokens[name] = tokens
+		}
+	}
+	for _, v := range rt.cooldownViews {
+		st.ModelsCoolingDown = append(st.ModelsCoolingDown, v.CoolingDown(now)...)
+	}
+	slices.Sort(st.ModelsCoolingDown)
+	st.ModelsCoolingDown = slices.Compact(st.ModelsCoolingDown)
 	return st
 }
 

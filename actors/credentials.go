@@ -38,15 +38,18 @@ type CredentialsActor struct {
 
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
+
+	view *CredentialsView // written after each change (nil: none)
 }
 
 // CredentialsProps spawns the credentials actor of one provider. With
 // autoRedeem, a usage limit with no free sibling spends a banked reset.
 // An enabled budget (valid settings) makes it the provider's retry budget.
-// opts are added to the props (a dispatcher, say).
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, opts ...actor.PropsOption) *actor.Props {
+// view, if not nil, mirrors the blocked credentials and the budget's
+// tokens. opts are added to the props (a dispatcher, say).
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem}
+		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, view: view}
 		for _, c := range creds {
 			a.creds = append(a.creds, credentialState{Credential: c})
 		}
@@ -54,6 +57,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 			a.budget = retry.NewBudget(budget)
 			a.holders = map[string]*actor.PID{}
 		}
+		view.publish(a)
 		return a
 	}, append([]actor.PropsOption{actor.WithReceiverMiddleware(track.Middleware(clk))}, opts...)...)
 }
@@ -66,6 +70,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		respond(ctx, a.clk, &messages.CredentialSelected{Credential: a.selectFor(m.GetSessionId())})
 	case *messages.MarkUsageLimitReached:
 		respond(ctx, a.clk, a.markLimited(m))
+		a.view.publish(a)
 	case *messages.ReleaseSession:
 		delete(a.sticky, m.GetSessionId())
 		if a.budget != nil {
@@ -74,6 +79,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RetryBudgetRequest:
 		respond(ctx, a.clk, a.admit(ctx, m))
+		a.view.publish(a)
 	case *messages.RetryBudgetDrop:
 		if a.budget != nil {
 			a.budget.Forget(m.GetSessionId())
@@ -81,12 +87,16 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RetryBudgetOutcome:
 		a.record(ctx, m.GetSuccess())
+		a.view.publish(a)
 	case *messages.RetryBudgetStatsRequest:
 		var st retry.BudgetStats
 		if a.budget != nil {
 			st = a.budget.Stats()
 		}
-		respond(ctx, a.clk, &messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
+		// Asked by Runtime.RetryBudget's future: the reply is not counted
+		// on the clock (track.RequestFuture), or a virtual clock would wait
+		// for it forever.
+		ctx.Respond(&messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
 	}
 }
 

@@ -358,6 +358,9 @@ func (s *SessionActor) publishState() {
 	st.busy.Store(s.core.Busy())
 	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
 	st.phase.Store(uint32(s.core.State()))
+	if s.core.State() != session.Backoff {
+		st.retryAt.Store(0)
+	}
 	st.retrying.Store(s.core.IsRetrying())
 	st.generation.Store(s.core.Generation())
 	st.autoRetry.Store(s.core.AutoRetryEnabled())

@@ -68,6 +68,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
+		s.cfg.State.retryAt.Store(clk.Now().Add(e.Delay).UnixNano())
 		track.Send(ctx, clk, s.retryPID, &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
 			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
 	case session.CancelTimer:
