@@ -80,11 +80,13 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 // ErrRuntimeClosed is returned once Shutdown has begun.
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 
-// NewRuntime starts a runtime.
 // schedulerShards is how many post-prompt schedulers a runtime runs, so
 // that a storm's continues do not all pass through one mailbox.
 const schedulerShards = 8
 
+// NewRuntime starts a runtime with opts. It refuses options that cannot
+// apply with an error naming the option, and a fallback target whose
+// provider is not registered.
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
 		clock:       clock.Real{},

@@ -1,6 +1,7 @@
 package musepi
 
 import (
+	"maps"
 	"time"
 
 	"github.com/musepi/musepi/messages"
@@ -53,7 +54,7 @@ func fromWireAssistant(m *messages.AssistantMessage) *AssistantMessage {
 		StopReason:   stopReasons[m.GetStopReason()],
 		ErrorMessage: m.GetErrorMessage(),
 		HTTPStatus:   int(m.GetHttpStatus()),
-		Headers:      m.GetHeaders(),
+		Headers:      maps.Clone(m.GetHeaders()), // the actors keep theirs
 		Provider:     m.GetProvider(),
 		Model:        m.GetModel(),
 		Time:         timeFromMs(m.GetTimestampMs()),
@@ -71,7 +72,7 @@ func fromWireAssistant(m *messages.AssistantMessage) *AssistantMessage {
 		}
 	}
 	if d := m.GetStopDetails(); d != nil {
-		out.StopDetails = &StopDetails{Type: d.GetType(), Fields: d.GetFields()}
+		out.StopDetails = &StopDetails{Type: d.GetType(), Fields: maps.Clone(d.GetFields())}
 	}
 	if u := m.GetUsage(); u != nil {
 		out.Usage = &Usage{Input: u.GetInput(), Output: u.GetOutput(), CacheRead: u.GetCacheRead(), CacheWrite: u.GetCacheWrite()}
@@ -87,7 +88,7 @@ func toWireAssistant(m *AssistantMessage) *messages.AssistantMessage {
 		StopReason:   wireStopReasons[m.StopReason],
 		ErrorMessage: m.ErrorMessage,
 		HttpStatus:   int32(m.HTTPStatus),
-		Headers:      m.Headers,
+		Headers:      maps.Clone(m.Headers),
 		Provider:     m.Provider,
 		Model:        m.Model,
 		TimestampMs:  msFromTime(m.Time),
@@ -109,7 +110,7 @@ func toWireAssistant(m *AssistantMessage) *messages.AssistantMessage {
 		out.Content = append(out.Content, &wb)
 	}
 	if d := m.StopDetails; d != nil {
-		out.StopDetails = &messages.StopDetails{Type: d.Type, Fields: d.Fields}
+		out.StopDetails = &messages.StopDetails{Type: d.Type, Fields: maps.Clone(d.Fields)}
 	}
 	if u := m.Usage; u != nil {
 		out.Usage = &messages.Usage{Input: u.Input, Output: u.Output, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite}
