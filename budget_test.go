@@ -72,13 +72,13 @@ func storm(t *testing.T, n int, budget bool) stormResult {
 			t.Fatal(err)
 		}
 		sess.Subscribe(func(e musepi.Event) {
-			if st, ok := e.Payload.(*messages.AutoRetryStart); ok && st.GetBudgetDelayMs() > 0 {
+			if st, ok := e.(musepi.AutoRetryStart); ok && st.BudgetDelay > 0 {
 				mu.Lock()
 				res.budgetDelayed++
 				mu.Unlock()
 			}
 		})
-		sess.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) {
+		sess.PromptAsync(ctx, "hi", func(_ *musepi.AssistantMessage, err error) {
 			if err != nil {
 				t.Errorf("session %d: %v", i, err)
 				return

@@ -3,11 +3,10 @@ package musepi_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
@@ -37,14 +36,14 @@ func panicking(n int64) musepi.Option {
 // state before it and tried again, and the prompt goes on as if nothing
 // happened.
 func TestCrashContainmentRetryChain(t *testing.T) {
-	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(1), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(1), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	s, rec := h.session()
 	other, otherRec := h.session()
 	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("recovered"))
 	h.p.SetScript(other.ID(), answer("unbothered"))
 	ch, chOther := h.prompt(s, "hi"), h.prompt(other, "hi")
 	h.run()
-	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "recovered" {
+	if r := h.settle(ch); r.err != nil || r.msg.Text() != "recovered" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	if r := h.settle(chOther); r.err != nil {
@@ -63,7 +62,7 @@ func TestCrashContainmentRetryChain(t *testing.T) {
 // prompt still returns a clear error (never a hang), and the session serves
 // the next prompt with a fresh chain.
 func TestCrashContainmentRetryChainGivesUp(t *testing.T) {
-	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(100), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), panicking(100), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	s, _ := h.session()
 	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("later"))
 	ch := h.prompt(s, "hi")
@@ -105,7 +104,7 @@ func TestCrashContainmentProvider(t *testing.T) {
 // A panic in a subscriber is contained: later events still reach it and
 // the others, and the prompt completes.
 func TestCrashContainmentSubscriber(t *testing.T) {
-	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	s, rec := h.session()
 	s.Subscribe(func(musepi.Event) { panic("subscriber bug") })
 	h.p.SetScript(s.ID(), answer("fine"))
@@ -126,7 +125,7 @@ func TestCrashContainmentTool(t *testing.T) {
 	h.p.SetScript(s.ID(), toolUse(&messages.ToolCall{Id: "1", Name: "boom"}), answer("survived"))
 	ch := h.prompt(s, "hi")
 	h.run()
-	if r := h.settle(ch); r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "survived" {
+	if r := h.settle(ch); r.err != nil || r.msg.Text() != "survived" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	last := h.p.Calls()[1].Context

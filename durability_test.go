@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/musepi/musepi"
@@ -24,7 +24,7 @@ import (
 )
 
 // historyOf reads a session's history file as a fresh store would.
-func historyOf(t *testing.T, dir, id string) []*messages.Entry {
+func historyOf(t *testing.T, dir, id string) []musepi.Entry {
 	t.Helper()
 	s, err := hist.OpenFileStore(dir)
 	if err != nil {
@@ -36,43 +36,43 @@ func historyOf(t *testing.T, dir, id string) []*messages.Entry {
 		t.Fatal(err)
 	}
 	l.Close()
-	return entries
+	return musepi.FromWireEntries(entries)
 }
 
 // expectSeq fails unless entries are numbered 1..n.
-func expectSeq(t *testing.T, entries []*messages.Entry) {
+func expectSeq(t *testing.T, entries []musepi.Entry) {
 	t.Helper()
 	for i, e := range entries {
-		if e.GetSeq() != uint64(i+1) {
-			t.Fatalf("entry %d has seq %d: %v", i, e.GetSeq(), entries)
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("entry %d has seq %d: %v", i, e.Seq, entries)
 		}
 	}
 }
 
 // kinds renders entries as "user:text", "assistant:text|error", ...
-func kinds(entries []*messages.Entry) []string {
+func kinds(entries []musepi.Entry) []string {
 	var out []string
 	for _, e := range entries {
 		switch {
-		case e.GetUser() != nil:
-			out = append(out, "user:"+e.GetUser().GetText())
-		case e.GetAssistant() != nil:
-			a := e.GetAssistant()
-			if a.GetErrorMessage() != "" {
-				out = append(out, "assistant-error:"+a.GetErrorMessage())
+		case e.User != nil:
+			out = append(out, "user:"+e.User.Text)
+		case e.Assistant != nil:
+			a := e.Assistant
+			if a.ErrorMessage != "" {
+				out = append(out, "assistant-error:"+a.ErrorMessage)
 			} else {
-				out = append(out, "assistant:"+textOf(a))
+				out = append(out, "assistant:"+a.Text())
 			}
-		case e.GetToolResult() != nil:
-			out = append(out, "tool_result:"+e.GetToolResult().GetOutput())
-		case e.GetModelChange() != nil:
-			out = append(out, "model_change:"+e.GetModelChange().GetTo())
+		case e.ToolResult != nil:
+			out = append(out, "tool_result:"+e.ToolResult.Output)
+		case e.ModelChange != nil:
+			out = append(out, "model_change:"+e.ModelChange.To)
 		}
 	}
 	return out
 }
 
-func expectKinds(t *testing.T, what string, entries []*messages.Entry, want ...string) {
+func expectKinds(t *testing.T, what string, entries []musepi.Entry, want ...string) {
 	t.Helper()
 	if got := kinds(entries); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("%s:\n got  %q\n want %q", what, got, want)
@@ -88,7 +88,7 @@ func TestFaultHistoryInvalidFailsOpen(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	_, err := h.rt.NewSession(context.Background(), musepi.WithModel("p/m"), musepi.WithSessionID("s"))
 	var he *hist.Error
 	if !errors.As(err, &he) || he.Path != path || he.Line != 2 || !errors.Is(err, hist.ErrInvalid) {
@@ -120,7 +120,7 @@ func TestFaultHistoryFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, musepi.WithHistoryStore(store), musepi.WithRetrySettings(noFallback()), musepi.WithLogger(zerolog.Nop()))
+	h := newHarness(t, musepi.WithHistoryStore(store), musepi.WithRetrySettings(noFallback()), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	s, rec := h.session(musepi.WithSessionID("s"))
 	ctx := context.Background()
 	expectHistoryErr := func(r result) {
@@ -133,8 +133,8 @@ func TestFaultHistoryFullDisk(t *testing.T) {
 		rec.mu.Lock()
 		last := rec.events[len(rec.events)-1]
 		rec.mu.Unlock()
-		if settled, ok := last.Payload.(*messages.AgentSettled); !ok || settled.GetSuccess() || !strings.Contains(settled.GetError(), path) {
-			t.Fatalf("the last event is not an agent_settled naming the file: %v", last.Proto)
+		if settled, ok := last.(musepi.AgentSettled); !ok || settled.Success || !strings.Contains(settled.Error, path) {
+			t.Fatalf("the last event is not an agent_settled naming the file: %#v", last)
 		}
 	}
 
@@ -164,12 +164,12 @@ func TestFaultHistoryFullDisk(t *testing.T) {
 		defer mu.Unlock()
 		order = append(order, fmt.Sprintf("%s %v", what, err))
 	}
-	s.Submit(ctx, "two", func(err error) { note("accepted", err) }, func(_ *messages.AssistantMessage, err error) { note("done", err) })
+	s.Submit(ctx, "two", func(err error) { note("accepted", err) }, func(_ *musepi.AssistantMessage, err error) { note("done", err) })
 	h.run()
 	// A refused prompt: accepted gets the error, then done.
 	disk.SetRoom(0)
 	s.Submit(ctx, "refused", func(err error) { note("accepted", errors.Is(err, musepi.ErrHistory)) },
-		func(_ *messages.AssistantMessage, err error) { note("done", errors.Is(err, musepi.ErrHistory)) })
+		func(_ *musepi.AssistantMessage, err error) { note("done", errors.Is(err, musepi.ErrHistory)) })
 	h.run()
 	disk.SetRoom(-1)
 	mu.Lock()
@@ -292,7 +292,7 @@ func TestResumeMarksInterruptedPrompt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeHistory(t, dir, "s", tt.written...)
-			h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(zerolog.Nop()))
+			h := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithLogger(slog.New(slog.DiscardHandler)))
 			s, _ := h.session(musepi.WithSessionID("s"))
 			ctx := context.Background()
 			got, err := s.History(ctx)

@@ -7,11 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
@@ -57,19 +56,11 @@ func (h *harness) runPrompt(s *musepi.Session, text string) result {
 	return h.settle(ch)
 }
 
-func textOf(msg *messages.AssistantMessage) string {
-	var b strings.Builder
-	for _, c := range msg.GetContent() {
-		b.WriteString(c.GetText().GetText())
-	}
-	return b.String()
-}
-
 // expectAnswer fails unless r is a success whose text is want.
 func expectAnswer(t *testing.T, r result, want string) {
 	t.Helper()
-	if r.err != nil || textOf(r.msg) != want {
-		t.Fatalf("prompt = %q, %v; want %q, nil", textOf(r.msg), r.err, want)
+	if r.err != nil || r.msg.Text() != want {
+		t.Fatalf("prompt = %q, %v; want %q, nil", r.msg.Text(), r.err, want)
 	}
 }
 
@@ -91,45 +82,45 @@ func (r *recorder) count(typ string) int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, e := range r.events {
-		if e.Type == typ {
+		if e.Type() == typ {
 			n++
 		}
 	}
 	return n
 }
 
-// payloads returns the typed payloads of the events of type typ.
-func (r *recorder) payloads(typ string) []proto.Message {
+// ofType returns the events of type typ.
+func (r *recorder) ofType(typ string) []musepi.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []proto.Message
+	var out []musepi.Event
 	for _, e := range r.events {
-		if e.Type == typ {
-			out = append(out, e.Payload)
+		if e.Type() == typ {
+			out = append(out, e)
 		}
 	}
 	return out
 }
 
 // describe renders history or runtime-context entries as lines.
-func describe(entries []*messages.Entry) []string {
+func describe(entries []musepi.Entry) []string {
 	var out []string
 	for _, e := range entries {
 		switch {
-		case e.GetUser() != nil:
-			out = append(out, "user "+e.GetUser().GetText())
-		case e.GetAssistant() != nil:
-			a := e.GetAssistant()
-			if a.GetErrorMessage() != "" {
-				out = append(out, fmt.Sprintf("assistant %s error=%q", a.GetStopReason(), a.GetErrorMessage()))
+		case e.User != nil:
+			out = append(out, "user "+e.User.Text)
+		case e.Assistant != nil:
+			a := e.Assistant
+			if a.ErrorMessage != "" {
+				out = append(out, fmt.Sprintf("assistant %s error=%q", a.StopReason, a.ErrorMessage))
 			} else {
-				out = append(out, fmt.Sprintf("assistant %s %q", a.GetStopReason(), textOf(a)))
+				out = append(out, fmt.Sprintf("assistant %s %q", a.StopReason, a.Text()))
 			}
-		case e.GetModelChange() != nil:
-			m := e.GetModelChange()
-			out = append(out, fmt.Sprintf("model_change %s -> %s (%s)", m.GetFrom(), m.GetTo(), m.GetReason()))
-		case e.GetToolResult() != nil:
-			out = append(out, "tool_result "+e.GetToolResult().GetName())
+		case e.ModelChange != nil:
+			m := e.ModelChange
+			out = append(out, fmt.Sprintf("model_change %s -> %s (%s)", m.From, m.To, m.Reason))
+		case e.ToolResult != nil:
+			out = append(out, "tool_result "+e.ToolResult.Name)
 		default:
 			out = append(out, "unknown entry")
 		}
@@ -137,7 +128,7 @@ func describe(entries []*messages.Entry) []string {
 	return out
 }
 
-func history(t *testing.T, s *musepi.Session) []*messages.Entry {
+func history(t *testing.T, s *musepi.Session) []musepi.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -148,7 +139,7 @@ func history(t *testing.T, s *musepi.Session) []*messages.Entry {
 	return entries
 }
 
-func runtimeContext(t *testing.T, s *musepi.Session) []*messages.Entry {
+func runtimeContext(t *testing.T, s *musepi.Session) []musepi.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -232,9 +223,9 @@ func TestTransientErrorsRetried(t *testing.T) {
 			expectAnswer(t, r, "hello")
 			expectLines(t, rec.lines(retryEvents...), oneRetryScript(500, "transient")...)
 			expectCalls(t, "p", h.p, 2)
-			start := rec.payloads("auto_retry_start")[0].(*messages.AutoRetryStart)
-			if start.GetErrorMessage() != c.out.Message.GetErrorMessage() {
-				t.Fatalf("auto_retry_start.errorMessage = %q, want %q", start.GetErrorMessage(), c.out.Message.GetErrorMessage())
+			start := rec.ofType("auto_retry_start")[0].(musepi.AutoRetryStart)
+			if start.ErrorMessage != c.out.Message.GetErrorMessage() {
+				t.Fatalf("auto_retry_start.errorMessage = %q, want %q", start.ErrorMessage, c.out.Message.GetErrorMessage())
 			}
 		})
 	}
@@ -345,8 +336,8 @@ func TestClientErrorsNotRetried(t *testing.T) {
 			h.p.SetScript(s.ID(), c.out, answer("hello"))
 			r := h.runPrompt(s, "hi")
 			expectErr(t, r, musepi.ErrPromptFailed)
-			if r.msg.GetErrorMessage() != c.out.Message.GetErrorMessage() {
-				t.Fatalf("prompt message = %q, want the provider's error", r.msg.GetErrorMessage())
+			if r.msg.ErrorMessage != c.out.Message.GetErrorMessage() {
+				t.Fatalf("prompt message = %q, want the provider's error", r.msg.ErrorMessage)
 			}
 			expectLines(t, rec.lines(retryEvents...), notRetried...)
 			expectCalls(t, "p", h.p, 1)
@@ -387,9 +378,9 @@ func TestContextOverflowRoutedToCompaction(t *testing.T) {
 				"compaction_required",
 				"agent_settled success=false",
 			)
-			cr := rec.payloads("compaction_required")[0].(*messages.CompactionRequired)
-			if cr.GetErrorMessage() != text {
-				t.Fatalf("compaction_required.errorMessage = %q, want %q", cr.GetErrorMessage(), text)
+			cr := rec.ofType("compaction_required")[0].(musepi.CompactionRequired)
+			if cr.ErrorMessage != text {
+				t.Fatalf("compaction_required.errorMessage = %q, want %q", cr.ErrorMessage, text)
 			}
 			expectCalls(t, "p", h.p, 1)
 		})
@@ -525,9 +516,9 @@ func TestSuccessEndsChain(t *testing.T) {
 	r := h.settle(ch)
 	expectAnswer(t, r, "hello")
 	expectLines(t, rec.lines(retryEvents...), oneRetryScript(500, "transient")...)
-	end := rec.payloads("auto_retry_end")[0].(*messages.AutoRetryEnd)
-	if end.FinalError != nil {
-		t.Fatalf("successful auto_retry_end carries finalError %q", end.GetFinalError())
+	end := rec.ofType("auto_retry_end")[0].(musepi.AutoRetryEnd)
+	if end.FinalError != "" || end.Wire().GetAutoRetryEnd().FinalError != nil {
+		t.Fatalf("successful auto_retry_end carries finalError %q", end.FinalError)
 	}
 	if s.IsRetrying() || s.Busy() {
 		t.Fatalf("after success: IsRetrying=%t Busy=%t", s.IsRetrying(), s.Busy())
@@ -714,12 +705,12 @@ func TestModelFallbackApplied(t *testing.T) {
 	expectCalls(t, "p", h.p, 1)
 	expectLines(t, describe(history(t, s)),
 		"user hi",
-		`assistant STOP_REASON_ERROR error="{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}"`,
+		`assistant error error="{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}"`,
 		"model_change p/m -> q/m2 (fallback)",
-		`assistant STOP_REASON_STOP "from q"`,
+		`assistant stop "from q"`,
 	)
 	// The runtime context holds neither the failed turn nor the model change.
-	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant STOP_REASON_STOP "from q"`)
+	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant stop "from q"`)
 }
 
 // With cooldown-expiry the primary comes back before the first prompt after
@@ -1047,13 +1038,13 @@ func TestHistoryKeepsErrorRuntimeContextDropsIt(t *testing.T) {
 	expectAnswer(t, h.runPrompt(s, "hi"), "hello")
 	expectLines(t, describe(history(t, s)),
 		"user hi",
-		`assistant STOP_REASON_ERROR error="503 Service Unavailable"`,
-		`assistant STOP_REASON_STOP "hello"`,
+		`assistant error error="503 Service Unavailable"`,
+		`assistant stop "hello"`,
 	)
-	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant STOP_REASON_STOP "hello"`)
+	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant stop "hello"`)
 	// The retried turn was sent without the failed one.
 	calls := h.p.Calls()
-	expectLines(t, describe(calls[1].Context), "user hi")
+	expectLines(t, describe(musepi.FromWireEntries(calls[1].Context)), "user hi")
 }
 
 // Note: Session.History and Session.Messages leave the virtual clock busy
@@ -1081,14 +1072,14 @@ func TestHistorySurvivesReopen(t *testing.T) {
 	h2.p.SetScript(id, answer("again"))
 	expectAnswer(t, h2.runPrompt(s2, "more"), "again")
 	expectLines(t, rec.lines(retryEvents...), "agent_end willRetry=false", "agent_settled success=true")
-	expectLines(t, describe(h2.p.Calls()[0].Context), "user hi", `assistant STOP_REASON_STOP "hello"`, "user more")
+	expectLines(t, describe(musepi.FromWireEntries(h2.p.Calls()[0].Context)), "user hi", `assistant stop "hello"`, "user more")
 
 	wantHistory := []string{
 		"user hi",
-		`assistant STOP_REASON_ERROR error="503 Service Unavailable"`,
-		`assistant STOP_REASON_STOP "hello"`,
+		`assistant error error="503 Service Unavailable"`,
+		`assistant stop "hello"`,
 		"user more",
-		`assistant STOP_REASON_STOP "again"`,
+		`assistant stop "again"`,
 	}
 	after := history(t, s2)
 	expectLines(t, describe(after), wantHistory...)
@@ -1096,17 +1087,17 @@ func TestHistorySurvivesReopen(t *testing.T) {
 		t.Fatalf("history had %d entries before reopening, %d after one more prompt", len(before), len(after))
 	}
 	for i := range before {
-		if !proto.Equal(before[i], after[i]) {
+		if !reflect.DeepEqual(before[i], after[i]) {
 			t.Fatalf("history entry %d changed on reopening:\n  before %v\n  after  %v", i, before[i], after[i])
 		}
 	}
 	for i, e := range after {
-		if e.GetSeq() != uint64(i+1) {
-			t.Fatalf("history entry %d has seq %d, want %d", i, e.GetSeq(), i+1)
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("history entry %d has seq %d, want %d", i, e.Seq, i+1)
 		}
 	}
 	expectLines(t, describe(runtimeContext(t, s2)),
-		"user hi", `assistant STOP_REASON_STOP "hello"`, "user more", `assistant STOP_REASON_STOP "again"`)
+		"user hi", `assistant stop "hello"`, "user more", `assistant stop "again"`)
 }
 
 // Reading History or Messages between prompts must not disturb the session:
@@ -1119,12 +1110,12 @@ func TestHistoryReadBetweenPrompts(t *testing.T) {
 	expectAnswer(t, h.runPrompt(s, "hi"), "hello")
 	expectLines(t, describe(history(t, s)),
 		"user hi",
-		`assistant STOP_REASON_ERROR error="503 Service Unavailable"`,
-		`assistant STOP_REASON_STOP "hello"`,
+		`assistant error error="503 Service Unavailable"`,
+		`assistant stop "hello"`,
 	)
-	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant STOP_REASON_STOP "hello"`)
+	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant stop "hello"`)
 	n := len(rec.lines(retryEvents...))
 	expectAnswer(t, h.runPrompt(s, "again"), "second")
 	expectLines(t, rec.lines(retryEvents...)[n:], "agent_end willRetry=false", "agent_settled success=true")
-	expectLines(t, describe(h.p.Calls()[2].Context), "user hi", `assistant STOP_REASON_STOP "hello"`, "user again")
+	expectLines(t, describe(musepi.FromWireEntries(h.p.Calls()[2].Context)), "user hi", `assistant stop "hello"`, "user again")
 }

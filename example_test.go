@@ -7,7 +7,6 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -35,12 +34,12 @@ func Example() {
 	}
 	settled := make(chan struct{})
 	s.Subscribe(func(ev musepi.Event) {
-		switch p := ev.Payload.(type) {
-		case *messages.AutoRetryStart:
-			fmt.Printf("retrying (%d/%d): %s\n", p.GetAttempt(), p.GetMaxAttempts(), p.GetErrorMessage())
-		case *messages.AutoRetryEnd:
-			fmt.Printf("retry over, success=%t\n", p.GetSuccess())
-		case *messages.AgentSettled:
+		switch ev := ev.(type) {
+		case musepi.AutoRetryStart:
+			fmt.Printf("retrying (%d/%d) in %v: %s\n", ev.Attempt, ev.MaxAttempts, ev.Delay.Round(10*time.Millisecond), ev.ErrorMessage)
+		case musepi.AutoRetryEnd:
+			fmt.Printf("retry over, success=%t\n", ev.Success)
+		case musepi.AgentSettled:
 			close(settled)
 		}
 	})
@@ -49,11 +48,11 @@ func Example() {
 		panic(err)
 	}
 	<-settled
-	fmt.Println(msg.GetContent()[0].GetText().GetText())
+	fmt.Println(msg.Text(), msg.StopReason)
 	// Output:
-	// retrying (1/10): 503 Service Unavailable
+	// retrying (1/10) in 10ms: 503 Service Unavailable
 	// retry over, success=true
-	// Hello!
+	// Hello! stop
 }
 
 // On a virtual clock the whole runtime runs in virtual time: a one-minute
@@ -70,7 +69,7 @@ func ExampleWithClock() {
 	s, _ := rt.NewSession(ctx, musepi.WithModel("demo/m"))
 
 	start := clk.Now()
-	done := make(chan *messages.AssistantMessage)
+	done := make(chan *musepi.AssistantMessage)
 	go func() {
 		msg, _ := s.Prompt(ctx, "hi")
 		done <- msg
@@ -80,6 +79,6 @@ func ExampleWithClock() {
 	}
 	_ = clk.RunUntilIdle(ctx)
 	msg := <-done
-	fmt.Println(msg.GetContent()[0].GetText().GetText(), "after", clk.Now().Sub(start).Round(time.Second))
+	fmt.Println(msg.Text(), "after", clk.Now().Sub(start).Round(time.Second))
 	// Output: done after 1m0s
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -81,7 +80,7 @@ func (h *harness) session(opts ...musepi.SessionOption) (*musepi.Session, *recor
 }
 
 type result struct {
-	msg *messages.AssistantMessage
+	msg *musepi.AssistantMessage
 	err error
 }
 
@@ -172,7 +171,7 @@ func (r *recorder) seqs() []uint64 {
 	defer r.mu.Unlock()
 	out := make([]uint64, len(r.events))
 	for i, e := range r.events {
-		out[i] = e.Seq
+		out[i] = e.Header().Seq
 	}
 	return out
 }
@@ -184,7 +183,7 @@ func (r *recorder) lastSeq() uint64 {
 	if len(r.events) == 0 {
 		return 0
 	}
-	return r.events[len(r.events)-1].Seq
+	return r.events[len(r.events)-1].Header().Seq
 }
 
 // lines renders the retry-relevant events as script lines.
@@ -197,7 +196,7 @@ func (r *recorder) lines(types ...string) []string {
 	}
 	var out []string
 	for _, e := range r.events {
-		if len(types) > 0 && !keep[e.Type] {
+		if len(types) > 0 && !keep[e.Type()] {
 			continue
 		}
 		out = append(out, render(e))
@@ -206,27 +205,27 @@ func (r *recorder) lines(types ...string) []string {
 }
 
 func render(e musepi.Event) string {
-	switch p := e.Payload.(type) {
-	case *messages.AutoRetryStart:
-		return fmt.Sprintf("auto_retry_start %d/%d delay=%dms class=%s", p.GetAttempt(), p.GetMaxAttempts(), p.GetDelayMs(), p.GetErrorClass())
-	case *messages.AutoRetryEnd:
-		s := fmt.Sprintf("auto_retry_end success=%t attempt=%d", p.GetSuccess(), p.GetAttempt())
-		if p.FinalError != nil {
-			s += fmt.Sprintf(" error=%q", p.GetFinalError())
+	switch p := e.(type) {
+	case musepi.AutoRetryStart:
+		return fmt.Sprintf("auto_retry_start %d/%d delay=%dms class=%s", p.Attempt, p.MaxAttempts, p.Delay.Milliseconds(), p.ErrorClass)
+	case musepi.AutoRetryEnd:
+		s := fmt.Sprintf("auto_retry_end success=%t attempt=%d", p.Success, p.Attempt)
+		if !p.Success {
+			s += fmt.Sprintf(" error=%q", p.FinalError)
 		}
 		return s
-	case *messages.AgentEnd:
-		return fmt.Sprintf("agent_end willRetry=%t", p.GetWillRetry())
-	case *messages.AgentSettled:
-		return fmt.Sprintf("agent_settled success=%t", p.GetSuccess())
-	case *messages.RetryFallbackApplied:
-		return fmt.Sprintf("retry_fallback_applied %s -> %s (%s)", p.GetFrom(), p.GetTo(), p.GetRole())
-	case *messages.RetryFallbackSucceeded:
-		return fmt.Sprintf("retry_fallback_succeeded %s (%s)", p.GetModel(), p.GetRole())
-	case *messages.ModelChange:
-		return fmt.Sprintf("model_change %s -> %s (%s)", p.GetFrom(), p.GetTo(), p.GetReason())
+	case musepi.AgentEnd:
+		return fmt.Sprintf("agent_end willRetry=%t", p.WillRetry)
+	case musepi.AgentSettled:
+		return fmt.Sprintf("agent_settled success=%t", p.Success)
+	case musepi.RetryFallbackApplied:
+		return fmt.Sprintf("retry_fallback_applied %s -> %s (%s)", p.From, p.To, p.Role)
+	case musepi.RetryFallbackSucceeded:
+		return fmt.Sprintf("retry_fallback_succeeded %s (%s)", p.Model, p.Role)
+	case musepi.ModelChanged:
+		return fmt.Sprintf("model_change %s -> %s (%s)", p.From, p.To, p.Reason)
 	}
-	return e.Type
+	return e.Type()
 }
 
 func expectLines(t *testing.T, got []string, want ...string) {

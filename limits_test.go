@@ -7,9 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
+	hist "github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -104,8 +105,8 @@ func TestMaxResponseBytes(t *testing.T) {
 				t.Errorf("%d provider calls, want 1: the error must not be retried", n)
 			}
 			streamed := 0
-			for _, u := range rec.payloads("message_update") {
-				streamed += len(u.(*messages.MessageUpdate).GetDelta())
+			for _, u := range rec.ofType("message_update") {
+				streamed += len(u.(musepi.MessageUpdate).Delta)
 			}
 			if streamed > tt.max {
 				t.Errorf("%d bytes of deltas delivered, more than the bound %d", streamed, tt.max)
@@ -118,11 +119,14 @@ func TestMaxResponseBytes(t *testing.T) {
 
 // NewRuntime refuses options it cannot honour, naming the option: a nil
 // provider, one given twice, an empty name, a fallback target whose
-// provider is not there.
+// provider is not there, zero or negative settings, nil values.
 func TestNewRuntimeRefusesBadOptions(t *testing.T) {
 	p := provider.NewScripted()
 	chains := retry.DefaultSettings()
 	chains.FallbackChains = map[string][]string{"default": {"p/m2", "nowhere/m"}}
+	negRetries, negDelay := retry.DefaultSettings(), retry.DefaultSettings()
+	negRetries.MaxRetries, negDelay.BaseDelay = -1, -time.Second
+	run := func(context.Context, string) (string, error) { return "", nil }
 	tests := []struct {
 		name string
 		opts []musepi.Option
@@ -132,8 +136,26 @@ func TestNewRuntimeRefusesBadOptions(t *testing.T) {
 		{"duplicate provider", []musepi.Option{musepi.WithProvider("p", p), musepi.WithProvider("p", p)}, `WithProvider("p"): provider given twice`},
 		{"empty name", []musepi.Option{musepi.WithProvider("", p)}, "WithProvider: empty provider name"},
 		{"unknown fallback target", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(chains)},
-			`retry.fallbackChains.default[1] "nowhere/m": no provider "nowhere"`},
-		{"zero settings", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(retry.Settings{})}, "settings are empty"},
+			`WithRetrySettings: retry.fallbackChains.default[1] "nowhere/m": unknown fallback target: no provider "nowhere"`},
+		{"zero settings", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(retry.Settings{})}, "WithRetrySettings: retry: settings are empty"},
+		{"negative max retries", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(negRetries)}, "WithRetrySettings: retry.maxRetries: must be 0 or more, got -1"},
+		{"negative base delay", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(negDelay)}, "WithRetrySettings: retry.baseDelayMs: must be 0 or more"},
+		{"provider name with a slash", []musepi.Option{musepi.WithProvider("a/b", p)}, `WithProvider("a/b"): a provider name cannot hold '/'`},
+		{"empty credential name", []musepi.Option{musepi.WithProvider("p", p, musepi.Credential{APIKey: "k"})}, `WithProvider("p"): credential 0: empty or duplicate name`},
+		{"duplicate credential", []musepi.Option{musepi.WithProvider("p", p, musepi.Credential{Name: "a"}, musepi.Credential{Name: "a"})}, `WithProvider("p"): credential 1: empty or duplicate name "a"`},
+		{"nil clock", []musepi.Option{musepi.WithClock(nil)}, "WithClock: nil clock"},
+		{"negative limit", []musepi.Option{musepi.WithLimits(musepi.Limits{Sessions: 10, PromptBytes: -1})}, "WithLimits: PromptBytes is -1"},
+		{"negative queue", []musepi.Option{musepi.WithEventQueueLen(-5)}, "WithEventQueueLen: negative length -5"},
+		{"negative idle timeout", []musepi.Option{musepi.WithStreamIdleTimeout(-time.Second)}, "WithStreamIdleTimeout: negative timeout -1s"},
+		{"negative response bound", []musepi.Option{musepi.WithMaxResponseBytes(-1)}, "WithMaxResponseBytes: negative bound -1"},
+		{"tool without a name", []musepi.Option{musepi.WithTools(musepi.Tool{Run: run})}, "WithTools: a tool without a name"},
+		{"tool without Run", []musepi.Option{musepi.WithTools(musepi.Tool{Name: "ls"})}, `WithTools("ls"): nil Run`},
+		{"duplicate tool", []musepi.Option{musepi.WithTools(musepi.Tool{Name: "ls", Run: run}), musepi.WithTools(musepi.Tool{Name: "ls", Run: run})}, `WithTools("ls"): tool given twice`},
+		{"empty history dir", []musepi.Option{musepi.WithHistoryDir("")}, "WithHistoryDir: empty directory"},
+		{"unknown history sync", []musepi.Option{musepi.WithHistorySync(hist.Sync(7))}, "WithHistorySync: unknown policy 7"},
+		{"nil history store", []musepi.Option{musepi.WithHistoryStore(nil)}, "WithHistoryStore: nil store"},
+		{"nil jitter source", []musepi.Option{musepi.WithJitterSource(nil)}, "WithJitterSource: nil source function"},
+		{"nil logger", []musepi.Option{musepi.WithLogger(nil)}, "WithLogger: nil logger"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

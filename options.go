@@ -1,8 +1,11 @@
 package musepi
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -10,23 +13,61 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/zslog"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
 
-// Credential is one API key of a provider.
-type Credential = actors.Credential
+// Credential is one API key of a provider (WithProvider).
+type Credential struct {
+	// Name names the credential in events and logs (never the key); unique
+	// within its provider, not empty.
+	Name   string
+	APIKey string
+	// BankedResets is how many usage-limit resets this credential may
+	// spend when no sibling credential is free (only with WithAutoRedeem).
+	BankedResets int
+}
 
-// Tool is a Go function the model may call.
-type Tool = actors.Tool
+// Tool is a Go function the model may call (WithTools).
+type Tool struct {
+	Name        string // unique among the runtime's tools, not empty
+	Description string // what the tool does, for the model
+	SchemaJSON  string // JSON schema of the arguments object
+	// Run runs one call with its arguments (a JSON object) and returns the
+	// output the model sees; an error is shown to the model as a failed
+	// call. ctx ends when the prompt is aborted.
+	Run func(ctx context.Context, argsJSON string) (string, error)
+}
 
-// CompactionHook shrinks a runtime context that overflowed the model's window.
-type CompactionHook = actors.CompactionHook
+// CompactionHook shrinks a runtime context that overflowed the model's
+// window (WithCompactionHook). It gets the session's id, its runtime
+// context and the failed turn (nil for a manual Session.Compact) and
+// returns the new runtime context, after which the session continues the
+// prompt, or an error that ends the prompt. Entries it keeps should keep
+// their Seq; new ones (a summary) have Seq 0.
+type CompactionHook func(ctx context.Context, sessionID string, runtime []Entry, failed *AssistantMessage) ([]Entry, error)
+
+// wire is the hook on the actors' wire types.
+func (h CompactionHook) wire() actors.CompactionHook {
+	if h == nil {
+		return nil
+	}
+	return func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
+		out, err := h(ctx, sessionID, fromWireEntries(runtime), fromWireAssistant(failed))
+		if err != nil {
+			return nil, err
+		}
+		return toWireEntries(out), nil
+	}
+}
 
 type runtimeConfig struct {
 	optionErrs  []error // options that cannot be applied, reported by NewRuntime
 	clock       clock.Clock
-	log         zerolog.Logger
+	log         zerolog.Logger // what the internals log with
+	slog        *slog.Logger   // WithLogger's logger (nil: the default)
 	providers   map[string]provider.Provider
 	creds       map[string][]Credential
 	autoRedeem  bool
@@ -45,16 +86,44 @@ type runtimeConfig struct {
 	queueLen    int
 }
 
-// Option configures a Runtime.
+// Option configures a Runtime. NewRuntime refuses options that cannot
+// apply (a nil value, a negative setting, a name given twice), with an
+// error naming the option.
 type Option func(*runtimeConfig)
+
+// refuse records that option cannot apply, for NewRuntime to report.
+func (c *runtimeConfig) refuse(option, format string, args ...any) {
+	c.optionErrs = append(c.optionErrs, fmt.Errorf("%s: %s", option, fmt.Sprintf(format, args...)))
+}
 
 // WithClock runs the runtime on clk (default: the wall clock). A
 // clock.Virtual runs the whole runtime in virtual time.
-func WithClock(clk clock.Clock) Option { return func(c *runtimeConfig) { c.clock = clk } }
+func WithClock(clk clock.Clock) Option {
+	return func(c *runtimeConfig) {
+		if clk == nil {
+			c.refuse("WithClock", "nil clock")
+			return
+		}
+		c.clock = clk
+	}
+}
 
-// WithLogger logs through log (default: warnings and errors to stderr).
-// protoactor-go's own log/slog output goes to the same logger.
-func WithLogger(log zerolog.Logger) Option { return func(c *runtimeConfig) { c.log = log } }
+// WithLogger logs through log (default: warnings and errors to stderr, by
+// zerolog). The runtime logs what an operator acts on: history writes that
+// failed, panics recovered, subscribers that fell behind; at debug level
+// also its decisions. protoactor-go's own log/slog output goes to the same
+// logger at warning and above only (its info lines are dead letters of
+// aborted streams and the like).
+func WithLogger(log *slog.Logger) Option {
+	return func(c *runtimeConfig) {
+		if log == nil {
+			c.refuse("WithLogger", "nil logger (slog.New(slog.DiscardHandler) logs nothing)")
+			return
+		}
+		c.slog = log
+		c.log = zslog.Logger(log.Handler())
+	}
+}
 
 // WithProvider registers a provider under name, with its credentials (API
 // keys), selected per session and switched on usage limits. NewRuntime
@@ -63,11 +132,13 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 	return func(c *runtimeConfig) {
 		switch _, dup := c.providers[name]; {
 		case name == "":
-			c.optionErrs = append(c.optionErrs, errors.New("WithProvider: empty provider name"))
+			c.refuse("WithProvider", "empty provider name")
+		case strings.Contains(name, "/"):
+			c.refuse(fmt.Sprintf("WithProvider(%q)", name), "a provider name cannot hold '/' (models are named \"provider/model\")")
 		case p == nil:
-			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithProvider(%q): nil provider", name))
+			c.refuse(fmt.Sprintf("WithProvider(%q)", name), "nil provider")
 		case dup:
-			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithProvider(%q): provider given twice", name))
+			c.refuse(fmt.Sprintf("WithProvider(%q)", name), "provider given twice")
 		}
 		c.providers[name] = p
 		c.creds[name] = append([]Credential(nil), creds...)
@@ -79,13 +150,31 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 func WithAutoRedeem(on bool) Option { return func(c *runtimeConfig) { c.autoRedeem = on } }
 
 // WithRetrySettings sets the `retry` settings group of every session
-// (default retry.DefaultSettings()).
-func WithRetrySettings(s retry.Settings) Option { return func(c *runtimeConfig) { c.settings = s } }
+// (default retry.DefaultSettings()). Start from retry.DefaultSettings() and
+// change what differs: the zero Settings is refused, as are negative
+// counts and delays.
+func WithRetrySettings(s retry.Settings) Option {
+	return func(c *runtimeConfig) {
+		if err := s.Validate(); err != nil {
+			c.refuse("WithRetrySettings", "%v", err)
+			return
+		}
+		c.settings = s
+	}
+}
 
 // WithHistoryDir keeps each session's history in dir, one JSON-lines file
 // per session, so it survives a restart. Without it (and without
 // WithHistoryStore) history lives in memory.
-func WithHistoryDir(dir string) Option { return func(c *runtimeConfig) { c.historyDir = dir } }
+func WithHistoryDir(dir string) Option {
+	return func(c *runtimeConfig) {
+		if dir == "" {
+			c.refuse("WithHistoryDir", "empty directory (leave the option out to keep history in memory)")
+			return
+		}
+		c.historyDir = dir
+	}
+}
 
 // WithHistorySync sets when WithHistoryDir's files are synced to disk:
 // history.SyncTurn (the default: after each turn's assistant message and
@@ -94,15 +183,45 @@ func WithHistoryDir(dir string) Option { return func(c *runtimeConfig) { c.histo
 // A killed process loses nothing written under any of them; the policy is
 // about power cuts and kernel crashes.
 func WithHistorySync(policy history.Sync) Option {
-	return func(c *runtimeConfig) { c.historySync = policy }
+	return func(c *runtimeConfig) {
+		if policy < history.SyncTurn || policy > history.SyncNone {
+			c.refuse("WithHistorySync", "unknown policy %d (want history.SyncTurn, SyncEntry or SyncNone)", policy)
+			return
+		}
+		c.historySync = policy
+	}
 }
 
 // WithHistoryStore keeps history in store; the runtime closes it on Shutdown.
-func WithHistoryStore(store history.Store) Option { return func(c *runtimeConfig) { c.store = store } }
+func WithHistoryStore(store history.Store) Option {
+	return func(c *runtimeConfig) {
+		if store == nil {
+			c.refuse("WithHistoryStore", "nil store")
+			return
+		}
+		c.store = store
+	}
+}
 
-// WithTools registers Go tools the model may call.
+// WithTools registers Go tools the model may call; NewRuntime refuses a
+// tool without a name or a Run function, and a name given twice.
 func WithTools(tools ...Tool) Option {
-	return func(c *runtimeConfig) { c.tools = append(c.tools, tools...) }
+	return func(c *runtimeConfig) {
+		for _, t := range tools {
+			switch {
+			case t.Name == "":
+				c.refuse("WithTools", "a tool without a name")
+				continue
+			case t.Run == nil:
+				c.refuse(fmt.Sprintf("WithTools(%q)", t.Name), "nil Run")
+				continue
+			case slices.ContainsFunc(c.tools, func(o Tool) bool { return o.Name == t.Name }):
+				c.refuse(fmt.Sprintf("WithTools(%q)", t.Name), "tool given twice")
+				continue
+			}
+			c.tools = append(c.tools, t)
+		}
+	}
 }
 
 // WithCompactionHook runs hook on context overflow (default: emit
@@ -120,14 +239,26 @@ func WithSeed(seed uint64) Option {
 // returns, for simulations and tests that need exact delays (a source
 // returning 1 gives the nominal backoff). It overrides WithSeed.
 func WithJitterSource(newSource func() retry.Source) Option {
-	return func(c *runtimeConfig) { c.newSource = newSource }
+	return func(c *runtimeConfig) {
+		if newSource == nil {
+			c.refuse("WithJitterSource", "nil source function")
+			return
+		}
+		c.newSource = newSource
+	}
 }
 
 // WithStreamIdleTimeout ends a stream that sends nothing for d as a
 // transient "stream stalled" error, which the policy retries unless output
 // had already streamed (default 120 s; 0 turns the watchdog off).
 func WithStreamIdleTimeout(d time.Duration) Option {
-	return func(c *runtimeConfig) { c.streamIdle = d }
+	return func(c *runtimeConfig) {
+		if d < 0 {
+			c.refuse("WithStreamIdleTimeout", "negative timeout %v (0 turns the watchdog off)", d)
+			return
+		}
+		c.streamIdle = d
+	}
 }
 
 // DefaultMaxResponseBytes is the response size bound of a runtime without
@@ -139,7 +270,13 @@ const DefaultMaxResponseBytes = actors.DefaultMaxResponseBytes
 // off). A turn that streams more is ended with the error "response too
 // large: ...", which is not retried, and the prompt fails with it.
 func WithMaxResponseBytes(n int) Option {
-	return func(c *runtimeConfig) { c.maxResponse = n }
+	return func(c *runtimeConfig) {
+		if n < 0 {
+			c.refuse("WithMaxResponseBytes", "negative bound %d (0 turns the bound off)", n)
+			return
+		}
+		c.maxResponse = n
+	}
 }
 
 // Limits bound what a runtime holds; a zero field means no limit.
@@ -158,14 +295,37 @@ var DefaultLimits = Limits{Sessions: 100_000, PromptsInFlight: 100_000, PromptBy
 
 // WithLimits bounds sessions, prompts in flight and prompt size; exceeding
 // one returns a *LimitError (errors.Is(err, ErrLimitExceeded)).
-func WithLimits(l Limits) Option { return func(c *runtimeConfig) { c.limits = l } }
+// A negative field is refused.
+func WithLimits(l Limits) Option {
+	return func(c *runtimeConfig) {
+		for _, f := range []struct {
+			name string
+			n    int
+		}{{"Sessions", l.Sessions}, {"PromptsInFlight", l.PromptsInFlight}, {"PromptBytes", l.PromptBytes}} {
+			if f.n < 0 {
+				c.refuse("WithLimits", "%s is %d: want 0 (no limit) or more", f.name, f.n)
+				return
+			}
+		}
+		c.limits = l
+	}
+}
 
 // WithEventQueueLen bounds each subscriber's queue (default 4096 events).
 // A subscriber that falls behind misses message_update deltas first, then
 // other non-terminal events (they have a reserve of a quarter more places),
 // never agent_end, auto_retry_end or agent_settled, and is told with
 // events_lost {count}.
-func WithEventQueueLen(n int) Option { return func(c *runtimeConfig) { c.queueLen = n } }
+// Zero keeps the default; a negative length is refused.
+func WithEventQueueLen(n int) Option {
+	return func(c *runtimeConfig) {
+		if n < 0 {
+			c.refuse("WithEventQueueLen", "negative length %d", n)
+			return
+		}
+		c.queueLen = n
+	}
+}
 
 type sessionConfig struct {
 	id       string

@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 )
 
 // asyncResult collects PromptAsync's callback, failing on a second call.
-func asyncResult(t *testing.T) (func(*messages.AssistantMessage, error), <-chan result) {
+func asyncResult(t *testing.T) (func(*musepi.AssistantMessage, error), <-chan result) {
 	ch := make(chan result, 2)
-	return func(msg *messages.AssistantMessage, err error) {
+	return func(msg *musepi.AssistantMessage, err error) {
 		ch <- result{msg, err}
 		if len(ch) > 1 {
 			t.Error("PromptAsync called done twice")
@@ -30,7 +29,7 @@ func TestPromptAsync(t *testing.T) {
 		s.PromptAsync(context.Background(), "hi", done)
 		h.run()
 		r := h.settle(ch)
-		if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "hello" {
+		if r.err != nil || r.msg.Text() != "hello" {
 			t.Fatalf("PromptAsync = %v, %v; want hello", r.msg, r.err)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -63,12 +62,12 @@ func TestSlowSubscriber(t *testing.T) {
 	for delivered+lost < total {
 		select {
 		case e := <-got:
-			if l, ok := e.Payload.(*messages.EventsLost); ok {
-				lost += l.GetCount()
+			if l, ok := e.(musepi.EventsLost); ok {
+				lost += l.Count
 				continue
 			}
 			delivered++
-			terminal[e.Type]++
+			terminal[e.Type()]++
 		case <-ctx.Done():
 			t.Fatalf("delivered %d and lost %d of %d events", delivered, lost, total)
 		}
@@ -107,14 +106,14 @@ func TestGracefulShutdownKeepsHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(hist) != 2 || hist[0].GetUser().GetText() != "remember me" || hist[1].GetAssistant().GetHttpStatus() != 429 {
+	if len(hist) != 2 || hist[0].User == nil || hist[0].User.Text != "remember me" || hist[1].Assistant == nil || hist[1].Assistant.HTTPStatus != 429 {
 		t.Fatalf("history after restart: %v", hist)
 	}
 	msgs, err := s2.Messages(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 1 || msgs[0].GetUser().GetText() != "remember me" {
+	if len(msgs) != 1 || msgs[0].User == nil || msgs[0].User.Text != "remember me" {
 		t.Fatalf("runtime context after restart: %v (the failed turn stays out of it)", msgs)
 	}
 }

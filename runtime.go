@@ -27,6 +27,7 @@ import (
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/internal/zslog"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -44,6 +45,9 @@ type Runtime struct {
 	pool   *dispatch.Pool // runs every actor's mailbox
 
 	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
+
+	credViews     map[string]*actors.CredentialsView // per provider, for Stats
+	cooldownViews []*actors.CooldownView             // per role, for Stats
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -76,11 +80,13 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 // ErrRuntimeClosed is returned once Shutdown has begun.
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 
-// NewRuntime starts a runtime.
 // schedulerShards is how many post-prompt schedulers a runtime runs, so
 // that a storm's continues do not all pass through one mailbox.
 const schedulerShards = 8
 
+// NewRuntime starts a runtime with opts. It refuses options that cannot
+// apply with an error naming the option, and a fallback target whose
+// provider is not registered.
 func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := runtimeConfig{
 		clock:       clock.Real{},
@@ -104,7 +110,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	for role, chain := range cfg.settings.FallbackChains {
 		for i, m := range chain {
 			if p, _, _ := retry.SplitModel(m); cfg.providers[p] == nil {
-				return nil, fmt.Errorf("musepi: retry.fallbackChains.%s[%d] %q: no provider %q (WithProvider)", role, i, m, p)
+				return nil, fmt.Errorf("musepi: WithRetrySettings: retry.fallbackChains.%s[%d] %q: unknown fallback target: no provider %q (WithProvider)", role, i, m, p)
 			}
 		}
 	}
@@ -112,7 +118,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		seen := map[string]bool{}
 		for i, c := range creds {
 			if c.Name == "" || seen[c.Name] {
-				return nil, fmt.Errorf("musepi: provider %q credential %d: empty or duplicate name %q", name, i, c.Name)
+				return nil, fmt.Errorf("musepi: WithProvider(%q): credential %d: empty or duplicate name %q", name, i, c.Name)
 			}
 			seen[c.Name] = true
 		}
@@ -133,19 +139,26 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	}
 	log := cfg.log
 	rt := &Runtime{
-		cfg:      cfg,
-		store:    store,
-		sessions: map[string]*Session{},
-		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
+		cfg:       cfg,
+		store:     store,
+		sessions:  map[string]*Session{},
+		credViews: map[string]*actors.CredentialsView{},
+		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
 	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			// protoactor-go logs through log/slog: zerolog's own slog handler
-			// takes it into the runtime's logger, at warning and above (its
-			// info lines are dead letters of aborted streams and the like).
-			lib := log.With().Str("lib", "protoactor").Logger()
-			return slog.New(zerolog.NewSlogHandler(lib.Level(max(lib.GetLevel(), zerolog.WarnLevel))))
+			// protoactor-go logs through log/slog: into WithLogger's logger,
+			// or by zerolog's own slog handler into the default one, at
+			// warning and above (its info lines are dead letters of aborted
+			// streams and the like).
+			var h slog.Handler
+			if cfg.slog != nil {
+				h = cfg.slog.Handler()
+			} else {
+				h = zerolog.NewSlogHandler(log)
+			}
+			return slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
 		}),
 		// Dead letters (a stream finishing after its session stopped) are
 		// expected at shutdown; a short window keeps protoactor's throttle
@@ -156,13 +169,13 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		Clock:       cfg.clock,
 		Log:         log,
 		Credentials: map[string]*actor.PID{},
-		Boards:      map[string]*actors.CredentialBoard{},
+		Views:       rt.credViews,
 		Budgets:     map[string]*actor.PID{},
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
 		Providers:   cfg.providers,
-		Tools:       cfg.tools,
-		Compaction:  cfg.compaction,
+		Tools:       actorTools(cfg.tools),
+		Compaction:  cfg.compaction.wire(),
 		NewSource:   rt.newSource,
 
 		StreamIdleTimeout: cfg.streamIdle,
@@ -182,8 +195,10 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		props, board := actors.CredentialsProps(cfg.clock, creds, cfg.autoRedeem, cfg.settings.Budget, onPool)
-		pid := root.Spawn(props)
+		actorCreds := actorCredentials(creds)
+		view := actors.NewCredentialsView(actorCreds)
+		rt.credViews[name] = view
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, cfg.autoRedeem, cfg.settings.Budget, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -197,15 +212,34 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		}
 		deps.Keys[name] = keys
 		deps.Credentials[name] = pid
-		deps.Boards[name] = board
 	}
 	for role, chain := range cfg.settings.FallbackChains {
-		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, onPool))
+		view := &actors.CooldownView{}
+		rt.cooldownViews = append(rt.cooldownViews, view)
+		pid := root.Spawn(actors.FallbackProps(cfg.clock, role, chain, view, onPool))
 		deps.Fallbacks[role] = pid
 		rt.pids = append(rt.pids, pid)
 	}
 	rt.deps = deps
 	return rt, nil
+}
+
+// actorCredentials are creds as the credentials actor holds them.
+func actorCredentials(creds []Credential) []actors.Credential {
+	out := make([]actors.Credential, len(creds))
+	for i, c := range creds {
+		out[i] = actors.Credential{Name: c.Name, APIKey: c.APIKey, BankedResets: c.BankedResets}
+	}
+	return out
+}
+
+// actorTools are tools as the session actors run them.
+func actorTools(tools []Tool) []actors.Tool {
+	out := make([]actors.Tool, len(tools))
+	for i, t := range tools {
+		out[i] = actors.Tool{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON, Run: t.Run}
+	}
+	return out
 }
 
 // newSource gives each session's retry chain its own jitter source, drawn
@@ -240,6 +274,9 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	if cfg.id == "" {
 		cfg.id = newID()
+	}
+	if strings.TrimSpace(cfg.role) == "" {
+		return nil, fmt.Errorf("musepi: WithRole: empty role")
 	}
 	if !history.ValidSessionID(cfg.id) {
 		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
@@ -340,20 +377,36 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 // fn never blocks a session, and falling behind it misses deltas first,
 // never a terminal event. The returned function unsubscribes.
 func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return rt.allEvents.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
+	return rt.allEvents.Subscribe(goEvents(fn))
 }
 
 // Stats is a view of the runtime as a whole.
 type Stats struct {
 	Sessions int            // open sessions
 	ByPhase  map[string]int // open sessions by what they do: "idle", "streaming", "backoff", ...
-	Retrying int            // sessions whose retry chain is open
-	Busy     int            // sessions with a prompt running
+	// Retrying is the number of retry chains open: sessions whose chain
+	// has started and not ended (in a backoff, or running an attempt).
+	Retrying int
+	Busy     int // sessions with a prompt running
+	// WaitingUntil is the earliest moment a session in a backoff makes its
+	// next attempt (zero: none waits).
+	WaitingUntil time.Time
+	// CredentialsBlocked is, per provider, how many of its credentials a
+	// usage limit blocks now (providers with none blocked are left out).
+	CredentialsBlocked map[string]int
+	// ModelsCoolingDown are the "provider/model" selectors cooling down
+	// after failures, which fallback skips, sorted.
+	ModelsCoolingDown []string
+	// BudgetTokens is, per provider, its retry budget's tokens (only with
+	// retry.budget.enabled; see RetryBudget).
+	BudgetTokens map[string]float64
 }
 
-// Stats counts the runtime's sessions by what they do now.
+// Stats counts the runtime's sessions by what they do now, and reads the
+// state of its credentials, fallback chains and retry budgets.
 func (rt *Runtime) Stats() Stats {
-	st := Stats{ByPhase: map[string]int{}}
+	now := rt.cfg.clock.Now()
+	st := Stats{ByPhase: map[string]int{}, CredentialsBlocked: map[string]int{}, BudgetTokens: map[string]float64{}}
 	for _, s := range rt.Sessions() {
 		st.Sessions++
 		st.ByPhase[s.state.Phase()]++
@@ -363,7 +416,23 @@ func (rt *Runtime) Stats() Stats {
 		if s.state.Busy() {
 			st.Busy++
 		}
+		if at := s.state.RetryAt(); !at.IsZero() && (st.WaitingUntil.IsZero() || at.Before(st.WaitingUntil)) {
+			st.WaitingUntil = at
+		}
 	}
+	for name, v := range rt.credViews {
+		if n := v.Blocked(now); n > 0 {
+			st.CredentialsBlocked[name] = n
+		}
+		if tokens, ok := v.BudgetTokens(); ok {
+			st.BudgetTokens[name] = tokens
+		}
+	}
+	for _, v := range rt.cooldownViews {
+		st.ModelsCoolingDown = append(st.ModelsCoolingDown, v.CoolingDown(now)...)
+	}
+	slices.Sort(st.ModelsCoolingDown)
+	st.ModelsCoolingDown = slices.Compact(st.ModelsCoolingDown)
 	return st
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -59,13 +58,16 @@ var kindErrors = map[string]error{
 type PromptError struct {
 	Kind    error  // one of the Err* sentinels
 	Detail  string // the final error text (e.g. auto_retry_end.finalError)
-	Message *messages.AssistantMessage
+	Message *AssistantMessage
 	// History is the failed write of an ErrHistory error (nil otherwise).
 	History *history.Error
 	// Retry is how the prompt's retry chain ended without success (retries
 	// exhausted, a wait over retry.maxDelayMs, cancelled; nil when no
 	// chain failed).
 	Retry *RetryError
+	// closed is why an ErrShutdown prompt's session went away:
+	// ErrRuntimeClosed or ErrSessionClosed.
+	closed error
 }
 
 // RetryError says how a prompt's retry chain ended without success; a
@@ -83,9 +85,14 @@ func (e *RetryError) Error() string {
 
 func (e *PromptError) Error() string { return fmt.Sprintf("%v: %s", e.Kind, e.Detail) }
 
-// Unwrap returns the sentinel, and History and Retry when set.
+// Unwrap returns the sentinel, History and Retry when set, and for
+// ErrShutdown whether the runtime (ErrRuntimeClosed) or only the session
+// (ErrSessionClosed) was closed.
 func (e *PromptError) Unwrap() []error {
 	errs := []error{e.Kind}
+	if e.closed != nil {
+		errs = append(errs, e.closed)
+	}
 	if e.History != nil {
 		errs = append(errs, e.History)
 	}
@@ -102,13 +109,13 @@ func (s *Session) ID() string { return s.id }
 // has settled: every retry chain it started has ended and no post-prompt
 // task is left. When ctx ends first, the prompt is aborted and ctx.Err() is
 // returned.
-func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantMessage, error) {
+func (s *Session) Prompt(ctx context.Context, text string) (*AssistantMessage, error) {
 	type outcome struct {
-		msg *messages.AssistantMessage
+		msg *AssistantMessage
 		err error
 	}
 	done := make(chan outcome, 1)
-	s.PromptAsync(ctx, text, func(msg *messages.AssistantMessage, err error) { done <- outcome{msg, err} })
+	s.PromptAsync(ctx, text, func(msg *AssistantMessage, err error) { done <- outcome{msg, err} })
 	out := <-done
 	return out.msg, out.err
 }
@@ -123,7 +130,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (*messages.AssistantM
 // has come back, done gets ctx.Err() (context.Canceled or
 // context.DeadlineExceeded) and the prompt is aborted, never the abort's own
 // result (ErrAborted, ErrRetryCancelled) that may come back first.
-func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messages.AssistantMessage, error)) {
+func (s *Session) PromptAsync(ctx context.Context, text string, done func(*AssistantMessage, error)) {
 	s.submit(ctx, text, nil, done)
 }
 
@@ -132,10 +139,10 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*messa
 // prompt is recorded in the history and running, or with the error that
 // refused it (a limit, a busy session, a history write that failed,
 // ctx ended), which done then also gets. Neither may block.
-func (s *Session) Submit(ctx context.Context, text string, accepted func(error), done func(*messages.AssistantMessage, error)) {
+func (s *Session) Submit(ctx context.Context, text string, accepted func(error), done func(*AssistantMessage, error)) {
 	var once sync.Once
 	accept := func(err error) { once.Do(func() { accepted(err) }) }
-	s.submit(ctx, text, func() { accept(nil) }, func(msg *messages.AssistantMessage, err error) {
+	s.submit(ctx, text, func() { accept(nil) }, func(msg *AssistantMessage, err error) {
 		accept(err)
 		done(msg, err)
 	})
@@ -143,7 +150,7 @@ func (s *Session) Submit(ctx context.Context, text string, accepted func(error),
 
 // submit sends a prompt; onAccepted, if not nil, is called when the
 // session has recorded it.
-func (s *Session) submit(ctx context.Context, text string, onAccepted func(), done func(*messages.AssistantMessage, error)) {
+func (s *Session) submit(ctx context.Context, text string, onAccepted func(), done func(*AssistantMessage, error)) {
 	if err := ctx.Err(); err != nil {
 		done(nil, err)
 		return
@@ -159,7 +166,7 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		return
 	}
 	var finished sync.Once
-	finish := func(msg *messages.AssistantMessage, err error) {
+	finish := func(msg *AssistantMessage, err error) {
 		finished.Do(func() {
 			s.rt.inFlight.Add(-1)
 			done(msg, err)
@@ -186,7 +193,7 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
-func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage, error) {
+func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) {
 	if errors.Is(err, errNoSession) {
 		err = s.closedError()
 	}
@@ -197,21 +204,25 @@ func (s *Session) result(res interface{}, err error) (*messages.AssistantMessage
 	if !ok {
 		return nil, fmt.Errorf("musepi: prompt on session %s: unexpected reply %T", s.id, res)
 	}
+	msg := fromWireAssistant(r.GetMessage())
 	if r.GetErrorKind() == "" {
-		return r.GetMessage(), nil
+		return msg, nil
 	}
 	kind := kindErrors[r.GetErrorKind()]
 	if kind == nil {
 		kind = ErrPromptFailed
 	}
-	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: r.GetMessage()}
+	pe := &PromptError{Kind: kind, Detail: r.GetError(), Message: msg}
 	if h := r.GetHistory(); h != nil {
 		pe.History = &history.Error{Op: h.GetOp(), Path: h.GetPath(), Err: errors.New(h.GetCause())}
+	}
+	if kind == ErrShutdown {
+		pe.closed = s.closedError()
 	}
 	if f := r.GetRetry(); f != nil {
 		pe.Retry = &RetryError{Class: f.GetClass(), Attempt: int(f.GetAttempt()), Status: int(f.GetHttpStatus()), FinalError: f.GetFinalError()}
 	}
-	return r.GetMessage(), pe
+	return msg, pe
 }
 
 func (s *Session) send(msg proto.Message) {
@@ -314,17 +325,17 @@ func (s *Session) SetModel(ctx context.Context, selector string) error {
 }
 
 // Messages returns the runtime context: what the next turn sends to the model.
-func (s *Session) Messages(ctx context.Context) ([]*messages.Entry, error) {
+func (s *Session) Messages(ctx context.Context) ([]Entry, error) {
 	return s.entries(ctx, false)
 }
 
 // History returns the persisted history: everything kept, including failed
 // turns that were stripped from the runtime context and model changes.
-func (s *Session) History(ctx context.Context) ([]*messages.Entry, error) {
+func (s *Session) History(ctx context.Context) ([]Entry, error) {
 	return s.entries(ctx, true)
 }
 
-func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry, error) {
+func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
 	res, err := s.ask(ctx, &messages.MessagesRequest{History: history})
 	if err != nil {
 		return nil, err
@@ -333,7 +344,7 @@ func (s *Session) entries(ctx context.Context, history bool) ([]*messages.Entry,
 	if e := reply.GetError(); e != "" {
 		return nil, fmt.Errorf("musepi: session %s: %s", s.id, e)
 	}
-	return reply.GetEntries(), nil
+	return fromWireEntries(reply.GetEntries()), nil
 }
 
 // ask sends a request and waits for the reply until ctx ends.
@@ -364,34 +375,20 @@ func (s *Session) closedError() error {
 // falls behind it misses deltas first, never a terminal event (see
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return s.events.Subscribe(func(ev *messages.SessionEvent) { fn(newEvent(ev)) })
+	return s.events.Subscribe(goEvents(fn))
+}
+
+// goEvents gives fn the Go form of each wire event.
+func goEvents(fn func(Event)) func(*messages.SessionEvent) {
+	return func(ev *messages.SessionEvent) {
+		if e, ok := fromWireEvent(ev); ok {
+			fn(e)
+		}
+	}
 }
 
 // Close stops the session; a waiting Prompt returns ErrShutdown.
 func (s *Session) Close(ctx context.Context) error {
 	defer s.rt.forget(s.id)
 	return waitFuture(ctx, s.rt.system.Root.StopFuture(s.pid))
-}
-
-// Event is one session event, backed by its protobuf message.
-type Event struct {
-	SessionID string
-	Seq       uint64
-	Time      time.Time
-	// Type is the event's name: "auto_retry_start", "agent_settled", ...
-	Type string
-	// Payload is the typed event: *messages.AutoRetryStart, ...
-	Payload proto.Message
-	// Proto is the whole event as sent on the wire.
-	Proto *messages.SessionEvent
-}
-
-func newEvent(ev *messages.SessionEvent) Event {
-	e := Event{SessionID: ev.GetSessionId(), Seq: ev.GetSeq(), Time: time.UnixMilli(ev.GetTimeMs()), Proto: ev}
-	r := ev.ProtoReflect()
-	if fd := r.WhichOneof(r.Descriptor().Oneofs().ByName("event")); fd != nil {
-		e.Type = string(fd.Name())
-		e.Payload = r.Get(fd).Message().Interface()
-	}
-	return e
 }

@@ -29,7 +29,7 @@ func TestTransientErrorRetriedUntilSuccess(t *testing.T) {
 	ch := h.prompt(s, "hi")
 	h.run()
 	r := h.settle(ch)
-	if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "hello" {
+	if r.err != nil || r.msg.Text() != "hello" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	expectLines(t, rec.lines(retryEvents...),
@@ -105,7 +105,7 @@ func TestRuntimeWideView(t *testing.T) {
 	seen := map[string][]string{}
 	unsubscribe := h.rt.Subscribe(func(ev musepi.Event) {
 		mu.Lock()
-		seen[ev.SessionID] = append(seen[ev.SessionID], ev.Type)
+		seen[ev.Header().SessionID] = append(seen[ev.Header().SessionID], ev.Type())
 		mu.Unlock()
 	})
 	defer unsubscribe()

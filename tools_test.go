@@ -3,6 +3,7 @@ package musepi_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestToolCallsRunUntilTheModelStops(t *testing.T) {
 	ch := h.prompt(s, "use the tools")
 	h.run()
 	r := h.settle(ch)
-	if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "all done" {
+	if r.err != nil || r.msg.Text() != "all done" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	calls := h.p.Calls()
@@ -112,7 +113,9 @@ func TestToolUseMessageEndsTheRetryChain(t *testing.T) {
 
 // A compaction hook replaces the runtime context and the prompt continues.
 func TestCompactionHookContinuesThePrompt(t *testing.T) {
-	hook := func(_ context.Context, _ string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
+	var failedText string
+	hook := func(_ context.Context, _ string, runtime []musepi.Entry, failed *musepi.AssistantMessage) ([]musepi.Entry, error) {
+		failedText = failed.ErrorMessage
 		return runtime[len(runtime)-1:], nil // keep the last user message only
 	}
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithCompactionHook(hook))
@@ -122,12 +125,15 @@ func TestCompactionHookContinuesThePrompt(t *testing.T) {
 	ch := h.prompt(s, "two")
 	h.run()
 	r := h.settle(ch)
-	if r.err != nil || r.msg.GetContent()[0].GetText().GetText() != "compacted" {
+	if r.err != nil || r.msg.Text() != "compacted" {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	calls := h.p.Calls()
 	if n := len(calls[2].Context); n != 1 || calls[2].Context[0].GetUser().GetText() != "two" {
 		t.Fatalf("context after compaction = %v", calls[2].Context)
+	}
+	if !strings.HasPrefix(failedText, "prompt is too long") {
+		t.Errorf("the hook got the failed turn %q", failedText)
 	}
 	if got := rec.lines("compaction_required"); len(got) != 1 {
 		t.Fatalf("compaction_required events = %v", got)
@@ -139,7 +145,7 @@ func TestCompactionHookContinuesThePrompt(t *testing.T) {
 func TestIsCompactingWhileTheHookRuns(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	hook := func(_ context.Context, _ string, runtime []*messages.Entry, _ *messages.AssistantMessage) ([]*messages.Entry, error) {
+	hook := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
 		close(entered)
 		<-release
 		return runtime, nil

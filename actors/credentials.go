@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -41,61 +40,17 @@ type CredentialsActor struct {
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
 
-	board *CredentialBoard // blockedUntil of each key, published
-}
-
-// CredentialBoard is what a credentials actor publishes for its sessions
-// to read without asking: until when each of its keys is blocked. A
-// session retrying on a key that is not blocked goes on with it, which is
-// what the actor would answer (the session's sticky key); any other
-// selection asks the actor.
-type CredentialBoard struct {
-	index map[string]int // key name -> index, fixed
-	until []atomic.Int64 // unix ns the key is blocked until (0: never)
-}
-
-func newCredentialBoard(creds []Credential) *CredentialBoard {
-	b := &CredentialBoard{index: make(map[string]int, len(creds)), until: make([]atomic.Int64, len(creds))}
-	for i, c := range creds {
-		b.index[c.Name] = i
-	}
-	return b
-}
-
-// Free reports whether the key named name is one of the board's and not
-// blocked at now.
-func (b *CredentialBoard) Free(name string, now time.Time) bool {
-	i, ok := b.index[name]
-	return ok && b.until[i].Load() <= now.UnixNano()
-}
-
-// reset clears the board, for a new incarnation of its actor.
-func (b *CredentialBoard) reset() {
-	for i := range b.until {
-		b.until[i].Store(0)
-	}
-}
-
-// block sets until when key i is blocked, on the actor and its board.
-func (a *CredentialsActor) block(i int, until time.Time) {
-	a.creds[i].blockedUntil = until
-	var ns int64
-	if !until.IsZero() {
-		ns = until.UnixNano()
-	}
-	a.board.until[i].Store(ns)
+	view *CredentialsView // written after each change (nil: none)
 }
 
 // CredentialsProps spawns the credentials actor of one provider. With
 // autoRedeem, a usage limit with no free sibling spends a banked reset.
 // An enabled budget (valid settings) makes it the provider's retry budget.
-// opts are added to the props (a dispatcher, say). The board is what the
-// actor publishes of its keys for the sessions to read.
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, opts ...actor.PropsOption) (*actor.Props, *CredentialBoard) {
-	board := newCredentialBoard(creds)
+// view, if not nil, mirrors the blocked credentials and the budget's
+// tokens. opts are added to the props (a dispatcher, say).
+func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		board.reset()
-		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, board: board}
+		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, view: view}
 		for _, c := range creds {
 			a.creds = append(a.creds, credentialState{Credential: c})
 		}
@@ -103,8 +58,9 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 			a.budget = retry.NewBudget(budget)
 			a.holders = map[string]*actor.PID{}
 		}
+		view.publish(a)
 		return a
-	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...), board
+	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
 // Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession
@@ -114,7 +70,9 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 	case *messages.SelectCredential:
 		respond(ctx, a.clk, &messages.CredentialSelected{Credential: a.selectFor(m.GetSessionId())})
 	case *messages.MarkUsageLimitReached:
-		respond(ctx, a.clk, a.markLimited(m))
+		reply := a.markLimited(m)
+		a.view.publish(a) // before the answer: the sessions read it
+		respond(ctx, a.clk, reply)
 	case *messages.ReleaseSession:
 		delete(a.sticky, m.GetSessionId())
 		if a.budget != nil {
@@ -123,6 +81,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RetryBudgetRequest:
 		respond(ctx, a.clk, a.admit(ctx, m))
+		a.view.publish(a)
 	case *messages.RetryBudgetDrop:
 		if a.budget != nil {
 			a.budget.Forget(m.GetSessionId())
@@ -130,12 +89,16 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		}
 	case *messages.RetryBudgetOutcome:
 		a.record(ctx, m.GetSuccess())
+		a.view.publish(a)
 	case *messages.RetryBudgetStatsRequest:
 		var st retry.BudgetStats
 		if a.budget != nil {
 			st = a.budget.Stats()
 		}
-		respond(ctx, a.clk, &messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
+		// Asked by Runtime.RetryBudget's future: the reply is not counted
+		// on the clock (track.RequestFuture), or a virtual clock would wait
+		// for it forever.
+		ctx.Respond(&messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
 	}
 }
 
@@ -224,7 +187,7 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 	if !ok {
 		current = 0
 	}
-	a.block(current, now.Add(time.Duration(max(m.GetBlockForMs(), 0))*time.Millisecond))
+	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
 	if i := a.firstFree(now, current); i >= 0 {
 		a.sticky[m.GetSessionId()] = i
 		reply.Switched, reply.Credential = true, a.creds[i].Name
@@ -235,7 +198,7 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 			i := (current + k) % len(a.creds)
 			if a.creds[i].BankedResets > 0 {
 				a.creds[i].BankedResets--
-				a.block(i, time.Time{})
+				a.creds[i].blockedUntil = time.Time{}
 				a.sticky[m.GetSessionId()] = i
 				reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
 				return reply

@@ -24,7 +24,7 @@ type Deps struct {
 	Log         zerolog.Logger
 	Schedulers  []*actor.PID                 // post-prompt schedulers, sharded by session id
 	Credentials map[string]*actor.PID        // credentials actor by provider name
-	Boards      map[string]*CredentialBoard  // what each credentials actor publishes, by provider name
+	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
@@ -122,6 +122,7 @@ type SessionState struct {
 	busy       atomic.Bool
 	compacting atomic.Bool
 	phase      atomic.Uint32 // the core's session.State
+	retryAt    atomic.Int64  // Unix ns when the backoff's timer fires (0: not in backoff)
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
 	thinking   atomic.Pointer[provider.ThinkingLevel]
@@ -165,6 +166,15 @@ func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
 // Phase is what the session is doing: its core's state ("idle",
 // "streaming", "backoff", ...).
 func (s *SessionState) Phase() string { return session.State(s.phase.Load()).String() }
+
+// RetryAt is when the session's backoff ends and its next attempt is due
+// (zero: not in a backoff).
+func (s *SessionState) RetryAt() time.Time {
+	if ns := s.retryAt.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
 
 // Compacting reports whether the compaction hook runs (on overflow, or a
 // manual compaction).

@@ -17,13 +17,14 @@ type FallbackActor struct {
 	role     string
 	chain    []string             // "provider/model", in fallback order
 	cooldown map[string]time.Time // selector -> end of its cooldown
+	view     *CooldownView        // mirrors cooldown (nil: none)
 }
 
 // FallbackProps spawns the model-fallback actor of role with its chain;
-// opts are added to the props.
-func FallbackProps(clk clock.Clock, role string, chain []string, opts ...actor.PropsOption) *actor.Props {
+// view, if not nil, mirrors its cooldowns. opts are added to the props.
+func FallbackProps(clk clock.Clock, role string, chain []string, view *CooldownView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}}
+		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}, view: view}
 	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
@@ -40,6 +41,7 @@ func (a *FallbackActor) next(m *messages.NextModelRequest) *messages.NextModelRe
 	now := a.clk.Now()
 	if !m.GetPin() && m.GetCooldownMs() > 0 {
 		a.cooldown[m.GetCurrent()] = now.Add(time.Duration(m.GetCooldownMs()) * time.Millisecond)
+		a.view.set(m.GetCurrent(), a.cooldown[m.GetCurrent()])
 	}
 	reply := &messages.NextModelReply{From: m.GetCurrent(), Role: a.role, Token: m.GetToken()}
 	start := 0

@@ -378,6 +378,11 @@ func (s *SessionActor) publishState() {
 	st.busy.Store(s.core.Busy())
 	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
 	st.phase.Store(uint32(s.core.State()))
+	var retryAt int64
+	if t := s.core.WaitingUntil(); !t.IsZero() {
+		retryAt = t.UnixNano()
+	}
+	st.retryAt.Store(retryAt)
 	st.retrying.Store(s.core.IsRetrying())
 	st.generation.Store(s.core.Generation())
 	st.autoRetry.Store(s.core.AutoRetryEnabled())

@@ -50,7 +50,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
 			return
 		}
-		if e.Credential != "" && s.deps.Boards[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
+		if e.Credential != "" && s.deps.Views[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
 			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected, Credential: e.Credential})
 			return
 		}

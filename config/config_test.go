@@ -605,7 +605,7 @@ func prompt(t *testing.T, rt *musepi.Runtime, model string, opts ...musepi.Sessi
 	if err != nil {
 		t.Fatalf("%s: %v", model, err)
 	}
-	if got := msg.GetContent()[0].GetText().GetText(); got != fakellm.DefaultText {
+	if got := msg.Text(); got != fakellm.DefaultText {
 		t.Errorf("%s answered %q", model, got)
 	}
 	return s

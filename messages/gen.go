@@ -1,5 +1,13 @@
-// Package messages holds the protobuf protocol of MusePi: assistant messages,
-// retry settings, session events and actor requests. It has no logic.
+// Package messages is MusePi's wire protocol: the protobuf messages that
+// the actors exchange (within a process and across cluster nodes), that
+// history files store (as JSON lines) and that the RPC server writes (as
+// JSON). It has no logic.
+//
+// It is not the embedding API: package musepi gives embedders Go types
+// (musepi.AssistantMessage, musepi.Entry, the events of musepi.Event) and
+// converts at the boundary. Only code that forwards the wire format itself
+// (the RPC server, a cluster member, a provider adapter) needs this
+// package; its messages change with the protocol's version.
 package messages
 
 //go:generate sh genproto.sh

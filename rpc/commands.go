@@ -171,7 +171,7 @@ func (s *Server) startPromptLocked(ctx context.Context, text string) <-chan erro
 	sess := s.session
 	accepted := make(chan error, 1)
 	sess.Submit(context.WithoutCancel(ctx), text, func(err error) { accepted <- err },
-		func(_ *messages.AssistantMessage, err error) {
+		func(_ *musepi.AssistantMessage, err error) {
 			// Not under s.mu here: done may run before Submit returns.
 			go s.promptEnded(ctx, sess, err)
 		})
@@ -192,7 +192,7 @@ func (s *Server) promptEnded(ctx context.Context, sess *musepi.Session, err erro
 		s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
 		// A translator of its own: this line is no part of the session's
 		// event sequence (agent_settled passes through unchanged).
-		s.writeEvent(&translator{s: s}, musepi.Event{SessionID: sess.ID(), Type: "agent_settled",
+		s.writeEvent(&translator{s: s}, event{SessionID: sess.ID(), Type: "agent_settled",
 			Payload: &messages.AgentSettled{Success: false, Error: err.Error()}})
 	}
 	s.mu.Lock()
@@ -233,7 +233,7 @@ func (s *Server) setAutoRetry(_ context.Context, line []byte) (any, error) {
 // retryAttempt / nextAttemptAt (Unix ms) say which attempt comes when.
 func (s *Server) getState(ctx context.Context, _ []byte) (any, error) {
 	sess := s.current()
-	entries, err := sess.Messages(ctx)
+	entries, err := wireEntries(sess.Messages(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (s *Server) sessionFile(id string) string {
 }
 
 func (s *Server) getMessages(ctx context.Context, _ []byte) (any, error) {
-	entries, err := s.current().Messages(ctx)
+	entries, err := wireEntries(s.current().Messages(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,7 @@ func (s *Server) setMode(line []byte, mode *string) error {
 // turns included), plus MusePi's retry count.
 func (s *Server) sessionStats(ctx context.Context, _ []byte) (any, error) {
 	sess := s.current()
-	entries, err := sess.History(ctx)
+	entries, err := wireEntries(sess.History(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -458,6 +458,18 @@ func (s *Server) sessionStats(ctx context.Context, _ []byte) (any, error) {
 	return stats, nil
 }
 
+// wireEntries are entries in the wire format, whose JSON the RPC writes.
+func wireEntries(entries []musepi.Entry, err error) ([]*messages.Entry, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*messages.Entry, len(entries))
+	for i, e := range entries {
+		out[i] = e.Wire()
+	}
+	return out, nil
+}
+
 func toolCallsOf(m *messages.AssistantMessage) []*messages.ToolCall {
 	var out []*messages.ToolCall
 	for _, b := range m.GetContent() {
@@ -471,7 +483,7 @@ func toolCallsOf(m *messages.AssistantMessage) []*messages.ToolCall {
 // lastAssistantText is the text of the last assistant message of the
 // runtime context; null when there is none.
 func (s *Server) lastAssistantText(ctx context.Context, _ []byte) (any, error) {
-	entries, err := s.current().Messages(ctx)
+	entries, err := wireEntries(s.current().Messages(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -21,7 +20,7 @@ import (
 // prompt ends with compaction_required); without a hook compact fails.
 func TestCompact(t *testing.T) {
 	var hookCalls atomic.Int32
-	keepLast := func(_ context.Context, _ string, runtime []*messages.Entry, _ *messages.AssistantMessage) ([]*messages.Entry, error) {
+	keepLast := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
 		hookCalls.Add(1)
 		return runtime[len(runtime)-1:], nil
 	}

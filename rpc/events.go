@@ -3,9 +3,30 @@ package rpc
 import (
 	"time"
 
-	"github.com/musepi/musepi"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/musepi/musepi/messages"
 )
+
+// event is one session event in the wire format (the RPC writes the wire
+// protocol's JSON), its oneof payload unpacked.
+type event struct {
+	SessionID string
+	Time      time.Time
+	Type      string        // the oneof field's name: "auto_retry_start", ...
+	Payload   proto.Message // *messages.AutoRetryStart, ...
+}
+
+// wireEvent unpacks ev.
+func wireEvent(ev *messages.SessionEvent) event {
+	e := event{SessionID: ev.GetSessionId(), Time: time.UnixMilli(ev.GetTimeMs())}
+	r := ev.ProtoReflect()
+	if fd := r.WhichOneof(r.Descriptor().Oneofs().ByName("event")); fd != nil {
+		e.Type = string(fd.Name())
+		e.Payload = r.Get(fd).Message().Interface()
+	}
+	return e
+}
 
 // translator turns one session's events into pi's AgentEvent sequence:
 //
@@ -30,7 +51,7 @@ type translator struct {
 }
 
 // event handles one session event, writing its lines.
-func (t *translator) event(ev musepi.Event) {
+func (t *translator) event(ev event) {
 	base := func(typ string) map[string]any {
 		return map[string]any{"type": typ, "sessionId": ev.SessionID}
 	}
@@ -87,7 +108,7 @@ func (t *translator) event(ev musepi.Event) {
 
 // passThrough writes one of MusePi's own events: its fields, "type" and
 // "sessionId".
-func (t *translator) passThrough(ev musepi.Event) {
+func (t *translator) passThrough(ev event) {
 	obj := toJSON(ev.Payload)
 	if obj == nil {
 		obj = map[string]any{}
@@ -97,7 +118,7 @@ func (t *translator) passThrough(ev musepi.Event) {
 	t.s.writeLine(obj)
 }
 
-func (t *translator) openTurn(ev musepi.Event) {
+func (t *translator) openTurn(ev event) {
 	if t.turnOpen {
 		return
 	}
@@ -107,7 +128,7 @@ func (t *translator) openTurn(ev musepi.Event) {
 }
 
 // closeTurn writes turn_end for an open turn.
-func (t *translator) closeTurn(ev musepi.Event) {
+func (t *translator) closeTurn(ev event) {
 	if !t.turnOpen {
 		return
 	}
@@ -126,7 +147,7 @@ func (t *translator) closeTurn(ev musepi.Event) {
 
 // message writes message_start and message_end of a complete message and
 // adds it to the run's messages.
-func (t *translator) message(ev musepi.Event, msg map[string]any) {
+func (t *translator) message(ev event, msg map[string]any) {
 	t.s.writeLine(map[string]any{"type": "message_start", "sessionId": ev.SessionID, "message": msg})
 	t.s.writeLine(map[string]any{"type": "message_end", "sessionId": ev.SessionID, "message": msg})
 	t.run = append(t.run, msg)
@@ -139,7 +160,7 @@ var deltaTypes = map[string]string{"text": "text_delta", "thinking": "thinking_d
 // and the message first when it is the first. A delta of another kind, or
 // an empty tool_call delta (a new call opening), starts a new content
 // block.
-func (t *translator) update(ev musepi.Event, p *messages.MessageUpdate) {
+func (t *translator) update(ev event, p *messages.MessageUpdate) {
 	if t.turnMsg != nil {
 		t.closeTurn(ev) // the previous turn's tools ran: this is the next turn
 	}
@@ -176,7 +197,7 @@ var blockEventTypes = map[string]string{"text": "text", "thinking": "thinking", 
 
 // blockEnd writes the *_end message_update of the content block that
 // streams, if any: its whole content (a tool call as pi's toolCall).
-func (t *translator) blockEnd(ev musepi.Event) {
+func (t *translator) blockEnd(ev event) {
 	if t.partial == nil || len(t.partial.Content) == 0 {
 		return
 	}
@@ -196,7 +217,7 @@ func (t *translator) blockEnd(ev musepi.Event) {
 
 // blockEvent writes a message_update for an event of the last content
 // block (its contentIndex and the partial message are added).
-func (t *translator) blockEvent(ev musepi.Event, e map[string]any) {
+func (t *translator) blockEvent(ev event, e map[string]any) {
 	partial := t.partialJSON()
 	e["contentIndex"], e["partial"] = len(t.partial.Content)-1, partial
 	t.s.writeLine(map[string]any{"type": "message_update", "sessionId": ev.SessionID, "message": partial, "assistantMessageEvent": e})
@@ -212,7 +233,7 @@ func (t *translator) partialJSON() map[string]any {
 
 // assistantEnd writes message_end of the turn's assistant message (and its
 // message_start when nothing streamed), and turn_end unless tools run next.
-func (t *translator) assistantEnd(ev musepi.Event, m *messages.AssistantMessage) {
+func (t *translator) assistantEnd(ev event, m *messages.AssistantMessage) {
 	if t.turnMsg != nil {
 		t.closeTurn(ev)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -211,7 +210,7 @@ func TestPromptRefusedByRuntimeSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := make(chan error, 1)
-	other.PromptAsync(context.Background(), "holds the slot", func(_ *messages.AssistantMessage, err error) { held <- err })
+	other.PromptAsync(context.Background(), "holds the slot", func(_ *musepi.AssistantMessage, err error) { held <- err })
 	defer func() { other.Abort(); <-held }()
 
 	out := &syncBuffer{}

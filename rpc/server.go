@@ -225,7 +225,7 @@ func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption)
 	s.retries = 0
 	s.retry = retryWait{}
 	s.mu.Unlock()
-	unsub := sess.Subscribe(func(ev musepi.Event) { s.writeEvent(t, ev) })
+	unsub := sess.Subscribe(func(ev musepi.Event) { s.writeEvent(t, wireEvent(ev.Header().Wire())) })
 	s.mu.Lock()
 	s.unsubscribe = unsub
 	s.mu.Unlock()
@@ -246,7 +246,7 @@ func (s *Server) closeSession(ctx context.Context) {
 }
 
 // writeEvent writes one session event as pi's lines (see translator).
-func (s *Server) writeEvent(t *translator, ev musepi.Event) {
+func (s *Server) writeEvent(t *translator, ev event) {
 	t.event(ev)
 	if ev.Type == "agent_settled" {
 		s.mu.Lock()

@@ -14,10 +14,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 )
 
 // controls is what the model asks of the session; *musepi.Session has it.
@@ -29,11 +26,11 @@ type controls interface {
 
 // Messages the model handles besides keys, window sizes and spinner ticks.
 type (
-	// eventMsg is one session event's payload (*messages.AutoRetryStart, ...).
-	eventMsg struct{ payload proto.Message }
+	// eventMsg is one session event (musepi.AutoRetryStart, ...).
+	eventMsg struct{ ev musepi.Event }
 	// promptDoneMsg says the running Prompt returned (after its events).
 	promptDoneMsg struct {
-		msg *messages.AssistantMessage
+		msg *musepi.AssistantMessage
 		err error
 	}
 	// retryTickMsg redraws the countdown of retry chain step seq.
@@ -60,7 +57,7 @@ type entry struct {
 
 // retryState is the retry line between auto_retry_start and auto_retry_end.
 type retryState struct {
-	attempt, max int32
+	attempt, max int
 	deadline     time.Time
 	seq          int
 	held         bool // the provider's retry budget extended the delay
@@ -240,7 +237,7 @@ func (m *model) tickCmd() tea.Cmd {
 }
 
 // retryFailedLine is the line shown when a retry chain ends without success.
-func retryFailedLine(attempt int32, finalError string) string {
+func retryFailedLine(attempt int, finalError string) string {
 	return fmt.Sprintf("Retry failed after %d attempts: %s", attempt, finalError)
 }
 
@@ -252,7 +249,7 @@ func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tea.KeyMsg:
 		return m.key(msg)
 	case eventMsg:
-		return m.event(msg.payload)
+		return m.event(msg.ev)
 	case promptDoneMsg:
 		m.finish(msg)
 		return m, nil
@@ -316,60 +313,60 @@ func (m model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	return m, cmd
 }
 
-func (m model) event(p proto.Message) (tea.Model, tea.Cmd) {
-	switch p := p.(type) {
-	case *messages.AgentStart:
+func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
+	switch p := ev.(type) {
+	case musepi.AgentStart:
 		m.open = -1
-	case *messages.MessageUpdate:
-		switch p.GetKind() {
+	case musepi.MessageUpdate:
+		switch p.Kind {
 		case "text":
 			m.answered = true
-			m.appendDelta(answerEntry, p.GetDelta())
+			m.appendDelta(answerEntry, p.Delta)
 		case "thinking":
-			m.appendDelta(thinkingEntry, p.GetDelta())
+			m.appendDelta(thinkingEntry, p.Delta)
 		}
-	case *messages.MessageEnd:
+	case musepi.MessageEnd:
 		m.open = -1
-	case *messages.AgentEnd:
+	case musepi.AgentEnd:
 		m.open = -1
 		// The error of a turn that will be retried is shown here, before
 		// retry_fallback_applied and auto_retry_start: the cause comes
 		// before what is done about it. A turn not retried ends the prompt,
 		// whose error finish shows.
-		if p.GetWillRetry() {
-			if e := firstLine(p.GetMessage().GetErrorMessage()); e != "" {
+		if p.WillRetry && p.Message != nil {
+			if e := firstLine(p.Message.ErrorMessage); e != "" {
 				m.add(noticeEntry, "⚠ "+e)
 			}
 		}
-	case *messages.AutoRetryStart:
+	case musepi.AutoRetryStart:
 		m.retrySeq++
 		m.retry = &retryState{
-			attempt:  p.GetAttempt(),
-			max:      p.GetMaxAttempts(),
-			deadline: m.now().Add(time.Duration(p.GetDelayMs()) * time.Millisecond),
+			attempt:  p.Attempt,
+			max:      p.MaxAttempts,
+			deadline: m.now().Add(p.Delay),
 			seq:      m.retrySeq,
-			held:     p.GetBudgetDelayMs() > 0,
+			held:     p.BudgetDelay > 0,
 		}
 		return m, m.tickCmd()
-	case *messages.AutoRetryEnd:
+	case musepi.AutoRetryEnd:
 		m.retry = nil
-		if p.GetSuccess() {
-			m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", p.GetAttempt(), plural(p.GetAttempt(), "retry", "retries")))
+		if p.Success {
+			m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", p.Attempt, plural(p.Attempt, "retry", "retries")))
 		} else {
 			m.retryFailed = true
-			m.add(errorEntry, retryFailedLine(p.GetAttempt(), p.GetFinalError()))
+			m.add(errorEntry, retryFailedLine(p.Attempt, p.FinalError))
 		}
-	case *messages.RetryFallbackApplied:
-		m.modelName = p.GetTo()
-		m.add(noticeEntry, fmt.Sprintf("⇄ Model fallback: %s → %s", p.GetFrom(), p.GetTo()))
-	case *messages.RetryFallbackSucceeded:
-		m.modelName = p.GetModel()
-	case *messages.ModelChange:
-		m.modelName = p.GetTo()
-	case *messages.CompactionRequired:
-		m.add(noticeEntry, "Context window full: "+firstLine(p.GetErrorMessage()))
-	case *messages.EventsLost:
-		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.GetCount()))
+	case musepi.RetryFallbackApplied:
+		m.modelName = p.To
+		m.add(noticeEntry, fmt.Sprintf("⇄ Model fallback: %s → %s", p.From, p.To))
+	case musepi.RetryFallbackSucceeded:
+		m.modelName = p.Model
+	case musepi.ModelChanged:
+		m.modelName = p.To
+	case musepi.CompactionRequired:
+		m.add(noticeEntry, "Context window full: "+firstLine(p.ErrorMessage))
+	case musepi.EventsLost:
+		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.Count))
 	}
 	return m, nil
 }
@@ -381,12 +378,8 @@ func (m *model) finish(d promptDoneMsg) {
 	switch {
 	case err == nil:
 		if !m.answered {
-			var text strings.Builder
-			for _, b := range d.msg.GetContent() {
-				text.WriteString(b.GetText().GetText())
-			}
-			if text.Len() > 0 {
-				m.add(answerEntry, text.String())
+			if text := d.msg.Text(); text != "" {
+				m.add(answerEntry, text)
 			}
 		}
 	case errors.Is(err, context.Canceled), m.retryFailed:
@@ -439,7 +432,7 @@ func firstLine(s string) string {
 	return ansi.Truncate(line, 160, "…")
 }
 
-func plural(n int32, one, many string) string {
+func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
 	}

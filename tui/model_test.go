@@ -10,10 +10,8 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 )
 
 // fakeControls records what the model asked of the session.
@@ -51,7 +49,7 @@ func (h *harness) send(msg tea.Msg) tea.Cmd {
 	return cmd
 }
 
-func (h *harness) event(p proto.Message) tea.Cmd { return h.send(eventMsg{payload: p}) }
+func (h *harness) event(ev musepi.Event) tea.Cmd { return h.send(eventMsg{ev: ev}) }
 
 func (h *harness) key(k string) tea.Cmd {
 	switch k {
@@ -79,15 +77,15 @@ func (h *harness) statusLine() string {
 	return strings.TrimSpace(lines[len(lines)-3])
 }
 
-func (h *harness) retryStart(attempt, maxAttempts int32, delayMs int64) tea.Cmd {
-	return h.heldRetryStart(attempt, maxAttempts, delayMs, 0)
+func (h *harness) retryStart(attempt, maxAttempts int, delay time.Duration) tea.Cmd {
+	return h.heldRetryStart(attempt, maxAttempts, delay, 0)
 }
 
 // heldRetryStart is an auto_retry_start whose delay the retry budget
 // extended by budgetMs.
-func (h *harness) heldRetryStart(attempt, maxAttempts int32, delayMs, budgetMs int64) tea.Cmd {
-	return h.event(&messages.AutoRetryStart{Attempt: attempt, MaxAttempts: maxAttempts, DelayMs: delayMs,
-		ErrorMessage: "429 Too Many Requests", ErrorClass: "transient", BudgetDelayMs: budgetMs})
+func (h *harness) heldRetryStart(attempt, maxAttempts int, delay, budget time.Duration) tea.Cmd {
+	return h.event(musepi.AutoRetryStart{Attempt: attempt, MaxAttempts: maxAttempts, Delay: delay,
+		ErrorMessage: "429 Too Many Requests", ErrorClass: "transient", BudgetDelay: budget})
 }
 
 func TestModelRetryCountdown(t *testing.T) {
@@ -96,32 +94,32 @@ func TestModelRetryCountdown(t *testing.T) {
 		want    string
 	}
 	cases := []struct {
-		name     string
-		attempt  int32
-		max      int32
-		delayMs  int64
-		budgetMs int64
-		steps    []step
+		name    string
+		attempt int
+		max     int
+		delay   time.Duration
+		budget  time.Duration
+		steps   []step
 	}{
-		{"2000ms counts 2s then 1s", 1, 10, 2000, 0, []step{
+		{"2000ms counts 2s then 1s", 1, 10, 2 * time.Second, 0, []step{
 			{0, "Retrying (1/10) in 2s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10) in 1s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10)… (esc to cancel)"},
 		}},
-		{"rounds up", 3, 10, 2500, 0, []step{
+		{"rounds up", 3, 10, 2500 * time.Millisecond, 0, []step{
 			{0, "Retrying (3/10) in 3s… (esc to cancel)"},
 			{500 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
 			{999 * time.Millisecond, "Retrying (3/10) in 2s… (esc to cancel)"},
 			{time.Millisecond, "Retrying (3/10) in 1s… (esc to cancel)"},
 		}},
-		{"retry-after 3s", 1, 10, 3000, 0, []step{
+		{"retry-after 3s", 1, 10, 3 * time.Second, 0, []step{
 			{0, "Retrying (1/10) in 3s… (esc to cancel)"},
 			{time.Second, "Retrying (1/10) in 2s… (esc to cancel)"},
 		}},
 		{"no delay (fallback)", 2, 5, 0, 0, []step{
 			{0, "Retrying (2/5)… (esc to cancel)"},
 		}},
-		{"held by the retry budget", 4, 10, 6000, 2000, []step{
+		{"held by the retry budget", 4, 10, 6 * time.Second, 2 * time.Second, []step{
 			{0, "Retrying (4/10) in 6s, held by the retry budget… (esc to cancel)"},
 			{6 * time.Second, "Retrying (4/10)… (esc to cancel)"},
 		}},
@@ -133,9 +131,9 @@ func TestModelRetryCountdown(t *testing.T) {
 			if got := h.statusLine(); !strings.Contains(got, "Working…") {
 				t.Fatalf("status before the retry %q, want the working spinner", got)
 			}
-			cmd := h.heldRetryStart(tc.attempt, tc.max, tc.delayMs, tc.budgetMs)
-			if (cmd != nil) != (tc.delayMs > 0) {
-				t.Errorf("auto_retry_start: tick scheduled %v, want %v", cmd != nil, tc.delayMs > 0)
+			cmd := h.heldRetryStart(tc.attempt, tc.max, tc.delay, tc.budget)
+			if (cmd != nil) != (tc.delay > 0) {
+				t.Errorf("auto_retry_start: tick scheduled %v, want %v", cmd != nil, tc.delay > 0)
 			}
 			for i, s := range tc.steps {
 				h.clock = h.clock.Add(s.advance)
@@ -175,9 +173,9 @@ func TestModelNextTick(t *testing.T) {
 func TestModelStaleTickIgnored(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hi")
-	h.retryStart(1, 10, 2000)
+	h.retryStart(1, 10, 2*time.Second)
 	old := h.m.retry.seq
-	h.retryStart(2, 10, 4000)
+	h.retryStart(2, 10, 4*time.Second)
 	if cmd := h.send(retryTickMsg{seq: old}); cmd != nil {
 		t.Error("a tick of an earlier attempt scheduled another tick")
 	}
@@ -203,7 +201,7 @@ func TestModelEscDispatch(t *testing.T) {
 				h.prompt("hello")
 			}
 			if tc.retrying {
-				h.retryStart(1, 10, 3000)
+				h.retryStart(1, 10, 3*time.Second)
 			}
 			h.ctl.retrying = tc.retrying
 			h.key("esc")
@@ -215,10 +213,9 @@ func TestModelEscDispatch(t *testing.T) {
 }
 
 func TestModelRetryEnd(t *testing.T) {
-	fin := func(s string) *string { return &s }
 	cases := []struct {
 		name     string
-		end      *messages.AutoRetryEnd
+		end      musepi.AutoRetryEnd
 		err      error
 		want     string // a transcript line
 		wantNot  string
@@ -226,19 +223,19 @@ func TestModelRetryEnd(t *testing.T) {
 	}{
 		{
 			name: "cancelled",
-			end:  &messages.AutoRetryEnd{Success: false, Attempt: 1, FinalError: fin("Retry cancelled")},
+			end:  musepi.AutoRetryEnd{Success: false, Attempt: 1, FinalError: "Retry cancelled"},
 			err:  &musepi.PromptError{Kind: musepi.ErrRetryCancelled, Detail: "Retry cancelled"},
 			want: "Retry failed after 1 attempts: Retry cancelled", errLines: 1,
 		},
 		{
 			name: "exhausted",
-			end:  &messages.AutoRetryEnd{Success: false, Attempt: 10, FinalError: fin("529 overloaded")},
+			end:  musepi.AutoRetryEnd{Success: false, Attempt: 10, FinalError: "529 overloaded"},
 			err:  &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "529 overloaded"},
 			want: "Retry failed after 10 attempts: 529 overloaded", wantNot: "Error:", errLines: 1,
 		},
 		{
 			name: "recovered",
-			end:  &messages.AutoRetryEnd{Success: true, Attempt: 2},
+			end:  musepi.AutoRetryEnd{Success: true, Attempt: 2},
 			want: "Recovered after 2 retries", wantNot: "Retry failed",
 		},
 	}
@@ -246,7 +243,7 @@ func TestModelRetryEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.prompt("hello")
-			h.retryStart(1, 10, 3000)
+			h.retryStart(1, 10, 3*time.Second)
 			h.event(tc.end)
 			if strings.Contains(h.view(), "Retrying (") {
 				t.Errorf("retry line not cleared:\n%s", h.view())
@@ -277,7 +274,7 @@ func TestModelRetryEnd(t *testing.T) {
 
 func TestModelRetryFailedLine(t *testing.T) {
 	cases := []struct {
-		attempt int32
+		attempt int
 		final   string
 		want    string
 	}{
@@ -300,9 +297,9 @@ func TestModelStreamsAnswer(t *testing.T) {
 	if h.m.input.Value() != "" {
 		t.Errorf("input not cleared: %q", h.m.input.Value())
 	}
-	h.event(&messages.AgentStart{Generation: 1})
-	h.event(&messages.MessageUpdate{Kind: "text", Delta: "Hello "})
-	h.event(&messages.MessageUpdate{Kind: "text", Delta: "there"})
+	h.event(musepi.AgentStart{Generation: 1})
+	h.event(musepi.MessageUpdate{Kind: "text", Delta: "Hello "})
+	h.event(musepi.MessageUpdate{Kind: "text", Delta: "there"})
 	if v := h.view(); !strings.Contains(v, "> hello") || !strings.Contains(v, "Hello there") {
 		t.Errorf("view:\n%s", v)
 	}
@@ -311,9 +308,9 @@ func TestModelStreamsAnswer(t *testing.T) {
 	if len(h.prompts) != 1 {
 		t.Errorf("a second prompt started while one runs: %q", h.prompts)
 	}
-	h.event(&messages.MessageEnd{})
-	h.event(&messages.AgentSettled{Generation: 1, Success: true})
-	h.send(promptDoneMsg{msg: &messages.AssistantMessage{}})
+	h.event(musepi.MessageEnd{})
+	h.event(musepi.AgentSettled{Generation: 1, Success: true})
+	h.send(promptDoneMsg{msg: &musepi.AssistantMessage{}})
 	if h.statusLine() != "" {
 		t.Errorf("status after the answer %q", h.statusLine())
 	}
@@ -326,9 +323,7 @@ func TestModelStreamsAnswer(t *testing.T) {
 func TestModelAnswerFromMessage(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hello")
-	msg := &messages.AssistantMessage{Content: []*messages.ContentBlock{
-		{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: "from the final message"}}},
-	}}
+	msg := &musepi.AssistantMessage{Content: []musepi.Block{musepi.TextBlock{Text: "from the final message"}}}
 	h.send(promptDoneMsg{msg: msg})
 	if !strings.Contains(h.view(), "from the final message") {
 		t.Errorf("view:\n%s", h.view())
@@ -370,12 +365,12 @@ func TestModelErrors(t *testing.T) {
 func TestModelFallbackShowsTheCauseFirst(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hello")
-	failed := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
+	failed := &musepi.AssistantMessage{StopReason: musepi.StopReasonError,
 		ErrorMessage: "529 overloaded_error: Overloaded\nsecond line"}
-	h.event(&messages.MessageEnd{Message: failed})
-	h.event(&messages.AgentEnd{WillRetry: true, Message: failed})
-	h.event(&messages.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
-	h.event(&messages.AutoRetryStart{Attempt: 1, MaxAttempts: 10, ErrorMessage: failed.ErrorMessage, ErrorClass: "transient"})
+	h.event(musepi.MessageEnd{Message: failed})
+	h.event(musepi.AgentEnd{WillRetry: true, Message: failed})
+	h.event(musepi.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
+	h.event(musepi.AutoRetryStart{Attempt: 1, MaxAttempts: 10, ErrorMessage: failed.ErrorMessage, ErrorClass: "transient"})
 	v := h.view()
 	cause, fallback := strings.Index(v, "⚠ 529 overloaded_error: Overloaded"), strings.Index(v, "⇄ Model fallback: fake/m1 → fake/m2")
 	if cause < 0 || fallback < 0 || cause > fallback {
@@ -391,7 +386,7 @@ func TestModelFallbackShowsTheCauseFirst(t *testing.T) {
 func TestModelNoWarningWithoutRetry(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hello")
-	h.event(&messages.AgentEnd{Message: &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
+	h.event(musepi.AgentEnd{Message: &musepi.AssistantMessage{StopReason: musepi.StopReasonError,
 		ErrorMessage: "400 invalid request"}})
 	if v := h.view(); strings.Contains(v, "⚠") {
 		t.Errorf("a warning for a turn that is not retried:\n%s", v)
@@ -401,7 +396,7 @@ func TestModelNoWarningWithoutRetry(t *testing.T) {
 func TestModelFallbackNotice(t *testing.T) {
 	h := newHarness(t)
 	h.prompt("hello")
-	h.event(&messages.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
+	h.event(musepi.RetryFallbackApplied{From: "fake/m1", To: "fake/m2", Role: "default"})
 	v := h.view()
 	if !strings.Contains(v, "Model fallback: fake/m1 → fake/m2") {
 		t.Errorf("no fallback notice:\n%s", v)
@@ -440,9 +435,9 @@ func TestViewFitsWindow(t *testing.T) {
 	h.send(tea.WindowSizeMsg{Width: 40, Height: 12})
 	h.prompt("hello")
 	for i := 0; i < 30; i++ {
-		h.event(&messages.MessageUpdate{Kind: "text", Delta: fmt.Sprintf("line %d of a long answer that wraps\n", i)})
+		h.event(musepi.MessageUpdate{Kind: "text", Delta: fmt.Sprintf("line %d of a long answer that wraps\n", i)})
 	}
-	h.retryStart(1, 10, 3000)
+	h.retryStart(1, 10, 3*time.Second)
 	lines := strings.Split(h.view(), "\n")
 	if len(lines) != 12 {
 		t.Errorf("%d lines, want 12:\n%s", len(lines), h.view())
@@ -457,7 +452,7 @@ func TestViewFitsWindow(t *testing.T) {
 	}
 	// Page up leaves the end; a new delta does not jump back.
 	h.send(tea.KeyMsg{Type: tea.KeyPgUp})
-	h.event(&messages.MessageUpdate{Kind: "text", Delta: "more"})
+	h.event(musepi.MessageUpdate{Kind: "text", Delta: "more"})
 	if strings.Contains(h.view(), "line 29 of a long") {
 		t.Errorf("page up did not scroll:\n%s", h.view())
 	}

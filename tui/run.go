@@ -13,7 +13,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 )
 
 // settleWait bounds how long a finished prompt waits for its agent_settled
@@ -68,11 +67,8 @@ func Run(ctx context.Context, s *musepi.Session, in io.Reader, out io.Writer) er
 	)
 
 	unsubscribe := s.Subscribe(func(ev musepi.Event) {
-		if ev.Payload == nil {
-			return
-		}
-		p.Send(eventMsg{payload: ev.Payload})
-		if _, ok := ev.Payload.(*messages.AgentSettled); ok {
+		p.Send(eventMsg{ev: ev})
+		if _, ok := ev.(musepi.AgentSettled); ok {
 			select {
 			case settled <- struct{}{}:
 			default:

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
@@ -79,7 +77,7 @@ func (r *musepiRun) setup(ctx context.Context) error {
 	r.counted = &countingClock{Clock: r.clk}
 	rt, err := musepi.NewRuntime(
 		musepi.WithClock(r.counted),
-		musepi.WithLogger(zerolog.New(io.Discard)),
+		musepi.WithLogger(slog.New(slog.DiscardHandler)),
 		musepi.WithProvider(stormProvider, r.prov,
 			musepi.Credential{Name: limitedKey, APIKey: limitedKey},
 			musepi.Credential{Name: freeKey, APIKey: freeKey}),
@@ -108,7 +106,7 @@ func (r *musepiRun) setup(ctx context.Context) error {
 func (r *musepiRun) launch(ctx context.Context) error {
 	sessions := r.sessions
 	r.starter.launch(r.starts, r.e.scenario, r.e.sessions, func(i int) {
-		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *messages.AssistantMessage, err error) {
+		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *musepi.AssistantMessage, err error) {
 			if err != nil {
 				r.failed.Add(1)
 				return

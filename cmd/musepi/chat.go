@@ -4,12 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/tui"
@@ -41,7 +40,7 @@ func runChat(args []string) int {
 	}
 	var extra []musepi.Option
 	if !setupFlags.verbose {
-		extra = append(extra, musepi.WithLogger(zerolog.Nop()))
+		extra = append(extra, musepi.WithLogger(slog.New(slog.DiscardHandler)))
 	}
 	su, err := setupFlags.open(extra...)
 	if err != nil {

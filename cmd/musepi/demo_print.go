@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -54,10 +53,10 @@ type demoRun struct {
 	settled  chan struct{}
 	began    time.Time
 	text     strings.Builder
-	failure  *messages.AssistantMessage // the last failed turn
-	fellBack bool                       // a model fallback came just before this retry
-	ended    bool                       // auto_retry_end printed the outcome of a failure
-	doing    string                     // what is going on, for the interrupt line
+	failure  *musepi.AssistantMessage // the last failed turn
+	fellBack bool                     // a model fallback came just before this retry
+	ended    bool                     // auto_retry_end printed the outcome of a failure
+	doing    string                   // what is going on, for the interrupt line
 
 	calls, retries, switches, fallbacks int
 	backoff                             time.Duration // time spent in backoff
@@ -78,62 +77,62 @@ func (r *demoRun) event(ev musepi.Event) {
 	p := r.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := ev.Payload.(*messages.AgentSettled); ok {
+	if _, ok := ev.(musepi.AgentSettled); ok {
 		close(r.settled)
 	}
 	if p.stopped {
 		return
 	}
-	switch e := ev.Payload.(type) {
-	case *messages.AgentStart:
+	switch e := ev.(type) {
+	case musepi.AgentStart:
 		p.endCountdown("")
 		r.calls++
 		r.doing = "waiting for " + r.model
 		p.printf("  → calling %s", r.model)
-	case *messages.AgentEnd:
-		if m := e.GetMessage(); m.GetStopReason() == messages.StopReason_STOP_REASON_ERROR {
+	case musepi.AgentEnd:
+		if m := e.Message; m != nil && m.StopReason == musepi.StopReasonError {
 			r.failure = m
-			p.printf("  ✗ %s", firstLine(m.GetErrorMessage()))
+			p.printf("  ✗ %s", firstLine(m.ErrorMessage))
 		}
-	case *messages.RetryFallbackApplied:
+	case musepi.RetryFallbackApplied:
 		r.fallbacks++
 		r.fellBack = true
-		r.model = e.GetTo()
-		p.printf("  ⇄ model fallback %s → %s", e.GetFrom(), e.GetTo())
-	case *messages.ModelChange:
-		r.model = e.GetTo()
-	case *messages.AutoRetryStart:
+		r.model = e.To
+		p.printf("  ⇄ model fallback %s → %s", e.From, e.To)
+	case musepi.ModelChanged:
+		r.model = e.To
+	case musepi.AutoRetryStart:
 		r.retryStart(e)
-	case *messages.AutoRetryEnd:
+	case musepi.AutoRetryEnd:
 		p.endCountdown("")
-		if e.GetSuccess() {
-			p.printf("  ✓ recovered after %d %s", e.GetAttempt(), plural(int(e.GetAttempt()), "retry", "retries"))
+		if e.Success {
+			p.printf("  ✓ recovered after %d %s", e.Attempt, plural(e.Attempt, "retry", "retries"))
 		} else {
 			r.ended = true
-			p.printf("  ✗ Retry failed after %d attempts: %s", e.GetAttempt(), firstLine(e.GetFinalError()))
+			p.printf("  ✗ Retry failed after %d attempts: %s", e.Attempt, firstLine(e.FinalError))
 		}
-	case *messages.MessageUpdate:
-		if e.GetKind() == "text" {
-			r.text.WriteString(e.GetDelta())
+	case musepi.MessageUpdate:
+		if e.Kind == "text" {
+			r.text.WriteString(e.Delta)
 		}
-	case *messages.AgentSettled:
+	case musepi.AgentSettled:
 		p.endCountdown("")
 	}
 }
 
 // retryStart prints an auto_retry_start: at once after a switch, else a
 // countdown of the backoff.
-func (r *demoRun) retryStart(e *messages.AutoRetryStart) {
+func (r *demoRun) retryStart(e musepi.AutoRetryStart) {
 	p := r.p
 	r.retries++
 	fellBack := r.fellBack
 	r.fellBack = false
-	attempt := fmt.Sprintf("retry %d/%d", e.GetAttempt(), e.GetMaxAttempts())
-	delay := time.Duration(e.GetDelayMs()) * time.Millisecond
+	attempt := fmt.Sprintf("retry %d/%d", e.Attempt, e.MaxAttempts)
+	delay := e.Delay
 	switch {
 	case delay == 0 && fellBack:
 		p.printf("  ⟳ %s at once, on the fallback model", attempt)
-	case delay == 0 && e.GetErrorClass() == "usage_limit":
+	case delay == 0 && e.ErrorClass == "usage_limit":
 		r.switches++
 		p.printf("  ⇄ key over its usage limit: %s at once, with the next API key", attempt)
 	case delay == 0:
@@ -148,8 +147,11 @@ func (r *demoRun) retryStart(e *messages.AutoRetryStart) {
 // the delay, else the exponential backoff.
 func (r *demoRun) why(delay time.Duration) string {
 	m := r.failure
-	if h, ok := retry.ParseHint(m.GetHeaders(), m.GetErrorMessage(), r.p.now()); ok && delay >= h.Delay-time.Second {
-		if v, ok := headerValue(m.GetHeaders(), h.Source); ok {
+	if m == nil {
+		return "exponential backoff with jitter"
+	}
+	if h, ok := retry.ParseHint(m.Headers, m.ErrorMessage, r.p.now()); ok && delay >= h.Delay-time.Second {
+		if v, ok := headerValue(m.Headers, h.Source); ok {
 			return fmt.Sprintf("the provider's %s: %s honoured", h.Source, v)
 		}
 		return "the delay the provider's error asks for"
@@ -168,7 +170,7 @@ func headerValue(headers map[string]string, name string) (string, bool) {
 }
 
 // finish prints the outcome of the prompt and the run's summary.
-func (r *demoRun) finish(msg *messages.AssistantMessage, err error) {
+func (r *demoRun) finish(msg *musepi.AssistantMessage, err error) {
 	p := r.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -177,9 +179,7 @@ func (r *demoRun) finish(msg *messages.AssistantMessage, err error) {
 	case err == nil:
 		answer := r.text.String()
 		if answer == "" {
-			for _, b := range msg.GetContent() {
-				answer += b.GetText().GetText()
-			}
+			answer = msg.Text()
 		}
 		p.printf("  answer (%s): %s", r.model, answer)
 	case !r.ended:

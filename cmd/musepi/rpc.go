@@ -40,6 +40,11 @@ func runRPC(args []string) int {
 		fmt.Fprintf(stderr, "musepi rpc: --max-line must be 0 (the default, %d) or more, got %d\n", rpc.DefaultMaxLine, *maxLine)
 		return 2
 	}
+	log, err := setupFlags.logger()
+	if err != nil {
+		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
+		return 2
+	}
 	su, err := setupFlags.open()
 	if err != nil {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
@@ -56,7 +61,7 @@ func runRPC(args []string) int {
 		Runtime:        su.rt,
 		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(*sessionID)},
 		Out:            os.Stdout,
-		Log:            setupFlags.logger(),
+		Log:            log,
 		MaxLine:        *maxLine,
 		Models:         su.models,
 		HistoryDir:     su.historyDir,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,9 @@ type rpcProc struct {
 	in    io.WriteCloser
 	lines chan map[string]any
 	seen  []map[string]any
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // startRPC starts musepi rpc against a fakellm server playing scenario.
@@ -43,9 +47,16 @@ func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
 // spawnRPC starts "musepi rpc args..." with OPENAI_API_KEY set.
 func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 	t.Helper()
+	return spawnRPCStderr(t, bin, io.Discard, args...)
+}
+
+// spawnRPCStderr is spawnRPC writing the process's stderr to errOut, which
+// may be read once stop has returned.
+func spawnRPCStderr(t *testing.T, bin string, errOut io.Writer, args ...string) *rpcProc {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"rpc"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=key-a")
-	cmd.Stderr = io.Discard
+	cmd.Stderr = errOut
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -70,20 +81,27 @@ func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 			p.lines <- obj
 		}
 	}()
-	t.Cleanup(func() {
-		_ = in.Close()
+	t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
+// stop closes stdin and waits for the process to exit (killing it after
+// 15 s); only the first call waits, later ones return its result.
+func (p *rpcProc) stop() error {
+	p.stopOnce.Do(func() {
+		_ = p.in.Close()
 		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		go func() { done <- p.cmd.Wait() }()
 		select {
-		case <-done:
+		case p.stopErr = <-done:
 		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+			_ = p.cmd.Process.Kill()
+			p.stopErr = fmt.Errorf("killed after 15 s: %v", <-done)
 		}
 		for range p.lines {
 		}
 	})
-	return p
+	return p.stopErr
 }
 
 func (p *rpcProc) send(line string) {

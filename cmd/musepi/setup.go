@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +40,7 @@ type setupFlags struct {
 	historyDir  string
 	historySync string
 	verbose     bool
+	logFormat   string
 	fast        bool // the demo server's time scaled down 1000× (musepi demo --fast)
 }
 
@@ -51,6 +54,7 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 	fs.StringVar(&f.historyDir, "history-dir", "", "keep session history in this directory (default: memory)")
 	fs.StringVar(&f.historySync, "history-sync", "", `fsync history files after each "turn" (default), each "entry", or "none"`)
 	fs.BoolVar(&f.verbose, "v", false, "log runtime diagnostics to stderr")
+	fs.StringVar(&f.logFormat, "log-format", "text", `log format on stderr: "text" (plain lines, coloured on a terminal only) or "json" (one object a line, for machines)`)
 	return f
 }
 
@@ -66,17 +70,33 @@ type setup struct {
 	shutdown   func(context.Context) error
 }
 
-func (f *setupFlags) logger() zerolog.Logger {
+// logger is the command's logger on stderr: warnings and errors (with -v
+// debug lines too), as plain text lines, coloured only when stderr is a
+// terminal, or as JSON objects with --log-format json.
+func (f *setupFlags) logger() (zerolog.Logger, error) {
 	level := zerolog.WarnLevel
 	if f.verbose {
 		level = zerolog.DebugLevel
 	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()
+	var w io.Writer
+	switch f.logFormat {
+	case "text", "":
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(stderr)}
+	case "json":
+		w = stderr
+	default:
+		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
 // open starts the runtime the flags describe.
 func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
-	opts := append([]musepi.Option{musepi.WithLogger(f.logger())}, extra...)
+	log, err := f.logger()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, extra...)
 	if f.historyDir != "" {
 		opts = append(opts, musepi.WithHistoryDir(f.historyPath()))
 	}
@@ -87,10 +107,7 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 		}
 		opts = append(opts, musepi.WithHistorySync(policy))
 	}
-	var (
-		su  *setup
-		err error
-	)
+	var su *setup
 	switch {
 	case f.config != "":
 		su, err = openConfig(f.config, opts)

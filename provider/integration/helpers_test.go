@@ -194,7 +194,7 @@ func (r *recorder) count(typ string) int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, e := range r.events {
-		if e.Type == typ {
+		if e.Type() == typ {
 			n++
 		}
 	}
@@ -224,7 +224,7 @@ func (r *recorder) lines(types ...string) []string {
 	}
 	var out []string
 	for _, e := range r.events {
-		if len(types) > 0 && !keep[e.Type] {
+		if len(types) > 0 && !keep[e.Type()] {
 			continue
 		}
 		out = append(out, render(e))
@@ -233,12 +233,12 @@ func (r *recorder) lines(types ...string) []string {
 }
 
 // starts returns the auto_retry_start payloads.
-func (r *recorder) starts() []*messages.AutoRetryStart {
+func (r *recorder) starts() []musepi.AutoRetryStart {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []*messages.AutoRetryStart
+	var out []musepi.AutoRetryStart
 	for _, e := range r.events {
-		if p, ok := e.Payload.(*messages.AutoRetryStart); ok {
+		if p, ok := e.(musepi.AutoRetryStart); ok {
 			out = append(out, p)
 		}
 	}
@@ -246,27 +246,27 @@ func (r *recorder) starts() []*messages.AutoRetryStart {
 }
 
 func render(e musepi.Event) string {
-	switch p := e.Payload.(type) {
-	case *messages.AutoRetryStart:
-		return fmt.Sprintf("auto_retry_start %d/%d delay=%dms class=%s", p.GetAttempt(), p.GetMaxAttempts(), p.GetDelayMs(), p.GetErrorClass())
-	case *messages.AutoRetryEnd:
-		s := fmt.Sprintf("auto_retry_end success=%t attempt=%d", p.GetSuccess(), p.GetAttempt())
-		if p.FinalError != nil {
-			s += fmt.Sprintf(" error=%q", p.GetFinalError())
+	switch p := e.(type) {
+	case musepi.AutoRetryStart:
+		return fmt.Sprintf("auto_retry_start %d/%d delay=%dms class=%s", p.Attempt, p.MaxAttempts, p.Delay.Milliseconds(), p.ErrorClass)
+	case musepi.AutoRetryEnd:
+		s := fmt.Sprintf("auto_retry_end success=%t attempt=%d", p.Success, p.Attempt)
+		if !p.Success {
+			s += fmt.Sprintf(" error=%q", p.FinalError)
 		}
 		return s
-	case *messages.AgentEnd:
-		return fmt.Sprintf("agent_end willRetry=%t", p.GetWillRetry())
-	case *messages.AgentSettled:
-		return fmt.Sprintf("agent_settled success=%t", p.GetSuccess())
-	case *messages.RetryFallbackApplied:
-		return fmt.Sprintf("retry_fallback_applied %s -> %s (%s)", p.GetFrom(), p.GetTo(), p.GetRole())
-	case *messages.RetryFallbackSucceeded:
-		return fmt.Sprintf("retry_fallback_succeeded %s (%s)", p.GetModel(), p.GetRole())
-	case *messages.ModelChange:
-		return fmt.Sprintf("model_change %s -> %s (%s)", p.GetFrom(), p.GetTo(), p.GetReason())
+	case musepi.AgentEnd:
+		return fmt.Sprintf("agent_end willRetry=%t", p.WillRetry)
+	case musepi.AgentSettled:
+		return fmt.Sprintf("agent_settled success=%t", p.Success)
+	case musepi.RetryFallbackApplied:
+		return fmt.Sprintf("retry_fallback_applied %s -> %s (%s)", p.From, p.To, p.Role)
+	case musepi.RetryFallbackSucceeded:
+		return fmt.Sprintf("retry_fallback_succeeded %s (%s)", p.Model, p.Role)
+	case musepi.ModelChanged:
+		return fmt.Sprintf("model_change %s -> %s (%s)", p.From, p.To, p.Reason)
 	}
-	return e.Type
+	return e.Type()
 }
 
 // retryEventTypes are the event types the retry scripts compare.
@@ -298,7 +298,7 @@ func newSession(t *testing.T, rt *musepi.Runtime, model string) (*musepi.Session
 
 // prompt runs one prompt to its end, bounded in time, and waits for its
 // agent_settled event (the n-th of the session).
-func prompt(t *testing.T, s *musepi.Session, rec *recorder, n int, text string) (*messages.AssistantMessage, error) {
+func prompt(t *testing.T, s *musepi.Session, rec *recorder, n int, text string) (*musepi.AssistantMessage, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

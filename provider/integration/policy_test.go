@@ -3,12 +3,12 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/retry"
 )
@@ -37,14 +37,14 @@ func TestChatReasoningIsThinking(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			blocks := msg.GetContent()
-			if len(blocks) != 2 || blocks[0].GetThinking().GetThinking() != "The user greets me." || blocks[1].GetText().GetText() != "Hello!" {
+			want := []musepi.Block{musepi.ThinkingBlock{Thinking: "The user greets me."}, musepi.TextBlock{Text: "Hello!"}}
+			if blocks := msg.Content; !reflect.DeepEqual(blocks, want) {
 				t.Fatalf("content %v; want thinking then text", blocks)
 			}
 			var thinking strings.Builder
 			for _, e := range events.all() {
-				if u, ok := e.Payload.(*messages.MessageUpdate); ok && u.GetKind() == "thinking" {
-					thinking.WriteString(u.GetDelta())
+				if u, ok := e.(musepi.MessageUpdate); ok && u.Kind == "thinking" {
+					thinking.WriteString(u.Delta)
 				}
 			}
 			if thinking.String() != "The user greets me." {
@@ -56,12 +56,12 @@ func TestChatReasoningIsThinking(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			for _, read := range []func(context.Context) ([]*messages.Entry, error){s.History, s.Messages} {
+			for _, read := range []func(context.Context) ([]musepi.Entry, error){s.History, s.Messages} {
 				entries, err := read(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := entries[1].GetAssistant().GetContent()[0].GetThinking().GetThinking(); got != "The user greets me." {
+				if got := entries[1].Assistant.Content[0].(musepi.ThinkingBlock).Thinking; got != "The user greets me." {
 					t.Errorf("stored thinking %q", got)
 				}
 			}
@@ -121,8 +121,8 @@ func TestStaleReplayRetriesOnSameModel(t *testing.T) {
 	rt := newFallbackRuntime(t, p)
 	s, events := newSession(t, rt, "fake/m1")
 	for i := 1; i <= 2; i++ {
-		if msg, err := prompt(t, s, events, i, "Question"); err != nil || textOf(msg) != "Fresh." {
-			t.Fatalf("prompt %d = %q, %v", i, textOf(msg), err)
+		if msg, err := prompt(t, s, events, i, "Question"); err != nil || msg.Text() != "Fresh." {
+			t.Fatalf("prompt %d = %q, %v", i, msg.Text(), err)
 		}
 	}
 	expectLines(t, events.lines(retryEventTypes...),
@@ -152,8 +152,8 @@ func TestChatRefusalFallsBackAndPins(t *testing.T) {
 	s, events := newSession(t, rt, "fake/m1")
 
 	msg, err := prompt(t, s, events, 1, "Something risky")
-	if err != nil || textOf(msg) != "Answered by m2." {
-		t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+	if err != nil || msg.Text() != "Answered by m2." {
+		t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 	}
 	expectLines(t, events.lines(retryEventTypes...),
 		"retry_fallback_applied fake/m1 -> fake/m2 (default)",

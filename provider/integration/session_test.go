@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -33,16 +32,16 @@ func TestResponsesStaleReplayRecoversAfterResetSession(t *testing.T) {
 	s, events := newSession(t, rt, "oai/gpt-test")
 
 	msg, err := prompt(t, s, events, 1, "First question")
-	if err != nil || textOf(msg) != "Answer from a fresh context." {
-		t.Fatalf("first prompt = %q, %v", textOf(msg), err)
+	if err != nil || msg.Text() != "Answer from a fresh context." {
+		t.Fatalf("first prompt = %q, %v", msg.Text(), err)
 	}
 	if n := len(events.starts()); n != 0 {
 		t.Fatalf("first prompt retried %d times: %v", n, events.lines(retryEventTypes...))
 	}
 
 	msg, err = prompt(t, s, events, 2, "Second question")
-	if err != nil || textOf(msg) != "Answer from a fresh context." {
-		t.Fatalf("second prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+	if err != nil || msg.Text() != "Answer from a fresh context." {
+		t.Fatalf("second prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 	}
 	expectLines(t, events.lines(retryEventTypes...),
 		"agent_settled success=true",
@@ -50,8 +49,8 @@ func TestResponsesStaleReplayRecoversAfterResetSession(t *testing.T) {
 		"auto_retry_end success=true attempt=1",
 		"agent_settled success=true",
 	)
-	if start := events.starts()[0]; !strings.Contains(start.GetErrorMessage(), "previous_response_not_found") {
-		t.Errorf("auto_retry_start error %q does not quote the stale-replay error", start.GetErrorMessage())
+	if start := events.starts()[0]; !strings.Contains(start.ErrorMessage, "previous_response_not_found") {
+		t.Errorf("auto_retry_start error %q does not quote the stale-replay error", start.ErrorMessage)
 	}
 
 	// The wire: call 2 chained to call 1's response; the retry (call 3)
@@ -102,22 +101,22 @@ func TestResponsesStaleReplayRecoversAfterResetSession(t *testing.T) {
 }
 
 // describe renders entries as short lines.
-func describe(entries []*messages.Entry) []string {
+func describe(entries []musepi.Entry) []string {
 	var out []string
 	for _, e := range entries {
 		switch {
-		case e.GetUser() != nil:
-			out = append(out, "user "+e.GetUser().GetText())
-		case e.GetAssistant() != nil:
-			a := e.GetAssistant()
-			if a.GetStopReason() == messages.StopReason_STOP_REASON_ERROR {
+		case e.User != nil:
+			out = append(out, "user "+e.User.Text)
+		case e.Assistant != nil:
+			a := e.Assistant
+			if a.StopReason == musepi.StopReasonError {
 				out = append(out, "assistant error")
 			} else {
-				out = append(out, fmt.Sprintf("assistant ok %q", textOf(a)))
+				out = append(out, fmt.Sprintf("assistant ok %q", a.Text()))
 			}
-		case e.GetModelChange() != nil:
-			m := e.GetModelChange()
-			out = append(out, fmt.Sprintf("model_change %s -> %s (%s)", m.GetFrom(), m.GetTo(), m.GetReason()))
+		case e.ModelChange != nil:
+			m := e.ModelChange
+			out = append(out, fmt.Sprintf("model_change %s -> %s (%s)", m.From, m.To, m.Reason))
 		default:
 			out = append(out, "other")
 		}
@@ -152,8 +151,8 @@ func TestCredentialSwitchKeyAToKeyB(t *testing.T) {
 				s, events := newSession(t, rt, "llm/model-x")
 
 				msg, err := prompt(t, s, events, 1, "Hello")
-				if err != nil || textOf(msg) != "Answered with key-b." {
-					t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+				if err != nil || msg.Text() != "Answered with key-b." {
+					t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 				}
 				expectLines(t, events.lines(retryEventTypes...),
 					"auto_retry_start 1/3 delay=0ms class=usage_limit",
@@ -170,8 +169,8 @@ func TestCredentialSwitchKeyAToKeyB(t *testing.T) {
 
 				// The switch is sticky: the next prompt goes straight to key-b.
 				msg, err = prompt(t, s, events, 2, "Hello again")
-				if err != nil || textOf(msg) != "Answered with key-b." {
-					t.Fatalf("second prompt = %q, %v", textOf(msg), err)
+				if err != nil || msg.Text() != "Answered with key-b." {
+					t.Fatalf("second prompt = %q, %v", msg.Text(), err)
 				}
 				if n := len(events.starts()); n != 1 {
 					t.Errorf("second prompt retried: %v", events.lines(retryEventTypes...))
@@ -202,8 +201,8 @@ func TestModelFallbackEndToEnd(t *testing.T) {
 			s, events := newSession(t, rt, "fake/m1")
 
 			msg, err := prompt(t, s, events, 1, "Hello")
-			if err != nil || textOf(msg) != "Answered by m2." {
-				t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+			if err != nil || msg.Text() != "Answered by m2." {
+				t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 			}
 			expectLines(t, events.lines(retryEventTypes...),
 				"retry_fallback_applied fake/m1 -> fake/m2 (default)",
@@ -215,8 +214,8 @@ func TestModelFallbackEndToEnd(t *testing.T) {
 			if got := s.Model(); got != "fake/m2" {
 				t.Errorf("session model %q after the fallback, want fake/m2", got)
 			}
-			if msg.GetModel() != "m2" {
-				t.Errorf("answer from model %q, want m2", msg.GetModel())
+			if msg.Model != "m2" {
+				t.Errorf("answer from model %q, want m2", msg.Model)
 			}
 			st := srv.Stats()
 			if st.ByModel["m1"] != 1 || st.ByModel["m2"] != 1 || st.Total != 2 {
@@ -226,8 +225,8 @@ func TestModelFallbackEndToEnd(t *testing.T) {
 			// m1 is in cooldown (the overload estimate, 45 s or more): the
 			// next prompt stays on m2 without a retry.
 			msg, err = prompt(t, s, events, 2, "Hello again")
-			if err != nil || textOf(msg) != "Answered by m2." {
-				t.Fatalf("second prompt = %q, %v", textOf(msg), err)
+			if err != nil || msg.Text() != "Answered by m2." {
+				t.Fatalf("second prompt = %q, %v", msg.Text(), err)
 			}
 			if n := len(events.starts()); n != 1 {
 				t.Errorf("second prompt retried: %v", events.lines(retryEventTypes...))
@@ -259,8 +258,8 @@ func TestRetryHintsEndToEnd(t *testing.T) {
 			s, events := newSession(t, rt, "llm/model-x")
 			began := time.Now()
 			msg, err := prompt(t, s, events, 1, "Hello")
-			if err != nil || textOf(msg) != "Answered after the hint." {
-				t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+			if err != nil || msg.Text() != "Answered after the hint." {
+				t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 			}
 			if took := time.Since(began); took < 150*time.Millisecond {
 				t.Errorf("prompt took %v, less than the 150 ms the provider asked for", took)

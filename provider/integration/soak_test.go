@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -15,8 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/internal/soak"
@@ -68,7 +67,7 @@ func (c *chaosProvider) Stream(ctx context.Context, req provider.Request, onDelt
 type chainChecker struct {
 	mu       sync.Mutex
 	open     bool
-	attempt  int32
+	attempt  int
 	settled  int
 	checks   int
 	problems []string
@@ -90,27 +89,27 @@ func (c *chainChecker) add(e musepi.Event) {
 		c.recent = c.recent[1:]
 	}
 	bad := func(format string, args ...any) {
-		c.problems = append(c.problems, fmt.Sprintf("event %d (%s): ", e.Seq, e.Type)+fmt.Sprintf(format, args...))
+		c.problems = append(c.problems, fmt.Sprintf("event %d (%s): ", e.Header().Seq, e.Type())+fmt.Sprintf(format, args...))
 	}
-	switch p := e.Payload.(type) {
-	case *messages.AutoRetryStart:
-		want := int32(1)
+	switch p := e.(type) {
+	case musepi.AutoRetryStart:
+		want := 1
 		if c.open {
 			want = c.attempt + 1
 		}
-		if p.GetAttempt() != want {
-			bad("attempt %d, want %d", p.GetAttempt(), want)
+		if p.Attempt != want {
+			bad("attempt %d, want %d", p.Attempt, want)
 		}
-		c.open, c.attempt = true, p.GetAttempt()
-	case *messages.AutoRetryEnd:
+		c.open, c.attempt = true, p.Attempt
+	case musepi.AutoRetryEnd:
 		switch {
-		case c.open && p.GetSuccess() && p.GetAttempt() != c.attempt:
-			bad("success at attempt %d after start %d", p.GetAttempt(), c.attempt)
-		case !c.open && (p.GetSuccess() || p.GetAttempt() > 1):
-			bad("end (success %t, attempt %d) of a chain that never started", p.GetSuccess(), p.GetAttempt())
+		case c.open && p.Success && p.Attempt != c.attempt:
+			bad("success at attempt %d after start %d", p.Attempt, c.attempt)
+		case !c.open && (p.Success || p.Attempt > 1):
+			bad("end (success %t, attempt %d) of a chain that never started", p.Success, p.Attempt)
 		}
 		c.open = false
-	case *messages.AgentSettled:
+	case musepi.AgentSettled:
 		if c.open {
 			bad("agent_settled while a retry chain is open")
 		}
@@ -165,7 +164,7 @@ func TestSoak(t *testing.T) {
 		musepi.WithRetrySettings(settings),
 		musepi.WithStreamIdleTimeout(150*time.Millisecond),
 		musepi.WithHistoryDir(t.TempDir()),
-		musepi.WithLogger(zerolog.Nop()),
+		musepi.WithLogger(slog.New(slog.DiscardHandler)),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -290,11 +289,11 @@ func TestSoak(t *testing.T) {
 		users := 0
 		seqs := map[uint64]bool{}
 		for j, e := range hist {
-			if e.GetSeq() != uint64(j+1) {
-				t.Fatalf("session %d: history entry %d has seq %d", i, j, e.GetSeq())
+			if e.Seq != uint64(j+1) {
+				t.Fatalf("session %d: history entry %d has seq %d", i, j, e.Seq)
 			}
-			seqs[e.GetSeq()] = true
-			if e.GetUser() != nil {
+			seqs[e.Seq] = true
+			if e.User != nil {
 				users++
 			}
 		}
@@ -306,8 +305,8 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range msgs {
-			if !seqs[e.GetSeq()] {
-				t.Errorf("session %d: runtime entry %d is not in the history", i, e.GetSeq())
+			if !seqs[e.Seq] {
+				t.Errorf("session %d: runtime entry %d is not in the history", i, e.Seq)
 			}
 		}
 	}

@@ -87,8 +87,8 @@ func TestStallEndsWithTimeout(t *testing.T) {
 				began := time.Now()
 				msg, err := prompt(t, s, events, 1, "Hello")
 				took := time.Since(began)
-				if err != nil || textOf(msg) != "Answered after the stall." {
-					t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+				if err != nil || msg.Text() != "Answered after the stall." {
+					t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 				}
 				if took < requestTimeout || took > requestTimeout+3*time.Second {
 					t.Errorf("prompt took %v, want a little over %v", took, requestTimeout)
@@ -98,11 +98,11 @@ func TestStallEndsWithTimeout(t *testing.T) {
 					t.Fatalf("events %v, want one auto_retry_start", events.lines(retryEventTypes...))
 				}
 				st0 := starts[0]
-				if st0.GetErrorClass() != "transient" || !strings.Contains(st0.GetErrorMessage(), "context deadline exceeded") {
-					t.Errorf("auto_retry_start class %q error %q; want transient, context deadline exceeded", st0.GetErrorClass(), st0.GetErrorMessage())
+				if st0.ErrorClass != "transient" || !strings.Contains(st0.ErrorMessage, "context deadline exceeded") {
+					t.Errorf("auto_retry_start class %q error %q; want transient, context deadline exceeded", st0.ErrorClass, st0.ErrorMessage)
 				}
 				// Backoff of attempt 1: BaseDelay (5 ms) times a jitter in [0.75, 1].
-				if d := st0.GetDelayMs(); d < 3 || d > 5 {
+				if d := st0.Delay.Milliseconds(); d < 3 || d > 5 {
 					t.Errorf("auto_retry_start delay %d ms, want 3-5 ms", d)
 				}
 				lines := events.lines(retryEventTypes...)
@@ -261,8 +261,8 @@ func TestSessionAbortDuringStall(t *testing.T) {
 
 			// The session is usable afterwards.
 			msg, err := prompt(t, s, events, 2, "Hello again")
-			if err != nil || textOf(msg) != "Second prompt answered." {
-				t.Fatalf("second prompt = %q, %v", textOf(msg), err)
+			if err != nil || msg.Text() != "Second prompt answered." {
+				t.Fatalf("second prompt = %q, %v", msg.Text(), err)
 			}
 		})
 	}

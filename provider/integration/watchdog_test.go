@@ -38,12 +38,12 @@ func TestStalledStreamWatchdog(t *testing.T) {
 			t.Run("a stall before any output is retried", func(t *testing.T) {
 				s, events := newSession(t, rt, "llm/quiet")
 				msg, err := prompt(t, s, events, 1, "Hello")
-				if err != nil || textOf(msg) != "Answered after the stall." {
-					t.Fatalf("prompt = %q, %v; events %v", textOf(msg), err, events.lines())
+				if err != nil || msg.Text() != "Answered after the stall." {
+					t.Fatalf("prompt = %q, %v; events %v", msg.Text(), err, events.lines())
 				}
 				starts := events.starts()
-				if len(starts) != 1 || starts[0].GetErrorClass() != retry.Transient.String() ||
-					!strings.Contains(starts[0].GetErrorMessage(), "stream stalled") {
+				if len(starts) != 1 || starts[0].ErrorClass != retry.Transient.String() ||
+					!strings.Contains(starts[0].ErrorMessage, "stream stalled") {
 					t.Fatalf("auto_retry_start events %v", starts)
 				}
 			})
@@ -53,8 +53,8 @@ func TestStalledStreamWatchdog(t *testing.T) {
 				if !errors.Is(err, musepi.ErrPromptFailed) {
 					t.Fatalf("prompt error %v, want ErrPromptFailed", err)
 				}
-				if msg.GetStopDetails().GetType() != retry.StopDetailStreamInterruptedAfterContent || textOf(msg) == "" ||
-					!strings.Contains(msg.GetErrorMessage(), "stream stalled") {
+				if msg.StopDetails == nil || msg.StopDetails.Type != retry.StopDetailStreamInterruptedAfterContent || msg.Text() == "" ||
+					!strings.Contains(msg.ErrorMessage, "stream stalled") {
 					t.Fatalf("message %v", msg)
 				}
 				if n := len(events.starts()); n != 0 {

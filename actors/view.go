@@ -1,0 +1,113 @@
+package actors
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// CredentialsView mirrors what a credentials actor holds, for readers
+// outside the actor: until when each of its keys is blocked (read without
+// a lock by the sessions, see Free; counted by Runtime.Stats) and its retry
+// budget's tokens. The actor writes it after each change, before it
+// answers.
+type CredentialsView struct {
+	index map[string]int // key name -> index, fixed
+	until []atomic.Int64 // unix ns each key is blocked until (0: never)
+
+	mu     sync.Mutex
+	budget bool
+	tokens float64
+}
+
+// NewCredentialsView returns the view of a credentials actor holding creds.
+func NewCredentialsView(creds []Credential) *CredentialsView {
+	v := &CredentialsView{index: make(map[string]int, len(creds)), until: make([]atomic.Int64, len(creds))}
+	for i, c := range creds {
+		v.index[c.Name] = i
+	}
+	return v
+}
+
+func (v *CredentialsView) publish(a *CredentialsActor) {
+	if v == nil {
+		return
+	}
+	for i, c := range a.creds {
+		var ns int64
+		if !c.blockedUntil.IsZero() {
+			ns = c.blockedUntil.UnixNano()
+		}
+		v.until[i].Store(ns)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.budget = a.budget != nil; v.budget {
+		v.tokens = a.budget.Tokens()
+	}
+}
+
+// Free reports whether the key named name is one of the view's and not
+// blocked at now. A session retrying on a free key goes on with it, which
+// is what the actor would answer (the session's sticky key), without
+// asking; any other selection asks the actor.
+func (v *CredentialsView) Free(name string, now time.Time) bool {
+	if v == nil {
+		return false
+	}
+	i, ok := v.index[name]
+	return ok && v.until[i].Load() <= now.UnixNano()
+}
+
+// Blocked is how many credentials are blocked at now (after a usage limit).
+func (v *CredentialsView) Blocked(now time.Time) int {
+	n := 0
+	for i := range v.until {
+		if v.until[i].Load() > now.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
+// BudgetTokens is the retry budget's tokens; false when the provider has
+// no budget.
+func (v *CredentialsView) BudgetTokens() (float64, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.tokens, v.budget
+}
+
+// CooldownView mirrors a model-fallback actor's selector cooldowns, for
+// readers outside the actor.
+type CooldownView struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (v *CooldownView) set(selector string, until time.Time) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.until == nil {
+		v.until = map[string]time.Time{}
+	}
+	v.until[selector] = until
+}
+
+// CoolingDown lists the selectors in cooldown at now, sorted.
+func (v *CooldownView) CoolingDown(now time.Time) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for sel, until := range v.until {
+		if until.After(now) {
+			out = append(out, sel)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

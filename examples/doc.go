@@ -1,0 +1,10 @@
+// Package examples holds runnable programs that embed MusePi, each a main
+// package of its own that runs against the fake LLM server of
+// provider/fakellm on loopback (no API key, no network):
+//
+//	go run ./examples/embed           # one session rides out a 503
+//	go run ./examples/team            # a team of sessions shares a runtime and its keys
+//	go run ./examples/customprovider  # a hand-written Provider in the runtime
+//
+// The test of this package builds and runs each one.
+package examples

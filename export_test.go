@@ -1,0 +1,5 @@
+package musepi
+
+// FromWireEntries lets the external tests read a history store's wire
+// entries as the API's entries.
+var FromWireEntries = fromWireEntries
