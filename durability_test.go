@@ -367,3 +367,39 @@ func TestResumeRestoresModel(t *testing.T) {
 		}
 	})
 }
+
+// A session's actor starts with the first message the session is sent (as
+// virtual actors are activated); one never used holds its history open
+// all the same, and closing it, or shutting the runtime down, releases it.
+func TestUnusedSessionHoldsAndReleasesItsHistory(t *testing.T) {
+	dir := t.TempDir()
+	h1 := newHarness(t, musepi.WithHistoryDir(dir))
+	h2 := newHarness(t, musepi.WithHistoryDir(dir))
+	open := func(h *harness, id string) error {
+		_, err := h.rt.NewSession(context.Background(), musepi.WithModel("p/m"), musepi.WithSessionID(id))
+		return err
+	}
+	s, _ := h1.session(musepi.WithSessionID("closed"))
+	if err := open(h1, "shut"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"closed", "shut"} {
+		if err := open(h2, id); !errors.Is(err, hist.ErrLocked) {
+			t.Fatalf("%s: second NewSession = %v, want ErrLocked while the first holds it unused", id, err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prompt(context.Background(), "hi"); !errors.Is(err, musepi.ErrSessionClosed) {
+		t.Fatalf("prompt after Close = %v, want ErrSessionClosed", err)
+	}
+	if err := h1.rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"closed", "shut"} {
+		if err := open(h2, id); err != nil {
+			t.Fatalf("%s: NewSession after its holder let go: %v", id, err)
+		}
+	}
+}

@@ -324,7 +324,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
-	s.pid, err = actors.SpawnSession(rt.system.Root, rt.deps, "session-"+cfg.id, actors.SessionConfig{
+	s.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
 		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: rt.allEvents, State: s.state,
 		Steering: cfg.steering,
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -19,11 +20,14 @@ import (
 // Session is one conversation running as an actor. Its methods are safe for
 // concurrent use.
 type Session struct {
-	id     string
-	rt     *Runtime
-	pid    *actor.PID
-	state  *actors.SessionState
-	events *actors.Fanout
+	id       string
+	rt       *Runtime
+	pid      atomic.Pointer[actor.PID] // the session's actor, once started
+	start    sync.Mutex                // guards starting it, prepared and closed
+	prepared *actors.PreparedSession   // what starts it (nil once started)
+	closed   bool
+	state    *actors.SessionState
+	events   *actors.Fanout
 }
 
 // Errors a Prompt may return, wrapped in a *PromptError; test with errors.Is.
@@ -159,6 +163,11 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		done(nil, err)
 		return
 	}
+	pid, err := s.actor() // started by its first prompt
+	if err != nil {
+		done(nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, err))
+		return
+	}
 	limits := s.rt.cfg.limits
 	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
 		s.rt.inFlight.Add(-1)
@@ -189,7 +198,7 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		})
 	}
 	s.rt.cfg.clock.Begin()
-	s.rt.system.Root.RequestWithCustomSender(s.pid, &messages.PromptRequest{Text: text, Ack: onAccepted != nil}, reply)
+	s.rt.system.Root.RequestWithCustomSender(pid, &messages.PromptRequest{Text: text, Ack: onAccepted != nil}, reply)
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
@@ -225,8 +234,38 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 	return msg, pe
 }
 
+// send sends msg to the session's actor (started by it if need be); to a
+// closed session it is dropped.
 func (s *Session) send(msg proto.Message) {
-	track.Send(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg)
+	if pid, err := s.actor(); err == nil {
+		track.Send(s.rt.system.Root, s.rt.cfg.clock, pid, msg)
+	}
+}
+
+// actorName is the name the session's actor is registered under.
+func (s *Session) actorName() string { return "session-" + s.id }
+
+// actor returns the session's actor, starting it with the first message
+// the session is sent; it fails once the session is closed.
+func (s *Session) actor() (*actor.PID, error) {
+	if pid := s.pid.Load(); pid != nil {
+		return pid, nil
+	}
+	s.start.Lock()
+	defer s.start.Unlock()
+	if pid := s.pid.Load(); pid != nil {
+		return pid, nil
+	}
+	if s.closed {
+		return nil, s.closedError()
+	}
+	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, s.actorName(), s.prepared)
+	if err != nil {
+		return nil, fmt.Errorf("musepi: start session %s: %w", s.id, err)
+	}
+	s.prepared = nil
+	s.pid.Store(pid)
+	return pid, nil
 }
 
 // Abort cancels a pending retry backoff first, then the active stream; the
@@ -349,7 +388,11 @@ func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
 
 // ask sends a request and waits for the reply until ctx ends.
 func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
-	res, err := waitResult(ctx, track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, s.pid, msg, -1))
+	pid, err := s.actor()
+	if err != nil {
+		return nil, err
+	}
+	res, err := waitResult(ctx, track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, pid, msg, -1))
 	if errors.Is(err, actor.ErrDeadLetter) {
 		err = s.closedError()
 	}
@@ -390,5 +433,18 @@ func goEvents(fn func(Event)) func(*messages.SessionEvent) {
 // Close stops the session; a waiting Prompt returns ErrShutdown.
 func (s *Session) Close(ctx context.Context) error {
 	defer s.rt.forget(s.id)
-	return waitFuture(ctx, s.rt.system.Root.StopFuture(s.pid))
+	s.start.Lock()
+	s.closed = true
+	pid, prepared := s.pid.Load(), s.prepared
+	s.prepared = nil
+	s.start.Unlock()
+	if pid == nil { // never started: only its history to close
+		if prepared != nil { // nil: closed before
+			if err := prepared.Drop(); err != nil {
+				return fmt.Errorf("musepi: close session %s: %w", s.id, err)
+			}
+		}
+		return nil
+	}
+	return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
 }

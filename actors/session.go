@@ -45,7 +45,7 @@ const chainFailedError = "retry chain failed repeatedly (panics while stepping i
 // scheduler, asks to the credentials, fallback and budget actors).
 type SessionActor struct {
 	deps  *Deps
-	entry *sessionEntry // under its name in deps, while it lives
+	entry *PreparedSession // under its name in deps, while it lives
 	cfg   *SessionConfig
 	core  *session.Core
 
@@ -84,16 +84,16 @@ var pendingBuffers = sync.Pool{New: func() any { return new([]session.Input) }}
 // idle session keeps none.
 var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 
-// SpawnSession prepares the session on its open history (cfg.History,
-// with the entries cfg.Restored it held when opened) and spawns it from
-// root under name. A prompt the history shows in progress (the process
-// stopped in the middle of it) is closed first with an "interrupted"
-// marker; the error is the failure to write that, or to spawn.
+// PrepareSession prepares the session on its open history (cfg.History,
+// with the entries cfg.Restored it held when opened) under name, for
+// StartSession to spawn. A prompt the history shows in progress (the
+// process stopped in the middle of it) is closed first with an
+// "interrupted" marker; the error is the failure to write that.
 //
 // Every session of a runtime is spawned from the same props: the actor
 // finds its configuration under its name when it starts (again after a
 // panic), so a session costs no props or producer of its own.
-func SpawnSession(root *actor.RootContext, deps *Deps, name string, cfg SessionConfig) (*actor.PID, error) {
+func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
@@ -111,21 +111,32 @@ func SpawnSession(root *actor.RootContext, deps *Deps, name string, cfg SessionC
 		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
 	}
 	cfg.State.Init(r.model, cfg.Settings.Enabled)
-	deps.sessions.Store(name, &sessionEntry{cfg: &cfg, resumed: &r})
+	return &PreparedSession{cfg: &cfg, resumed: &r}, nil
+}
+
+// PreparedSession is a session ready to start, and what its actor finds
+// under its name while it lives: its configuration, and the state rebuilt
+// from its history for its first start (nil once taken: after a panic it
+// reloads).
+type PreparedSession struct {
+	cfg     *SessionConfig
+	resumed *resumed
+}
+
+// StartSession spawns the prepared session p under name; a runtime starts
+// a session's actor with the first message it is sent (as virtual actors
+// are activated), so a session that is never used costs no actor.
+func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedSession) (*actor.PID, error) {
+	deps.sessions.Store(name, p)
 	pid, err := root.SpawnNamed(deps.props().session, name)
 	if err != nil {
-		deps.sessions.Delete(name)
+		deps.sessions.CompareAndDelete(name, p)
 	}
 	return pid, err
 }
 
-// sessionEntry is what a session actor finds under its name when it
-// starts: its configuration, and the state rebuilt from its history for
-// its first start (nil once taken: after a panic it reloads).
-type sessionEntry struct {
-	cfg     *SessionConfig
-	resumed *resumed
-}
+// Drop closes the history of a prepared session that never started.
+func (p *PreparedSession) Drop() error { return p.cfg.History.Close() }
 
 // Receive turns the session's messages into inputs of its core.
 func (s *SessionActor) Receive(ctx actor.Context) {
@@ -390,7 +401,7 @@ func (s *SessionActor) publishState() {
 
 func (s *SessionActor) started(ctx actor.Context) {
 	v, _ := s.deps.sessions.Load(ctx.Self().Id)
-	s.entry = v.(*sessionEntry)
+	s.entry = v.(*PreparedSession)
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil

@@ -18,15 +18,16 @@ import (
 // per session: compact, and bytes the garbage collector need not scan (a
 // storm's sessions hold millions).
 type MemoryStore struct {
-	mu        sync.Mutex // guards histories, open
+	mu        sync.Mutex // guards histories and their open flags
 	histories map[string]*memoryHistory
-	open      map[string]bool
 	closed    atomic.Bool
 }
 
 // memoryHistory is one session's entries: each the uvarint length of its
 // encoding, then the encoding.
 type memoryHistory struct {
+	open bool // a Log has it open; guarded by the store's mu
+
 	mu   sync.Mutex
 	data []byte
 	n    uint64 // entries
@@ -34,29 +35,29 @@ type memoryHistory struct {
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{histories: map[string]*memoryHistory{}, open: map[string]bool{}}
+	return &MemoryStore{histories: map[string]*memoryHistory{}}
 }
 
 // Open opens session's history, returning copies of its entries.
 func (s *MemoryStore) Open(session string) (Log, []*messages.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.closed.Load():
+	if s.closed.Load() {
 		return nil, nil, &Error{Op: "open", Path: session, Err: ErrClosed}
-	case s.open[session]:
-		return nil, nil, &Error{Op: "open", Path: session, Err: fmt.Errorf("%w (pid %d)", ErrLocked, os.Getpid())}
 	}
 	h := s.histories[session]
-	if h == nil {
+	switch {
+	case h == nil:
 		h = &memoryHistory{}
 		s.histories[session] = h
+	case h.open:
+		return nil, nil, &Error{Op: "open", Path: session, Err: fmt.Errorf("%w (pid %d)", ErrLocked, os.Getpid())}
 	}
 	entries, err := h.decode()
 	if err != nil {
 		return nil, nil, &Error{Op: "open", Path: session, Err: err}
 	}
-	s.open[session] = true
+	h.open = true
 	return &memoryLog{store: s, session: session, history: h}, entries, nil
 }
 
@@ -153,7 +154,7 @@ func (l *memoryLog) Close() error {
 	if !already {
 		s := l.store
 		s.mu.Lock()
-		delete(s.open, l.session)
+		h.open = false
 		s.mu.Unlock()
 	}
 	return nil
