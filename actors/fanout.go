@@ -47,7 +47,7 @@ func NewFanout(clk clock.Clock, log zerolog.Logger, queueLen int) *Fanout {
 	if queueLen <= 0 {
 		queueLen = DefaultQueueLen
 	}
-	return &Fanout{clk: clk, log: log, queueLen: queueLen, reserve: max(queueLen/4, 16), subs: map[uint64]*subscriber{}}
+	return &Fanout{clk: clk, log: log, queueLen: queueLen, reserve: max(queueLen/4, 16)}
 }
 
 // rank says what a full queue may drop: lower ranks go first.
@@ -88,6 +88,9 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 	f.next++
 	id := f.next
 	s := &subscriber{f: f, fn: fn}
+	if f.subs == nil { // made with the first subscriber: most sessions have none
+		f.subs = map[uint64]*subscriber{}
+	}
 	f.subs[id] = s
 	f.count.Store(int32(len(f.subs)))
 	f.mu.Unlock()
