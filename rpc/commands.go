@@ -101,6 +101,7 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 		return nil, err
 	}
 	s.mu.Lock()
+	s.awaitEndingLocked()
 	if s.prompting {
 		defer s.mu.Unlock()
 		switch c.StreamingBehavior {
@@ -116,6 +117,37 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 	accepted := s.startPromptLocked(ctx, c.Message)
 	s.mu.Unlock()
 	return nil, <-accepted
+}
+
+// endingWait bounds how long a command waits for a prompt whose last run
+// is out to end here.
+const endingWait = 5 * time.Second
+
+// awaitEndingLocked waits, s.mu held, while the running prompt's last
+// agent_end is out but its end has not reached the server yet: a client
+// that sends its next prompt on reading agent_end (pi's
+// RpcClient.waitForIdle) finds the session idle, as it is.
+func (s *Server) awaitEndingLocked() {
+	if !s.prompting || !s.lastRunOut {
+		return
+	}
+	wake := time.AfterFunc(endingWait, func() {
+		s.mu.Lock()
+		s.settledCond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer wake.Stop()
+	for deadline := time.Now().Add(endingWait); s.prompting && s.lastRunOut && time.Now().Before(deadline); {
+		s.settledCond.Wait()
+	}
+}
+
+// lastRunEnded records that the running prompt's agent_end with willRetry
+// false is out (or, with more to come, that a run started again).
+func (s *Server) lastRunEnded(ended bool) {
+	s.mu.Lock()
+	s.lastRunOut = ended && s.prompting
+	s.mu.Unlock()
 }
 
 // checkPrompt rejects a prompt over the runtime's prompt limit, checked
@@ -149,6 +181,7 @@ func (s *Server) queueCommand(ctx context.Context, line []byte, q *[]string) err
 		return err
 	}
 	s.mu.Lock()
+	s.awaitEndingLocked()
 	if s.prompting {
 		defer s.mu.Unlock()
 		s.enqueueLocked(q, c.Message)
@@ -165,7 +198,7 @@ func (s *Server) queueCommand(ctx context.Context, line []byte, q *[]string) err
 // history (nil), or why it could not take it, so that a success response
 // means the prompt is kept.
 func (s *Server) startPromptLocked(ctx context.Context, text string) <-chan error {
-	s.prompting = true
+	s.prompting, s.lastRunOut = true, false
 	s.started++
 	s.prompts.Add(1)
 	sess := s.session
@@ -197,7 +230,8 @@ func (s *Server) promptEnded(ctx context.Context, sess *musepi.Session, err erro
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.prompting = false
+	s.prompting, s.lastRunOut = false, false
+	s.settledCond.Broadcast()
 	if ctx.Err() != nil || s.session != sess {
 		return
 	}

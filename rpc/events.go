@@ -57,6 +57,7 @@ func (t *translator) event(ev event) {
 	}
 	switch p := ev.Payload.(type) {
 	case *messages.AgentStart:
+		t.s.lastRunEnded(false)
 		t.run = nil
 		t.s.retryWaitOver()
 		start := base("agent_start")
@@ -94,6 +95,9 @@ func (t *translator) event(ev event) {
 		end["messages"] = append([]any{}, t.run...)
 		end["willRetry"] = p.GetWillRetry()
 		t.run = nil
+		if !p.GetWillRetry() {
+			t.s.lastRunEnded(true) // before the line: a client may answer it at once
+		}
 		t.s.writeLine(end)
 	case *messages.AutoRetryStart:
 		t.s.retryWaiting(p.GetAttempt(), ev.Time.Add(time.Duration(p.GetDelayMs())*time.Millisecond))

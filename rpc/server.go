@@ -48,11 +48,16 @@ type Server struct {
 	session     *musepi.Session
 	unsubscribe func()
 	prompting   bool
-	prompts     sync.WaitGroup
+	// lastRunOut: the running prompt's agent_end with willRetry false is
+	// out; its prompt has settled in the session and is ending here.
+	lastRunOut bool
+	prompts    sync.WaitGroup
 	// started and settled count prompts and the agent_settled lines
 	// written, so that Serve ends only once every prompt's last event is out.
 	started, settled int
-	settledCond      *sync.Cond
+	// settledCond is signalled on each agent_settled written and each
+	// prompt ended.
+	settledCond *sync.Cond
 	// prefs are the settings the client chose (thinking level, queue
 	// modes, session name); new sessions keep them but the name.
 	prefs prefs
