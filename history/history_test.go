@@ -313,3 +313,28 @@ func TestFileStoreReadsLegacyTimestamps(t *testing.T) {
 		t.Errorf("new line = %s, want the key \"timestamp\"", data)
 	}
 }
+
+// A memory history keeps its entries in chunks of growing size: entries of
+// every size, some larger than a chunk, come back in order after a
+// reopen.
+func TestMemoryStoreManyEntries(t *testing.T) {
+	s := history.NewMemoryStore()
+	l, _ := openLog(t, s, "s")
+	var want []*messages.Entry
+	for i := range 300 {
+		text := strings.Repeat("x", (i*37)%700)
+		if i%50 == 7 {
+			text = strings.Repeat("y", 10_000) // more than the largest chunk
+		}
+		e := &messages.Entry{Seq: uint64(i + 1), Entry: &messages.Entry_User{User: &messages.UserMessage{Text: text}}}
+		if err := l.Append(e); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, got := openLog(t, s, "s")
+	equalEntries(t, got, want)
+}

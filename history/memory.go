@@ -24,13 +24,36 @@ type MemoryStore struct {
 }
 
 // memoryHistory is one session's entries: each the uvarint length of its
-// encoding, then the encoding.
+// encoding, then the encoding, in chunks that grow (256 B, doubling up to
+// 4 KiB) and are never copied: no garbage per append, little slack.
 type memoryHistory struct {
 	open bool // a Log has it open; guarded by the store's mu
 
-	mu   sync.Mutex
-	data []byte
-	n    uint64 // entries
+	mu     sync.Mutex
+	chunks [][]byte
+	n      uint64 // entries
+}
+
+// Chunk sizes of a memory history.
+const (
+	firstChunk = 256
+	maxChunk   = 4 << 10
+)
+
+// room returns a chunk with room for need more bytes: the last one, or a
+// new one.
+func (h *memoryHistory) room(need int) []byte {
+	if k := len(h.chunks); k > 0 {
+		if last := h.chunks[k-1]; cap(last)-len(last) >= need {
+			return last
+		}
+	}
+	size := firstChunk
+	if k := len(h.chunks); k > 0 {
+		size = min(2*cap(h.chunks[k-1]), maxChunk)
+	}
+	h.chunks = append(h.chunks, make([]byte, 0, max(size, need)))
+	return h.chunks[len(h.chunks)-1]
 }
 
 // NewMemoryStore returns an empty store.
@@ -66,17 +89,19 @@ func (h *memoryHistory) decode() ([]*messages.Entry, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]*messages.Entry, 0, h.n)
-	for b := h.data; len(b) > 0; {
-		size, n := protowire.ConsumeVarint(b)
-		if n < 0 || uint64(len(b)-n) < size {
-			return nil, fmt.Errorf("entry %d: truncated", len(out)+1)
+	for _, b := range h.chunks {
+		for len(b) > 0 {
+			size, n := protowire.ConsumeVarint(b)
+			if n < 0 || uint64(len(b)-n) < size {
+				return nil, fmt.Errorf("entry %d: truncated", len(out)+1)
+			}
+			e := &messages.Entry{}
+			if err := proto.Unmarshal(b[n:n+int(size)], e); err != nil {
+				return nil, fmt.Errorf("entry %d: %w", len(out)+1, err)
+			}
+			out = append(out, e)
+			b = b[n+int(size):]
 		}
-		e := &messages.Entry{}
-		if err := proto.Unmarshal(b[n:n+int(size)], e); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", len(out)+1, err)
-		}
-		out = append(out, e)
-		b = b[n+int(size):]
 	}
 	return out, nil
 }
@@ -117,15 +142,24 @@ func (l *memoryLog) Append(entries ...*messages.Entry) error {
 	if err := checkSeq(h.n, entries); err != nil {
 		return &Error{Op: "append", Path: l.session, Err: err}
 	}
-	data := h.data
+	k0, l0 := len(h.chunks), 0 // where the history ends, to undo a failure
+	if k0 > 0 {
+		l0 = len(h.chunks[k0-1])
+	}
 	for _, e := range entries {
-		data = protowire.AppendVarint(data, uint64(proto.Size(e)))
-		var err error
-		if data, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(data, e); err != nil {
+		size := proto.Size(e)
+		chunk := protowire.AppendVarint(h.room(protowire.SizeVarint(uint64(size))+size), uint64(size))
+		chunk, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(chunk, e)
+		if err != nil {
+			h.chunks = h.chunks[:k0]
+			if k0 > 0 {
+				h.chunks[k0-1] = h.chunks[k0-1][:l0]
+			}
 			return &Error{Op: "append", Path: l.session, Err: err}
 		}
+		h.chunks[len(h.chunks)-1] = chunk
 	}
-	h.data, h.n = data, h.n+uint64(len(entries))
+	h.n += uint64(len(entries))
 	return nil
 }
 
