@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
@@ -43,6 +45,9 @@ type runtimeConfig struct {
 	limits      Limits
 	maxResponse int
 	queueLen    int
+
+	meterProvider  metric.MeterProvider // WithMeterProvider
+	tracerProvider trace.TracerProvider // WithTracerProvider
 }
 
 // Option configures a Runtime.

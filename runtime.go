@@ -26,6 +26,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/plaintext"
+	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -44,6 +45,9 @@ type Runtime struct {
 	pool   *dispatch.Pool // runs every actor's mailbox
 
 	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
+
+	telemetry *telemetry.Telemetry // nil without WithMeterProvider and WithTracerProvider
+	unobserve func()               // unsubscribes the telemetry
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -202,6 +206,10 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		rt.pids = append(rt.pids, pid)
 	}
 	rt.deps = deps
+	if err := rt.startTelemetry(); err != nil {
+		_ = rt.Shutdown(context.Background())
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
 	return rt, nil
 }
 
@@ -387,6 +395,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := rt.stopTelemetry(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	for _, pid := range rt.pids {
 		if err := waitFuture(ctx, rt.system.Root.StopFuture(pid)); err != nil {
