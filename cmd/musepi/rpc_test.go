@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,11 +19,30 @@ import (
 
 // rpcProc is a running "musepi rpc" driven through its stdin and stdout.
 type rpcProc struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan map[string]any
-	seen  []map[string]any
+	t      *testing.T
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	lines  chan map[string]any
+	seen   []map[string]any
+	stderr *lockedBuffer
+}
+
+// lockedBuffer is a process's stderr, safe to read while it is written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startRPC starts musepi rpc against a fakellm server playing scenario.
@@ -45,7 +66,8 @@ func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"rpc"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=key-a")
-	cmd.Stderr = io.Discard
+	errOut := &lockedBuffer{}
+	cmd.Stderr = errOut
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +79,7 @@ func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &rpcProc{t: t, cmd: cmd, in: in, lines: make(chan map[string]any, 1000)}
+	p := &rpcProc{t: t, cmd: cmd, in: in, lines: make(chan map[string]any, 1000), stderr: errOut}
 	go func() {
 		defer close(p.lines)
 		sc := bufio.NewScanner(out)
