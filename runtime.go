@@ -46,8 +46,9 @@ type Runtime struct {
 
 	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
 
-	telemetry *telemetry.Telemetry // nil without WithMeterProvider and WithTracerProvider
-	unobserve func()               // unsubscribes the telemetry
+	telemetry  *telemetry.Telemetry // nil without WithMeterProvider and WithTracerProvider
+	unobserve  func()               // unsubscribes the telemetry
+	deliveries *deliveries          // the runtime-wide fan-out's deliveries in flight (with telemetry)
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -142,7 +143,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		sessions: map[string]*Session{},
 		seeds:    mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
-	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
+	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			// protoactor-go logs through log/slog: zerolog's own slog handler

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -82,16 +85,68 @@ func (rt *Runtime) startTelemetry() error {
 	return nil
 }
 
-// stopTelemetry lets the telemetry see the stopped sessions' last events,
-// then stops it.
+// flushGrace bounds how long Shutdown waits for the runtime-wide
+// subscribers to take the stopped sessions' last events.
+const flushGrace = 2 * time.Second
+
+// stopTelemetry lets the telemetry see the stopped sessions' last events
+// (until ctx ends, at most flushGrace), then stops it.
 func (rt *Runtime) stopTelemetry(ctx context.Context) error {
 	if rt.telemetry == nil {
 		return nil
 	}
-	err := rt.telemetry.Close(ctx)
+	ctx, cancel := context.WithTimeout(ctx, flushGrace)
+	defer cancel()
+	rt.deliveries.wait(ctx)
+	err := rt.telemetry.Close()
 	rt.unobserve()
 	if err != nil {
 		return fmt.Errorf("musepi: %w", err)
 	}
 	return nil
+}
+
+// eventsClock is the clock of the runtime-wide fan-out: with telemetry
+// on, one that counts its deliveries in flight, so that Shutdown can wait
+// for them.
+func (rt *Runtime) eventsClock() clock.Clock {
+	if rt.cfg.meterProvider == nil && rt.cfg.tracerProvider == nil {
+		return rt.cfg.clock
+	}
+	rt.deliveries = &deliveries{Clock: rt.cfg.clock}
+	return rt.deliveries
+}
+
+// deliveries is a clock that counts the units of work begun and not ended:
+// a fan-out begins one when a subscriber's queue fills and ends it when the
+// queue is empty again, so none in flight means every event published has
+// been delivered.
+type deliveries struct {
+	clock.Clock
+	inFlight atomic.Int64
+}
+
+// Begin counts a delivery, and tells the runtime's clock.
+func (d *deliveries) Begin() {
+	d.inFlight.Add(1)
+	d.Clock.Begin()
+}
+
+// End counts a delivery done, and tells the runtime's clock.
+func (d *deliveries) End() {
+	d.inFlight.Add(-1)
+	d.Clock.End()
+}
+
+// wait returns once no delivery is in flight, or ctx ends.
+func (d *deliveries) wait(ctx context.Context) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for d.inFlight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

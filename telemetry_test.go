@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // tracedHarness is a harness whose runtime records its traces in memory.
@@ -310,4 +312,39 @@ func TestTelemetryOptionsRefuseNil(t *testing.T) {
 			t.Errorf("NewRuntime: %v, want an error saying %q", err, tc.want)
 		}
 	}
+}
+
+// Shutdown lets the telemetry take every event of the stopped sessions
+// before it stops: on the wall clock, the prompts that returned just
+// before Shutdown are all counted.
+func TestMetricsFlushedByShutdown(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	p := provider.NewScripted(answer("hello"))
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", p), musepi.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	ctx := context.Background()
+	errs := make(chan error, n)
+	for range n {
+		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { errs <- err })
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := rt.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	expectLines(t, metricLines(t, reader, "musepi.prompts"), fmt.Sprintf("musepi.prompts outcome=success = %d", n))
 }

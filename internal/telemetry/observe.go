@@ -96,10 +96,6 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 			t.stopWaiting(ctx, s)
 			s.trace.settled(at, st.GetSuccess(), st.GetError())
 			delete(t.sessions, s.id)
-			select {
-			case t.settled <- struct{}{}:
-			default:
-			}
 		}
 	case *messages.SessionEvent_EventsLost:
 		t.in.eventsLost.Add(ctx, int64(e.EventsLost.GetCount()))

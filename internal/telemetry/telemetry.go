@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,7 +48,6 @@ type Telemetry struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*sessionTrack // sessions with a prompt running
-	settled  chan struct{}            // a prompt settled (for Close)
 }
 
 // New starts recording to cfg.Meter and cfg.Tracer; at least one must be
@@ -58,7 +56,7 @@ func New(cfg Config) (*Telemetry, error) {
 	if cfg.Meter == nil && cfg.Tracer == nil {
 		return nil, errors.New("telemetry: neither a meter provider nor a tracer provider")
 	}
-	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}, settled: make(chan struct{}, 1)}
+	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}}
 	meterProvider := cfg.Meter
 	if meterProvider == nil {
 		meterProvider = metricnoop.NewMeterProvider()
@@ -82,17 +80,11 @@ func New(cfg Config) (*Telemetry, error) {
 	return t, nil
 }
 
-// closeGrace bounds how long Close waits for running prompts' last events
-// when its context allows longer.
-const closeGrace = 2 * time.Second
-
-// Close waits (until ctx ends, at most two seconds) for the prompts it saw
-// start to settle, so that a shutdown's last events are counted, then
-// stops observing: spans of prompts still open are ended, and metrics are
-// no longer collected from the runtime. Call it after the sessions have
-// stopped, and before unsubscribing Observe.
-func (t *Telemetry) Close(ctx context.Context) error {
-	t.waitSettled(ctx)
+// Close stops observing: the spans of prompts whose last events it has
+// not seen are ended, and metrics are no longer collected from the
+// runtime. Call it once the sessions have stopped and their events have
+// been delivered.
+func (t *Telemetry) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	now := time.Now()
@@ -110,28 +102,4 @@ func (t *Telemetry) Close(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// waitSettled waits until no prompt it saw start is left, ctx ends or
-// closeGrace passes.
-func (t *Telemetry) waitSettled(ctx context.Context) {
-	grace := time.NewTimer(closeGrace)
-	defer grace.Stop()
-	for t.running() > 0 {
-		select {
-		case <-t.settled:
-		case <-ctx.Done():
-			return
-		case <-grace.C:
-			return
-		}
-	}
-}
-
-// running is how many sessions have a prompt the telemetry saw start and
-// not settle.
-func (t *Telemetry) running() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sessions)
 }
