@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // tracedHarness is a harness whose runtime records its traces in memory.
@@ -35,7 +38,7 @@ func tracedHarness(t *testing.T, opts ...musepi.Option) (*harness, *tracetest.In
 func spanLine(s tracetest.SpanStub, keys ...string) string {
 	attrs := map[attribute.Key]string{}
 	for _, kv := range s.Attributes {
-		attrs[kv.Key] = kv.Value.Emit()
+		attrs[kv.Key] = kv.Value.String()
 	}
 	line := s.Name
 	for _, k := range keys {
@@ -148,7 +151,7 @@ func metricLines(t *testing.T, reader *sdkmetric.ManualReader, names ...string) 
 	line := func(name string, set attribute.Set, value string) {
 		parts := []string{name}
 		for _, kv := range set.ToSlice() {
-			parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit()))
+			parts = append(parts, fmt.Sprintf("%s=%s", kv.Key, kv.Value.String()))
 		}
 		out = append(out, strings.Join(parts, " ")+" = "+value)
 	}
@@ -347,4 +350,63 @@ func TestMetricsFlushedByShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectLines(t, metricLines(t, reader, "musepi.prompts"), fmt.Sprintf("musepi.prompts outcome=success = %d", n))
+}
+
+// flaky fails every other call with a 503: each prompt retries once.
+type flaky struct{ calls atomic.Int64 }
+
+func (f *flaky) Stream(context.Context, provider.Request, func(provider.Delta)) *messages.AssistantMessage {
+	if f.calls.Add(1)%2 == 1 {
+		return provider.Failure(503, "503 Service Unavailable", nil)
+	}
+	return provider.Text("ok")
+}
+
+func (f *flaky) ResetSession(string) {}
+
+// BenchmarkPromptTelemetry is the cost of telemetry per prompt (one that
+// retries once after a 503), on the virtual clock: off, with metrics (the
+// SDK's meter provider on a manual reader), with metrics and traces (the
+// SDK's tracer provider, spans dropped by a no-op exporter).
+func BenchmarkPromptTelemetry(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts func() []musepi.Option
+	}{
+		{"off", func() []musepi.Option { return nil }},
+		{"metrics", func() []musepi.Option {
+			return []musepi.Option{musepi.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))}
+		}},
+		{"metrics+traces", func() []musepi.Option {
+			return []musepi.Option{musepi.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+				musepi.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter())))}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			clk := clock.NewVirtual(start)
+			rt, err := musepi.NewRuntime(append(tc.opts(), musepi.WithClock(clk), musepi.WithProvider("p", &flaky{}),
+				musepi.WithJitterSource(func() retry.Source { return nominal{} }))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = rt.Shutdown(context.Background()) }()
+			ctx := context.Background()
+			s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { done <- err })
+				if err := clk.RunUntilIdle(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
