@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -57,7 +56,7 @@ func (rt *Runtime) startTelemetry() error {
 	for name := range rt.deps.Budgets {
 		budgets = append(budgets, name)
 	}
-	sort.Strings(budgets)
+	slices.Sort(budgets)
 	tel, err := telemetry.New(telemetry.Config{
 		Meter:  rt.cfg.meterProvider,
 		Tracer: rt.cfg.tracerProvider,
@@ -67,7 +66,7 @@ func (rt *Runtime) startTelemetry() error {
 			st := rt.Stats()
 			return telemetry.Snapshot{ByState: st.ByPhase, Retrying: st.Retrying}
 		},
-		Budgets: slices.Clip(budgets),
+		Budgets: budgets,
 		Budget: func(ctx context.Context, name string) (retry.BudgetStats, error) {
 			return rt.RetryBudget(ctx, name)
 		},
