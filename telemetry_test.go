@@ -410,3 +410,55 @@ func BenchmarkPromptTelemetry(b *testing.B) {
 		})
 	}
 }
+
+// Under a storm, the counters stay exact: 1,000 sessions prompt into a
+// 10 s outage (virtual time) with metrics on; every failed call is one
+// retry attempt, every prompt is answered, and the telemetry subscriber
+// loses no event.
+func TestMetricsExactUnderStorm(t *testing.T) {
+	const n = 1000
+	clk := clock.NewVirtual(start)
+	p := &outageProvider{clk: clk, end: start.Add(10 * time.Second)}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	rt, err := musepi.NewRuntime(musepi.WithClock(clk), musepi.WithProvider("p", p),
+		musepi.WithRetrySettings(noFallback()), musepi.WithSeed(7), musepi.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
+	ctx := context.Background()
+	errs := make(chan error, n)
+	for i := range n {
+		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { errs <- err })
+	}
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := clk.RunUntilIdle(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := p.inOutage.Load()
+	expectLines(t, metricLines(t, reader, "musepi.retry.attempts", "musepi.retry.chains", "musepi.prompts",
+		"musepi.provider.request.errors", "musepi.telemetry.events_lost"),
+		fmt.Sprintf("musepi.prompts outcome=success = %d", n),
+		fmt.Sprintf("musepi.provider.request.errors model=m provider=p status=503 = %d", failed),
+		fmt.Sprintf("musepi.retry.attempts class=transient model=m provider=p = %d", failed),
+		fmt.Sprintf("musepi.retry.chains outcome=success = %d", n),
+	)
+}
