@@ -276,20 +276,22 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 	// Prompt 6 waits in a 30 s backoff: the gauges say so.
 	prompt("6")
 	from := len(p.seen)
-	p.next("auto_retry_start", 10*time.Second)
+	start := p.next("auto_retry_start", 10*time.Second)
 	waiting := func(fams map[string]*dto.MetricFamily) string {
 		return fmt.Sprint(series(fams, "musepi_retry_waiting", false, "provider", "class"),
 			series(fams, "musepi_sessions", false, "state"), series(fams, "musepi_retry_chains_open", false))
 	}
 	const wantWaiting = "map[backup|transient:1] map[backoff:1] map[:1]"
 	got := ""
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if got = waiting(scrape(t, url)); got == wantWaiting {
+	var fams map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if fams = scrape(t, url); waiting(fams) == wantWaiting {
 			break
 		}
 	}
-	if got != wantWaiting {
-		t.Fatalf("during the backoff: waiting, sessions by state, chains open = %s, want %s", got, wantWaiting)
+	if got = waiting(fams); got != wantWaiting {
+		t.Fatalf("during the backoff (%v): waiting, sessions by state, chains open = %s, want %s\nseen %v",
+			start, got, wantWaiting, p.types())
 	}
 	p.send(`{"id":"abort","type":"abort_retry"}`)
 	p.next("agent_settled", 10*time.Second)
@@ -303,8 +305,7 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 
 	// The telemetry subscriber may lag the RPC writer: wait until it has
 	// seen every prompt settle.
-	var fams map[string]*dto.MetricFamily
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		fams = scrape(t, url)
 		if n := series(fams, "musepi_prompts_total", false)[""]; n == 7 {
 			break
