@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,17 +211,35 @@ func expectSeries(t *testing.T, name string, got, want map[string]float64) {
 
 var metricsLine = regexp.MustCompile(`musepi rpc: metrics on (http://127\.0\.0\.1:\d+/metrics)`)
 
+// lockedBuffer is a process's stderr, safe to read while it is written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // metricsURL waits for the address musepi rpc prints on stderr.
-func (p *rpcProc) metricsURL() string {
-	p.t.Helper()
+func metricsURL(t *testing.T, stderr *lockedBuffer) string {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := metricsLine.FindStringSubmatch(p.stderr.String()); m != nil {
+		if m := metricsLine.FindStringSubmatch(stderr.String()); m != nil {
 			return m[1]
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	p.t.Fatalf("no metrics address on stderr within 10 s: %q", p.stderr.String())
+	t.Fatalf("no metrics address on stderr within 10 s: %q", stderr.String())
 	return ""
 }
 
@@ -247,8 +267,9 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 	t.Setenv("MUSEPI_TEST_MAIN_A", "main-a")
 	t.Setenv("MUSEPI_TEST_MAIN_B", "main-b")
 	t.Setenv("MUSEPI_TEST_BACKUP", "backup-k")
-	p := spawnRPC(t, bin, "--config", cfg, "--metrics-addr", "127.0.0.1:0")
-	url := p.metricsURL()
+	stderr := &lockedBuffer{}
+	p := spawnRPCStderr(t, bin, stderr, "--config", cfg, "--metrics-addr", "127.0.0.1:0")
+	url := metricsURL(t, stderr)
 
 	view := newClientView()
 	settle := func() map[string]any {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,30 +17,11 @@ import (
 
 // rpcProc is a running "musepi rpc" driven through its stdin and stdout.
 type rpcProc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	lines  chan map[string]any
-	seen   []map[string]any
-	stderr *lockedBuffer
-}
-
-// lockedBuffer is a process's stderr, safe to read while it is written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan map[string]any
+	seen  []map[string]any
 }
 
 // startRPC starts musepi rpc against a fakellm server playing scenario.
@@ -64,9 +43,14 @@ func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
 // spawnRPC starts "musepi rpc args..." with OPENAI_API_KEY set.
 func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 	t.Helper()
+	return spawnRPCStderr(t, bin, io.Discard, args...)
+}
+
+// spawnRPCStderr is spawnRPC writing the process's stderr to errOut.
+func spawnRPCStderr(t *testing.T, bin string, errOut io.Writer, args ...string) *rpcProc {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"rpc"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=key-a")
-	errOut := &lockedBuffer{}
 	cmd.Stderr = errOut
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -79,7 +63,7 @@ func spawnRPC(t *testing.T, bin string, args ...string) *rpcProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &rpcProc{t: t, cmd: cmd, in: in, lines: make(chan map[string]any, 1000), stderr: errOut}
+	p := &rpcProc{t: t, cmd: cmd, in: in, lines: make(chan map[string]any, 1000)}
 	go func() {
 		defer close(p.lines)
 		sc := bufio.NewScanner(out)
