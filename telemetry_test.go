@@ -3,6 +3,7 @@ package musepi_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -337,7 +338,10 @@ func TestMetricsFlushedByShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { errs <- err })
+		go func() {
+			_, err := s.Prompt(ctx, "hi")
+			errs <- err
+		}()
 	}
 	for range n {
 		if err := <-errs; err != nil {
@@ -399,7 +403,14 @@ func BenchmarkPromptTelemetry(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { done <- err })
+				gen := s.Generation()
+				go func() {
+					_, err := s.Prompt(ctx, "hi")
+					done <- err
+				}()
+				for s.Generation() == gen { // until the session has taken the prompt
+					runtime.Gosched()
+				}
 				if err := clk.RunUntilIdle(ctx); err != nil {
 					b.Fatal(err)
 				}
@@ -435,22 +446,19 @@ func TestMetricsExactUnderStorm(t *testing.T) {
 		}
 	}()
 	ctx := context.Background()
-	errs := make(chan error, n)
+	h := &harness{t: t, clk: clk}
+	results := make([]<-chan result, n)
 	for i := range n {
 		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprint(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.PromptAsync(ctx, "hi", func(_ *messages.AssistantMessage, err error) { errs <- err })
+		results[i] = h.prompt(s, "hi")
 	}
-	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := clk.RunUntilIdle(runCtx); err != nil {
-		t.Fatal(err)
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	h.runWithin(time.Minute)
+	for _, ch := range results {
+		if r := h.settle(ch); r.err != nil {
+			t.Fatal(r.err)
 		}
 	}
 	failed := p.inOutage.Load()
