@@ -272,18 +272,29 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 	url := metricsURL(t, stderr)
 
 	view := newClientView()
-	settle := func() map[string]any {
-		t.Helper()
-		from := len(p.seen)
-		settled := p.next("agent_settled", 20*time.Second)
-		for _, obj := range p.seen[from:] {
+	viewed := 0 // the lines of p.seen counted in view
+	absorb := func() {
+		for _, obj := range p.seen[viewed:] {
 			view.add(obj)
 		}
+		viewed = len(p.seen)
+	}
+	settle := func() map[string]any {
+		t.Helper()
+		settled := p.next("agent_settled", 20*time.Second)
+		absorb()
 		return settled
 	}
+	// Each prompt is sent once the last has settled, as a follow-up: the
+	// server clears its "prompt running" flag only after agent_settled has
+	// gone out, so a plain prompt sent at once may be refused as busy; a
+	// follow-up is queued then, and runs as soon as the flag clears.
 	prompt := func(id string) {
 		t.Helper()
-		p.send(fmt.Sprintf(`{"id":%q,"type":"prompt","message":"prompt %s"}`, id, id))
+		p.send(fmt.Sprintf(`{"id":%q,"type":"prompt","message":"prompt %s","streamingBehavior":"followUp"}`, id, id))
+		if r := p.response(id); r["success"] != true {
+			t.Fatalf("prompt %s: %v", id, r)
+		}
 	}
 	wantOutcomes := []bool{true, true, false, false, false}
 	for i, want := range wantOutcomes {
@@ -296,7 +307,6 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 
 	// Prompt 6 waits in a 30 s backoff: the gauges say so.
 	prompt("6")
-	from := len(p.seen)
 	start := p.next("auto_retry_start", 10*time.Second)
 	waiting := func(fams map[string]*dto.MetricFamily) string {
 		return fmt.Sprint(series(fams, "musepi_retry_waiting", false, "provider", "class"),
@@ -315,9 +325,8 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 			start, got, wantWaiting, p.types())
 	}
 	p.send(`{"id":"abort","type":"abort_retry"}`)
-	p.next("agent_settled", 10*time.Second)
-	for _, obj := range p.seen[from:] {
-		view.add(obj)
+	if got := settle(); got["success"] != false {
+		t.Fatalf("prompt 6 settled %v after abort_retry", got)
 	}
 	prompt("7")
 	if got := settle(); got["success"] != true {
