@@ -279,9 +279,25 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 		}
 		viewed = len(p.seen)
 	}
+	// waitFor returns the next line of type typ after the last one waited
+	// for, among the lines already read (waiting for a response reads on)
+	// or those to come.
+	cursor := 0
+	waitFor := func(typ string, within time.Duration) map[string]any {
+		t.Helper()
+		for i := cursor; i < len(p.seen); i++ {
+			if p.seen[i]["type"] == typ {
+				cursor = i + 1
+				return p.seen[i]
+			}
+		}
+		obj := p.next(typ, within)
+		cursor = len(p.seen)
+		return obj
+	}
 	settle := func() map[string]any {
 		t.Helper()
-		settled := p.next("agent_settled", 20*time.Second)
+		settled := waitFor("agent_settled", 20*time.Second)
 		absorb()
 		return settled
 	}
@@ -307,7 +323,7 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 
 	// Prompt 6 waits in a 30 s backoff: the gauges say so.
 	prompt("6")
-	start := p.next("auto_retry_start", 10*time.Second)
+	start := waitFor("auto_retry_start", 10*time.Second)
 	waiting := func(fams map[string]*dto.MetricFamily) string {
 		return fmt.Sprint(series(fams, "musepi_retry_waiting", false, "provider", "class"),
 			series(fams, "musepi_sessions", false, "state"), series(fams, "musepi_retry_chains_open", false))
