@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
@@ -84,6 +86,9 @@ type runtimeConfig struct {
 	limits      Limits
 	maxResponse int
 	queueLen    int
+
+	meterProvider  metric.MeterProvider // WithMeterProvider
+	tracerProvider trace.TracerProvider // WithTracerProvider
 }
 
 // Option configures a Runtime. NewRuntime refuses options that cannot

@@ -26,6 +26,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/plaintext"
+	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/internal/zslog"
 	"github.com/musepi/musepi/messages"
@@ -48,6 +49,9 @@ type Runtime struct {
 
 	credViews     map[string]*actors.CredentialsView // per provider, for Stats
 	cooldownViews []*actors.CooldownView             // per role, for Stats
+	telemetry  *telemetry.Telemetry // nil without WithMeterProvider and WithTracerProvider
+	unobserve  func()               // unsubscribes the telemetry
+	deliveries *deliveries          // the runtime-wide fan-out's deliveries in flight (with telemetry)
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -145,7 +149,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		credViews: map[string]*actors.CredentialsView{},
 		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
-	rt.allEvents = actors.NewFanout(cfg.clock, cfg.log, cfg.queueLen)
+	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			// protoactor-go logs through log/slog: into WithLogger's logger,
@@ -221,6 +225,10 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		rt.pids = append(rt.pids, pid)
 	}
 	rt.deps = deps
+	if err := rt.startTelemetry(); err != nil {
+		_ = rt.Shutdown(context.Background())
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
 	return rt, nil
 }
 
@@ -456,6 +464,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := rt.stopTelemetry(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	for _, pid := range rt.pids {
 		if err := waitFuture(ctx, rt.system.Root.StopFuture(pid)); err != nil {

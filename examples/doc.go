@@ -5,6 +5,8 @@
 //	go run ./examples/embed           # one session rides out a 503
 //	go run ./examples/team            # a team of sessions shares a runtime and its keys
 //	go run ./examples/customprovider  # a hand-written Provider in the runtime
+//	go run ./examples/metrics         # metrics on Prometheus /metrics (WithMeterProvider)
 //
-// The test of this package builds and runs each one.
+// The test of this package builds and runs the first three; examples/metrics
+// has a test of its own that scrapes its /metrics.
 package examples

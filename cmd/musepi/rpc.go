@@ -25,6 +25,7 @@ func runRPC(args []string) int {
 	setupFlags := addSetupFlags(fs)
 	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE | --provider NAME --model ID [--base-url URL]]")
 		fmt.Fprintln(stderr)
@@ -45,7 +46,18 @@ func runRPC(args []string) int {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
 		return 2
 	}
-	su, err := setupFlags.open()
+	var extra []musepi.Option
+	if *metricsAddr != "" {
+		metrics, err := startMetrics(*metricsAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
+			return 1
+		}
+		defer closeMetrics(metrics)
+		fmt.Fprintf(stderr, "musepi rpc: metrics on %s\n", metrics.URL())
+		extra = append(extra, metrics.option())
+	}
+	su, err := setupFlags.open(extra...)
 	if err != nil {
 		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
 		return 1
@@ -71,6 +83,15 @@ func runRPC(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// closeMetrics stops serving metrics, giving scrapes in progress five seconds.
+func closeMetrics(m *metricsServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.close(ctx); err != nil {
+		fmt.Fprintf(stderr, "musepi: metrics: %v\n", err)
+	}
 }
 
 // shutdown stops a setup's runtime, giving it ten seconds.

@@ -1,0 +1,93 @@
+package telemetry
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The README's "Operating MusePi" section lists every metric, with its
+// labels, in a table row of its own.
+func TestReadmeListsEveryMetric(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Operating MusePi\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Operating MusePi" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	rows := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows[name] = line
+		}
+	}
+	for _, m := range All {
+		row, ok := rows[m.PrometheusName()]
+		if !ok {
+			t.Errorf("README: no row for %s", m.PrometheusName())
+			continue
+		}
+		for _, l := range m.Labels {
+			if !strings.Contains(row, "`"+l+"`") {
+				t.Errorf("README: the row of %s does not name its label %s", m.PrometheusName(), l)
+			}
+		}
+		delete(rows, m.PrometheusName())
+	}
+	for name := range rows {
+		t.Errorf("README: row for %s, which is no metric", name)
+	}
+}
+
+// The Grafana dashboard queries only metrics that exist, and each of them.
+func TestDashboardUsesEveryMetric(t *testing.T) {
+	data, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	known := map[string]bool{}
+	for _, m := range All {
+		known[m.PrometheusName()] = true
+	}
+	used := map[string]bool{}
+	name := regexp.MustCompile(`musepi_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, target := range p.Targets {
+			for _, n := range name.FindAllString(target.Expr, -1) {
+				if !known[n] {
+					for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+						if base, ok := strings.CutSuffix(n, suffix); ok && known[base] {
+							n = base
+						}
+					}
+				}
+				if !known[n] {
+					t.Errorf("panel %q queries %s, which is no metric", p.Title, n)
+				}
+				used[n] = true
+			}
+		}
+	}
+	for _, m := range All {
+		if !used[m.PrometheusName()] {
+			t.Errorf("no panel shows %s", m.PrometheusName())
+		}
+	}
+}

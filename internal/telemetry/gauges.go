@@ -1,0 +1,82 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
+)
+
+// Snapshot is what the runtime reports of its sessions when metrics are
+// collected.
+type Snapshot struct {
+	ByState  map[string]int // open sessions by state name (session.State)
+	Retrying int            // sessions whose retry chain is open
+}
+
+// budgetTimeout bounds how long a collection waits for one provider's
+// retry budget actor.
+const budgetTimeout = time.Second
+
+// states are the names of every session state, so that a state with no
+// session reports 0 instead of vanishing from the series.
+func states() []string {
+	var out []string
+	for st := session.Idle; st.String() != "unknown"; st++ {
+		out = append(out, st.String())
+	}
+	return out
+}
+
+// observe registers the instruments observed at collection: sessions by
+// state, open chains and the retry budgets of budgets.
+func (t *Telemetry) observe(meter metric.Meter) (metric.Registration, error) {
+	sessions, err1 := meter.Int64ObservableGauge(Sessions.Name, metric.WithUnit(Sessions.Unit), metric.WithDescription(Sessions.Description))
+	open, err2 := meter.Int64ObservableGauge(RetryChainsOpen.Name, metric.WithUnit(RetryChainsOpen.Unit), metric.WithDescription(RetryChainsOpen.Description))
+	tokens, err3 := meter.Float64ObservableGauge(BudgetTokens.Name, metric.WithUnit(BudgetTokens.Unit), metric.WithDescription(BudgetTokens.Description))
+	held, err4 := meter.Int64ObservableGauge(BudgetHeld.Name, metric.WithUnit(BudgetHeld.Unit), metric.WithDescription(BudgetHeld.Description))
+	delayed, err5 := meter.Int64ObservableCounter(BudgetDelayed.Name, metric.WithUnit(BudgetDelayed.Unit), metric.WithDescription(BudgetDelayed.Description))
+	for _, err := range []error{err1, err2, err3, err4, err5} {
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: create instruments: %w", err)
+		}
+	}
+	names := states()
+	byState := make([]metric.ObserveOption, len(names))
+	for i, name := range names {
+		byState[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("state", name)))
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		snap := t.cfg.Sessions()
+		for i, name := range names {
+			o.ObserveInt64(sessions, int64(snap.ByState[name]), byState[i])
+		}
+		o.ObserveInt64(open, int64(snap.Retrying))
+		for _, p := range t.cfg.Budgets {
+			bctx, cancel := context.WithTimeout(ctx, budgetTimeout)
+			st, err := t.cfg.Budget(bctx, p)
+			cancel()
+			if err != nil {
+				t.cfg.Log.Warn().Err(err).Str("provider", p).Msg("metrics: retry budget not observed")
+				continue
+			}
+			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("provider", p)))
+			o.ObserveFloat64(tokens, st.Tokens, attrs)
+			o.ObserveInt64(held, int64(st.Held), attrs)
+			o.ObserveInt64(delayed, st.Delayed, attrs)
+		}
+		return nil
+	}, sessions, open, tokens, held, delayed)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: register callback: %w", err)
+	}
+	return reg, nil
+}
+
+// budgetFunc reads a provider's retry budget.
+type budgetFunc = func(ctx context.Context, provider string) (retry.BudgetStats, error)

@@ -1,0 +1,160 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
+)
+
+// unknown is the label of a provider or model the events did not name.
+const unknown = "unknown"
+
+// sessionTrack is what the telemetry keeps of a session while it runs a
+// prompt; it is dropped when the prompt settles.
+type sessionTrack struct {
+	id              string
+	provider, model string // of the last turn that ended (agent_end)
+	waiting         *attribute.Set
+	trace           promptTrace
+}
+
+// Observe records one session event. It is the runtime-wide subscriber:
+// events come one at a time, each session's in order.
+func (t *Telemetry) Observe(ev *messages.SessionEvent) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	ctx := context.Background()
+	at := time.UnixMilli(ev.GetTimeMs())
+	s := t.sessions[ev.GetSessionId()]
+	switch e := ev.GetEvent().(type) {
+	case *messages.SessionEvent_AgentStart:
+		if s == nil {
+			s = &sessionTrack{id: ev.GetSessionId(), provider: unknown, model: unknown}
+			t.sessions[s.id] = s
+		}
+		t.stopWaiting(ctx, s)
+		s.trace.runStarted(t.tracer, s.id, e.AgentStart, at)
+	case *messages.SessionEvent_AgentEnd:
+		msg := e.AgentEnd.GetMessage()
+		class := retry.Classify(msg, retry.AbortState{User: !e.AgentEnd.GetWillRetry()})
+		if class == retry.UsageLimit {
+			t.in.usageLimits.Add(ctx, 1, labels("provider", orUnknown(msg.GetProvider()), "model", orUnknown(msg.GetModel())))
+		}
+		if s != nil {
+			s.provider, s.model = orUnknown(msg.GetProvider()), orUnknown(msg.GetModel())
+			s.trace.runEnded(msg, class, at)
+		}
+	case *messages.SessionEvent_AutoRetryStart:
+		t.retryStarted(ctx, s, e.AutoRetryStart)
+	case *messages.SessionEvent_AutoRetryEnd:
+		end := e.AutoRetryEnd
+		t.in.chains.Add(ctx, 1, labels("outcome", chainOutcome(end)))
+		if s != nil {
+			t.stopWaiting(ctx, s)
+			s.trace.chainEnded(end, chainOutcome(end), at)
+		}
+	case *messages.SessionEvent_CredentialSwitch:
+		sw := e.CredentialSwitch
+		t.in.credSwitches.Add(ctx, 1, labels("provider", sw.GetProvider(), "reason", sw.GetReason()))
+		if s != nil {
+			s.trace.switched(viaCredential, attribute.String(AttrCredentialTo, sw.GetTo()))
+		}
+	case *messages.SessionEvent_RetryFallbackApplied:
+		f := e.RetryFallbackApplied
+		t.in.fallbackApplied.Add(ctx, 1, labels("role", f.GetRole(), "from", f.GetFrom(), "to", f.GetTo()))
+		if s != nil {
+			s.trace.switched(viaFallback, attribute.String(AttrFallbackTo, f.GetTo()))
+		}
+	case *messages.SessionEvent_RetryFallbackSucceeded:
+		f := e.RetryFallbackSucceeded
+		t.in.fallbackSucceeded.Add(ctx, 1, labels("role", f.GetRole(), "model", f.GetModel()))
+	case *messages.SessionEvent_ModelChange:
+		if c := e.ModelChange; c.GetReason() == "revert" {
+			t.in.fallbackReverted.Add(ctx, 1, labels("role", c.GetRole(), "from", c.GetFrom(), "to", c.GetTo()))
+		}
+	case *messages.SessionEvent_CompactionRequired:
+		if s != nil {
+			s.trace.decided(DecisionCompaction)
+		}
+	case *messages.SessionEvent_AgentSettled:
+		st := e.AgentSettled
+		outcome := "failure"
+		if st.GetSuccess() {
+			outcome = "success"
+		}
+		t.in.prompts.Add(ctx, 1, labels("outcome", outcome))
+		if s != nil {
+			t.stopWaiting(ctx, s)
+			s.trace.settled(at, st.GetSuccess(), st.GetError())
+			delete(t.sessions, s.id)
+		}
+	case *messages.SessionEvent_EventsLost:
+		t.in.eventsLost.Add(ctx, int64(e.EventsLost.GetCount()))
+	}
+}
+
+// retryStarted records an auto_retry_start: an attempt of the provider
+// and model whose turn failed last, and the session waiting for it.
+func (t *Telemetry) retryStarted(ctx context.Context, s *sessionTrack, st *messages.AutoRetryStart) {
+	prov, model := unknown, unknown
+	if s != nil {
+		prov, model = s.provider, s.model
+	}
+	class := st.GetErrorClass()
+	t.in.attempts.Add(ctx, 1, labels("provider", prov, "model", model, "class", class))
+	waiting := attribute.NewSet(attribute.String("provider", prov), attribute.String("class", class))
+	t.in.backoff.Record(ctx, float64(st.GetDelayMs())/1000, metric.WithAttributeSet(waiting))
+	if s == nil {
+		return
+	}
+	t.stopWaiting(ctx, s)
+	t.in.waiting.Add(ctx, 1, metric.WithAttributeSet(waiting))
+	s.waiting = &waiting
+	s.trace.retryScheduled(st)
+}
+
+// stopWaiting takes s out of musepi.retry.waiting, if it was counted.
+func (t *Telemetry) stopWaiting(ctx context.Context, s *sessionTrack) {
+	if s.waiting != nil {
+		t.in.waiting.Add(ctx, -1, metric.WithAttributeSet(*s.waiting))
+		s.waiting = nil
+	}
+}
+
+// chainOutcome is the outcome label of an auto_retry_end.
+func chainOutcome(end *messages.AutoRetryEnd) string {
+	switch {
+	case end.GetSuccess():
+		return "success"
+	case end.GetFinalError() == retry.RetryCancelled:
+		return "cancelled"
+	case end.GetFinalError() == session.ShutdownError:
+		return "shutdown"
+	}
+	return "failure"
+}
+
+// labels is a measurement option with the attributes of key, value pairs.
+func labels(kv ...string) metric.MeasurementOption {
+	attrs := make([]attribute.KeyValue, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		attrs = append(attrs, attribute.String(kv[i], kv[i+1]))
+	}
+	return metric.WithAttributes(attrs...)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return unknown
+	}
+	return s
+}

@@ -1,0 +1,58 @@
+package telemetry
+
+import (
+	"context"
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// WrapProvider returns p measured under name: each call's duration by
+// outcome, and its failures by HTTP status. Without a meter provider it
+// returns p itself.
+func (t *Telemetry) WrapProvider(name string, p provider.Provider) provider.Provider {
+	if t.cfg.Meter == nil {
+		return p
+	}
+	return &measured{name: name, next: p, t: t}
+}
+
+// measured is a provider whose calls are measured.
+type measured struct {
+	name string
+	next provider.Provider
+	t    *Telemetry
+}
+
+// Stream calls the wrapped provider and records the call, also when the
+// provider panics (the panic goes on to the caller).
+func (m *measured) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (msg *messages.AssistantMessage) {
+	start := m.t.cfg.Clock.Now()
+	defer func() { m.record(req.Model, m.t.cfg.Clock.Now().Sub(start).Seconds(), msg) }()
+	return m.next.Stream(ctx, req, onDelta)
+}
+
+// ResetSession passes on to the wrapped provider.
+func (m *measured) ResetSession(sessionID string) { m.next.ResetSession(sessionID) }
+
+func (m *measured) record(model string, seconds float64, msg *messages.AssistantMessage) {
+	ctx := context.Background()
+	prov, mod := attribute.String("provider", m.name), attribute.String("model", orUnknown(model))
+	outcome := "ok"
+	switch reason := msg.GetStopReason(); {
+	case msg == nil || reason == messages.StopReason_STOP_REASON_ERROR:
+		outcome = "error"
+		status := "none"
+		if s := msg.GetHttpStatus(); s != 0 {
+			status = strconv.Itoa(int(s))
+		}
+		m.t.in.requestErrors.Add(ctx, 1, metric.WithAttributes(prov, mod, attribute.String("status", status)))
+	case reason == messages.StopReason_STOP_REASON_ABORTED:
+		outcome = "aborted"
+	}
+	m.t.in.requestDuration.Record(ctx, seconds, metric.WithAttributes(prov, mod, attribute.String("outcome", outcome)))
+}
