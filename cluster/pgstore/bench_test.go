@@ -18,6 +18,7 @@ func BenchmarkAppend(b *testing.B) {
 		s := connect(b, server.NewDatabase(b), "bench")
 		l, _ := openLog(b, s, "s")
 		b.ReportAllocs()
+		b.ResetTimer()
 		for i := range b.N {
 			if err := l.Append(user(uint64(i+1), "a prompt")); err != nil {
 				b.Fatal(err)
@@ -28,6 +29,7 @@ func BenchmarkAppend(b *testing.B) {
 	b.Run("parallel", func(b *testing.B) {
 		s := connect(b, server.NewDatabase(b), "bench")
 		var id atomic.Int64
+		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			l, _, err := s.Open(fmt.Sprint("s", id.Add(1)))
 			if err != nil {

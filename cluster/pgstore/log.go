@@ -170,7 +170,8 @@ func (l *Log) usable(op string) error {
 }
 
 // Append adds entries, all or nothing, in one transaction that first
-// checks the Log's epoch is current (ErrFenced otherwise).
+// checks the Log's epoch is current (ErrFenced otherwise), in one round
+// trip to the database.
 func (l *Log) Append(entries ...*messages.Entry) error {
 	ctx, cancel := l.store.ctx()
 	defer cancel()
@@ -208,19 +209,20 @@ func (l *Log) Commit(ctx context.Context, rec *Record, entries ...*messages.Entr
 		}
 		seqs[i], raws[i] = int64(e.GetSeq()), b
 	}
-	err := l.fence(ctx, func(tx pgx.Tx) error {
-		if len(entries) > 0 {
-			if _, err := tx.Exec(ctx, `INSERT INTO musepi_entries (session_id, seq, entry)
-				SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`, l.session, seqs, raws); err != nil {
-				return constraintInvalid(err)
-			}
-		}
-		if rec != nil {
-			return saveRecord(ctx, tx, l.session, l.epoch, *rec)
-		}
-		return nil
-	})
+	b := &pgx.Batch{}
+	b.Queue("SELECT musepi_fence($1, $2)", l.session, l.epoch)
+	if rec != nil {
+		queueSaveRecord(b, l.session, l.epoch, *rec)
+	}
+	if len(entries) > 0 {
+		b.Queue(`INSERT INTO musepi_entries (session_id, seq, entry)
+			SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`, l.session, seqs, raws)
+	}
+	// One round trip: the batch runs in one implicit transaction, which the
+	// fence's error (or any other) rolls back whole.
+	err := l.store.pool.SendBatch(ctx, b).Close()
 	if err != nil {
+		err = l.writeError(err)
 		return fail(err)
 	}
 	if n := len(entries); n > 0 {
@@ -229,43 +231,23 @@ func (l *Log) Commit(ctx context.Context, rec *Record, entries ...*messages.Entr
 	return nil
 }
 
-// fence runs fn in a transaction that holds a share lock on the session's
-// row while its epoch is l.epoch, so a takeover waits for it to commit (and
-// fn is not run once a takeover has committed). l.mu is held.
-func (l *Log) fence(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, l.store.pool, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, "SELECT 1 FROM musepi_sessions WHERE session_id = $1 AND epoch = $2 FOR SHARE",
-			l.session, l.epoch).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			l.fenced = l.fencedError(ctx, tx)
-			return l.fenced
-		}
-		if err != nil {
-			return err
-		}
-		return fn(tx)
-	})
-}
+// fenceFailed is the SQLSTATE musepi_fence raises for a stale epoch.
+const fenceFailed = "MP001"
 
-// fencedError says who holds the session now.
-func (l *Log) fencedError(ctx context.Context, tx pgx.Tx) error {
-	var (
-		epoch int64
-		owner string
-	)
-	if err := tx.QueryRow(ctx, "SELECT epoch, owner FROM musepi_sessions WHERE session_id = $1", l.session).Scan(&epoch, &owner); err != nil {
-		return fmt.Errorf("%w: this log holds epoch %d", ErrFenced, l.epoch)
-	}
-	return fmt.Errorf("%w: this log holds epoch %d, node %s took epoch %d", ErrFenced, l.epoch, owner, epoch)
-}
-
-// constraintInvalid reports a violated key of the entries table (a
-// duplicate or missing seq, which checkSeq should have caught first) as
-// history.ErrInvalid.
-func constraintInvalid(err error) error {
+// writeError reports a failed fenced write: ErrFenced (remembered: epochs
+// only grow) when the epoch was stale, history.ErrInvalid for a violated
+// key of the entries table (a duplicate or missing seq, which checkSeq
+// should have caught first). l.mu is held.
+func (l *Log) writeError(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "23503") {
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case fenceFailed:
+		l.fenced = fmt.Errorf("%w: %s", ErrFenced, pe.Message)
+		return l.fenced
+	case "23505", "23503":
 		return fmt.Errorf("%w: %s (%s)", history.ErrInvalid, pe.Message, pe.Detail)
 	}
 	return err

@@ -86,8 +86,9 @@ func (l *Log) LoadRecord(ctx context.Context) (Record, bool, error) {
 	return rec, true, nil
 }
 
-// saveRecord writes a session's record; the caller has fenced tx.
-func saveRecord(ctx context.Context, tx pgx.Tx, session string, epoch int64, rec Record) error {
+// queueSaveRecord queues the write of a session's record in a batch the
+// caller has fenced.
+func queueSaveRecord(b *pgx.Batch, session string, epoch int64, rec Record) {
 	data := rec.Data
 	if data == nil {
 		data = []byte{} // NULL is not a record
@@ -96,11 +97,10 @@ func saveRecord(ctx context.Context, tx pgx.Tx, session string, epoch int64, rec
 	if !rec.Due.IsZero() {
 		due = &rec.Due
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO musepi_records (session_id, record, due_at, epoch) VALUES ($1, $2, $3, $4)
+	b.Queue(`INSERT INTO musepi_records (session_id, record, due_at, epoch) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (session_id) DO UPDATE SET record = EXCLUDED.record, due_at = EXCLUDED.due_at,
 			epoch = EXCLUDED.epoch, updated_at = now(), claimed_by = NULL, claim_until = NULL`,
 		session, data, due, epoch)
-	return err
 }
 
 // dueWhere selects the passivated sessions due at or before $1.

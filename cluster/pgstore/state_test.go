@@ -2,12 +2,14 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/history"
 )
 
 // t0 is a due time in the past of the database's clock (claims and leases
@@ -254,5 +256,30 @@ func TestBlocksLaterWins(t *testing.T) {
 	}
 	if _, err := a.Block(ctx, key, time.Time{}); err == nil {
 		t.Error("Block until the zero time succeeded")
+	}
+}
+
+// Commit saves the record and appends the entries in one transaction: when
+// the entries fail (here the table already holds their seq, written behind
+// the log's back), the record is not saved either.
+func TestCommitAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s, url := newStore(t)
+	l, _, err := s.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Commit(ctx, &pgstore.Record{Data: []byte("old")}, user(1, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sql(t, url, "INSERT INTO musepi_entries (session_id, seq, entry) VALUES ('s', 2, '')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx, &pgstore.Record{Data: []byte("new")}, user(2, "b")); !errors.Is(err, history.ErrInvalid) {
+		t.Fatalf("Commit over a seq already in the table = %v, want ErrInvalid", err)
+	}
+	if rec, _, err := l.LoadRecord(ctx); err != nil || string(rec.Data) != "old" {
+		t.Errorf("record after the failed Commit = %q, %v; want the old one", rec.Data, err)
 	}
 }

@@ -16,6 +16,25 @@ CREATE TABLE musepi_sessions (
     taken_at   timestamptz NOT NULL DEFAULT now()
 );
 
+-- musepi_fence(session, epoch) locks the session's row in share mode, so a
+-- takeover waits for the calling transaction, if epoch is still current;
+-- otherwise it raises SQLSTATE MP001 saying who holds the session. Every
+-- write of a session starts with it.
+CREATE FUNCTION musepi_fence(p_session text, p_epoch bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur_epoch bigint;
+    cur_owner text;
+BEGIN
+    PERFORM 1 FROM musepi_sessions WHERE session_id = p_session AND epoch = p_epoch FOR SHARE;
+    IF NOT FOUND THEN
+        SELECT epoch, owner INTO cur_epoch, cur_owner FROM musepi_sessions WHERE session_id = p_session;
+        RAISE EXCEPTION 'this log holds epoch %, node % took epoch %', p_epoch, cur_owner, cur_epoch
+            USING ERRCODE = 'MP001';
+    END IF;
+END
+$$;
+
 -- The history: one protobuf-encoded messages.Entry per row, seq 1, 2, 3...
 -- The primary key forbids duplicates; the foreign key from (session_id,
 -- seq - 1) to the entry before forbids gaps.
