@@ -98,3 +98,29 @@ func TestRefusesNewerSchema(t *testing.T) {
 		t.Errorf("versions after the refusal = %v", vs)
 	}
 }
+
+// Connect removes the rows of nodes whose lease ran out a day ago, and
+// keeps the others.
+func TestConnectPrunesLongDeadNodes(t *testing.T) {
+	url := server.NewDatabase(t)
+	connect(t, url, "first")
+	if err := sql(t, url, `INSERT INTO musepi_nodes (node, lease_until) VALUES
+		('long-dead#1', now() - interval '25 hours'), ('just-dead#2', now() - interval '1 minute')`); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, url, "second")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var long, recent int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE node = 'long-dead#1'), count(*) FILTER (WHERE node = 'just-dead#2')
+		FROM musepi_nodes`).Scan(&long, &recent); err != nil {
+		t.Fatal(err)
+	}
+	if long != 0 || recent != 1 {
+		t.Errorf("after Connect: %d rows of the node dead 25 h (want 0), %d of the one dead 1 min (want 1)", long, recent)
+	}
+}

@@ -64,8 +64,9 @@ func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log
 
 // Connect opens a pool to the database at url (a PostgreSQL connection
 // string or URL), migrates its schema to SchemaVersion (failing with
-// ErrSchemaTooNew for a newer one), registers the node and starts renewing
-// its lease.
+// ErrSchemaTooNew for a newer one), registers the node, prunes the rows of
+// nodes dead for a day and starts renewing the node's lease. The pool's
+// size and the like are set in url (pool_max_conns=N; see pgxpool).
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
 	s := &Store{node: host, lease: 15 * time.Second, timeout: 30 * time.Second, log: zerolog.Nop()}
@@ -91,6 +92,13 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if err := s.renew(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: register node %s: %w", s.node, err)
+	}
+	// Nodes that died without closing leave their rows; a day after their
+	// lease ran out nobody needs them (a session's owner column keeps the
+	// name for the record).
+	if _, err := pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE lease_until < now() - interval '1 day'"); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: prune dead nodes: %w", err)
 	}
 	beat, stop := context.WithCancel(context.Background())
 	s.stop = stop
