@@ -54,7 +54,8 @@ type Timers interface {
 	// any number of nodes never return the same session twice within ttl.
 	// The claimant wakes each session (opening its Log); the woken
 	// session's next record clears the claim. A claim that runs out with
-	// the record still due (the claimant died) may be claimed again.
+	// the record still due (the claimant died) may be claimed again. The
+	// ttl runs on the database's clock, t on the caller's.
 	Claim(ctx context.Context, t time.Time, limit int, ttl time.Duration) ([]DueRecord, error)
 }
 
@@ -111,7 +112,7 @@ const dueWhere = `FROM musepi_records r
 
 // Due lists passivated sessions due at or before t.
 func (s *Store) Due(ctx context.Context, t time.Time, limit int) ([]DueRecord, error) {
-	if err := s.timerArgs(t, limit, time.Second); err != nil {
+	if err := s.timerArgs(t, limit); err != nil {
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT r.session_id, r.record, r.due_at, r.epoch `+dueWhere+`
@@ -121,8 +122,11 @@ func (s *Store) Due(ctx context.Context, t time.Time, limit int) ([]DueRecord, e
 
 // Claim claims passivated sessions due at or before t for this node.
 func (s *Store) Claim(ctx context.Context, t time.Time, limit int, ttl time.Duration) ([]DueRecord, error) {
-	if err := s.timerArgs(t, limit, ttl); err != nil {
+	if err := s.timerArgs(t, limit); err != nil {
 		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("pgstore: timers: claim for %v: want a positive ttl", ttl)
 	}
 	rows, err := s.pool.Query(ctx, `WITH due AS (
 			SELECT r.session_id `+dueWhere+` AND (r.claim_until IS NULL OR r.claim_until <= now())
@@ -134,12 +138,12 @@ func (s *Store) Claim(ctx context.Context, t time.Time, limit int, ttl time.Dura
 	return collectDue(rows, err)
 }
 
-func (s *Store) timerArgs(t time.Time, limit int, ttl time.Duration) error {
+func (s *Store) timerArgs(t time.Time, limit int) error {
 	switch {
 	case s.closed.Load():
 		return fmt.Errorf("pgstore: timers: %w", history.ErrClosed)
-	case t.IsZero() || limit <= 0 || ttl <= 0:
-		return fmt.Errorf("pgstore: timers: want a time, a positive limit and ttl (got %v, %d, %v)", t, limit, ttl)
+	case t.IsZero() || limit <= 0:
+		return fmt.Errorf("pgstore: timers: want a time and a positive limit (got %v, %d)", t, limit)
 	}
 	return nil
 }

@@ -107,6 +107,9 @@ func TestDue(t *testing.T) {
 	if _, err := s.Due(ctx, t0, 0); err == nil {
 		t.Error("Due with limit 0 succeeded")
 	}
+	if _, err := s.Claim(ctx, t0, 1, 0); err == nil {
+		t.Error("Claim for a ttl of 0 succeeded")
+	}
 }
 
 // Two nodes claim due records concurrently, a few at a time: each record is
