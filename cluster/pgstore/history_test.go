@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
 )
@@ -246,14 +247,16 @@ func TestSchemaRefusesGapsAndDuplicates(t *testing.T) {
 	}
 }
 
+// Sessions on two nodes append concurrently, each from its own goroutine.
 func TestConcurrentSessions(t *testing.T) {
 	const sessions, perSession = 8, 20
-	s, _ := newStore(t)
+	s, url := newStore(t)
+	nodes := []*pgstore.Store{s, connect(t, url, "node-b")}
 	var wg sync.WaitGroup
 	for i := range sessions {
 		wg.Go(func() {
 			id := fmt.Sprint("s", i)
-			l, _, err := s.Open(id)
+			l, _, err := nodes[i%2].Open(id)
 			if err != nil {
 				t.Error(err)
 				return
