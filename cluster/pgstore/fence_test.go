@@ -79,7 +79,7 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 func TestOpenTakesOverFromADeadNode(t *testing.T) {
 	ctx := context.Background()
 	url := server.NewDatabase(t)
-	a := connect(t, url, "node-a", pgstore.WithLease(500*time.Millisecond))
+	a := connect(t, url, "node-a", pgstore.WithLease(2*time.Second))
 	b := connect(t, url, "node-b")
 	la, _, err := a.OpenContext(ctx, "s")
 	if err != nil {
@@ -92,7 +92,7 @@ func TestOpenTakesOverFromADeadNode(t *testing.T) {
 		t.Fatalf("Open while A lives = %v, want ErrLocked", err)
 	}
 	a.StopHeartbeat() // A "dies": its lease is no longer renewed
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	var lb history.Log
 	for {
 		lb, _, err = b.Open("s")

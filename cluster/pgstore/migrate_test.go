@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -122,5 +123,23 @@ func TestConnectPrunesLongDeadNodes(t *testing.T) {
 	}
 	if long != 0 || recent != 1 {
 		t.Errorf("after Connect: %d rows of the node dead 25 h (want 0), %d of the one dead 1 min (want 1)", long, recent)
+	}
+}
+
+func TestConnectRefusesBadOptions(t *testing.T) {
+	url := server.NewDatabase(t)
+	for name, opt := range map[string]pgstore.Option{
+		"empty node name":  pgstore.WithNode(""),
+		"lease of 0":       pgstore.WithLease(0),
+		"lease of 1 ms":    pgstore.WithLease(time.Millisecond),
+		"negative timeout": pgstore.WithTimeout(-time.Second),
+	} {
+		if s, err := pgstore.Connect(context.Background(), url, opt); err == nil {
+			s.Close()
+			t.Errorf("%s: Connect succeeded", name)
+		}
+	}
+	if _, err := pgstore.Connect(context.Background(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=5"); err == nil {
+		t.Error("Connect to a closed port succeeded")
 	}
 }

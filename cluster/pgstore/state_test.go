@@ -170,13 +170,13 @@ func TestClaimExpiresAndSaveClears(t *testing.T) {
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")
 	passivate(t, a, "s", t0)
-	if got, _ := a.Claim(ctx, t0, 10, 300*time.Millisecond); len(got) != 1 {
+	if got, _ := a.Claim(ctx, t0, 10, 2*time.Second); len(got) != 1 {
 		t.Fatalf("first claim = %v", sessionsOf(got))
 	}
 	if got, _ := b.Claim(ctx, t0, 10, time.Minute); len(got) != 0 {
 		t.Fatalf("claimed while A's claim lasts: %v", sessionsOf(got))
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, err := b.Claim(ctx, t0, 10, time.Minute)
 		if err != nil {

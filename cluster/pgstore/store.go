@@ -41,6 +41,10 @@ var (
 	_ Blocks        = (*Store)(nil)
 )
 
+// minLease is the shortest lease: renewing it every third must stay
+// possible.
+const minLease = 100 * time.Millisecond
+
 // Option configures a Store.
 type Option func(*Store)
 
@@ -51,7 +55,7 @@ type Option func(*Store)
 func WithNode(name string) Option { return func(s *Store) { s.node = name } }
 
 // WithLease sets how long the node's lease lasts without renewal (default
-// 15 s; renewed every third of it). A session held by a node whose lease
+// 15 s, at least 100 ms; renewed every third of it). A session held by a node whose lease
 // has run out may be opened by another node, which takes it over.
 func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 
@@ -76,8 +80,8 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	switch {
 	case s.node == "":
 		return nil, errors.New("pgstore: empty node name")
-	case s.lease <= 0 || s.timeout <= 0:
-		return nil, fmt.Errorf("pgstore: lease %v and timeout %v must be positive", s.lease, s.timeout)
+	case s.lease < minLease || s.timeout <= 0:
+		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, minLease, s.timeout)
 	}
 	s.node += "#" + incarnation()
 	pool, err := pgxpool.New(ctx, url)
