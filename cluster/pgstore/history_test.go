@@ -203,6 +203,7 @@ func TestInvalidContent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s, url := newStore(t)
 			l, _ := openLog(t, s, "s")
+			epoch := l.(*pgstore.Log).Epoch()
 			if err := l.Append(user(1, "ok")); err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +214,6 @@ func TestInvalidContent(t *testing.T) {
 			if _, err := l.Load(); !errors.Is(err, history.ErrInvalid) || !errors.As(err, &he) || he.Op != "load" || he.Line != 2 {
 				t.Errorf("Load = %v, want ErrInvalid at line (seq) 2", err)
 			}
-			epoch := l.(interface{ Epoch() int64 }).Epoch()
 			l.Close()
 			if _, _, err := s.Open("s"); !errors.Is(err, history.ErrInvalid) || !errors.As(err, &he) || he.Op != "open" || he.Line != 2 {
 				t.Errorf("Open = %v, want ErrInvalid at line (seq) 2", err)
@@ -222,7 +222,7 @@ func TestInvalidContent(t *testing.T) {
 				t.Fatal(err)
 			}
 			l2, _ := openLog(t, s, "s")
-			if got := l2.(interface{ Epoch() int64 }).Epoch(); got != epoch+1 {
+			if got := l2.(*pgstore.Log).Epoch(); got != epoch+1 {
 				t.Errorf("epoch after a failed Open = %d, want %d (the failed Open took none)", got, epoch+1)
 			}
 		})
