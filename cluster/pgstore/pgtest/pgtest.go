@@ -89,7 +89,7 @@ func Launch(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "pgtest-")
+	dir, err := os.MkdirTemp(tempBase(cred), "pgtest-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
@@ -321,6 +321,17 @@ func runAs() (*syscall.Credential, error) {
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 	}
 	return nil, errors.New("pgtest: running as root, and neither user postgres nor nobody exists to run PostgreSQL as")
+}
+
+// tempBase is where the server's directory goes: the usual temporary
+// directory, or /tmp when the server runs as another user who could not
+// enter that one (a private TMPDIR).
+func tempBase(cred *syscall.Credential) string {
+	base := os.TempDir()
+	if info, err := os.Stat(base); cred != nil && (err != nil || info.Mode().Perm()&0o001 == 0) {
+		return "/tmp"
+	}
+	return base
 }
 
 // freePort is a loopback TCP port nobody listened on a moment ago.
