@@ -1,0 +1,170 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/messages"
+)
+
+// checkFenced fails unless err is ErrFenced in a *history.Error of op.
+func checkFenced(t *testing.T, err error, op string) {
+	t.Helper()
+	var he *history.Error
+	if !errors.Is(err, pgstore.ErrFenced) || !errors.As(err, &he) || he.Op != op || he.Path != "s" {
+		t.Fatalf("%s by the stale log = %v, want ErrFenced in a *history.Error of %s", op, err, op)
+	}
+}
+
+// Node A opens the session; node B takes it over (the cluster knows A is
+// gone); A's next append fails with ErrFenced and writes nothing, B
+// appends fine, and the history stays contiguous.
+func TestTakeoverFencesTheOldOwner(t *testing.T) {
+	ctx := context.Background()
+	a, url := newStore(t)
+	b := connect(t, url, "node-b")
+
+	la, _, err := a.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	if err := la.Append(user(1, "from A"), user(2, "from A")); err != nil {
+		t.Fatal(err)
+	}
+	lb, got, err := b.Takeover(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+	if len(got) != 2 || lb.Epoch() != la.Epoch()+1 {
+		t.Fatalf("takeover loaded %d entries at epoch %d, want 2 at epoch %d", len(got), lb.Epoch(), la.Epoch()+1)
+	}
+
+	checkFenced(t, la.Append(user(3, "stale A")), "append")
+	checkFenced(t, la.SaveRecord(ctx, pgstore.Record{Data: []byte("stale")}), "save record")
+	checkFenced(t, la.Commit(ctx, &pgstore.Record{Data: []byte("stale")}, user(3, "stale A")), "append")
+
+	if err := lb.Commit(ctx, &pgstore.Record{Data: []byte("B's")}, user(3, "from B")); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Close(); err != nil { // releases nothing: B holds the session
+		t.Fatal(err)
+	}
+	if _, _, err := a.Open("s"); !errors.Is(err, history.ErrLocked) {
+		t.Errorf("Open after the stale log's Close = %v, want ErrLocked (B still holds it)", err)
+	}
+	entries, err := lb.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkContiguous(t, entries)
+	if len(entries) != 3 || entries[2].GetUser().GetText() != "from B" {
+		t.Errorf("history = %v, want A's two entries then B's", entries)
+	}
+	rec, _, err := lb.LoadRecord(ctx)
+	if err != nil || string(rec.Data) != "B's" {
+		t.Errorf("record = %q, %v; want B's", rec.Data, err)
+	}
+}
+
+// A node that dies without closing its logs (its lease runs out) loses its
+// sessions to the next Open on another node, without a forced takeover;
+// while its lease lasts, the session stays locked.
+func TestOpenTakesOverFromADeadNode(t *testing.T) {
+	ctx := context.Background()
+	url := server.NewDatabase(t)
+	a := connect(t, url, "node-a", pgstore.WithLease(2*time.Second))
+	b := connect(t, url, "node-b")
+	la, _, err := a.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Append(user(1, "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Open("s"); !errors.Is(err, history.ErrLocked) {
+		t.Fatalf("Open while A lives = %v, want ErrLocked", err)
+	}
+	a.StopHeartbeat() // A "dies": its lease is no longer renewed
+	deadline := time.Now().Add(10 * time.Second)
+	var lb history.Log
+	for {
+		lb, _, err = b.Open("s")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, history.ErrLocked) || time.Now().After(deadline) {
+			t.Fatalf("Open after A's lease ran out = %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer lb.Close()
+	checkFenced(t, la.Append(user(2, "A after death")), "append")
+	if err := lb.Append(user(2, "B")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stale node appending in a loop while another takes the session over:
+// every append either lands before the takeover or fails with ErrFenced
+// and writes nothing; the new owner continues from exactly what landed.
+func TestTakeoverDuringAppends(t *testing.T) {
+	ctx := context.Background()
+	a, url := newStore(t)
+	b := connect(t, url, "node-b")
+	la, _, err := a.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+
+	var (
+		wg     sync.WaitGroup
+		landed uint64
+	)
+	started := make(chan struct{})
+	wg.Go(func() {
+		for seq := uint64(1); seq <= 2000; seq++ {
+			if seq == 5 {
+				close(started)
+			}
+			err := la.Append(user(seq, "A"))
+			if errors.Is(err, pgstore.ErrFenced) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			landed = seq
+		}
+		t.Error("A appended 2000 entries without being fenced")
+	})
+	<-started
+	lb, got, err := b.Takeover(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+	wg.Wait()
+	if uint64(len(got)) != landed {
+		t.Fatalf("B loaded %d entries, A's last successful append was seq %d", len(got), landed)
+	}
+	if err := lb.Append(&messages.Entry{Seq: landed + 1}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := lb.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkContiguous(t, all)
+	if uint64(len(all)) != landed+1 {
+		t.Errorf("history has %d entries, want %d", len(all), landed+1)
+	}
+}

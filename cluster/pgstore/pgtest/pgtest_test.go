@@ -1,0 +1,57 @@
+package pgtest_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// A started server serves a new database, as a user other than root, and
+// Stop ends it and removes its files.
+func TestStartServesADatabaseAndStopRemovesIt(t *testing.T) {
+	s := pgtest.Start(t)
+	url := s.NewDatabase(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user, dataDir string
+	if err := conn.QueryRow(ctx, "SELECT current_user, current_setting('data_directory')").Scan(&user, &dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if user != "postgres" {
+		t.Errorf("connected as %q, want postgres", user)
+	}
+	info, err := os.Stat(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := info.Sys().(*syscall.Stat_t).Uid; os.Geteuid() == 0 && uid == 0 {
+		t.Errorf("running as root, the data directory %s is owned by root", dataDir)
+	}
+	conn.Close(ctx)
+
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dataDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Stop, stat %s = %v, want it gone", dataDir, err)
+	}
+	if conn, err := pgx.Connect(ctx, url); err == nil {
+		conn.Close(ctx)
+		t.Error("the server still accepts connections after Stop")
+	}
+}

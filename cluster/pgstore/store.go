@@ -1,0 +1,173 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi/history"
+)
+
+// Store is the cluster's durable state on PostgreSQL: session histories
+// (a history.Store), each session's activation epoch, its compact record,
+// the durable timers over those records, and the credential blocks and
+// model cooldowns nodes share. One Store is one node's view; it keeps the
+// node's lease alive while it is open. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	node    string // name#incarnation: this Store's owner id in the tables
+	lease   time.Duration
+	timeout time.Duration
+	log     zerolog.Logger
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      context.CancelFunc
+	beating   sync.WaitGroup
+}
+
+var (
+	_ history.Store = (*Store)(nil)
+	_ Timers        = (*Store)(nil)
+	_ Blocks        = (*Store)(nil)
+)
+
+// minLease is the shortest lease: renewing it every third must stay
+// possible.
+const minLease = 100 * time.Millisecond
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithNode names this node (default: the host name). The Store's owner id
+// is the name plus a random incarnation suffix, so a node that restarts
+// under the same name does not mistake its dead predecessor's sessions for
+// its own.
+func WithNode(name string) Option { return func(s *Store) { s.node = name } }
+
+// WithLease sets how long the node's lease lasts without renewal (default
+// 15 s, at least 100 ms; renewed every third of it). A session held by a node whose lease
+// has run out may be opened by another node, which takes it over.
+func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
+
+// WithTimeout bounds each database operation of the history.Store and
+// history.Log methods, which take no context (default 30 s).
+func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
+
+// WithLogger logs takeovers and lease renewal failures (default: none).
+func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log } }
+
+// Connect opens a pool to the database at url (a PostgreSQL connection
+// string or URL), migrates its schema to SchemaVersion (failing with
+// ErrSchemaTooNew for a newer one), registers the node, prunes the rows of
+// nodes dead for a day and starts renewing the node's lease. The pool's
+// size and the like are set in url (pool_max_conns=N; see pgxpool).
+func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	host, _ := os.Hostname()
+	s := &Store{node: host, lease: 15 * time.Second, timeout: 30 * time.Second, log: zerolog.Nop()}
+	for _, o := range opts {
+		o(s)
+	}
+	switch {
+	case s.node == "":
+		return nil, errors.New("pgstore: empty node name")
+	case s.lease < minLease || s.timeout <= 0:
+		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, minLease, s.timeout)
+	}
+	s.node += "#" + incarnation()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	s.pool = pool
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := s.renew(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: register node %s: %w", s.node, err)
+	}
+	// Nodes that died without closing leave their rows; a day after their
+	// lease ran out nobody needs them (a session's owner column keeps the
+	// name for the record).
+	if _, err := pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE lease_until < now() - interval '1 day'"); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: prune dead nodes: %w", err)
+	}
+	beat, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.beating.Go(func() { s.heartbeat(beat) })
+	return s, nil
+}
+
+// Node is this Store's owner id: the node name and its incarnation.
+func (s *Store) Node() string { return s.node }
+
+// incarnation is a random suffix telling apart the runs of one node name.
+func incarnation() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// renew extends the node's lease.
+func (s *Store) renew(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO musepi_nodes (node, lease_until) VALUES ($1, now() + $2)
+		ON CONFLICT (node) DO UPDATE SET lease_until = EXCLUDED.lease_until`, s.node, s.lease)
+	return err
+}
+
+// heartbeat renews the lease every third of its length until ctx ends.
+func (s *Store) heartbeat(ctx context.Context) {
+	t := time.NewTicker(s.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.lease/3)
+		err := s.renew(rctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Str("node", s.node).
+				Msg("cannot renew the node's lease; once it runs out other nodes may take its sessions over")
+		}
+	}
+}
+
+// Close stops renewing the lease and removes the node's row, so that the
+// sessions it still holds may be taken over at once, and closes the pool.
+// Logs opened from the Store fail with history.ErrClosed afterwards.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.stop()
+		s.beating.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
+		if _, derr := s.pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE node = $1", s.node); derr != nil {
+			err = &history.Error{Op: "close", Path: s.node, Err: derr}
+		}
+		s.pool.Close()
+	})
+	return err
+}
+
+// ctx is a context bounded by the Store's timeout, for the methods that
+// take none.
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
