@@ -1,9 +1,11 @@
 // Command customprovider plugs a hand-written provider into MusePi: a
 // small adapter for a non-streaming chat API (here the fake server's
-// OpenAI-compatible endpoint with "stream": false). A provider maps the
-// API's failures to error messages carrying the HTTP status, the headers
-// and the error text; the runtime classifies and retries them like those
-// of the built-in adapters: here a 429 with retry-after: 1 is honoured.
+// OpenAI-compatible endpoint with "stream": false), written against
+// MusePi's Go types (musepi.Provider, registered with WithCustomProvider).
+// A provider maps the API's failures to error messages carrying the HTTP
+// status, the headers and the error text; the runtime classifies and
+// retries them like those of the built-in adapters: here a 429 with
+// retry-after: 1 is honoured.
 package main
 
 import (
@@ -17,8 +19,6 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -30,49 +30,45 @@ type chatProvider struct {
 
 // Stream sends the runtime context and returns the whole answer at once
 // (a non-streaming provider calls onDelta once, with all the text).
-func (p *chatProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
+func (p *chatProvider) Stream(ctx context.Context, req musepi.ProviderRequest, onDelta func(musepi.Delta)) *musepi.AssistantMessage {
 	type message struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
 	}
 	var msgs []message
-	for _, e := range req.Context { // the runtime context, in the wire format
+	for _, e := range req.Context { // the conversation, oldest first
 		switch {
-		case e.GetUser() != nil:
-			msgs = append(msgs, message{"user", e.GetUser().GetText()})
-		case e.GetAssistant() != nil:
-			var text string
-			for _, b := range e.GetAssistant().GetContent() {
-				text += b.GetText().GetText()
-			}
-			msgs = append(msgs, message{"assistant", text})
+		case e.User != nil:
+			msgs = append(msgs, message{"user", e.User.Text})
+		case e.Assistant != nil:
+			msgs = append(msgs, message{"assistant", e.Assistant.Text()})
 		}
 	}
 	body, _ := json.Marshal(map[string]any{"model": req.Model, "messages": msgs, "stream": false})
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.baseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return provider.Failure(0, err.Error(), nil)
+		return failure(0, err.Error(), nil)
 	}
 	httpReq.Header.Set("Authorization", "Bearer "+req.APIKey)
 	httpReq.Header.Set("Content-Type", "application/json")
 	resp, err := p.client.Do(httpReq)
 	if ctx.Err() != nil {
-		return provider.Aborted(nil) // the session aborted the call
+		return &musepi.AssistantMessage{StopReason: musepi.StopReasonAborted, ErrorMessage: "aborted"} // the session aborted the call
 	}
 	if err != nil {
-		return provider.Failure(0, err.Error(), nil) // e.g. "connection refused": retried as transient
+		return failure(0, err.Error(), nil) // e.g. "connection refused": retried as transient
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, provider.MaxErrorBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return provider.Failure(0, err.Error(), nil)
+		return failure(0, err.Error(), nil)
 	}
 	if resp.StatusCode != http.StatusOK {
 		headers := map[string]string{}
 		for k := range resp.Header {
 			headers[k] = resp.Header.Get(k)
 		}
-		return provider.Failure(resp.StatusCode, fmt.Sprintf("%d %s", resp.StatusCode, data), headers)
+		return failure(resp.StatusCode, fmt.Sprintf("%d %s", resp.StatusCode, data), headers)
 	}
 	var out struct {
 		Choices []struct {
@@ -82,11 +78,17 @@ func (p *chatProvider) Stream(ctx context.Context, req provider.Request, onDelta
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Choices) == 0 {
-		return provider.Failure(resp.StatusCode, fmt.Sprintf("malformed response: %s", data), nil)
+		return failure(resp.StatusCode, fmt.Sprintf("malformed response: %s", data), nil)
 	}
 	text := out.Choices[0].Message.Content
-	onDelta(provider.Delta{Kind: "text", Text: text})
-	return provider.Text(text)
+	onDelta(musepi.Delta{Kind: "text", Text: text})
+	return &musepi.AssistantMessage{StopReason: musepi.StopReasonStop, Content: []musepi.Block{musepi.TextBlock{Text: text}}}
+}
+
+// failure is a failed turn: the retry policy reads its status, headers and
+// the provider's own error text.
+func failure(status int, text string, headers map[string]string) *musepi.AssistantMessage {
+	return &musepi.AssistantMessage{StopReason: musepi.StopReasonError, HTTPStatus: status, ErrorMessage: text, Headers: headers}
 }
 
 // ResetSession: this API keeps no per-session state.
@@ -104,7 +106,7 @@ func main() {
 	}
 	defer llm.Close()
 
-	rt, err := musepi.NewRuntime(musepi.WithProvider("mine",
+	rt, err := musepi.NewRuntime(musepi.WithCustomProvider("mine",
 		&chatProvider{baseURL: base + "/v1", client: &http.Client{Timeout: time.Minute}},
 		musepi.Credential{Name: "main", APIKey: "sk-custom"}))
 	if err != nil {

@@ -1,0 +1,78 @@
+package musepi
+
+import (
+	"context"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// Provider is a model provider written against the Go types, for
+// WithCustomProvider. Stream runs one turn: it calls onDelta with each
+// piece of output as it streams and returns the final message, never nil.
+// A failure is a message with StopReasonError, its ErrorMessage the
+// provider's own text and HTTPStatus and Headers as received (the retry
+// policy classifies them); when ctx ends it returns StopReasonAborted.
+type Provider interface {
+	Stream(ctx context.Context, req ProviderRequest, onDelta func(Delta)) *AssistantMessage
+	// ResetSession drops anything cached for the session (a stateful
+	// API's previous response id, say) after a stale-replay error.
+	ResetSession(sessionID string)
+}
+
+// ProviderRequest is one turn asked of a Provider.
+type ProviderRequest struct {
+	SessionID  string
+	Model      string // the model id within the provider ("gpt-4o")
+	Credential string // the credential the session uses now
+	APIKey     string // that credential's key ("" without credentials)
+	// Context is the conversation to send, oldest first.
+	Context []Entry
+	Tools   []ToolSpec
+	// Thinking is the session's thinking level: "" (off), "minimal",
+	// "low", "medium", "high" or "xhigh".
+	Thinking string
+}
+
+// ToolSpec is a tool the model may call, as a provider sends it.
+type ToolSpec struct {
+	Name        string
+	Description string
+	SchemaJSON  string // JSON schema of the arguments object
+}
+
+// Delta is a piece of streamed output.
+type Delta struct {
+	Kind string // "text", "thinking" or "tool_call"
+	Text string
+}
+
+// WithCustomProvider registers p, written against the Go types, under
+// name with its credentials, as WithProvider does for the built-in
+// adapters.
+func WithCustomProvider(name string, p Provider, creds ...Credential) Option {
+	if p == nil {
+		return WithProvider(name, nil, creds...) // refused there, naming the option
+	}
+	return WithProvider(name, nativeProvider{p}, creds...)
+}
+
+// nativeProvider runs a Provider behind the runtime's wire interface.
+type nativeProvider struct{ p Provider }
+
+func (n nativeProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
+	tools := make([]ToolSpec, len(req.Tools))
+	for i, t := range req.Tools {
+		tools[i] = ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
+	}
+	msg := n.p.Stream(ctx, ProviderRequest{
+		SessionID: req.SessionID, Model: req.Model, Credential: req.Credential, APIKey: req.APIKey,
+		Context: fromWireEntries(req.Context), Tools: tools, Thinking: string(req.Thinking),
+	}, func(d Delta) { onDelta(provider.Delta{Kind: d.Kind, Text: d.Text}) })
+	if msg == nil {
+		return nil // the runtime turns it into a failed turn
+	}
+	return toWireAssistant(msg)
+}
+
+func (n nativeProvider) ResetSession(sessionID string) { n.p.ResetSession(sessionID) }
