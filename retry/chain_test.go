@@ -2,6 +2,7 @@ package retry
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -580,5 +581,22 @@ func BenchmarkChainStep(b *testing.B) {
 	for b.Loop() {
 		c.Step(Input{Kind: InputSleepDone, Token: c.token})
 		c.Step(in)
+	}
+}
+
+// ChainState holds every field of Chain but its source, settings and
+// buffers: a new field of the chain must be recorded too.
+func TestChainStateCoversTheChain(t *testing.T) {
+	notState := map[string]bool{"src": true, "settings": true, "out": true, "stepBuf": true}
+	state := map[string]bool{}
+	st := reflect.TypeFor[ChainState]()
+	for i := range st.NumField() {
+		state[strings.ToLower(st.Field(i).Name)] = true
+	}
+	ct := reflect.TypeFor[Chain]()
+	for i := range ct.NumField() {
+		if name := ct.Field(i).Name; !notState[name] && !state[strings.ToLower(name)] {
+			t.Errorf("Chain.%s is not in ChainState", name)
+		}
 	}
 }

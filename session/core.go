@@ -78,7 +78,7 @@ type Core struct {
 
 	model         string     // "provider/model" in use
 	pinned        bool       // the fallback model is pinned (refusal)
-	beforeChange  modelState // what the last model change replaced, to undo it
+	beforeChange  ModelState // what the last model change replaced, to undo it
 	askPin        bool       // the pending fallback ask pins
 	primaryUntil  time.Time
 	credential    string
@@ -231,13 +231,6 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.stepChain(chainInput(in, now))
 	}
 	return c.out
-}
-
-// modelState is the model part of a core: in use, primary, pinning.
-type modelState struct {
-	model, primary string
-	pinned         bool
-	primaryUntil   time.Time
 }
 
 // chainInput maps the inputs the retry chain answers to retry.Input.
@@ -560,8 +553,8 @@ func (c *Core) chainFailed(reason string) {
 	c.settle()
 }
 
-func (c *Core) modelState() modelState {
-	return modelState{model: c.model, primary: c.cfg.Model, pinned: c.pinned, primaryUntil: c.primaryUntil}
+func (c *Core) modelState() ModelState {
+	return ModelState{Model: c.model, Primary: c.cfg.Model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 }
 
 // recordFailed ends the prompt when the owner could not record what the
@@ -585,7 +578,7 @@ func (c *Core) recordFailed(historyErr string) {
 func (c *Core) historyFailed(err string, revert bool) {
 	if revert {
 		b := c.beforeChange
-		c.model, c.cfg.Model, c.pinned, c.primaryUntil = b.model, b.primary, b.pinned, b.primaryUntil
+		c.model, c.cfg.Model, c.pinned, c.primaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
 	}
 	if c.state == Idle {
 		return

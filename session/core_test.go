@@ -12,6 +12,7 @@ import (
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
+	"google.golang.org/protobuf/proto"
 )
 
 // The golden scripts in testdata/ drive a Core with inputs (lines starting
@@ -52,6 +53,34 @@ func TestScripts(t *testing.T) {
 	}
 }
 
+// Every script gives the same effects when, after each input that leaves
+// the core at rest (idle, or in a backoff), it goes on with a core resumed
+// from its Record, encoded to protobuf bytes and back: the record holds
+// all a waiting session needs.
+func TestScriptsResumedAtRest(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	total := 0
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, n := runScriptResuming(t, string(raw), true)
+			if got != string(raw) {
+				t.Errorf("%s: effects differ once resumed from records\n%s", file, diff(string(raw), got))
+			}
+			total += n
+		})
+	}
+	if total < len(files) {
+		t.Errorf("resumed %d times over %d scripts", total, len(files))
+	}
+}
+
 // script is a Core under test and what the script said so far.
 type script struct {
 	t     *testing.T
@@ -61,12 +90,24 @@ type script struct {
 	token uint64 // of the last timer or ask
 	turn  uint64 // of the last turn started
 	buf   []Effect
+	// resume: after each input that leaves the core at rest, go on with a
+	// core resumed from its Record (TestScriptsResumedAtRest).
+	resume  bool
+	resumed int // how often
 }
 
 // runScript runs the inputs of a script and returns it with the effects
 // each input returned in place of the expected ones.
 func runScript(t *testing.T, text string) string {
-	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}}
+	out, _ := runScriptResuming(t, text, false)
+	return out
+}
+
+// runScriptResuming is runScript that, with resume, goes on after each
+// input that leaves the core at rest with a core resumed from its record;
+// it also says how often it did.
+func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
+	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}, resume: resume}
 	sc.cfg.Settings.ModelFallback = false
 	var out strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
@@ -80,7 +121,7 @@ func runScript(t *testing.T, text string) string {
 			out.WriteString(line + "\n")
 		}
 	}
-	return out.String()
+	return out.String(), sc.resumed
 }
 
 // input runs one command and renders the effects.
@@ -176,7 +217,30 @@ func (sc *script) input(line string) []string {
 	for _, e := range sc.buf {
 		out = append(out, sc.render(e))
 	}
-	return append(out, "state "+sc.core.State().String())
+	out = append(out, "state "+sc.core.State().String())
+	if st := sc.core.State(); sc.resume && (st == Idle || st == Backoff) {
+		rec, err := sc.core.Record()
+		if err != nil {
+			sc.t.Fatalf("Record at rest (%s): %v", st, err)
+		}
+		// Through the protobuf form and its bytes, as a store keeps it.
+		b, err := proto.Marshal(rec.Wire())
+		if err != nil {
+			sc.t.Fatal(err)
+		}
+		var w messages.SessionRecord
+		if err := proto.Unmarshal(b, &w); err != nil {
+			sc.t.Fatal(err)
+		}
+		if rec, err = RecordFromWire(&w); err != nil {
+			sc.t.Fatal(err)
+		}
+		if sc.core, err = Resume(sc.cfg, nominal{}, rec); err != nil {
+			sc.t.Fatalf("Resume: %v", err)
+		}
+		sc.resumed++
+	}
+	return out
 }
 
 func (sc *script) set(kv string) {

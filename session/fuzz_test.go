@@ -18,7 +18,8 @@ func FuzzCore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := retry.DefaultSettings()
 		s.Budget.Enabled = len(ops) > 0 && ops[0]%2 == 0
-		c := New(Config{Model: "fake/m1", Role: "default", Settings: s, Compaction: len(ops)%3 == 0}, nominal{})
+		cfg := Config{Model: "fake/m1", Role: "default", Settings: s, Compaction: len(ops)%3 == 0}
+		c := New(cfg, nominal{})
 		now := t0
 		var token, turn uint64
 		settled := map[uint64]bool{}
@@ -84,6 +85,18 @@ func FuzzCore(f *testing.F) {
 			}
 			if (c.State() == Idle) != (c.Generation() == 0 || settled[c.Generation()]) {
 				t.Fatalf("state %v, generation %d settled %t", c.State(), c.Generation(), settled[c.Generation()])
+			}
+			if st := c.State(); op%3 == 0 && (st == Idle || st == Backoff) { // moved to another node
+				rec, err := c.Record()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec, err = RecordFromWire(rec.Wire()); err != nil {
+					t.Fatal(err)
+				}
+				if c, err = Resume(cfg, nominal{}, rec); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	})
