@@ -45,9 +45,22 @@ type Deps struct {
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
 
-	sessions  sync.Map // actor name -> *sessionEntry, while the actor lives
+	sessions  sync.Map // actor name -> *PreparedSession, while the actor lives
 	propsOnce sync.Once
 	shared    sharedProps
+	watchOnce sync.Once
+	watch     *watchdog
+}
+
+// watchdog is the runtime's idle-stream watch (nil when StreamIdleTimeout
+// is 0), made on first use.
+func (d *Deps) watchdog() *watchdog {
+	d.watchOnce.Do(func() {
+		if d.StreamIdleTimeout > 0 {
+			d.watch = newWatchdog(d.Clock, d.StreamIdleTimeout)
+		}
+	})
+	return d.watch
 }
 
 // sharedProps are the props every session and retry actor of a runtime

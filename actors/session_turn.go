@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,7 +30,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	n := len(s.runtime)
 	t := &turnRun{
 		turn: turn, prov: prov, clk: s.deps.Clock, root: ctx.ActorSystem().Root, self: ctx.Self(),
-		idle: s.deps.StreamIdleTimeout, maxBytes: s.deps.MaxResponseBytes,
+		watch: s.deps.watchdog(), maxBytes: s.deps.MaxResponseBytes,
 		req: provider.Request{
 			SessionID:  s.cfg.ID,
 			Model:      modelOf(model),
@@ -63,15 +62,10 @@ type turnRun struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// idle: a stream that sends nothing for this long is cancelled with
-	// errStreamStalled (0: no watchdog). lastData is when it last sent
-	// (unix ns); the watchdog's timer checks it when it fires, so a delta
-	// costs no timer.
-	idle     time.Duration
+	// watch cancels the stream once it has sent nothing for the runtime's
+	// idle time (nil: no watchdog); lastData is when it last sent (unix ns).
+	watch    *watchdog
 	lastData atomic.Int64
-	mu       sync.Mutex // the watchdog's timer, between the stream and the timer
-	timer    clock.Timer
-	ended    bool
 
 	maxBytes int // bound on the streamed bytes (0: none); n counts them
 	n        int
@@ -84,22 +78,17 @@ var errStreamStalled = errors.New("stream stalled")
 func (t *turnRun) run() {
 	defer t.clk.End()
 	defer t.cancel(context.Canceled)
-	if t.idle > 0 {
+	if t.watch != nil {
 		t.lastData.Store(t.clk.Now().UnixNano())
-		t.mu.Lock()
-		t.timer = t.clk.AfterFunc(t.idle, t.watch)
-		t.mu.Unlock()
+		t.watch.add(t)
 	}
 	msg := streamContained(t.ctx, t.prov, t.req, t.onDelta)
-	if t.idle > 0 {
-		t.mu.Lock()
-		t.ended = true
-		t.timer.Stop()
-		t.mu.Unlock()
+	if t.watch != nil {
+		t.watch.remove(t)
 	}
 	switch cause := context.Cause(t.ctx); {
 	case errors.Is(cause, errStreamStalled):
-		msg = stalled(msg, t.idle)
+		msg = stalled(msg, t.watch.idle)
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
@@ -108,7 +97,7 @@ func (t *turnRun) run() {
 
 // onDelta passes a delta within the size bound on to the session.
 func (t *turnRun) onDelta(d provider.Delta) {
-	if t.idle > 0 {
+	if t.watch != nil {
 		t.lastData.Store(t.clk.Now().UnixNano())
 	}
 	if t.withinBound(len(d.Text)) {
@@ -131,21 +120,6 @@ func (t *turnRun) withinBound(n int) bool {
 		return false
 	}
 	return true
-}
-
-// watch is the watchdog's timer: it cancels a stream idle for t.idle, or
-// waits again for the rest of the idle time since its last data.
-func (t *turnRun) watch() {
-	quiet := t.clk.Now().Sub(time.Unix(0, t.lastData.Load()))
-	if quiet >= t.idle {
-		t.cancel(errStreamStalled)
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.ended {
-		t.timer = t.clk.AfterFunc(t.idle-quiet, t.watch)
-	}
 }
 
 // stalled turns the aborted result of a stream its watchdog ended into a

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -64,7 +65,7 @@ func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes 
 	defer system.Shutdown()
 	got := make(finishedTo, 1)
 	self := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return got }))
-	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, idle: idle, maxBytes: maxBytes}
+	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, watch: newWatchdog(clock.Real{}, idle), maxBytes: maxBytes}
 	tr.ctx, tr.cancel = context.WithCancelCause(context.Background())
 	tr.clk.Begin()
 	go tr.run()
@@ -86,7 +87,7 @@ func TestTurnWatchdogAndBound(t *testing.T) {
 		want     string // in the error message; "" for an answer
 	}{
 		{"steady data for longer than the idle time is not a stall", drip{gap: 10 * time.Millisecond, n: 100}, 0, ""},
-		{"a stream quiet for the idle time is stalled", drip{gap: 5 * time.Second, n: 1}, 0, "stream stalled"},
+		{"a stream quiet for the idle time is stalled (within 1.25 times it)", drip{gap: 5 * time.Second, n: 1}, 0, "stream stalled"},
 		{"data, then quiet for the idle time, is stalled", drip{gap: 10 * time.Millisecond, n: 30, pause: 5 * time.Second}, 0, "stream stalled"},
 		{"a stream past the size bound is cut", drip{gap: time.Millisecond, n: 50}, 10, "response too large"},
 	}
@@ -101,5 +102,39 @@ func TestTurnWatchdogAndBound(t *testing.T) {
 				t.Fatalf("error %q, want %q", msg.GetErrorMessage(), tt.want)
 			}
 		})
+	}
+}
+
+// The runtime's watchdog checks the streaming turns every quarter of the
+// idle time: it cancels the quiet one, spares the one that sent, and
+// leaves no timer pending once no turn streams.
+func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
+	clk := clock.NewVirtual(time.Unix(0, 0))
+	w := newWatchdog(clk, 4*time.Second)
+	turn := func() *turnRun {
+		tr := &turnRun{}
+		tr.ctx, tr.cancel = context.WithCancelCause(context.Background())
+		tr.lastData.Store(clk.Now().UnixNano())
+		w.add(tr)
+		return tr
+	}
+	quiet, busy := turn(), turn()
+	ctx := context.Background()
+	for range 5 { // 5 s: busy sends every second, quiet never
+		if err := clk.Advance(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		busy.lastData.Store(clk.Now().UnixNano())
+	}
+	if !errors.Is(context.Cause(quiet.ctx), errStreamStalled) {
+		t.Errorf("the quiet turn: cause %v, want stalled after 5 s (idle 4 s)", context.Cause(quiet.ctx))
+	}
+	if busy.ctx.Err() != nil {
+		t.Errorf("the busy turn was cancelled: %v", context.Cause(busy.ctx))
+	}
+	w.remove(quiet)
+	w.remove(busy)
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("%d timers pending with no turn streaming, want 0", n)
 	}
 }

@@ -1,0 +1,73 @@
+package actors
+
+import (
+	"sync"
+	"time"
+
+	"github.com/musepi/musepi/clock"
+)
+
+// watchdog is a runtime's idle-stream watch: the turns streaming, checked
+// by one timer every quarter of the idle time while any streams, instead
+// of a timer per turn. A stream that sent nothing for the idle time is
+// cancelled with errStreamStalled at the next check: between 1 and 1.25
+// times the idle time after its last data.
+type watchdog struct {
+	clk  clock.Clock
+	idle time.Duration
+
+	mu    sync.Mutex
+	turns map[*turnRun]struct{}
+	timer clock.Timer // armed while turns is not empty
+}
+
+func newWatchdog(clk clock.Clock, idle time.Duration) *watchdog {
+	return &watchdog{clk: clk, idle: idle, turns: map[*turnRun]struct{}{}}
+}
+
+// period is the time between checks.
+func (w *watchdog) period() time.Duration { return max(w.idle/4, time.Millisecond) }
+
+// add watches t, which has just started streaming.
+func (w *watchdog) add(t *turnRun) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.turns[t] = struct{}{}
+	if w.timer == nil {
+		w.timer = w.clk.AfterFunc(w.period(), w.check)
+	}
+}
+
+// remove stops watching t; with no stream left the timer stops, so an
+// idle runtime has none pending (a virtual clock then has nothing to fire).
+func (w *watchdog) remove(t *turnRun) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.turns, t)
+	if len(w.turns) == 0 && w.timer != nil {
+		w.timer.Stop()
+		w.timer = nil
+	}
+}
+
+// check cancels the streams quiet for the idle time and, while any is
+// left, arms the next check.
+func (w *watchdog) check() {
+	now := w.clk.Now().UnixNano()
+	var stalled []*turnRun
+	w.mu.Lock()
+	for t := range w.turns {
+		if now-t.lastData.Load() >= int64(w.idle) {
+			stalled = append(stalled, t)
+			delete(w.turns, t)
+		}
+	}
+	w.timer = nil
+	if len(w.turns) > 0 {
+		w.timer = w.clk.AfterFunc(w.period(), w.check)
+	}
+	w.mu.Unlock()
+	for _, t := range stalled {
+		t.cancel(errStreamStalled)
+	}
+}
