@@ -513,3 +513,43 @@ func TestResolutionAdvanceStopsAtUntil(t *testing.T) {
 		t.Errorf("Pending = %d, want 1", n)
 	}
 }
+
+// Stopped timers never fire nor move the clock, however many there are
+// (they leave the heap lazily), and Pending counts only the live ones.
+func TestVirtualManyStoppedTimers(t *testing.T) {
+	start := time.Unix(0, 0)
+	v := clock.NewVirtual(start)
+	var fired []int
+	timers := make([]clock.Timer, 1000)
+	for i := range timers {
+		timers[i] = v.AfterFunc(time.Duration(i+1)*time.Millisecond, func() { fired = append(fired, i) })
+	}
+	for i := range timers {
+		if i%10 != 3 && !timers[i].Stop() {
+			t.Fatalf("Stop of pending timer %d reported false", i)
+		}
+	}
+	if timers[0].Stop() {
+		t.Error("a second Stop reported true")
+	}
+	if n := v.Pending(); n != 100 {
+		t.Fatalf("Pending = %d, want 100", n)
+	}
+	if err := v.RunUntilIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(fired) != 100 || fired[0] != 3 || fired[99] != 993 {
+		t.Fatalf("fired %d timers, first %v, want 100 from 3 to 993", len(fired), fired[:min(3, len(fired))])
+	}
+	for i := 1; i < len(fired); i++ {
+		if fired[i] != fired[i-1]+10 {
+			t.Fatalf("fired out of order: %d after %d", fired[i], fired[i-1])
+		}
+	}
+	if got := v.Now().Sub(start); got != 994*time.Millisecond {
+		t.Errorf("clock at %v, want 994ms (the last live timer, not the stopped ones after it)", got)
+	}
+	if n := v.Pending(); n != 0 {
+		t.Errorf("Pending = %d after the run, want 0", n)
+	}
+}

@@ -18,8 +18,12 @@ type Virtual struct {
 	busy   int
 	seq    uint64
 	timers timerHeap
-	batch  time.Duration // see SetResolution
-	origin time.Time     // the start: timers are ordered by their offset from it
+	// stopped counts the timers stopped while in the heap: they stay there
+	// until they come up (or the heap is compacted), so that Stop costs no
+	// heap operation.
+	stopped int
+	batch   time.Duration // see SetResolution
+	origin  time.Time     // the start: timers are ordered by their offset from it
 }
 
 // NewVirtual returns a virtual clock standing at start.
@@ -55,8 +59,8 @@ func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 	defer v.mu.Unlock()
 	v.seq++
 	at := v.now.Add(max(d, 0))
-	t := &virtualTimer{v: v, at: at, off: at.Sub(v.origin), seq: v.seq, f: f}
-	heap.Push(&v.timers, t)
+	t := &virtualTimer{v: v, at: at, f: f}
+	heap.Push(&v.timers, timerEntry{off: at.Sub(v.origin), seq: v.seq, t: t})
 	return t
 }
 
@@ -86,7 +90,7 @@ func (v *Virtual) End() {
 func (v *Virtual) Pending() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return len(v.timers)
+	return len(v.timers) - v.stopped
 }
 
 // WaitIdle blocks until no work is in flight, or ctx ends.
@@ -150,18 +154,23 @@ func (v *Virtual) RunUntilIdle(ctx context.Context) error {
 // whether there was one.
 func (v *Virtual) fireNext(until time.Time) bool {
 	v.mu.Lock()
-	if len(v.timers) == 0 || (!until.IsZero() && v.timers[0].at.After(until)) {
+	v.dropStopped()
+	if len(v.timers) == 0 || (!until.IsZero() && v.timers[0].t.at.After(until)) {
 		v.mu.Unlock()
 		return false
 	}
-	last := v.timers[0].at.Add(v.batch)
+	last := v.timers[0].t.at.Add(v.batch)
 	if !until.IsZero() && last.After(until) {
 		last = until
 	}
-	var due []*virtualTimer
-	for len(v.timers) > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers[0].at.After(last))) {
-		t := heap.Pop(&v.timers).(*virtualTimer)
-		t.index = firing
+	var due []*virtualTimer // the first is live: dropStopped cleared the top
+	for len(v.timers) > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers[0].t.at.After(last))) {
+		t := heap.Pop(&v.timers).(timerEntry).t
+		if t.state == stopped {
+			v.stopped--
+			continue
+		}
+		t.state = firing
 		if t.at.After(v.now) {
 			v.now = t.at
 		}
@@ -172,48 +181,76 @@ func (v *Virtual) fireNext(until time.Time) bool {
 	defer v.End()
 	for _, t := range due {
 		v.mu.Lock()
-		stopped := t.index != firing // stopped by an earlier timer of the batch
-		t.index = fired
+		run := t.state == firing // not stopped by an earlier timer of the batch
+		t.state = fired
 		v.mu.Unlock()
-		if !stopped {
+		if run {
 			t.f()
 		}
 	}
 	return true
 }
 
-// The index of a timer out of the heap: popped in a batch not yet run, or
-// run (or stopped).
+// dropStopped pops the stopped timers off the top of the heap, and
+// rebuilds it without them once they are half of it; v.mu is held.
+func (v *Virtual) dropStopped() {
+	for len(v.timers) > 0 && v.timers[0].t.state == stopped {
+		heap.Pop(&v.timers)
+		v.stopped--
+	}
+	if v.stopped > 64 && v.stopped*2 > len(v.timers) {
+		kept := v.timers[:0]
+		for _, e := range v.timers {
+			if e.t.state != stopped {
+				kept = append(kept, e)
+			}
+		}
+		clear(v.timers[len(kept):])
+		v.timers, v.stopped = kept, 0
+		heap.Init(&v.timers)
+	}
+}
+
+// The states of a virtual timer.
 const (
-	fired  = -1
-	firing = -2
+	pending = iota // in the heap
+	firing         // popped in a batch, not yet run
+	fired          // run, or stopped once out of the heap
+	stopped        // stopped while in the heap, which drops it lazily
 )
 
 type virtualTimer struct {
 	v     *Virtual
 	at    time.Time
-	off   time.Duration // at - origin, for cheap ordering
-	seq   uint64
-	index int
+	state int
 	f     func()
 }
 
 func (t *virtualTimer) Stop() bool {
 	t.v.mu.Lock()
 	defer t.v.mu.Unlock()
-	switch t.index {
-	case fired:
-		return false
+	switch t.state {
+	case pending:
+		t.state = stopped
+		t.v.stopped++
+		return true
 	case firing:
-		t.index = fired
+		t.state = fired
 		return true
 	}
-	heap.Remove(&t.v.timers, t.index)
-	t.index = fired
-	return true
+	return false
 }
 
-type timerHeap []*virtualTimer
+// timerEntry is a timer in the heap with its ordering key inline (the
+// offset of its deadline from the clock's origin, then its sequence), so
+// that ordering reads no timer.
+type timerEntry struct {
+	off time.Duration
+	seq uint64
+	t   *virtualTimer
+}
+
+type timerHeap []timerEntry
 
 func (h timerHeap) Len() int { return len(h) }
 func (h timerHeap) Less(i, j int) bool {
@@ -222,20 +259,12 @@ func (h timerHeap) Less(i, j int) bool {
 	}
 	return h[i].off < h[j].off
 }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *timerHeap) Push(x any) {
-	t := x.(*virtualTimer)
-	t.index = len(*h)
-	*h = append(*h, t)
-}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerEntry)) }
 func (h *timerHeap) Pop() any {
 	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
+	e := old[len(old)-1]
+	old[len(old)-1] = timerEntry{}
 	*h = old[:len(old)-1]
-	return t
+	return e
 }
