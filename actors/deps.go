@@ -45,7 +45,7 @@ type Deps struct {
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
 
-	sessions  sync.Map // actor name -> *PreparedSession, while the actor lives
+	sessions  startedSessions
 	propsOnce sync.Once
 	shared    sharedProps
 	watchOnce sync.Once
@@ -215,4 +215,36 @@ func providerOf(selector string) string {
 func modelOf(selector string) string {
 	_, m, _ := retry.SplitModel(selector)
 	return m
+}
+
+// startedSessions are the sessions whose actor lives, by actor name: what
+// an actor finds when it starts (again after a panic).
+type startedSessions struct {
+	mu     sync.Mutex
+	byName map[string]*PreparedSession
+}
+
+func (m *startedSessions) store(name string, p *PreparedSession) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byName == nil {
+		m.byName = map[string]*PreparedSession{}
+	}
+	m.byName[name] = p
+}
+
+func (m *startedSessions) load(name string) *PreparedSession {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byName[name]
+}
+
+// remove forgets name if it still names p (a session closed and opened
+// again under the same name has a new one).
+func (m *startedSessions) remove(name string, p *PreparedSession) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byName[name] == p {
+		delete(m.byName, name)
+	}
 }

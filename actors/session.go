@@ -127,10 +127,10 @@ type PreparedSession struct {
 // a session's actor with the first message it is sent (as virtual actors
 // are activated), so a session that is never used costs no actor.
 func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedSession) (*actor.PID, error) {
-	deps.sessions.Store(name, p)
+	deps.sessions.store(name, p)
 	pid, err := root.SpawnNamed(deps.props().session, name)
 	if err != nil {
-		deps.sessions.CompareAndDelete(name, p)
+		deps.sessions.remove(name, p)
 	}
 	return pid, err
 }
@@ -245,7 +245,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.stopped = true
 		s.step(ctx, session.Input{Kind: session.InStop})
 	case *actor.Stopped:
-		s.deps.sessions.CompareAndDelete(ctx.Self().Id, s.entry)
+		s.deps.sessions.remove(ctx.Self().Id, s.entry)
 		if err := s.cfg.History.Close(); err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
 		}
@@ -400,8 +400,7 @@ func (s *SessionActor) publishState() {
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
-	v, _ := s.deps.sessions.Load(ctx.Self().Id)
-	s.entry = v.(*PreparedSession)
+	s.entry = s.deps.sessions.load(ctx.Self().Id)
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
