@@ -47,7 +47,7 @@ type SessionActor struct {
 	deps  *Deps
 	entry *PreparedSession // under its name in deps, while it lives
 	cfg   *SessionConfig
-	core  *session.Core
+	core  session.Core
 
 	retryPID  *actor.PID
 	scheduler *actor.PID
@@ -418,7 +418,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
-	s.core = session.New(cfg, s.newSource())
+	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
 	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
 }

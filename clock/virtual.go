@@ -1,7 +1,6 @@
 package clock
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -60,7 +59,7 @@ func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 	v.seq++
 	at := v.now.Add(max(d, 0))
 	t := &virtualTimer{v: v, at: at, f: f}
-	heap.Push(&v.timers, timerEntry{off: at.Sub(v.origin), seq: v.seq, t: t})
+	v.timers.push(timerEntry{off: at.Sub(v.origin), seq: v.seq, t: t})
 	return t
 }
 
@@ -165,7 +164,7 @@ func (v *Virtual) fireNext(until time.Time) bool {
 	}
 	var due []*virtualTimer // the first is live: dropStopped cleared the top
 	for len(v.timers) > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers[0].t.at.After(last))) {
-		t := heap.Pop(&v.timers).(timerEntry).t
+		t := v.timers.pop().t
 		if t.state == stopped {
 			v.stopped--
 			continue
@@ -195,7 +194,7 @@ func (v *Virtual) fireNext(until time.Time) bool {
 // rebuilds it without them once they are half of it; v.mu is held.
 func (v *Virtual) dropStopped() {
 	for len(v.timers) > 0 && v.timers[0].t.state == stopped {
-		heap.Pop(&v.timers)
+		v.timers.pop()
 		v.stopped--
 	}
 	if v.stopped > 64 && v.stopped*2 > len(v.timers) {
@@ -207,7 +206,7 @@ func (v *Virtual) dropStopped() {
 		}
 		clear(v.timers[len(kept):])
 		v.timers, v.stopped = kept, 0
-		heap.Init(&v.timers)
+		v.timers.init()
 	}
 }
 
@@ -250,21 +249,65 @@ type timerEntry struct {
 	t   *virtualTimer
 }
 
+// timerHeap is a binary min-heap of timers by (off, seq), kept by hand
+// rather than through container/heap, whose interface boxes every entry.
 type timerHeap []timerEntry
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
+func (h timerHeap) less(i, j int) bool {
 	if h[i].off == h[j].off {
 		return h[i].seq < h[j].seq
 	}
 	return h[i].off < h[j].off
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
+
+func (h *timerHeap) push(e timerEntry) {
+	*h = append(*h, e)
+	h.up(len(*h) - 1)
+}
+
+// pop removes and returns the earliest entry; the heap is not empty.
+func (h *timerHeap) pop() timerEntry {
 	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = timerEntry{}
-	*h = old[:len(old)-1]
+	n := len(old) - 1
+	e := old[0]
+	old[0] = old[n]
+	old[n] = timerEntry{}
+	*h = old[:n]
+	h.down(0)
 	return e
+}
+
+// init orders the whole heap.
+func (h timerHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h timerHeap) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			return
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (h timerHeap) down(i int) {
+	for {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h.less(l, least) {
+			least = l
+		}
+		if r < len(h) && h.less(r, least) {
+			least = r
+		}
+		if least == i {
+			return
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
 }

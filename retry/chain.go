@@ -71,8 +71,12 @@ type Chain struct {
 
 // NewChain returns an idle chain drawing jitter from src.
 func NewChain(src Source) *Chain {
-	return &Chain{src: src, settings: DefaultSettings()}
+	c := MakeChain(src)
+	return &c
 }
+
+// MakeChain is NewChain as a value, for an owner that embeds its chain.
+func MakeChain(src Source) Chain { return Chain{src: src, settings: DefaultSettings()} }
 
 // Phase reports where the chain stands.
 func (c *Chain) Phase() Phase { return c.phase }

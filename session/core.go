@@ -68,7 +68,7 @@ type Config struct {
 type Core struct {
 	cfg   Config
 	src   retry.Source
-	chain *retry.Chain
+	chain retry.Chain
 
 	state      State
 	gen        uint64 // prompt generation
@@ -102,7 +102,14 @@ var chainBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
-	c := &Core{cfg: cfg, src: src, chain: retry.NewChain(src), model: cfg.Model,
+	c := Make(cfg, src)
+	return &c
+}
+
+// Make is New as a value, for an owner that embeds its core (one
+// allocation, and its fields next to the owner's).
+func Make(cfg Config, src retry.Source) Core {
+	c := Core{cfg: cfg, src: src, chain: retry.MakeChain(src), model: cfg.Model,
 		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil}
 	if cfg.InUse != "" {
 		c.model = cfg.InUse
@@ -113,21 +120,14 @@ func New(cfg Config, src retry.Source) *Core {
 // Snapshot is a copy of a core's state, taken before a step that may
 // panic (the jitter source is the caller's code) and put back by Restore.
 type Snapshot struct {
-	core  Core
-	chain retry.Chain
+	core Core
 }
 
 // Snapshot copies the core's state into snap.
-func (c *Core) Snapshot(snap *Snapshot) {
-	snap.core, snap.chain = *c, *c.chain
-}
+func (c *Core) Snapshot(snap *Snapshot) { snap.core = *c }
 
 // Restore puts back the state snap holds, as it was when it was taken.
-func (c *Core) Restore(snap *Snapshot) {
-	chain := c.chain
-	*c, *chain = snap.core, snap.chain
-	c.chain = chain
-}
+func (c *Core) Restore(snap *Snapshot) { *c = snap.core }
 
 // State reports what the session is doing.
 func (c *Core) State() State { return c.state }
@@ -526,7 +526,7 @@ func (c *Core) stop() {
 	c.add(Effect{Kind: CancelTurn})
 	if c.chain.IsRetrying() {
 		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError}})
-		c.chain = retry.NewChain(c.src)
+		c.chain = retry.MakeChain(c.src)
 	}
 	c.add(Effect{Kind: ReleaseSession, Model: c.model})
 	if c.state != Idle {
@@ -543,7 +543,7 @@ func (c *Core) chainFailed(reason string) {
 	if c.chain.IsRetrying() {
 		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: reason}})
 	}
-	c.chain = retry.NewChain(c.src)
+	c.chain = retry.MakeChain(c.src)
 	c.toolsAfterEnd = nil
 	if c.state == Idle {
 		return
