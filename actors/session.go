@@ -59,7 +59,8 @@ type SessionActor struct {
 	waiter     *actor.PID              // the Prompt call's future
 	cancelTurn context.CancelCauseFunc // ends the turn or tools running
 
-	pending []session.Input // inputs an effect answered at once, during a step
+	pending   []session.Input // inputs an effect answered at once, during a step
+	listening bool            // someone subscribes to the events, as the step running found
 
 	// historyErr is the history write that failed and ends the prompt;
 	// stepHistoryErr the one that failed in the step being carried out.
@@ -303,6 +304,7 @@ const chainAttempts = 3
 //
 // It returns the history write that failed in the course of it, if any.
 func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
+	s.listening = s.listened() // once per step: each event would read both fan-outs
 	buf := effectBuffers.Get().(*[]session.Effect)
 	pend := pendingBuffers.Get().(*[]session.Input)
 	s.pending = (*pend)[:0]

@@ -188,10 +188,11 @@ func (s *SessionActor) publish(ev *messages.SessionEvent) {
 }
 
 // emit publishes one event of the core to the subscribers, in the wire
-// format; with none, nothing is built (the event's seq is still spent).
+// format; with none (as the step found), nothing is built (the event's seq
+// is still spent).
 func (s *SessionActor) emit(ev *session.Event) {
 	s.eventSeq++
-	if !s.listened() {
+	if !s.listening {
 		return
 	}
 	out := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
