@@ -83,6 +83,7 @@ type runtimeConfig struct {
 	seeded      bool
 	newSource   func() retry.Source
 	streamIdle  time.Duration
+	passivate   time.Duration
 	limits      Limits
 	maxResponse int
 	queueLen    int
@@ -368,4 +369,22 @@ func WithSteering(next func() []string) SessionOption {
 // the runtime's are refused by NewSession, as are invalid ones.
 func WithSessionRetrySettings(s retry.Settings) SessionOption {
 	return func(c *sessionConfig) { c.settings = &s }
+}
+
+// DefaultPassivateAfter is how long a backoff must be for its session to
+// leave its actors while it waits (WithPassivateAfter).
+const DefaultPassivateAfter = 5 * time.Second
+
+// WithPassivateAfter lets a session waiting out a backoff of at least d
+// leave its actors while it waits, as a virtual actor is passivated: its
+// state stays in memory, its scheduler wakes it, and any message starts
+// it again (default DefaultPassivateAfter; 0 turns it off). A session
+// whose provider has a retry budget does not passivate.
+func WithPassivateAfter(d time.Duration) Option {
+	return func(c *runtimeConfig) {
+		if d < 0 {
+			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithPassivateAfter: negative %v", d))
+		}
+		c.passivate = d
+	}
 }

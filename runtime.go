@@ -49,9 +49,9 @@ type Runtime struct {
 
 	credViews     map[string]*actors.CredentialsView // per provider, for Stats
 	cooldownViews []*actors.CooldownView             // per role, for Stats
-	telemetry  *telemetry.Telemetry // nil without WithMeterProvider and WithTracerProvider
-	unobserve  func()               // unsubscribes the telemetry
-	deliveries *deliveries          // the runtime-wide fan-out's deliveries in flight (with telemetry)
+	telemetry     *telemetry.Telemetry               // nil without WithMeterProvider and WithTracerProvider
+	unobserve     func()                             // unsubscribes the telemetry
+	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -99,6 +99,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		creds:       map[string][]Credential{},
 		settings:    retry.DefaultSettings(),
 		streamIdle:  DefaultStreamIdleTimeout,
+		passivate:   DefaultPassivateAfter,
 		maxResponse: DefaultMaxResponseBytes,
 		limits:      DefaultLimits,
 	}
@@ -190,7 +191,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	onPool := actor.WithDispatcher(rt.pool)
 	root := rt.system.Root
 	for range schedulerShards {
-		pid := root.Spawn(scheduler.Props(cfg.clock, onPool))
+		pid := root.Spawn(scheduler.Props(cfg.clock, rt.wake, onPool))
 		deps.Schedulers = append(deps.Schedulers, pid)
 		rt.pids = append(rt.pids, pid)
 	}
@@ -224,6 +225,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		deps.Fallbacks[role] = pid
 		rt.pids = append(rt.pids, pid)
 	}
+	deps.Passivation = rt.passivation()
 	rt.deps = deps
 	if err := rt.startTelemetry(); err != nil {
 		_ = rt.Shutdown(context.Background())
@@ -351,6 +353,45 @@ func (rt *Runtime) providerNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// lookup is the open session id, or nil.
+func (rt *Runtime) lookup(id string) *Session {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.sessions[id]
+}
+
+// wake delivers a task due to a session by id (its scheduler's wake,
+// for a session that may have left its actors while it waited).
+func (rt *Runtime) wake(id string, due *messages.TaskDue) {
+	if s := rt.lookup(id); s != nil {
+		_ = s.deliver(func(pid *actor.PID) { track.Send(rt.system.Root, rt.cfg.clock, pid, due) })
+	}
+}
+
+// passivation is how the runtime's sessions leave their actors while they
+// wait (see actors.Passivation).
+func (rt *Runtime) passivation() actors.Passivation {
+	if rt.cfg.passivate <= 0 {
+		return actors.Passivation{}
+	}
+	return actors.Passivation{
+		After: rt.cfg.passivate,
+		Hold: func(id string) bool {
+			s := rt.lookup(id)
+			return s != nil && s.hold()
+		},
+		Passivated: func(id string) bool {
+			s := rt.lookup(id)
+			return s != nil && s.passivated()
+		},
+		Unhold: func(id string) {
+			if s := rt.lookup(id); s != nil {
+				s.unhold()
+			}
+		},
+	}
 }
 
 func (rt *Runtime) forget(id string) {

@@ -22,9 +22,12 @@ import (
 type Session struct {
 	id       string
 	rt       *Runtime
-	pid      atomic.Pointer[actor.PID] // the session's actor, once started
-	start    sync.Mutex                // guards starting it, prepared and closed
-	prepared *actors.PreparedSession   // what starts it (nil once started)
+	pid      atomic.Pointer[actor.PID] // the session's actor, while it runs
+	start    sync.Mutex                // guards the fields below, and every delivery to the actor
+	prepared *actors.PreparedSession   // what starts it (again, after it passivated)
+	runs     int                       // actors started, for their names
+	holding  bool                      // the actor passivates: messages are held
+	held     []func(*actor.PID)        // the deliveries held, in order
 	closed   bool
 	state    *actors.SessionState
 	events   *actors.Fanout
@@ -163,9 +166,11 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		done(nil, err)
 		return
 	}
-	pid, err := s.actor() // started by its first prompt
-	if err != nil {
-		done(nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, err))
+	s.start.Lock()
+	closed := s.closed
+	s.start.Unlock()
+	if closed {
+		done(nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, s.closedError()))
 		return
 	}
 	limits := s.rt.cfg.limits
@@ -197,8 +202,14 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 			finish(nil, ctx.Err())
 		})
 	}
-	s.rt.cfg.clock.Begin()
-	s.rt.system.Root.RequestWithCustomSender(pid, &messages.PromptRequest{Text: text, Ack: onAccepted != nil}, reply)
+	req := &messages.PromptRequest{Text: text, Ack: onAccepted != nil}
+	err := s.deliver(func(pid *actor.PID) {
+		s.rt.cfg.clock.Begin()
+		s.rt.system.Root.RequestWithCustomSender(pid, req, reply)
+	})
+	if err != nil { // closed meanwhile, or the actor could not start
+		s.rt.system.Root.Stop(reply)
+	}
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
@@ -237,35 +248,92 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 // send sends msg to the session's actor (started by it if need be); to a
 // closed session it is dropped.
 func (s *Session) send(msg proto.Message) {
-	if pid, err := s.actor(); err == nil {
-		track.Send(s.rt.system.Root, s.rt.cfg.clock, pid, msg)
-	}
+	_ = s.deliver(func(pid *actor.PID) { track.Send(s.rt.system.Root, s.rt.cfg.clock, pid, msg) })
 }
 
-// actorName is the name the session's actor is registered under.
-func (s *Session) actorName() string { return "session-" + s.id }
-
-// actor returns the session's actor, starting it with the first message
-// the session is sent; it fails once the session is closed.
-func (s *Session) actor() (*actor.PID, error) {
-	if pid := s.pid.Load(); pid != nil {
-		return pid, nil
-	}
+// deliver runs send with the session's actor, starting it if it is not
+// running (the first message, or one after the session passivated);
+// while the actor passivates, send is held and runs once that ends. It
+// fails once the session is closed.
+func (s *Session) deliver(send func(*actor.PID)) error {
 	s.start.Lock()
 	defer s.start.Unlock()
+	if s.closed {
+		return s.closedError()
+	}
+	if s.holding {
+		s.held = append(s.held, send)
+		return nil
+	}
+	pid, err := s.actorLocked()
+	if err != nil {
+		return err
+	}
+	send(pid)
+	return nil
+}
+
+// actorLocked returns the session's actor, starting it if it is not
+// running; s.start is held.
+func (s *Session) actorLocked() (*actor.PID, error) {
 	if pid := s.pid.Load(); pid != nil {
 		return pid, nil
 	}
-	if s.closed {
-		return nil, s.closedError()
-	}
-	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, s.actorName(), s.prepared)
+	s.runs++
+	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, fmt.Sprintf("session-%s#%d", s.id, s.runs), s.prepared)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: start session %s: %w", s.id, err)
 	}
-	s.prepared = nil
 	s.pid.Store(pid)
 	return pid, nil
+}
+
+// hold starts holding the messages sent to the session (its actor
+// passivates); false when it is closed or holding already.
+func (s *Session) hold() bool {
+	s.start.Lock()
+	defer s.start.Unlock()
+	if s.closed || s.holding {
+		return false
+	}
+	s.holding = true
+	return true
+}
+
+// passivated takes the state of an actor that passivates: with nothing
+// held meanwhile, the session has no actor until its next message (true);
+// otherwise the held messages go to the actor, which stays (false).
+func (s *Session) passivated() bool {
+	s.start.Lock()
+	defer s.start.Unlock()
+	if !s.holding {
+		return false
+	}
+	if len(s.held) > 0 || s.closed {
+		s.releaseLocked()
+		return false
+	}
+	s.holding = false
+	s.pid.Store(nil)
+	return true
+}
+
+// unhold delivers the held messages: the actor stays.
+func (s *Session) unhold() {
+	s.start.Lock()
+	defer s.start.Unlock()
+	s.releaseLocked()
+}
+
+// releaseLocked stops holding and delivers what was held to the running
+// actor, in order; s.start is held.
+func (s *Session) releaseLocked() {
+	held := s.held
+	s.holding, s.held = false, nil
+	pid := s.pid.Load()
+	for _, send := range held {
+		send(pid)
+	}
 }
 
 // Abort cancels a pending retry backoff first, then the active stream; the
@@ -388,11 +456,16 @@ func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
 
 // ask sends a request and waits for the reply until ctx ends.
 func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
-	pid, err := s.actor()
+	f := actor.NewFuture(s.rt.system, -1)
+	err := s.deliver(func(pid *actor.PID) {
+		s.rt.cfg.clock.Begin()
+		s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
+	})
 	if err != nil {
+		s.rt.system.Root.Stop(f.PID())
 		return nil, err
 	}
-	res, err := waitResult(ctx, track.RequestFuture(s.rt.system.Root, s.rt.cfg.clock, pid, msg, -1))
+	res, err := waitResult(ctx, f)
 	if errors.Is(err, actor.ErrDeadLetter) {
 		err = s.closedError()
 	}
@@ -434,15 +507,28 @@ func goEvents(fn func(Event)) func(*messages.SessionEvent) {
 func (s *Session) Close(ctx context.Context) error {
 	defer s.rt.forget(s.id)
 	s.start.Lock()
+	if s.closed {
+		s.start.Unlock()
+		return nil
+	}
+	if s.holding {
+		s.releaseLocked() // the actor stays, and stops now
+	}
+	pid := s.pid.Load()
+	if pid == nil && s.prepared.Passivated() {
+		// It passivated with a prompt waiting: its actor settles it.
+		var err error
+		if pid, err = s.actorLocked(); err != nil {
+			s.start.Unlock()
+			return err
+		}
+	}
 	s.closed = true
-	pid, prepared := s.pid.Load(), s.prepared
-	s.prepared = nil
+	prepared := s.prepared
 	s.start.Unlock()
 	if pid == nil { // never started: only its history to close
-		if prepared != nil { // nil: closed before
-			if err := prepared.Drop(); err != nil {
-				return fmt.Errorf("musepi: close session %s: %w", s.id, err)
-			}
+		if err := prepared.Drop(); err != nil {
+			return fmt.Errorf("musepi: close session %s: %w", s.id, err)
 		}
 		return nil
 	}

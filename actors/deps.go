@@ -44,6 +44,9 @@ type Deps struct {
 	// Dispatcher runs the session and retry actors' mailboxes; nil is
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
+	// Passivation lets a session waiting out a long backoff leave its
+	// actors; its zero value turns it off.
+	Passivation Passivation
 
 	sessions  startedSessions
 	propsOnce sync.Once
@@ -61,6 +64,28 @@ func (d *Deps) watchdog() *watchdog {
 		}
 	})
 	return d.watch
+}
+
+// Passivation is how a session waiting out a backoff of at least After
+// leaves its actors: it hands its wake to its scheduler (by session id),
+// asks its root to Hold new messages and sends itself a marker; when the
+// marker comes every earlier message is handled, and if it still waits it
+// gives its root its state (Passivated) and stops. A message held
+// meanwhile keeps it: the root delivers it and the session stays. The
+// root starts the actor again from that state with the next message (the
+// wake among them).
+type Passivation struct {
+	After time.Duration // 0: sessions never passivate
+	// Hold asks the session's root to hold the messages sent to it from
+	// now on; false when it cannot (the session is closing).
+	Hold func(sessionID string) bool
+	// Passivated tells the root the session's state is kept (in its
+	// PreparedSession): true, the actor may stop; false, messages were held
+	// meanwhile and are now delivered to it, which stays.
+	Passivated func(sessionID string) bool
+	// Unhold delivers the held messages and stops holding: the session
+	// stays (it no longer waits).
+	Unhold func(sessionID string)
 }
 
 // sharedProps are the props every session and retry actor of a runtime

@@ -52,6 +52,11 @@ type SessionActor struct {
 	retryPID  *actor.PID
 	scheduler *actor.PID
 	stopped   bool // Stopping was received
+	// passivating: the actor stops because the session left it while it
+	// waits (its state lives on in entry.passivated); wakeAtScheduler: the
+	// session's backoff is its scheduler's (by session id), not its retry
+	// child's.
+	passivating, wakeAtScheduler bool
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -122,6 +127,9 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 type PreparedSession struct {
 	cfg     *SessionConfig
 	resumed *resumed
+	// passivated is the state of a session that left its actors while it
+	// waited (nil otherwise); the next actor takes it up.
+	passivated *SessionActor
 }
 
 // StartSession spawns the prepared session p under name; a runtime starts
@@ -138,6 +146,10 @@ func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedS
 
 // Drop closes the history of a prepared session that never started.
 func (p *PreparedSession) Drop() error { return p.cfg.History.Close() }
+
+// Passivated reports whether the session left its actors while it waits
+// (its next actor takes up its state, and a prompt is waiting).
+func (p *PreparedSession) Passivated() bool { return p.passivated != nil }
 
 // Receive turns the session's messages into inputs of its core.
 func (s *SessionActor) Receive(ctx actor.Context) {
@@ -184,7 +196,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
 	case *messages.TaskDue:
+		s.wakeAtScheduler = false
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
+	case *messages.Passivate:
+		s.passivate(ctx, m.GetToken())
 	case *messages.UsageLimitReply:
 		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
@@ -244,9 +259,14 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		s.step(ctx, session.Input{Kind: session.InStop})
+		if !s.passivating {
+			s.step(ctx, session.Input{Kind: session.InStop})
+		}
 	case *actor.Stopped:
 		s.deps.sessions.remove(ctx.Self().Id, s.entry)
+		if s.passivating {
+			break // the history stays open for the next actor
+		}
 		if err := s.cfg.History.Close(); err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
 		}
@@ -402,7 +422,15 @@ func (s *SessionActor) publishState() {
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
-	s.entry = s.deps.sessions.load(ctx.Self().Id)
+	entry := s.deps.sessions.load(ctx.Self().Id)
+	if old := entry.passivated; old != nil { // the session comes back from waiting
+		entry.passivated = nil
+		*s = *old
+		s.retryPID, s.stopped, s.passivating, s.pending = nil, false, false, nil
+		s.publishState()
+		return
+	}
+	s.entry = entry
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
@@ -528,4 +556,31 @@ var schedulerSeed = maphash.MakeSeed()
 func isFailure(m *messages.AssistantMessage) bool {
 	r := m.GetStopReason()
 	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
+}
+
+// passivates reports whether the backoff e arms is long enough, and the
+// session free enough, to leave its actors while it waits: no budget can
+// release it early, no compaction waits for it.
+func (s *SessionActor) passivates(e *session.Effect) bool {
+	p := s.deps.Passivation
+	return p.After > 0 && e.Delay >= p.After && s.compactWaiter == nil && s.deps.Budgets[providerOf(s.core.Model())] == nil
+}
+
+// passivate ends a passivation the session asked for (see Passivation):
+// when the marker of token comes the session, if it still waits out that
+// backoff, gives its state to its root and stops.
+func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
+	p := s.deps.Passivation
+	if s.core.BackoffToken() != token || s.compactWaiter != nil {
+		p.Unhold(s.cfg.ID)
+		return
+	}
+	kept := *s // the next actor's, untouched by this one as it stops
+	s.entry.passivated = &kept
+	if !p.Passivated(s.cfg.ID) {
+		s.entry.passivated = nil
+		return
+	}
+	s.passivating = true
+	ctx.Stop(ctx.Self())
 }

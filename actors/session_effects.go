@@ -74,10 +74,25 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
+		if s.passivates(e) {
+			// The scheduler wakes the session by id: it may leave its actors
+			// while it waits.
+			track.Send(ctx, clk, s.scheduler, &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
+				SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
+			s.wakeAtScheduler = true
+			if s.deps.Passivation.Hold(s.cfg.ID) {
+				track.Send(ctx, clk, ctx.Self(), &messages.Passivate{Token: e.Token})
+			}
+			return
+		}
 		track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
 			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
 	case session.CancelTimer:
-		if s.retryPID != nil { // no child yet: no timer to cancel
+		switch {
+		case s.wakeAtScheduler:
+			s.wakeAtScheduler = false
+			track.Send(ctx, clk, s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+		case s.retryPID != nil: // no child yet: no timer to cancel
 			track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
 		}
 	case session.ResetProviderSession:

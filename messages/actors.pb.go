@@ -1776,8 +1776,10 @@ func (x *NextModelReply) GetToken() uint64 {
 	return 0
 }
 
-// ScheduleTask asks for a post-prompt task after delay_ms; the scheduler
-// sends the session (the message's sender) TaskDue when it is due.
+// ScheduleTask asks for a post-prompt task after delay_ms (plus
+// sleep_ns: a passivating session hands the scheduler its whole backoff);
+// the scheduler sends the session (the message's sender) TaskDue when it
+// is due, or, without a sender, wakes the session by its id.
 type ScheduleTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1785,6 +1787,7 @@ type ScheduleTask struct {
 	DelayMs       int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
 	Task          string                 `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"`    // "continue"
 	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"` // the backoff the task follows
+	SleepNs       int64                  `protobuf:"varint,6,opt,name=sleep_ns,json=sleepNs,proto3" json:"sleep_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1854,6 +1857,60 @@ func (x *ScheduleTask) GetToken() uint64 {
 	return 0
 }
 
+func (x *ScheduleTask) GetSleepNs() int64 {
+	if x != nil {
+		return x.SleepNs
+	}
+	return 0
+}
+
+// Passivate is the marker a session sends itself once its root holds new
+// messages: when it comes, every message sent before is handled, and a
+// session still in the backoff of token may leave its actors.
+type Passivate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Passivate) Reset() {
+	*x = Passivate{}
+	mi := &file_actors_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Passivate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Passivate) ProtoMessage() {}
+
+func (x *Passivate) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
+func (*Passivate) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Passivate) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // TaskDue is sent to the session when its task is due.
 type TaskDue struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1866,7 +1923,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1935,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1948,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -1925,7 +1982,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +1994,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2007,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -1973,7 +2030,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2042,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2055,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2039,7 +2096,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2108,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2121,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 // CompactReply answers CompactRequest.
@@ -2081,7 +2138,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2150,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2163,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2278,7 +2335,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"\x92\x01\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"\xad\x01\n" +
 	"\fScheduleTask\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
@@ -2287,7 +2344,10 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x12\x19\n" +
 	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12\x12\n" +
 	"\x04task\x18\x04 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\x04R\x05token\"S\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x19\n" +
+	"\bsleep_ns\x18\x06 \x01(\x03R\asleepNs\"!\n" +
+	"\tPassivate\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"S\n" +
 	"\aTaskDue\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -2324,7 +2384,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*PromptAccepted)(nil),          // 1: musepi.v1.PromptAccepted
@@ -2358,23 +2418,24 @@ var file_actors_proto_goTypes = []any{
 	(*NextModelRequest)(nil),        // 29: musepi.v1.NextModelRequest
 	(*NextModelReply)(nil),          // 30: musepi.v1.NextModelReply
 	(*ScheduleTask)(nil),            // 31: musepi.v1.ScheduleTask
-	(*TaskDue)(nil),                 // 32: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 33: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 34: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 35: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 36: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 37: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 38: musepi.v1.Entry
-	(*ToolResult)(nil),              // 39: musepi.v1.ToolResult
+	(*Passivate)(nil),               // 32: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 33: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 34: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 35: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 36: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 37: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 38: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 39: musepi.v1.Entry
+	(*ToolResult)(nil),              // 40: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	37, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	38, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	4,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	3,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	38, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	37, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	39, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	38, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	39, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	38, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	40, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	39, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -2395,7 +2456,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -62,7 +62,7 @@ func newSchedFixture(t *testing.T) *schedFixture {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
 	f := &schedFixture{clk: clk, system: system, got: make(chan string, 100)}
-	f.sched = system.Root.Spawn(scheduler.Props(clk))
+	f.sched = system.Root.Spawn(scheduler.Props(clk, nil))
 	f.probe = system.Root.Spawn(actor.PropsFromProducer(
 		func() actor.Actor { return &probe{clk: clk, got: f.got} },
 		mailbox.Option(clk)))
@@ -152,3 +152,33 @@ func TestSchedulerActorUnknownSender(t *testing.T) {
 }
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+// A task without a sender goes to wake, by session id, at its due time
+// (its backoff and continue delay together).
+func TestSchedulerActorWakesBySessionID(t *testing.T) {
+	clk := clock.NewVirtual(t0)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	defer system.Shutdown()
+	woken := make(chan string, 1)
+	sched := system.Root.Spawn(scheduler.Props(clk, func(id string, due *messages.TaskDue) {
+		woken <- fmt.Sprintf("%s %v due gen=%d token=%d", id, clk.Now().Sub(t0), due.GetGeneration(), due.GetToken())
+	}))
+	defer func() { _ = system.Root.StopFuture(sched).Wait() }()
+	track.Send(system.Root, clk, sched, &messages.ScheduleTask{SessionId: "s", Generation: 2, Token: 7, Task: "continue",
+		SleepNs: int64(30 * time.Second), DelayMs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := clk.RunUntilIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-woken:
+		if want := "s 30.001s due gen=2 token=7"; got != want {
+			t.Errorf("woke %q, want %q", got, want)
+		}
+	default:
+		t.Fatal("the task never woke its session")
+	}
+}

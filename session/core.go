@@ -462,6 +462,15 @@ func (c *Core) armTimer(d time.Duration) {
 	c.add(Effect{Kind: ArmTimer, Delay: d, Token: c.sleepToken, ContinueDelay: continueDelay, Generation: c.gen})
 }
 
+// BackoffToken is the token of the backoff timer while the session is in
+// backoff (0 otherwise).
+func (c *Core) BackoffToken() uint64 {
+	if c.state != Backoff {
+		return 0
+	}
+	return c.sleepToken
+}
+
 // WaitingUntil is when the backoff timer fires, while the session is in
 // backoff (the zero time otherwise).
 func (c *Core) WaitingUntil() time.Time {

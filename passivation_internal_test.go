@@ -1,0 +1,55 @@
+package musepi
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/provider"
+)
+
+// A message sent while the session's actor passivates is held, then keeps
+// the actor: passivated says no and delivers it, in order, to the actor
+// that stays.
+func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
+	rt, err := NewRuntime(WithProvider("p", provider.NewScripted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+	}()
+	s, err := rt.NewSession(context.Background(), WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Messages(context.Background()); err != nil { // starts the actor
+		t.Fatal(err)
+	}
+	running := s.pid.Load()
+	if !s.hold() {
+		t.Fatal("hold refused")
+	}
+	if s.hold() {
+		t.Error("a second hold accepted")
+	}
+	var got []*actor.PID
+	for range 2 {
+		if err := s.deliver(func(pid *actor.PID) { got = append(got, pid) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 0 {
+		t.Fatalf("delivered %d messages while holding", len(got))
+	}
+	if s.passivated() {
+		t.Fatal("passivated with messages held")
+	}
+	if len(got) != 2 || got[0] != running || got[1] != running || s.pid.Load() != running || s.holding {
+		t.Fatalf("held messages went to %v (actor %v, still holding %t)", got, running, s.holding)
+	}
+}
