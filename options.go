@@ -373,7 +373,7 @@ func WithSessionRetrySettings(s retry.Settings) SessionOption {
 
 // DefaultPassivateAfter is how long a backoff must be for its session to
 // leave its actors while it waits (WithPassivateAfter).
-const DefaultPassivateAfter = 5 * time.Second
+const DefaultPassivateAfter = 30 * time.Second
 
 // WithPassivateAfter lets a session waiting out a backoff of at least d
 // leave its actors while it waits, as a virtual actor is passivated: its

@@ -19,7 +19,9 @@ type env struct {
 	sessions int
 	scenario *Scenario
 	settings retry.Settings // base delay, max retries (jitter and cap are the policy's)
-	seed     uint64
+	// passivate is MusePi's WithPassivateAfter.
+	passivate time.Duration
+	seed      uint64
 	// budgetCompared: MusePi runs twice, retry budget on and off.
 	budgetCompared bool
 	// heapProfile, when set, is where each contender writes a heap profile

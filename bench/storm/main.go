@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/fakellm"
@@ -75,6 +76,7 @@ type options struct {
 	maxRetries  int
 	baseDelay   time.Duration
 	maxDelay    time.Duration
+	passivate   time.Duration
 	seed        uint64
 	out         string
 	quiet       bool
@@ -101,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxRetries, "max-retries", 10, "retry.maxRetries for MusePi and the peer")
 	fs.DurationVar(&o.baseDelay, "base-delay", 500*time.Millisecond, "retry.baseDelayMs for MusePi and the peer")
 	fs.DurationVar(&o.maxDelay, "max-delay", 5*time.Minute, "retry.maxDelayMs")
+	fs.DurationVar(&o.passivate, "passivate-after", musepi.DefaultPassivateAfter, "MusePi's WithPassivateAfter: sessions in a backoff at least this long leave their actors (0: never)")
 	fs.Uint64Var(&o.seed, "seed", 1, "jitter seed")
 	fs.StringVar(&o.out, "out", "", "output folder for storm.md, storm.json, storm.svg (default: a new temporary folder, printed at the end)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
@@ -183,7 +186,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
-	e := &env{mode: o.mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed,
+	e := &env{mode: o.mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed, passivate: o.passivate,
 		budgetCompared: o.budget == "both", heapProfile: o.heapProfile}
 	e.progress = func(label string, total int) *progress {
 		w := stderr

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi"
 	"go.uber.org/goleak"
 )
 
@@ -51,7 +52,7 @@ func TestParseFlags(t *testing.T) {
 	defaults := options{
 		mix: defaultMix, usageLimit: true, budget: "off", contenders: "floor,peer,musepi",
 		maxRetries: 10, baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
-		seed: 1, provider: "fakellm",
+		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm",
 	}
 	with := func(f func(o *options)) *options {
 		o := defaults
@@ -70,7 +71,7 @@ func TestParseFlags(t *testing.T) {
 			want: with(func(o *options) { o.mode, o.sessions, o.outage = "real", 10_000, 10*time.Second })},
 		{name: "explicit values kept", args: []string{"-mode", "real", "-sessions", "7", "-outage", "3s", "-outage-start", "1s",
 			"-mix", "503=1", "-usage-limit=false", "-budget", "both", "-contenders", "musepi", "-provider", "inprocess",
-			"-max-retries", "3", "-base-delay", "1s", "-max-delay", "2s", "-seed", "9", "-out", "x", "-quiet"},
+			"-max-retries", "3", "-base-delay", "1s", "-max-delay", "2s", "-passivate-after", "0", "-seed", "9", "-out", "x", "-quiet"},
 			want: &options{mode: "real", sessions: 7, outage: 3 * time.Second, outageStart: time.Second, mix: "503=1",
 				budget: "both", contenders: "musepi", provider: "inprocess", maxRetries: 3, baseDelay: time.Second,
 				maxDelay: 2 * time.Second, seed: 9, out: "x", quiet: true}},

@@ -84,6 +84,7 @@ func (r *musepiRun) setup(ctx context.Context) error {
 		musepi.WithRetrySettings(settings),
 		musepi.WithSeed(r.e.seed),
 		musepi.WithLimits(musepi.Limits{}),
+		musepi.WithPassivateAfter(r.e.passivate),
 	)
 	if err != nil {
 		return err
