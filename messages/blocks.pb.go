@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: cluster.proto
+// source: blocks.proto
 
 package messages
 
@@ -36,7 +36,7 @@ type CredentialBlocks struct {
 
 func (x *CredentialBlocks) Reset() {
 	*x = CredentialBlocks{}
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_blocks_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *CredentialBlocks) String() string {
 func (*CredentialBlocks) ProtoMessage() {}
 
 func (x *CredentialBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_blocks_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *CredentialBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialBlocks.ProtoReflect.Descriptor instead.
 func (*CredentialBlocks) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{0}
+	return file_blocks_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *CredentialBlocks) GetProvider() string {
@@ -106,7 +106,7 @@ type ModelCooldown struct {
 
 func (x *ModelCooldown) Reset() {
 	*x = ModelCooldown{}
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_blocks_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +118,7 @@ func (x *ModelCooldown) String() string {
 func (*ModelCooldown) ProtoMessage() {}
 
 func (x *ModelCooldown) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_blocks_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +131,7 @@ func (x *ModelCooldown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCooldown.ProtoReflect.Descriptor instead.
 func (*ModelCooldown) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{1}
+	return file_blocks_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ModelCooldown) GetRole() string {
@@ -162,11 +162,11 @@ func (x *ModelCooldown) GetPublishedUnixNano() int64 {
 	return 0
 }
 
-var File_cluster_proto protoreflect.FileDescriptor
+var File_blocks_proto protoreflect.FileDescriptor
 
-const file_cluster_proto_rawDesc = "" +
+const file_blocks_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\tmusepi.v1\"\x9c\x01\n" +
+	"\fblocks.proto\x12\tmusepi.v1\"\x9c\x01\n" +
 	"\x10CredentialBlocks\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12&\n" +
@@ -179,23 +179,23 @@ const file_cluster_proto_rawDesc = "" +
 	"\x13published_unix_nano\x18\x04 \x01(\x03R\x11publishedUnixNanoB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
-	file_cluster_proto_rawDescOnce sync.Once
-	file_cluster_proto_rawDescData []byte
+	file_blocks_proto_rawDescOnce sync.Once
+	file_blocks_proto_rawDescData []byte
 )
 
-func file_cluster_proto_rawDescGZIP() []byte {
-	file_cluster_proto_rawDescOnce.Do(func() {
-		file_cluster_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)))
+func file_blocks_proto_rawDescGZIP() []byte {
+	file_blocks_proto_rawDescOnce.Do(func() {
+		file_blocks_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_blocks_proto_rawDesc), len(file_blocks_proto_rawDesc)))
 	})
-	return file_cluster_proto_rawDescData
+	return file_blocks_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
-var file_cluster_proto_goTypes = []any{
+var file_blocks_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_blocks_proto_goTypes = []any{
 	(*CredentialBlocks)(nil), // 0: musepi.v1.CredentialBlocks
 	(*ModelCooldown)(nil),    // 1: musepi.v1.ModelCooldown
 }
-var file_cluster_proto_depIdxs = []int32{
+var file_blocks_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
 	0, // [0:0] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
@@ -203,26 +203,26 @@ var file_cluster_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for field type_name
 }
 
-func init() { file_cluster_proto_init() }
-func file_cluster_proto_init() {
-	if File_cluster_proto != nil {
+func init() { file_blocks_proto_init() }
+func file_blocks_proto_init() {
+	if File_blocks_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blocks_proto_rawDesc), len(file_blocks_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_cluster_proto_goTypes,
-		DependencyIndexes: file_cluster_proto_depIdxs,
-		MessageInfos:      file_cluster_proto_msgTypes,
+		GoTypes:           file_blocks_proto_goTypes,
+		DependencyIndexes: file_blocks_proto_depIdxs,
+		MessageInfos:      file_blocks_proto_msgTypes,
 	}.Build()
-	File_cluster_proto = out.File
-	file_cluster_proto_goTypes = nil
-	file_cluster_proto_depIdxs = nil
+	File_blocks_proto = out.File
+	file_blocks_proto_goTypes = nil
+	file_blocks_proto_depIdxs = nil
 }

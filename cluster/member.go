@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/internal/zslog"
+)
+
+// Member is one node of a MusePi cluster: a protoactor cluster member that
+// hosts activations of the credentials and fallback kinds, a router per
+// provider and role for its own sessions, and views that mirror every
+// activation's blocks.
+type Member struct {
+	cfg     Config
+	log     *slog.Logger
+	system  *actor.ActorSystem
+	cluster *protocluster.Cluster
+
+	views    *views
+	producer *protocluster.BatchingProducer
+	resolver *Resolver
+
+	credentials map[string]*actor.PID // router by provider
+	fallbacks   map[string]*actor.PID // router by role
+
+	resubscribe chan struct{} // a topology change: subscribe again
+	leaving     chan struct{} // closed by Leave: keepSubscribed ends
+	resubDone   chan struct{} // closed when keepSubscribed has ended
+	topology    *eventstream.Subscription
+	closeOnce   sync.Once
+	closeExtra  func()
+}
+
+// Start starts a node and joins the cluster: it returns once the node is a
+// member, has subscribed its views to the block changes and started its
+// routers. protoactor's own start takes about a second.
+func Start(cfg Config) (m *Member, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h := slog.Handler(slog.DiscardHandler)
+	if cfg.Logger != nil {
+		h = cfg.Logger.Handler()
+	}
+	logger := slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
+	m = &Member{cfg: cfg, log: logger, views: newViews(cfg),
+		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{},
+		resubscribe: make(chan struct{}, 1), leaving: make(chan struct{}), resubDone: make(chan struct{})}
+	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	provider, closeExtra, err := cfg.Membership.start(m)
+	if err != nil {
+		m.system.Shutdown()
+		return nil, err
+	}
+	m.closeExtra = closeExtra
+	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port),
+		protocluster.WithKinds(m.kinds()...), protocluster.WithRequestTimeout(cfg.RequestTimeout))
+	m.cluster = protocluster.New(m.system, ccfg)
+	if err := m.startMember(); err != nil {
+		closeExtra()
+		return nil, err
+	}
+	m.resolver = NewResolver(m.cluster)
+	m.producer = m.cluster.BatchingProducer(topic)
+	subscriber, err := m.system.Root.SpawnNamed(actor.PropsFromFunc(m.views.receive), "musepi-views")
+	if err != nil {
+		close(m.resubDone) // no keepSubscribed to wait for
+		_ = m.Leave()
+		return nil, fmt.Errorf("cluster: views subscriber: %w", err)
+	}
+	go m.keepSubscribed(subscriber)
+	if _, err := m.cluster.SubscribeByPid(topic, subscriber); err != nil {
+		_ = m.Leave()
+		return nil, fmt.Errorf("cluster: subscribing the views to %q: %w", topic, err)
+	}
+	m.topology = m.system.EventStream.Subscribe(func(evt any) {
+		if _, ok := evt.(*protocluster.ClusterTopology); ok {
+			select {
+			case m.resubscribe <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err := m.startRouters(); err != nil {
+		_ = m.Leave()
+		return nil, err
+	}
+	return m, nil
+}
+
+// startMember runs protoactor's StartMember, which panics on errors.
+func (m *Member) startMember() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cluster: starting member %q: %v", m.cfg.Name, r)
+			m.system.Shutdown()
+			if m.cluster.Remote != nil {
+				m.cluster.Remote.Shutdown(false)
+			}
+		}
+	}()
+	m.cluster.StartMember()
+	return nil
+}
+
+// keepSubscribed subscribes the views again after each topology change:
+// the topic's own activation keeps its subscribers in memory, so a topic
+// re-activated on another node starts with none.
+func (m *Member) keepSubscribed(subscriber *actor.PID) {
+	defer close(m.resubDone)
+	for {
+		select {
+		case <-m.leaving:
+			return
+		case <-m.resubscribe:
+			if _, err := m.cluster.SubscribeByPid(topic, subscriber); err != nil {
+				m.log.Warn("resubscribing the views", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+func (m *Member) startRouters() error {
+	for _, p := range m.cfg.Providers {
+		r := m.newRouter(CredentialsKind, p.Name)
+		if len(p.Credentials) > 0 {
+			r.firstCred = p.Credentials[0].Name
+		}
+		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), "musepi-credentials-"+p.Name)
+		if err != nil {
+			return fmt.Errorf("cluster: router of provider %q: %w", p.Name, err)
+		}
+		m.credentials[p.Name] = pid
+	}
+	for role := range m.cfg.FallbackChains {
+		r := m.newRouter(FallbackKind, role)
+		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), "musepi-fallback-"+role)
+		if err != nil {
+			return fmt.Errorf("cluster: router of role %q: %w", role, err)
+		}
+		m.fallbacks[role] = pid
+	}
+	return nil
+}
+
+func (m *Member) newRouter(kind, identity string) *router {
+	return &router{kind: kind, identity: identity, res: m.resolver, timeout: m.cfg.RequestTimeout,
+		attempts: m.cfg.RequestAttempts, log: m.log,
+		waiting: map[string]*budgetWait{}, held: map[string]*actor.PID{}}
+}
+
+// Wire puts the node's routers and views into d, where a single-machine
+// runtime puts its own credentials and fallback actors: Credentials and
+// Keys for providers with credentials, Budgets for providers with a
+// budget, Views, Fallbacks. Sessions spawned on System() with d then use
+// the cluster-wide actors.
+func (m *Member) Wire(d *actors.Deps) {
+	for _, p := range m.cfg.Providers {
+		pid := m.credentials[p.Name]
+		if d.Views == nil {
+			d.Views = map[string]*actors.CredentialsView{}
+		}
+		d.Views[p.Name] = m.views.creds[p.Name]
+		if p.Budget.Enabled {
+			if d.Budgets == nil {
+				d.Budgets = map[string]*actor.PID{}
+			}
+			d.Budgets[p.Name] = pid
+		}
+		if len(p.Credentials) == 0 {
+			continue
+		}
+		if d.Credentials == nil {
+			d.Credentials = map[string]*actor.PID{}
+		}
+		if d.Keys == nil {
+			d.Keys = map[string]map[string]string{}
+		}
+		d.Credentials[p.Name] = pid
+		keys := map[string]string{}
+		for _, c := range p.Credentials {
+			keys[c.Name] = c.APIKey
+		}
+		d.Keys[p.Name] = keys
+	}
+	for role, pid := range m.fallbacks {
+		if d.Fallbacks == nil {
+			d.Fallbacks = map[string]*actor.PID{}
+		}
+		d.Fallbacks[role] = pid
+	}
+}
+
+// System is the node's actor system, where its sessions run.
+func (m *Member) System() *actor.ActorSystem { return m.system }
+
+// Cluster is the node's protoactor cluster member.
+func (m *Member) Cluster() *protocluster.Cluster { return m.cluster }
+
+// Address is the node's remote address (host:port).
+func (m *Member) Address() string { return m.system.Address() }
+
+// Credentials is the node's router to the credentials kind of provider
+// (nil: not configured).
+func (m *Member) Credentials(provider string) *actor.PID { return m.credentials[provider] }
+
+// Fallback is the node's router to the fallback kind of role (nil: not
+// configured).
+func (m *Member) Fallback(role string) *actor.PID { return m.fallbacks[role] }
+
+// CredentialsView is the node's view of provider's credentials.
+func (m *Member) CredentialsView(provider string) *actors.CredentialsView {
+	return m.views.creds[provider]
+}
+
+// CooldownView is the node's view of role's model cooldowns.
+func (m *Member) CooldownView(role string) *actors.CooldownView { return m.views.cooldowns[role] }
+
+// Propagation is how long the changes published so far took to reach this
+// node's views.
+func (m *Member) Propagation() Propagation { return m.views.lag.stats() }
+
+// Resolver is the node's identity resolver.
+func (m *Member) Resolver() *Resolver { return m.resolver }
+
+// ErrLeft is returned by Leave when the node had already left.
+var ErrLeft = errors.New("cluster: member already left")
+
+// Leave leaves the cluster gracefully: the membership provider removes the
+// node, the activations it hosted stop (their next callers activate them
+// on another node), and the node shuts down. protoactor waits 2 s for
+// ownership to move.
+func (m *Member) Leave() error {
+	err := ErrLeft
+	m.closeOnce.Do(func() {
+		err = nil
+		start := time.Now()
+		if m.producer != nil {
+			m.producer.Dispose()
+		}
+		if m.topology != nil {
+			m.system.EventStream.Unsubscribe(m.topology)
+		}
+		close(m.leaving)
+		<-m.resubDone
+		m.cluster.Shutdown(true)
+		m.closeExtra()
+		m.log.Debug("left the cluster", slog.Duration("took", time.Since(start)))
+	})
+	return err
+}
