@@ -22,6 +22,9 @@ const (
 	scenarioDone = "scenario done"
 )
 
+// scenarios is how many scenarios a child runs.
+const scenarios = 5
+
 // childTimeout bounds one child process.
 const childTimeout = 4 * time.Minute
 
@@ -57,8 +60,8 @@ func runChild(t *testing.T, pattern, name string) {
 	switch {
 	case len(report.problems) > 0:
 		t.Errorf("child %s: %v\n%s\nfull output:\n%s", name, err, strings.Join(report.problems, "\n"), out)
-	case report.done < 4:
-		t.Errorf("child %s: %d scenarios finished; want 4 (%v)\n%s", name, report.done, err, out)
+	case report.done < scenarios:
+		t.Errorf("child %s: %d scenarios finished; want %d (%v)\n%s", name, report.done, scenarios, err, out)
 	case err != nil && report.races == 0:
 		t.Errorf("child %s failed with no race report: %v\n%s", name, err, out)
 	}

@@ -41,6 +41,7 @@ func TestSharedActors(t *testing.T) {
 				{"usage limit on node 1 reaches nodes 2 and 3", usageLimit},
 				{"cooldown set via node 2 seen from node 3", cooldown},
 				{"budget throttles all nodes as one", budget},
+				{"activation stops", activationStops},
 				{"activation's node leaves", nodeLeaves},
 			} {
 				t.Run(sc.name, func(t *testing.T) {
@@ -162,6 +163,36 @@ func budget(t *testing.T, ms []*cluster.Member) {
 	}
 }
 
+// activationStops: the fallback activation dies (stopped on its node); a
+// caller whose router still has the dead PID gets its answer from a new
+// activation, which kept the cooldowns its node's view holds.
+func activationStops(t *testing.T, ms []*cluster.Member) {
+	pid := ms[0].Resolver().Get(cluster.FallbackKind, "default")
+	if pid == nil {
+		t.Fatal(failed + "no activation of the fallback kind")
+	}
+	h := slices.IndexFunc(ms, func(m *cluster.Member) bool { return m.Address() == pid.GetAddress() })
+	o := (h + 1) % len(ms)
+	c := newCaller(t, ms[o])
+	if r := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "d0", Role: "default",
+		Current: "p/m2", Primary: "p/m2", Token: 1}).(*messages.NextModelReply); !r.GetSwitched() {
+		t.Fatalf(failed+"before the stop: %v; want a switch", r)
+	}
+	if err := ms[h].System().Root.StopFuture(pid).Wait(); err != nil {
+		t.Fatal(failed, err)
+	}
+	start := time.Now()
+	r := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "d1", Role: "default",
+		Current: "p/m2", Primary: "p/m1", Token: 2}).(*messages.NextModelReply)
+	t.Logf("the first request after the activation stopped took %v", time.Since(start))
+	if !r.GetSwitched() || r.GetTo() != "p/m3" || r.GetPrimaryCooldownUntilMs() == 0 {
+		t.Errorf(failed+"after the stop: %v; want p/m3 with p/m1's cooldown kept", r)
+	}
+	if now := ms[o].Resolver().Get(cluster.FallbackKind, "default"); now == nil || now.Equal(pid) {
+		t.Errorf(failed+"the activation is %v; want a new one", now)
+	}
+}
+
 // nodeLeaves: the node hosting the credentials activation leaves; callers
 // on the other nodes get answers from a new activation, which kept the
 // blocks (from its node's view) but not the sticky choices or the budget.
@@ -192,6 +223,10 @@ func nodeLeaves(t *testing.T, ms []*cluster.Member) {
 	moved := ms[o].Resolver().Get(cluster.CredentialsKind, "p")
 	if moved == nil || moved.GetAddress() == host.GetAddress() {
 		t.Errorf(failed+"the activation is at %v; want it on a remaining node", moved)
+	}
+	// The budget's state is not carried over: the new bucket starts full.
+	if tokens := c.ask(t, ms[o].Credentials("p"), &messages.RetryBudgetStatsRequest{}).(*messages.RetryBudgetStats).GetTokens(); tokens != 10 {
+		t.Errorf(failed+"the moved budget has %v tokens; want a full bucket of 10", tokens)
 	}
 	f := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "L3", Role: "default",
 		Current: "p/m2", Primary: "p/m2", Token: 4}).(*messages.NextModelReply)

@@ -66,7 +66,7 @@ func Start(cfg Config) (m *Member, err error) {
 	}
 	m.closeExtra = closeExtra
 	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port),
-		protocluster.WithKinds(m.kinds()...), protocluster.WithRequestTimeout(cfg.RequestTimeout))
+		protocluster.WithKinds(m.kinds()...))
 	m.cluster = protocluster.New(m.system, ccfg)
 	if err := m.startMember(); err != nil {
 		closeExtra()
