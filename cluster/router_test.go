@@ -24,11 +24,10 @@ func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 	c := newCaller(t, m)
 	for _, tc := range []struct {
 		name string
-		to   string
 		ask  func() any
 		ok   func(any) bool
 	}{
-		{"usage limit: no switch", "p", func() any {
+		{"usage limit: no switch", func() any {
 			return c.ask(t, m.Credentials("p"), &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5})
 		}, func(r any) bool {
 			u, ok := r.(*messages.UsageLimitReply)
@@ -36,18 +35,18 @@ func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 		}},
 		// The timed-out mark above reached the actor (A is blocked there, so
 		// it would answer B): the first key is the router's own answer.
-		{"selection: the first key", "p", func() any {
+		{"selection: the first key", func() any {
 			return c.ask(t, m.Credentials("p"), &messages.SelectCredential{SessionId: "s"})
 		}, func(r any) bool { s, ok := r.(*messages.CredentialSelected); return ok && s.GetCredential() == "A" }},
 		// The actor would also grant the due time (its bucket is full):
 		// this one checks that a budget request is answered at all.
-		{"budget: at the due time", "p", func() any {
+		{"budget: at the due time", func() any {
 			return c.ask(t, m.Credentials("p"), &messages.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42})
 		}, func(r any) bool {
 			g, ok := r.(*messages.RetryBudgetGrant)
 			return ok && g.GetAtUnixNano() == 42 && g.GetToken() == 6
 		}},
-		{"fallback: no switch", "default", func() any {
+		{"fallback: no switch", func() any {
 			return c.ask(t, m.Fallback("default"), &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7})
 		}, func(r any) bool {
 			n, ok := r.(*messages.NextModelReply)
