@@ -85,7 +85,7 @@ func usageLimit(t *testing.T, ms []*cluster.Member) {
 	host := ms[0].Resolver().Get(cluster.CredentialsKind, "p").GetAddress()
 	for i, m := range ms[1:] {
 		waitFor(t, 5*time.Second, func() bool { return !m.CredentialsView("p").Free("A", time.Now()) })
-		where := "over pubsub"
+		where := "sent by the activation"
 		if m.Address() == host {
 			where = "hosts the activation"
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/musepi/musepi/actors"
@@ -44,7 +45,7 @@ type Provider struct {
 // must be the same on every node of a cluster: an activation runs on
 // whichever node the identity lookup picks, with that node's settings.
 type Config struct {
-	// Name is the cluster's name; required.
+	// Name is the cluster's name; required, without '/' or '@'.
 	Name string
 	// Host is the address the node's remote (gRPC) server binds to and
 	// advertises; default DefaultHost (loopback).
@@ -77,8 +78,10 @@ var ErrConfig = errors.New("cluster: invalid config")
 
 // withDefaults validates c and fills in its defaults.
 func (c Config) withDefaults() (Config, error) {
-	if c.Name == "" {
-		return c, fmt.Errorf("%w: Name is empty", ErrConfig)
+	if c.Name == "" || strings.ContainsAny(c.Name, "/@") {
+		// protoactor's etcd provider keys members by "<prefix>/<name>/<name>@<id>"
+		// and reads the id back after the last "/".
+		return c, fmt.Errorf("%w: Name %q is empty or has a '/' or '@'", ErrConfig, c.Name)
 	}
 	if c.Membership.start == nil {
 		return c, fmt.Errorf("%w: no Membership (Automanaged, Etcd or InProcess)", ErrConfig)

@@ -23,7 +23,8 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		change func(*cluster.Config)
 		want   string
 	}{
-		{"no name", func(c *cluster.Config) { c.Name = "" }, "Name is empty"},
+		{"no name", func(c *cluster.Config) { c.Name = "" }, "is empty"},
+		{"name with a slash", func(c *cluster.Config) { c.Name = "a/b" }, "has a '/'"},
 		{"no membership", func(c *cluster.Config) { c.Membership = cluster.Membership{} }, "no Membership"},
 		{"port out of range", func(c *cluster.Config) { c.Port = 70000 }, "Port 70000"},
 		{"negative timeout", func(c *cluster.Config) { c.RequestTimeout = -1 }, "negative"},

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"log/slog"
 	"slices"
 	"time"
@@ -27,10 +26,12 @@ func (m *Member) kinds() []*protocluster.Kind {
 	}
 }
 
-// publish sends a change to every node's views, without waiting.
+// publish sends a change to the views actor of every member in the
+// current topology, this one included: one remote message per member, in
+// order from one activation.
 func (m *Member) publish(msg proto.Message) {
-	if _, err := m.producer.Produce(context.Background(), msg); err != nil {
-		m.log.Warn("publishing a block change", slog.Any("error", err))
+	for _, member := range m.cluster.MemberList.Members().Members() {
+		m.system.Root.Send(actor.NewPID(member.Address(), viewsName), msg)
 	}
 }
 

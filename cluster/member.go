@@ -10,7 +10,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
-	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/musepi/musepi/actors"
@@ -28,22 +27,18 @@ type Member struct {
 	cluster *protocluster.Cluster
 
 	views    *views
-	producer *protocluster.BatchingProducer
 	resolver *Resolver
 
 	credentials map[string]*actor.PID // router by provider
 	fallbacks   map[string]*actor.PID // router by role
 
-	resubscribe chan struct{} // a topology change: subscribe again
-	leaving     chan struct{} // closed by Leave: keepSubscribed ends
-	resubDone   chan struct{} // closed when keepSubscribed has ended
-	topology    *eventstream.Subscription
-	closeOnce   sync.Once
-	closeExtra  func()
+	closeOnce  sync.Once
+	closeExtra func()
 }
 
 // Start starts a node and joins the cluster: it returns once the node is a
-// member, has subscribed its views to the block changes and started its
+// member, has started the actor that applies other nodes' changes to its
+// views, and has started its
 // routers. protoactor's own start takes about a second.
 func Start(cfg Config) (m *Member, err error) {
 	cfg, err = cfg.withDefaults()
@@ -56,8 +51,7 @@ func Start(cfg Config) (m *Member, err error) {
 	}
 	logger := slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
 	m = &Member{cfg: cfg, log: logger, views: newViews(cfg),
-		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{},
-		resubscribe: make(chan struct{}, 1), leaving: make(chan struct{}), resubDone: make(chan struct{})}
+		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
 	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	provider, closeExtra, err := cfg.Membership.start(m)
 	if err != nil {
@@ -73,31 +67,29 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	m.resolver = NewResolver(m.cluster)
-	m.producer = m.cluster.BatchingProducer(topic)
-	subscriber, err := m.system.Root.SpawnNamed(actor.PropsFromFunc(m.views.receive), "musepi-views")
-	if err != nil {
-		close(m.resubDone) // no keepSubscribed to wait for
+	if _, err := m.system.Root.SpawnNamed(actor.PropsFromFunc(m.views.receive), viewsName); err != nil {
 		_ = m.Leave()
-		return nil, fmt.Errorf("cluster: views subscriber: %w", err)
+		return nil, fmt.Errorf("cluster: views actor: %w", err)
 	}
-	go m.keepSubscribed(subscriber)
-	if _, err := m.cluster.SubscribeByPid(topic, subscriber); err != nil {
-		_ = m.Leave()
-		return nil, fmt.Errorf("cluster: subscribing the views to %q: %w", topic, err)
-	}
-	m.topology = m.system.EventStream.Subscribe(func(evt any) {
-		if _, ok := evt.(*protocluster.ClusterTopology); ok {
-			select {
-			case m.resubscribe <- struct{}{}:
-			default:
-			}
-		}
-	})
 	if err := m.startRouters(); err != nil {
 		_ = m.Leave()
 		return nil, err
 	}
 	return m, nil
+}
+
+// shutdown runs protoactor's graceful Shutdown. Its last step, the remote's
+// graceful stop, can panic (a send on an endpoint reader's channel that the
+// reader closed as its stream ended, remote/endpoint_manager.go); everything
+// else is done by then, so the gRPC server is stopped at once instead.
+func (m *Member) shutdown() {
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Warn("protoactor's remote shutdown panicked; stopping the gRPC server at once", slog.Any("panic", r))
+			m.cluster.Remote.Shutdown(false)
+		}
+	}()
+	m.cluster.Shutdown(true)
 }
 
 // startMember runs protoactor's StartMember, which panics on errors.
@@ -113,23 +105,6 @@ func (m *Member) startMember() (err error) {
 	}()
 	m.cluster.StartMember()
 	return nil
-}
-
-// keepSubscribed subscribes the views again after each topology change:
-// the topic's own activation keeps its subscribers in memory, so a topic
-// re-activated on another node starts with none.
-func (m *Member) keepSubscribed(subscriber *actor.PID) {
-	defer close(m.resubDone)
-	for {
-		select {
-		case <-m.leaving:
-			return
-		case <-m.resubscribe:
-			if _, err := m.cluster.SubscribeByPid(topic, subscriber); err != nil {
-				m.log.Warn("resubscribing the views", slog.Any("error", err))
-			}
-		}
-	}
 }
 
 func (m *Member) startRouters() error {
@@ -247,15 +222,7 @@ func (m *Member) Leave() error {
 	m.closeOnce.Do(func() {
 		err = nil
 		start := time.Now()
-		if m.producer != nil {
-			m.producer.Dispose()
-		}
-		if m.topology != nil {
-			m.system.EventStream.Unsubscribe(m.topology)
-		}
-		close(m.leaving)
-		<-m.resubDone
-		m.cluster.Shutdown(true)
+		m.shutdown()
 		m.closeExtra()
 		m.log.Debug("left the cluster", slog.Duration("took", time.Since(start)))
 	})

@@ -14,7 +14,7 @@ import (
 // activation in time, the caller still gets an answer (the degraded one),
 // after at most RequestAttempts attempts, instead of waiting forever.
 func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
-	cfg := settings(t.Name(), cluster.InProcess(test.NewInMemAgent()))
+	cfg := settings(clusterName(t), cluster.InProcess(test.NewInMemAgent()))
 	cfg.RequestTimeout, cfg.RequestAttempts = time.Microsecond, 2 // no reply comes back this fast
 	m, err := cluster.Start(cfg)
 	if err != nil {

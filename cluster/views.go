@@ -10,13 +10,14 @@ import (
 	"github.com/musepi/musepi/messages"
 )
 
-// topic is the cluster pubsub topic of block and cooldown changes.
-const topic = "musepi-blocks"
+// viewsName is the name of every node's views actor, which applies the
+// changes that activations send it.
+const viewsName = "musepi-views"
 
 // views are a node's mirrors of the shared actors, for its sessions to
 // read without a round trip: CredentialsView by provider, CooldownView by
-// role. The activations on this node write them directly; the views
-// subscriber applies what activations on other nodes publish.
+// role. The activations on this node write them directly; the views actor
+// applies what activations on other nodes send.
 type views struct {
 	creds     map[string]*actors.CredentialsView
 	cooldowns map[string]*actors.CooldownView
@@ -34,7 +35,7 @@ func newViews(cfg Config) *views {
 	return v
 }
 
-// receive is the views subscriber: it applies the published changes.
+// receive is the views actor: it applies the changes activations send.
 func (v *views) receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.CredentialBlocks:
