@@ -29,7 +29,7 @@ import (
 // activation once, and are lost if it is gone.
 type router struct {
 	kind, identity string
-	res            *Resolver
+	res            lookup
 	timeout        time.Duration
 	attempts       int
 	firstCred      string // the degraded answer to SelectCredential
@@ -40,6 +40,12 @@ type router struct {
 	// routed by session id.
 	waiting map[string]*budgetWait // session -> its request awaiting a grant
 	held    map[string]*actor.PID  // session -> caller of a held retry
+}
+
+// lookup finds an identity's activation: a Resolver.
+type lookup interface {
+	Get(kind, identity string) *actor.PID
+	Forget(kind, identity string, stale *actor.PID)
 }
 
 type budgetWait struct {
