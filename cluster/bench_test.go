@@ -30,7 +30,7 @@ func BenchmarkBlockPropagation(b *testing.B) {
 		members = append(members, m)
 	}
 	for _, m := range members {
-		for len(m.Cluster().MemberList.Members().Members()) != 3 {
+		for len(m.Members()) != 3 {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -60,6 +61,12 @@ type Config struct {
 	// FallbackChains are the model fallback chains by role, each an
 	// ordered list of "provider/model".
 	FallbackChains map[string][]string
+
+	// Blocks, if set (a *pgstore.Store), is where blocks and cooldowns
+	// outlive their activations: a new activation also loads them from
+	// it, and every change is written to it. nil keeps them in the nodes'
+	// memory only.
+	Blocks pgstore.Blocks
 
 	// RequestTimeout bounds one attempt of a router's request to an
 	// activation; default DefaultRequestTimeout.

@@ -111,9 +111,9 @@ func startCluster(t *testing.T, n int, nodes func(*testing.T, int) []cluster.Mem
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for _, m := range members {
-		for len(m.Cluster().MemberList.Members().Members()) != n {
+		for len(m.Members()) != n {
 			if time.Now().After(deadline) {
-				t.Fatalf(failed+"node %s sees %d members, want %d", m.Address(), len(m.Cluster().MemberList.Members().Members()), n)
+				t.Fatalf(failed+"node %s sees %d members, want %d", m.Address(), len(m.Members()), n)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

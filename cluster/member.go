@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,11 @@ type Member struct {
 
 	closeOnce  sync.Once
 	closeExtra func()
+
+	// The members' addresses, from the last topology event: protoactor's
+	// MemberList.Members is not safe to read while the topology changes.
+	mu      sync.Mutex
+	members []string
 }
 
 // Start starts a node and joins the cluster: it returns once the node is a
@@ -62,6 +68,17 @@ func Start(cfg Config) (m *Member, err error) {
 	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port),
 		protocluster.WithKinds(m.kinds()...))
 	m.cluster = protocluster.New(m.system, ccfg)
+	m.system.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*protocluster.ClusterTopology); ok {
+			addrs := make([]string, 0, len(t.GetMembers()))
+			for _, mem := range t.GetMembers() {
+				addrs = append(addrs, mem.Address())
+			}
+			m.mu.Lock()
+			m.members = addrs
+			m.mu.Unlock()
+		}
+	})
 	if err := m.startMember(); err != nil {
 		closeExtra()
 		return nil, err
@@ -183,6 +200,14 @@ func (m *Member) System() *actor.ActorSystem { return m.system }
 
 // Cluster is the node's protoactor cluster member.
 func (m *Member) Cluster() *protocluster.Cluster { return m.cluster }
+
+// Members are the addresses of the cluster's members, this one included,
+// as of the last topology change this node saw.
+func (m *Member) Members() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
 
 // Address is the node's remote address (host:port).
 func (m *Member) Address() string { return m.system.Address() }
