@@ -50,17 +50,26 @@ type CredentialsActor struct {
 // tokens. opts are added to the props (a dispatcher, say).
 func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, view: view}
-		for _, c := range creds {
-			a.creds = append(a.creds, credentialState{Credential: c})
-		}
-		if budget.Enabled {
-			a.budget = retry.NewBudget(budget)
-			a.holders = map[string]*actor.PID{}
-		}
-		view.publish(a)
-		return a
+		return NewCredentialsActor(clk, creds, autoRedeem, budget, view)
 	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
+}
+
+// NewCredentialsActor returns the credentials actor CredentialsProps
+// spawns, for a caller that builds its own props (a cluster kind). Its keys
+// start blocked until what view holds (a new activation in a cluster takes
+// over the blocks its node's view learned), then it publishes to view.
+func NewCredentialsActor(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView) *CredentialsActor {
+	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, view: view}
+	for _, c := range creds {
+		until, _ := view.Until(c.Name)
+		a.creds = append(a.creds, credentialState{Credential: c, blockedUntil: until})
+	}
+	if budget.Enabled {
+		a.budget = retry.NewBudget(budget)
+		a.holders = map[string]*actor.PID{}
+	}
+	view.publish(a)
+	return a
 }
 
 // Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession
@@ -104,7 +113,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 
 // admit asks the budget when a retry may go out; without a budget, at once.
 func (a *CredentialsActor) admit(ctx actor.Context, m *messages.RetryBudgetRequest) *messages.RetryBudgetGrant {
-	grant := &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano()}
+	grant := &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
 	if a.budget == nil {
 		return grant
 	}
@@ -129,7 +138,7 @@ func (a *CredentialsActor) record(ctx actor.Context, success bool) {
 	for _, h := range a.budget.Record(a.clk.Now(), success) {
 		if pid := a.holders[h.Holder]; pid != nil {
 			delete(a.holders, h.Holder)
-			track.Send(ctx, a.clk, pid, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano()})
+			track.Send(ctx, a.clk, pid, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
 		}
 	}
 }

@@ -24,8 +24,16 @@ type FallbackActor struct {
 // view, if not nil, mirrors its cooldowns. opts are added to the props.
 func FallbackProps(clk clock.Clock, role string, chain []string, view *CooldownView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: map[string]time.Time{}, view: view}
+		return NewFallbackActor(clk, role, chain, view)
 	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
+}
+
+// NewFallbackActor returns the model-fallback actor FallbackProps spawns,
+// for a caller that builds its own props (a cluster kind). Its cooldowns
+// start as view holds them (a new activation in a cluster takes over the
+// cooldowns its node's view learned).
+func NewFallbackActor(clk clock.Clock, role string, chain []string, view *CooldownView) *FallbackActor {
+	return &FallbackActor{clk: clk, role: role, chain: append([]string(nil), chain...), cooldown: view.all(), view: view}
 }
 
 // Receive answers NextModelRequest.
@@ -41,7 +49,7 @@ func (a *FallbackActor) next(m *messages.NextModelRequest) *messages.NextModelRe
 	now := a.clk.Now()
 	if !m.GetPin() && m.GetCooldownMs() > 0 {
 		a.cooldown[m.GetCurrent()] = now.Add(time.Duration(m.GetCooldownMs()) * time.Millisecond)
-		a.view.set(m.GetCurrent(), a.cooldown[m.GetCurrent()])
+		a.view.Set(m.GetCurrent(), a.cooldown[m.GetCurrent()])
 	}
 	reply := &messages.NextModelReply{From: m.GetCurrent(), Role: a.role, Token: m.GetToken()}
 	start := 0

@@ -48,6 +48,41 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 	}
 }
 
+// Until is until when the key named name is blocked (zero: free); false
+// when the key is not one of the view's.
+func (v *CredentialsView) Until(name string) (time.Time, bool) {
+	if v == nil {
+		return time.Time{}, false
+	}
+	i, ok := v.index[name]
+	if !ok {
+		return time.Time{}, false
+	}
+	if ns := v.until[i].Load(); ns != 0 {
+		return time.Unix(0, ns), true
+	}
+	return time.Time{}, true
+}
+
+// Set records that the key named name is blocked until until (zero: free),
+// as a credentials actor on another cluster node published it; it reports
+// whether the key is one of the view's.
+func (v *CredentialsView) Set(name string, until time.Time) bool {
+	if v == nil {
+		return false
+	}
+	i, ok := v.index[name]
+	if !ok {
+		return false
+	}
+	var ns int64
+	if !until.IsZero() {
+		ns = until.UnixNano()
+	}
+	v.until[i].Store(ns)
+	return true
+}
+
 // Free reports whether the key named name is one of the view's and not
 // blocked at now. A session retrying on a free key goes on with it, which
 // is what the actor would answer (the session's sticky key), without
@@ -86,7 +121,9 @@ type CooldownView struct {
 	until map[string]time.Time
 }
 
-func (v *CooldownView) set(selector string, until time.Time) {
+// Set records selector's cooldown end: the actor's own change, or one a
+// model-fallback actor on another cluster node published.
+func (v *CooldownView) Set(selector string, until time.Time) {
 	if v == nil {
 		return
 	}
@@ -109,5 +146,29 @@ func (v *CooldownView) CoolingDown(now time.Time) []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// Until is the end of selector's cooldown (zero: none recorded).
+func (v *CooldownView) Until(selector string) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.until[selector]
+}
+
+// all copies the cooldowns, for a new actor to start from.
+func (v *CooldownView) all() map[string]time.Time {
+	out := map[string]time.Time{}
+	if v == nil {
+		return out
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for sel, until := range v.until {
+		out[sel] = until
+	}
 	return out
 }

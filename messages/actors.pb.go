@@ -1299,6 +1299,7 @@ type RetryBudgetGrant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // of the request (for a cluster node's router)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1345,6 +1346,13 @@ func (x *RetryBudgetGrant) GetAtUnixNano() int64 {
 		return x.AtUnixNano
 	}
 	return 0
+}
+
+func (x *RetryBudgetGrant) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // RetryBudgetDrop tells a provider's budget that the session's held retry
@@ -1504,6 +1512,7 @@ type RetryBudgetRelease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"` // of the held retry (for a cluster node's router)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1550,6 +1559,13 @@ func (x *RetryBudgetRelease) GetAtUnixNano() int64 {
 		return x.AtUnixNano
 	}
 	return 0
+}
+
+func (x *RetryBudgetRelease) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // ReleaseSession forgets a session's sticky choices.
@@ -2298,11 +2314,13 @@ const file_actors_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\"\n" +
 	"\rdue_unix_nano\x18\x03 \x01(\x03R\vdueUnixNano\x12(\n" +
-	"\x10latest_unix_nano\x18\x04 \x01(\x03R\x0elatestUnixNano\"J\n" +
+	"\x10latest_unix_nano\x18\x04 \x01(\x03R\x0elatestUnixNano\"i\n" +
 	"\x10RetryBudgetGrant\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"0\n" +
+	"atUnixNano\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\"0\n" +
 	"\x0fRetryBudgetDrop\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x19\n" +
@@ -2311,11 +2329,13 @@ const file_actors_proto_rawDesc = "" +
 	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\x03R\x04held\x12\x18\n" +
 	"\adelayed\x18\x03 \x01(\x03R\adelayed\x12\x1a\n" +
-	"\breleased\x18\x04 \x01(\x03R\breleased\"L\n" +
+	"\breleased\x18\x04 \x01(\x03R\breleased\"k\n" +
 	"\x12RetryBudgetRelease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
-	"atUnixNano\"/\n" +
+	"atUnixNano\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\"/\n" +
 	"\x0eReleaseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\xc2\x01\n" +

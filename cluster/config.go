@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/retry"
+)
+
+// Kind names of the shared actors in the protoactor cluster.
+const (
+	// CredentialsKind is the credentials actor of one provider; its
+	// identity is the provider's name.
+	CredentialsKind = "musepi-credentials"
+	// FallbackKind is the model-fallback actor of one role; its identity
+	// is the role.
+	FallbackKind = "musepi-fallback"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultHost            = "127.0.0.1"
+	DefaultRequestTimeout  = 2 * time.Second
+	DefaultRequestAttempts = 3
+)
+
+// Provider is one provider's shared settings: its credentials, and its
+// retry budget (kept by the same activation).
+type Provider struct {
+	Name        string
+	Credentials []actors.Credential
+	// AutoRedeem lets a usage limit with no free sibling spend a banked
+	// reset.
+	AutoRedeem bool
+	// Budget is the provider's retry budget, one for the whole cluster
+	// (Enabled false: none).
+	Budget retry.BudgetSettings
+}
+
+// Config is one node's configuration. Name, Providers and FallbackChains
+// must be the same on every node of a cluster: an activation runs on
+// whichever node the identity lookup picks, with that node's settings.
+type Config struct {
+	// Name is the cluster's name; required, without '/' or '@'.
+	Name string
+	// Host is the address the node's remote (gRPC) server binds to and
+	// advertises; default DefaultHost (loopback).
+	Host string
+	// Port is the remote server's port; 0 picks a free one.
+	Port int
+	// Membership finds the other nodes: Automanaged, Etcd or InProcess.
+	// Required.
+	Membership Membership
+
+	Providers []Provider
+	// FallbackChains are the model fallback chains by role, each an
+	// ordered list of "provider/model".
+	FallbackChains map[string][]string
+
+	// Blocks, if set (a *pgstore.Store), is where blocks and cooldowns
+	// outlive their activations: a new activation also loads them from
+	// it, and every change is written to it. nil keeps them in the nodes'
+	// memory only.
+	Blocks pgstore.Blocks
+
+	// RequestTimeout bounds one attempt of a router's request to an
+	// activation; default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// RequestAttempts is how many times a router tries a request (each
+	// time looking the activation up again) before it answers the
+	// degraded reply (see Router); default DefaultRequestAttempts.
+	RequestAttempts int
+	// Logger receives protoactor's own logs at Warn and above; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// ErrConfig is wrapped by every error about an invalid Config.
+var ErrConfig = errors.New("cluster: invalid config")
+
+// withDefaults validates c and fills in its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Name == "" || strings.ContainsAny(c.Name, "/@") {
+		// protoactor's etcd provider keys members by "<prefix>/<name>/<name>@<id>"
+		// and reads the id back after the last "/".
+		return c, fmt.Errorf("%w: Name %q is empty or has a '/' or '@'", ErrConfig, c.Name)
+	}
+	if c.Membership.start == nil {
+		return c, fmt.Errorf("%w: no Membership (Automanaged, Etcd or InProcess)", ErrConfig)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return c, fmt.Errorf("%w: Port %d out of range", ErrConfig, c.Port)
+	}
+	if c.RequestTimeout < 0 || c.RequestAttempts < 0 {
+		return c, fmt.Errorf("%w: negative RequestTimeout or RequestAttempts", ErrConfig)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Providers {
+		if p.Name == "" {
+			return c, fmt.Errorf("%w: a provider has no name", ErrConfig)
+		}
+		if seen[p.Name] {
+			return c, fmt.Errorf("%w: provider %q twice", ErrConfig, p.Name)
+		}
+		seen[p.Name] = true
+		names := map[string]bool{}
+		for _, cr := range p.Credentials {
+			if cr.Name == "" || names[cr.Name] {
+				return c, fmt.Errorf("%w: provider %q: credential names must be unique and not empty", ErrConfig, p.Name)
+			}
+			names[cr.Name] = true
+		}
+		if p.Budget.Enabled {
+			if err := p.Budget.Validate(); err != nil {
+				return c, fmt.Errorf("%w: provider %q: %w", ErrConfig, p.Name, err)
+			}
+		}
+	}
+	for role, chain := range c.FallbackChains {
+		if role == "" || len(chain) == 0 {
+			return c, fmt.Errorf("%w: fallback chain %q is empty or has no role", ErrConfig, role)
+		}
+	}
+	if c.Host == "" {
+		c.Host = DefaultHost
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RequestAttempts == 0 {
+		c.RequestAttempts = DefaultRequestAttempts
+	}
+	return c, nil
+}

@@ -1,0 +1,177 @@
+// Package etcdtest starts a private etcd server for tests: one member in a
+// temporary directory, listening on free loopback ports, stopped and
+// removed when the test ends.
+package etcdtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ErrNoEtcd is returned by Launch when the etcd binary is not on PATH.
+var ErrNoEtcd = errors.New("etcd not found on PATH: apt-get install etcd-server")
+
+// Bounds on starting and stopping a server.
+const (
+	startTimeout = 30 * time.Second
+	stopTimeout  = 10 * time.Second
+)
+
+// Server is a private single-member etcd.
+type Server struct {
+	dir      string
+	endpoint string
+	cmd      *exec.Cmd
+	exit     chan error
+	out      *lockedBuffer
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start launches a server for the test and stops it on t.Cleanup. It skips
+// the test when etcd is missing, unless the CI environment variable is set
+// (.ci/run installs it), and fails it on any other error.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := Launch(context.Background())
+	if err != nil {
+		if errors.Is(err, ErrNoEtcd) && os.Getenv("CI") == "" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("etcdtest: %v", err)
+		}
+	})
+	return s
+}
+
+// Launch starts etcd with its data in a new temporary directory, its
+// client and peer URLs on free ports of 127.0.0.1, and waits (at most 30 s)
+// until it reports itself healthy. Call Stop to end it and remove its
+// files.
+func Launch(ctx context.Context) (*Server, error) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, ErrNoEtcd
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	client, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "etcdtest-")
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
+	s := &Server{dir: dir, endpoint: clientURL, exit: make(chan error, 1), out: &lockedBuffer{}}
+	s.cmd = exec.Command(bin,
+		"--name", "etcdtest", "--data-dir", dir+"/data",
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "etcdtest="+peerURL, "--initial-cluster-state", "new",
+		"--unsafe-no-fsync", "--log-level", "warn")
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
+	if err := s.cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("etcdtest: start %s: %w", bin, err)
+	}
+	go func() { s.exit <- s.cmd.Wait() }()
+	if err := s.waitHealthy(ctx); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("etcdtest: %w; output:\n%s", err, s.out.String())
+	}
+	return s, nil
+}
+
+// Endpoint is the server's client URL.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// waitHealthy polls the server's /health until it answers 200.
+func (s *Server) waitHealthy(ctx context.Context) error {
+	client := &http.Client{Timeout: time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint+"/health", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-s.exit:
+			s.exit <- err
+			return fmt.Errorf("etcd exited: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("etcd not healthy within %s: %w", startTimeout, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 10 s) and removes its
+// directory. It is safe to call more than once.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exit:
+		case <-time.After(stopTimeout):
+			_ = s.cmd.Process.Kill()
+			<-s.exit
+		}
+		s.stopErr = os.RemoveAll(s.dir)
+	})
+	return s.stopErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("etcdtest: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lockedBuffer collects the server's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}

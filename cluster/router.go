@@ -1,0 +1,200 @@
+package cluster
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/messages"
+)
+
+// router is a node's local stand-in for one shared actor (a provider's
+// credentials, a role's fallback chain): its PID goes where a
+// single-machine runtime puts the actor's own (actors.Deps), and it passes
+// each message on to the identity's current activation, wherever the
+// cluster placed it.
+//
+// A request (SelectCredential, MarkUsageLimitReached, NextModelRequest,
+// RetryBudgetRequest, RetryBudgetStatsRequest) gets RequestTimeout per
+// attempt. When an attempt fails (timeout, dead letter: the activation
+// moved or its node died), the router forgets the PID, looks the identity
+// up again (which activates it elsewhere) and tries again, up to
+// RequestAttempts times. Then it answers the degraded reply rather than
+// leave the caller waiting: no credential switch, no model switch, a
+// budget grant at the requested time (the retry goes ahead unthrottled),
+// the first configured credential. Messages with no reply
+// (RetryBudgetOutcome, RetryBudgetDrop, ReleaseSession) go to the current
+// activation once, and are lost if it is gone.
+type router struct {
+	kind, identity string
+	res            lookup
+	timeout        time.Duration
+	attempts       int
+	firstCred      string // the degraded answer to SelectCredential
+	log            *slog.Logger
+
+	// Budget requests are sent with the router as sender, so that the
+	// activation's later RetryBudgetRelease comes back here too; both are
+	// routed by session id.
+	waiting map[string]*budgetWait // session -> its request awaiting a grant
+	held    map[string]*actor.PID  // session -> caller of a held retry
+}
+
+// lookup finds an identity's activation: a Resolver.
+type lookup interface {
+	Get(kind, identity string) *actor.PID
+	Forget(kind, identity string, stale *actor.PID)
+}
+
+type budgetWait struct {
+	sender  *actor.PID
+	req     *messages.RetryBudgetRequest
+	attempt int
+	pid     *actor.PID // the activation asked
+	timer   *time.Timer
+}
+
+func (w *budgetWait) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// budgetTimeout fires when an attempt of a budget request got no grant.
+type budgetTimeout struct {
+	session string
+	token   uint64
+	attempt int
+}
+
+func (r *router) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *messages.SelectCredential, *messages.MarkUsageLimitReached, *messages.NextModelRequest, *messages.RetryBudgetStatsRequest:
+		r.ask(ctx, ctx.Sender(), m.(proto.Message), 1)
+	case *messages.RetryBudgetRequest:
+		r.drop(m.GetSessionId())
+		r.askBudget(ctx, &budgetWait{sender: ctx.Sender(), req: m, attempt: 1})
+	case *messages.RetryBudgetGrant:
+		w := r.waiting[m.GetSessionId()]
+		if w == nil || w.req.GetToken() != m.GetToken() {
+			return // answers an attempt given up on
+		}
+		w.stop()
+		delete(r.waiting, m.GetSessionId())
+		if m.GetAtUnixNano() > w.req.GetDueUnixNano() {
+			r.held[m.GetSessionId()] = w.sender
+		}
+		r.reply(ctx, w.sender, m)
+	case *messages.RetryBudgetRelease:
+		if pid := r.held[m.GetSessionId()]; pid != nil {
+			delete(r.held, m.GetSessionId())
+			r.reply(ctx, pid, m)
+		}
+	case *budgetTimeout:
+		w := r.waiting[m.session]
+		if w == nil || w.req.GetToken() != m.token || w.attempt != m.attempt {
+			return
+		}
+		r.res.Forget(r.kind, r.identity, w.pid)
+		if w.attempt < r.attempts {
+			w.attempt++
+			r.askBudget(ctx, w)
+			return
+		}
+		delete(r.waiting, m.session)
+		r.log.Warn("retry budget unreachable: the retry goes ahead unthrottled", slog.String("provider", r.identity))
+		r.reply(ctx, w.sender, &messages.RetryBudgetGrant{Token: w.req.GetToken(), AtUnixNano: w.req.GetDueUnixNano(), SessionId: m.session})
+	case *messages.RetryBudgetDrop:
+		r.drop(m.GetSessionId())
+		r.tell(ctx, m)
+	case *messages.ReleaseSession:
+		r.drop(m.GetSessionId())
+		r.tell(ctx, m)
+	case *messages.RetryBudgetOutcome:
+		r.tell(ctx, m)
+	case *actor.Stopping:
+		for _, w := range r.waiting {
+			w.stop()
+		}
+	}
+}
+
+// ask sends msg to the activation and passes its reply to sender; on a
+// failed attempt it looks the activation up again and retries.
+func (r *router) ask(ctx actor.Context, sender *actor.PID, msg proto.Message, attempt int) {
+	pid := r.res.Get(r.kind, r.identity)
+	var f *actor.Future
+	if pid != nil {
+		f = ctx.RequestFuture(pid, msg, r.timeout)
+	} else {
+		f = actor.NewFuture(ctx.ActorSystem(), 0) // fails at once: nothing to ask
+	}
+	ctx.ReenterAfter(f, func(res any, err error) {
+		if _, dead := res.(*actor.DeadLetterResponse); err == nil && !dead {
+			r.reply(ctx, sender, res)
+			return
+		}
+		r.res.Forget(r.kind, r.identity, pid)
+		if attempt < r.attempts {
+			r.ask(ctx, sender, msg, attempt+1)
+			return
+		}
+		r.log.Warn("shared actor unreachable: answering the degraded reply", slog.String("kind", r.kind),
+			slog.String("identity", r.identity), slog.Int("attempts", attempt), slog.Any("error", err))
+		r.reply(ctx, sender, r.degraded(msg))
+	})
+}
+
+// askBudget sends one attempt of a budget request, with a timeout.
+func (r *router) askBudget(ctx actor.Context, w *budgetWait) {
+	session := w.req.GetSessionId()
+	r.waiting[session] = w
+	timeout := &budgetTimeout{session: session, token: w.req.GetToken(), attempt: w.attempt}
+	w.pid = r.res.Get(r.kind, r.identity)
+	if w.pid == nil {
+		w.timer = nil
+		ctx.Send(ctx.Self(), timeout)
+		return
+	}
+	ctx.RequestWithCustomSender(w.pid, w.req, ctx.Self())
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	w.timer = time.AfterFunc(r.timeout, func() { root.Send(self, timeout) })
+}
+
+// drop forgets a session's pending budget request and held retry.
+func (r *router) drop(session string) {
+	if w := r.waiting[session]; w != nil {
+		w.stop()
+		delete(r.waiting, session)
+	}
+	delete(r.held, session)
+}
+
+// tell passes a message with no reply to the current activation.
+func (r *router) tell(ctx actor.Context, msg proto.Message) {
+	if pid := r.res.Get(r.kind, r.identity); pid != nil {
+		ctx.Send(pid, msg)
+	}
+}
+
+func (r *router) reply(ctx actor.Context, to *actor.PID, msg any) {
+	if to != nil {
+		ctx.Send(to, msg)
+	}
+}
+
+// degraded is the answer to a request the activation never answered.
+func (r *router) degraded(msg proto.Message) proto.Message {
+	switch m := msg.(type) {
+	case *messages.SelectCredential:
+		return &messages.CredentialSelected{Credential: r.firstCred}
+	case *messages.MarkUsageLimitReached:
+		return &messages.UsageLimitReply{Token: m.GetToken()}
+	case *messages.NextModelRequest:
+		return &messages.NextModelReply{From: m.GetCurrent(), Role: m.GetRole(), Token: m.GetToken()}
+	default: // RetryBudgetStatsRequest
+		return &messages.RetryBudgetStats{}
+	}
+}

@@ -1,0 +1,125 @@
+package cluster
+
+import (
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// lookups answers the PIDs it is given, one per Get (the last one
+// repeats), and counts the Forgets.
+type lookups struct {
+	mu      sync.Mutex
+	pids    []*actor.PID
+	gets    int
+	forgets int
+}
+
+func (l *lookups) Get(string, string) *actor.PID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pid := l.pids[min(l.gets, len(l.pids)-1)]
+	l.gets++
+	return pid
+}
+
+func (l *lookups) Forget(string, string, *actor.PID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgets++
+}
+
+func newTestRouter(t *testing.T, sys *actor.ActorSystem, kind string, l lookup) *actor.PID {
+	t.Helper()
+	r := &router{kind: kind, identity: "p", res: l, timeout: 50 * time.Millisecond, attempts: 2, firstCred: "A",
+		log: slog.New(slog.DiscardHandler), waiting: map[string]*budgetWait{}, held: map[string]*actor.PID{}}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	return pid
+}
+
+// TestRouterAnswersDegradedWhenUnreachable: an activation that never
+// answers gets RequestAttempts attempts of RequestTimeout each, each
+// forgetting the PID and looking it up again; then the caller gets the
+// degraded reply instead of waiting forever.
+func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	silent := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {})) // receives, never answers
+	for _, tc := range []struct {
+		name string
+		kind string
+		req  proto.Message
+		want proto.Message
+	}{
+		{"usage limit: no switch", CredentialsKind, &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5},
+			&messages.UsageLimitReply{Token: 5}},
+		{"selection: the first key", CredentialsKind, &messages.SelectCredential{SessionId: "s"},
+			&messages.CredentialSelected{Credential: "A"}},
+		{"budget: at the due time", CredentialsKind, &messages.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42},
+			&messages.RetryBudgetGrant{Token: 6, AtUnixNano: 42, SessionId: "s"}},
+		{"budget stats: empty", CredentialsKind, &messages.RetryBudgetStatsRequest{}, &messages.RetryBudgetStats{}},
+		{"fallback: no switch", FallbackKind, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7},
+			&messages.NextModelReply{From: "p/m1", Role: "default", Token: 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &lookups{pids: []*actor.PID{silent}}
+			pid := newTestRouter(t, sys, tc.kind, l)
+			start := time.Now()
+			got, err := sys.Root.RequestFuture(pid, tc.req, 5*time.Second).Result()
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			if !proto.Equal(got.(proto.Message), tc.want) {
+				t.Fatalf("got %v; want %v", got, tc.want)
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.gets != 2 || l.forgets != 2 {
+				t.Errorf("%d lookups, %d forgets; want 2 attempts, each forgotten", l.gets, l.forgets)
+			}
+			if took := time.Since(start); took < 100*time.Millisecond {
+				t.Errorf("answered after %v; want after the 2 attempts of 50 ms", took)
+			}
+		})
+	}
+}
+
+// TestRouterFindsTheNewActivation: a request to a dead activation (a dead
+// letter) is retried on the PID the next lookup gives, and the caller gets
+// the live activation's answer.
+func TestRouterFindsTheNewActivation(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	dead := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	if err := sys.Root.StopFuture(dead).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	creds := []actors.Credential{{Name: "A"}, {Name: "B"}}
+	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return actors.NewCredentialsActor(clock.Real{}, creds, false, retry.BudgetSettings{}, actors.NewCredentialsView(creds))
+	}))
+	l := &lookups{pids: []*actor.PID{dead, live}}
+	pid := newTestRouter(t, sys, CredentialsKind, l)
+	got, err := sys.Root.RequestFuture(pid, &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 3}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if r, ok := got.(*messages.UsageLimitReply); !ok || !r.GetSwitched() || r.GetCredential() != "B" {
+		t.Fatalf("got %v; want the live actor's switch to B", got)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gets != 2 || l.forgets != 1 {
+		t.Errorf("%d lookups, %d forgets; want the dead PID forgotten and looked up again", l.gets, l.forgets)
+	}
+}
