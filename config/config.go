@@ -69,6 +69,11 @@ type Config struct {
 	// sets musepi.DefaultStreamIdleTimeout (120 s) when the key is left
 	// out; 0 turns the watchdog off.
 	StreamIdleTimeout time.Duration
+	// PassivateAfter ("passivate_after_ms") lets a session waiting out a
+	// backoff at least this long leave its actors while it waits. Parse
+	// sets musepi.DefaultPassivateAfter (30 s) when the key is left out; 0
+	// turns passivation off.
+	PassivateAfter time.Duration
 	// MaxResponseBytes ("max_response_bytes") bounds the output one turn may
 	// stream; more ends the turn with an error that is not retried. Parse
 	// sets musepi.DefaultMaxResponseBytes (4 MiB) when the key is left out;
@@ -248,7 +253,7 @@ func (c *Config) HistoryPath() (string, error) {
 // describes: one WithProvider per provider (built with its kind, base URL,
 // max_tokens and the request timeout, and its credentials' keys read from
 // the environment now), WithRetrySettings, WithAutoRedeem,
-// WithStreamIdleTimeout, WithMaxResponseBytes and, when
+// WithStreamIdleTimeout, WithPassivateAfter, WithMaxResponseBytes and, when
 // history_dir is set, WithHistoryDir. extra follows them, so it can add
 // options (WithLogger, WithTools...) or override the file's.
 func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error) {
@@ -273,7 +278,8 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 		}
 	}
 	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem),
-		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithMaxResponseBytes(c.MaxResponseBytes))
+		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithPassivateAfter(c.PassivateAfter),
+		musepi.WithMaxResponseBytes(c.MaxResponseBytes))
 	dir, _ := c.HistoryPath() // checked above
 	if dir != "" {
 		opts = append(opts, musepi.WithHistoryDir(dir))
@@ -333,6 +339,9 @@ func (c *Config) check() (map[string][]string, []Problem) {
 	}
 	if c.RequestTimeout < 0 {
 		v.add("request_timeout_ms", "must be 0 or more, got %d", c.RequestTimeout.Milliseconds())
+	}
+	if c.PassivateAfter < 0 {
+		v.add("passivate_after_ms", "must be 0 or more, got %d", c.PassivateAfter.Milliseconds())
 	}
 	if c.StreamIdleTimeout < 0 {
 		v.add("stream_idle_timeout_ms", "must be 0 or more, got %d", c.StreamIdleTimeout.Milliseconds())

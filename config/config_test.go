@@ -81,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models, prices)", only: true},
@@ -127,6 +127,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "default_model provider unknown", top: `default_model = "anthropic/claude"`, key: "default_model", msg: `provider "anthropic" is not configured (configured: openai)`, only: true},
 		{name: "default_model not listed", top: `default_model = "openai/gpt-5"`, key: "default_model", msg: `model "gpt-5" is not in providers.openai.models (gpt-4o, gpt-4o-mini)`, only: true},
 		{name: "request_timeout_ms negative", top: "default_model = \"openai/gpt-4o\"\nrequest_timeout_ms = -1", key: "request_timeout_ms", msg: "must be 0 or more, got -1", only: true},
+		{name: "passivate_after_ms negative", top: "default_model = \"openai/gpt-4o\"\npassivate_after_ms = -1", key: "passivate_after_ms", msg: "must be 0 or more, got -1", only: true},
 		{name: "stream_idle_timeout_ms negative", top: "default_model = \"openai/gpt-4o\"\nstream_idle_timeout_ms = -1", key: "stream_idle_timeout_ms", msg: "must be 0 or more, got -1", only: true},
 		{name: "max_response_bytes negative", top: "default_model = \"openai/gpt-4o\"\nmax_response_bytes = -1", key: "max_response_bytes", msg: "must be 0 or more, got -1", only: true},
 		{name: "default_model with NUL", top: `default_model = "openai/gpt-4o\u0000"`, key: "default_model", msg: `model "openai/gpt-4o\x00": control character U+0000`, only: true},
@@ -334,6 +335,7 @@ func TestExample(t *testing.T) {
 		HistorySync:       "turn",
 		RequestTimeout:    10 * time.Minute,
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout,
+		PassivateAfter:    musepi.DefaultPassivateAfter,
 		MaxResponseBytes:  musepi.DefaultMaxResponseBytes,
 		Providers: map[string]Provider{
 			"openai": {
@@ -666,9 +668,9 @@ default = ["ant/claude", "resp/gpt"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 providers, retry settings, auto-redeem, stream idle timeout, max
-	// response bytes, history dir.
-	if len(opts) != 8 {
+	// 3 providers, retry settings, auto-redeem, stream idle timeout,
+	// passivation, max response bytes, history dir.
+	if len(opts) != 9 {
 		t.Errorf("%d options", len(opts))
 	}
 	rt, err := musepi.NewRuntime(opts...)

@@ -43,7 +43,8 @@ func parseTOML(data []byte) (root map[string]any, probs []Problem) {
 func decode(root map[string]any) (*Config, []Problem) {
 	d := &decoder{}
 	c := &Config{Retry: retry.DefaultSettings(),
-		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, MaxResponseBytes: musepi.DefaultMaxResponseBytes}
+		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, PassivateAfter: musepi.DefaultPassivateAfter,
+		MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
@@ -51,6 +52,7 @@ func decode(root map[string]any) (*Config, []Problem) {
 	t.str("history_sync", &c.HistorySync)
 	t.millis("request_timeout_ms", &c.RequestTimeout)
 	t.millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
+	t.millis("passivate_after_ms", &c.PassivateAfter)
 	t.count("max_response_bytes", &c.MaxResponseBytes)
 	if pt, ok := t.sub("providers"); ok {
 		c.Providers = map[string]Provider{}
