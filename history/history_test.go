@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/history/historytest"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -25,43 +25,12 @@ var (
 	_ history.Store = (*history.MemoryStore)(nil)
 )
 
-// sample is one entry of every kind, with Seq set.
-func sample() []*messages.Entry {
-	return []*messages.Entry{
-		{Seq: 1, Entry: &messages.Entry_User{User: &messages.UserMessage{Text: "hi\nthere \"you\"", TimestampMs: 1700000000000}}},
-		{Seq: 2, Entry: &messages.Entry_Assistant{Assistant: &messages.AssistantMessage{
-			Content: []*messages.ContentBlock{
-				{Block: &messages.ContentBlock_Thinking{Thinking: &messages.ThinkingBlock{Thinking: "hmm", Signature: "sig"}}},
-				{Block: &messages.ContentBlock_RedactedThinking{RedactedThinking: &messages.RedactedThinkingBlock{Data: "xyz"}}},
-				{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: "héllo ✓"}}},
-				{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: "t1", Name: "ls", ArgumentsJson: `{"dir":"/"}`}}},
-			},
-			StopReason:   messages.StopReason_STOP_REASON_ERROR,
-			ErrorMessage: "overloaded",
-			StopDetails:  &messages.StopDetails{Type: "refusal", Fields: map[string]string{"category": "cyber"}},
-			HttpStatus:   529,
-			Headers:      map[string]string{"Retry-After": "3", "x-request-id": "req_1"},
-			Provider:     "p",
-			Model:        "m",
-			TimestampMs:  1700000000001,
-		}}},
-		{Seq: 3, Entry: &messages.Entry_ToolResult{ToolResult: &messages.ToolResult{ToolCallId: "t1", Name: "ls", Output: "a\nb", IsError: true}}},
-		{Seq: 4, Entry: &messages.Entry_ModelChange{ModelChange: &messages.ModelChange{From: "p/m", To: "q/n", Role: "main", Reason: "fallback"}}},
-		{Seq: 5}, // no payload
-	}
-}
-
-func equalEntries(t *testing.T, got, want []*messages.Entry) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("got %d entries, want %d: %v", len(got), len(want), got)
-	}
-	for i := range want {
-		if !proto.Equal(got[i], want[i]) {
-			t.Errorf("entry %d:\n got %v\nwant %v", i, got[i], want[i])
-		}
-	}
-}
+// sample, equalEntries and openLog are the contract suite's.
+var (
+	sample       = historytest.Sample
+	equalEntries = historytest.EqualEntries
+	openLog      = historytest.OpenLog
+)
 
 func openFile(t *testing.T, dir string, opts ...history.FileOption) *history.FileStore {
 	t.Helper()
@@ -73,17 +42,6 @@ func openFile(t *testing.T, dir string, opts ...history.FileOption) *history.Fil
 	return s
 }
 
-// openLog opens session in s and closes it at the end of the test.
-func openLog(t *testing.T, s history.Store, session string) (history.Log, []*messages.Entry) {
-	t.Helper()
-	l, entries, err := s.Open(session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l, entries
-}
-
 // stores gives a fresh store of each kind.
 var stores = []struct {
 	name string
@@ -93,65 +51,10 @@ var stores = []struct {
 	{"memory", func(*testing.T) history.Store { return history.NewMemoryStore() }},
 }
 
-func TestRoundTrip(t *testing.T) {
+// The file and memory stores pass the history.Store contract.
+func TestContract(t *testing.T) {
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
-			all := sample()
-			l, got := openLog(t, s, "sess-1")
-			if len(got) != 0 {
-				t.Fatalf("a new session opened with %v", got)
-			}
-			for _, part := range [][]*messages.Entry{all[:2], all[2:3], all[3:], nil} {
-				if err := l.Append(part...); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := l.Sync(); err != nil {
-				t.Fatal(err)
-			}
-			other, _ := openLog(t, s, "other")
-			if err := other.Append(all[0]); err != nil {
-				t.Fatal(err)
-			}
-			got, err := l.Load()
-			if err != nil {
-				t.Fatal(err)
-			}
-			equalEntries(t, got, sample())
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			_, got = openLog(t, s, "sess-1")
-			equalEntries(t, got, sample())
-		})
-	}
-}
-
-func TestClosed(t *testing.T) {
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
-			l, _ := openLog(t, s, "s")
-			if err := l.Append(sample()[0]); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.Append(sample()[1]); !errors.Is(err, history.ErrClosed) {
-				t.Errorf("Append after Close = %v, want ErrClosed", err)
-			}
-			if _, err := l.Load(); !errors.Is(err, history.ErrClosed) {
-				t.Errorf("Load after Close = %v, want ErrClosed", err)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := s.Open("s"); !errors.Is(err, history.ErrClosed) {
-				t.Errorf("Open after the store's Close = %v, want ErrClosed", err)
-			}
-		})
+		t.Run(st.name, func(t *testing.T) { historytest.Contract(t, st.open) })
 	}
 }
 

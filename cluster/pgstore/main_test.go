@@ -12,7 +12,6 @@ import (
 
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -65,17 +64,6 @@ func sql(t testing.TB, url, stmt string, args ...any) error {
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(ctx, stmt, args...)
 	return err
-}
-
-// openLog opens session in s and closes it at the end of the test.
-func openLog(t testing.TB, s history.Store, session string) (history.Log, []*messages.Entry) {
-	t.Helper()
-	l, entries, err := s.Open(session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l, entries
 }
 
 // user is entry seq: a user message saying text.
