@@ -88,6 +88,10 @@ var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 // that a storm's continues do not all pass through one mailbox.
 const schedulerShards = 8
 
+// maxWaitingGoroutines is how many goroutines of ended turns a runtime
+// keeps for the next turns (each a few KB of stack).
+const maxWaitingGoroutines = 1024
+
 // NewRuntime starts a runtime with opts. It refuses options that cannot
 // apply with an error naming the option, and a fallback target whose
 // provider is not registered.
@@ -188,6 +192,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool
+	deps.Goroutines = dispatch.NewSpawner(maxWaitingGoroutines)
 	onPool := actor.WithDispatcher(rt.pool)
 	root := rt.system.Root
 	for range schedulerShards {
@@ -516,6 +521,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	rt.system.Shutdown()
 	rt.pool.Close()
+	rt.deps.Goroutines.Close()
 	if err := rt.store.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("musepi: close history: %w", err))
 	}

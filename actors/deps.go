@@ -11,6 +11,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -44,6 +45,9 @@ type Deps struct {
 	// Dispatcher runs the session and retry actors' mailboxes; nil is
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
+	// Goroutines runs turns, tools and compactions, reusing the goroutines
+	// of those that ended; nil starts a goroutine for each.
+	Goroutines *dispatch.Spawner
 	// Passivation lets a session waiting out a long backoff leave its
 	// actors; its zero value turns it off.
 	Passivation Passivation
@@ -53,6 +57,15 @@ type Deps struct {
 	shared    sharedProps
 	watchOnce sync.Once
 	watch     *watchdog
+}
+
+// goroutine runs fn on a goroutine of its own (see Goroutines).
+func (d *Deps) goroutine(fn func()) {
+	if d.Goroutines != nil {
+		d.Goroutines.Go(fn)
+		return
+	}
+	go fn()
 }
 
 // watchdog is the runtime's idle-stream watch (nil when StreamIdleTimeout

@@ -47,7 +47,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	s.cancelTurn = t.cancel
 	s.turnModel = model
 	t.clk.Begin()
-	go t.run()
+	s.deps.goroutine(t.run)
 }
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
@@ -181,7 +181,7 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 	s.cancelTurn = cancel
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
-	go func() {
+	s.deps.goroutine(func() {
 		defer clk.End()
 		defer cancel(context.Canceled)
 		results := make([]*messages.ToolResult, 0, len(calls))
@@ -189,7 +189,7 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 			results = append(results, runTool(toolCtx, tools, c))
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
-	}()
+	})
 }
 
 // runTool runs one call; an unknown tool, an error or a panic becomes an
@@ -225,7 +225,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
 	}
 	clk.Begin()
-	go func() {
+	s.deps.goroutine(func() {
 		defer clk.End()
 		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
 		func() {
@@ -241,7 +241,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 			done.Context = entries
 		}()
 		track.Send(root, clk, self, done)
-	}()
+	})
 }
 
 // manualCompact runs the compaction hook on the runtime context between
