@@ -64,8 +64,9 @@ type turnRun struct {
 
 	// watch cancels the stream once it has sent nothing for the runtime's
 	// idle time (nil: no watchdog); lastData is when it last sent (unix ns).
-	watch    *watchdog
-	lastData atomic.Int64
+	watch      *watchdog
+	lastData   atomic.Int64
+	prev, next *turnRun // in the watchdog's list, guarded by its mutex
 
 	maxBytes int // bound on the streamed bytes (0: none); n counts them
 	n        int

@@ -118,22 +118,26 @@ func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
 		w.add(tr)
 		return tr
 	}
-	quiet, busy := turn(), turn()
+	busy, quiet, busy2 := turn(), turn(), turn() // quiet between the two in the watchdog's list
 	ctx := context.Background()
-	for range 5 { // 5 s: busy sends every second, quiet never
+	for range 5 { // 5 s: the busy ones send every second, quiet never
 		if err := clk.Advance(ctx, time.Second); err != nil {
 			t.Fatal(err)
 		}
 		busy.lastData.Store(clk.Now().UnixNano())
+		busy2.lastData.Store(clk.Now().UnixNano())
 	}
 	if !errors.Is(context.Cause(quiet.ctx), errStreamStalled) {
 		t.Errorf("the quiet turn: cause %v, want stalled after 5 s (idle 4 s)", context.Cause(quiet.ctx))
 	}
-	if busy.ctx.Err() != nil {
-		t.Errorf("the busy turn was cancelled: %v", context.Cause(busy.ctx))
+	for _, b := range []*turnRun{busy, busy2} {
+		if b.ctx.Err() != nil {
+			t.Errorf("a busy turn was cancelled: %v", context.Cause(b.ctx))
+		}
 	}
 	w.remove(quiet)
 	w.remove(busy)
+	w.remove(busy2)
 	if n := clk.Pending(); n != 0 {
 		t.Errorf("%d timers pending with no turn streaming, want 0", n)
 	}

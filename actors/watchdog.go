@@ -17,12 +17,44 @@ type watchdog struct {
 	idle time.Duration
 
 	mu    sync.Mutex
-	turns map[*turnRun]struct{}
+	turns turnList    // the turns streaming
 	timer clock.Timer // armed while turns is not empty
 }
 
+// turnList is a doubly linked list of turns through their prev and next
+// fields: adding and removing a turn costs no hashing and no allocation.
+type turnList struct {
+	head *turnRun
+	n    int
+}
+
+func (l *turnList) add(t *turnRun) {
+	t.prev, t.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = t
+	}
+	l.head = t
+	l.n++
+}
+
+func (l *turnList) remove(t *turnRun) {
+	if t.prev == nil && l.head != t {
+		return // not in the list (removed by a check)
+	}
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		l.head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	}
+	t.prev, t.next = nil, nil
+	l.n--
+}
+
 func newWatchdog(clk clock.Clock, idle time.Duration) *watchdog {
-	return &watchdog{clk: clk, idle: idle, turns: map[*turnRun]struct{}{}}
+	return &watchdog{clk: clk, idle: idle}
 }
 
 // period is the time between checks.
@@ -32,7 +64,7 @@ func (w *watchdog) period() time.Duration { return max(w.idle/4, time.Millisecon
 func (w *watchdog) add(t *turnRun) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.turns[t] = struct{}{}
+	w.turns.add(t)
 	if w.timer == nil {
 		w.timer = w.clk.AfterFunc(w.period(), w.check)
 	}
@@ -43,8 +75,8 @@ func (w *watchdog) add(t *turnRun) {
 func (w *watchdog) remove(t *turnRun) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.turns, t)
-	if len(w.turns) == 0 && w.timer != nil {
+	w.turns.remove(t)
+	if w.turns.n == 0 && w.timer != nil {
 		w.timer.Stop()
 		w.timer = nil
 	}
@@ -56,14 +88,16 @@ func (w *watchdog) check() {
 	now := w.clk.Now().UnixNano()
 	var stalled []*turnRun
 	w.mu.Lock()
-	for t := range w.turns {
+	for t := w.turns.head; t != nil; {
+		next := t.next
 		if now-t.lastData.Load() >= int64(w.idle) {
 			stalled = append(stalled, t)
-			delete(w.turns, t)
+			w.turns.remove(t)
 		}
+		t = next
 	}
 	w.timer = nil
-	if len(w.turns) > 0 {
+	if w.turns.n > 0 {
 		w.timer = w.clk.AfterFunc(w.period(), w.check)
 	}
 	w.mu.Unlock()
