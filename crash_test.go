@@ -5,10 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -77,6 +80,68 @@ func TestCrashContainmentRetryChainGivesUp(t *testing.T) {
 		t.Fatalf("next prompt: %v", r.err)
 	}
 }
+
+// armPanicClock panics once when a timer of delay is armed: the retry
+// child's backoff timer (no other timer of the test has that length).
+type armPanicClock struct {
+	*clock.Virtual
+	delay time.Duration
+	left  atomic.Int64
+}
+
+func (c *armPanicClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	if d == c.delay && c.left.Add(-1) >= 0 {
+		panic("timer exploded")
+	}
+	return c.Virtual.AfterFunc(d, f)
+}
+
+// The retry child owns the backoff timer. When it panics, its guardian
+// stops it and tells the session, which starts a new child from its core's
+// state (InTimerLost): the backoff is armed again for what is left of it,
+// and the prompt goes on as if nothing happened.
+func TestCrashContainmentRetryChild(t *testing.T) {
+	var armed *armPanicClock
+	wrap := func(v *clock.Virtual) clock.Clock {
+		armed = &armPanicClock{Virtual: v, delay: 500 * time.Millisecond}
+		armed.left.Store(1)
+		return armed
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	h := newHarnessClock(t, wrap, nil, musepi.WithRetrySettings(noFallback()), musepi.WithStreamIdleTimeout(0), musepi.WithLogger(logger))
+	s, rec := h.session()
+	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("recovered"))
+	ch := h.prompt(s, "hi")
+	h.run()
+	if r := h.settle(ch); r.err != nil || r.msg.Text() != "recovered" {
+		t.Fatalf("prompt = %v, %v", r.msg, r.err)
+	}
+	if left := armed.left.Load(); left >= 0 {
+		t.Fatalf("the backoff timer was never armed (%d panics left): the test proves nothing", left+1)
+	}
+	expectLines(t, rec.lines(retryEvents...),
+		"agent_end willRetry=true",
+		"auto_retry_start 1/10 delay=500ms class=transient",
+		"agent_end willRetry=false",
+		"auto_retry_end success=true attempt=1",
+		"agent_settled success=true")
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "retry actor stopped; starting a new one") {
+		t.Fatalf("the session did not restart its retry child; logs:\n%s", logs.String())
+	}
+}
+
+// writerFunc is an io.Writer from a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // panickyProvider panics in Stream.
 type panickyProvider struct{}

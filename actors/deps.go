@@ -115,11 +115,9 @@ func (d *Deps) props() *sharedProps {
 		if d.Dispatcher != nil {
 			opts = append(opts, actor.WithDispatcher(d.Dispatcher))
 		}
-		// A retry child that panics is stopped, not restarted: its session
-		// then starts a new one from the core's state (InTimerLost).
-		stopChild := actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective }))
-		d.shared.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, append(opts, stopChild)...)
-		d.shared.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} }, opts...)
+		d.shared.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
+		d.shared.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
+			append(opts, actor.WithGuardian(retryGuardian{}))...)
 	})
 	return &d.shared
 }

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,17 +20,48 @@ import (
 // ties a TaskDue to the backoff it ends, so a late one after a cancel or a
 // restart is ignored there.
 type RetryActor struct {
-	deps  *Deps
-	timer clock.Timer
-	token uint64
+	deps    *Deps
+	session *actor.PID
+	timer   clock.Timer
+	token   uint64
+}
+
+// retrySuffix ends the session actor's name in its retry child's:
+// "<session actor><retrySuffix><unique>".
+const retrySuffix = "/retry"
+
+// sessionOf is the session actor of the retry child pid.
+func sessionOf(pid *actor.PID) *actor.PID {
+	i := strings.LastIndex(pid.GetId(), retrySuffix)
+	if i < 0 {
+		return nil
+	}
+	return actor.NewPID(pid.GetAddress(), pid.GetId()[:i])
+}
+
+// retryGuardian supervises the retry children: one that panics is
+// stopped, not restarted, and its session told as a watching parent would
+// be (Terminated); the session then starts a new one from its core's
+// state (InTimerLost).
+type retryGuardian struct{}
+
+// HandleFailure stops the child and tells its session.
+func (retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ interface{}) {
+	sys.Logger().Error("retry child panicked; stopping it", slog.String("child", child.GetId()), slog.Any("reason", reason))
+	supervisor.StopChildren(child)
+	if session := sessionOf(child); session != nil {
+		sys.Root.Send(session, &actor.Terminated{Who: child, Why: actor.TerminatedReason_Stopped})
+	}
 }
 
 // Receive handles ArmRetryTimer and CancelRetryTimer.
 func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.session = sessionOf(ctx.Self())
 	case *messages.ArmRetryTimer:
 		a.stop()
-		session, root, clk, scheduler := ctx.Parent(), ctx.ActorSystem().Root, a.deps.Clock, a.deps.schedulerFor(m.GetSessionId())
+		session, root, clk, scheduler := a.session, ctx.ActorSystem().Root, a.deps.Clock, a.deps.schedulerFor(m.GetSessionId())
 		task := &messages.ScheduleTask{SessionId: m.GetSessionId(), Generation: m.GetGeneration(),
 			DelayMs: m.GetContinueDelayMs(), Task: "continue", Token: m.GetToken()}
 		a.token = m.GetToken()

@@ -249,7 +249,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
-	case *actor.Terminated:
+	case *actor.Terminated: // from the retry child's guardian (retryGuardian)
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
 			// Its timer is gone with it: the core arms it again, through a
 			// new child, for what is left of the backoff.
@@ -262,6 +262,9 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.passivating {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
+		s.stopRetry(ctx)
+	case *actor.Restarting: // after a panic: the next instance starts its own child
+		s.stopRetry(ctx)
 	case *actor.Stopped:
 		s.deps.sessions.remove(ctx.Self().Id, s.entry)
 		if s.passivating {
@@ -464,12 +467,30 @@ func (s *SessionActor) newSource() retry.Source {
 
 // retry is the retry child, which owns the backoff timer; it is started
 // with the session's first backoff, so a session that never retries costs
-// one actor, not two.
+// one actor, not two. It is the session's child by name and by lifetime
+// (the session stops it), but spawned under a guardian rather than as a
+// protoactor child: a parent keeps a set of its children, a map that
+// would cost every waiting session about 450 bytes.
 func (s *SessionActor) retry(ctx actor.Context) *actor.PID {
 	if s.retryPID == nil {
-		s.retryPID = ctx.Spawn(s.deps.props().retry)
+		sys := ctx.ActorSystem()
+		// Named after the session, unique: a child of a previous actor of
+		// the session may still be stopping.
+		pid, err := sys.Root.SpawnNamed(s.deps.props().retry, ctx.Self().Id+retrySuffix+sys.ProcessRegistry.NextId())
+		if err != nil {
+			panic(fmt.Sprintf("spawn the retry child of session %s: %v", s.cfg.ID, err)) // a unique name is never taken
+		}
+		s.retryPID = pid
 	}
 	return s.retryPID
+}
+
+// stopRetry stops the retry child, if any.
+func (s *SessionActor) stopRetry(ctx actor.Context) {
+	if s.retryPID != nil {
+		ctx.Stop(s.retryPID)
+		s.retryPID = nil
+	}
 }
 
 // append adds entries to the history, and to the runtime context when
