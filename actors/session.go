@@ -49,14 +49,7 @@ type SessionActor struct {
 	cfg   *SessionConfig
 	core  session.Core
 
-	retryPID  *actor.PID
-	scheduler *actor.PID
-	stopped   bool // Stopping was received
-	// passivating: the actor stops because the session left it while it
-	// waits (its state lives on in entry.passivated); wakeAtScheduler: the
-	// session's backoff is its scheduler's (by session id), not its retry
-	// child's.
-	passivating, wakeAtScheduler bool
+	retryPID *actor.PID
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -64,18 +57,25 @@ type SessionActor struct {
 	waiter     *actor.PID              // the Prompt call's future
 	cancelTurn context.CancelCauseFunc // ends the turn or tools running
 
-	pending   []session.Input // inputs an effect answered at once, during a step
-	listening bool            // someone subscribes to the events, as the step running found
+	pending []session.Input // inputs an effect answered at once, during a step
 
 	// historyErr is the history write that failed and ends the prompt;
 	// stepHistoryErr the one that failed in the step being carried out.
 	historyErr     error
 	stepHistoryErr error
-	revertModel    bool
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
 	compactWaiter *actor.PID            // the caller of a manual compaction in progress
+
+	stopped bool // Stopping was received
+	// passivating: the actor stops because the session left it while it
+	// waits (its state lives on in entry.passivated); wakeAtScheduler: the
+	// session's backoff is its scheduler's (by session id), not its retry
+	// child's.
+	passivating, wakeAtScheduler bool
+	listening                    bool // someone subscribes to the events, as the step running found
+	revertModel                  bool
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -453,7 +453,6 @@ func (s *SessionActor) started(ctx actor.Context) {
 	}
 	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
-	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
 }
 
 // newSource is the jitter source of the session's retry chain.

@@ -77,7 +77,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		if s.passivates(e) {
 			// The scheduler wakes the session by id: it may leave its actors
 			// while it waits.
-			track.Send(ctx, clk, s.scheduler, &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
+			track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
 				SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
 			s.wakeAtScheduler = true
 			if s.deps.Passivation.Hold(s.cfg.ID) {
@@ -91,7 +91,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		switch {
 		case s.wakeAtScheduler:
 			s.wakeAtScheduler = false
-			track.Send(ctx, clk, s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+			track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
 		case s.retryPID != nil: // no child yet: no timer to cancel
 			track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
 		}
@@ -143,7 +143,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		if budget != nil && budget != creds {
 			track.Send(ctx, clk, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
 		}
-		track.Send(ctx, clk, s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
 	case session.Settle:
 		if s.waiter != nil {
 			res := promptResult(e.Result)

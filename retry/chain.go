@@ -78,6 +78,14 @@ func NewChain(src Source) *Chain {
 // MakeChain is NewChain as a value, for an owner that embeds its chain.
 func MakeChain(src Source) Chain { return Chain{src: src, settings: DefaultSettings()} }
 
+// Settings are the settings the chain decides by: those of the last
+// TurnEnded input (before any, DefaultSettings or what SetSettings set).
+func (c *Chain) Settings() Settings { return c.settings }
+
+// SetSettings sets the settings the chain decides by until the next
+// TurnEnded input brings its own.
+func (c *Chain) SetSettings(s Settings) { c.settings = s }
+
 // Phase reports where the chain stands.
 func (c *Chain) Phase() Phase { return c.phase }
 

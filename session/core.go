@@ -66,20 +66,17 @@ type Config struct {
 // Core is one session's lifecycle as a pure state machine. It is not safe
 // for concurrent use: an actor owns it.
 type Core struct {
-	cfg   Config
 	src   retry.Source
-	chain retry.Chain
+	chain retry.Chain // holds the settings: Config.Settings, with Enabled as of the last turn's end
 
-	state      State
-	gen        uint64 // prompt generation
-	turn       uint64 // id of the last turn started
-	continuing bool   // the turn being started is a retry's continue
-	aborts     retry.AbortState
+	primary string // the primary "provider/model" (Config.Model, or what the user set)
+	role    string // model role for fallback chains
+
+	gen  uint64 // prompt generation
+	turn uint64 // id of the last turn started
 
 	model         string     // "provider/model" in use
-	pinned        bool       // the fallback model is pinned (refusal)
 	beforeChange  ModelState // what the last model change replaced, to undo it
-	askPin        bool       // the pending fallback ask pins
 	primaryUntil  time.Time
 	credential    string
 	attempt       int                  // of the last auto_retry_start of the open chain
@@ -94,6 +91,14 @@ type Core struct {
 
 	now time.Time
 	out []Effect
+
+	state      State
+	aborts     retry.AbortState
+	continuing bool // the turn being started is a retry's continue
+	pinned     bool // the fallback model is pinned (refusal)
+	askPin     bool // the pending fallback ask pins
+	enabled    bool // retry.enabled, as the session last set it
+	compaction bool // Config.Compaction
 }
 
 // chainBuffers lend the cores a buffer for one step of their retry chain,
@@ -109,8 +114,9 @@ func New(cfg Config, src retry.Source) *Core {
 // Make is New as a value, for an owner that embeds its core (one
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
-	c := Core{cfg: cfg, src: src, chain: retry.MakeChain(src), model: cfg.Model,
-		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil}
+	c := Core{src: src, chain: retry.MakeChain(src), primary: cfg.Model, role: cfg.Role, model: cfg.Model,
+		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction}
+	c.chain.SetSettings(cfg.Settings)
 	if cfg.InUse != "" {
 		c.model = cfg.InUse
 	}
@@ -156,7 +162,7 @@ func (c *Core) AwaitsTools(turn uint64) bool { return turn == c.turn && c.state 
 func (c *Core) Generation() uint64 { return c.gen }
 
 // AutoRetryEnabled reports retry.enabled.
-func (c *Core) AutoRetryEnabled() bool { return c.cfg.Settings.Enabled }
+func (c *Core) AutoRetryEnabled() bool { return c.enabled }
 
 // Step feeds in at now and appends the effects to carry out, in order, to
 // out. The effects must be executed before the next Step.
@@ -198,10 +204,10 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 			c.add(Effect{Kind: CancelTurn})
 		}
 	case InSetAutoRetry:
-		c.cfg.Settings.Enabled = in.Enabled
+		c.enabled = in.Enabled
 	case InSetModel:
 		before := c.modelState()
-		c.cfg.Model = in.Model
+		c.primary = in.Model
 		c.pinned = false
 		c.switchModel(in.Model, "user")
 		c.beforeChange = before
@@ -341,7 +347,9 @@ func (c *Core) toolsDone(historyErr string) {
 // decide hands the turn's last message to the retry chain (agent_end).
 func (c *Core) decide(msg *messages.AssistantMessage) {
 	c.state = Deciding
-	c.stepChain(retry.TurnEnded(c.now, c.cfg.Settings, msg, c.aborts, c.gen))
+	settings := c.chain.Settings()
+	settings.Enabled = c.enabled
+	c.stepChain(retry.TurnEnded(c.now, settings, msg, c.aborts, c.gen))
 }
 
 // stepChain runs one input through the retry chain and carries out its
@@ -429,7 +437,7 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.add(Effect{Kind: AskCredentialSwitch, Model: c.model, BlockFor: e.BlockFor, Token: e.Token})
 	case retry.AskModelFallback:
 		c.askPin = e.Pin
-		c.add(Effect{Kind: AskFallback, Model: c.model, Primary: c.cfg.Model, Role: c.cfg.Role,
+		c.add(Effect{Kind: AskFallback, Model: c.model, Primary: c.primary, Role: c.role,
 			BlockFor: e.BlockFor, Pin: e.Pin, Token: e.Token})
 	case retry.StripTrailingError:
 		c.add(Effect{Kind: StripTrailingError})
@@ -504,7 +512,7 @@ func (c *Core) abort() {
 // prompt ends with the overflow error after compaction_required.
 func (c *Core) compact() {
 	c.emit(Event{Kind: EventCompactionRequired, Error: c.last.GetErrorMessage()})
-	if !c.cfg.Compaction {
+	if !c.compaction {
 		c.failureKind, c.failure = KindContextOverflow, c.last.GetErrorMessage()
 		c.settle()
 		return
@@ -563,7 +571,7 @@ func (c *Core) chainFailed(reason string) {
 }
 
 func (c *Core) modelState() ModelState {
-	return ModelState{Model: c.model, Primary: c.cfg.Model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
+	return ModelState{Model: c.model, Primary: c.primary, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 }
 
 // recordFailed ends the prompt when the owner could not record what the
@@ -587,7 +595,7 @@ func (c *Core) recordFailed(historyErr string) {
 func (c *Core) historyFailed(err string, revert bool) {
 	if revert {
 		b := c.beforeChange
-		c.model, c.cfg.Model, c.pinned, c.primaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
+		c.model, c.primary, c.pinned, c.primaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
 	}
 	if c.state == Idle {
 		return
@@ -633,7 +641,7 @@ func (c *Core) switchModel(to, reason string) {
 		return
 	}
 	c.beforeChange = c.modelState()
-	change := ModelChange{From: c.model, To: to, Role: c.cfg.Role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
+	change := ModelChange{From: c.model, To: to, Role: c.role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 	c.model = to
 	c.add(Effect{Kind: AppendModelChange, Change: change})
 	c.emit(Event{Kind: EventModelChange, Change: change})
@@ -643,13 +651,13 @@ func (c *Core) switchModel(to, reason string) {
 // cooldown is over, unless the fallback is pinned. It runs before each new
 // prompt and each scheduled continue.
 func (c *Core) maybeRevert() {
-	if c.model == c.cfg.Model || c.pinned || c.cfg.Settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
+	if c.model == c.primary || c.pinned || c.chain.Settings().FallbackRevertPolicy != retry.RevertCooldownExpiry {
 		return
 	}
 	if c.now.Before(c.primaryUntil) {
 		return
 	}
-	c.switchModel(c.cfg.Model, "revert")
+	c.switchModel(c.primary, "revert")
 }
 
 func (c *Core) emit(e Event) { c.out = append(c.out, Effect{Kind: Emit, Event: e}) }

@@ -57,8 +57,8 @@ func (c *Core) Record() (Record, error) {
 		return Record{}, fmt.Errorf("session: no record while %s: only an idle session or one in backoff is at rest", c.state)
 	}
 	return Record{
-		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.cfg.Settings.Enabled,
-		Primary: c.cfg.Model, Model: c.model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil, Credential: c.credential,
+		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.enabled,
+		Primary: c.primary, Model: c.model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil, Credential: c.credential,
 		Before:  c.beforeChange,
 		Attempt: c.attempt, SleepUntil: c.sleepUntil, SleepToken: c.sleepToken, Aborts: c.aborts, Chain: c.chain.State(),
 		Last: c.last, Failure: c.failure, FailureKind: c.failureKind, RetryEnd: c.retryEnd,

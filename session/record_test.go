@@ -13,7 +13,9 @@ import (
 // does without: a new field must say which.
 func TestRecordCoversTheCore(t *testing.T) {
 	notAtRest := map[string]string{
-		"cfg":           "the session's configuration, given again to Resume (its model and retry.enabled are recorded)",
+		"role":          "the session's configuration (Config.Role), given again to Resume",
+		"compaction":    "the session's configuration (Config.Compaction), given again to Resume",
+		"enabled":       "recorded as AutoRetry",
 		"src":           "the jitter source, given to Resume",
 		"chain":         "recorded as Chain",
 		"continuing":    "set when a continue starts, read until its credential is chosen",
