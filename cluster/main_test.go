@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"fmt"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakyDependencies...)
+	opts := leakyDependencies
+	for _, mb := range memberships {
+		if os.Getenv(childEnv) == mb.name { // a child: its membership's own leaks too
+			opts = append(slices.Clone(opts), mb.leaks...)
+		}
+	}
+	goleak.VerifyTestMain(m, opts...)
 }
 
 // leakyDependencies are goroutines that protoactor-go starts and never
