@@ -173,6 +173,16 @@ func (a *CredentialsActor) firstFree(now time.Time, skip int) int {
 	return -1
 }
 
+// indexOf is the index of key name, or -1.
+func (a *CredentialsActor) indexOf(name string) int {
+	for i := range a.creds {
+		if a.creds[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 func (a *CredentialsActor) earliestFree() int {
 	best := 0
 	for i := range a.creds {
@@ -195,6 +205,9 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 	current, ok := a.sticky[m.GetSessionId()]
 	if !ok {
 		current = 0
+	}
+	if i := a.indexOf(m.GetCredential()); i >= 0 { // an activation that moved has lost its sticky keys
+		current = i
 	}
 	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
 	if i := a.firstFree(now, current); i >= 0 {

@@ -106,7 +106,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			return
 		}
 		track.Request(ctx, clk, pid, &messages.MarkUsageLimitReached{
-			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token})
+			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token, Credential: s.core.Credential()})
 	case session.AskFallback:
 		pid := s.deps.Fallbacks[e.Role]
 		if pid == nil { // no chain for this role

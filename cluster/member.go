@@ -127,8 +127,9 @@ func (m *Member) startMember() (err error) {
 func (m *Member) startRouters() error {
 	for _, p := range m.cfg.Providers {
 		r := m.newRouter(CredentialsKind, p.Name)
-		if len(p.Credentials) > 0 {
-			r.firstCred = p.Credentials[0].Name
+		r.view = m.views.creds[p.Name]
+		for _, c := range p.Credentials {
+			r.creds = append(r.creds, c.Name)
 		}
 		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), "musepi-credentials-"+p.Name)
 		if err != nil {

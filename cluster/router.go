@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -22,9 +23,12 @@ import (
 // moved or its node died), the router forgets the PID, looks the identity
 // up again (which activates it elsewhere) and tries again, up to
 // RequestAttempts times. Then it answers the degraded reply rather than
-// leave the caller waiting: no credential switch, no model switch, a
-// budget grant at the requested time (the retry goes ahead unthrottled),
-// the first configured credential. Messages with no reply
+// leave the caller waiting, from what the node itself knows: for a usage
+// limit, the session's key is marked blocked in the node's view and the
+// session switched to the first key the view shows free (as the activation
+// would have; none free: no switch, with the time the earliest frees up);
+// for a selection, the first key the view shows free; no model switch; a
+// budget grant at the requested time (the retry goes ahead unthrottled). Messages with no reply
 // (RetryBudgetOutcome, RetryBudgetDrop, ReleaseSession) go to the current
 // activation once, and are lost if it is gone.
 type router struct {
@@ -32,7 +36,8 @@ type router struct {
 	res            lookup
 	timeout        time.Duration
 	attempts       int
-	firstCred      string // the degraded answer to SelectCredential
+	creds          []string                // the provider's keys, in order (credentials kind)
+	view           *actors.CredentialsView // the node's mirror of the keys' blocks (credentials kind)
 	log            *slog.Logger
 
 	// Budget requests are sent with the router as sender, so that the
@@ -185,13 +190,49 @@ func (r *router) reply(ctx actor.Context, to *actor.PID, msg any) {
 	}
 }
 
+// degradedUsageLimit blocks the session's key in the node's view and
+// switches it to the first key the view shows free.
+func (r *router) degradedUsageLimit(m *messages.MarkUsageLimitReached) *messages.UsageLimitReply {
+	reply := &messages.UsageLimitReply{Token: m.GetToken()}
+	now := time.Now()
+	if m.GetCredential() != "" {
+		r.view.Set(m.GetCredential(), now.Add(time.Duration(max(m.GetBlockForMs(), 0))*time.Millisecond))
+	}
+	var earliest time.Time
+	for _, c := range r.creds {
+		if c == m.GetCredential() {
+			continue
+		}
+		if r.view.Free(c, now) {
+			reply.Switched, reply.Credential = true, c
+			return reply
+		}
+		if until, ok := r.view.Until(c); ok && (earliest.IsZero() || until.Before(earliest)) {
+			earliest = until
+		}
+	}
+	if !earliest.IsZero() {
+		reply.RetryAtMs = earliest.UnixMilli()
+	}
+	return reply
+}
+
 // degraded is the answer to a request the activation never answered.
 func (r *router) degraded(msg proto.Message) proto.Message {
 	switch m := msg.(type) {
 	case *messages.SelectCredential:
-		return &messages.CredentialSelected{Credential: r.firstCred}
+		now := time.Now()
+		for _, c := range r.creds {
+			if r.view.Free(c, now) {
+				return &messages.CredentialSelected{Credential: c}
+			}
+		}
+		if len(r.creds) > 0 {
+			return &messages.CredentialSelected{Credential: r.creds[0]}
+		}
+		return &messages.CredentialSelected{}
 	case *messages.MarkUsageLimitReached:
-		return &messages.UsageLimitReply{Token: m.GetToken()}
+		return r.degradedUsageLimit(m)
 	case *messages.NextModelRequest:
 		return &messages.NextModelReply{From: m.GetCurrent(), Role: m.GetRole(), Token: m.GetToken()}
 	default: // RetryBudgetStatsRequest

@@ -38,9 +38,9 @@ func (l *lookups) Forget(string, string, *actor.PID) {
 	l.forgets++
 }
 
-func newTestRouter(t *testing.T, sys *actor.ActorSystem, kind string, l lookup) *actor.PID {
+func newTestRouter(t *testing.T, sys *actor.ActorSystem, kind string, l lookup, view *actors.CredentialsView) *actor.PID {
 	t.Helper()
-	r := &router{kind: kind, identity: "p", res: l, timeout: 50 * time.Millisecond, attempts: 2, firstCred: "A",
+	r := &router{kind: kind, identity: "p", res: l, timeout: 50 * time.Millisecond, attempts: 2, creds: []string{"A", "B"}, view: view,
 		log: slog.New(slog.DiscardHandler), waiting: map[string]*budgetWait{}, held: map[string]*actor.PID{}}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
@@ -50,30 +50,44 @@ func newTestRouter(t *testing.T, sys *actor.ActorSystem, kind string, l lookup) 
 // TestRouterAnswersDegradedWhenUnreachable: an activation that never
 // answers gets RequestAttempts attempts of RequestTimeout each, each
 // forgetting the PID and looking it up again; then the caller gets the
-// degraded reply instead of waiting forever.
+// degraded reply, from the node's view of the keys, instead of waiting
+// forever.
 func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	silent := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {})) // receives, never answers
+	creds := []actors.Credential{{Name: "A"}, {Name: "B"}}
+	bUntil := time.Now().Add(time.Hour)
 	for _, tc := range []struct {
-		name string
-		kind string
-		req  proto.Message
-		want proto.Message
+		name    string
+		kind    string
+		blocked map[string]time.Time // in the node's view before the request
+		req     proto.Message
+		want    proto.Message
 	}{
-		{"usage limit: no switch", CredentialsKind, &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5},
-			&messages.UsageLimitReply{Token: 5}},
-		{"selection: the first key", CredentialsKind, &messages.SelectCredential{SessionId: "s"},
-			&messages.CredentialSelected{Credential: "A"}},
-		{"budget: at the due time", CredentialsKind, &messages.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42},
+		{"usage limit: switch to the key the view shows free", CredentialsKind, nil,
+			&messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 60_000, Token: 5, Credential: "A"},
+			&messages.UsageLimitReply{Token: 5, Switched: true, Credential: "B"}},
+		{"usage limit: no key free, the earliest's time", CredentialsKind, map[string]time.Time{"B": bUntil},
+			&messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5, Credential: "A"},
+			&messages.UsageLimitReply{Token: 5, RetryAtMs: bUntil.UnixMilli()}},
+		{"selection: the first key free", CredentialsKind, map[string]time.Time{"A": bUntil},
+			&messages.SelectCredential{SessionId: "s"}, &messages.CredentialSelected{Credential: "B"}},
+		{"selection: none free, the first key", CredentialsKind, map[string]time.Time{"A": bUntil, "B": bUntil},
+			&messages.SelectCredential{SessionId: "s"}, &messages.CredentialSelected{Credential: "A"}},
+		{"budget: at the due time", CredentialsKind, nil, &messages.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42},
 			&messages.RetryBudgetGrant{Token: 6, AtUnixNano: 42, SessionId: "s"}},
-		{"budget stats: empty", CredentialsKind, &messages.RetryBudgetStatsRequest{}, &messages.RetryBudgetStats{}},
-		{"fallback: no switch", FallbackKind, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7},
+		{"budget stats: empty", CredentialsKind, nil, &messages.RetryBudgetStatsRequest{}, &messages.RetryBudgetStats{}},
+		{"fallback: no switch", FallbackKind, nil, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7},
 			&messages.NextModelReply{From: "p/m1", Role: "default", Token: 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &lookups{pids: []*actor.PID{silent}}
-			pid := newTestRouter(t, sys, tc.kind, l)
+			view := actors.NewCredentialsView(creds)
+			for name, until := range tc.blocked {
+				view.Set(name, until)
+			}
+			pid := newTestRouter(t, sys, tc.kind, l, view)
 			start := time.Now()
 			got, err := sys.Root.RequestFuture(pid, tc.req, 5*time.Second).Result()
 			if err != nil {
@@ -81,6 +95,9 @@ func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 			}
 			if !proto.Equal(got.(proto.Message), tc.want) {
 				t.Fatalf("got %v; want %v", got, tc.want)
+			}
+			if m, ok := tc.req.(*messages.MarkUsageLimitReached); ok && view.Free(m.GetCredential(), time.Now()) {
+				t.Errorf("the node's view still shows %s free after its usage limit", m.GetCredential())
 			}
 			l.mu.Lock()
 			defer l.mu.Unlock()
@@ -109,7 +126,7 @@ func TestRouterFindsTheNewActivation(t *testing.T) {
 		return actors.NewCredentialsActor(clock.Real{}, creds, false, retry.BudgetSettings{}, actors.NewCredentialsView(creds))
 	}))
 	l := &lookups{pids: []*actor.PID{dead, live}}
-	pid := newTestRouter(t, sys, CredentialsKind, l)
+	pid := newTestRouter(t, sys, CredentialsKind, l, actors.NewCredentialsView(creds))
 	got, err := sys.Root.RequestFuture(pid, &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 3}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatalf("no answer: %v", err)

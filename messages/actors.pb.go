@@ -1044,6 +1044,7 @@ type MarkUsageLimitReached struct {
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	BlockForMs    int64                  `protobuf:"varint,2,opt,name=block_for_ms,json=blockForMs,proto3" json:"block_for_ms,omitempty"`
 	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Credential    string                 `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"` // the credential the limit was met on ("": the one the actor last gave the session)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1097,6 +1098,13 @@ func (x *MarkUsageLimitReached) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *MarkUsageLimitReached) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
 }
 
 // UsageLimitReply answers MarkUsageLimitReached.
@@ -2292,13 +2300,16 @@ const file_actors_proto_rawDesc = "" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
-	"credential\"n\n" +
+	"credential\"\x8e\x01\n" +
 	"\x15MarkUsageLimitReached\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
 	"\fblock_for_ms\x18\x02 \x01(\x03R\n" +
 	"blockForMs\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\x9f\x01\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x04 \x01(\tR\n" +
+	"credential\"\x9f\x01\n" +
 	"\x0fUsageLimitReply\x12\x1a\n" +
 	"\bswitched\x18\x01 \x01(\bR\bswitched\x12\x1e\n" +
 	"\n" +
