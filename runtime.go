@@ -343,6 +343,19 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
 	}
 	rt.sessions[cfg.id] = s
+	if s.prepared.Resumes() {
+		// Its retry chain goes on from its record: its actor starts now and
+		// arms the chain's timer.
+		s.start.Lock()
+		pid, err := s.actorLocked()
+		s.start.Unlock()
+		if err != nil {
+			delete(rt.sessions, cfg.id)
+			_ = s.prepared.Drop()
+			return nil, err
+		}
+		track.Send(rt.system.Root, rt.cfg.clock, pid, &messages.ResumeChain{})
+	}
 	return s, nil
 }
 
