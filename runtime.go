@@ -52,6 +52,7 @@ type Runtime struct {
 	telemetry     *telemetry.Telemetry               // nil without WithMeterProvider and WithTracerProvider
 	unobserve     func()                             // unsubscribes the telemetry
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
+	timers        *timers                            // claims due sessions (a TimerStore); nil otherwise
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -100,6 +101,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		settings:    retry.DefaultSettings(),
 		streamIdle:  DefaultStreamIdleTimeout,
 		passivate:   DefaultPassivateAfter,
+		timerPoll:   DefaultTimerPoll,
 		maxResponse: DefaultMaxResponseBytes,
 		limits:      DefaultLimits,
 	}
@@ -231,6 +233,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
 	}
+	rt.startTimers()
 	return rt, nil
 }
 
@@ -330,7 +333,11 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		state:  &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
 	}
-	log, entries, err := rt.store.Open(cfg.id)
+	open := func(_ context.Context, id string) (history.Log, []*messages.Entry, error) { return rt.store.Open(id) }
+	if cfg.open != nil {
+		open = cfg.open
+	}
+	log, entries, err := open(ctx, cfg.id)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
@@ -508,6 +515,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	rt.closed = true
+	rt.mu.Unlock()
+	rt.stopTimers() // it opens sessions: stopped before they are listed
+	rt.mu.Lock()
 	sessions := make([]*Session, 0, len(rt.sessions))
 	for _, s := range rt.sessions {
 		sessions = append(sessions, s)

@@ -31,3 +31,11 @@ type RecordLog interface {
 	// session has none.
 	LastRecord() (rec Record, found bool, err error)
 }
+
+// DueRecord is a passivated session's record that is due, as a store with
+// durable timers returns it (cluster/pgstore's Timers).
+type DueRecord struct {
+	Session string
+	Record
+	Epoch int64 // the activation epoch that wrote the record
+}

@@ -36,12 +36,8 @@ var (
 	_ history.RecordLog = (*Log)(nil)
 )
 
-// DueRecord is a passivated session's record that is due.
-type DueRecord struct {
-	Session string
-	Record
-	Epoch int64 // the activation epoch that wrote the record
-}
+// DueRecord is a passivated session's record that is due (history.DueRecord).
+type DueRecord = history.DueRecord
 
 // Timers finds the passivated sessions whose records are due: sessions
 // with a record whose Due is set and no open Log on a live node. Results
