@@ -51,35 +51,38 @@ func encodeRecord(rec session.Record) (history.Record, error) {
 }
 
 // recordToResume returns the record in backoff that the session opened on
-// log resumes its chain from, or nil when there is none to resume: no
-// record, an idle one, or a stale one. A record is current when the
-// history ends at the seq it was taken at, or continues after it only with
-// failed assistant messages (the attempt the record armed was made and
-// failed, and the process stopped before it wrote the next record: the
-// resumed chain makes that attempt again, with the same number). Anything
-// else after it (an answer, tool results, a model change, a prompt) means
-// the chain moved on without it, and a record from past the history's end
-// (a store that lost entries) cannot be trusted: both are stale, logged,
-// and the history alone decides (an interrupted prompt is marked).
-func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (*session.Record, error) {
+// log resumes its chain from (nil when there is none to resume), and
+// whether a record in backoff is left that must be cleared because it is
+// not resumed (so that its due time wakes nobody). A record is current
+// when the history ends at the seq it was taken at, or continues after it
+// only with failed assistant messages (the attempt the record armed was
+// made and failed, and the process stopped before it wrote the next
+// record: the resumed chain makes that attempt again, with the same
+// number). Anything else after it (an answer, tool results, a model
+// change, a prompt) means the chain moved on without it, and a record from
+// past the history's end (a store that lost entries) cannot be trusted:
+// both are stale, logged, and the history alone decides (an interrupted
+// prompt is marked). A record whose models' providers are gone is not
+// resumed either.
+func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (rec *session.Record, clear bool, err error) {
 	raw, found, err := log.LastRecord()
 	if err != nil || !found {
-		return nil, err
+		return nil, false, err
 	}
-	rec, found, err := DecodeRecord(raw)
+	r, found, err := DecodeRecord(raw)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if !found || rec.State != session.Backoff {
-		return nil, nil
+	if !found || r.State != session.Backoff {
+		return nil, false, nil
 	}
 	var last uint64
 	if n := len(entries); n > 0 {
 		last = entries[n-1].GetSeq()
 	}
-	stale := rec.HistorySeq > last
+	stale := r.HistorySeq > last
 	for _, e := range entries {
-		if e.GetSeq() <= rec.HistorySeq {
+		if e.GetSeq() <= r.HistorySeq {
 			continue
 		}
 		if a := e.GetAssistant(); a == nil || !isFailure(a) {
@@ -87,12 +90,17 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 			break
 		}
 	}
-	if stale {
-		deps.Log.Warn().Str("session", id).Uint64("record_seq", rec.HistorySeq).Uint64("history_seq", last).
+	switch {
+	case stale:
+		deps.Log.Warn().Str("session", id).Uint64("record_seq", r.HistorySeq).Uint64("history_seq", last).
 			Msg("the session's record in backoff is older than its history: resuming from the history")
-		return nil, nil
+		return nil, true, nil
+	case !deps.knownModel(r.Model) || !deps.knownModel(r.Primary):
+		deps.Log.Warn().Str("session", id).Str("model", r.Model).Str("primary", r.Primary).
+			Msg("the session's record in backoff names a provider this runtime lacks: resuming from the history")
+		return nil, true, nil
 	}
-	return &rec, nil
+	return &r, false, nil
 }
 
 // commitStep writes what the step just carried out leaves for a Log that

@@ -118,12 +118,13 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
 	records, _ := cfg.History.(history.RecordLog)
+	clearRecord := false
 	if records != nil {
-		rec, err := recordToResume(deps, cfg.ID, records, entries)
+		rec, clear, err := recordToResume(deps, cfg.ID, records, entries)
 		if err != nil {
 			return nil, err
 		}
-		if rec != nil && deps.knownModel(rec.Model) && deps.knownModel(rec.Primary) {
+		if rec != nil {
 			r.record = rec
 			cfg.State.Init(rec.Model, rec.AutoRetry)
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
@@ -133,20 +134,23 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 				Msg("resuming the session's retry chain from its record")
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
 		}
+		clearRecord = clear
 	}
-	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
-		for i, e := range extra {
-			e.Seq = r.seq + uint64(i) + 1
-		}
-		var err error
-		if records != nil { // a stale record goes with the marker: its due time must not wake the session
-			err = records.CommitRecord(history.Record{}, extra...)
-		} else {
-			err = cfg.History.Append(extra...)
-		}
-		if err != nil {
-			return nil, err
-		}
+	extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli())
+	for i, e := range extra {
+		e.Seq = r.seq + uint64(i) + 1
+	}
+	var err error
+	switch {
+	case clearRecord: // a record not resumed goes, with the marker: its due time must wake nobody
+		err = records.CommitRecord(history.Record{}, extra...)
+	case len(extra) > 0:
+		err = cfg.History.Append(extra...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
 		if err := cfg.History.Sync(); err != nil {
 			return nil, err
 		}
