@@ -11,9 +11,19 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// KindNoPrompt is the error kind of an AttachPrompt that found no prompt of
-// its generation: none runs and none settled with nobody attached.
-const KindNoPrompt = "no_prompt"
+// Error kinds of PromptResult for durable chains.
+const (
+	// KindNoPrompt: an AttachPrompt found no prompt of its generation (none
+	// runs and none settled with nobody attached).
+	KindNoPrompt = "no_prompt"
+	// KindHandedOver: the session was handed over (HandOver) with the
+	// prompt still running: it goes on where the session is opened next.
+	KindHandedOver = "handed_over"
+)
+
+// HandedOverError is the error text of a prompt whose session was handed
+// over.
+const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
 
 // A session whose history Log is a history.RecordLog keeps its retry chain
 // durable: each step that leaves the core in a backoff it armed writes the
@@ -197,4 +207,59 @@ func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
 			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
 	}
+}
+
+// handOver answers a HandOver request: refused without a Log that keeps
+// records, done at once when the session is at rest, else when it next is
+// (handOverIfAtRest, after each step).
+func (s *SessionActor) handOver(ctx actor.Context) {
+	switch {
+	case s.records == nil:
+		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
+	case s.handOverTo != nil:
+		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
+	default:
+		s.handOverTo = ctx.Sender()
+		s.handOverIfAtRest(ctx)
+	}
+}
+
+// handOverIfAtRest hands the session over when one is asked for and the
+// session is at rest (idle, or in a backoff whose record is written): its
+// record is written again (with the history's current seq), the prompt's
+// caller is told, and the actor stops without ending the chain (Stopping
+// is no InStop); its Stopped closes the history, which frees the session
+// for another runtime.
+func (s *SessionActor) handOverIfAtRest(ctx actor.Context) {
+	st := s.core.State()
+	if st != session.Idle && st != session.Backoff || s.compactWaiter != nil {
+		return
+	}
+	to := s.handOverTo
+	s.handOverTo = nil
+	if st == session.Backoff {
+		r, err := s.core.Record()
+		var enc history.Record
+		if err == nil {
+			r.HistorySeq = s.historySeq
+			enc, err = encodeRecord(r)
+		}
+		if err == nil {
+			err = s.records.CommitRecord(enc)
+		}
+		if err != nil {
+			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
+			return
+		}
+		if s.waiter != nil {
+			ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+			s.waiter = nil
+		}
+	}
+	if s.wakeAtScheduler {
+		ctx.Send(s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	}
+	s.handingOver = true
+	ctx.Send(to, &messages.Ack{})
+	ctx.Stop(ctx.Self())
 }

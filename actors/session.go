@@ -86,6 +86,10 @@ type SessionActor struct {
 	// settled with nobody waiting (a prompt resumed from its record).
 	waiterAttached bool
 	orphan         *messages.PromptResult
+	// handOverTo asked for a hand-over, done once the session is at rest;
+	// handingOver: the actor stops for it (no InStop).
+	handOverTo  *actor.PID
+	handingOver bool
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
@@ -206,6 +210,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.prompt(ctx, m)
 	case *messages.AttachPrompt:
 		s.attach(ctx, m)
+	case *messages.HandOver:
+		s.handOver(ctx)
 	case *messages.ResumeChain:
 		// A session resumed from its record arms its backoff timer again for
 		// what is left of it (at once when it is past due).
@@ -311,7 +317,11 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		if !s.passivating {
+		if s.handOverTo != nil { // stopped before the session came to rest
+			ctx.Send(s.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+			s.handOverTo = nil
+		}
+		if !s.passivating && !s.handingOver {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 	case *actor.Stopped:
@@ -419,6 +429,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
+	if s.handOverTo != nil {
+		s.handOverIfAtRest(ctx)
+	}
 	return historyErr
 }
 
