@@ -12,6 +12,7 @@ import (
 	"github.com/musepi/musepi"
 	hist "github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // procStore is one process's handle on a store that outlives it: the
@@ -249,4 +250,63 @@ func TestHandOver(t *testing.T) {
 			expectKinds(t, "history", entries, want...)
 		})
 	}
+}
+
+// A hand-over asked while a turn streams waits for the turn: the turn's
+// failure is recorded and its backoff armed before the session leaves, so
+// the next runtime goes on at attempt 2, and no turn is lost.
+func TestHandOverWaitsForTheTurn(t *testing.T) {
+	mem := hist.NewMemoryStore(hist.WithRecords())
+	t.Cleanup(func() { mem.Close() })
+	quiet := musepi.WithLogger(slog.New(slog.DiscardHandler))
+	a := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+	s, _ := a.session(musepi.WithSessionID("chat"))
+	gate, streaming := make(chan struct{}), make(chan struct{}, 1)
+	a.p.OnCall(func(provider.Request) {
+		streaming <- struct{}{}
+		<-gate
+	})
+	a.p.SetScript("chat", fail(503, "503 Service Unavailable"))
+	caller := a.prompt(s, "hi")
+	<-streaming
+	handed := make(chan error, 1)
+	go func() { handed <- s.HandOver(context.Background()) }()
+	select {
+	case err := <-handed:
+		t.Fatalf("HandOver returned while the turn streamed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if r := a.settle(caller); !errors.Is(r.err, musepi.ErrHandedOver) {
+		t.Fatalf("the caller got %v, want ErrHandedOver", r.err)
+	}
+
+	b := newHarnessAt(t, a.clk.Now(), nil, musepi.WithRetrySettings(noFallback()),
+		musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+	b.p.SetScript("chat", answer("recovered"))
+	s2, err := b.rt.NewSession(context.Background(), musepi.WithSessionID("chat"), musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	s2.Subscribe(rec.add)
+	attached := make(chan result, 1)
+	go func() {
+		msg, err := s2.Attach(context.Background())
+		attached <- result{msg, err}
+	}()
+	b.run()
+	if r := b.settle(attached); r.err != nil || r.msg.Text() != "recovered" {
+		t.Fatalf("attached: %v, %v", r.msg, r.err)
+	}
+	expectLines(t, rec.lines("auto_retry_end"), "auto_retry_end success=true attempt=1")
+	entries, err := s2.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectSeq(t, entries)
+	expectKinds(t, "history", entries, "user:hi", "assistant-error:503 Service Unavailable", "assistant:recovered")
 }
