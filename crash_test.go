@@ -114,7 +114,7 @@ func TestCrashContainmentRetryChild(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	h := newHarnessClock(t, wrap, nil, musepi.WithRetrySettings(noFallback()), musepi.WithStreamIdleTimeout(0), musepi.WithLogger(logger))
+	h := newHarnessClock(t, start, wrap, nil, musepi.WithRetrySettings(noFallback()), musepi.WithStreamIdleTimeout(0), musepi.WithLogger(logger))
 	s, rec := h.session()
 	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("recovered"))
 	ch := h.prompt(s, "hi")

@@ -33,14 +33,20 @@ func newHarness(t *testing.T, opts ...musepi.Option) *harness {
 // newHarnessCreds is newHarness with credentials for provider "p".
 func newHarnessCreds(t *testing.T, creds []musepi.Credential, opts ...musepi.Option) *harness {
 	t.Helper()
-	return newHarnessClock(t, nil, creds, opts...)
+	return newHarnessClock(t, start, nil, creds, opts...)
 }
 
-// newHarnessClock is newHarnessCreds with the runtime's clock wrap(h.clk)
-// (nil: h.clk itself); the harness still moves h.clk.
-func newHarnessClock(t *testing.T, wrap func(*clock.Virtual) clock.Clock, creds []musepi.Credential, opts ...musepi.Option) *harness {
+// newHarnessAt is newHarnessCreds with the virtual clock starting at at.
+func newHarnessAt(t *testing.T, at time.Time, creds []musepi.Credential, opts ...musepi.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, clk: clock.NewVirtual(start), p: provider.NewScripted(), other: provider.NewScripted()}
+	return newHarnessClock(t, at, nil, creds, opts...)
+}
+
+// newHarnessClock is newHarnessAt with the runtime's clock wrap(h.clk)
+// (nil: h.clk itself); the harness still moves h.clk.
+func newHarnessClock(t *testing.T, at time.Time, wrap func(*clock.Virtual) clock.Clock, creds []musepi.Credential, opts ...musepi.Option) *harness {
+	t.Helper()
+	h := &harness{t: t, clk: clock.NewVirtual(at), p: provider.NewScripted(), other: provider.NewScripted()}
 	var clk clock.Clock = h.clk
 	if wrap != nil {
 		clk = wrap(h.clk)

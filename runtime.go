@@ -52,6 +52,7 @@ type Runtime struct {
 	telemetry     *telemetry.Telemetry               // nil without WithMeterProvider and WithTracerProvider
 	unobserve     func()                             // unsubscribes the telemetry
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
+	timers        *timers                            // claims due sessions (a TimerStore); nil otherwise
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -104,6 +105,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		settings:    retry.DefaultSettings(),
 		streamIdle:  DefaultStreamIdleTimeout,
 		passivate:   DefaultPassivateAfter,
+		timerPoll:   DefaultTimerPoll,
 		maxResponse: DefaultMaxResponseBytes,
 		limits:      DefaultLimits,
 	}
@@ -236,6 +238,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
 	}
+	rt.startTimers()
 	return rt, nil
 }
 
@@ -335,7 +338,11 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		state:  &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
 	}
-	log, entries, err := rt.store.Open(cfg.id)
+	open := func(_ context.Context, id string) (history.Log, []*messages.Entry, error) { return rt.store.Open(id) }
+	if cfg.open != nil {
+		open = cfg.open
+	}
+	log, entries, err := open(ctx, cfg.id)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
@@ -348,6 +355,19 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
 	}
 	rt.sessions[cfg.id] = s
+	if s.prepared.Resumes() {
+		// Its retry chain goes on from its record: its actor starts now and
+		// arms the chain's timer.
+		s.start.Lock()
+		pid, err := s.actorLocked()
+		s.start.Unlock()
+		if err != nil {
+			delete(rt.sessions, cfg.id)
+			_ = s.prepared.Drop()
+			return nil, err
+		}
+		track.Send(rt.system.Root, rt.cfg.clock, pid, &messages.ResumeChain{})
+	}
 	return s, nil
 }
 
@@ -500,6 +520,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	rt.closed = true
+	rt.mu.Unlock()
+	rt.stopTimers() // it opens sessions: stopped before they are listed
+	rt.mu.Lock()
 	sessions := make([]*Session, 0, len(rt.sessions))
 	for _, s := range rt.sessions {
 		sessions = append(sessions, s)

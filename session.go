@@ -48,6 +48,12 @@ var (
 	// an I/O error); the *PromptError also matches a *history.Error
 	// (errors.As) naming the file.
 	ErrHistory = errors.New("musepi: history write failed")
+	// ErrNoPrompt: Attach found no prompt to attach to.
+	ErrNoPrompt = errors.New("musepi: no prompt to attach to")
+	// ErrHandedOver: the session was handed over (HandOver) while the
+	// prompt waited out a backoff; it goes on where the session is opened
+	// next, and Attach there returns its result.
+	ErrHandedOver = errors.New("musepi: session handed over")
 )
 
 var kindErrors = map[string]error{
@@ -58,6 +64,8 @@ var kindErrors = map[string]error{
 	actors.KindRetryCancelled:  ErrRetryCancelled,
 	actors.KindShutdown:        ErrShutdown,
 	actors.KindHistory:         ErrHistory,
+	actors.KindNoPrompt:        ErrNoPrompt,
+	actors.KindHandedOver:      ErrHandedOver,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -210,6 +218,74 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 	if err != nil { // closed meanwhile, or the actor could not start
 		s.rt.system.Root.Stop(reply)
 	}
+}
+
+// Attach waits for the result of the session's running prompt when its
+// caller is gone: the prompt a session resumed from its record (it was
+// waiting out a backoff when its process or node died, and goes on here),
+// and returns what Prompt would have returned. A prompt that settled with
+// nobody attached is answered at once (its result is kept until the next
+// prompt; the history has it too). A later Attach replaces an earlier one,
+// which returns ErrBusy; a prompt whose own caller still waits, or no
+// prompt at all, returns ErrNoPrompt or ErrBusy at once. When ctx ends
+// first, ctx.Err() is returned and the prompt goes on.
+func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		msg *AssistantMessage
+		err error
+	}
+	done := make(chan outcome, 1)
+	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
+		msg, err := s.result(res, err)
+		done <- outcome{msg, err}
+	}, nil)
+	err := s.deliver(func(pid *actor.PID) {
+		s.rt.cfg.clock.Begin()
+		s.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{}, reply)
+	})
+	if err != nil {
+		s.rt.system.Root.Stop(reply)
+		return nil, fmt.Errorf("musepi: attach to session %s: %w", s.id, err)
+	}
+	select {
+	case out := <-done:
+		return out.msg, out.err
+	case <-ctx.Done():
+		s.rt.system.Root.Stop(reply)
+		return nil, ctx.Err()
+	}
+}
+
+// HandOver makes the session leave this runtime without ending its prompt,
+// for a node that leaves its cluster: once the session is at rest (idle,
+// or waiting out a backoff; a turn or tools running finish first) its
+// retry chain's record is written, a waiting Prompt returns ErrHandedOver,
+// and its history is closed, so that another runtime opens the session
+// and resumes the chain (NewSession, then Attach), or claims it with its
+// durable timers when it is due. The session is then closed here: later
+// calls return ErrSessionClosed. It needs a history store that keeps
+// records (history.RecordLog) and fails otherwise, and when ctx ends first
+// (the hand-over may still happen).
+func (s *Session) HandOver(ctx context.Context) error {
+	res, err := s.ask(ctx, &messages.HandOver{})
+	if err != nil {
+		return fmt.Errorf("musepi: hand over session %s: %w", s.id, err)
+	}
+	if e := res.(*messages.Ack).GetError(); e != "" {
+		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
+	}
+	s.start.Lock()
+	s.closed = true
+	pid := s.pid.Load()
+	s.start.Unlock()
+	s.rt.forget(s.id)
+	if pid != nil {
+		return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
+	}
+	return nil
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
@@ -61,8 +62,12 @@ type SessionActor struct {
 
 	// historyErr is the history write that failed and ends the prompt;
 	// stepHistoryErr the one that failed in the step being carried out.
-	historyErr     error
-	stepHistoryErr error
+	historyErr     *history.Error
+	stepHistoryErr *history.Error
+
+	// dur is the state of durable chains, attach and hand-over (nil until
+	// one is used: a session on a store without records rarely needs it).
+	dur *durable
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
@@ -103,13 +108,40 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
-	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
-		for i, e := range extra {
-			e.Seq = r.seq + uint64(i) + 1
-		}
-		if err := cfg.History.Append(extra...); err != nil {
+	records, _ := cfg.History.(history.RecordLog)
+	clearRecord := false
+	if records != nil {
+		rec, clear, err := recordToResume(deps, cfg.ID, records, entries)
+		if err != nil {
 			return nil, err
 		}
+		if rec != nil {
+			r.record = rec
+			cfg.State.Init(rec.Model, rec.AutoRetry)
+			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
+				cfg.State.publish(c, false) // what the actor will stand at, for callers from now on
+			}
+			deps.Log.Info().Str("session", cfg.ID).Int("attempt", rec.Attempt).Time("due", rec.SleepUntil).
+				Msg("resuming the session's retry chain from its record")
+			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
+		}
+		clearRecord = clear
+	}
+	extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli())
+	for i, e := range extra {
+		e.Seq = r.seq + uint64(i) + 1
+	}
+	var err error
+	switch {
+	case clearRecord: // a record not resumed goes, with the marker: its due time must wake nobody
+		err = records.CommitRecord(history.Record{}, extra...)
+	case len(extra) > 0:
+		err = cfg.History.Append(extra...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
 		if err := cfg.History.Sync(); err != nil {
 			return nil, err
 		}
@@ -144,6 +176,11 @@ func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedS
 	return pid, err
 }
 
+// Resumes reports whether the session resumes a retry chain from its
+// record when it starts: its actor should start at once, to arm the
+// chain's timer.
+func (p *PreparedSession) Resumes() bool { return p.resumed != nil && p.resumed.record != nil }
+
 // Drop closes the history of a prepared session that never started.
 func (p *PreparedSession) Drop() error { return p.cfg.History.Close() }
 
@@ -158,6 +195,14 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.started(ctx)
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
+	case *messages.AttachPrompt:
+		s.attach(ctx, m)
+	case *messages.HandOver:
+		s.handOver(ctx)
+	case *messages.ResumeChain:
+		// A session resumed from its record arms its backoff timer again for
+		// what is left of it (at once when it is past due).
+		s.step(ctx, session.Input{Kind: session.InTimerLost})
 	case *messages.CredentialSelected:
 		s.step(ctx, session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()})
 	case *messages.TurnDelta:
@@ -259,7 +304,12 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		if !s.passivating {
+		d := s.dur
+		if d != nil && d.handOverTo != nil { // stopped before the session came to rest
+			ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+			d.handOverTo = nil
+		}
+		if !s.passivating && (d == nil || !d.handingOver) {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 		s.stopRetry(ctx)
@@ -291,6 +341,9 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		return
 	}
 	s.waiter, s.historyErr = ctx.Sender(), nil
+	if d := s.dur; d != nil {
+		d.waiterAttached, d.orphan = false, nil
+	}
 	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
 	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
 	if err == "" && m.GetAck() {
@@ -309,7 +362,7 @@ func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string
 	}
 	if err := s.appendSynced(toRuntime, entries...); err != nil {
 		if s.historyErr == nil {
-			s.historyErr = err
+			s.historyErr = s.historyError(err)
 		}
 		return err.Error()
 	}
@@ -342,6 +395,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		for i := range effects {
 			s.execute(ctx, &effects[i])
 		}
+		if d := s.dur; d != nil && d.records != nil {
+			s.commitStep(d)
+		}
 		clear(effects) // drop what the effects point to
 		if err := s.stepHistoryErr; err != nil {
 			// A history write failed: the prompt ends with it (the core
@@ -367,6 +423,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
+	if d := s.dur; d != nil && d.handOverTo != nil {
+		s.handOverIfAtRest(ctx, d)
+	}
 	return historyErr
 }
 
@@ -410,18 +469,22 @@ func (s *SessionActor) tryStep(out []session.Effect, now time.Time, in session.I
 
 // publishState mirrors what callers read without asking the actor.
 func (s *SessionActor) publishState() {
-	st := s.cfg.State
-	st.busy.Store(s.core.Busy())
-	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
-	st.phase.Store(uint32(s.core.State()))
+	s.cfg.State.publish(&s.core, s.compactWaiter != nil)
+}
+
+// publish mirrors the core's state; compacting: a manual compaction runs.
+func (st *SessionState) publish(c *session.Core, compacting bool) {
+	st.busy.Store(c.Busy())
+	st.compacting.Store(c.State() == session.Compacting || compacting)
+	st.phase.Store(uint32(c.State()))
 	var retryAt int64
-	if t := s.core.WaitingUntil(); !t.IsZero() {
+	if t := c.WaitingUntil(); !t.IsZero() {
 		retryAt = t.UnixNano()
 	}
 	st.retryAt.Store(retryAt)
-	st.retrying.Store(s.core.IsRetrying())
-	st.generation.Store(s.core.Generation())
-	st.autoRetry.Store(s.core.AutoRetryEnabled())
+	st.retrying.Store(c.IsRetrying())
+	st.generation.Store(c.Generation())
+	st.autoRetry.Store(c.AutoRetryEnabled())
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
@@ -437,7 +500,8 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
-	if r == nil { // restarted after a panic: the history on disk is the truth
+	restarted := r == nil
+	if restarted { // restarted after a panic: the history on disk is the truth
 		entries, err := s.cfg.History.Load()
 		if err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
@@ -450,6 +514,21 @@ func (s *SessionActor) started(ctx actor.Context) {
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
+	}
+	if records, ok := s.cfg.History.(history.RecordLog); ok {
+		// After a restart the chain is gone, but its record may be left:
+		// the session's next step at rest clears it.
+		s.dur = &durable{records: records, recordKept: restarted}
+	}
+	if rec := r.record; rec != nil && s.dur != nil {
+		core, err := session.Resume(cfg, s.newSource(), *rec)
+		if err == nil {
+			s.core, s.dur.recordKept = *core, true
+			s.cfg.State.Init(rec.Model, rec.AutoRetry)
+			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
+			return
+		}
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("resume from the session record; starting idle")
 	}
 	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
@@ -529,8 +608,18 @@ func (s *SessionActor) appendSynced(toRuntime bool, entries ...*messages.Entry) 
 // the step's effects are carried out the core learns of it.
 func (s *SessionActor) historyFailed(err error, revertModel bool) {
 	if s.stepHistoryErr == nil {
-		s.stepHistoryErr, s.revertModel = err, revertModel
+		s.stepHistoryErr, s.revertModel = s.historyError(err), revertModel
 	}
+}
+
+// historyError is err, a failed write of the session's Log, as the
+// *history.Error the Log's contract promises (another error is wrapped in
+// one).
+func (s *SessionActor) historyError(err error) *history.Error {
+	if he, ok := err.(*history.Error); ok {
+		return he
+	}
+	return &history.Error{Op: "append", Path: s.cfg.ID, Err: err}
 }
 
 // checkModel validates a model the user picks.

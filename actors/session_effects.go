@@ -2,13 +2,11 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/session"
@@ -24,6 +22,10 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.emit(&e.Event)
 	case session.AppendModelChange:
 		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
+		if d := s.dur; d != nil && d.records != nil { // written with the step's record (commitStep)
+			s.batchModelChange(d, entry)
+			return
+		}
 		write := s.append
 		if e.Change.Reason == "user" {
 			write = s.appendSynced
@@ -74,6 +76,9 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
+		if s.dur != nil {
+			s.dur.armed = true
+		}
 		if s.passivates(e) {
 			// The scheduler wakes the session by id: it may leave its actors
 			// while it waits.
@@ -147,12 +152,16 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.Settle:
 		if s.waiter != nil {
 			res := promptResult(e.Result)
-			var he *history.Error
-			if errors.As(s.historyErr, &he) && e.Result.ErrorKind == session.KindHistory {
+			if he := s.historyErr; he != nil && e.Result.ErrorKind == session.KindHistory {
 				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
 			}
 			ctx.Send(s.waiter, res)
 			s.waiter = nil
+			if s.dur != nil {
+				s.dur.waiterAttached = false
+			}
+		} else {
+			s.durable().orphan = promptResult(e.Result)
 		}
 	case session.RejectPrompt:
 		ctx.Respond(promptResult(e.Result))
