@@ -84,6 +84,9 @@ type Config struct {
 	// Retry ("retry") is the retry settings group; keys left out keep the
 	// values of retry.DefaultSettings().
 	Retry retry.Settings
+	// Cluster ("cluster") is how this runtime joins a cluster (see
+	// Cluster); nil when the file has no [cluster] table.
+	Cluster *Cluster
 }
 
 // Kind is the API a provider speaks.
@@ -364,6 +367,9 @@ func (c *Config) check() (map[string][]string, []Problem) {
 		keys[name] = v.provider(name, c.Providers[name])
 	}
 	v.retry(c.Retry)
+	if c.Cluster != nil {
+		v.cluster(c.Cluster)
+	}
 	return keys, v.probs
 }
 
