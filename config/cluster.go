@@ -39,14 +39,14 @@ type Cluster struct {
 	Name string
 	// Host ("host") is the address the node's gRPC remote binds to;
 	// default DefaultClusterHost (loopback). "0.0.0.0" or "::" bind every
-	// interface and then need AdvertiseHost.
+	// interface and then need AdvertiseAddress.
 	Host string
 	// Port ("port") is the gRPC remote's port; 0 (the default) picks a
 	// free one, which the membership service advertises.
 	Port int
-	// AdvertiseHost ("advertise_host") is the address other nodes reach
-	// this one at; default Host.
-	AdvertiseHost string
+	// AdvertiseAddress ("advertise_address") is the host:port other nodes
+	// reach this one at; default Host:Port.
+	AdvertiseAddress string
 	// Membership ("membership") is how nodes find each other:
 	// MembershipEtcd (with Etcd) or MembershipAutomanaged (with
 	// Automanaged). Required.
@@ -118,7 +118,7 @@ func decodeCluster(t *table) *Cluster {
 	t.str("name", &c.Name)
 	t.str("host", &c.Host)
 	t.count("port", &c.Port)
-	t.str("advertise_host", &c.AdvertiseHost)
+	t.str("advertise_address", &c.AdvertiseAddress)
 	t.str("membership", &c.Membership)
 	t.str("database_url", &c.DatabaseURL)
 	t.str("database_url_env", &c.DatabaseURLEnv)
@@ -160,13 +160,14 @@ func (v *validator) cluster(c *Cluster) {
 		v.plain(at+".name", "cluster name", c.Name)
 	}
 	v.host(at+".host", c.Host)
-	if c.AdvertiseHost != "" {
-		v.host(at+".advertise_host", c.AdvertiseHost)
-		if ip := net.ParseIP(c.AdvertiseHost); ip != nil && ip.IsUnspecified() {
-			v.add(at+".advertise_host", "must be an address other nodes can reach, not %q", c.AdvertiseHost)
+	if c.AdvertiseAddress != "" {
+		if host, ok := v.hostPort(at+".advertise_address", c.AdvertiseAddress); ok {
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				v.add(at+".advertise_address", "must be an address other nodes can reach, not %q", c.AdvertiseAddress)
+			}
 		}
 	} else if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
-		v.add(at+".advertise_host", "required when host is %q (other nodes cannot reach that address)", c.Host)
+		v.add(at+".advertise_address", "required when host is %q (other nodes cannot reach that address)", c.Host)
 	}
 	v.port(at+".port", c.Port, true)
 	switch c.Membership {
@@ -256,15 +257,7 @@ func (v *validator) automanaged(c *Cluster) {
 		v.add(at+".peers", `at least one peer is required (every node's host:port, this one's included)`)
 	}
 	for i, p := range a.Peers {
-		key := fmt.Sprintf("%s.peers[%d]", at, i)
-		host, port, err := net.SplitHostPort(p)
-		if err != nil || host == "" {
-			v.add(key, "want host:port, got %q", p)
-			continue
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			v.add(key, "port of %q must be 1 to 65535", p)
-		}
+		v.hostPort(fmt.Sprintf("%s.peers[%d]", at, i), p)
 	}
 	if a.Refresh <= 0 {
 		v.add(at+".refresh_ms", "must be above 0, got %d", a.Refresh.Milliseconds())
@@ -327,6 +320,21 @@ func (v *validator) host(key, h string) {
 	if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("/:@[]", r) }) {
 		v.add(key, "want a host name or IP address, got %q", h)
 	}
+}
+
+// hostPort checks a host:port address with a port from 1 to 65535 and
+// returns its host.
+func (v *validator) hostPort(key, addr string) (string, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		v.add(key, "want host:port, got %q", addr)
+		return "", false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.add(key, "port of %q must be 1 to 65535", addr)
+		return "", false
+	}
+	return host, true
 }
 
 // port checks a port number; zero is allowed when free is.

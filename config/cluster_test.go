@@ -58,7 +58,7 @@ func TestClusterTable(t *testing.T) {
 name = "prod"
 host = "0.0.0.0"
 port = 7002
-advertise_host = "10.0.0.2"
+advertise_address = "203.0.113.7:17002"
 membership = "automanaged"
 database_url_env = "MUSEPI_TEST_DB"
 node_name = "node-2"
@@ -77,7 +77,7 @@ refresh_ms = 500
 			t.Fatal(err)
 		}
 		c := cfg.Cluster
-		want := &Cluster{Name: "prod", Host: "0.0.0.0", Port: 7002, AdvertiseHost: "10.0.0.2", Membership: "automanaged",
+		want := &Cluster{Name: "prod", Host: "0.0.0.0", Port: 7002, AdvertiseAddress: "203.0.113.7:17002", Membership: "automanaged",
 			DatabaseURLEnv: "MUSEPI_TEST_DB", NodeName: "node-2", Lease: 5 * time.Second, RequestTimeout: time.Second,
 			RequestAttempts: 5, LeaveTimeout: 20 * time.Second,
 			Etcd:        ClusterEtcd{Prefix: "/musepi", DialTimeout: 5 * time.Second},
@@ -126,16 +126,17 @@ func TestClusterValidation(t *testing.T) {
 		name, rest string
 		key, msg   string // a problem with exactly this key whose message contains msg
 	}{
-		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_host, automanaged, database_url, database_url_env, etcd, host, lease_ms, leave_timeout_ms, membership, name, node_name, port, request_attempts, request_timeout_ms)"},
-		{"misspelt key", set(etcdCluster, "advertiseHost", `"x"`), "cluster.advertiseHost", `did you mean "advertise_host"?`},
+		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, host, lease_ms, leave_timeout_ms, membership, name, node_name, port, request_attempts, request_timeout_ms)"},
+		{"misspelt key", set(etcdCluster, "advertiseAddress", `"x"`), "cluster.advertiseAddress", `did you mean "advertise_address"?`},
 		{"a password key", set(etcdCluster, "database_password", `"hunter2"`), "cluster.database_password", "put the password in the URL held by the environment variable"},
 		{"name missing", set(etcdCluster, "name", ""), "cluster.name", "required (the cluster's name, the same on every node)"},
 		{"name with a slash", set(etcdCluster, "name", `"a/b"`), "cluster.name", `must not contain '/' or '@', got "a/b"`},
 		{"name not a string", set(etcdCluster, "name", "1"), "cluster.name", "must be a string, got an integer"},
 		{"host empty", set(etcdCluster, "host", `""`), "cluster.host", "must not be empty"},
 		{"host with a port", set(etcdCluster, "host", `"127.0.0.1:7001"`), "cluster.host", `want a host name or IP address, got "127.0.0.1:7001"`},
-		{"any-address host without advertise_host", set(etcdCluster, "host", `"0.0.0.0"`), "cluster.advertise_host", `required when host is "0.0.0.0"`},
-		{"advertise_host unspecified", set(etcdCluster, "advertise_host", `"::"`), "cluster.advertise_host", "must be an address other nodes can reach"},
+		{"any-address host without advertise_address", set(etcdCluster, "host", `"0.0.0.0"`), "cluster.advertise_address", `required when host is "0.0.0.0"`},
+		{"advertise_address unspecified", set(etcdCluster, "advertise_address", `"[::]:7001"`), "cluster.advertise_address", "must be an address other nodes can reach"},
+		{"advertise_address without port", set(etcdCluster, "advertise_address", `"10.0.0.2"`), "cluster.advertise_address", `want host:port, got "10.0.0.2"`},
 		{"port out of range", set(etcdCluster, "port", "70000"), "cluster.port", "must be 0 to 65535, got 70000"},
 		{"port negative", set(etcdCluster, "port", "-1"), "cluster.port", "must be 0 to 65535, got -1"},
 		{"membership missing", set(etcdCluster, "membership", ""), "cluster.membership", `required ("etcd" or "automanaged")`},

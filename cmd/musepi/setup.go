@@ -45,7 +45,7 @@ type setupFlags struct {
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
-	f := &setupFlags{}
+	f := addLogFlags(fs)
 	fs.StringVar(&f.config, "config", "", "configuration file (TOML; see config/README.md)")
 	fs.StringVar(&f.provider, "provider", "", `talk to one provider: "openai", "openai-responses" or "anthropic" (key from --api-key-env)`)
 	fs.StringVar(&f.baseURL, "base-url", "", "base URL of that provider (default: the provider's public API)")
@@ -53,6 +53,13 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 	fs.StringVar(&f.keyEnv, "api-key-env", "", "environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY)")
 	fs.StringVar(&f.historyDir, "history-dir", "", "keep session history in this directory (default: memory)")
 	fs.StringVar(&f.historySync, "history-sync", "", `fsync history files after each "turn" (default), each "entry", or "none"`)
+	return f
+}
+
+// addLogFlags adds the logging flags alone (-v, --log-format), for
+// commands that run against no single provider.
+func addLogFlags(fs *flag.FlagSet) *setupFlags {
+	f := &setupFlags{}
 	fs.BoolVar(&f.verbose, "v", false, "log runtime diagnostics to stderr")
 	fs.StringVar(&f.logFormat, "log-format", "text", `log format on stderr: "text" (plain lines, coloured on a terminal only) or "json" (one object a line, for machines)`)
 	return f
