@@ -94,6 +94,10 @@ func runNode(args []string) int {
 
 	<-ctx.Done()
 	stop() // a second signal kills the process
+	if p := n.member.Propagation(); p.Count > 0 {
+		fmt.Fprintf(stderr, "musepi node: block propagation to this node: %d changes, mean %s, max %s\n",
+			p.Count, p.Mean.Round(time.Microsecond), p.Max.Round(time.Microsecond))
+	}
 	fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(context.Background(), cfg.Cluster.LeaveTimeout)
