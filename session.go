@@ -537,13 +537,13 @@ func (s *Session) closedError() error {
 // falls behind it misses deltas first, never a terminal event (see
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
-	unsubscribe = s.events.Subscribe(goEvents(fn))
+	unsub := s.events.Subscribe(goEvents(fn))
 	if s.remote == nil {
-		return unsubscribe
+		return unsub
 	}
 	s.remote.watch() // the activation relays the events while anyone listens
 	return func() {
-		unsubscribe()
+		unsub()
 		s.remote.watch()
 	}
 }
