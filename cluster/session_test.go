@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
@@ -21,7 +23,39 @@ import (
 )
 
 // sessionScenarios is how many scenarios TestSessionKind's child runs.
-const sessionScenarios = 5
+const sessionScenarios = 6
+
+// TestJoinClusterRefuses: what JoinCluster refuses, before it starts a
+// member.
+func TestJoinClusterRefuses(t *testing.T) {
+	mb := cluster.InProcess(test.NewInMemAgent())
+	unused := &pgstore.Store{} // refused before the store is used
+	llm := musepi.WithProvider("p", provider.NewScripted())
+	for _, tc := range []struct {
+		name string
+		cc   musepi.ClusterConfig
+		opts []musepi.Option
+		want string
+	}{
+		{"no store", musepi.ClusterConfig{Name: "c", Membership: mb}, []musepi.Option{llm}, "no Store"},
+		{"negative handover timeout", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused, HandoverTimeout: -time.Second},
+			[]musepi.Option{llm}, "negative HandoverTimeout"},
+		{"a virtual clock", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused},
+			[]musepi.Option{llm, musepi.WithClock(clock.NewVirtual(time.Unix(0, 0)))}, "wall clock"},
+		{"an invalid option", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused},
+			[]musepi.Option{musepi.WithProvider("", nil)}, "WithProvider"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, err := musepi.JoinCluster(context.Background(), tc.cc, tc.opts...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				if rt != nil {
+					_ = rt.Shutdown(context.Background())
+				}
+				t.Fatalf("JoinCluster = %v; want an error about %q", err, tc.want)
+			}
+		})
+	}
+}
 
 // TestSessionKind runs the session kind's scenarios on 3 runtimes of
 // JoinCluster in one process (protoactor's in-process provider), in a
@@ -71,13 +105,34 @@ func TestSessionKind(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	c := &sessionCluster{nodes: nodes, llm: llm}
+	clientStore, err := pgstore.Connect(context.Background(), url, pgstore.WithNode("client"))
+	if err != nil {
+		t.Fatal(failed, err)
+	}
+	client, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: name, Membership: cluster.InProcess(agent),
+		Store: clientStore, Client: true},
+		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
+		musepi.WithRetrySettings(settings))
+	if err != nil {
+		t.Fatal(failed, err)
+	}
+	t.Cleanup(func() { _ = client.Shutdown(context.Background()) })
+	for _, rt := range append([]*musepi.Runtime{client}, nodes...) {
+		for len(rt.ClusterMembers()) != 4 {
+			if time.Now().After(deadline) {
+				t.Fatalf(failed+"a node sees %d members, want 4 (3 and the client)", len(rt.ClusterMembers()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	c := &sessionCluster{nodes: nodes, client: client, llm: llm}
 	for _, sc := range []struct {
 		name string
 		run  func(*testing.T, *sessionCluster)
 	}{
 		{"sessions spread over all 3 members", spread},
 		{"prompt from member 1 to a session on member 3", remotePrompt},
+		{"a client reaches sessions and hosts none; close and reopen elsewhere", clientAndClose},
 		{"429 for a key on node 1 moves nodes 2 and 3 to the other key", sharedKeyBlock},
 		{"the hosting member leaves mid-backoff", hostLeaves},
 		{"every history complete in the database", func(t *testing.T, c *sessionCluster) { checkHistories(t, url) }},
@@ -90,7 +145,8 @@ func TestSessionKind(t *testing.T) {
 }
 
 type sessionCluster struct {
-	nodes []*musepi.Runtime
+	nodes  []*musepi.Runtime
+	client *musepi.Runtime
 	llm   *provider.Scripted
 	mu    sync.Mutex
 	next  int
@@ -145,6 +201,50 @@ func spread(t *testing.T, c *sessionCluster) {
 	t.Logf("24 sessions opened through node 1, hosted: node 1 %d, node 2 %d, node 3 %d", hosts[0], hosts[1], hosts[2])
 	if len(hosts) != 3 {
 		t.Errorf(failed+"sessions hosted on %d nodes; want all 3: %v", len(hosts), hosts)
+	}
+}
+
+func clientAndClose(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	if _, err := c.client.NewSession(ctx, musepi.WithSessionID("steered"), musepi.WithModel("p/m1"),
+		musepi.WithSteering(func() []string { return nil })); err == nil || !strings.Contains(err.Error(), "WithSteering") {
+		t.Errorf(failed+"NewSession with WithSteering in cluster mode = %v; want it refused", err)
+	}
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("client-%d", i)
+		s, err := c.client.NewSession(ctx, musepi.WithSessionID(id), musepi.WithModel("p/m1"))
+		if err != nil {
+			t.Fatalf(failed+"NewSession through the client: %v", err)
+		}
+		if msg, err := s.Prompt(ctx, "hi"); err != nil || msg.Text() != "ok" {
+			t.Fatalf(failed+"prompt through the client: %v, %v", msg, err)
+		}
+		ids = append(ids, id)
+	}
+	if n := c.client.Stats().Sessions; n != 0 {
+		t.Errorf(failed+"the client hosts %d sessions; want none", n)
+	}
+	if got := len(c.client.Sessions()); got != 6 {
+		t.Errorf(failed+"the client has %d handles; want 6", got)
+	}
+	s, _ := c.client.Session(ids[0])
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf(failed+"close through the client: %v", err)
+	}
+	if _, err := s.Prompt(ctx, "after close"); !errors.Is(err, musepi.ErrSessionClosed) {
+		t.Errorf(failed+"prompt on a closed handle = %v; want ErrSessionClosed", err)
+	}
+	again, err := c.nodes[1].NewSession(ctx, musepi.WithSessionID(ids[0]), musepi.WithModel("p/m1"))
+	if err != nil {
+		t.Fatalf(failed+"reopen through node 2: %v", err)
+	}
+	if _, err := again.Prompt(ctx, "again"); err != nil {
+		t.Fatalf(failed+"prompt after reopening: %v", err)
+	}
+	h, err := again.History(ctx)
+	if err != nil || len(h) != 4 {
+		t.Errorf(failed+"history after close and reopen: %d entries, %v; want 4", len(h), err)
 	}
 }
 
@@ -249,7 +349,11 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 	})
 	defer unsub()
 	done := make(chan error, 1)
-	s.PromptAsync(context.Background(), "hi", func(_ *musepi.AssistantMessage, err error) { done <- err })
+	var ended time.Time
+	s.PromptAsync(context.Background(), "hi", func(_ *musepi.AssistantMessage, err error) {
+		ended = time.Now()
+		done <- err
+	})
 	select {
 	case <-backoff:
 	case <-time.After(10 * time.Second):
@@ -267,6 +371,12 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 		if !errors.Is(err, musepi.ErrHostLeft) {
 			t.Errorf(failed+"the prompt waiting on node 3 ended with %v; want ErrHostLeft", err)
 		}
+		// Told by the handover (SessionMoved), not by the grace period
+		// after the topology change (HandoverTimeout + RequestTimeout).
+		if d := ended.Sub(start); d > 3*time.Second {
+			t.Errorf(failed+"the prompt ended %v after node 3 began to leave; want it told by the handover", d)
+		}
+		t.Logf("the prompt waiting on node 3 ended %v after it began to leave", ended.Sub(start))
 	case <-time.After(15 * time.Second):
 		t.Fatal(failed + "the prompt waiting on node 3 never ended")
 	}
@@ -313,7 +423,7 @@ func checkHistories(t *testing.T, url string) {
 		t.Fatal(failed, rows.Err())
 	}
 	t.Logf("%d sessions, %d entries, seq contiguous", len(last), n)
-	if len(last) < 28 {
+	if len(last) < 34 {
 		t.Errorf(failed+"%d sessions in the database; want every session opened", len(last))
 	}
 }
