@@ -147,9 +147,9 @@ func TestSessionKind(t *testing.T) {
 type sessionCluster struct {
 	nodes  []*musepi.Runtime
 	client *musepi.Runtime
-	llm   *provider.Scripted
-	mu    sync.Mutex
-	next  int
+	llm    *provider.Scripted
+	mu     sync.Mutex
+	next   int
 }
 
 // open opens a new session through node from and returns it with the
