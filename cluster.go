@@ -241,3 +241,12 @@ func (n *clusterNode) shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ClusterMembers are the addresses of the cluster's members as this node
+// last saw them, itself included (nil: not a runtime of JoinCluster).
+func (rt *Runtime) ClusterMembers() []string {
+	if rt.cluster == nil {
+		return nil
+	}
+	return rt.cluster.member.Members()
+}

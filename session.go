@@ -489,6 +489,9 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 		var to *actor.PID
 		err := s.deliver(func(pid *actor.PID) {
 			to = pid
+			if s.remote != nil {
+				s.remote.asked(f.PID(), pid)
+			}
 			s.rt.cfg.clock.Begin()
 			s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
 		})
@@ -497,6 +500,9 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 			return nil, err
 		}
 		res, err := waitResult(ctx, f)
+		if s.remote != nil {
+			s.remote.answered(f.PID())
+		}
 		if errors.Is(err, actor.ErrDeadLetter) && s.remote != nil && try < openAttempts {
 			s.remote.stale(to) // the activation was gone: look it up again
 			continue
@@ -537,13 +543,13 @@ func (s *Session) closedError() error {
 // falls behind it misses deltas first, never a terminal event (see
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
-	unsubscribe = s.events.Subscribe(goEvents(fn))
+	unsub := s.events.Subscribe(goEvents(fn))
 	if s.remote == nil {
-		return unsubscribe
+		return unsub
 	}
 	s.remote.watch() // the activation relays the events while anyone listens
 	return func() {
-		unsubscribe()
+		unsub()
 		s.remote.watch()
 	}
 }

@@ -32,7 +32,8 @@ type remoteSession struct {
 	pid     *actor.PID // the open activation (nil: look it up)
 	events  bool       // the activation relays events to the relay
 	pending map[*pendingPrompt]struct{}
-	gone    bool // released: the handle is closed
+	asks    map[*actor.PID]*actor.PID // a request's future -> the activation asked
+	gone    bool                      // released: the handle is closed
 }
 
 // openAttempts bounds the lookups and opens of one delivery.
@@ -44,7 +45,7 @@ func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Sess
 	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen)}
 	s.state.Init(cfg.model, settings.Enabled)
-	r := &remoteSession{s: s, node: n, pending: map[*pendingPrompt]struct{}{},
+	r := &remoteSession{s: s, node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
 		open: &messages.SessionOpen{Model: cfg.model, Role: cfg.role, Settings: settings.Proto()}}
 	r.relay, _ = rt.system.ProcessRegistry.Add(&relayProcess{r: r}, "session-relay"+rt.system.ProcessRegistry.NextId())
 	r.open.WatcherAddress, r.open.WatcherId = r.relay.GetAddress(), r.relay.GetId()
@@ -146,7 +147,11 @@ func (r *remoteSession) stale(pid *actor.PID) {
 }
 
 // hostLeft: the member at addr left the cluster. If it hosted the
-// session, its prompts in flight there are lost with it.
+// session, the next message finds the session's new activation. The
+// prompts waiting on it get until the handover timeout (and a request
+// timeout more) for their reply or a SessionMoved: a node that leaves
+// gracefully hands the session over and answers them; one that died
+// never will, and they end with ErrHostLeft.
 func (r *remoteSession) hostLeft(addr string) {
 	r.mu.Lock()
 	pid := r.pid
@@ -155,7 +160,39 @@ func (r *remoteSession) hostLeft(addr string) {
 		return
 	}
 	r.stale(pid)
-	r.orphaned(pid, 0)
+	time.AfterFunc(r.node.cc.HandoverTimeout+r.node.member.RequestTimeout(), func() {
+		r.redirectAsks(pid)
+		r.orphaned(pid, 0)
+	})
+}
+
+// asked records that the request of future went to the activation to;
+// r.mu is held (in deliver).
+func (r *remoteSession) asked(future, to *actor.PID) { r.asks[future] = to }
+
+// answered forgets the request of future.
+func (r *remoteSession) answered(future *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.asks, future)
+}
+
+// redirectAsks ends the requests still waiting on the activation from
+// (handed over, or gone with its node) with a dead letter, on which
+// Session.ask sends them again to the session's new activation.
+func (r *remoteSession) redirectAsks(from *actor.PID) {
+	r.mu.Lock()
+	var futures []*actor.PID
+	for f, to := range r.asks {
+		if to.Equal(from) {
+			futures = append(futures, f)
+			delete(r.asks, f)
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range futures {
+		r.node.rt.system.Root.Send(f, &actor.DeadLetterResponse{Target: from})
+	}
 }
 
 // moved: the activation from handed the session over, leaving the prompt
@@ -163,6 +200,7 @@ func (r *remoteSession) hostLeft(addr string) {
 // not yet taken (still in its mailbox as it stopped) go to the new one.
 func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
 	r.stale(from)
+	r.redirectAsks(from)
 	if orphaned != 0 {
 		r.orphaned(from, orphaned)
 	}
