@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
 )
 
@@ -69,12 +70,11 @@ type Cluster struct {
 	// without renewal: a node dead this long frees its sessions. Default
 	// DefaultLease.
 	Lease time.Duration
-	// RequestTimeout ("request_timeout_ms") bounds one attempt of a
-	// request to a shared actor; default cluster.DefaultRequestTimeout.
-	RequestTimeout time.Duration
-	// RequestAttempts ("request_attempts") is how many times such a
-	// request is tried; default cluster.DefaultRequestAttempts.
-	RequestAttempts int
+	// HandoverTimeout ("handover_timeout_ms") bounds how long a session
+	// that moves waits for its turn in flight, and how long its new
+	// activation waits for the old one to let go of its history; default
+	// musepi.DefaultHandoverTimeout.
+	HandoverTimeout time.Duration
 	// LeaveTimeout ("leave_timeout_ms") bounds a graceful leave (SIGTERM):
 	// handing the node's sessions over and leaving the membership. Default
 	// DefaultLeaveTimeout.
@@ -112,9 +112,9 @@ type ClusterAutomanaged struct {
 // defaults.
 func decodeCluster(t *table) *Cluster {
 	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
-		RequestTimeout: cluster.DefaultRequestTimeout, RequestAttempts: cluster.DefaultRequestAttempts,
-		Etcd:        ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
-		Automanaged: ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
+		HandoverTimeout: musepi.DefaultHandoverTimeout,
+		Etcd:            ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
+		Automanaged:     ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
 	t.str("name", &c.Name)
 	t.str("host", &c.Host)
 	t.count("port", &c.Port)
@@ -124,8 +124,7 @@ func decodeCluster(t *table) *Cluster {
 	t.str("database_url_env", &c.DatabaseURLEnv)
 	t.str("node_name", &c.NodeName)
 	t.millis("lease_ms", &c.Lease)
-	t.millis("request_timeout_ms", &c.RequestTimeout)
-	t.count("request_attempts", &c.RequestAttempts)
+	t.millis("handover_timeout_ms", &c.HandoverTimeout)
 	t.millis("leave_timeout_ms", &c.LeaveTimeout)
 	if et, ok := t.sub("etcd"); ok {
 		c.Etcd.Endpoints = []string{} // present: checked even when empty
@@ -181,17 +180,17 @@ func (v *validator) cluster(c *Cluster) {
 		v.add(at+".membership", `unknown membership %q (want "etcd" or "automanaged")`, c.Membership)
 	}
 	v.database(c)
+	if v.c.HistoryDir != "" {
+		v.add("history_dir", "not with a [cluster] table: the cluster keeps session histories in its database")
+	}
 	if c.NodeName != "" {
 		v.plain(at+".node_name", "node name", c.NodeName)
 	}
 	if c.Lease < 100*time.Millisecond {
 		v.add(at+".lease_ms", "must be at least 100, got %d", c.Lease.Milliseconds())
 	}
-	if c.RequestTimeout <= 0 {
-		v.add(at+".request_timeout_ms", "must be above 0, got %d", c.RequestTimeout.Milliseconds())
-	}
-	if c.RequestAttempts < 1 {
-		v.add(at+".request_attempts", "must be 1 or more, got %d", c.RequestAttempts)
+	if c.HandoverTimeout <= 0 {
+		v.add(at+".handover_timeout_ms", "must be above 0, got %d", c.HandoverTimeout.Milliseconds())
 	}
 	if c.LeaveTimeout <= 0 {
 		v.add(at+".leave_timeout_ms", "must be above 0, got %d", c.LeaveTimeout.Milliseconds())

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi"
 )
 
 // etcdCluster is a valid [cluster] table with etcd membership that the
@@ -41,8 +41,7 @@ func TestClusterTable(t *testing.T) {
 		}
 		want := &Cluster{Name: "dev", Host: "127.0.0.1", Port: 7001, Membership: "etcd",
 			DatabaseURL: "postgres://musepi@127.0.0.1:5432/musepi?sslmode=disable",
-			Lease:       15 * time.Second, RequestTimeout: cluster.DefaultRequestTimeout,
-			RequestAttempts: cluster.DefaultRequestAttempts, LeaveTimeout: 30 * time.Second,
+			Lease:       15 * time.Second, HandoverTimeout: musepi.DefaultHandoverTimeout, LeaveTimeout: 30 * time.Second,
 			Etcd:        ClusterEtcd{Endpoints: []string{"http://127.0.0.1:2379"}, Prefix: "/musepi", DialTimeout: 5 * time.Second},
 			Automanaged: ClusterAutomanaged{Refresh: time.Second}}
 		if !reflect.DeepEqual(cfg.Cluster, want) {
@@ -63,8 +62,7 @@ membership = "automanaged"
 database_url_env = "MUSEPI_TEST_DB"
 node_name = "node-2"
 lease_ms = 5000
-request_timeout_ms = 1000
-request_attempts = 5
+handover_timeout_ms = 5000
 leave_timeout_ms = 20000
 [cluster.automanaged]
 host = "10.0.0.2"
@@ -78,10 +76,10 @@ refresh_ms = 500
 		}
 		c := cfg.Cluster
 		want := &Cluster{Name: "prod", Host: "0.0.0.0", Port: 7002, AdvertiseAddress: "203.0.113.7:17002", Membership: "automanaged",
-			DatabaseURLEnv: "MUSEPI_TEST_DB", NodeName: "node-2", Lease: 5 * time.Second, RequestTimeout: time.Second,
-			RequestAttempts: 5, LeaveTimeout: 20 * time.Second,
-			Etcd:        ClusterEtcd{Prefix: "/musepi", DialTimeout: 5 * time.Second},
-			Automanaged: ClusterAutomanaged{Host: "10.0.0.2", Port: 6332, Peers: []string{"10.0.0.1:6331", "10.0.0.2:6332"}, Refresh: 500 * time.Millisecond}}
+			DatabaseURLEnv: "MUSEPI_TEST_DB", NodeName: "node-2", Lease: 5 * time.Second, HandoverTimeout: 5 * time.Second,
+			LeaveTimeout: 20 * time.Second,
+			Etcd:         ClusterEtcd{Prefix: "/musepi", DialTimeout: 5 * time.Second},
+			Automanaged:  ClusterAutomanaged{Host: "10.0.0.2", Port: 6332, Peers: []string{"10.0.0.1:6331", "10.0.0.2:6332"}, Refresh: 500 * time.Millisecond}}
 		if !reflect.DeepEqual(c, want) {
 			t.Errorf("cluster\n%+v, want\n%+v", c, want)
 		}
@@ -126,7 +124,8 @@ func TestClusterValidation(t *testing.T) {
 		name, rest string
 		key, msg   string // a problem with exactly this key whose message contains msg
 	}{
-		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, host, lease_ms, leave_timeout_ms, membership, name, node_name, port, request_attempts, request_timeout_ms)"},
+		{"history_dir with a cluster", etcdCluster, "history_dir", "not with a [cluster] table: the cluster keeps session histories in its database"},
+		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, lease_ms, leave_timeout_ms, membership, name, node_name, port)"},
 		{"misspelt key", set(etcdCluster, "advertiseAddress", `"x"`), "cluster.advertiseAddress", `did you mean "advertise_address"?`},
 		{"a password key", set(etcdCluster, "database_password", `"hunter2"`), "cluster.database_password", "put the password in the URL held by the environment variable"},
 		{"name missing", set(etcdCluster, "name", ""), "cluster.name", "required (the cluster's name, the same on every node)"},
@@ -168,14 +167,17 @@ func TestClusterValidation(t *testing.T) {
 		{"database env not postgres (value not quoted)", set(set(etcdCluster, "database_url", ""), "database_url_env", `"MUSEPI_TEST_DB_BAD"`), "cluster.database_url_env", "environment variable MUSEPI_TEST_DB_BAD does not hold a valid postgres:// URL"},
 		{"database env not a name", set(set(etcdCluster, "database_url", ""), "database_url_env", `"postgres://db"`), "cluster.database_url_env", "is not an environment variable name"},
 		{"lease too short", set(etcdCluster, "lease_ms", "50"), "cluster.lease_ms", "must be at least 100, got 50"},
-		{"request timeout zero", set(etcdCluster, "request_timeout_ms", "0"), "cluster.request_timeout_ms", "must be above 0, got 0"},
-		{"request attempts zero", set(etcdCluster, "request_attempts", "0"), "cluster.request_attempts", "must be 1 or more, got 0"},
+		{"handover timeout zero", set(etcdCluster, "handover_timeout_ms", "0"), "cluster.handover_timeout_ms", "must be above 0, got 0"},
 		{"leave timeout a string", set(etcdCluster, "leave_timeout_ms", `"30s"`), "cluster.leave_timeout_ms", "must be an integer, got a string"},
 		{"leave timeout negative", set(etcdCluster, "leave_timeout_ms", "-1"), "cluster.leave_timeout_ms", "must be above 0, got -1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Parse([]byte(doc("", "", tc.rest)))
+			top := ""
+			if strings.HasPrefix(tc.name, "history_dir") {
+				top = "default_model = \"openai/gpt-4o\"\nhistory_dir = \"sessions\""
+			}
+			cfg, err := Parse([]byte(doc(top, "", tc.rest)))
 			if err == nil {
 				t.Fatalf("no error for\n%s", tc.rest)
 			}

@@ -2,24 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	protocluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/rs/zerolog"
-
-	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
 )
 
@@ -71,6 +63,7 @@ func runNode(args []string) int {
 		fmt.Fprintf(stderr, "musepi node: %s has no [cluster] table (see config/README.md)\n", *configPath)
 		return 1
 	}
+	var extra []musepi.Option
 	if *metricsAddr != "" {
 		metrics, err := startMetrics(*metricsAddr)
 		if err != nil {
@@ -79,22 +72,28 @@ func runNode(args []string) int {
 		}
 		defer closeMetrics(metrics)
 		fmt.Fprintf(stderr, "musepi node: metrics on %s\n", metrics.URL())
+		extra = append(extra, metrics.option())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	n, err := joinNode(ctx, cfg, log)
+	rt, err := joinConfig(ctx, cfg, false, log, extra)
 	if err != nil {
 		fmt.Fprintf(stderr, "musepi node: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
-		n.store.Node(), n.member.Address(), cfg.Cluster.Name, cfg.Cluster.Membership)
-	n.reportMembers()
+		nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		reportMembers(ctx, rt)
+	}()
 
 	<-ctx.Done()
 	stop() // a second signal kills the process
-	if p := n.member.Propagation(); p.Count > 0 {
+	<-watched
+	if p := rt.ClusterPropagation(); p.Count > 0 {
 		fmt.Fprintf(stderr, "musepi node: block propagation to this node: %d changes, mean %s, max %s\n",
 			p.Count, p.Mean.Round(time.Microsecond), p.Max.Round(time.Microsecond))
 	}
@@ -102,7 +101,7 @@ func runNode(args []string) int {
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(context.Background(), cfg.Cluster.LeaveTimeout)
 	defer cancel()
-	if err := n.leave(lctx); err != nil {
+	if err := rt.Shutdown(lctx); err != nil {
 		fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
 		return 1
 	}
@@ -110,91 +109,35 @@ func runNode(args []string) int {
 	return 0
 }
 
-// node is a running cluster node: its member and its store.
-type node struct {
-	member *cluster.Member
-	store  *pgstore.Store
-
-	mu      sync.Mutex
-	members []string // last reported
+// nodeName is the node's name in the database: node_name, or the host
+// name.
+func nodeName(c *config.Cluster) string {
+	if c.NodeName != "" {
+		return c.NodeName
+	}
+	host, _ := os.Hostname()
+	return host
 }
 
-// joinNode connects to the database and joins the cluster.
-func joinNode(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*node, error) {
-	cc := cfg.Cluster
-	opts := []pgstore.Option{pgstore.WithLease(cc.Lease), pgstore.WithLogger(log)}
-	if cc.NodeName != "" {
-		opts = append(opts, pgstore.WithNode(cc.NodeName))
-	}
-	store, err := pgstore.Connect(ctx, cc.Database(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
-	}
-	m, err := cluster.Start(cluster.Config{
-		Name: cc.Name, Host: cc.Host, Port: cc.Port, Membership: cc.MembershipProvider(),
-		Providers: clusterProviders(cfg), FallbackChains: cfg.Retry.FallbackChains, Blocks: store,
-		RequestTimeout: cc.RequestTimeout, RequestAttempts: cc.RequestAttempts,
-		Logger: slog.New(zerolog.NewSlogHandler(log)),
-	})
-	if err != nil {
-		return nil, errors.Join(err, store.Close())
-	}
-	return &node{member: m, store: store}, nil
-}
-
-// clusterProviders are the file's providers as the cluster's shared actors
-// take them: their credentials with the keys (Load checked that every
-// variable is set), auto_redeem and the retry budget.
-func clusterProviders(cfg *config.Config) []cluster.Provider {
-	var out []cluster.Provider
-	for _, name := range cfg.ProviderNames() {
-		p := cfg.Providers[name]
-		creds := make([]actors.Credential, len(p.Credentials))
-		for i, cr := range p.Credentials {
-			creds[i] = actors.Credential{Name: cr.Name, APIKey: strings.TrimSpace(os.Getenv(cr.APIKeyEnv)), BankedResets: cr.BankedResets}
+// reportMembers prints "musepi node: members (N): a, b, c" whenever the
+// node's member list changes, until ctx ends. The list is polled every
+// 50 ms: it is kept from protoactor's topology events, and reading it
+// costs a copy.
+func reportMembers(ctx context.Context, rt *musepi.Runtime) {
+	var last []string
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		addrs := rt.ClusterMembers()
+		slices.Sort(addrs)
+		if len(addrs) > 0 && !slices.Equal(addrs, last) {
+			fmt.Fprintf(stderr, "musepi node: members (%d): %s\n", len(addrs), strings.Join(addrs, ", "))
+			last = addrs
 		}
-		out = append(out, cluster.Provider{Name: name, Credentials: creds, AutoRedeem: cfg.AutoRedeem, Budget: cfg.Retry.Budget})
-	}
-	return out
-}
-
-// reportMembers prints the member list now and at every change.
-func (n *node) reportMembers() {
-	n.printMembers(n.member.Members())
-	n.member.System().EventStream.Subscribe(func(evt any) {
-		t, ok := evt.(*protocluster.ClusterTopology)
-		if !ok {
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
 		}
-		addrs := make([]string, 0, len(t.GetMembers()))
-		for _, m := range t.GetMembers() {
-			addrs = append(addrs, m.Address())
-		}
-		n.printMembers(addrs)
-	})
-}
-
-// printMembers prints "musepi node: members (N): a, b, c" when the sorted
-// list differs from the last one printed.
-func (n *node) printMembers(addrs []string) {
-	slices.Sort(addrs)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if slices.Equal(addrs, n.members) || len(addrs) == 0 {
-		return
-	}
-	n.members = addrs
-	fmt.Fprintf(stderr, "musepi node: members (%d): %s\n", len(addrs), strings.Join(addrs, ", "))
-}
-
-// leave leaves the cluster and closes the store, within ctx.
-func (n *node) leave(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- n.member.Leave() }()
-	select {
-	case err := <-done:
-		return errors.Join(err, n.store.Close())
-	case <-ctx.Done():
-		return fmt.Errorf("not done within the bound: %w", ctx.Err())
 	}
 }

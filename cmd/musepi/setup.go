@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
@@ -42,6 +43,7 @@ type setupFlags struct {
 	verbose     bool
 	logFormat   string
 	fast        bool // the demo server's time scaled down 1000× (musepi demo --fast)
+	cluster     bool // join --config's cluster as a client (musepi rpc --cluster)
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
@@ -116,6 +118,8 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	}
 	var su *setup
 	switch {
+	case f.cluster:
+		su, err = f.openCluster(log, extra)
 	case f.config != "":
 		su, err = openConfig(f.config, opts)
 	case f.provider != "":
@@ -127,6 +131,32 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 		su.historyDir = f.historyPath() // the flag overrides the file's history_dir
 	}
 	return su, err
+}
+
+// joinTimeout bounds joining a cluster: connecting to its database and
+// becoming a member.
+const joinTimeout = 30 * time.Second
+
+// openCluster joins the cluster of --config's [cluster] table as a client
+// member, which hosts no sessions: its sessions are hosted by the nodes.
+func (f *setupFlags) openCluster(log zerolog.Logger, extra []musepi.Option) (*setup, error) {
+	switch {
+	case f.config == "":
+		return nil, errors.New("--cluster needs --config (a file with a [cluster] table)")
+	case f.historyDir != "" || f.historySync != "":
+		return nil, errors.New("--history-dir and --history-sync do not apply with --cluster: the cluster keeps histories in its database")
+	}
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
+	defer cancel()
+	rt, err := joinConfig(ctx, cfg, true, log, extra)
+	if err != nil {
+		return nil, err
+	}
+	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg), shutdown: rt.Shutdown}, nil
 }
 
 // openProvider starts a runtime with the one provider of --provider.
