@@ -87,16 +87,12 @@ func runNode(args []string) int {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		reportMembers(ctx, rt)
+		report(ctx, rt)
 	}()
 
 	<-ctx.Done()
 	stop() // a second signal kills the process
 	<-watched
-	if p := rt.ClusterPropagation(); p.Count > 0 {
-		fmt.Fprintf(stderr, "musepi node: block propagation to this node: %d changes, mean %s, max %s\n",
-			p.Count, p.Mean.Round(time.Microsecond), p.Max.Round(time.Microsecond))
-	}
 	fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(context.Background(), cfg.Cluster.LeaveTimeout)
@@ -119,20 +115,28 @@ func nodeName(c *config.Cluster) string {
 	return host
 }
 
-// reportMembers prints "musepi node: members (N): a, b, c" whenever the
-// node's member list changes, until ctx ends. The list is polled every
-// 50 ms: it is kept from protoactor's topology events, and reading it
-// costs a copy.
-func reportMembers(ctx context.Context, rt *musepi.Runtime) {
-	var last []string
+// report prints, until ctx ends, the node's member list whenever it
+// changes ("musepi node: members (N): a, b, c") and how long the blocks
+// and cooldowns other nodes published took to reach this one whenever one
+// arrives ("musepi node: block propagation to this node: N changes, mean
+// M, max X"). Both are polled every 50 ms: the member list is kept from
+// protoactor's topology events, and reading either costs a copy.
+func report(ctx context.Context, rt *musepi.Runtime) {
+	var members []string
+	var propagated int
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		addrs := rt.ClusterMembers()
 		slices.Sort(addrs)
-		if len(addrs) > 0 && !slices.Equal(addrs, last) {
+		if len(addrs) > 0 && !slices.Equal(addrs, members) {
 			fmt.Fprintf(stderr, "musepi node: members (%d): %s\n", len(addrs), strings.Join(addrs, ", "))
-			last = addrs
+			members = addrs
+		}
+		if p := rt.ClusterPropagation(); p.Count != propagated {
+			fmt.Fprintf(stderr, "musepi node: block propagation to this node: %d changes, mean %s, max %s\n",
+				p.Count, p.Mean.Round(time.Microsecond), p.Max.Round(time.Microsecond))
+			propagated = p.Count
 		}
 		select {
 		case <-ctx.Done():

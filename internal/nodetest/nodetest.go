@@ -8,8 +8,10 @@ package nodetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -97,7 +99,8 @@ func Start(t testing.TB, bin string, opts Options) *Env {
 }
 
 // Config is the configuration file of node name on cluster port port:
-// provider "fake" (the fake LLM server, credentials "key A" and "key B"),
+// provider "fake" (the fake LLM server, models m1 and m2, credentials
+// "key A" and "key B"),
 // default model fake/m1, and a [cluster] table with etcd membership and
 // the cluster's database.
 func (e *Env) Config(name string, port int) string {
@@ -110,6 +113,7 @@ func (e *Env) Config(name string, port int) string {
 [providers.fake]
 kind = "openai"
 base_url = %q
+models = ["m1", "m2"]
   [[providers.fake.credentials]]
   name = "key A"
   api_key_env = %q
@@ -314,13 +318,14 @@ func (l *Lines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// find returns the first line from index from containing substr, and a
-// channel closed at the next new line.
-func (l *Lines) find(substr string, from int) (string, int, <-chan struct{}) {
+// find returns the first line from index from that match accepts, with
+// its index; when there is none, it returns the index to search from next
+// time and a channel closed at the next new line.
+func (l *Lines) find(match func(string) bool, from int) (line string, index int, changed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := from; i < len(l.lines); i++ {
-		if strings.Contains(l.lines[i], substr) {
+		if match(l.lines[i]) {
 			return l.lines[i], i, nil
 		}
 	}
@@ -336,24 +341,34 @@ var ErrExited = errors.New("the process exited")
 // Wait waits for a line containing substr, at most timeout, or until
 // exited is closed.
 func (l *Lines) Wait(substr string, timeout time.Duration, exited <-chan struct{}) (string, error) {
+	line, _, err := l.WaitFrom(0, func(s string) bool { return strings.Contains(s, substr) }, timeout, exited)
+	if err != nil {
+		return "", fmt.Errorf("no line with %q: %w", substr, err)
+	}
+	return line, nil
+}
+
+// WaitFrom waits for a line at index from or later that match accepts, at
+// most timeout, or until exited is closed; it returns the line and its
+// index.
+func (l *Lines) WaitFrom(from int, match func(string) bool, timeout time.Duration, exited <-chan struct{}) (string, int, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	from := 0
 	for {
-		line, next, changed := l.find(substr, from)
+		line, i, changed := l.find(match, from)
 		if changed == nil {
-			return line, nil
+			return line, i, nil
 		}
-		from = next
+		from = i
 		select {
 		case <-changed:
 		case <-exited:
-			if line, _, changed := l.find(substr, from); changed == nil {
-				return line, nil
+			if line, i, changed := l.find(match, from); changed == nil {
+				return line, i, nil
 			}
-			return "", fmt.Errorf("no line with %q: %w", substr, ErrExited)
+			return "", 0, ErrExited
 		case <-timer.C:
-			return "", fmt.Errorf("no line with %q within %s", substr, timeout)
+			return "", 0, fmt.Errorf("none within %s", timeout)
 		}
 	}
 }
@@ -386,4 +401,125 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Client is a `musepi rpc --cluster` process: JSON lines on its stdin and
+// stdout.
+type Client struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *Lines // stdout: responses and events
+	errOut *Lines
+	exited chan struct{}
+	err    error
+	next   int // index of the first stdout line NextEvent has not looked at
+}
+
+// StartClient starts `musepi rpc --cluster --config FILE` with node's
+// file (it joins as a client member, hosting nothing) and args (such as
+// --session-id ID). The client is stopped when the test ends.
+func (e *Env) StartClient(node *Node, args ...string) *Client {
+	e.t.Helper()
+	c := &Client{t: e.t, out: &Lines{}, errOut: &Lines{}, exited: make(chan struct{})}
+	c.cmd = exec.Command(e.bin, append([]string{"rpc", "--cluster", "--config", node.Config}, args...)...)
+	c.cmd.Env = Environ()
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.errOut
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := c.cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.in = in
+	if err := c.cmd.Start(); err != nil {
+		e.t.Fatalf("nodetest: start rpc client: %v", err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	e.t.Cleanup(func() {
+		if err := c.Close(15 * time.Second); err != nil {
+			e.t.Errorf("nodetest: %v", err)
+		}
+		if e.t.Failed() {
+			e.t.Logf("--- stderr of rpc client %v:\n%s", args, c.errOut)
+		}
+	})
+	return c
+}
+
+// Send writes one command line.
+func (c *Client) Send(line string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		c.t.Fatalf("nodetest: send %s: %v\nstderr:\n%s", line, err, c.errOut)
+	}
+}
+
+// NextEvent returns the next stdout object (after those NextEvent or
+// Response returned) whose "type" is typ, waiting at most timeout.
+func (c *Client) NextEvent(typ string, timeout time.Duration) (map[string]any, error) {
+	var obj map[string]any
+	_, i, err := c.out.WaitFrom(c.next, func(line string) bool {
+		obj = nil
+		return json.Unmarshal([]byte(line), &obj) == nil && obj["type"] == typ
+	}, timeout, c.exited)
+	if err != nil {
+		return nil, fmt.Errorf("no %s event: %w (stderr:\n%s)", typ, err, c.errOut)
+	}
+	c.next = i + 1
+	return obj, nil
+}
+
+// Call sends a command with id and returns its response's data, failing
+// the test unless it succeeded within timeout. Events before the response
+// stay for NextEvent.
+func (c *Client) Call(id, line string, timeout time.Duration) any {
+	c.t.Helper()
+	c.Send(line)
+	var obj map[string]any
+	_, _, err := c.out.WaitFrom(c.next, func(l string) bool {
+		obj = nil
+		return json.Unmarshal([]byte(l), &obj) == nil && obj["type"] == "response" && obj["id"] == id
+	}, timeout, c.exited)
+	if err != nil {
+		c.t.Fatalf("nodetest: %s: no response: %v\nstderr:\n%s", line, err, c.errOut)
+	}
+	if obj["success"] != true {
+		c.t.Fatalf("nodetest: %s: %v", line, obj)
+	}
+	return obj["data"]
+}
+
+// Output is what the client has written to stdout.
+func (c *Client) Output() *Lines { return c.out }
+
+// Close closes the client's stdin, which ends it, and waits at most
+// bound (then kills it). It is safe to call more than once.
+func (c *Client) Close(bound time.Duration) error {
+	_ = c.in.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(bound):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("rpc client still running %s after its stdin closed; killed it", bound)
+	}
+	if c.err != nil {
+		return fmt.Errorf("rpc client: %v\nstderr:\n%s", c.err, c.errOut)
+	}
+	return nil
+}
+
+// Events are every stdout object so far whose "type" is typ, in order.
+func (c *Client) Events(typ string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(c.out.String(), "\n") {
+		var obj map[string]any
+		if json.Unmarshal([]byte(line), &obj) == nil && obj["type"] == typ {
+			out = append(out, obj)
+		}
+	}
+	return out
 }
