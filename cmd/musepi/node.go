@@ -95,14 +95,30 @@ func runNode(args []string) int {
 	<-watched
 	fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
 	start := time.Now()
-	lctx, cancel := context.WithTimeout(context.Background(), cfg.Cluster.LeaveTimeout)
-	defer cancel()
-	if err := rt.Shutdown(lctx); err != nil {
+	if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
 		fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
 	return 0
+}
+
+// leave shuts the runtime down (a graceful leave) within bound. Parts of
+// the leave take no context (protoactor's own, which waits on the
+// membership service: with etcd gone it never returns), so the bound is
+// kept here: past it, leave returns an error and the process exits with
+// the leave unfinished; the other nodes then see it as a node loss.
+func leave(rt *musepi.Runtime, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rt.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("not done within %s (leave_timeout_ms); exiting without it", bound)
+	}
 }
 
 // nodeName is the node's name in the database: node_name, or the host

@@ -18,13 +18,14 @@ import (
 // and PostgreSQL join one cluster; SIGTERM makes one leave gracefully
 // within its bound (the others see it go, its database row is gone);
 // kill -9 of another is noticed by the last one through etcd's lease, and
-// leaves its row behind for its lease to run out.
+// leaves its row behind for its lease to run out; the last one, SIGTERMed
+// with etcd gone, exits at its leave bound.
 func TestNodeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and three node processes")
 	}
 	bin := buildCommand(t)
-	env := nodetest.Start(t, bin, nodetest.Options{})
+	env := nodetest.Start(t, bin, nodetest.Options{Extra: "leave_timeout_ms = 5000"})
 	start := time.Now()
 	n1 := env.StartNode("node1")
 	n2 := env.StartNode("node2")
@@ -34,7 +35,7 @@ func TestNodeProcesses(t *testing.T) {
 	}
 	t.Logf("3 nodes started and joined in %s", time.Since(start).Round(time.Millisecond))
 
-	took, err := n3.Term(35 * time.Second)
+	took, err := n3.Term(15 * time.Second)
 	if err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
@@ -65,9 +66,17 @@ func TestNodeProcesses(t *testing.T) {
 	if !has("node1") || !has("node2") || has("node3") {
 		t.Errorf("musepi_nodes %v: want node1 (running) and node2 (killed), not node3 (left)", rows)
 	}
-	if _, err := n1.Term(35 * time.Second); err != nil {
-		t.Errorf("node1 SIGTERM: %v", err)
+
+	// With etcd gone, protoactor's leave never returns: the node still
+	// exits at its bound, with an error.
+	if err := env.Etcd.Stop(); err != nil {
+		t.Fatal(err)
 	}
+	took, err = n1.Term(20 * time.Second)
+	if err == nil || !strings.Contains(n1.Output().String(), "musepi node: leave: not done within 5s") {
+		t.Errorf("node1 SIGTERM without etcd: %v after %s; want exit 1 at the 5 s bound, saying so:\n%s", err, took, n1.Output())
+	}
+	t.Logf("node1 without etcd: exited %s after SIGTERM (leave_timeout_ms 5000)", took.Round(time.Millisecond))
 }
 
 // nodeRows are the node column of musepi_nodes.
