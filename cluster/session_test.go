@@ -23,7 +23,7 @@ import (
 )
 
 // sessionScenarios is how many scenarios TestSessionKind's child runs.
-const sessionScenarios = 6
+const sessionScenarios = 8
 
 // TestJoinClusterRefuses: what JoinCluster refuses, before it starts a
 // member.
@@ -82,8 +82,8 @@ func TestSessionKind(t *testing.T) {
 			_ = rt.Shutdown(context.Background())
 		}
 	})
-	for i := range 3 {
-		store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(fmt.Sprintf("node%d", i+1)), pgstore.WithLease(time.Second))
+	join := func(node string) *musepi.Runtime {
+		store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(node), pgstore.WithLease(time.Second))
 		if err != nil {
 			t.Fatal(failed, err)
 		}
@@ -94,7 +94,10 @@ func TestSessionKind(t *testing.T) {
 		if err != nil {
 			t.Fatal(failed, err)
 		}
-		nodes = append(nodes, rt)
+		return rt
+	}
+	for i := range 3 {
+		nodes = append(nodes, join(fmt.Sprintf("node%d", i+1)))
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for _, rt := range nodes {
@@ -125,7 +128,11 @@ func TestSessionKind(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	c := &sessionCluster{nodes: nodes, client: client, llm: llm}
+	c := &sessionCluster{nodes: nodes, client: client, llm: llm, join: func() *musepi.Runtime {
+		rt := join("node4")
+		nodes = append(nodes, rt)
+		return rt
+	}}
 	for _, sc := range []struct {
 		name string
 		run  func(*testing.T, *sessionCluster)
@@ -134,7 +141,9 @@ func TestSessionKind(t *testing.T) {
 		{"prompt from member 1 to a session on member 3", remotePrompt},
 		{"a client reaches sessions and hosts none; close and reopen elsewhere", clientAndClose},
 		{"429 for a key on node 1 moves nodes 2 and 3 to the other key", sharedKeyBlock},
+		{"a node joins: the sessions that move continue on it", nodeJoins},
 		{"the hosting member leaves mid-backoff", hostLeaves},
+		{"the hosting member leaves during a turn: the turn is answered", leaveDuringTurn},
 		{"every history complete in the database", func(t *testing.T, c *sessionCluster) { checkHistories(t, url) }},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
@@ -147,6 +156,7 @@ func TestSessionKind(t *testing.T) {
 type sessionCluster struct {
 	nodes  []*musepi.Runtime
 	client *musepi.Runtime
+	join   func() *musepi.Runtime // starts a 4th node
 	llm    *provider.Scripted
 	mu     sync.Mutex
 	next   int
@@ -392,6 +402,93 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 	}
 }
 
+func nodeJoins(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	var sessions []*musepi.Session
+	for range 12 {
+		s, _ := c.open(t, 0)
+		if _, err := s.Prompt(ctx, "before"); err != nil {
+			t.Fatalf(failed+"prompt before the join: %v", err)
+		}
+		sessions = append(sessions, s)
+	}
+	n4 := c.join()
+	c.nodes = append(c.nodes, n4)
+	deadline := time.Now().Add(15 * time.Second)
+	for _, rt := range append([]*musepi.Runtime{c.client}, c.nodes...) {
+		for len(rt.ClusterMembers()) != 5 {
+			if time.Now().After(deadline) {
+				t.Fatalf(failed+"a node sees %d members after the join, want 5", len(rt.ClusterMembers()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	start := time.Now()
+	for _, s := range sessions {
+		if _, err := s.Prompt(ctx, "after"); err != nil {
+			t.Fatalf(failed+"prompt on %s after the join: %v", s.ID(), err)
+		}
+		if h, err := s.History(ctx); err != nil || len(h) != 4 {
+			t.Errorf(failed+"%s's history after the join: %d entries, %v; want 4", s.ID(), len(h), err)
+		}
+	}
+	moved := n4.Stats().Sessions
+	t.Logf("after node 4 joined, %d of 12 sessions moved to it; 12 prompts took %v", moved, time.Since(start))
+	if moved == 0 {
+		t.Errorf(failed + "no session moved to the node that joined")
+	}
+}
+
+func leaveDuringTurn(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	s := c.openOn(t, 0, 1)
+	c.llm.SetScript(s.ID(), provider.Outcome{Message: provider.Text("answered during the leave")},
+		provider.Outcome{Message: provider.Text("answered after the leave")})
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.llm.OnCall(func(req provider.Request) {
+		if req.SessionID == s.ID() {
+			once.Do(func() {
+				close(started)
+				<-release
+			})
+		}
+	})
+	defer c.llm.OnCall(nil)
+	type result struct {
+		msg *musepi.AssistantMessage
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		msg, err := s.Prompt(ctx, "hi")
+		done <- result{msg, err}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal(failed + "the turn never started")
+	}
+	left := make(chan error, 1)
+	go func() { left <- c.nodes[1].Shutdown(ctx) }()
+	time.Sleep(300 * time.Millisecond) // node 2 is leaving, its session's turn in flight
+	close(release)
+	r := <-done
+	if r.err != nil || r.msg.Text() != "answered during the leave" {
+		t.Errorf(failed+"the prompt whose turn was in flight as node 2 left: %v, %v; want its answer", r.msg, r.err)
+	}
+	if err := <-left; err != nil {
+		t.Errorf(failed+"node 2 leaves: %v", err)
+	}
+	msg, err := s.Prompt(ctx, "again")
+	if err != nil || msg.Text() != "answered after the leave" {
+		t.Fatalf(failed+"prompt after node 2 left: %v, %v", msg, err)
+	}
+	if h, err := s.History(ctx); err != nil || len(h) != 4 {
+		t.Errorf(failed+"history after the leave: %d entries, %v; want 4", len(h), err)
+	}
+}
+
 // checkHistories reads every session's history from the database: seq
 // runs 1, 2, ... with no gap and no duplicate.
 func checkHistories(t *testing.T, url string) {
@@ -423,7 +520,7 @@ func checkHistories(t *testing.T, url string) {
 		t.Fatal(failed, rows.Err())
 	}
 	t.Logf("%d sessions, %d entries, seq contiguous", len(last), n)
-	if len(last) < 34 {
+	if len(last) < 47 {
 		t.Errorf(failed+"%d sessions in the database; want every session opened", len(last))
 	}
 }
