@@ -111,7 +111,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	m.System().EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*protocluster.ClusterTopology); ok {
 			for _, left := range t.GetLeft() {
-				node.left(left.Address())
+				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
 			}
 		}
 	})
@@ -203,6 +203,13 @@ func (n *clusterNode) sessions() []*Session {
 		out = append(out, s)
 	}
 	return out
+}
+
+// watch has the handles' activations relay events if anyone listens.
+func (n *clusterNode) watch() {
+	for _, s := range n.sessions() {
+		s.remote.watch()
+	}
 }
 
 // left tells the handles whose session was hosted at addr that its node

@@ -492,12 +492,21 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 }
 
 // Subscribe calls fn with the events of every session of the runtime
-// (Event.SessionID says whose), each session's in order, from a goroutine
+// (Event.SessionID says whose; on a runtime of JoinCluster, the sessions
+// opened through it), each session's in order, from a goroutine
 // of its own, with the same bounded delivery as Session.Subscribe: a slow
 // fn never blocks a session, and falling behind it misses deltas first,
 // never a terminal event. The returned function unsubscribes.
 func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return rt.allEvents.Subscribe(goEvents(fn))
+	unsub := rt.allEvents.Subscribe(goEvents(fn))
+	if rt.cluster == nil {
+		return unsub
+	}
+	rt.cluster.watch() // the handles' activations relay events while anyone listens
+	return func() {
+		unsub()
+		rt.cluster.watch()
+	}
 }
 
 // Stats is a view of the runtime as a whole.

@@ -43,7 +43,12 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		h.watchers = map[string]*watcher{}
 	case *messages.SessionOpen:
 		reply := h.open(m)
-		if reply.GetError() == "" {
+		switch {
+		case reply == nil: // the node is leaving: the handle looks again
+			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+			ctx.Stop(ctx.Self())
+			return
+		case reply.GetError() == "":
 			h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
 		}
 		ctx.Respond(reply)
@@ -104,19 +109,29 @@ func (h *sessionHost) forward(ctx actor.Context, msg interface{}) {
 		}
 		ctx.RequestWithCustomSender(pid, msg, sender)
 	})
-	if err != nil && sender != nil {
-		ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+	if err != nil { // the session was closed here: a new activation opens it again
+		if sender != nil {
+			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+		}
+		h.s = nil
+		ctx.Stop(ctx.Self())
 	}
 }
 
 // open hosts the session here, as SessionOpen configures it (once: later
-// opens find it open).
+// opens find it open). It returns nil when the node is leaving.
 func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	if h.s != nil {
 		return &messages.SessionOpened{}
 	}
 	<-h.node.ready
 	rt := h.node.rt
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil
+	}
 	cfg := sessionConfig{id: h.id, model: m.GetModel(), role: m.GetRole()}
 	if m.GetSettings() != nil {
 		settings, err := retry.SettingsFromProto(m.GetSettings())
@@ -141,6 +156,9 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	if err != nil {
 		if !used {
 			_ = log.Close()
+		}
+		if errors.Is(err, ErrRuntimeClosed) {
+			return nil
 		}
 		return &messages.SessionOpened{Error: err.Error()}
 	}

@@ -36,7 +36,8 @@ type remoteSession struct {
 	gone    bool                      // released: the handle is closed
 }
 
-// openAttempts bounds the lookups and opens of one delivery.
+// openAttempts bounds how often a message that found its activation gone
+// (a dead letter) is sent again.
 const openAttempts = 5
 
 // newHandle is a handle of session cfg.id on node n, not yet connected.
@@ -77,15 +78,18 @@ func (r *remoteSession) deliver(send func(*actor.PID)) error {
 
 // openLocked finds the activation and opens the session there; r.mu is
 // held. A new activation may wait up to the handover timeout for the
-// session's previous one to release its history.
+// session's previous one to release its history; lookups that fail (the
+// topology changing, an activation on a node that leaves) are tried again
+// until the handover timeout and 5 s more have passed.
 func (r *remoteSession) openLocked() error {
 	res := r.node.member.Resolver()
 	wait := r.node.cc.HandoverTimeout + 5*time.Second
+	deadline := time.Now().Add(wait)
 	r.open.Events = r.listening()
 	var last error
-	for try := range openAttempts {
-		if try > 0 {
-			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
+		if try > 0 { // the topology is changing, or the activation was leaving
+			time.Sleep(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond))
 		}
 		pid := res.Get(cluster.SessionKind, r.s.id)
 		if pid == nil {
@@ -380,9 +384,13 @@ func (p *pendingPrompt) replied(res interface{}, err error) {
 		p.finish(nil, fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress()))
 	case again:
 		r.stale(to)
-		if serr := p.send(); serr != nil {
-			p.finish(nil, serr)
-		}
+		// Not on the goroutine that delivered the dead letter: that may be
+		// the remote's reader from the node the new open must hear from.
+		go func() {
+			if serr := p.send(); serr != nil {
+				p.finish(nil, serr)
+			}
+		}()
 	default:
 		p.finish(res, err)
 	}
@@ -413,7 +421,9 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 		p.r.s.events.Publish(m)
 		p.r.node.rt.allEvents.Publish(m)
 	case *messages.SessionMoved:
-		p.r.moved(sender, m.GetOrphaned())
+		// Not on the remote's reader: moving on may open the session
+		// elsewhere, and wait for replies this reader delivers.
+		go p.r.moved(sender, m.GetOrphaned())
 	}
 }
 

@@ -270,6 +270,13 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 		mu.Unlock()
 	})
 	defer unsub()
+	settled := make(chan struct{}, 1)
+	unsubAll := c.nodes[0].Subscribe(func(ev musepi.Event) {
+		if ev.Header().SessionID == s.ID() && ev.Type() == "agent_settled" {
+			settled <- struct{}{}
+		}
+	})
+	defer unsubAll()
 	msg, err := s.Prompt(context.Background(), "hi")
 	if err != nil || msg.Text() != "hello" {
 		t.Fatalf(failed+"prompt from node 1 to node 3: %v, %v", msg, err)
@@ -289,6 +296,11 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 			t.Fatalf(failed+"events on node 1: %v; want them to end with agent_settled", seen)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-settled:
+	case <-time.After(5 * time.Second):
+		t.Errorf(failed + "node 1's Runtime.Subscribe never saw the session's agent_settled")
 	}
 	h, err := s.History(context.Background())
 	if err != nil || len(h) != 2 {
