@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,7 +86,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if _, ok := rt.cfg.clock.(clock.Real); !ok {
 		return nil, fmt.Errorf("musepi: JoinCluster: WithClock: cluster mode runs on the wall clock")
 	}
-	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}}
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}, hosts: map[string]*actor.PID{}}
 	rt.cluster = node
 	ccfg := rt.clusterConfig(cc)
 	if !cc.Client {
@@ -156,7 +157,8 @@ type clusterNode struct {
 
 	mu      sync.Mutex
 	handles map[string]*Session
-	leaving context.Context // Shutdown's, while the node leaves
+	hosts   map[string]*actor.PID // the session kind's activations here, by session id
+	leaving context.Context       // Shutdown's, while the node leaves
 }
 
 // handle returns the runtime's handle of session cfg.id, opening the
@@ -213,11 +215,42 @@ func (n *clusterNode) watch() {
 }
 
 // left tells the handles whose session was hosted at addr that its node
-// left the cluster.
+// left the cluster, and the activations here to drop the handles there.
 func (n *clusterNode) left(addr string) {
 	for _, s := range n.sessions() {
 		s.remote.hostLeft(addr)
 	}
+	n.mu.Lock()
+	hosts := make([]*actor.PID, 0, len(n.hosts))
+	for _, pid := range n.hosts {
+		hosts = append(hosts, pid)
+	}
+	n.mu.Unlock()
+	for _, pid := range hosts {
+		n.rt.system.Root.Send(pid, memberLeft{addr})
+	}
+}
+
+// hosted records the activation of session id.
+func (n *clusterNode) hosted(id string, pid *actor.PID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hosts[id] = pid
+}
+
+// unhosted forgets the activation pid of session id.
+func (n *clusterNode) unhosted(id string, pid *actor.PID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hosts[id].Equal(pid) {
+		delete(n.hosts, id)
+	}
+}
+
+// isMember reports whether addr is a member of the cluster now, this node
+// included.
+func (n *clusterNode) isMember(addr string) bool {
+	return addr == n.rt.system.Address() || slices.Contains(n.member.Members(), addr)
 }
 
 // handoverContext bounds a session's handover: Shutdown's context while

@@ -41,6 +41,13 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 	case *actor.Started:
 		h.id = protocluster.GetClusterIdentity(ctx).GetIdentity()
 		h.watchers = map[string]*watcher{}
+		h.node.hosted(h.id, ctx.Self())
+	case memberLeft:
+		for key, w := range h.watchers {
+			if w.pid.GetAddress() == m.addr { // nobody there to tell
+				h.unwatch(key)
+			}
+		}
 	case *messages.SessionOpen:
 		reply := h.open(m)
 		switch {
@@ -84,6 +91,8 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
 		h.handover(ctx)
+	case *actor.Stopped:
+		h.node.unhosted(h.id, ctx.Self())
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		h.forward(ctx, m)
@@ -216,13 +225,21 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 }
 
 func (h *sessionHost) unwatchAll() {
-	for key, w := range h.watchers {
-		if w.unsubscribe != nil {
-			w.unsubscribe()
-		}
-		delete(h.watchers, key)
+	for key := range h.watchers {
+		h.unwatch(key)
 	}
 }
+
+func (h *sessionHost) unwatch(key string) {
+	if w := h.watchers[key]; w != nil && w.unsubscribe != nil {
+		w.unsubscribe()
+	}
+	delete(h.watchers, key)
+}
+
+// memberLeft tells an activation that the member at addr left the
+// cluster: its handles are gone with it.
+type memberLeft struct{ addr string }
 
 // handover hands the session over as the activation stops, and tells the
 // handles (SessionMoved, with the generation of a prompt it left waiting
@@ -241,7 +258,9 @@ func (h *sessionHost) handover(ctx actor.Context) {
 	}
 	moved := &messages.SessionMoved{Orphaned: orphaned}
 	for _, w := range h.watchers {
-		ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
+			ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+		}
 	}
 	h.unwatchAll()
 }

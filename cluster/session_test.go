@@ -72,8 +72,6 @@ func TestSessionKind(t *testing.T) {
 	server := pgtest.Start(t)
 	url := server.NewDatabase(t)
 	llm := provider.NewScripted(provider.Outcome{Message: provider.Text("ok")})
-	settings := retry.DefaultSettings()
-	settings.BaseDelay = 1500 * time.Millisecond
 	agent := test.NewInMemAgent()
 	name := clusterName(t)
 	nodes := make([]*musepi.Runtime, 0, 3)
@@ -82,52 +80,14 @@ func TestSessionKind(t *testing.T) {
 			_ = rt.Shutdown(context.Background())
 		}
 	})
-	join := func(node string) *musepi.Runtime {
-		store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(node), pgstore.WithLease(time.Second))
-		if err != nil {
-			t.Fatal(failed, err)
-		}
-		rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: name, Membership: cluster.InProcess(agent),
-			Store: store, HandoverTimeout: 3 * time.Second},
-			musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
-			musepi.WithRetrySettings(settings))
-		if err != nil {
-			t.Fatal(failed, err)
-		}
-		return rt
-	}
+	join := func(node string) *musepi.Runtime { return joinNode(t, url, name, node, agent, llm, false) }
 	for i := range 3 {
 		nodes = append(nodes, join(fmt.Sprintf("node%d", i+1)))
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, rt := range nodes {
-		for len(rt.ClusterMembers()) != 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf(failed+"a node sees %d members, want 3", len(rt.ClusterMembers()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	clientStore, err := pgstore.Connect(context.Background(), url, pgstore.WithNode("client"))
-	if err != nil {
-		t.Fatal(failed, err)
-	}
-	client, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: name, Membership: cluster.InProcess(agent),
-		Store: clientStore, Client: true},
-		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
-		musepi.WithRetrySettings(settings))
-	if err != nil {
-		t.Fatal(failed, err)
-	}
+	waitMembers(t, 3, nodes...)
+	client := joinNode(t, url, name, "client", agent, llm, true)
 	t.Cleanup(func() { _ = client.Shutdown(context.Background()) })
-	for _, rt := range append([]*musepi.Runtime{client}, nodes...) {
-		for len(rt.ClusterMembers()) != 4 {
-			if time.Now().After(deadline) {
-				t.Fatalf(failed+"a node sees %d members, want 4 (3 and the client)", len(rt.ClusterMembers()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitMembers(t, 4, append([]*musepi.Runtime{client}, nodes...)...)
 	c := &sessionCluster{nodes: nodes, client: client, llm: llm, join: func() *musepi.Runtime {
 		rt := join("node4")
 		nodes = append(nodes, rt)
@@ -150,6 +110,42 @@ func TestSessionKind(t *testing.T) {
 			sc.run(t, c)
 			t.Log(scenarioDone)
 		})
+	}
+}
+
+// joinNode starts a runtime of JoinCluster on the in-process membership
+// agent, with provider "p" (keys A and B) played by llm and a 1.5 s base
+// delay, its history in the database at url.
+func joinNode(tb testing.TB, url, clusterName, node string, agent *test.InMemAgent, llm *provider.Scripted, client bool) *musepi.Runtime {
+	tb.Helper()
+	store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(node), pgstore.WithLease(time.Second))
+	if err != nil {
+		tb.Fatal(failed, err)
+	}
+	settings := retry.DefaultSettings()
+	settings.BaseDelay = 1500 * time.Millisecond
+	rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: clusterName, Membership: cluster.InProcess(agent),
+		Store: store, HandoverTimeout: 3 * time.Second, Client: client},
+		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
+		musepi.WithRetrySettings(settings))
+	if err != nil {
+		_ = store.Close()
+		tb.Fatal(failed, err)
+	}
+	return rt
+}
+
+// waitMembers waits until every runtime of rts sees n members.
+func waitMembers(tb testing.TB, n int, rts ...*musepi.Runtime) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, rt := range rts {
+		for len(rt.ClusterMembers()) != n {
+			if time.Now().After(deadline) {
+				tb.Fatalf(failed+"a node sees %d members, want %d", len(rt.ClusterMembers()), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 
@@ -426,15 +422,7 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 	}
 	n4 := c.join()
 	c.nodes = append(c.nodes, n4)
-	deadline := time.Now().Add(15 * time.Second)
-	for _, rt := range append([]*musepi.Runtime{c.client}, c.nodes...) {
-		for len(rt.ClusterMembers()) != 5 {
-			if time.Now().After(deadline) {
-				t.Fatalf(failed+"a node sees %d members after the join, want 5", len(rt.ClusterMembers()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitMembers(t, 5, append([]*musepi.Runtime{c.client}, c.nodes...)...)
 	start := time.Now()
 	for _, s := range sessions {
 		if _, err := s.Prompt(ctx, "after"); err != nil {
