@@ -54,9 +54,10 @@ type ClusterConfig struct {
 // DefaultHandoverTimeout is ClusterConfig.HandoverTimeout's default.
 const DefaultHandoverTimeout = 10 * time.Second
 
-// ErrHostLeft is what a prompt fails with (in a *PromptError, errors.Is)
-// when the node hosting its session left while the prompt waited out a
-// backoff, and the session's new activation could not carry the prompt on.
+// ErrHostLeft is what a prompt fails with when the node hosting its
+// session left while the prompt ran, and the session's new activation
+// could not carry it on (it had no record of it: the node died before the
+// prompt was taken, or in a turn before any backoff).
 var ErrHostLeft = errors.New("musepi: the node hosting the session left during the prompt")
 
 // JoinCluster starts a runtime that is a node of a cluster on
@@ -121,6 +122,9 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
 	}
+	if !cc.Client {
+		rt.startTimers() // a due session claimed here opens wherever the cluster places it
+	}
 	return rt, nil
 }
 
@@ -166,6 +170,9 @@ type clusterNode struct {
 func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings retry.Settings) (*Session, error) {
 	if cfg.steering != nil {
 		return nil, fmt.Errorf("musepi: session %s: WithSteering: a Go function cannot reach the node that hosts the session in cluster mode", cfg.id)
+	}
+	if cfg.open != nil {
+		return nil, fmt.Errorf("musepi: session %s: WithTakeover: in cluster mode the hosting node opens the history (and takes it over after ClusterConfig.HandoverTimeout)", cfg.id)
 	}
 	n.rt.mu.Lock()
 	closed := n.rt.closed

@@ -229,9 +229,9 @@ func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
 }
 
 // orphaned carries on the prompts sent to the activation from that it
-// left unanswered (of generation gen; 0: all of them): they fail with
-// ErrHostLeft, since a new activation does not take up a prompt in the
-// middle of its retry chain.
+// left unanswered (of generation gen; 0: all of them): each attaches to
+// the session's new activation, which resumed its retry chain from its
+// record (see pendingPrompt.attach).
 func (r *remoteSession) orphaned(from *actor.PID, gen uint64) {
 	r.mu.Lock()
 	var lost []*pendingPrompt
@@ -317,13 +317,14 @@ type pendingPrompt struct {
 	accepted func()
 	fn       func(res interface{}, err error)
 
-	mu    sync.Mutex
-	to    *actor.PID // the activation it went to
-	reply *actor.PID
-	gen   uint64 // from PromptAccepted (0: not yet accepted)
-	tries int
-	lost  bool
-	once  sync.Once
+	mu        sync.Mutex
+	to        *actor.PID // the activation it went to
+	reply     *actor.PID
+	gen       uint64 // from PromptAccepted (0: not yet accepted)
+	tries     int
+	lost      bool // its activation is gone, the reply with it
+	attaching bool // waiting on an AttachPrompt to the new activation
+	once      sync.Once
 }
 
 // prompt sends req to the session's activation; fn gets the reply, the
@@ -370,22 +371,30 @@ func (p *pendingPrompt) generation() uint64 {
 }
 
 // replied takes the reply address's result: a dead letter before the
-// session took the prompt means it reached no session, and it goes again.
+// session took the prompt means it reached no session, and it goes again;
+// a prompt whose activation is gone attaches to the new one.
 func (p *pendingPrompt) replied(res interface{}, err error) {
 	p.mu.Lock()
-	lost, to, again := p.lost, p.to, errors.Is(err, errNoSession) && p.gen == 0 && p.tries < openAttempts
+	lost, attaching, to, gen, tries := p.lost, p.attaching, p.to, p.gen, p.tries
 	p.mu.Unlock()
 	r := p.r
 	r.mu.Lock()
 	delete(r.pending, p)
 	r.mu.Unlock()
+	deadLetter := errors.Is(err, errNoSession)
+	hostLeft := fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress())
 	switch {
-	case lost:
-		p.finish(nil, fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress()))
-	case again:
+	case (lost || attaching && deadLetter) && gen != 0 && tries < openAttempts:
 		r.stale(to)
-		// Not on the goroutine that delivered the dead letter: that may be
-		// the remote's reader from the node the new open must hear from.
+		// Not on the goroutine that delivered the reply: that may be the
+		// remote's reader from the node the new open must hear from.
+		go p.attach()
+	case lost:
+		p.finish(nil, hostLeft)
+	case attaching && isNoPrompt(res):
+		p.finish(nil, fmt.Errorf("%w; its new activation has no record of it", hostLeft))
+	case deadLetter && gen == 0 && tries < openAttempts:
+		r.stale(to)
 		go func() {
 			if serr := p.send(); serr != nil {
 				p.finish(nil, serr)
@@ -394,6 +403,36 @@ func (p *pendingPrompt) replied(res interface{}, err error) {
 	default:
 		p.finish(res, err)
 	}
+}
+
+// attach asks the session's new activation for the result of the prompt
+// (AttachPrompt): its node resumed the prompt's retry chain from the
+// session's record, and answers once the prompt settles.
+func (p *pendingPrompt) attach() {
+	p.mu.Lock()
+	p.tries++
+	p.lost, p.attaching = false, true
+	gen := p.gen
+	p.mu.Unlock()
+	reply := newReplyAddress(p.r.node.rt.system, p.replied, nil)
+	err := p.r.deliver(func(pid *actor.PID) {
+		p.mu.Lock()
+		p.to, p.reply = pid, reply
+		p.mu.Unlock()
+		p.r.pending[p] = struct{}{} // r.mu is held
+		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen}, reply)
+	})
+	if err != nil {
+		p.r.node.rt.system.Root.Stop(reply)
+		p.finish(nil, err)
+	}
+}
+
+// isNoPrompt reports whether res is the answer of an AttachPrompt that
+// found no prompt to attach to.
+func isNoPrompt(res interface{}) bool {
+	r, ok := res.(*messages.PromptResult)
+	return ok && r.GetErrorKind() == actors.KindNoPrompt
 }
 
 // lose ends the prompt: its activation is gone with it.
