@@ -196,6 +196,12 @@ func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings re
 	return s, nil
 }
 
+// letGo drops the handle s, leaving its session open at its activation.
+func (n *clusterNode) letGo(s *Session) {
+	s.remote.release()
+	n.forget(s)
+}
+
 func (n *clusterNode) forget(s *Session) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -277,8 +283,7 @@ func (n *clusterNode) handoverContext() (context.Context, context.CancelFunc) {
 // sessions it hosts are handed over (see sessionHost).
 func (n *clusterNode) shutdown(ctx context.Context) error {
 	for _, s := range n.sessions() {
-		s.remote.release()
-		n.forget(s)
+		n.letGo(s)
 	}
 	n.mu.Lock()
 	n.leaving = ctx

@@ -54,21 +54,26 @@ func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Sess
 	return s
 }
 
-// connect opens the session at its activation.
+// connect opens the session at its activation, until ctx ends.
 func (r *remoteSession) connect(ctx context.Context) error {
-	return r.deliver(func(*actor.PID) {})
+	return r.deliverContext(ctx, func(*actor.PID) {})
 }
 
 // deliver runs send with the open activation, looking it up and opening
 // the session there first if need be.
 func (r *remoteSession) deliver(send func(*actor.PID)) error {
+	return r.deliverContext(context.Background(), send)
+}
+
+// deliverContext is deliver whose lookup and open end with ctx.
+func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gone {
 		return r.s.closedError()
 	}
 	if r.pid == nil {
-		if err := r.openLocked(); err != nil {
+		if err := r.openLocked(ctx); err != nil {
 			return err
 		}
 	}
@@ -81,7 +86,7 @@ func (r *remoteSession) deliver(send func(*actor.PID)) error {
 // session's previous one to release its history; lookups that fail (the
 // topology changing, an activation on a node that leaves) are tried again
 // until the handover timeout and 5 s more have passed.
-func (r *remoteSession) openLocked() error {
+func (r *remoteSession) openLocked(ctx context.Context) error {
 	res := r.node.member.Resolver()
 	wait := r.node.cc.HandoverTimeout + 5*time.Second
 	deadline := time.Now().Add(wait)
@@ -89,14 +94,21 @@ func (r *remoteSession) openLocked() error {
 	var last error
 	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
 		if try > 0 { // the topology is changing, or the activation was leaving
-			time.Sleep(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond))
+			select {
+			case <-time.After(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond)):
+			case <-ctx.Done():
+				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+			}
 		}
 		pid := res.Get(cluster.SessionKind, r.s.id)
 		if pid == nil {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
 		}
-		reply, err := r.node.rt.system.Root.RequestFuture(pid, r.open, wait).Result()
+		reply, err := waitResult(ctx, r.node.rt.system.Root.RequestFuture(pid, r.open, wait))
+		if ctx.Err() != nil {
+			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+		}
 		if err != nil {
 			res.Forget(cluster.SessionKind, r.s.id, pid)
 			last = err
