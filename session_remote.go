@@ -167,7 +167,8 @@ func (r *remoteSession) stale(pid *actor.PID) {
 // prompts waiting on it get until the handover timeout (and a request
 // timeout more) for their reply or a SessionMoved: a node that leaves
 // gracefully hands the session over and answers them; one that died
-// never will, and they end with ErrHostLeft.
+// never will, and they attach to the new activation (or end with
+// ErrHostLeft when the session had not acknowledged them).
 func (r *remoteSession) hostLeft(addr string) {
 	r.mu.Lock()
 	pid := r.pid
