@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,9 +54,10 @@ type ClusterConfig struct {
 // DefaultHandoverTimeout is ClusterConfig.HandoverTimeout's default.
 const DefaultHandoverTimeout = 10 * time.Second
 
-// ErrHostLeft is what a prompt fails with (in a *PromptError, errors.Is)
-// when the node hosting its session left while the prompt waited out a
-// backoff, and the session's new activation could not carry the prompt on.
+// ErrHostLeft is what a prompt fails with when the node hosting its
+// session left while the prompt ran, and the session's new activation
+// could not carry it on (it had no record of it: the node died before the
+// prompt was taken, or in a turn before any backoff).
 var ErrHostLeft = errors.New("musepi: the node hosting the session left during the prompt")
 
 // JoinCluster starts a runtime that is a node of a cluster on
@@ -85,7 +87,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if _, ok := rt.cfg.clock.(clock.Real); !ok {
 		return nil, fmt.Errorf("musepi: JoinCluster: WithClock: cluster mode runs on the wall clock")
 	}
-	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}}
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}, hosts: map[string]*actor.PID{}}
 	rt.cluster = node
 	ccfg := rt.clusterConfig(cc)
 	if !cc.Client {
@@ -111,7 +113,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	m.System().EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*protocluster.ClusterTopology); ok {
 			for _, left := range t.GetLeft() {
-				node.left(left.Address())
+				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
 			}
 		}
 	})
@@ -119,6 +121,9 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if err := rt.startTelemetry(); err != nil {
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	if !cc.Client {
+		rt.startTimers() // a due session claimed here opens wherever the cluster places it
 	}
 	return rt, nil
 }
@@ -156,7 +161,8 @@ type clusterNode struct {
 
 	mu      sync.Mutex
 	handles map[string]*Session
-	leaving context.Context // Shutdown's, while the node leaves
+	hosts   map[string]*actor.PID // the session kind's activations here, by session id
+	leaving context.Context       // Shutdown's, while the node leaves
 }
 
 // handle returns the runtime's handle of session cfg.id, opening the
@@ -164,6 +170,9 @@ type clusterNode struct {
 func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings retry.Settings) (*Session, error) {
 	if cfg.steering != nil {
 		return nil, fmt.Errorf("musepi: session %s: WithSteering: a Go function cannot reach the node that hosts the session in cluster mode", cfg.id)
+	}
+	if cfg.open != nil {
+		return nil, fmt.Errorf("musepi: session %s: WithTakeover: in cluster mode the hosting node opens the history (and takes it over after ClusterConfig.HandoverTimeout)", cfg.id)
 	}
 	n.rt.mu.Lock()
 	closed := n.rt.closed
@@ -187,6 +196,12 @@ func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings re
 	return s, nil
 }
 
+// letGo drops the handle s, leaving its session open at its activation.
+func (n *clusterNode) letGo(s *Session) {
+	s.remote.release()
+	n.forget(s)
+}
+
 func (n *clusterNode) forget(s *Session) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -205,12 +220,50 @@ func (n *clusterNode) sessions() []*Session {
 	return out
 }
 
+// watch has the handles' activations relay events if anyone listens.
+func (n *clusterNode) watch() {
+	for _, s := range n.sessions() {
+		s.remote.watch()
+	}
+}
+
 // left tells the handles whose session was hosted at addr that its node
-// left the cluster.
+// left the cluster, and the activations here to drop the handles there.
 func (n *clusterNode) left(addr string) {
 	for _, s := range n.sessions() {
 		s.remote.hostLeft(addr)
 	}
+	n.mu.Lock()
+	hosts := make([]*actor.PID, 0, len(n.hosts))
+	for _, pid := range n.hosts {
+		hosts = append(hosts, pid)
+	}
+	n.mu.Unlock()
+	for _, pid := range hosts {
+		n.rt.system.Root.Send(pid, memberLeft{addr})
+	}
+}
+
+// hosted records the activation of session id.
+func (n *clusterNode) hosted(id string, pid *actor.PID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hosts[id] = pid
+}
+
+// unhosted forgets the activation pid of session id.
+func (n *clusterNode) unhosted(id string, pid *actor.PID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hosts[id].Equal(pid) {
+		delete(n.hosts, id)
+	}
+}
+
+// isMember reports whether addr is a member of the cluster now, this node
+// included.
+func (n *clusterNode) isMember(addr string) bool {
+	return addr == n.rt.system.Address() || slices.Contains(n.member.Members(), addr)
 }
 
 // handoverContext bounds a session's handover: Shutdown's context while
@@ -230,8 +283,7 @@ func (n *clusterNode) handoverContext() (context.Context, context.CancelFunc) {
 // sessions it hosts are handed over (see sessionHost).
 func (n *clusterNode) shutdown(ctx context.Context) error {
 	for _, s := range n.sessions() {
-		s.remote.release()
-		n.forget(s)
+		n.letGo(s)
 	}
 	n.mu.Lock()
 	n.leaving = ctx

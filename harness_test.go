@@ -33,7 +33,13 @@ func newHarness(t *testing.T, opts ...musepi.Option) *harness {
 // newHarnessCreds is newHarness with credentials for provider "p".
 func newHarnessCreds(t *testing.T, creds []musepi.Credential, opts ...musepi.Option) *harness {
 	t.Helper()
-	h := &harness{t: t, clk: clock.NewVirtual(start), p: provider.NewScripted(), other: provider.NewScripted()}
+	return newHarnessAt(t, start, creds, opts...)
+}
+
+// newHarnessAt is newHarnessCreds with the virtual clock starting at at.
+func newHarnessAt(t *testing.T, at time.Time, creds []musepi.Credential, opts ...musepi.Option) *harness {
+	t.Helper()
+	h := &harness{t: t, clk: clock.NewVirtual(at), p: provider.NewScripted(), other: provider.NewScripted()}
 	base := []musepi.Option{
 		musepi.WithClock(h.clk),
 		musepi.WithJitterSource(func() retry.Source { return nominal{} }),

@@ -84,6 +84,7 @@ type runtimeConfig struct {
 	newSource   func() retry.Source
 	streamIdle  time.Duration
 	passivate   time.Duration
+	timerPoll   time.Duration
 	limits      Limits
 	maxResponse int
 	queueLen    int
@@ -339,6 +340,25 @@ type sessionConfig struct {
 	role     string
 	settings *retry.Settings
 	steering func() []string
+	open     func(ctx context.Context, id string) (history.Log, []*messages.Entry, error)
+}
+
+// WithTakeover opens the session's history with open instead of the
+// runtime's store's Open: for a cluster that knows the node holding the
+// session is dead before its lease runs out, open is the store's forced
+// takeover, e.g. for cluster/pgstore (which fences the dead node's writes):
+//
+//	musepi.WithTakeover(func(ctx context.Context, id string) (history.Log, []*messages.Entry, error) {
+//		l, entries, err := pg.Takeover(ctx, id)
+//		if err != nil {
+//			return nil, nil, err
+//		}
+//		return l, entries, nil
+//	})
+//
+// The session then resumes as from Open: its retry chain from its record.
+func WithTakeover(open func(ctx context.Context, id string) (history.Log, []*messages.Entry, error)) SessionOption {
+	return func(c *sessionConfig) { c.open = open }
 }
 
 // SessionOption configures a Session.
@@ -386,5 +406,21 @@ func WithPassivateAfter(d time.Duration) Option {
 			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithPassivateAfter: negative %v", d))
 		}
 		c.passivate = d
+	}
+}
+
+// DefaultTimerPoll is how often a runtime whose history store has durable
+// timers (TimerStore) claims the due sessions of dead or departed nodes.
+const DefaultTimerPoll = time.Second
+
+// WithTimerPoll sets how often a runtime whose store is a TimerStore
+// claims due sessions (default DefaultTimerPoll; 0 turns claiming off).
+// Other stores ignore it.
+func WithTimerPoll(every time.Duration) Option {
+	return func(c *runtimeConfig) {
+		if every < 0 {
+			c.optionErrs = append(c.optionErrs, fmt.Errorf("WithTimerPoll: negative %v", every))
+		}
+		c.timerPoll = every
 	}
 }

@@ -52,6 +52,7 @@ type Runtime struct {
 	telemetry     *telemetry.Telemetry               // nil without WithMeterProvider and WithTracerProvider
 	unobserve     func()                             // unsubscribes the telemetry
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
+	timers        *timers                            // claims due sessions (a TimerStore); nil otherwise
 
 	// cluster is the runtime's part in a cluster (JoinCluster; nil: one
 	// machine). The sessions map then holds the sessions it hosts.
@@ -125,6 +126,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
 	}
+	rt.startTimers()
 	return rt, nil
 }
 
@@ -139,6 +141,7 @@ func newRuntime(opts []Option) (*Runtime, error) {
 		settings:    retry.DefaultSettings(),
 		streamIdle:  DefaultStreamIdleTimeout,
 		passivate:   DefaultPassivateAfter,
+		timerPoll:   DefaultTimerPoll,
 		maxResponse: DefaultMaxResponseBytes,
 		limits:      DefaultLimits,
 	}
@@ -322,7 +325,11 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	if rt.cluster != nil {
 		return rt.cluster.handle(ctx, cfg, settings)
 	}
-	return rt.openLocal(cfg, settings, func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) })
+	open := func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) }
+	if cfg.open != nil {
+		open = func() (history.Log, []*messages.Entry, error) { return cfg.open(ctx, cfg.id) }
+	}
+	return rt.openLocal(cfg, settings, open)
 }
 
 // checkSession validates a session's configuration and returns its retry
@@ -396,6 +403,19 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open fu
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
 	}
 	rt.sessions[cfg.id] = s
+	if s.prepared.Resumes() {
+		// Its retry chain goes on from its record: its actor starts now and
+		// arms the chain's timer.
+		s.start.Lock()
+		pid, err := s.actorLocked()
+		s.start.Unlock()
+		if err != nil {
+			delete(rt.sessions, cfg.id)
+			_ = s.prepared.Drop()
+			return nil, err
+		}
+		track.Send(rt.system.Root, rt.cfg.clock, pid, &messages.ResumeChain{})
+	}
 	return s, nil
 }
 
@@ -492,12 +512,21 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 }
 
 // Subscribe calls fn with the events of every session of the runtime
-// (Event.SessionID says whose), each session's in order, from a goroutine
+// (Event.SessionID says whose; on a runtime of JoinCluster, the sessions
+// opened through it), each session's in order, from a goroutine
 // of its own, with the same bounded delivery as Session.Subscribe: a slow
 // fn never blocks a session, and falling behind it misses deltas first,
 // never a terminal event. The returned function unsubscribes.
 func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return rt.allEvents.Subscribe(goEvents(fn))
+	unsub := rt.allEvents.Subscribe(goEvents(fn))
+	if rt.cluster == nil {
+		return unsub
+	}
+	rt.cluster.watch() // the handles' activations relay events while anyone listens
+	return func() {
+		unsub()
+		rt.cluster.watch()
+	}
 }
 
 // Stats is a view of the runtime as a whole.
@@ -576,6 +605,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	rt.closed = true
 	rt.mu.Unlock()
+	rt.stopTimers() // it opens sessions: stopped before they are listed
 	var errs []error
 	if rt.cluster != nil {
 		if err := rt.cluster.shutdown(ctx); err != nil {

@@ -51,6 +51,8 @@ var (
 	// an I/O error); the *PromptError also matches a *history.Error
 	// (errors.As) naming the file.
 	ErrHistory = errors.New("musepi: history write failed")
+	// ErrNoPrompt: Attach found no prompt to attach to.
+	ErrNoPrompt = errors.New("musepi: no prompt to attach to")
 )
 
 var kindErrors = map[string]error{
@@ -61,6 +63,7 @@ var kindErrors = map[string]error{
 	actors.KindRetryCancelled:  ErrRetryCancelled,
 	actors.KindShutdown:        ErrShutdown,
 	actors.KindHistory:         ErrHistory,
+	actors.KindNoPrompt:        ErrNoPrompt,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -223,6 +226,45 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 	})
 	if err != nil { // closed meanwhile, or the actor could not start
 		s.rt.system.Root.Stop(reply)
+	}
+}
+
+// Attach waits for the result of the session's running prompt when its
+// caller is gone: the prompt a session resumed from its record (it was
+// waiting out a backoff when its process or node died, and goes on here),
+// and returns what Prompt would have returned. A prompt that settled with
+// nobody attached is answered at once (its result is kept until the next
+// prompt; the history has it too). A later Attach replaces an earlier one,
+// which returns ErrBusy; a prompt whose own caller still waits, or no
+// prompt at all, returns ErrNoPrompt or ErrBusy at once. When ctx ends
+// first, ctx.Err() is returned and the prompt goes on.
+func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		msg *AssistantMessage
+		err error
+	}
+	done := make(chan outcome, 1)
+	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
+		msg, err := s.result(res, err)
+		done <- outcome{msg, err}
+	}, nil)
+	err := s.deliver(func(pid *actor.PID) {
+		s.rt.cfg.clock.Begin()
+		s.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{}, reply)
+	})
+	if err != nil {
+		s.rt.system.Root.Stop(reply)
+		return nil, fmt.Errorf("musepi: attach to session %s: %w", s.id, err)
+	}
+	select {
+	case out := <-done:
+		return out.msg, out.err
+	case <-ctx.Done():
+		s.rt.system.Root.Stop(reply)
+		return nil, ctx.Err()
 	}
 }
 

@@ -41,9 +41,21 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 	case *actor.Started:
 		h.id = protocluster.GetClusterIdentity(ctx).GetIdentity()
 		h.watchers = map[string]*watcher{}
+		h.node.hosted(h.id, ctx.Self())
+	case memberLeft:
+		for key, w := range h.watchers {
+			if w.pid.GetAddress() == m.addr { // nobody there to tell
+				h.unwatch(key)
+			}
+		}
 	case *messages.SessionOpen:
 		reply := h.open(m)
-		if reply.GetError() == "" {
+		switch {
+		case reply == nil: // the node is leaving: the handle looks again
+			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+			ctx.Stop(ctx.Self())
+			return
+		case reply.GetError() == "":
 			h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
 		}
 		ctx.Respond(reply)
@@ -79,6 +91,8 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
 		h.handover(ctx)
+	case *actor.Stopped:
+		h.node.unhosted(h.id, ctx.Self())
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		h.forward(ctx, m)
@@ -104,19 +118,29 @@ func (h *sessionHost) forward(ctx actor.Context, msg interface{}) {
 		}
 		ctx.RequestWithCustomSender(pid, msg, sender)
 	})
-	if err != nil && sender != nil {
-		ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+	if err != nil { // the session was closed here: a new activation opens it again
+		if sender != nil {
+			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+		}
+		h.s = nil
+		ctx.Stop(ctx.Self())
 	}
 }
 
 // open hosts the session here, as SessionOpen configures it (once: later
-// opens find it open).
+// opens find it open). It returns nil when the node is leaving.
 func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	if h.s != nil {
 		return &messages.SessionOpened{}
 	}
 	<-h.node.ready
 	rt := h.node.rt
+	rt.mu.Lock()
+	closed := rt.closed
+	rt.mu.Unlock()
+	if closed {
+		return nil
+	}
 	cfg := sessionConfig{id: h.id, model: m.GetModel(), role: m.GetRole()}
 	if m.GetSettings() != nil {
 		settings, err := retry.SettingsFromProto(m.GetSettings())
@@ -141,6 +165,9 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	if err != nil {
 		if !used {
 			_ = log.Close()
+		}
+		if errors.Is(err, ErrRuntimeClosed) {
+			return nil
 		}
 		return &messages.SessionOpened{Error: err.Error()}
 	}
@@ -198,13 +225,21 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 }
 
 func (h *sessionHost) unwatchAll() {
-	for key, w := range h.watchers {
-		if w.unsubscribe != nil {
-			w.unsubscribe()
-		}
-		delete(h.watchers, key)
+	for key := range h.watchers {
+		h.unwatch(key)
 	}
 }
+
+func (h *sessionHost) unwatch(key string) {
+	if w := h.watchers[key]; w != nil && w.unsubscribe != nil {
+		w.unsubscribe()
+	}
+	delete(h.watchers, key)
+}
+
+// memberLeft tells an activation that the member at addr left the
+// cluster: its handles are gone with it.
+type memberLeft struct{ addr string }
 
 // handover hands the session over as the activation stops, and tells the
 // handles (SessionMoved, with the generation of a prompt it left waiting
@@ -223,7 +258,9 @@ func (h *sessionHost) handover(ctx actor.Context) {
 	}
 	moved := &messages.SessionMoved{Orphaned: orphaned}
 	for _, w := range h.watchers {
-		ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
+			ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+		}
 	}
 	h.unwatchAll()
 }

@@ -36,7 +36,8 @@ type remoteSession struct {
 	gone    bool                      // released: the handle is closed
 }
 
-// openAttempts bounds the lookups and opens of one delivery.
+// openAttempts bounds how often a message that found its activation gone
+// (a dead letter) is sent again.
 const openAttempts = 5
 
 // newHandle is a handle of session cfg.id on node n, not yet connected.
@@ -53,21 +54,26 @@ func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Sess
 	return s
 }
 
-// connect opens the session at its activation.
+// connect opens the session at its activation, until ctx ends.
 func (r *remoteSession) connect(ctx context.Context) error {
-	return r.deliver(func(*actor.PID) {})
+	return r.deliverContext(ctx, func(*actor.PID) {})
 }
 
 // deliver runs send with the open activation, looking it up and opening
 // the session there first if need be.
 func (r *remoteSession) deliver(send func(*actor.PID)) error {
+	return r.deliverContext(context.Background(), send)
+}
+
+// deliverContext is deliver whose lookup and open end with ctx.
+func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gone {
 		return r.s.closedError()
 	}
 	if r.pid == nil {
-		if err := r.openLocked(); err != nil {
+		if err := r.openLocked(ctx); err != nil {
 			return err
 		}
 	}
@@ -77,22 +83,32 @@ func (r *remoteSession) deliver(send func(*actor.PID)) error {
 
 // openLocked finds the activation and opens the session there; r.mu is
 // held. A new activation may wait up to the handover timeout for the
-// session's previous one to release its history.
-func (r *remoteSession) openLocked() error {
+// session's previous one to release its history; lookups that fail (the
+// topology changing, an activation on a node that leaves) are tried again
+// until the handover timeout and 5 s more have passed.
+func (r *remoteSession) openLocked(ctx context.Context) error {
 	res := r.node.member.Resolver()
 	wait := r.node.cc.HandoverTimeout + 5*time.Second
+	deadline := time.Now().Add(wait)
 	r.open.Events = r.listening()
 	var last error
-	for try := range openAttempts {
-		if try > 0 {
-			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
+		if try > 0 { // the topology is changing, or the activation was leaving
+			select {
+			case <-time.After(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond)):
+			case <-ctx.Done():
+				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+			}
 		}
 		pid := res.Get(cluster.SessionKind, r.s.id)
 		if pid == nil {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
 		}
-		reply, err := r.node.rt.system.Root.RequestFuture(pid, r.open, wait).Result()
+		reply, err := waitResult(ctx, r.node.rt.system.Root.RequestFuture(pid, r.open, wait))
+		if ctx.Err() != nil {
+			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+		}
 		if err != nil {
 			res.Forget(cluster.SessionKind, r.s.id, pid)
 			last = err
@@ -151,7 +167,8 @@ func (r *remoteSession) stale(pid *actor.PID) {
 // prompts waiting on it get until the handover timeout (and a request
 // timeout more) for their reply or a SessionMoved: a node that leaves
 // gracefully hands the session over and answers them; one that died
-// never will, and they end with ErrHostLeft.
+// never will, and they attach to the new activation (or end with
+// ErrHostLeft when the session had not acknowledged them).
 func (r *remoteSession) hostLeft(addr string) {
 	r.mu.Lock()
 	pid := r.pid
@@ -225,9 +242,9 @@ func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
 }
 
 // orphaned carries on the prompts sent to the activation from that it
-// left unanswered (of generation gen; 0: all of them): they fail with
-// ErrHostLeft, since a new activation does not take up a prompt in the
-// middle of its retry chain.
+// left unanswered (of generation gen; 0: all of them): each attaches to
+// the session's new activation, which resumed its retry chain from its
+// record (see pendingPrompt.attach).
 func (r *remoteSession) orphaned(from *actor.PID, gen uint64) {
 	r.mu.Lock()
 	var lost []*pendingPrompt
@@ -313,13 +330,14 @@ type pendingPrompt struct {
 	accepted func()
 	fn       func(res interface{}, err error)
 
-	mu    sync.Mutex
-	to    *actor.PID // the activation it went to
-	reply *actor.PID
-	gen   uint64 // from PromptAccepted (0: not yet accepted)
-	tries int
-	lost  bool
-	once  sync.Once
+	mu        sync.Mutex
+	to        *actor.PID // the activation it went to
+	reply     *actor.PID
+	gen       uint64 // from PromptAccepted (0: not yet accepted)
+	tries     int
+	lost      bool // its activation is gone, the reply with it
+	attaching bool // waiting on an AttachPrompt to the new activation
+	once      sync.Once
 }
 
 // prompt sends req to the session's activation; fn gets the reply, the
@@ -366,26 +384,68 @@ func (p *pendingPrompt) generation() uint64 {
 }
 
 // replied takes the reply address's result: a dead letter before the
-// session took the prompt means it reached no session, and it goes again.
+// session took the prompt means it reached no session, and it goes again;
+// a prompt whose activation is gone attaches to the new one.
 func (p *pendingPrompt) replied(res interface{}, err error) {
 	p.mu.Lock()
-	lost, to, again := p.lost, p.to, errors.Is(err, errNoSession) && p.gen == 0 && p.tries < openAttempts
+	lost, attaching, to, gen, tries := p.lost, p.attaching, p.to, p.gen, p.tries
 	p.mu.Unlock()
 	r := p.r
 	r.mu.Lock()
 	delete(r.pending, p)
 	r.mu.Unlock()
+	deadLetter := errors.Is(err, errNoSession)
+	hostLeft := fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress())
 	switch {
-	case lost:
-		p.finish(nil, fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress()))
-	case again:
+	case (lost || attaching && deadLetter) && gen != 0 && tries < openAttempts:
 		r.stale(to)
-		if serr := p.send(); serr != nil {
-			p.finish(nil, serr)
-		}
+		// Not on the goroutine that delivered the reply: that may be the
+		// remote's reader from the node the new open must hear from.
+		go p.attach()
+	case lost:
+		p.finish(nil, hostLeft)
+	case attaching && isNoPrompt(res):
+		p.finish(nil, fmt.Errorf("%w; its new activation has no record of it", hostLeft))
+	case deadLetter && gen == 0 && tries < openAttempts:
+		r.stale(to)
+		go func() {
+			if serr := p.send(); serr != nil {
+				p.finish(nil, serr)
+			}
+		}()
 	default:
 		p.finish(res, err)
 	}
+}
+
+// attach asks the session's new activation for the result of the prompt
+// (AttachPrompt): its node resumed the prompt's retry chain from the
+// session's record, and answers once the prompt settles.
+func (p *pendingPrompt) attach() {
+	p.mu.Lock()
+	p.tries++
+	p.lost, p.attaching = false, true
+	gen := p.gen
+	p.mu.Unlock()
+	reply := newReplyAddress(p.r.node.rt.system, p.replied, nil)
+	err := p.r.deliver(func(pid *actor.PID) {
+		p.mu.Lock()
+		p.to, p.reply = pid, reply
+		p.mu.Unlock()
+		p.r.pending[p] = struct{}{} // r.mu is held
+		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen}, reply)
+	})
+	if err != nil {
+		p.r.node.rt.system.Root.Stop(reply)
+		p.finish(nil, err)
+	}
+}
+
+// isNoPrompt reports whether res is the answer of an AttachPrompt that
+// found no prompt to attach to.
+func isNoPrompt(res interface{}) bool {
+	r, ok := res.(*messages.PromptResult)
+	return ok && r.GetErrorKind() == actors.KindNoPrompt
 }
 
 // lose ends the prompt: its activation is gone with it.
@@ -413,7 +473,9 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 		p.r.s.events.Publish(m)
 		p.r.node.rt.allEvents.Publish(m)
 	case *messages.SessionMoved:
-		p.r.moved(sender, m.GetOrphaned())
+		// Not on the remote's reader: moving on may open the session
+		// elsewhere, and wait for replies this reader delivers.
+		go p.r.moved(sender, m.GetOrphaned())
 	}
 }
 

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/session"
 )
 
 // InterruptedError is the error of the marker a resumed session appends
@@ -20,6 +21,9 @@ type resumed struct {
 	pinned  bool              // model is a pinned fallback
 	// primaryCooldownUntilMs is when a fallback may revert to primary.
 	primaryCooldownUntilMs int64
+	// record is the record in backoff the session resumes its retry chain
+	// from (nil: none; see recordToResume).
+	record *session.Record
 }
 
 // resume rebuilds a session from entries. The runtime context is the

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
@@ -76,6 +77,19 @@ type SessionActor struct {
 	stepHistoryErr error
 	revertModel    bool
 
+	// With a Log that keeps records (see commitStep): records is it; batch
+	// the model changes of the step being carried out; armed, the step
+	// armed a backoff timer; recordKept, a record in backoff is stored.
+	records    history.RecordLog
+	batch      []*messages.Entry
+	armed      bool
+	recordKept bool
+	// waiterAttached: the waiter came with AttachPrompt (a later one
+	// replaces it); orphan is the result of the last prompt, when it
+	// settled with nobody waiting (a prompt resumed from its record).
+	waiterAttached bool
+	orphan         *messages.PromptResult
+
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
 	compactWaiter *actor.PID            // the caller of a manual compaction in progress
@@ -106,11 +120,34 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
+	records, _ := cfg.History.(history.RecordLog)
+	if records != nil {
+		rec, err := recordToResume(deps, cfg.ID, records, entries)
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil && deps.knownModel(rec.Model) && deps.knownModel(rec.Primary) {
+			r.record = rec
+			cfg.State.Init(rec.Model, rec.AutoRetry)
+			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
+				cfg.State.publish(c, false) // what the actor will stand at, for callers from now on
+			}
+			deps.Log.Info().Str("session", cfg.ID).Int("attempt", rec.Attempt).Time("due", rec.SleepUntil).
+				Msg("resuming the session's retry chain from its record")
+			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
+		}
+	}
 	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
 		for i, e := range extra {
 			e.Seq = r.seq + uint64(i) + 1
 		}
-		if err := cfg.History.Append(extra...); err != nil {
+		var err error
+		if records != nil { // a stale record goes with the marker: its due time must not wake the session
+			err = records.CommitRecord(history.Record{}, extra...)
+		} else {
+			err = cfg.History.Append(extra...)
+		}
+		if err != nil {
 			return nil, err
 		}
 		if err := cfg.History.Sync(); err != nil {
@@ -147,6 +184,11 @@ func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedS
 	return pid, err
 }
 
+// Resumes reports whether the session resumes a retry chain from its
+// record when it starts: its actor should start at once, to arm the
+// chain's timer.
+func (p *PreparedSession) Resumes() bool { return p.resumed != nil && p.resumed.record != nil }
+
 // Drop closes the history of a prepared session that never started.
 func (p *PreparedSession) Drop() error { return p.cfg.History.Close() }
 
@@ -161,6 +203,12 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.started(ctx)
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
+	case *messages.AttachPrompt:
+		s.attach(ctx, m)
+	case *messages.ResumeChain:
+		// A session resumed from its record arms its backoff timer again for
+		// what is left of it (at once when it is past due).
+		s.step(ctx, session.Input{Kind: session.InTimerLost})
 	case *messages.CredentialSelected:
 		s.step(ctx, session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()})
 	case *messages.TurnDelta:
@@ -292,7 +340,7 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	s.waiter, s.historyErr = ctx.Sender(), nil
+	s.waiter, s.waiterAttached, s.orphan, s.historyErr = ctx.Sender(), false, nil, nil
 	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
 	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
 	if err == "" && m.GetAck() {
@@ -343,6 +391,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		*buf = effects
 		for i := range effects {
 			s.execute(ctx, &effects[i])
+		}
+		if s.records != nil {
+			s.commitStep()
 		}
 		clear(effects) // drop what the effects point to
 		if err := s.stepHistoryErr; err != nil {
@@ -412,18 +463,22 @@ func (s *SessionActor) tryStep(out []session.Effect, now time.Time, in session.I
 
 // publishState mirrors what callers read without asking the actor.
 func (s *SessionActor) publishState() {
-	st := s.cfg.State
-	st.busy.Store(s.core.Busy())
-	st.compacting.Store(s.core.State() == session.Compacting || s.compactWaiter != nil)
-	st.phase.Store(uint32(s.core.State()))
+	s.cfg.State.publish(&s.core, s.compactWaiter != nil)
+}
+
+// publish mirrors the core's state; compacting: a manual compaction runs.
+func (st *SessionState) publish(c *session.Core, compacting bool) {
+	st.busy.Store(c.Busy())
+	st.compacting.Store(c.State() == session.Compacting || compacting)
+	st.phase.Store(uint32(c.State()))
 	var retryAt int64
-	if t := s.core.WaitingUntil(); !t.IsZero() {
+	if t := c.WaitingUntil(); !t.IsZero() {
 		retryAt = t.UnixNano()
 	}
 	st.retryAt.Store(retryAt)
-	st.retrying.Store(s.core.IsRetrying())
-	st.generation.Store(s.core.Generation())
-	st.autoRetry.Store(s.core.AutoRetryEnabled())
+	st.retrying.Store(c.IsRetrying())
+	st.generation.Store(c.Generation())
+	st.autoRetry.Store(c.AutoRetryEnabled())
 }
 
 func (s *SessionActor) started(ctx actor.Context) {
@@ -453,9 +508,20 @@ func (s *SessionActor) started(ctx actor.Context) {
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
+	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
+	s.records, _ = s.cfg.History.(history.RecordLog)
+	if rec := r.record; rec != nil {
+		core, err := session.Resume(cfg, s.newSource(), *rec)
+		if err == nil {
+			s.core, s.recordKept = *core, true
+			s.cfg.State.Init(rec.Model, rec.AutoRetry)
+			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
+			return
+		}
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("resume from the session record; starting idle")
+	}
 	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
-	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
 }
 
 // newSource is the jitter source of the session's retry chain.

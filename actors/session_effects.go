@@ -24,6 +24,10 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.emit(&e.Event)
 	case session.AppendModelChange:
 		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
+		if s.records != nil { // written with the step's record (commitStep)
+			s.batchModelChange(entry)
+			return
+		}
 		write := s.append
 		if e.Change.Reason == "user" {
 			write = s.appendSynced
@@ -74,6 +78,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
+		s.armed = true
 		if s.passivates(e) {
 			// The scheduler wakes the session by id: it may leave its actors
 			// while it waits.
@@ -152,7 +157,9 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
 			}
 			ctx.Send(s.waiter, res)
-			s.waiter = nil
+			s.waiter, s.waiterAttached = nil, false
+		} else {
+			s.orphan = promptResult(e.Result)
 		}
 	case session.RejectPrompt:
 		ctx.Respond(promptResult(e.Result))

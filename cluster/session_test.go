@@ -23,7 +23,7 @@ import (
 )
 
 // sessionScenarios is how many scenarios TestSessionKind's child runs.
-const sessionScenarios = 6
+const sessionScenarios = 8
 
 // TestJoinClusterRefuses: what JoinCluster refuses, before it starts a
 // member.
@@ -72,8 +72,6 @@ func TestSessionKind(t *testing.T) {
 	server := pgtest.Start(t)
 	url := server.NewDatabase(t)
 	llm := provider.NewScripted(provider.Outcome{Message: provider.Text("ok")})
-	settings := retry.DefaultSettings()
-	settings.BaseDelay = 1500 * time.Millisecond
 	agent := test.NewInMemAgent()
 	name := clusterName(t)
 	nodes := make([]*musepi.Runtime, 0, 3)
@@ -82,50 +80,19 @@ func TestSessionKind(t *testing.T) {
 			_ = rt.Shutdown(context.Background())
 		}
 	})
+	join := func(node string) *musepi.Runtime { return joinNode(t, url, name, node, agent, llm, false) }
 	for i := range 3 {
-		store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(fmt.Sprintf("node%d", i+1)), pgstore.WithLease(time.Second))
-		if err != nil {
-			t.Fatal(failed, err)
-		}
-		rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: name, Membership: cluster.InProcess(agent),
-			Store: store, HandoverTimeout: 3 * time.Second},
-			musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
-			musepi.WithRetrySettings(settings))
-		if err != nil {
-			t.Fatal(failed, err)
-		}
-		nodes = append(nodes, rt)
+		nodes = append(nodes, join(fmt.Sprintf("node%d", i+1)))
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, rt := range nodes {
-		for len(rt.ClusterMembers()) != 3 {
-			if time.Now().After(deadline) {
-				t.Fatalf(failed+"a node sees %d members, want 3", len(rt.ClusterMembers()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	clientStore, err := pgstore.Connect(context.Background(), url, pgstore.WithNode("client"))
-	if err != nil {
-		t.Fatal(failed, err)
-	}
-	client, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: name, Membership: cluster.InProcess(agent),
-		Store: clientStore, Client: true},
-		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
-		musepi.WithRetrySettings(settings))
-	if err != nil {
-		t.Fatal(failed, err)
-	}
+	waitMembers(t, 3, nodes...)
+	client := joinNode(t, url, name, "client", agent, llm, true)
 	t.Cleanup(func() { _ = client.Shutdown(context.Background()) })
-	for _, rt := range append([]*musepi.Runtime{client}, nodes...) {
-		for len(rt.ClusterMembers()) != 4 {
-			if time.Now().After(deadline) {
-				t.Fatalf(failed+"a node sees %d members, want 4 (3 and the client)", len(rt.ClusterMembers()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	c := &sessionCluster{nodes: nodes, client: client, llm: llm}
+	waitMembers(t, 4, append([]*musepi.Runtime{client}, nodes...)...)
+	c := &sessionCluster{nodes: nodes, client: client, llm: llm, join: func() *musepi.Runtime {
+		rt := join("node4")
+		nodes = append(nodes, rt)
+		return rt
+	}}
 	for _, sc := range []struct {
 		name string
 		run  func(*testing.T, *sessionCluster)
@@ -134,7 +101,9 @@ func TestSessionKind(t *testing.T) {
 		{"prompt from member 1 to a session on member 3", remotePrompt},
 		{"a client reaches sessions and hosts none; close and reopen elsewhere", clientAndClose},
 		{"429 for a key on node 1 moves nodes 2 and 3 to the other key", sharedKeyBlock},
+		{"a node joins: the sessions that move continue on it", nodeJoins},
 		{"the hosting member leaves mid-backoff", hostLeaves},
+		{"the hosting member leaves during a turn: the turn is answered", leaveDuringTurn},
 		{"every history complete in the database", func(t *testing.T, c *sessionCluster) { checkHistories(t, url) }},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
@@ -144,9 +113,46 @@ func TestSessionKind(t *testing.T) {
 	}
 }
 
+// joinNode starts a runtime of JoinCluster on the in-process membership
+// agent, with provider "p" (keys A and B) played by llm and a 1.5 s base
+// delay, its history in the database at url.
+func joinNode(tb testing.TB, url, clusterName, node string, agent *test.InMemAgent, llm *provider.Scripted, client bool) *musepi.Runtime {
+	tb.Helper()
+	store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode(node), pgstore.WithLease(time.Second))
+	if err != nil {
+		tb.Fatal(failed, err)
+	}
+	settings := retry.DefaultSettings()
+	settings.BaseDelay = 1500 * time.Millisecond
+	rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: clusterName, Membership: cluster.InProcess(agent),
+		Store: store, HandoverTimeout: 3 * time.Second, Client: client},
+		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
+		musepi.WithRetrySettings(settings))
+	if err != nil {
+		_ = store.Close()
+		tb.Fatal(failed, err)
+	}
+	return rt
+}
+
+// waitMembers waits until every runtime of rts sees n members.
+func waitMembers(tb testing.TB, n int, rts ...*musepi.Runtime) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, rt := range rts {
+		for len(rt.ClusterMembers()) != n {
+			if time.Now().After(deadline) {
+				tb.Fatalf(failed+"a node sees %d members, want %d", len(rt.ClusterMembers()), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 type sessionCluster struct {
 	nodes  []*musepi.Runtime
 	client *musepi.Runtime
+	join   func() *musepi.Runtime // starts a 4th node
 	llm    *provider.Scripted
 	mu     sync.Mutex
 	next   int
@@ -260,6 +266,13 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 		mu.Unlock()
 	})
 	defer unsub()
+	settled := make(chan struct{}, 1)
+	unsubAll := c.nodes[0].Subscribe(func(ev musepi.Event) {
+		if ev.Header().SessionID == s.ID() && ev.Type() == "agent_settled" {
+			settled <- struct{}{}
+		}
+	})
+	defer unsubAll()
 	msg, err := s.Prompt(context.Background(), "hi")
 	if err != nil || msg.Text() != "hello" {
 		t.Fatalf(failed+"prompt from node 1 to node 3: %v, %v", msg, err)
@@ -279,6 +292,11 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 			t.Fatalf(failed+"events on node 1: %v; want them to end with agent_settled", seen)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-settled:
+	case <-time.After(5 * time.Second):
+		t.Errorf(failed + "node 1's Runtime.Subscribe never saw the session's agent_settled")
 	}
 	h, err := s.History(context.Background())
 	if err != nil || len(h) != 2 {
@@ -337,10 +355,16 @@ func sharedKeyBlock(t *testing.T, c *sessionCluster) {
 func hostLeaves(t *testing.T, c *sessionCluster) {
 	s := c.openOn(t, 0, 2)
 	c.llm.SetScript(s.ID(), provider.Outcome{Message: provider.Failure(503, "overloaded", nil)},
-		provider.Outcome{Message: provider.Text("after the move")})
+		provider.Outcome{Message: provider.Failure(503, "overloaded", nil)},
+		provider.Outcome{Message: provider.Text("after the move")}, provider.Outcome{Message: provider.Text("answered again")})
 	backoff := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var attempts []int
 	unsub := s.Subscribe(func(ev musepi.Event) {
-		if ev.Type() == "auto_retry_start" {
+		if start, ok := ev.(musepi.AutoRetryStart); ok {
+			mu.Lock()
+			attempts = append(attempts, start.Attempt)
+			mu.Unlock()
 			select {
 			case backoff <- struct{}{}:
 			default:
@@ -348,12 +372,12 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 		}
 	})
 	defer unsub()
-	done := make(chan error, 1)
-	var ended time.Time
-	s.PromptAsync(context.Background(), "hi", func(_ *musepi.AssistantMessage, err error) {
-		ended = time.Now()
-		done <- err
-	})
+	type result struct {
+		msg *musepi.AssistantMessage
+		err error
+	}
+	done := make(chan result, 1)
+	s.PromptAsync(context.Background(), "hi", func(msg *musepi.AssistantMessage, err error) { done <- result{msg, err} })
 	select {
 	case <-backoff:
 	case <-time.After(10 * time.Second):
@@ -365,30 +389,106 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 	}
 	t.Logf("node 3 left in %v", time.Since(start))
 	select {
-	case err := <-done:
-		// Until durable retry chains carry the attempt on, the prompt
-		// waiting in the backoff ends with ErrHostLeft.
-		if !errors.Is(err, musepi.ErrHostLeft) {
-			t.Errorf(failed+"the prompt waiting on node 3 ended with %v; want ErrHostLeft", err)
+	case r := <-done:
+		if r.err != nil || r.msg.Text() != "after the move" {
+			t.Errorf(failed+"the prompt waiting in a backoff on node 3: %v, %v; want it answered after the move", r.msg, r.err)
 		}
-		// Told by the handover (SessionMoved), not by the grace period
-		// after the topology change (HandoverTimeout + RequestTimeout).
-		if d := ended.Sub(start); d > 3*time.Second {
-			t.Errorf(failed+"the prompt ended %v after node 3 began to leave; want it told by the handover", d)
-		}
-		t.Logf("the prompt waiting on node 3 ended %v after it began to leave", ended.Sub(start))
-	case <-time.After(15 * time.Second):
+		t.Logf("the prompt waiting on node 3 was answered %v after node 3 began to leave", time.Since(start))
+	case <-time.After(20 * time.Second):
 		t.Fatal(failed + "the prompt waiting on node 3 never ended")
 	}
-	start = time.Now()
+	mu.Lock()
+	seen := append([]int(nil), attempts...)
+	mu.Unlock()
+	if len(seen) != 2 || seen[0] != 1 || seen[1] != 2 {
+		t.Errorf(failed+"auto_retry_start attempts seen on node 1: %v; want 1 on node 3, then 2 carried on after the move", seen)
+	}
 	msg, err := s.Prompt(context.Background(), "again")
-	if err != nil || msg.Text() != "after the move" {
+	if err != nil || msg.Text() != "answered again" {
 		t.Fatalf(failed+"prompt after node 3 left: %v, %v", msg, err)
 	}
-	t.Logf("first prompt after the move answered in %v", time.Since(start))
 	h, err := s.History(context.Background())
-	if err != nil || len(h) != 4 {
-		t.Errorf(failed+"history after the move: %d entries, %v; want 4 (prompt, 503, prompt, answer)", len(h), err)
+	if err != nil || len(h) != 6 {
+		t.Errorf(failed+"history after the move: %d entries, %v; want 6 (prompt, 503, 503, answer, prompt, answer)", len(h), err)
+	}
+}
+
+func nodeJoins(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	var sessions []*musepi.Session
+	for range 12 {
+		s, _ := c.open(t, 0)
+		if _, err := s.Prompt(ctx, "before"); err != nil {
+			t.Fatalf(failed+"prompt before the join: %v", err)
+		}
+		sessions = append(sessions, s)
+	}
+	n4 := c.join()
+	c.nodes = append(c.nodes, n4)
+	waitMembers(t, 5, append([]*musepi.Runtime{c.client}, c.nodes...)...)
+	start := time.Now()
+	for _, s := range sessions {
+		if _, err := s.Prompt(ctx, "after"); err != nil {
+			t.Fatalf(failed+"prompt on %s after the join: %v", s.ID(), err)
+		}
+		if h, err := s.History(ctx); err != nil || len(h) != 4 {
+			t.Errorf(failed+"%s's history after the join: %d entries, %v; want 4", s.ID(), len(h), err)
+		}
+	}
+	moved := n4.Stats().Sessions
+	t.Logf("after node 4 joined, %d of 12 sessions moved to it; 12 prompts took %v", moved, time.Since(start))
+	if moved == 0 {
+		t.Errorf(failed + "no session moved to the node that joined")
+	}
+}
+
+func leaveDuringTurn(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	s := c.openOn(t, 0, 1)
+	c.llm.SetScript(s.ID(), provider.Outcome{Message: provider.Text("answered during the leave")},
+		provider.Outcome{Message: provider.Text("answered after the leave")})
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.llm.OnCall(func(req provider.Request) {
+		if req.SessionID == s.ID() {
+			once.Do(func() {
+				close(started)
+				<-release
+			})
+		}
+	})
+	defer c.llm.OnCall(nil)
+	type result struct {
+		msg *musepi.AssistantMessage
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		msg, err := s.Prompt(ctx, "hi")
+		done <- result{msg, err}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal(failed + "the turn never started")
+	}
+	left := make(chan error, 1)
+	go func() { left <- c.nodes[1].Shutdown(ctx) }()
+	time.Sleep(300 * time.Millisecond) // node 2 is leaving, its session's turn in flight
+	close(release)
+	r := <-done
+	if r.err != nil || r.msg.Text() != "answered during the leave" {
+		t.Errorf(failed+"the prompt whose turn was in flight as node 2 left: %v, %v; want its answer", r.msg, r.err)
+	}
+	if err := <-left; err != nil {
+		t.Errorf(failed+"node 2 leaves: %v", err)
+	}
+	msg, err := s.Prompt(ctx, "again")
+	if err != nil || msg.Text() != "answered after the leave" {
+		t.Fatalf(failed+"prompt after node 2 left: %v, %v", msg, err)
+	}
+	if h, err := s.History(ctx); err != nil || len(h) != 4 {
+		t.Errorf(failed+"history after the leave: %d entries, %v; want 4", len(h), err)
 	}
 }
 
@@ -423,7 +523,7 @@ func checkHistories(t *testing.T, url string) {
 		t.Fatal(failed, rows.Err())
 	}
 	t.Logf("%d sessions, %d entries, seq contiguous", len(last), n)
-	if len(last) < 34 {
+	if len(last) < 47 {
 		t.Errorf(failed+"%d sessions in the database; want every session opened", len(last))
 	}
 }

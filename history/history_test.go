@@ -56,6 +56,19 @@ func TestContract(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) { historytest.Contract(t, st.open) })
 	}
+	t.Run("memory with records", func(t *testing.T) {
+		historytest.Contract(t, func(*testing.T) history.Store { return history.NewMemoryStore(history.WithRecords()) })
+	})
+}
+
+// A memory store made WithRecords passes the history.RecordLog contract;
+// without it its Logs keep no record.
+func TestRecordContract(t *testing.T) {
+	historytest.RecordContract(t, func(*testing.T) history.Store { return history.NewMemoryStore(history.WithRecords()) })
+	l, _ := historytest.OpenLog(t, history.NewMemoryStore(), "s")
+	if _, ok := l.(history.RecordLog); ok {
+		t.Error("a default memory store's Log is a RecordLog")
+	}
 }
 
 func TestConcurrentSessions(t *testing.T) {

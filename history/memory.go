@@ -3,6 +3,7 @@ package history
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,7 @@ type MemoryStore struct {
 	mu        sync.Mutex // guards histories and their open flags
 	histories map[string]*memoryHistory
 	closed    atomic.Bool
+	records   bool // its Logs are RecordLogs (WithRecords)
 }
 
 // memoryHistory is one session's entries: each the uvarint length of its
@@ -31,7 +33,8 @@ type memoryHistory struct {
 
 	mu     sync.Mutex
 	chunks [][]byte
-	n      uint64 // entries
+	n      uint64  // entries
+	record *Record // the session's record (WithRecords), a copy
 }
 
 // Chunk sizes of a memory history.
@@ -56,9 +59,23 @@ func (h *memoryHistory) room(need int) []byte {
 	return h.chunks[len(h.chunks)-1]
 }
 
+// MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore)
+
+// WithRecords makes the store keep each session's record next to its
+// history: its Logs are RecordLogs, so sessions write their record at each
+// backoff and resume their retry chain from it when opened again. Without
+// it (the default) sessions keep no record and an interrupted prompt is
+// closed with a marker when its session is opened again.
+func WithRecords() MemoryOption { return func(s *MemoryStore) { s.records = true } }
+
 // NewMemoryStore returns an empty store.
-func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{histories: map[string]*memoryHistory{}}
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{histories: map[string]*memoryHistory{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Open opens session's history, returning copies of its entries.
@@ -81,7 +98,11 @@ func (s *MemoryStore) Open(session string) (Log, []*messages.Entry, error) {
 		return nil, nil, &Error{Op: "open", Path: session, Err: err}
 	}
 	h.open = true
-	return &memoryLog{store: s, session: session, history: h}, entries, nil
+	l := &memoryLog{store: s, session: session, history: h}
+	if s.records {
+		return &memoryRecordLog{l}, entries, nil
+	}
+	return l, entries, nil
 }
 
 // decode returns copies of the entries.
@@ -139,8 +160,14 @@ func (l *memoryLog) Append(entries ...*messages.Entry) error {
 	if err := l.usable("append"); err != nil {
 		return err
 	}
+	return l.appendLocked("append", entries)
+}
+
+// appendLocked adds the entries, all or none; history.mu is held.
+func (l *memoryLog) appendLocked(op string, entries []*messages.Entry) error {
+	h := l.history
 	if err := checkSeq(h.n, entries); err != nil {
-		return &Error{Op: "append", Path: l.session, Err: err}
+		return &Error{Op: op, Path: l.session, Err: err}
 	}
 	k0, l0 := len(h.chunks), 0 // where the history ends, to undo a failure
 	if k0 > 0 {
@@ -155,7 +182,7 @@ func (l *memoryLog) Append(entries ...*messages.Entry) error {
 			if k0 > 0 {
 				h.chunks[k0-1] = h.chunks[k0-1][:l0]
 			}
-			return &Error{Op: "append", Path: l.session, Err: err}
+			return &Error{Op: op, Path: l.session, Err: err}
 		}
 		h.chunks[len(h.chunks)-1] = chunk
 	}
@@ -192,4 +219,38 @@ func (l *memoryLog) Close() error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// memoryRecordLog is a memoryLog of a store made WithRecords.
+type memoryRecordLog struct{ *memoryLog }
+
+var _ RecordLog = memoryRecordLog{}
+
+// CommitRecord appends the entries and keeps a copy of rec, both or neither.
+func (l memoryRecordLog) CommitRecord(rec Record, entries ...*messages.Entry) error {
+	h := l.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := l.usable("commit"); err != nil {
+		return err
+	}
+	if err := l.appendLocked("commit", entries); err != nil {
+		return err
+	}
+	h.record = &Record{Data: slices.Clone(rec.Data), Due: rec.Due}
+	return nil
+}
+
+// LastRecord returns a copy of the record.
+func (l memoryRecordLog) LastRecord() (Record, bool, error) {
+	h := l.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := l.usable("load record"); err != nil {
+		return Record{}, false, err
+	}
+	if h.record == nil {
+		return Record{}, false, nil
+	}
+	return Record{Data: slices.Clone(h.record.Data), Due: h.record.Due}, true, nil
 }

@@ -47,7 +47,9 @@ type SessionRecord struct {
 	Last                 *AssistantMessage      `protobuf:"bytes,18,opt,name=last,proto3" json:"last,omitempty"`
 	Failure              string                 `protobuf:"bytes,19,opt,name=failure,proto3" json:"failure,omitempty"`
 	FailureKind          string                 `protobuf:"bytes,20,opt,name=failure_kind,json=failureKind,proto3" json:"failure_kind,omitempty"`
-	RetryEnd             *RecordRetryEnd        `protobuf:"bytes,21,opt,name=retry_end,json=retryEnd,proto3" json:"retry_end,omitempty"` // unset: no chain ended without success
+	RetryEnd             *RecordRetryEnd        `protobuf:"bytes,21,opt,name=retry_end,json=retryEnd,proto3" json:"retry_end,omitempty"`        // unset: no chain ended without success
+	Role                 string                 `protobuf:"bytes,22,opt,name=role,proto3" json:"role,omitempty"`                                // the session's model role for fallback chains
+	HistorySeq           uint64                 `protobuf:"varint,23,opt,name=history_seq,json=historySeq,proto3" json:"history_seq,omitempty"` // the seq of the history's last entry when the record was taken
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -227,6 +229,20 @@ func (x *SessionRecord) GetRetryEnd() *RecordRetryEnd {
 		return x.RetryEnd
 	}
 	return nil
+}
+
+func (x *SessionRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SessionRecord) GetHistorySeq() uint64 {
+	if x != nil {
+		return x.HistorySeq
+	}
+	return 0
 }
 
 // RecordModelState is what a session's last model change replaced.
@@ -544,7 +560,7 @@ var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xfc\x05\n" +
+	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xb1\x06\n" +
 	"\rSessionRecord\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1e\n" +
 	"\n" +
@@ -574,7 +590,10 @@ const file_record_proto_rawDesc = "" +
 	"\x04last\x18\x12 \x01(\v2\x1b.musepi.v1.AssistantMessageR\x04last\x12\x18\n" +
 	"\afailure\x18\x13 \x01(\tR\afailure\x12!\n" +
 	"\ffailure_kind\x18\x14 \x01(\tR\vfailureKind\x126\n" +
-	"\tretry_end\x18\x15 \x01(\v2\x19.musepi.v1.RecordRetryEndR\bretryEnd\"\x91\x01\n" +
+	"\tretry_end\x18\x15 \x01(\v2\x19.musepi.v1.RecordRetryEndR\bretryEnd\x12\x12\n" +
+	"\x04role\x18\x16 \x01(\tR\x04role\x12\x1f\n" +
+	"\vhistory_seq\x18\x17 \x01(\x04R\n" +
+	"historySeq\"\x91\x01\n" +
 	"\x10RecordModelState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x16\n" +

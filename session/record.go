@@ -18,6 +18,12 @@ type Record struct {
 	Generation uint64
 	Turn       uint64
 	AutoRetry  bool // retry.enabled as the session last set it
+	Role       string
+
+	// HistorySeq is the seq of the last history entry when the record was
+	// taken: the owner sets it (the core keeps no history), so that a store
+	// can tell a record from before the history's end.
+	HistorySeq uint64
 
 	Primary      string // the primary "provider/model" (the user may have picked another)
 	Model        string // the model in use
@@ -57,7 +63,7 @@ func (c *Core) Record() (Record, error) {
 		return Record{}, fmt.Errorf("session: no record while %s: only an idle session or one in backoff is at rest", c.state)
 	}
 	return Record{
-		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.cfg.Settings.Enabled,
+		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.cfg.Settings.Enabled, Role: c.cfg.Role,
 		Primary: c.cfg.Model, Model: c.model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil, Credential: c.credential,
 		Before:  c.beforeChange,
 		Attempt: c.attempt, SleepUntil: c.sleepUntil, SleepToken: c.sleepToken, Aborts: c.aborts, Chain: c.chain.State(),
@@ -65,15 +71,18 @@ func (c *Core) Record() (Record, error) {
 	}, nil
 }
 
-// Resume returns a core standing where r stood, with cfg's settings and
-// roles (its model fields are r's) and jitter from src. A record of a
-// state not at rest fails.
+// Resume returns a core standing where r stood, with cfg's settings (its
+// model fields are r's, and its role too when r names one) and jitter
+// from src. A record of a state not at rest fails.
 func Resume(cfg Config, src retry.Source, r Record) (*Core, error) {
 	if r.State != Idle && r.State != Backoff {
 		return nil, fmt.Errorf("session: cannot resume a record in state %s", r.State)
 	}
 	cfg.Model = r.Primary
 	cfg.Settings.Enabled = r.AutoRetry
+	if r.Role != "" {
+		cfg.Role = r.Role
+	}
 	c := New(cfg, src)
 	c.state, c.gen, c.turn = r.State, r.Generation, r.Turn
 	c.model, c.pinned, c.primaryUntil, c.credential = r.Model, r.Pinned, r.PrimaryUntil, r.Credential

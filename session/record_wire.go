@@ -26,6 +26,7 @@ func (r Record) Wire() *messages.SessionRecord {
 			Switched: c.Switched, FallbackApplied: c.FallbackApplied, FallbackModel: c.FallbackModel, FallbackRole: c.FallbackRole,
 		},
 		Last: r.Last, Failure: r.Failure, FailureKind: string(r.FailureKind),
+		Role: r.Role, HistorySeq: r.HistorySeq,
 	}
 	if e := r.RetryEnd; e != nil {
 		w.RetryEnd = &messages.RecordRetryEnd{Success: e.Success, Attempt: int32(e.Attempt), FinalError: e.FinalError, Class: e.Class.String()}
@@ -66,6 +67,7 @@ func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 			FallbackApplied: wc.GetFallbackApplied(), FallbackModel: wc.GetFallbackModel(), FallbackRole: wc.GetFallbackRole(),
 		},
 		Last: w.GetLast(), Failure: w.GetFailure(), FailureKind: ErrorKind(w.GetFailureKind()),
+		Role: w.GetRole(), HistorySeq: w.GetHistorySeq(),
 	}
 	if e := w.GetRetryEnd(); e != nil {
 		c, ok := retry.ParseClass(e.GetClass())

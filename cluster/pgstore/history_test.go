@@ -33,6 +33,15 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// The store's Logs pass the history.RecordLog contract of the memory
+// store WithRecords.
+func TestRecordContract(t *testing.T) {
+	historytest.RecordContract(t, func(t *testing.T) history.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
 // Beyond the contract: Sync fails on a closed log, and a log still open
 // fails once its store is closed.
 func TestClosed(t *testing.T) {

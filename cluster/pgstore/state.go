@@ -10,17 +10,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/messages"
 )
 
-// Record is a session's compact durable state: what the session core
-// needs to resume (its retry chain's attempt and due time, the prompt
-// generation, the chosen credential and model), in an encoding the caller
-// chooses; the store keeps Data as opaque bytes. Due is kept in a column of
-// its own for the durable timers.
-type Record struct {
-	Data []byte
-	Due  time.Time // when the session next needs to run; zero: nothing pending
-}
+// Record is a session's compact durable state (history.Record): what the
+// session core needs to resume (its retry chain's attempt and due time,
+// the prompt generation, the chosen credential and model), in an encoding
+// the caller chooses; the store keeps Data as opaque bytes. Due is kept in
+// a column of its own for the durable timers.
+type Record = history.Record
 
 // SessionRecords is the record an activation keeps next to its history.
 // Its writes are fenced like the history's: they fail with ErrFenced, and
@@ -33,14 +31,13 @@ type SessionRecords interface {
 	LoadRecord(ctx context.Context) (rec Record, found bool, err error)
 }
 
-var _ SessionRecords = (*Log)(nil)
+var (
+	_ SessionRecords    = (*Log)(nil)
+	_ history.RecordLog = (*Log)(nil)
+)
 
-// DueRecord is a passivated session's record that is due.
-type DueRecord struct {
-	Session string
-	Record
-	Epoch int64 // the activation epoch that wrote the record
-}
+// DueRecord is a passivated session's record that is due (history.DueRecord).
+type DueRecord = history.DueRecord
 
 // Timers finds the passivated sessions whose records are due: sessions
 // with a record whose Due is set and no open Log on a live node. Results
@@ -62,6 +59,22 @@ type Timers interface {
 // SaveRecord replaces the session's record in a fenced transaction, and
 // clears any timer's claim on it.
 func (l *Log) SaveRecord(ctx context.Context, rec Record) error { return l.Commit(ctx, &rec) }
+
+// CommitRecord is Commit bounded by the Store's timeout, for the runtime's
+// sessions (history.RecordLog).
+func (l *Log) CommitRecord(rec Record, entries ...*messages.Entry) error {
+	ctx, cancel := l.store.ctx()
+	defer cancel()
+	return l.Commit(ctx, &rec, entries...)
+}
+
+// LastRecord is LoadRecord bounded by the Store's timeout
+// (history.RecordLog).
+func (l *Log) LastRecord() (Record, bool, error) {
+	ctx, cancel := l.store.ctx()
+	defer cancel()
+	return l.LoadRecord(ctx)
+}
 
 // LoadRecord returns the session's record.
 func (l *Log) LoadRecord(ctx context.Context) (Record, bool, error) {

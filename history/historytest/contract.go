@@ -3,6 +3,7 @@ package historytest
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -115,6 +116,85 @@ func Contract(t *testing.T, open func(t *testing.T) history.Store) {
 		}
 		if _, _, err := s.Open("s"); !errors.Is(err, history.ErrClosed) {
 			t.Errorf("Open after the store's Close = %v, want ErrClosed", err)
+		}
+	})
+}
+
+// RecordContract runs the history.RecordLog contract on stores from open
+// (a fresh one per subtest), whose Logs must be RecordLogs: a record and
+// entries are committed together and come back after reopening; a commit
+// whose entries do not continue the history writes neither; a new
+// record replaces the old one; a closed log fails with ErrClosed.
+func RecordContract(t *testing.T, open func(t *testing.T) history.Store) {
+	due := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	recordLog := func(t *testing.T, s history.Store, session string) (history.RecordLog, []*messages.Entry) {
+		t.Helper()
+		l, entries := OpenLog(t, s, session)
+		rl, ok := l.(history.RecordLog)
+		if !ok {
+			t.Fatalf("%T is not a history.RecordLog", l)
+		}
+		return rl, entries
+	}
+	t.Run("round trip", func(t *testing.T) {
+		s := open(t)
+		l, _ := recordLog(t, s, "sess-1")
+		if _, found, err := l.LastRecord(); err != nil || found {
+			t.Fatalf("a new session's record: found %v, %v", found, err)
+		}
+		all := Sample()
+		if err := l.CommitRecord(history.Record{Data: []byte("first"), Due: due}, all[:2]...); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CommitRecord(history.Record{Data: []byte("second")}, all[2:]...); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		l, got := recordLog(t, s, "sess-1")
+		EqualEntries(t, got, Sample())
+		rec, found, err := l.LastRecord()
+		if err != nil || !found || string(rec.Data) != "second" || !rec.Due.IsZero() {
+			t.Fatalf("record = %q due %v, found %v, %v; want \"second\", no due time", rec.Data, rec.Due, found, err)
+		}
+		if err := l.CommitRecord(history.Record{Data: []byte("third"), Due: due}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, _, _ := l.LastRecord(); string(rec.Data) != "third" || !rec.Due.Equal(due) {
+			t.Fatalf("record = %q due %v, want \"third\" due %v", rec.Data, rec.Due, due)
+		}
+	})
+	t.Run("all or nothing", func(t *testing.T) {
+		s := open(t)
+		l, _ := recordLog(t, s, "s")
+		all := Sample()
+		if err := l.CommitRecord(history.Record{Data: []byte("kept")}, all[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CommitRecord(history.Record{Data: []byte("lost")}, all[2]); !errors.Is(err, history.ErrInvalid) {
+			t.Fatalf("commit of seq 3 after 1 = %v, want ErrInvalid", err)
+		}
+		got, err := l.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		EqualEntries(t, got, all[:1])
+		if rec, _, _ := l.LastRecord(); string(rec.Data) != "kept" {
+			t.Fatalf("record = %q after a failed commit, want \"kept\"", rec.Data)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		s := open(t)
+		l, _ := recordLog(t, s, "s")
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CommitRecord(history.Record{Data: []byte("x")}); !errors.Is(err, history.ErrClosed) {
+			t.Errorf("CommitRecord after Close = %v, want ErrClosed", err)
+		}
+		if _, _, err := l.LastRecord(); !errors.Is(err, history.ErrClosed) {
+			t.Errorf("LastRecord after Close = %v, want ErrClosed", err)
 		}
 	})
 }

@@ -1,0 +1,192 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/session"
+)
+
+// KindNoPrompt is the error kind of an AttachPrompt that found no prompt of
+// its generation: none runs and none settled with nobody attached.
+const KindNoPrompt = "no_prompt"
+
+// A session whose history Log is a history.RecordLog keeps its retry chain
+// durable: each step that leaves the core in a backoff it armed writes the
+// core's record (with the model changes of that step, in one CommitRecord),
+// and the step that settles a prompt after that clears it. A session opened
+// on such a Log with a record in backoff resumes its chain from it (see
+// recordToResume) rather than marking its prompt interrupted.
+
+// DecodeRecord reads a session record as the session actors write it in a
+// history.Record; found is false for an empty (cleared) record.
+func DecodeRecord(r history.Record) (rec session.Record, found bool, err error) {
+	if len(r.Data) == 0 {
+		return session.Record{}, false, nil
+	}
+	var w messages.SessionRecord
+	if err := proto.Unmarshal(r.Data, &w); err != nil {
+		return session.Record{}, false, fmt.Errorf("session record: %w", err)
+	}
+	rec, err = session.RecordFromWire(&w)
+	return rec, err == nil, err
+}
+
+// encodeRecord is rec as a history.Record: its protobuf encoding, due when
+// its backoff ends (an idle record is due never).
+func encodeRecord(rec session.Record) (history.Record, error) {
+	b, err := proto.Marshal(rec.Wire())
+	if err != nil {
+		return history.Record{}, fmt.Errorf("encode session record: %w", err)
+	}
+	out := history.Record{Data: b}
+	if rec.State == session.Backoff {
+		out.Due = rec.SleepUntil
+	}
+	return out, nil
+}
+
+// recordToResume returns the record in backoff that the session opened on
+// log resumes its chain from, or nil when there is none to resume: no
+// record, an idle one, or a stale one. A record is current when the
+// history ends at the seq it was taken at, or continues after it only with
+// failed assistant messages (the attempt the record armed was made and
+// failed, and the process stopped before it wrote the next record: the
+// resumed chain makes that attempt again, with the same number). Anything
+// else after it (an answer, tool results, a model change, a prompt) means
+// the chain moved on without it, and a record from past the history's end
+// (a store that lost entries) cannot be trusted: both are stale, logged,
+// and the history alone decides (an interrupted prompt is marked).
+func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (*session.Record, error) {
+	raw, found, err := log.LastRecord()
+	if err != nil || !found {
+		return nil, err
+	}
+	rec, found, err := DecodeRecord(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !found || rec.State != session.Backoff {
+		return nil, nil
+	}
+	var last uint64
+	if n := len(entries); n > 0 {
+		last = entries[n-1].GetSeq()
+	}
+	stale := rec.HistorySeq > last
+	for _, e := range entries {
+		if e.GetSeq() <= rec.HistorySeq {
+			continue
+		}
+		if a := e.GetAssistant(); a == nil || !isFailure(a) {
+			stale = true
+			break
+		}
+	}
+	if stale {
+		deps.Log.Warn().Str("session", id).Uint64("record_seq", rec.HistorySeq).Uint64("history_seq", last).
+			Msg("the session's record in backoff is older than its history: resuming from the history")
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// commitStep writes what the step just carried out leaves for a Log that
+// keeps records: the model changes it appended (s.batch) and the core's
+// record when it armed a backoff timer, or the cleared record when a
+// prompt settled after a record was written, in one CommitRecord. A
+// failed write ends the prompt like any history write.
+func (s *SessionActor) commitStep() {
+	batch, armed := s.batch, s.armed
+	s.batch, s.armed = nil, false
+	var rec *history.Record
+	switch st := s.core.State(); {
+	case st == session.Backoff && armed:
+		r, err := s.core.Record()
+		if err == nil {
+			r.HistorySeq = s.historySeq + uint64(len(batch))
+			var enc history.Record
+			if enc, err = encodeRecord(r); err == nil {
+				rec = &enc
+			}
+		}
+		if err != nil {
+			s.historyFailed(err, len(batch) > 0)
+			return
+		}
+	case st == session.Idle && s.recordKept:
+		rec = &history.Record{}
+	}
+	if rec == nil && len(batch) == 0 {
+		return
+	}
+	var err error
+	if rec != nil {
+		err = s.records.CommitRecord(*rec, batch...)
+	} else {
+		err = s.cfg.History.Append(batch...)
+	}
+	if err == nil && len(batch) > 0 {
+		err = s.cfg.History.Sync()
+	}
+	if err != nil {
+		for _, e := range batch {
+			e.Seq = 0
+		}
+		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("commit history and session record")
+		if s.core.State() == session.Idle && len(batch) == 0 {
+			// The prompt has settled: only the clearing failed. The record
+			// left is older than the history's answer, so an open takes it
+			// for stale; it is not tried again.
+			s.recordKept = false
+			return
+		}
+		s.historyFailed(err, len(batch) > 0)
+		return
+	}
+	s.historySeq += uint64(len(batch))
+	if rec != nil {
+		s.recordKept = len(rec.Data) > 0
+	}
+	if len(batch) > 0 {
+		to := batch[len(batch)-1].GetModelChange().GetTo()
+		s.cfg.State.model.Store(&to)
+	}
+}
+
+// batchModelChange queues a model change entry for commitStep.
+func (s *SessionActor) batchModelChange(entry *messages.Entry) {
+	entry.Seq = s.historySeq + uint64(len(s.batch)) + 1
+	s.batch = append(s.batch, entry)
+}
+
+// attach answers an AttachPrompt: the caller becomes the waiter of the
+// running prompt of the generation asked (0: the current one), replacing
+// an earlier attached caller (who is told so) but never the prompt's own
+// caller; a prompt that already settled with nobody attached is answered
+// at once.
+func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
+	gen := m.GetGeneration()
+	if gen == 0 {
+		gen = s.core.Generation()
+	}
+	switch {
+	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !s.waiterAttached:
+		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindBusy,
+			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
+	case s.core.Busy() && gen == s.core.Generation():
+		if s.waiter != nil {
+			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: KindBusy, Error: "another caller attached to the prompt"})
+		}
+		s.waiter, s.waiterAttached = ctx.Sender(), true
+	case s.orphan != nil && s.orphan.GetGeneration() == gen:
+		ctx.Respond(s.orphan)
+	default:
+		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
+			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
+	}
+}
