@@ -59,10 +59,6 @@ func runNode(args []string) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if cfg.Cluster == nil {
-		fmt.Fprintf(stderr, "musepi node: %s has no [cluster] table (see config/README.md)\n", *configPath)
-		return 1
-	}
 	var extra []musepi.Option
 	if *metricsAddr != "" {
 		metrics, err := startMetrics(*metricsAddr)

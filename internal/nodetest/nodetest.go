@@ -49,9 +49,6 @@ type Options struct {
 	// Extra is TOML appended to every node's file after the [cluster]
 	// table's keys (say "lease_ms = 2000"); it is inside [cluster].
 	Extra string
-	// Retry is the [retry] table's body (nil: fast retries for tests,
-	// base_delay_ms = 100).
-	Retry *string
 }
 
 // Env is a running cluster environment.
@@ -101,13 +98,9 @@ func Start(t testing.TB, bin string, opts Options) *Env {
 // Config is the configuration file of node name on cluster port port:
 // provider "fake" (the fake LLM server, models m1 and m2, credentials
 // "key A" and "key B"),
-// default model fake/m1, and a [cluster] table with etcd membership and
-// the cluster's database.
+// default model fake/m1, fast retries (base_delay_ms 100), and a
+// [cluster] table with etcd membership and the cluster's database.
 func (e *Env) Config(name string, port int) string {
-	retry := "base_delay_ms = 100\nmax_delay_ms = 60000"
-	if e.opts.Retry != nil {
-		retry = *e.opts.Retry
-	}
 	return fmt.Sprintf(`default_model = "fake/m1"
 
 [providers.fake]
@@ -122,7 +115,8 @@ models = ["m1", "m2"]
   api_key_env = %q
 
 [retry]
-%s
+base_delay_ms = 100
+max_delay_ms = 60000
 
 [cluster]
 name = "nodetest"
@@ -133,7 +127,7 @@ database_url = %q
 %s
   [cluster.etcd]
   endpoints = [%q]
-`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, retry, port, name, e.DB, e.opts.Extra, e.Etcd.Endpoint())
+`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, port, name, e.DB, e.opts.Extra, e.Etcd.Endpoint())
 }
 
 // Environ is the environment a node or client process runs with: this
