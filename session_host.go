@@ -241,59 +241,31 @@ func (h *sessionHost) unwatch(key string) {
 // cluster: its handles are gone with it.
 type memberLeft struct{ addr string }
 
-// handover hands the session over as the activation stops, and tells the
-// handles (SessionMoved, with the generation of a prompt it left waiting
-// in a backoff).
+// handover hands the session over as the activation stops (see
+// Session.HandOver: once at rest, its record written, a prompt waiting in
+// a backoff answered "handed over", which its handle takes to attach to
+// the new activation), and tells the handles (SessionMoved). A session
+// that does not come to rest within the handover timeout is closed as on
+// one machine.
 func (h *sessionHost) handover(ctx actor.Context) {
-	var orphaned uint64
-	if h.s != nil {
+	if s := h.s; s != nil {
+		h.s = nil
 		hctx, cancel := h.node.handoverContext()
-		var err error
-		orphaned, err = h.s.handover(hctx)
+		err := s.HandOver(hctx)
 		cancel()
 		if err != nil {
-			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over")
+			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over; closing it")
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := s.Close(cctx); err != nil {
+				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("close session")
+			}
+			cancel()
 		}
-		h.s = nil
 	}
-	moved := &messages.SessionMoved{Orphaned: orphaned}
 	for _, w := range h.watchers {
 		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
-			ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+			ctx.RequestWithCustomSender(w.pid, &messages.SessionMoved{}, ctx.Self())
 		}
 	}
 	h.unwatchAll()
-}
-
-// handover stops a session hosted here for it to move to another node:
-// once it is at rest (idle, or waiting out a backoff) its actor stops
-// without settling its prompt and closes its history. It returns the
-// generation of the prompt left waiting in a backoff (0: none). If it
-// does not come to rest before ctx ends, it is closed as on one machine
-// (its prompt ends with ErrShutdown).
-func (s *Session) handover(ctx context.Context) (uint64, error) {
-	defer s.rt.forget(s.id)
-	for ctx.Err() == nil {
-		res, err := s.ask(ctx, &messages.Handover{})
-		if err != nil {
-			break
-		}
-		if r, ok := res.(*messages.HandoverReply); ok && r.GetStopping() {
-			s.start.Lock()
-			s.closed = true
-			pid := s.pid.Load()
-			s.start.Unlock()
-			if pid != nil {
-				_ = waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
-			}
-			return r.GetOrphaned(), nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return 0, s.Close(cctx)
 }

@@ -11,9 +11,19 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// KindNoPrompt is the error kind of an AttachPrompt that found no prompt of
-// its generation: none runs and none settled with nobody attached.
-const KindNoPrompt = "no_prompt"
+// Error kinds of PromptResult for durable chains.
+const (
+	// KindNoPrompt: an AttachPrompt found no prompt of its generation (none
+	// runs and none settled with nobody attached).
+	KindNoPrompt = "no_prompt"
+	// KindHandedOver: the session was handed over (HandOver) with the
+	// prompt still running: it goes on where the session is opened next.
+	KindHandedOver = "handed_over"
+)
+
+// HandedOverError is the error text of a prompt whose session was handed
+// over.
+const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
 
 // A session whose history Log is a history.RecordLog keeps its retry chain
 // durable: each step that leaves the core in a backoff it armed writes the
@@ -51,35 +61,38 @@ func encodeRecord(rec session.Record) (history.Record, error) {
 }
 
 // recordToResume returns the record in backoff that the session opened on
-// log resumes its chain from, or nil when there is none to resume: no
-// record, an idle one, or a stale one. A record is current when the
-// history ends at the seq it was taken at, or continues after it only with
-// failed assistant messages (the attempt the record armed was made and
-// failed, and the process stopped before it wrote the next record: the
-// resumed chain makes that attempt again, with the same number). Anything
-// else after it (an answer, tool results, a model change, a prompt) means
-// the chain moved on without it, and a record from past the history's end
-// (a store that lost entries) cannot be trusted: both are stale, logged,
-// and the history alone decides (an interrupted prompt is marked).
-func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (*session.Record, error) {
+// log resumes its chain from (nil when there is none to resume), and
+// whether a record in backoff is left that must be cleared because it is
+// not resumed (so that its due time wakes nobody). A record is current
+// when the history ends at the seq it was taken at, or continues after it
+// only with failed assistant messages (the attempt the record armed was
+// made and failed, and the process stopped before it wrote the next
+// record: the resumed chain makes that attempt again, with the same
+// number). Anything else after it (an answer, tool results, a model
+// change, a prompt) means the chain moved on without it, and a record from
+// past the history's end (a store that lost entries) cannot be trusted:
+// both are stale, logged, and the history alone decides (an interrupted
+// prompt is marked). A record whose models' providers are gone is not
+// resumed either.
+func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (rec *session.Record, clear bool, err error) {
 	raw, found, err := log.LastRecord()
 	if err != nil || !found {
-		return nil, err
+		return nil, false, err
 	}
-	rec, found, err := DecodeRecord(raw)
+	r, found, err := DecodeRecord(raw)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if !found || rec.State != session.Backoff {
-		return nil, nil
+	if !found || r.State != session.Backoff {
+		return nil, false, nil
 	}
 	var last uint64
 	if n := len(entries); n > 0 {
 		last = entries[n-1].GetSeq()
 	}
-	stale := rec.HistorySeq > last
+	stale := r.HistorySeq > last
 	for _, e := range entries {
-		if e.GetSeq() <= rec.HistorySeq {
+		if e.GetSeq() <= r.HistorySeq {
 			continue
 		}
 		if a := e.GetAssistant(); a == nil || !isFailure(a) {
@@ -87,12 +100,17 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 			break
 		}
 	}
-	if stale {
-		deps.Log.Warn().Str("session", id).Uint64("record_seq", rec.HistorySeq).Uint64("history_seq", last).
+	switch {
+	case stale:
+		deps.Log.Warn().Str("session", id).Uint64("record_seq", r.HistorySeq).Uint64("history_seq", last).
 			Msg("the session's record in backoff is older than its history: resuming from the history")
-		return nil, nil
+		return nil, true, nil
+	case !deps.knownModel(r.Model) || !deps.knownModel(r.Primary):
+		deps.Log.Warn().Str("session", id).Str("model", r.Model).Str("primary", r.Primary).
+			Msg("the session's record in backoff names a provider this runtime lacks: resuming from the history")
+		return nil, true, nil
 	}
-	return &rec, nil
+	return &r, false, nil
 }
 
 // commitStep writes what the step just carried out leaves for a Log that
@@ -189,4 +207,59 @@ func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
 			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
 	}
+}
+
+// handOver answers a HandOver request: refused without a Log that keeps
+// records, done at once when the session is at rest, else when it next is
+// (handOverIfAtRest, after each step).
+func (s *SessionActor) handOver(ctx actor.Context) {
+	switch {
+	case s.records == nil:
+		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
+	case s.handOverTo != nil:
+		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
+	default:
+		s.handOverTo = ctx.Sender()
+		s.handOverIfAtRest(ctx)
+	}
+}
+
+// handOverIfAtRest hands the session over when one is asked for and the
+// session is at rest (idle, or in a backoff whose record is written): its
+// record is written again (with the history's current seq), the prompt's
+// caller is told, and the actor stops without ending the chain (Stopping
+// is no InStop); its Stopped closes the history, which frees the session
+// for another runtime.
+func (s *SessionActor) handOverIfAtRest(ctx actor.Context) {
+	st := s.core.State()
+	if st != session.Idle && st != session.Backoff || s.compactWaiter != nil {
+		return
+	}
+	to := s.handOverTo
+	s.handOverTo = nil
+	if st == session.Backoff {
+		r, err := s.core.Record()
+		var enc history.Record
+		if err == nil {
+			r.HistorySeq = s.historySeq
+			enc, err = encodeRecord(r)
+		}
+		if err == nil {
+			err = s.records.CommitRecord(enc)
+		}
+		if err != nil {
+			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
+			return
+		}
+		if s.waiter != nil {
+			ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+			s.waiter = nil
+		}
+	}
+	if s.wakeAtScheduler {
+		ctx.Send(s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	}
+	s.handingOver = true
+	ctx.Send(to, &messages.Ack{})
+	ctx.Stop(ctx.Self())
 }

@@ -58,9 +58,6 @@ type SessionActor struct {
 	// session's backoff is its scheduler's (by session id), not its retry
 	// child's.
 	passivating, wakeAtScheduler bool
-	// handingOver: the actor stops, at rest, for its session to move to
-	// another node (Handover): its prompt is not settled, its history closes.
-	handingOver bool
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -89,6 +86,10 @@ type SessionActor struct {
 	// settled with nobody waiting (a prompt resumed from its record).
 	waiterAttached bool
 	orphan         *messages.PromptResult
+	// handOverTo asked for a hand-over, done once the session is at rest;
+	// handingOver: the actor stops for it (no InStop).
+	handOverTo  *actor.PID
+	handingOver bool
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
@@ -121,12 +122,13 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
 	records, _ := cfg.History.(history.RecordLog)
+	clearRecord := false
 	if records != nil {
-		rec, err := recordToResume(deps, cfg.ID, records, entries)
+		rec, clear, err := recordToResume(deps, cfg.ID, records, entries)
 		if err != nil {
 			return nil, err
 		}
-		if rec != nil && deps.knownModel(rec.Model) && deps.knownModel(rec.Primary) {
+		if rec != nil {
 			r.record = rec
 			cfg.State.Init(rec.Model, rec.AutoRetry)
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
@@ -136,20 +138,23 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 				Msg("resuming the session's retry chain from its record")
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
 		}
+		clearRecord = clear
 	}
-	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
-		for i, e := range extra {
-			e.Seq = r.seq + uint64(i) + 1
-		}
-		var err error
-		if records != nil { // a stale record goes with the marker: its due time must not wake the session
-			err = records.CommitRecord(history.Record{}, extra...)
-		} else {
-			err = cfg.History.Append(extra...)
-		}
-		if err != nil {
-			return nil, err
-		}
+	extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli())
+	for i, e := range extra {
+		e.Seq = r.seq + uint64(i) + 1
+	}
+	var err error
+	switch {
+	case clearRecord: // a record not resumed goes, with the marker: its due time must wake nobody
+		err = records.CommitRecord(history.Record{}, extra...)
+	case len(extra) > 0:
+		err = cfg.History.Append(extra...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
 		if err := cfg.History.Sync(); err != nil {
 			return nil, err
 		}
@@ -205,6 +210,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.prompt(ctx, m)
 	case *messages.AttachPrompt:
 		s.attach(ctx, m)
+	case *messages.HandOver:
+		s.handOver(ctx)
 	case *messages.ResumeChain:
 		// A session resumed from its record arms its backoff timer again for
 		// what is left of it (at once when it is past due).
@@ -300,8 +307,6 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
-	case *messages.Handover:
-		ctx.Respond(s.handover(ctx))
 	case *actor.Terminated:
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
 			// Its timer is gone with it: the core arms it again, through a
@@ -312,6 +317,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
+		if s.handOverTo != nil { // stopped before the session came to rest
+			ctx.Send(s.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+			s.handOverTo = nil
+		}
 		if !s.passivating && !s.handingOver {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
@@ -420,6 +429,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
+	if s.handOverTo != nil {
+		s.handOverIfAtRest(ctx)
+	}
 	return historyErr
 }
 
@@ -654,22 +666,4 @@ func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
 	}
 	s.passivating = true
 	ctx.Stop(ctx.Self())
-}
-
-// handover stops the actor for its session to move to another node, if
-// the session is at rest: idle, or waiting out a backoff with nothing in
-// flight. Its prompt is left as it stands (not settled), and its history
-// is closed when the actor stops, so another node may open it.
-func (s *SessionActor) handover(ctx actor.Context) *messages.HandoverReply {
-	st := s.core.State()
-	if (st != session.Idle && st != session.Backoff) || s.compactWaiter != nil || s.stopped {
-		return &messages.HandoverReply{}
-	}
-	reply := &messages.HandoverReply{Stopping: true}
-	if st == session.Backoff {
-		reply.Orphaned = s.core.Generation()
-	}
-	s.handingOver = true
-	ctx.Stop(ctx.Self())
-	return reply
 }

@@ -110,7 +110,7 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	var su *setup
 	switch {
 	case f.config != "":
-		su, err = openConfig(f.config, opts)
+		su, err = openConfig(f.config, opts, f.historyDir != "")
 	case f.provider != "":
 		su, err = f.openProvider(opts)
 	default:
