@@ -28,6 +28,7 @@ type sessionHost struct {
 	id       string
 	s        *Session
 	watchers map[string]*watcher // by the watcher's address and id
+	closer   *actor.PID          // the SessionClose's sender, answered once stopped
 }
 
 // watcher is a handle's relay.
@@ -77,6 +78,12 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 				h.s.SetAutoCompaction(m.GetAutoCompaction())
 			}
 		}
+	case *messages.SetAutoRetryRequest:
+		if h.s != nil {
+			// As on one machine: a read right after the write sees it.
+			h.s.state.SetAutoRetry(m.GetEnabled())
+		}
+		h.forward(ctx, m)
 	case *messages.SessionClose:
 		if h.s != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
@@ -87,12 +94,19 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 			h.s = nil
 		}
 		h.unwatchAll()
-		ctx.Respond(&messages.Ack{})
+		h.closer = ctx.Sender()
 		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
-		h.handover(ctx)
+		h.handover()
 	case *actor.Stopped:
+		// Told once the activation is out of the registry: a handle that
+		// looks the session up again and finds this activation still
+		// placed gets a dead letter, not a message lost in a mailbox.
 		h.node.unhosted(h.id, ctx.Self())
+		h.moved(ctx)
+		if h.closer != nil {
+			ctx.Send(h.closer, &messages.Ack{})
+		}
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		h.forward(ctx, m)
@@ -244,10 +258,10 @@ type memberLeft struct{ addr string }
 // handover hands the session over as the activation stops (see
 // Session.HandOver: once at rest, its record written, a prompt waiting in
 // a backoff answered "handed over", which its handle takes to attach to
-// the new activation), and tells the handles (SessionMoved). A session
+// the new activation); the handles are told once it has stopped. A session
 // that does not come to rest within the handover timeout is closed as on
 // one machine.
-func (h *sessionHost) handover(ctx actor.Context) {
+func (h *sessionHost) handover() {
 	if s := h.s; s != nil {
 		h.s = nil
 		hctx, cancel := h.node.handoverContext()
@@ -262,6 +276,10 @@ func (h *sessionHost) handover(ctx actor.Context) {
 			cancel()
 		}
 	}
+}
+
+// moved tells the handles that the activation is gone (SessionMoved).
+func (h *sessionHost) moved(ctx actor.Context) {
 	for _, w := range h.watchers {
 		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
 			ctx.RequestWithCustomSender(w.pid, &messages.SessionMoved{}, ctx.Self())

@@ -83,13 +83,16 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 
 // openLocked finds the activation and opens the session there; r.mu is
 // held. A new activation may wait up to the handover timeout for the
-// session's previous one to release its history; lookups that fail (the
-// topology changing, an activation on a node that leaves) are tried again
-// until the handover timeout and 5 s more have passed.
+// session's previous one to release its history; lookups and opens that
+// fail (the topology changing, an activation on a node that leaves) are
+// tried again until twice the handover timeout and 5 s more have passed.
 func (r *remoteSession) openLocked(ctx context.Context) error {
 	res := r.node.member.Resolver()
-	wait := r.node.cc.HandoverTimeout + 5*time.Second
-	deadline := time.Now().Add(wait)
+	// One open waits at most for the new activation to take the history
+	// over; a request lost in the mailbox of an activation that was
+	// stopping costs one such wait, then the lookup goes again.
+	wait := r.node.cc.HandoverTimeout + time.Second
+	deadline := time.Now().Add(2*r.node.cc.HandoverTimeout + 5*time.Second)
 	r.open.Events = r.listening()
 	var last error
 	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
