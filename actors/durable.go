@@ -25,6 +25,33 @@ const (
 // over.
 const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
 
+// durable is a session actor's state for durable chains (records: its Log,
+// when it keeps records; batch: the model changes of the step being
+// carried out; armed: the step armed a backoff timer; recordKept: a record
+// in backoff is stored), Attach (waiterAttached: the waiter came with
+// AttachPrompt, and a later one replaces it; orphan: the result of the
+// last prompt, when it settled with nobody waiting) and HandOver
+// (handOverTo asked for one, done once the session is at rest;
+// handingOver: the actor stops for it, with no InStop).
+type durable struct {
+	records        history.RecordLog
+	batch          []*messages.Entry
+	armed          bool
+	recordKept     bool
+	waiterAttached bool
+	handingOver    bool
+	orphan         *messages.PromptResult
+	handOverTo     *actor.PID
+}
+
+// durable returns the session's durable state, made on first use.
+func (s *SessionActor) durable() *durable {
+	if s.dur == nil {
+		s.dur = &durable{}
+	}
+	return s.dur
+}
+
 // A session whose history Log is a history.RecordLog keeps its retry chain
 // durable: each step that leaves the core in a backoff it armed writes the
 // core's record (with the model changes of that step, in one CommitRecord),
@@ -114,13 +141,13 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 }
 
 // commitStep writes what the step just carried out leaves for a Log that
-// keeps records: the model changes it appended (s.batch) and the core's
+// keeps records: the model changes it appended (d.batch) and the core's
 // record when it armed a backoff timer, or the cleared record when a
 // prompt settled after a record was written, in one CommitRecord. A
 // failed write ends the prompt like any history write.
-func (s *SessionActor) commitStep() {
-	batch, armed := s.batch, s.armed
-	s.batch, s.armed = nil, false
+func (s *SessionActor) commitStep(d *durable) {
+	batch, armed := d.batch, d.armed
+	d.batch, d.armed = nil, false
 	var rec *history.Record
 	switch st := s.core.State(); {
 	case st == session.Backoff && armed:
@@ -136,7 +163,7 @@ func (s *SessionActor) commitStep() {
 			s.historyFailed(err, len(batch) > 0)
 			return
 		}
-	case st == session.Idle && s.recordKept:
+	case st == session.Idle && d.recordKept:
 		rec = &history.Record{}
 	}
 	if rec == nil && len(batch) == 0 {
@@ -144,7 +171,7 @@ func (s *SessionActor) commitStep() {
 	}
 	var err error
 	if rec != nil {
-		err = s.records.CommitRecord(*rec, batch...)
+		err = d.records.CommitRecord(*rec, batch...)
 	} else {
 		err = s.cfg.History.Append(batch...)
 	}
@@ -160,7 +187,7 @@ func (s *SessionActor) commitStep() {
 			// The prompt has settled: only the clearing failed. The record
 			// left is older than the history's answer, so an open takes it
 			// for stale; it is not tried again.
-			s.recordKept = false
+			d.recordKept = false
 			return
 		}
 		s.historyFailed(err, len(batch) > 0)
@@ -168,7 +195,7 @@ func (s *SessionActor) commitStep() {
 	}
 	s.historySeq += uint64(len(batch))
 	if rec != nil {
-		s.recordKept = len(rec.Data) > 0
+		d.recordKept = len(rec.Data) > 0
 	}
 	if len(batch) > 0 {
 		to := batch[len(batch)-1].GetModelChange().GetTo()
@@ -177,9 +204,9 @@ func (s *SessionActor) commitStep() {
 }
 
 // batchModelChange queues a model change entry for commitStep.
-func (s *SessionActor) batchModelChange(entry *messages.Entry) {
-	entry.Seq = s.historySeq + uint64(len(s.batch)) + 1
-	s.batch = append(s.batch, entry)
+func (s *SessionActor) batchModelChange(d *durable, entry *messages.Entry) {
+	entry.Seq = s.historySeq + uint64(len(d.batch)) + 1
+	d.batch = append(d.batch, entry)
 }
 
 // attach answers an AttachPrompt: the caller becomes the waiter of the
@@ -188,21 +215,22 @@ func (s *SessionActor) batchModelChange(entry *messages.Entry) {
 // caller; a prompt that already settled with nobody attached is answered
 // at once.
 func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
+	d := s.durable()
 	gen := m.GetGeneration()
 	if gen == 0 {
 		gen = s.core.Generation()
 	}
 	switch {
-	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !s.waiterAttached:
+	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached:
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindBusy,
 			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
 	case s.core.Busy() && gen == s.core.Generation():
 		if s.waiter != nil {
 			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: KindBusy, Error: "another caller attached to the prompt"})
 		}
-		s.waiter, s.waiterAttached = ctx.Sender(), true
-	case s.orphan != nil && s.orphan.GetGeneration() == gen:
-		ctx.Respond(s.orphan)
+		s.waiter, d.waiterAttached = ctx.Sender(), true
+	case d.orphan != nil && d.orphan.GetGeneration() == gen:
+		ctx.Respond(d.orphan)
 	default:
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
 			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
@@ -213,14 +241,15 @@ func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 // records, done at once when the session is at rest, else when it next is
 // (handOverIfAtRest, after each step).
 func (s *SessionActor) handOver(ctx actor.Context) {
+	d := s.durable()
 	switch {
-	case s.records == nil:
+	case d.records == nil:
 		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
-	case s.handOverTo != nil:
+	case d.handOverTo != nil:
 		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
 	default:
-		s.handOverTo = ctx.Sender()
-		s.handOverIfAtRest(ctx)
+		d.handOverTo = ctx.Sender()
+		s.handOverIfAtRest(ctx, d)
 	}
 }
 
@@ -230,13 +259,13 @@ func (s *SessionActor) handOver(ctx actor.Context) {
 // caller is told, and the actor stops without ending the chain (Stopping
 // is no InStop); its Stopped closes the history, which frees the session
 // for another runtime.
-func (s *SessionActor) handOverIfAtRest(ctx actor.Context) {
+func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
 	st := s.core.State()
 	if st != session.Idle && st != session.Backoff || s.compactWaiter != nil {
 		return
 	}
-	to := s.handOverTo
-	s.handOverTo = nil
+	to := d.handOverTo
+	d.handOverTo = nil
 	if st == session.Backoff {
 		r, err := s.core.Record()
 		var enc history.Record
@@ -245,7 +274,7 @@ func (s *SessionActor) handOverIfAtRest(ctx actor.Context) {
 			enc, err = encodeRecord(r)
 		}
 		if err == nil {
-			err = s.records.CommitRecord(enc)
+			err = d.records.CommitRecord(enc)
 		}
 		if err != nil {
 			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
@@ -259,7 +288,7 @@ func (s *SessionActor) handOverIfAtRest(ctx actor.Context) {
 	if s.wakeAtScheduler {
 		ctx.Send(s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
 	}
-	s.handingOver = true
+	d.handingOver = true
 	ctx.Send(to, &messages.Ack{})
 	ctx.Stop(ctx.Self())
 }

@@ -74,22 +74,9 @@ type SessionActor struct {
 	stepHistoryErr error
 	revertModel    bool
 
-	// With a Log that keeps records (see commitStep): records is it; batch
-	// the model changes of the step being carried out; armed, the step
-	// armed a backoff timer; recordKept, a record in backoff is stored.
-	records    history.RecordLog
-	batch      []*messages.Entry
-	armed      bool
-	recordKept bool
-	// waiterAttached: the waiter came with AttachPrompt (a later one
-	// replaces it); orphan is the result of the last prompt, when it
-	// settled with nobody waiting (a prompt resumed from its record).
-	waiterAttached bool
-	orphan         *messages.PromptResult
-	// handOverTo asked for a hand-over, done once the session is at rest;
-	// handingOver: the actor stops for it (no InStop).
-	handOverTo  *actor.PID
-	handingOver bool
+	// dur is the state of durable chains, attach and hand-over (nil until
+	// one is used: a session on a store without records rarely needs it).
+	dur *durable
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
@@ -317,11 +304,12 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		if s.handOverTo != nil { // stopped before the session came to rest
-			ctx.Send(s.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
-			s.handOverTo = nil
+		d := s.dur
+		if d != nil && d.handOverTo != nil { // stopped before the session came to rest
+			ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+			d.handOverTo = nil
 		}
-		if !s.passivating && !s.handingOver {
+		if !s.passivating && (d == nil || !d.handingOver) {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 	case *actor.Stopped:
@@ -349,7 +337,10 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	s.waiter, s.waiterAttached, s.orphan, s.historyErr = ctx.Sender(), false, nil, nil
+	s.waiter, s.historyErr = ctx.Sender(), nil
+	if d := s.dur; d != nil {
+		d.waiterAttached, d.orphan = false, nil
+	}
 	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
 	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
 	if err == "" && m.GetAck() {
@@ -401,8 +392,8 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		for i := range effects {
 			s.execute(ctx, &effects[i])
 		}
-		if s.records != nil {
-			s.commitStep()
+		if d := s.dur; d != nil && d.records != nil {
+			s.commitStep(d)
 		}
 		clear(effects) // drop what the effects point to
 		if err := s.stepHistoryErr; err != nil {
@@ -429,8 +420,8 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
-	if s.handOverTo != nil {
-		s.handOverIfAtRest(ctx)
+	if d := s.dur; d != nil && d.handOverTo != nil {
+		s.handOverIfAtRest(ctx, d)
 	}
 	return historyErr
 }
@@ -506,7 +497,8 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
-	if r == nil { // restarted after a panic: the history on disk is the truth
+	restarted := r == nil
+	if restarted { // restarted after a panic: the history on disk is the truth
 		entries, err := s.cfg.History.Load()
 		if err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
@@ -521,11 +513,15 @@ func (s *SessionActor) started(ctx actor.Context) {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
 	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
-	s.records, _ = s.cfg.History.(history.RecordLog)
-	if rec := r.record; rec != nil {
+	if records, ok := s.cfg.History.(history.RecordLog); ok {
+		// After a restart the chain is gone, but its record may be left:
+		// the session's next step at rest clears it.
+		s.dur = &durable{records: records, recordKept: restarted}
+	}
+	if rec := r.record; rec != nil && s.dur != nil {
 		core, err := session.Resume(cfg, s.newSource(), *rec)
 		if err == nil {
-			s.core, s.recordKept = *core, true
+			s.core, s.dur.recordKept = *core, true
 			s.cfg.State.Init(rec.Model, rec.AutoRetry)
 			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
 			return

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,9 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider/fakellm"
+	"github.com/musepi/musepi/session"
 )
 
 // A "musepi rpc" on PostgreSQL (history_database) is killed with SIGKILL
@@ -59,7 +65,7 @@ model_fallback = false
 			break
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // the record is committed in the step that emits the event
+	waitRecordAttempt(t, url, "chat", 2) // committed in the step that emits the event, just after it
 	_ = first.cmd.Process.Signal(syscall.SIGKILL)
 	_ = first.cmd.Wait()
 
@@ -129,5 +135,38 @@ model_fallback = false
 	}
 	if want := "user:hi error error error answer"; strings.Join(got, " ") != want {
 		t.Fatalf("history %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// waitRecordAttempt polls the session's record in the database (for up to
+// 10 s) until it is in a backoff of attempt.
+func waitRecordAttempt(t *testing.T, url, id string, attempt int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var data []byte
+		err := conn.QueryRow(ctx, "SELECT record FROM musepi_records WHERE session_id = $1", id).Scan(&data)
+		if err == nil {
+			rec, found, derr := actors.DecodeRecord(history.Record{Data: data})
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			if found && rec.State == session.Backoff && rec.Attempt == attempt {
+				return
+			}
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no record of attempt %d in backoff", attempt)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
