@@ -2,7 +2,9 @@ package musepi_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/musepi/musepi"
 	hist "github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // procStore is one process's handle on a store that outlives it: the
@@ -148,4 +151,162 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// HandOver makes a session leave a live runtime without ending its prompt:
+// in a backoff, its caller gets ErrHandedOver and a second runtime opens
+// the session and goes on at the next attempt; idle, it simply moves. A
+// store that keeps no records cannot hand a chain over, and says so.
+func TestHandOver(t *testing.T) {
+	quiet := musepi.WithLogger(slog.New(slog.DiscardHandler))
+	for _, tc := range []struct {
+		name    string
+		records bool
+		backoff bool // hand over in the second backoff (else idle, answered)
+		wantErr string
+	}{
+		{"in a backoff", true, true, ""},
+		{"idle", true, false, ""},
+		{"a store without records", false, true, "keeps no records"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []hist.MemoryOption
+			if tc.records {
+				opts = append(opts, hist.WithRecords())
+			}
+			mem := hist.NewMemoryStore(opts...)
+			t.Cleanup(func() { mem.Close() })
+			a := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+			s, _ := a.session(musepi.WithSessionID("chat"))
+			var caller <-chan result
+			if tc.backoff {
+				a.p.SetScript("chat", fail(503, "503 Service Unavailable"), fail(503, "503 Service Unavailable"))
+				caller = a.prompt(s, "hi")
+				a.advance(501 * time.Millisecond)
+				waitFor(t, "the second backoff", func() bool { return a.rt.Stats().WaitingUntil.After(start.Add(time.Second)) })
+			} else {
+				a.p.SetScript("chat", answer("hello"))
+				if r := a.runPrompt(s, "hi"); r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			err := s.HandOver(context.Background())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("HandOver = %v, want %q", err, tc.wantErr)
+				}
+				if !s.Busy() {
+					t.Error("the session stopped although it was not handed over")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := a.rt.Session("chat"); ok {
+				t.Error("the session is still in the runtime that handed it over")
+			}
+			if _, err := s.Prompt(context.Background(), "again"); !errors.Is(err, musepi.ErrSessionClosed) {
+				t.Errorf("prompt after the hand-over = %v, want ErrSessionClosed", err)
+			}
+			if tc.backoff {
+				if r := a.settle(caller); !errors.Is(r.err, musepi.ErrHandedOver) {
+					t.Fatalf("the waiting caller got %v, want ErrHandedOver", r.err)
+				}
+			}
+
+			b := newHarnessAt(t, a.clk.Now(), nil, musepi.WithRetrySettings(noFallback()),
+				musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+			b.p.SetScript("chat", fail(503, "503 Service Unavailable"), answer("recovered"))
+			s2, err := b.rt.NewSession(context.Background(), musepi.WithSessionID("chat"), musepi.WithModel("p/m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"user:hi", "assistant:hello"}
+			if tc.backoff {
+				rec := &recorder{}
+				s2.Subscribe(rec.add)
+				attached := make(chan result, 1)
+				go func() {
+					msg, err := s2.Attach(context.Background())
+					attached <- result{msg, err}
+				}()
+				b.run()
+				if r := b.settle(attached); r.err != nil || r.msg.Text() != "recovered" {
+					t.Fatalf("attached: %v, %v", r.msg, r.err)
+				}
+				expectLines(t, rec.lines("auto_retry_start", "auto_retry_end"),
+					"auto_retry_start 3/10 delay=2000ms class=transient", "auto_retry_end success=true attempt=3")
+				want = []string{"user:hi", "assistant-error:503 Service Unavailable", "assistant-error:503 Service Unavailable",
+					"assistant-error:503 Service Unavailable", "assistant:recovered"}
+			} else if s2.Busy() {
+				t.Fatal("an idle session came back busy")
+			}
+			entries, err := s2.History(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			expectSeq(t, entries)
+			expectKinds(t, "history", entries, want...)
+		})
+	}
+}
+
+// A hand-over asked while a turn streams waits for the turn: the turn's
+// failure is recorded and its backoff armed before the session leaves, so
+// the next runtime goes on at attempt 2, and no turn is lost.
+func TestHandOverWaitsForTheTurn(t *testing.T) {
+	mem := hist.NewMemoryStore(hist.WithRecords())
+	t.Cleanup(func() { mem.Close() })
+	quiet := musepi.WithLogger(slog.New(slog.DiscardHandler))
+	a := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+	s, _ := a.session(musepi.WithSessionID("chat"))
+	gate, streaming := make(chan struct{}), make(chan struct{}, 1)
+	a.p.OnCall(func(provider.Request) {
+		streaming <- struct{}{}
+		<-gate
+	})
+	a.p.SetScript("chat", fail(503, "503 Service Unavailable"))
+	caller := a.prompt(s, "hi")
+	<-streaming
+	handed := make(chan error, 1)
+	go func() { handed <- s.HandOver(context.Background()) }()
+	select {
+	case err := <-handed:
+		t.Fatalf("HandOver returned while the turn streamed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if r := a.settle(caller); !errors.Is(r.err, musepi.ErrHandedOver) {
+		t.Fatalf("the caller got %v, want ErrHandedOver", r.err)
+	}
+
+	b := newHarnessAt(t, a.clk.Now(), nil, musepi.WithRetrySettings(noFallback()),
+		musepi.WithHistoryStore(&procStore{Store: mem}), quiet)
+	b.p.SetScript("chat", answer("recovered"))
+	s2, err := b.rt.NewSession(context.Background(), musepi.WithSessionID("chat"), musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	s2.Subscribe(rec.add)
+	attached := make(chan result, 1)
+	go func() {
+		msg, err := s2.Attach(context.Background())
+		attached <- result{msg, err}
+	}()
+	b.run()
+	if r := b.settle(attached); r.err != nil || r.msg.Text() != "recovered" {
+		t.Fatalf("attached: %v, %v", r.msg, r.err)
+	}
+	expectLines(t, rec.lines("auto_retry_end"), "auto_retry_end success=true attempt=1")
+	entries, err := s2.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectSeq(t, entries)
+	expectKinds(t, "history", entries, "user:hi", "assistant-error:503 Service Unavailable", "assistant:recovered")
 }

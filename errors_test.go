@@ -102,6 +102,19 @@ func TestEveryPromptEndingHasAnExportedError(t *testing.T) {
 			_, err := s.Prompt(context.Background(), string(make([]byte, 2<<20)))
 			return err
 		}, []error{musepi.ErrLimitExceeded}, false, true, false},
+		{"attach with no prompt", func(h *harness, s *musepi.Session) error {
+			_, err := s.Attach(context.Background())
+			return err
+		}, []error{musepi.ErrNoPrompt}, false, false, true},
+		{"attach to a prompt whose caller waits", func(h *harness, s *musepi.Session) error {
+			h.p.SetScript(s.ID(), provider.Outcome{Block: true})
+			ch := h.prompt(s, "hi")
+			_, err := s.Attach(context.Background())
+			s.Abort()
+			h.run()
+			h.settle(ch)
+			return err
+		}, []error{musepi.ErrBusy}, false, false, true},
 		{"caller's context cancelled", func(h *harness, s *musepi.Session) error {
 			h.p.SetScript(s.ID(), provider.Outcome{Block: true})
 			ctx, cancel := context.WithCancel(context.Background())

@@ -53,6 +53,10 @@ var (
 	ErrHistory = errors.New("musepi: history write failed")
 	// ErrNoPrompt: Attach found no prompt to attach to.
 	ErrNoPrompt = errors.New("musepi: no prompt to attach to")
+	// ErrHandedOver: the session was handed over (HandOver) while the
+	// prompt waited out a backoff; it goes on where the session is opened
+	// next, and Attach there returns its result.
+	ErrHandedOver = errors.New("musepi: session handed over")
 )
 
 var kindErrors = map[string]error{
@@ -64,6 +68,7 @@ var kindErrors = map[string]error{
 	actors.KindShutdown:        ErrShutdown,
 	actors.KindHistory:         ErrHistory,
 	actors.KindNoPrompt:        ErrNoPrompt,
+	actors.KindHandedOver:      ErrHandedOver,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -266,6 +271,35 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 		s.rt.system.Root.Stop(reply)
 		return nil, ctx.Err()
 	}
+}
+
+// HandOver makes the session leave this runtime without ending its prompt,
+// for a node that leaves its cluster: once the session is at rest (idle,
+// or waiting out a backoff; a turn or tools running finish first) its
+// retry chain's record is written, a waiting Prompt returns ErrHandedOver,
+// and its history is closed, so that another runtime opens the session
+// and resumes the chain (NewSession, then Attach), or claims it with its
+// durable timers when it is due. The session is then closed here: later
+// calls return ErrSessionClosed. It needs a history store that keeps
+// records (history.RecordLog) and fails otherwise, and when ctx ends first
+// (the hand-over may still happen).
+func (s *Session) HandOver(ctx context.Context) error {
+	res, err := s.ask(ctx, &messages.HandOver{})
+	if err != nil {
+		return fmt.Errorf("musepi: hand over session %s: %w", s.id, err)
+	}
+	if e := res.(*messages.Ack).GetError(); e != "" {
+		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
+	}
+	s.start.Lock()
+	s.closed = true
+	pid := s.pid.Load()
+	s.start.Unlock()
+	s.rt.forget(s.id)
+	if pid != nil {
+		return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
+	}
+	return nil
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.

@@ -28,6 +28,7 @@ type sessionHost struct {
 	id       string
 	s        *Session
 	watchers map[string]*watcher // by the watcher's address and id
+	closer   *actor.PID          // the SessionClose's sender, answered once stopped
 }
 
 // watcher is a handle's relay.
@@ -77,6 +78,12 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 				h.s.SetAutoCompaction(m.GetAutoCompaction())
 			}
 		}
+	case *messages.SetAutoRetryRequest:
+		if h.s != nil {
+			// As on one machine: a read right after the write sees it.
+			h.s.state.SetAutoRetry(m.GetEnabled())
+		}
+		h.forward(ctx, m)
 	case *messages.SessionClose:
 		if h.s != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
@@ -87,12 +94,19 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 			h.s = nil
 		}
 		h.unwatchAll()
-		ctx.Respond(&messages.Ack{})
+		h.closer = ctx.Sender()
 		ctx.Stop(ctx.Self())
 	case *actor.Stopping:
-		h.handover(ctx)
+		h.handover()
 	case *actor.Stopped:
+		// Told once the activation is out of the registry: a handle that
+		// looks the session up again and finds this activation still
+		// placed gets a dead letter, not a message lost in a mailbox.
 		h.node.unhosted(h.id, ctx.Self())
+		h.moved(ctx)
+		if h.closer != nil {
+			ctx.Send(h.closer, &messages.Ack{})
+		}
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		h.forward(ctx, m)
@@ -241,59 +255,35 @@ func (h *sessionHost) unwatch(key string) {
 // cluster: its handles are gone with it.
 type memberLeft struct{ addr string }
 
-// handover hands the session over as the activation stops, and tells the
-// handles (SessionMoved, with the generation of a prompt it left waiting
-// in a backoff).
-func (h *sessionHost) handover(ctx actor.Context) {
-	var orphaned uint64
-	if h.s != nil {
+// handover hands the session over as the activation stops (see
+// Session.HandOver: once at rest, its record written, a prompt waiting in
+// a backoff answered "handed over", which its handle takes to attach to
+// the new activation); the handles are told once it has stopped. A session
+// that does not come to rest within the handover timeout is closed as on
+// one machine.
+func (h *sessionHost) handover() {
+	if s := h.s; s != nil {
+		h.s = nil
 		hctx, cancel := h.node.handoverContext()
-		var err error
-		orphaned, err = h.s.handover(hctx)
+		err := s.HandOver(hctx)
 		cancel()
 		if err != nil {
-			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over")
+			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over; closing it")
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := s.Close(cctx); err != nil {
+				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("close session")
+			}
+			cancel()
 		}
-		h.s = nil
 	}
-	moved := &messages.SessionMoved{Orphaned: orphaned}
+}
+
+// moved tells the handles that the activation is gone (SessionMoved).
+func (h *sessionHost) moved(ctx actor.Context) {
 	for _, w := range h.watchers {
 		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
-			ctx.RequestWithCustomSender(w.pid, moved, ctx.Self())
+			ctx.RequestWithCustomSender(w.pid, &messages.SessionMoved{}, ctx.Self())
 		}
 	}
 	h.unwatchAll()
-}
-
-// handover stops a session hosted here for it to move to another node:
-// once it is at rest (idle, or waiting out a backoff) its actor stops
-// without settling its prompt and closes its history. It returns the
-// generation of the prompt left waiting in a backoff (0: none). If it
-// does not come to rest before ctx ends, it is closed as on one machine
-// (its prompt ends with ErrShutdown).
-func (s *Session) handover(ctx context.Context) (uint64, error) {
-	defer s.rt.forget(s.id)
-	for ctx.Err() == nil {
-		res, err := s.ask(ctx, &messages.Handover{})
-		if err != nil {
-			break
-		}
-		if r, ok := res.(*messages.HandoverReply); ok && r.GetStopping() {
-			s.start.Lock()
-			s.closed = true
-			pid := s.pid.Load()
-			s.start.Unlock()
-			if pid != nil {
-				_ = waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
-			}
-			return r.GetOrphaned(), nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return 0, s.Close(cctx)
 }

@@ -83,13 +83,16 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 
 // openLocked finds the activation and opens the session there; r.mu is
 // held. A new activation may wait up to the handover timeout for the
-// session's previous one to release its history; lookups that fail (the
-// topology changing, an activation on a node that leaves) are tried again
-// until the handover timeout and 5 s more have passed.
+// session's previous one to release its history; lookups and opens that
+// fail (the topology changing, an activation on a node that leaves) are
+// tried again until twice the handover timeout and 5 s more have passed.
 func (r *remoteSession) openLocked(ctx context.Context) error {
 	res := r.node.member.Resolver()
-	wait := r.node.cc.HandoverTimeout + 5*time.Second
-	deadline := time.Now().Add(wait)
+	// One open waits at most for the new activation to take the history
+	// over; a request lost in the mailbox of an activation that was
+	// stopping costs one such wait, then the lookup goes again.
+	wait := r.node.cc.HandoverTimeout + time.Second
+	deadline := time.Now().Add(2*r.node.cc.HandoverTimeout + 5*time.Second)
 	r.open.Events = r.listening()
 	var last error
 	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
@@ -179,7 +182,7 @@ func (r *remoteSession) hostLeft(addr string) {
 	r.stale(pid)
 	time.AfterFunc(r.node.cc.HandoverTimeout+r.node.member.RequestTimeout(), func() {
 		r.redirectAsks(pid)
-		r.orphaned(pid, 0)
+		r.orphaned(pid)
 	})
 }
 
@@ -212,15 +215,11 @@ func (r *remoteSession) redirectAsks(from *actor.PID) {
 	}
 }
 
-// moved: the activation from handed the session over, leaving the prompt
-// of generation orphaned (0: none) waiting in a backoff. Prompts it had
+// moved: the activation from handed the session over. Prompts it had
 // not yet taken (still in its mailbox as it stopped) go to the new one.
-func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
+func (r *remoteSession) moved(from *actor.PID) {
 	r.stale(from)
 	r.redirectAsks(from)
-	if orphaned != 0 {
-		r.orphaned(from, orphaned)
-	}
 	r.mu.Lock()
 	var again []*pendingPrompt
 	for p := range r.pending {
@@ -241,15 +240,15 @@ func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
 	}
 }
 
-// orphaned carries on the prompts sent to the activation from that it
-// left unanswered (of generation gen; 0: all of them): each attaches to
-// the session's new activation, which resumed its retry chain from its
-// record (see pendingPrompt.attach).
-func (r *remoteSession) orphaned(from *actor.PID, gen uint64) {
+// orphaned carries on the prompts sent to the activation from, gone with
+// its node, that it left unanswered: each attaches to the session's new
+// activation, which resumed its retry chain from its record (see
+// pendingPrompt.attach).
+func (r *remoteSession) orphaned(from *actor.PID) {
 	r.mu.Lock()
 	var lost []*pendingPrompt
 	for p := range r.pending {
-		if p.to.Equal(from) && (gen == 0 || p.generation() == gen) {
+		if p.to.Equal(from) {
 			lost = append(lost, p)
 			delete(r.pending, p)
 		}
@@ -395,6 +394,12 @@ func (p *pendingPrompt) replied(res interface{}, err error) {
 	delete(r.pending, p)
 	r.mu.Unlock()
 	deadLetter := errors.Is(err, errNoSession)
+	if handedOver(res) { // the session moved with the prompt waiting in a backoff
+		lost, gen = true, max(gen, res.(*messages.PromptResult).GetGeneration())
+		p.mu.Lock()
+		p.gen = gen
+		p.mu.Unlock()
+	}
 	hostLeft := fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress())
 	switch {
 	case (lost || attaching && deadLetter) && gen != 0 && tries < openAttempts:
@@ -441,6 +446,14 @@ func (p *pendingPrompt) attach() {
 	}
 }
 
+// handedOver reports whether res is the answer of a session handed over
+// with its prompt waiting in a backoff: the prompt goes on where the
+// session is opened next.
+func handedOver(res interface{}) bool {
+	r, ok := res.(*messages.PromptResult)
+	return ok && r.GetErrorKind() == actors.KindHandedOver
+}
+
 // isNoPrompt reports whether res is the answer of an AttachPrompt that
 // found no prompt to attach to.
 func isNoPrompt(res interface{}) bool {
@@ -475,7 +488,7 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 	case *messages.SessionMoved:
 		// Not on the remote's reader: moving on may open the session
 		// elsewhere, and wait for replies this reader delivers.
-		go p.r.moved(sender, m.GetOrphaned())
+		go p.r.moved(sender)
 	}
 }
 

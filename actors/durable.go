@@ -11,9 +11,46 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// KindNoPrompt is the error kind of an AttachPrompt that found no prompt of
-// its generation: none runs and none settled with nobody attached.
-const KindNoPrompt = "no_prompt"
+// Error kinds of PromptResult for durable chains.
+const (
+	// KindNoPrompt: an AttachPrompt found no prompt of its generation (none
+	// runs and none settled with nobody attached).
+	KindNoPrompt = "no_prompt"
+	// KindHandedOver: the session was handed over (HandOver) with the
+	// prompt still running: it goes on where the session is opened next.
+	KindHandedOver = "handed_over"
+)
+
+// HandedOverError is the error text of a prompt whose session was handed
+// over.
+const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
+
+// durable is a session actor's state for durable chains (records: its Log,
+// when it keeps records; batch: the model changes of the step being
+// carried out; armed: the step armed a backoff timer; recordKept: a record
+// in backoff is stored), Attach (waiterAttached: the waiter came with
+// AttachPrompt, and a later one replaces it; orphan: the result of the
+// last prompt, when it settled with nobody waiting) and HandOver
+// (handOverTo asked for one, done once the session is at rest;
+// handingOver: the actor stops for it, with no InStop).
+type durable struct {
+	records        history.RecordLog
+	batch          []*messages.Entry
+	armed          bool
+	recordKept     bool
+	waiterAttached bool
+	handingOver    bool
+	orphan         *messages.PromptResult
+	handOverTo     *actor.PID
+}
+
+// durable returns the session's durable state, made on first use.
+func (s *SessionActor) durable() *durable {
+	if s.dur == nil {
+		s.dur = &durable{}
+	}
+	return s.dur
+}
 
 // A session whose history Log is a history.RecordLog keeps its retry chain
 // durable: each step that leaves the core in a backoff it armed writes the
@@ -51,35 +88,38 @@ func encodeRecord(rec session.Record) (history.Record, error) {
 }
 
 // recordToResume returns the record in backoff that the session opened on
-// log resumes its chain from, or nil when there is none to resume: no
-// record, an idle one, or a stale one. A record is current when the
-// history ends at the seq it was taken at, or continues after it only with
-// failed assistant messages (the attempt the record armed was made and
-// failed, and the process stopped before it wrote the next record: the
-// resumed chain makes that attempt again, with the same number). Anything
-// else after it (an answer, tool results, a model change, a prompt) means
-// the chain moved on without it, and a record from past the history's end
-// (a store that lost entries) cannot be trusted: both are stale, logged,
-// and the history alone decides (an interrupted prompt is marked).
-func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (*session.Record, error) {
+// log resumes its chain from (nil when there is none to resume), and
+// whether a record in backoff is left that must be cleared because it is
+// not resumed (so that its due time wakes nobody). A record is current
+// when the history ends at the seq it was taken at, or continues after it
+// only with failed assistant messages (the attempt the record armed was
+// made and failed, and the process stopped before it wrote the next
+// record: the resumed chain makes that attempt again, with the same
+// number). Anything else after it (an answer, tool results, a model
+// change, a prompt) means the chain moved on without it, and a record from
+// past the history's end (a store that lost entries) cannot be trusted:
+// both are stale, logged, and the history alone decides (an interrupted
+// prompt is marked). A record whose models' providers are gone is not
+// resumed either.
+func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*messages.Entry) (rec *session.Record, clear bool, err error) {
 	raw, found, err := log.LastRecord()
 	if err != nil || !found {
-		return nil, err
+		return nil, false, err
 	}
-	rec, found, err := DecodeRecord(raw)
+	r, found, err := DecodeRecord(raw)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if !found || rec.State != session.Backoff {
-		return nil, nil
+	if !found || r.State != session.Backoff {
+		return nil, false, nil
 	}
 	var last uint64
 	if n := len(entries); n > 0 {
 		last = entries[n-1].GetSeq()
 	}
-	stale := rec.HistorySeq > last
+	stale := r.HistorySeq > last
 	for _, e := range entries {
-		if e.GetSeq() <= rec.HistorySeq {
+		if e.GetSeq() <= r.HistorySeq {
 			continue
 		}
 		if a := e.GetAssistant(); a == nil || !isFailure(a) {
@@ -87,22 +127,27 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 			break
 		}
 	}
-	if stale {
-		deps.Log.Warn().Str("session", id).Uint64("record_seq", rec.HistorySeq).Uint64("history_seq", last).
+	switch {
+	case stale:
+		deps.Log.Warn().Str("session", id).Uint64("record_seq", r.HistorySeq).Uint64("history_seq", last).
 			Msg("the session's record in backoff is older than its history: resuming from the history")
-		return nil, nil
+		return nil, true, nil
+	case !deps.knownModel(r.Model) || !deps.knownModel(r.Primary):
+		deps.Log.Warn().Str("session", id).Str("model", r.Model).Str("primary", r.Primary).
+			Msg("the session's record in backoff names a provider this runtime lacks: resuming from the history")
+		return nil, true, nil
 	}
-	return &rec, nil
+	return &r, false, nil
 }
 
 // commitStep writes what the step just carried out leaves for a Log that
-// keeps records: the model changes it appended (s.batch) and the core's
+// keeps records: the model changes it appended (d.batch) and the core's
 // record when it armed a backoff timer, or the cleared record when a
 // prompt settled after a record was written, in one CommitRecord. A
 // failed write ends the prompt like any history write.
-func (s *SessionActor) commitStep() {
-	batch, armed := s.batch, s.armed
-	s.batch, s.armed = nil, false
+func (s *SessionActor) commitStep(d *durable) {
+	batch, armed := d.batch, d.armed
+	d.batch, d.armed = nil, false
 	var rec *history.Record
 	switch st := s.core.State(); {
 	case st == session.Backoff && armed:
@@ -118,7 +163,7 @@ func (s *SessionActor) commitStep() {
 			s.historyFailed(err, len(batch) > 0)
 			return
 		}
-	case st == session.Idle && s.recordKept:
+	case st == session.Idle && d.recordKept:
 		rec = &history.Record{}
 	}
 	if rec == nil && len(batch) == 0 {
@@ -126,7 +171,7 @@ func (s *SessionActor) commitStep() {
 	}
 	var err error
 	if rec != nil {
-		err = s.records.CommitRecord(*rec, batch...)
+		err = d.records.CommitRecord(*rec, batch...)
 	} else {
 		err = s.cfg.History.Append(batch...)
 	}
@@ -142,7 +187,7 @@ func (s *SessionActor) commitStep() {
 			// The prompt has settled: only the clearing failed. The record
 			// left is older than the history's answer, so an open takes it
 			// for stale; it is not tried again.
-			s.recordKept = false
+			d.recordKept = false
 			return
 		}
 		s.historyFailed(err, len(batch) > 0)
@@ -150,7 +195,7 @@ func (s *SessionActor) commitStep() {
 	}
 	s.historySeq += uint64(len(batch))
 	if rec != nil {
-		s.recordKept = len(rec.Data) > 0
+		d.recordKept = len(rec.Data) > 0
 	}
 	if len(batch) > 0 {
 		to := batch[len(batch)-1].GetModelChange().GetTo()
@@ -159,9 +204,9 @@ func (s *SessionActor) commitStep() {
 }
 
 // batchModelChange queues a model change entry for commitStep.
-func (s *SessionActor) batchModelChange(entry *messages.Entry) {
-	entry.Seq = s.historySeq + uint64(len(s.batch)) + 1
-	s.batch = append(s.batch, entry)
+func (s *SessionActor) batchModelChange(d *durable, entry *messages.Entry) {
+	entry.Seq = s.historySeq + uint64(len(d.batch)) + 1
+	d.batch = append(d.batch, entry)
 }
 
 // attach answers an AttachPrompt: the caller becomes the waiter of the
@@ -170,23 +215,80 @@ func (s *SessionActor) batchModelChange(entry *messages.Entry) {
 // caller; a prompt that already settled with nobody attached is answered
 // at once.
 func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
+	d := s.durable()
 	gen := m.GetGeneration()
 	if gen == 0 {
 		gen = s.core.Generation()
 	}
 	switch {
-	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !s.waiterAttached:
+	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached:
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindBusy,
 			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
 	case s.core.Busy() && gen == s.core.Generation():
 		if s.waiter != nil {
 			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: KindBusy, Error: "another caller attached to the prompt"})
 		}
-		s.waiter, s.waiterAttached = ctx.Sender(), true
-	case s.orphan != nil && s.orphan.GetGeneration() == gen:
-		ctx.Respond(s.orphan)
+		s.waiter, d.waiterAttached = ctx.Sender(), true
+	case d.orphan != nil && d.orphan.GetGeneration() == gen:
+		ctx.Respond(d.orphan)
 	default:
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
 			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
 	}
+}
+
+// handOver answers a HandOver request: refused without a Log that keeps
+// records, done at once when the session is at rest, else when it next is
+// (handOverIfAtRest, after each step).
+func (s *SessionActor) handOver(ctx actor.Context) {
+	d := s.durable()
+	switch {
+	case d.records == nil:
+		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
+	case d.handOverTo != nil:
+		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
+	default:
+		d.handOverTo = ctx.Sender()
+		s.handOverIfAtRest(ctx, d)
+	}
+}
+
+// handOverIfAtRest hands the session over when one is asked for and the
+// session is at rest (idle, or in a backoff whose record is written): its
+// record is written again (with the history's current seq), the prompt's
+// caller is told, and the actor stops without ending the chain (Stopping
+// is no InStop); its Stopped closes the history, which frees the session
+// for another runtime.
+func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
+	st := s.core.State()
+	if st != session.Idle && st != session.Backoff || s.compactWaiter != nil {
+		return
+	}
+	to := d.handOverTo
+	d.handOverTo = nil
+	if st == session.Backoff {
+		r, err := s.core.Record()
+		var enc history.Record
+		if err == nil {
+			r.HistorySeq = s.historySeq
+			enc, err = encodeRecord(r)
+		}
+		if err == nil {
+			err = d.records.CommitRecord(enc)
+		}
+		if err != nil {
+			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
+			return
+		}
+		if s.waiter != nil {
+			ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+			s.waiter = nil
+		}
+	}
+	if s.wakeAtScheduler {
+		ctx.Send(s.scheduler, &messages.Forget{SessionId: s.cfg.ID})
+	}
+	d.handingOver = true
+	ctx.Send(to, &messages.Ack{})
+	ctx.Stop(ctx.Self())
 }

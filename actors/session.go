@@ -58,9 +58,6 @@ type SessionActor struct {
 	// session's backoff is its scheduler's (by session id), not its retry
 	// child's.
 	passivating, wakeAtScheduler bool
-	// handingOver: the actor stops, at rest, for its session to move to
-	// another node (Handover): its prompt is not settled, its history closes.
-	handingOver bool
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -77,18 +74,9 @@ type SessionActor struct {
 	stepHistoryErr error
 	revertModel    bool
 
-	// With a Log that keeps records (see commitStep): records is it; batch
-	// the model changes of the step being carried out; armed, the step
-	// armed a backoff timer; recordKept, a record in backoff is stored.
-	records    history.RecordLog
-	batch      []*messages.Entry
-	armed      bool
-	recordKept bool
-	// waiterAttached: the waiter came with AttachPrompt (a later one
-	// replaces it); orphan is the result of the last prompt, when it
-	// settled with nobody waiting (a prompt resumed from its record).
-	waiterAttached bool
-	orphan         *messages.PromptResult
+	// dur is the state of durable chains, attach and hand-over (nil until
+	// one is used: a session on a store without records rarely needs it).
+	dur *durable
 
 	promptUser    *messages.UserMessage // the prompt running, for its agent_start
 	turnModel     string                // "provider/model" of the turn running
@@ -121,12 +109,13 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	cfg.Restored = nil
 	r := resume(entries, cfg.Model, deps.knownModel)
 	records, _ := cfg.History.(history.RecordLog)
+	clearRecord := false
 	if records != nil {
-		rec, err := recordToResume(deps, cfg.ID, records, entries)
+		rec, clear, err := recordToResume(deps, cfg.ID, records, entries)
 		if err != nil {
 			return nil, err
 		}
-		if rec != nil && deps.knownModel(rec.Model) && deps.knownModel(rec.Primary) {
+		if rec != nil {
 			r.record = rec
 			cfg.State.Init(rec.Model, rec.AutoRetry)
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
@@ -136,20 +125,23 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 				Msg("resuming the session's retry chain from its record")
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
 		}
+		clearRecord = clear
 	}
-	if extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli()); len(extra) > 0 {
-		for i, e := range extra {
-			e.Seq = r.seq + uint64(i) + 1
-		}
-		var err error
-		if records != nil { // a stale record goes with the marker: its due time must not wake the session
-			err = records.CommitRecord(history.Record{}, extra...)
-		} else {
-			err = cfg.History.Append(extra...)
-		}
-		if err != nil {
-			return nil, err
-		}
+	extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli())
+	for i, e := range extra {
+		e.Seq = r.seq + uint64(i) + 1
+	}
+	var err error
+	switch {
+	case clearRecord: // a record not resumed goes, with the marker: its due time must wake nobody
+		err = records.CommitRecord(history.Record{}, extra...)
+	case len(extra) > 0:
+		err = cfg.History.Append(extra...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(extra) > 0 {
 		if err := cfg.History.Sync(); err != nil {
 			return nil, err
 		}
@@ -205,6 +197,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.prompt(ctx, m)
 	case *messages.AttachPrompt:
 		s.attach(ctx, m)
+	case *messages.HandOver:
+		s.handOver(ctx)
 	case *messages.ResumeChain:
 		// A session resumed from its record arms its backoff timer again for
 		// what is left of it (at once when it is past due).
@@ -300,8 +294,6 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
-	case *messages.Handover:
-		ctx.Respond(s.handover(ctx))
 	case *actor.Terminated:
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
 			// Its timer is gone with it: the core arms it again, through a
@@ -312,7 +304,12 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		if !s.passivating && !s.handingOver {
+		d := s.dur
+		if d != nil && d.handOverTo != nil { // stopped before the session came to rest
+			ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+			d.handOverTo = nil
+		}
+		if !s.passivating && (d == nil || !d.handingOver) {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 	case *actor.Stopped:
@@ -340,7 +337,10 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	s.waiter, s.waiterAttached, s.orphan, s.historyErr = ctx.Sender(), false, nil, nil
+	s.waiter, s.historyErr = ctx.Sender(), nil
+	if d := s.dur; d != nil {
+		d.waiterAttached, d.orphan = false, nil
+	}
 	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
 	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
 	if err == "" && m.GetAck() {
@@ -392,8 +392,8 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		for i := range effects {
 			s.execute(ctx, &effects[i])
 		}
-		if s.records != nil {
-			s.commitStep()
+		if d := s.dur; d != nil && d.records != nil {
+			s.commitStep(d)
 		}
 		clear(effects) // drop what the effects point to
 		if err := s.stepHistoryErr; err != nil {
@@ -420,6 +420,9 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
+	if d := s.dur; d != nil && d.handOverTo != nil {
+		s.handOverIfAtRest(ctx, d)
+	}
 	return historyErr
 }
 
@@ -494,7 +497,8 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
-	if r == nil { // restarted after a panic: the history on disk is the truth
+	restarted := r == nil
+	if restarted { // restarted after a panic: the history on disk is the truth
 		entries, err := s.cfg.History.Load()
 		if err != nil {
 			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
@@ -509,11 +513,15 @@ func (s *SessionActor) started(ctx actor.Context) {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
 	s.scheduler = s.deps.schedulerFor(s.cfg.ID)
-	s.records, _ = s.cfg.History.(history.RecordLog)
-	if rec := r.record; rec != nil {
+	if records, ok := s.cfg.History.(history.RecordLog); ok {
+		// After a restart the chain is gone, but its record may be left:
+		// the session's next step at rest clears it.
+		s.dur = &durable{records: records, recordKept: restarted}
+	}
+	if rec := r.record; rec != nil && s.dur != nil {
 		core, err := session.Resume(cfg, s.newSource(), *rec)
 		if err == nil {
-			s.core, s.recordKept = *core, true
+			s.core, s.dur.recordKept = *core, true
 			s.cfg.State.Init(rec.Model, rec.AutoRetry)
 			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
 			return
@@ -654,22 +662,4 @@ func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
 	}
 	s.passivating = true
 	ctx.Stop(ctx.Self())
-}
-
-// handover stops the actor for its session to move to another node, if
-// the session is at rest: idle, or waiting out a backoff with nothing in
-// flight. Its prompt is left as it stands (not settled), and its history
-// is closed when the actor stops, so another node may open it.
-func (s *SessionActor) handover(ctx actor.Context) *messages.HandoverReply {
-	st := s.core.State()
-	if (st != session.Idle && st != session.Backoff) || s.compactWaiter != nil || s.stopped {
-		return &messages.HandoverReply{}
-	}
-	reply := &messages.HandoverReply{Stopping: true}
-	if st == session.Backoff {
-		reply.Orphaned = s.core.Generation()
-	}
-	s.handingOver = true
-	ctx.Stop(ctx.Self())
-	return reply
 }

@@ -24,8 +24,8 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.emit(&e.Event)
 	case session.AppendModelChange:
 		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
-		if s.records != nil { // written with the step's record (commitStep)
-			s.batchModelChange(entry)
+		if d := s.dur; d != nil && d.records != nil { // written with the step's record (commitStep)
+			s.batchModelChange(d, entry)
 			return
 		}
 		write := s.append
@@ -78,7 +78,9 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		}
 		s.compact(ctx, e.Generation, e.Failed, false)
 	case session.ArmTimer:
-		s.armed = true
+		if s.dur != nil {
+			s.dur.armed = true
+		}
 		if s.passivates(e) {
 			// The scheduler wakes the session by id: it may leave its actors
 			// while it waits.
@@ -157,9 +159,12 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
 			}
 			ctx.Send(s.waiter, res)
-			s.waiter, s.waiterAttached = nil, false
+			s.waiter = nil
+			if s.dur != nil {
+				s.dur.waiterAttached = false
+			}
 		} else {
-			s.orphan = promptResult(e.Result)
+			s.durable().orphan = promptResult(e.Result)
 		}
 	case session.RejectPrompt:
 		ctx.Respond(promptResult(e.Result))

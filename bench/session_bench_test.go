@@ -10,6 +10,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -30,15 +31,15 @@ type nominal struct{}
 
 func (nominal) Float64() float64 { return 1 }
 
-func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Settings) *musepi.Runtime {
+func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Settings, opts ...musepi.Option) *musepi.Runtime {
 	b.Helper()
-	rt, err := musepi.NewRuntime(
+	rt, err := musepi.NewRuntime(append([]musepi.Option{
 		musepi.WithClock(clk),
 		musepi.WithProvider("p", p),
 		musepi.WithRetrySettings(s),
 		musepi.WithJitterSource(func() retry.Source { return nominal{} }),
 		musepi.WithLimits(musepi.Limits{}), // b.N may pass the default 100,000 sessions
-	)
+	}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,13 +89,25 @@ func BenchmarkIdleSession(b *testing.B) {
 // BenchmarkRetryAttempt is one retry attempt end to end through the actors
 // (turn fails, the session core decides, backoff timer, scheduler, continue) on
 // the virtual clock: ns and protocol messages per attempt.
-func BenchmarkRetryAttempt(b *testing.B) {
+func BenchmarkRetryAttempt(b *testing.B) { retryAttempt(b) }
+
+// BenchmarkRetryAttemptDurable is BenchmarkRetryAttempt on a memory store
+// that keeps records (history.WithRecords): each attempt also encodes and
+// commits the session's record, what a durable chain adds in the process
+// (a database adds its round trip: see cluster/pgstore's
+// BenchmarkAttemptWrites).
+func BenchmarkRetryAttemptDurable(b *testing.B) {
+	retryAttempt(b, musepi.WithHistoryStore(history.NewMemoryStore(history.WithRecords())))
+}
+
+// retryAttempt runs BenchmarkRetryAttempt on a runtime with opts.
+func retryAttempt(b *testing.B, opts ...musepi.Option) {
 	clk := &countingClock{Virtual: clock.NewVirtual(time.Unix(0, 0))}
 	p := provider.NewScripted(provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)})
 	s := retry.DefaultSettings()
 	s.ModelFallback = false
 	s.MaxRetries = b.N
-	rt := newRuntime(b, clk, p, s)
+	rt := newRuntime(b, clk, p, s, opts...)
 	ctx := context.Background()
 	sess, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 )
 
 // sessionScenarios is how many scenarios TestSessionKind's child runs.
-const sessionScenarios = 8
+const sessionScenarios = 9
 
 // TestJoinClusterRefuses: what JoinCluster refuses, before it starts a
 // member.
@@ -100,6 +100,7 @@ func TestSessionKind(t *testing.T) {
 		{"sessions spread over all 3 members", spread},
 		{"prompt from member 1 to a session on member 3", remotePrompt},
 		{"a client reaches sessions and hosts none; close and reopen elsewhere", clientAndClose},
+		{"controls through a handle: model, thinking, abort, abort retry, ctx", controls},
 		{"429 for a key on node 1 moves nodes 2 and 3 to the other key", sharedKeyBlock},
 		{"a node joins: the sessions that move continue on it", nodeJoins},
 		{"the hosting member leaves mid-backoff", hostLeaves},
@@ -197,14 +198,14 @@ func (c *sessionCluster) openOn(t *testing.T, from, on int) *musepi.Session {
 
 func spread(t *testing.T, c *sessionCluster) {
 	hosts := map[int]int{}
-	for range 24 {
+	for range 36 { // a node gets none of them once in 700,000 runs
 		s, at := c.open(t, 0)
 		if _, err := s.Prompt(context.Background(), "hi"); err != nil {
 			t.Fatalf(failed+"prompt on %s (node %d): %v", s.ID(), at+1, err)
 		}
 		hosts[at]++
 	}
-	t.Logf("24 sessions opened through node 1, hosted: node 1 %d, node 2 %d, node 3 %d", hosts[0], hosts[1], hosts[2])
+	t.Logf("36 sessions opened through node 1, hosted: node 1 %d, node 2 %d, node 3 %d", hosts[0], hosts[1], hosts[2])
 	if len(hosts) != 3 {
 		t.Errorf(failed+"sessions hosted on %d nodes; want all 3: %v", len(hosts), hosts)
 	}
@@ -251,6 +252,113 @@ func clientAndClose(t *testing.T, c *sessionCluster) {
 	h, err := again.History(ctx)
 	if err != nil || len(h) != 4 {
 		t.Errorf(failed+"history after close and reopen: %d entries, %v; want 4", len(h), err)
+	}
+}
+
+// controls: the Session methods besides Prompt, on a session hosted on
+// node 2 through node 1's handle.
+func controls(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	s := c.openOn(t, 0, 1)
+	if err := s.SetModel(ctx, "p/m2"); err != nil || s.Model() != "p/m2" {
+		t.Errorf(failed+"SetModel through a handle: %v, model %q; want p/m2", err, s.Model())
+	}
+	if err := s.SetModel(ctx, "nope/m"); err == nil {
+		t.Errorf(failed + "SetModel to an unknown provider through a handle succeeded")
+	}
+	s.SetThinkingLevel(provider.ThinkingHigh)
+	if got := s.ThinkingLevel(); got != provider.ThinkingHigh {
+		t.Errorf(failed+"ThinkingLevel through a handle = %q; want high", got)
+	}
+	s.SetAutoRetryEnabled(false)
+	if s.AutoRetryEnabled() {
+		t.Errorf(failed + "AutoRetryEnabled through a handle after switching it off")
+	}
+	s.SetAutoRetryEnabled(true)
+
+	// AbortRetry during a backoff.
+	c.llm.SetScript(s.ID(), provider.Outcome{Message: provider.Failure(503, "overloaded", nil)},
+		provider.Outcome{Block: true})
+	retrying := make(chan struct{}, 1)
+	unsub := s.Subscribe(func(ev musepi.Event) {
+		if ev.Type() == "auto_retry_start" {
+			select {
+			case retrying <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer unsub()
+	done := make(chan error, 1)
+	s.PromptAsync(ctx, "hi", func(_ *musepi.AssistantMessage, err error) { done <- err })
+	select {
+	case <-retrying:
+	case <-time.After(10 * time.Second):
+		t.Fatal(failed + "no auto_retry_start")
+	}
+	// The state the host publishes after the step whose event came first.
+	for deadline := time.Now().Add(2 * time.Second); !s.IsRetrying(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf(failed + "IsRetrying through a handle stays false during a backoff")
+			break
+		}
+	}
+	s.AbortRetry()
+	if err := waitErr(t, done); !errors.Is(err, musepi.ErrRetryCancelled) {
+		t.Errorf(failed+"prompt after AbortRetry through a handle: %v; want ErrRetryCancelled", err)
+	}
+
+	// Abort during a turn (the script's Block outcome streams until
+	// cancelled).
+	c.llm.SetScript(s.ID(), provider.Outcome{Block: true})
+	started := make(chan struct{})
+	var once sync.Once
+	c.llm.OnCall(func(req provider.Request) {
+		if req.SessionID == s.ID() {
+			once.Do(func() { close(started) })
+		}
+	})
+	defer c.llm.OnCall(nil)
+	s.PromptAsync(ctx, "hi", func(_ *musepi.AssistantMessage, err error) { done <- err })
+	<-started
+	s.Abort()
+	if err := waitErr(t, done); !errors.Is(err, musepi.ErrAborted) {
+		t.Errorf(failed+"prompt after Abort through a handle: %v; want ErrAborted", err)
+	}
+
+	// The caller's context ends during a turn.
+	c.llm.SetScript(s.ID(), provider.Outcome{Block: true})
+	cctx, cancel := context.WithCancel(ctx)
+	started2 := make(chan struct{})
+	var once2 sync.Once
+	c.llm.OnCall(func(req provider.Request) {
+		if req.SessionID == s.ID() {
+			once2.Do(func() { close(started2) })
+		}
+	})
+	s.PromptAsync(cctx, "hi", func(_ *musepi.AssistantMessage, err error) { done <- err })
+	<-started2
+	cancel()
+	if err := waitErr(t, done); !errors.Is(err, context.Canceled) {
+		t.Errorf(failed+"prompt whose context ended: %v; want context.Canceled", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Busy() {
+		if time.Now().After(deadline) {
+			t.Fatal(failed + "the session stays busy after its caller's context ended")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitErr(t *testing.T, done chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal(failed + "the prompt never ended")
+		return nil
 	}
 }
 
@@ -416,7 +524,8 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 func nodeJoins(t *testing.T, c *sessionCluster) {
 	ctx := context.Background()
 	var sessions []*musepi.Session
-	for range 12 {
+	for range 40 { // each moves to the 4th node with odds 1/4: none does once in 100,000 runs
+
 		s, _ := c.open(t, 0)
 		if _, err := s.Prompt(ctx, "before"); err != nil {
 			t.Fatalf(failed+"prompt before the join: %v", err)
@@ -436,7 +545,7 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 		}
 	}
 	moved := n4.Stats().Sessions
-	t.Logf("after node 4 joined, %d of 12 sessions moved to it; 12 prompts took %v", moved, time.Since(start))
+	t.Logf("after node 4 joined, %d of 40 sessions moved to it; 40 prompts took %v", moved, time.Since(start))
 	if moved == 0 {
 		t.Errorf(failed + "no session moved to the node that joined")
 	}
@@ -523,7 +632,7 @@ func checkHistories(t *testing.T, url string) {
 		t.Fatal(failed, rows.Err())
 	}
 	t.Logf("%d sessions, %d entries, seq contiguous", len(last), n)
-	if len(last) < 47 {
+	if len(last) < 88 {
 		t.Errorf(failed+"%d sessions in the database; want every session opened", len(last))
 	}
 }

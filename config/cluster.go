@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore"
 )
 
 // Membership kinds of "[cluster] membership".
@@ -179,15 +181,18 @@ func (v *validator) cluster(c *Cluster) {
 	default:
 		v.add(at+".membership", `unknown membership %q (want "etcd" or "automanaged")`, c.Membership)
 	}
-	v.database(c)
-	if v.c.HistoryDir != "" {
-		v.add("history_dir", "not with a [cluster] table: the cluster keeps session histories in its database")
+	v.clusterDatabase(c)
+	for key, set := range map[string]bool{"history_dir": v.c.HistoryDir != "", "history_sync": v.c.HistorySync != "",
+		"history_database": v.c.HistoryDatabase != "", "history_lease_ms": v.c.HistoryLease != 0} {
+		if set {
+			v.add(key, "not with a [cluster] table: the cluster keeps session histories in its database (cluster.database_url, cluster.lease_ms)")
+		}
 	}
 	if c.NodeName != "" {
 		v.plain(at+".node_name", "node name", c.NodeName)
 	}
-	if c.Lease < 100*time.Millisecond {
-		v.add(at+".lease_ms", "must be at least 100, got %d", c.Lease.Milliseconds())
+	if c.Lease < pgstore.MinLease {
+		v.add(at+".lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.Lease.Milliseconds())
 	}
 	if c.HandoverTimeout <= 0 {
 		v.add(at+".handover_timeout_ms", "must be above 0, got %d", c.HandoverTimeout.Milliseconds())
@@ -263,9 +268,9 @@ func (v *validator) automanaged(c *Cluster) {
 	}
 }
 
-// database checks database_url or database_url_env, exactly one of which
+// clusterDatabase checks database_url or database_url_env, exactly one of which
 // is required.
-func (v *validator) database(c *Cluster) {
+func (v *validator) clusterDatabase(c *Cluster) {
 	switch {
 	case c.DatabaseURL != "" && c.DatabaseURLEnv != "":
 		v.add("cluster.database_url", "give database_url or database_url_env, not both")
@@ -294,15 +299,21 @@ func (v *validator) database(c *Cluster) {
 	}
 }
 
-// checkPostgresURL accepts a postgres:// or postgresql:// URL that pgx can
-// use.
+// checkPostgresURL accepts a postgres:// or postgresql:// URL with a host
+// that pgx can use; its errors never quote the URL's password (pgx masks
+// it).
 func checkPostgresURL(s string) error {
 	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return fmt.Errorf("want a postgres:// or postgresql:// URL")
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a URL: %v", err)
+	case u.Scheme != "postgres" && u.Scheme != "postgresql":
+		return fmt.Errorf(`want a "postgres://" or "postgresql://" URL, got scheme %q`, u.Scheme)
+	case u.Host == "":
+		return errors.New("the URL names no host")
 	}
 	if _, err := pgxpool.ParseConfig(s); err != nil {
-		return fmt.Errorf("invalid PostgreSQL URL: %v", err) // pgx masks the password
+		return err
 	}
 	return nil
 }

@@ -125,6 +125,8 @@ func TestClusterValidation(t *testing.T) {
 		key, msg   string // a problem with exactly this key whose message contains msg
 	}{
 		{"history_dir with a cluster", etcdCluster, "history_dir", "not with a [cluster] table: the cluster keeps session histories in its database"},
+		{"history_sync with a cluster", etcdCluster, "history_sync", "not with a [cluster] table"},
+		{"history_database with a cluster", etcdCluster, "history_database", "not with a [cluster] table"},
 		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, lease_ms, leave_timeout_ms, membership, name, node_name, port)"},
 		{"misspelt key", set(etcdCluster, "advertiseAddress", `"x"`), "cluster.advertiseAddress", `did you mean "advertise_address"?`},
 		{"a password key", set(etcdCluster, "database_password", `"hunter2"`), "cluster.database_password", "put the password in the URL held by the environment variable"},
@@ -160,8 +162,8 @@ func TestClusterValidation(t *testing.T) {
 		{"automanaged with an etcd table", automanagedCluster + "[cluster.etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n", "cluster.etcd", `only with membership = "etcd" (membership is "automanaged")`},
 		{"database missing", set(etcdCluster, "database_url", ""), "cluster.database_url", "required: the PostgreSQL URL of the shared state"},
 		{"database twice", set(etcdCluster, "database_url_env", `"MUSEPI_TEST_DB"`), "cluster.database_url", "give database_url or database_url_env, not both"},
-		{"database not postgres", set(etcdCluster, "database_url", `"mysql://db/musepi"`), "cluster.database_url", "want a postgres:// or postgresql:// URL"},
-		{"database bad parameter", set(etcdCluster, "database_url", `"postgres://db/musepi?pool_max_conns=many"`), "cluster.database_url", "invalid PostgreSQL URL"},
+		{"database not postgres", set(etcdCluster, "database_url", `"mysql://db/musepi"`), "cluster.database_url", `want a "postgres://" or "postgresql://" URL, got scheme "mysql"`},
+		{"database bad parameter", set(etcdCluster, "database_url", `"postgres://db/musepi?pool_max_conns=many"`), "cluster.database_url", "cannot parse pool_max_conns"},
 		{"database env unset", set(set(etcdCluster, "database_url", ""), "database_url_env", `"MUSEPI_TEST_DB_UNSET"`), "cluster.database_url_env", "environment variable MUSEPI_TEST_DB_UNSET is not set"},
 		{"database env empty", set(set(etcdCluster, "database_url", ""), "database_url_env", `"MUSEPI_TEST_DB_EMPTY"`), "cluster.database_url_env", "environment variable MUSEPI_TEST_DB_EMPTY is empty"},
 		{"database env not postgres (value not quoted)", set(set(etcdCluster, "database_url", ""), "database_url_env", `"MUSEPI_TEST_DB_BAD"`), "cluster.database_url_env", "environment variable MUSEPI_TEST_DB_BAD does not hold a valid postgres:// URL"},
@@ -174,8 +176,11 @@ func TestClusterValidation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			top := ""
-			if strings.HasPrefix(tc.name, "history_dir") {
-				top = "default_model = \"openai/gpt-4o\"\nhistory_dir = \"sessions\""
+			if key, ok := strings.CutSuffix(tc.name, " with a cluster"); ok {
+				top = "default_model = \"openai/gpt-4o\"\n" + map[string]string{
+					"history_dir": `history_dir = "sessions"`, "history_sync": `history_sync = "entry"`,
+					"history_database": `history_database = "postgres://db/x"`, "history_lease_ms": "history_lease_ms = 1000",
+				}[key]
 			}
 			cfg, err := Parse([]byte(doc(top, "", tc.rest)))
 			if err == nil {

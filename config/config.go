@@ -21,6 +21,8 @@
 package config
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -33,6 +35,7 @@ import (
 	"unicode"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/provider"
@@ -57,6 +60,19 @@ type Config struct {
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
 	HistoryDir string
+	// HistoryDatabase ("history_database") is a PostgreSQL URL
+	// ("postgres://user@host:5432/db?sslmode=disable"): session histories,
+	// with their retry chains' records (durable retry chains) and durable
+	// timers, are kept in that database (cluster/pgstore), which
+	// Config.NewRuntime connects to. Exclusive with history_dir and
+	// history_sync. Default "": not used.
+	HistoryDatabase string
+	// HistoryLease ("history_lease_ms") is how long this process's hold on
+	// its sessions in history_database outlives it when it dies without
+	// closing them (killed): another process opens them once it ran out.
+	// Left out (0): DefaultHistoryLease (15 s); else at least 100 ms. Only
+	// with history_database.
+	HistoryLease time.Duration
 	// HistorySync ("history_sync") is when history files are synced to
 	// disk: "turn" (the default when empty), "entry" or "none"; see
 	// musepi.WithHistorySync.
@@ -88,6 +104,10 @@ type Config struct {
 	// Cluster); nil when the file has no [cluster] table.
 	Cluster *Cluster
 }
+
+// DefaultHistoryLease is history_lease_ms when the key is left out
+// (pgstore's default lease).
+const DefaultHistoryLease = pgstore.DefaultLease
 
 // Kind is the API a provider speaks.
 type Kind string
@@ -259,7 +279,22 @@ func (c *Config) HistoryPath() (string, error) {
 // WithStreamIdleTimeout, WithPassivateAfter, WithMaxResponseBytes and, when
 // history_dir is set, WithHistoryDir. extra follows them, so it can add
 // options (WithLogger, WithTools...) or override the file's.
+//
+// history_database needs a connection, which RuntimeOptions does not open:
+// with it set, RuntimeOptions fails (use NewRuntime, which connects).
 func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error) {
+	opts, err := c.runtimeOptions()
+	if err != nil {
+		return nil, err
+	}
+	if c.HistoryDatabase != "" {
+		return nil, errors.New("config: history_database is set: Config.NewRuntime connects to it (RuntimeOptions opens no connection)")
+	}
+	return append(opts, extra...), nil
+}
+
+// runtimeOptions is RuntimeOptions without extra and the database.
+func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 	keys, probs := c.check()
 	if err := newError(c.File, probs); err != nil {
 		return nil, err
@@ -291,18 +326,41 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 		policy, _ := history.ParseSync(c.HistorySync) // checked above
 		opts = append(opts, musepi.WithHistorySync(policy))
 	}
-	return append(opts, extra...), nil
+	return opts, nil
 }
 
+// connectTimeout bounds connecting to history_database and migrating it.
+const connectTimeout = 30 * time.Second
+
 // NewRuntime starts a runtime from the configuration and extra (see
-// RuntimeOptions). Sessions still name their model:
-// rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel)).
+// RuntimeOptions). With history_database it first connects to the
+// database (migrating its schema; at most 30 s) and keeps the histories
+// there; the runtime closes the connection on Shutdown. Sessions still
+// name their model: rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel)).
 func (c *Config) NewRuntime(extra ...musepi.Option) (*musepi.Runtime, error) {
-	opts, err := c.RuntimeOptions(extra...)
+	opts, err := c.runtimeOptions()
 	if err != nil {
 		return nil, err
 	}
-	return musepi.NewRuntime(opts...)
+	if c.HistoryDatabase == "" {
+		return musepi.NewRuntime(append(opts, extra...)...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	lease := c.HistoryLease
+	if lease == 0 {
+		lease = DefaultHistoryLease
+	}
+	store, err := pgstore.Connect(ctx, c.HistoryDatabase, pgstore.WithLease(lease))
+	if err != nil {
+		return nil, fmt.Errorf("config: history_database: %w", err)
+	}
+	rt, err := musepi.NewRuntime(append(append(opts, musepi.WithHistoryStore(store)), extra...)...)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return rt, nil
 }
 
 // build returns the provider p describes.
@@ -360,6 +418,7 @@ func (c *Config) check() (map[string][]string, []Problem) {
 			v.add("history_sync", `want "turn", "entry" or "none", got %q`, c.HistorySync)
 		}
 	}
+	v.database()
 	if len(c.Providers) == 0 {
 		v.add("providers", "at least one provider is required (a [providers.NAME] table)")
 	}
@@ -371,6 +430,29 @@ func (c *Config) check() (map[string][]string, []Problem) {
 		v.cluster(c.Cluster)
 	}
 	return keys, v.probs
+}
+
+// database checks history_database and history_lease_ms.
+func (v *validator) database() {
+	c := v.c
+	if c.HistoryDatabase == "" {
+		if c.HistoryLease != 0 {
+			v.add("history_lease_ms", "applies only with history_database")
+		}
+		return
+	}
+	if c.HistoryDir != "" {
+		v.add("history_database", "history_dir is set too: keep histories in files or in the database, not both")
+	}
+	if c.HistorySync != "" {
+		v.add("history_sync", "applies to history files; with history_database every write is committed before it returns")
+	}
+	if err := checkPostgresURL(c.HistoryDatabase); err != nil {
+		v.add("history_database", "%v", err)
+	}
+	if c.HistoryLease != 0 && c.HistoryLease < pgstore.MinLease {
+		v.add("history_lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.HistoryLease.Milliseconds())
+	}
 }
 
 type validator struct {

@@ -81,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_dir, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models, prices)", only: true},
@@ -137,6 +137,13 @@ func TestValidationErrors(t *testing.T) {
 		{name: "api key with a newline", prov: openaiProvider + cred("nl", "MUSEPI_TEST_NEWLINE_KEY"), key: "providers.openai.credentials[1].api_key_env", msg: "environment variable MUSEPI_TEST_NEWLINE_KEY holds a newline or other control character inside the key", only: true},
 		{name: "history_sync unknown", top: "default_model = \"openai/gpt-4o\"\nhistory_sync = \"always\"", key: "history_sync", msg: `want "turn", "entry" or "none", got "always"`, only: true},
 		{name: "history_dir ~user", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = \"~bob/sessions\"", key: "history_dir", msg: `only a leading "~" or "~/" is expanded`, only: true},
+		{name: "history_database not postgres", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"mysql://db/x\"", key: "history_database", msg: `want a "postgres://" or "postgresql://" URL, got scheme "mysql"`, only: true},
+		{name: "history_database no host", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres:///x\"", key: "history_database", msg: "the URL names no host", only: true},
+		{name: "history_database bad parameter", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x?pool_max_conns=lots\"", key: "history_database", msg: "pool_max_conns", only: true},
+		{name: "history_database and history_dir", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_dir = \"d\"", key: "history_database", msg: "history_dir is set too", only: true},
+		{name: "history_database and history_sync", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_sync = \"turn\"", key: "history_sync", msg: "applies to history files", only: true},
+		{name: "history_lease_ms too short", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_lease_ms = 50", key: "history_lease_ms", msg: "must be at least 100, got 50", only: true},
+		{name: "history_lease_ms without a database", top: "default_model = \"openai/gpt-4o\"\nhistory_lease_ms = 500", key: "history_lease_ms", msg: "applies only with history_database", only: true},
 		{name: "no providers", prov: "-", key: "providers", msg: "at least one provider is required"},
 		{name: "no providers: default_model", prov: "-", key: "default_model", msg: `provider "openai" is not configured (no providers are configured)`},
 
@@ -822,5 +829,23 @@ func TestAPIKeyControlCharacters(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "MUSEPI_TEST_SECRET") || strings.Contains(err.Error(), "sk-") {
 			t.Errorf("key %q: error %v, want one naming the variable and not showing the value", secret, err)
 		}
+	}
+}
+
+// A configuration with history_database builds no options without its
+// connection: RuntimeOptions says to use NewRuntime, which connects (and
+// fails with the key's name when it cannot).
+func TestHistoryDatabaseNeedsNewRuntime(t *testing.T) {
+	t.Setenv("MUSEPI_TEST_KEY", "k")
+	cfg, err := Parse([]byte("default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://127.0.0.1:1/x?connect_timeout=1\"\n" +
+		"[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.RuntimeOptions(); err == nil || !strings.Contains(err.Error(), "Config.NewRuntime connects") {
+		t.Errorf("RuntimeOptions = %v, want it to point at NewRuntime", err)
+	}
+	if _, err := cfg.NewRuntime(); err == nil || !strings.Contains(err.Error(), "history_database") {
+		t.Errorf("NewRuntime on a closed port = %v, want a history_database error", err)
 	}
 }

@@ -50,6 +50,8 @@ func decode(root map[string]any) (*Config, []Problem) {
 	t.boolean("auto_redeem", &c.AutoRedeem)
 	t.str("history_dir", &c.HistoryDir)
 	t.str("history_sync", &c.HistorySync)
+	t.str("history_database", &c.HistoryDatabase)
+	t.millis("history_lease_ms", &c.HistoryLease)
 	t.millis("request_timeout_ms", &c.RequestTimeout)
 	t.millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
 	t.millis("passivate_after_ms", &c.PassivateAfter)

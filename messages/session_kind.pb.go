@@ -220,11 +220,10 @@ func (x *SessionWatch) GetEvents() bool {
 
 // SessionMoved tells a watcher that the activation handed its session over
 // (the node leaves, or the cluster's topology moved it): the next message
-// activates it elsewhere. orphaned is the prompt generation the session
-// stopped in the middle of, waiting out a backoff (0: none).
+// activates it elsewhere. (A prompt the session was waiting out a backoff
+// for has been answered with the error kind "handed_over".)
 type SessionMoved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Orphaned      uint64                 `protobuf:"varint,1,opt,name=orphaned,proto3" json:"orphaned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,13 +256,6 @@ func (x *SessionMoved) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SessionMoved.ProtoReflect.Descriptor instead.
 func (*SessionMoved) Descriptor() ([]byte, []int) {
 	return file_session_kind_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *SessionMoved) GetOrphaned() uint64 {
-	if x != nil {
-		return x.Orphaned
-	}
-	return 0
 }
 
 // SessionStateRequest asks the activation for what a Session reads
@@ -513,100 +505,6 @@ func (*SessionClose) Descriptor() ([]byte, []int) {
 	return file_session_kind_proto_rawDescGZIP(), []int{7}
 }
 
-// Handover asks the session actor to stop for a handover if it is at rest
-// (idle, or waiting out a backoff): without settling its prompt, closing
-// its history. It answers HandoverReply.
-type Handover struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Handover) Reset() {
-	*x = Handover{}
-	mi := &file_session_kind_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Handover) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Handover) ProtoMessage() {}
-
-func (x *Handover) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Handover.ProtoReflect.Descriptor instead.
-func (*Handover) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{8}
-}
-
-// HandoverReply: stopping is false while the session is not at rest (a
-// turn, tools, a compaction or an ask in flight); orphaned is the
-// generation of the prompt left waiting in a backoff (0: none).
-type HandoverReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stopping      bool                   `protobuf:"varint,1,opt,name=stopping,proto3" json:"stopping,omitempty"`
-	Orphaned      uint64                 `protobuf:"varint,2,opt,name=orphaned,proto3" json:"orphaned,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *HandoverReply) Reset() {
-	*x = HandoverReply{}
-	mi := &file_session_kind_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *HandoverReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*HandoverReply) ProtoMessage() {}
-
-func (x *HandoverReply) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use HandoverReply.ProtoReflect.Descriptor instead.
-func (*HandoverReply) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *HandoverReply) GetStopping() bool {
-	if x != nil {
-		return x.Stopping
-	}
-	return false
-}
-
-func (x *HandoverReply) GetOrphaned() uint64 {
-	if x != nil {
-		return x.Orphaned
-	}
-	return 0
-}
-
 var File_session_kind_proto protoreflect.FileDescriptor
 
 const file_session_kind_proto_rawDesc = "" +
@@ -626,9 +524,8 @@ const file_session_kind_proto_rawDesc = "" +
 	"\x0fwatcher_address\x18\x01 \x01(\tR\x0ewatcherAddress\x12\x1d\n" +
 	"\n" +
 	"watcher_id\x18\x02 \x01(\tR\twatcherId\x12\x16\n" +
-	"\x06events\x18\x03 \x01(\bR\x06events\"*\n" +
-	"\fSessionMoved\x12\x1a\n" +
-	"\borphaned\x18\x01 \x01(\x04R\borphaned\"\x15\n" +
+	"\x06events\x18\x03 \x01(\bR\x06events\"\x0e\n" +
+	"\fSessionMoved\"\x15\n" +
 	"\x13SessionStateRequest\"\xcb\x02\n" +
 	"\x11SessionStateReply\x12\x12\n" +
 	"\x04busy\x18\x01 \x01(\bR\x04busy\x12\x1a\n" +
@@ -652,12 +549,7 @@ const file_session_kind_proto_rawDesc = "" +
 	"\x0fauto_compaction\x18\x02 \x01(\bH\x01R\x0eautoCompaction\x88\x01\x01B\x11\n" +
 	"\x0f_thinking_levelB\x12\n" +
 	"\x10_auto_compaction\"\x0e\n" +
-	"\fSessionClose\"\n" +
-	"\n" +
-	"\bHandover\"G\n" +
-	"\rHandoverReply\x12\x1a\n" +
-	"\bstopping\x18\x01 \x01(\bR\bstopping\x12\x1a\n" +
-	"\borphaned\x18\x02 \x01(\x04R\borphanedB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\fSessionCloseB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_session_kind_proto_rawDescOnce sync.Once
@@ -671,7 +563,7 @@ func file_session_kind_proto_rawDescGZIP() []byte {
 	return file_session_kind_proto_rawDescData
 }
 
-var file_session_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_session_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_session_kind_proto_goTypes = []any{
 	(*SessionOpen)(nil),         // 0: musepi.v1.SessionOpen
 	(*SessionOpened)(nil),       // 1: musepi.v1.SessionOpened
@@ -681,17 +573,15 @@ var file_session_kind_proto_goTypes = []any{
 	(*SessionStateReply)(nil),   // 5: musepi.v1.SessionStateReply
 	(*SessionOptions)(nil),      // 6: musepi.v1.SessionOptions
 	(*SessionClose)(nil),        // 7: musepi.v1.SessionClose
-	(*Handover)(nil),            // 8: musepi.v1.Handover
-	(*HandoverReply)(nil),       // 9: musepi.v1.HandoverReply
-	(*RetrySettings)(nil),       // 10: musepi.v1.RetrySettings
+	(*RetrySettings)(nil),       // 8: musepi.v1.RetrySettings
 }
 var file_session_kind_proto_depIdxs = []int32{
-	10, // 0: musepi.v1.SessionOpen.settings:type_name -> musepi.v1.RetrySettings
-	1,  // [1:1] is the sub-list for method output_type
-	1,  // [1:1] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	8, // 0: musepi.v1.SessionOpen.settings:type_name -> musepi.v1.RetrySettings
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_session_kind_proto_init() }
@@ -707,7 +597,7 @@ func file_session_kind_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_session_kind_proto_rawDesc), len(file_session_kind_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -21,6 +21,9 @@ import (
 // The runtime's durable retry chains on PostgreSQL: two runtimes, two
 // Stores (nodes) on one database.
 
+// The Store is what a runtime needs for durable timers.
+var _ musepi.TimerStore = (*pgstore.Store)(nil)
+
 type nominal struct{}
 
 func (nominal) Float64() float64 { return 1 }

@@ -41,9 +41,12 @@ var (
 	_ Blocks        = (*Store)(nil)
 )
 
-// minLease is the shortest lease: renewing it every third must stay
-// possible.
-const minLease = 100 * time.Millisecond
+// MinLease is the shortest lease (WithLease): renewing it every third must
+// stay possible.
+const MinLease = 100 * time.Millisecond
+
+// DefaultLease is the lease of a Store without WithLease.
+const DefaultLease = 15 * time.Second
 
 // Option configures a Store.
 type Option func(*Store)
@@ -73,15 +76,15 @@ func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log
 // size and the like are set in url (pool_max_conns=N; see pgxpool).
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
-	s := &Store{node: host, lease: 15 * time.Second, timeout: 30 * time.Second, log: zerolog.Nop()}
+	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, log: zerolog.Nop()}
 	for _, o := range opts {
 		o(s)
 	}
 	switch {
 	case s.node == "":
 		return nil, errors.New("pgstore: empty node name")
-	case s.lease < minLease || s.timeout <= 0:
-		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, minLease, s.timeout)
+	case s.lease < MinLease || s.timeout <= 0:
+		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, MinLease, s.timeout)
 	}
 	s.node += "#" + incarnation()
 	pool, err := pgxpool.New(ctx, url)

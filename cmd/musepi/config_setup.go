@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -12,10 +13,13 @@ import (
 
 // openConfig starts the runtime a configuration file describes; sessions
 // use its default model.
-func openConfig(path string, opts []musepi.Option) (*setup, error) {
+func openConfig(path string, opts []musepi.Option, historyFlag bool) (*setup, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
+	}
+	if historyFlag && cfg.HistoryDatabase != "" {
+		return nil, fmt.Errorf("--history-dir: %s keeps histories in history_database; drop one of them", path)
 	}
 	rt, err := cfg.NewRuntime(opts...)
 	if err != nil {

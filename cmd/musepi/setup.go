@@ -121,7 +121,7 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	case f.cluster:
 		su, err = f.openCluster(log, extra)
 	case f.config != "":
-		su, err = openConfig(f.config, opts)
+		su, err = openConfig(f.config, opts, f.historyDir != "")
 	case f.provider != "":
 		su, err = f.openProvider(opts)
 	default:
