@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,8 @@ import (
 )
 
 // TestNodeProcesses: three `musepi node` processes on loopback with etcd
-// and PostgreSQL join one cluster; SIGTERM makes one leave gracefully
+// and PostgreSQL join one cluster (node1 serving its metrics with
+// --metrics-addr); SIGTERM makes one leave gracefully
 // within its bound (the others see it go, its database row is gone);
 // kill -9 of another is noticed by the last one through etcd's lease, and
 // leaves its row behind for its lease to run out; the last one, SIGTERMed
@@ -27,13 +30,21 @@ func TestNodeProcesses(t *testing.T) {
 	bin := buildCommand(t)
 	env := nodetest.Start(t, bin, nodetest.Options{Extra: "leave_timeout_ms = 5000"})
 	start := time.Now()
-	n1 := env.StartNode("node1")
+	n1 := env.StartNode("node1", "--metrics-addr", "127.0.0.1:0")
 	n2 := env.StartNode("node2")
 	n3 := env.StartNode("node3")
 	if err := env.WaitMembers(3, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("3 nodes started and joined in %s", time.Since(start).Round(time.Millisecond))
+	line, err := n1.WaitLine("musepi node: metrics on ", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, strings.TrimPrefix(line, "musepi node: metrics on "))
+	if fams["go_goroutines"] == nil || !slices.ContainsFunc(slices.Collect(maps.Keys(fams)), func(name string) bool { return strings.HasPrefix(name, "musepi_") }) {
+		t.Errorf("node1's /metrics has %d families, want go_goroutines and the runtime's musepi_*", len(fams))
+	}
 
 	took, err := n3.Term(15 * time.Second)
 	if err != nil {
@@ -164,3 +175,4 @@ func TestRPCClusterFlagErrors(t *testing.T) {
 		})
 	}
 }
+
