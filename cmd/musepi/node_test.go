@@ -175,4 +175,3 @@ func TestRPCClusterFlagErrors(t *testing.T) {
 		})
 	}
 }
-
