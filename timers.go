@@ -101,6 +101,11 @@ func (rt *Runtime) wakeDue(ctx context.Context, d history.DueRecord) error {
 	if role == "" {
 		role = "default"
 	}
-	_, err = rt.NewSession(ctx, WithSessionID(d.Session), WithModel(rec.Primary), WithRole(role))
+	s, err := rt.NewSession(ctx, WithSessionID(d.Session), WithModel(rec.Primary), WithRole(role))
+	if err == nil && rt.cluster != nil {
+		// Opened at its activation, wherever the cluster placed it, which
+		// goes on without this node's handle.
+		rt.cluster.letGo(s)
+	}
 	return err
 }

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -8,8 +9,11 @@ import (
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore/pgtest"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // BenchmarkBlockPropagation: a usage limit marked through node 1's router,
@@ -63,5 +67,46 @@ func BenchmarkBlockPropagation(b *testing.B) {
 	}
 	if n > 0 {
 		b.ReportMetric(float64(sum)/float64(n)/1e6, "apply-ms")
+	}
+}
+
+// BenchmarkClusterPrompt: a prompt through node 1's handle to a session
+// hosted on node 1 itself and on node 2 (one turn answered at once, two
+// history entries written to PostgreSQL). Run it without -race.
+func BenchmarkClusterPrompt(b *testing.B) {
+	url := pgtest.Start(b).NewDatabase(b)
+	agent, name := test.NewInMemAgent(), fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	llm := provider.NewScripted(provider.Outcome{Message: provider.Text("ok")})
+	var nodes []*musepi.Runtime
+	b.Cleanup(func() {
+		for _, rt := range nodes {
+			_ = rt.Shutdown(context.Background())
+		}
+	})
+	for i := range 2 {
+		nodes = append(nodes, joinNode(b, url, name, fmt.Sprint("node", i+1), agent, llm, false))
+	}
+	waitMembers(b, 2, nodes...)
+	sessions := make([]*musepi.Session, len(nodes)) // by the node hosting it
+	for i := 0; sessions[0] == nil || sessions[1] == nil; i++ {
+		before := []int{nodes[0].Stats().Sessions, nodes[1].Stats().Sessions}
+		s, err := nodes[0].NewSession(context.Background(), musepi.WithSessionID(fmt.Sprint("b", i)), musepi.WithModel("p/m1"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for host := range nodes {
+			if nodes[host].Stats().Sessions > before[host] && sessions[host] == nil {
+				sessions[host] = s
+			}
+		}
+	}
+	for host, s := range sessions {
+		b.Run(fmt.Sprintf("hosted on node %d", host+1), func(b *testing.B) {
+			for range b.N {
+				if _, err := s.Prompt(context.Background(), "hi"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

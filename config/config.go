@@ -34,8 +34,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
@@ -102,6 +100,9 @@ type Config struct {
 	// Retry ("retry") is the retry settings group; keys left out keep the
 	// values of retry.DefaultSettings().
 	Retry retry.Settings
+	// Cluster ("cluster") is how this runtime joins a cluster (see
+	// Cluster); nil when the file has no [cluster] table.
+	Cluster *Cluster
 }
 
 // DefaultHistoryLease is history_lease_ms when the key is left out
@@ -425,6 +426,9 @@ func (c *Config) check() (map[string][]string, []Problem) {
 		keys[name] = v.provider(name, c.Providers[name])
 	}
 	v.retry(c.Retry)
+	if c.Cluster != nil {
+		v.cluster(c.Cluster)
+	}
 	return keys, v.probs
 }
 
@@ -443,18 +447,8 @@ func (v *validator) database() {
 	if c.HistorySync != "" {
 		v.add("history_sync", "applies to history files; with history_database every write is committed before it returns")
 	}
-	u, err := url.Parse(c.HistoryDatabase)
-	switch {
-	case err != nil:
-		v.add("history_database", "not a URL: %v", err)
-	case u.Scheme != "postgres" && u.Scheme != "postgresql":
-		v.add("history_database", `want a "postgres://" or "postgresql://" URL, got scheme %q`, u.Scheme)
-	case u.Host == "":
-		v.add("history_database", "the URL names no host")
-	default:
-		if _, err := pgxpool.ParseConfig(c.HistoryDatabase); err != nil {
-			v.add("history_database", "%v", err)
-		}
+	if err := checkPostgresURL(c.HistoryDatabase); err != nil {
+		v.add("history_database", "%v", err)
 	}
 	if c.HistoryLease != 0 && c.HistoryLease < pgstore.MinLease {
 		v.add("history_lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.HistoryLease.Milliseconds())

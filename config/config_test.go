@@ -81,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models, prices)", only: true},
@@ -110,6 +110,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "credentials not an array", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = \"MUSEPI_TEST_KEY\"", key: "providers.openai.credentials", msg: "must be an array of tables, got a string", only: true},
 		{name: "credential not a table", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}, \"x\"]", key: "providers.openai.credentials[1]", msg: "must be a table, got a string", only: true},
 		{name: "banked_resets not an integer", prov: openaiProvider + "  banked_resets = true\n", key: "providers.openai.credentials[0].banked_resets", msg: "must be an integer, got a boolean", only: true},
+		{name: "cluster not a table", top: "default_model = \"openai/gpt-4o\"\ncluster = \"dev\"", key: "cluster", msg: "must be a table, got a string", only: true},
 		{name: "retry not a table", top: "default_model = \"openai/gpt-4o\"\nretry = true", key: "retry", msg: "must be a table, got a boolean"},
 		{name: "enabled not a boolean", rest: "[retry]\nenabled = 1", key: "retry.enabled", msg: "must be a boolean (true or false), got an integer", only: true},
 		{name: "max_retries a string", rest: "[retry]\nmax_retries = \"3\"", key: "retry.max_retries", msg: "must be an integer, got a string", only: true},

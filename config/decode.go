@@ -68,6 +68,9 @@ func decode(root map[string]any) (*Config, []Problem) {
 	if rt, ok := t.sub("retry"); ok {
 		decodeRetry(rt, &c.Retry)
 	}
+	if ct, ok := t.sub("cluster"); ok {
+		c.Cluster = decodeCluster(ct)
+	}
 	t.done(nil)
 	return c, d.probs
 }

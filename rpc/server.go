@@ -216,9 +216,16 @@ func (s *Server) current() *musepi.Session {
 }
 
 // startSession starts a session with opts and subscribes to its events;
-// the session takes its steering messages from the server's queue.
+// the session takes its steering messages from the server's queue. On a
+// cluster's runtime (musepi rpc --cluster) the session is hosted by
+// another node, which a Go function cannot reach: steering messages then
+// wait in the queue and go as the next prompt once the running one has
+// settled, before the follow-ups.
 func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption) error {
-	opts = append(append([]musepi.SessionOption(nil), opts...), musepi.WithSteering(s.takeSteering))
+	opts = append([]musepi.SessionOption(nil), opts...)
+	if s.Runtime.ClusterAddress() == "" {
+		opts = append(opts, musepi.WithSteering(s.takeSteering))
+	}
 	sess, err := s.Runtime.NewSession(ctx, opts...)
 	if err != nil {
 		return fmt.Errorf("rpc: start session: %w", err)

@@ -17,7 +17,8 @@ func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: musepi config check FILE")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Checks a configuration file (see config/README.md): TOML syntax, unknown keys,")
-	fmt.Fprintln(w, "types and values, and that every api_key_env variable is set in this environment.")
+	fmt.Fprintln(w, "types and values, and that every api_key_env variable (and [cluster] database_url_env)")
+	fmt.Fprintln(w, "is set in this environment.")
 	fmt.Fprintln(w, "Prints \"FILE: ok (...)\" and exits 0, or prints every problem to stderr and exits 1.")
 }
 
@@ -62,6 +63,10 @@ func runConfig(args []string) int {
 	if n == 1 {
 		plural = ""
 	}
-	fmt.Fprintf(configOut, "%s: ok (%d provider%s, default model %s)\n", path, n, plural, cfg.DefaultModel)
+	cluster := ""
+	if c := cfg.Cluster; c != nil {
+		cluster = fmt.Sprintf(", cluster %q with %s membership", c.Name, c.Membership)
+	}
+	fmt.Fprintf(configOut, "%s: ok (%d provider%s, default model %s%s)\n", path, n, plural, cfg.DefaultModel, cluster)
 	return 0
 }

@@ -36,6 +36,15 @@ kind = "openai"
 max_retries = -1
 `
 
+// clusterTable is a [cluster] table with etcd membership.
+const clusterTable = `[cluster]
+name = "dev"
+membership = "etcd"
+database_url = "postgres://postgres@127.0.0.1:5432/musepi"
+[cluster.etcd]
+endpoints = ["http://127.0.0.1:2379"]
+`
+
 // configFiles writes the good and the bad configuration files.
 func configFiles(t *testing.T) (good, bad string) {
 	t.Helper()
@@ -77,6 +86,21 @@ func TestRunConfigCheck(t *testing.T) {
 		bad + ": retry.max_retries: must be 0 or more, got -1\n"
 	if o != "" || e != want {
 		t.Errorf("bad: stdout %q, stderr %q, want %q", o, e, want)
+	}
+	dir := t.TempDir()
+	node := filepath.Join(dir, "node.toml")
+	if err := os.WriteFile(node, []byte(goodConfig+clusterTable), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, e := check(0, "config", "check", node); o != node+`: ok (2 providers, default model openai/gpt-4o, cluster "dev" with etcd membership)`+"\n" || e != "" {
+		t.Errorf("cluster: stdout %q, stderr %q", o, e)
+	}
+	badNode := filepath.Join(dir, "bad-node.toml")
+	if err := os.WriteFile(badNode, []byte(goodConfig+strings.Replace(clusterTable, `"etcd"`, `"zookeeper"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, e := check(1, "config", "check", badNode); o != "" || e != badNode+`: cluster.membership: unknown membership "zookeeper" (want "etcd" or "automanaged")`+"\n" {
+		t.Errorf("bad cluster: stdout %q, stderr %q", o, e)
 	}
 	if _, e := check(1, "config", "check", filepath.Join(t.TempDir(), "missing.toml")); !strings.Contains(e, "missing.toml") {
 		t.Errorf("missing file: %q", e)

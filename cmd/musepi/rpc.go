@@ -25,12 +25,15 @@ func runRPC(args []string) int {
 	setupFlags := addSetupFlags(fs)
 	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
+	fs.BoolVar(&setupFlags.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE | --provider NAME --model ID [--base-url URL]]")
+		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE [--cluster] | --provider NAME --model ID [--base-url URL]]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Serves one session as JSON lines on stdin/stdout. Without --config or")
 		fmt.Fprintln(stderr, "--provider it runs against the built-in demo server (no API key needed).")
+		fmt.Fprintln(stderr, "With --cluster the session is hosted by the nodes of the file's cluster")
+		fmt.Fprintln(stderr, "(musepi node); --session-id reaches an existing one.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}

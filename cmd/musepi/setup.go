@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
@@ -42,10 +43,11 @@ type setupFlags struct {
 	verbose     bool
 	logFormat   string
 	fast        bool // the demo server's time scaled down 1000× (musepi demo --fast)
+	cluster     bool // join --config's cluster as a client (musepi rpc --cluster)
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
-	f := &setupFlags{}
+	f := addLogFlags(fs)
 	fs.StringVar(&f.config, "config", "", "configuration file (TOML; see config/README.md)")
 	fs.StringVar(&f.provider, "provider", "", `talk to one provider: "openai", "openai-responses" or "anthropic" (key from --api-key-env)`)
 	fs.StringVar(&f.baseURL, "base-url", "", "base URL of that provider (default: the provider's public API)")
@@ -53,6 +55,13 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 	fs.StringVar(&f.keyEnv, "api-key-env", "", "environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY)")
 	fs.StringVar(&f.historyDir, "history-dir", "", "keep session history in this directory (default: memory)")
 	fs.StringVar(&f.historySync, "history-sync", "", `fsync history files after each "turn" (default), each "entry", or "none"`)
+	return f
+}
+
+// addLogFlags adds the logging flags alone (-v, --log-format), for
+// commands that run against no single provider.
+func addLogFlags(fs *flag.FlagSet) *setupFlags {
+	f := &setupFlags{}
 	fs.BoolVar(&f.verbose, "v", false, "log runtime diagnostics to stderr")
 	fs.StringVar(&f.logFormat, "log-format", "text", `log format on stderr: "text" (plain lines, coloured on a terminal only) or "json" (one object a line, for machines)`)
 	return f
@@ -109,6 +118,8 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 	}
 	var su *setup
 	switch {
+	case f.cluster:
+		su, err = f.openCluster(log, extra)
 	case f.config != "":
 		su, err = openConfig(f.config, opts, f.historyDir != "")
 	case f.provider != "":
@@ -120,6 +131,32 @@ func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
 		su.historyDir = f.historyPath() // the flag overrides the file's history_dir
 	}
 	return su, err
+}
+
+// joinTimeout bounds joining a cluster: connecting to its database and
+// becoming a member.
+const joinTimeout = 30 * time.Second
+
+// openCluster joins the cluster of --config's [cluster] table as a client
+// member, which hosts no sessions: its sessions are hosted by the nodes.
+func (f *setupFlags) openCluster(log zerolog.Logger, extra []musepi.Option) (*setup, error) {
+	switch {
+	case f.config == "":
+		return nil, errors.New("--cluster needs --config (a file with a [cluster] table)")
+	case f.historyDir != "" || f.historySync != "":
+		return nil, errors.New("--history-dir and --history-sync do not apply with --cluster: the cluster keeps histories in its database")
+	}
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
+	defer cancel()
+	rt, err := joinConfig(ctx, cfg, true, log, extra)
+	if err != nil {
+		return nil, err
+	}
+	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg), shutdown: rt.Shutdown}, nil
 }
 
 // openProvider starts a runtime with the one provider of --provider.

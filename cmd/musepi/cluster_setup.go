@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/config"
+)
+
+// joinConfig joins the cluster of cfg's [cluster] table with the runtime
+// the rest of the file describes (its providers, credentials, fallback
+// chains and budget configure the shared actors), connecting to the
+// cluster's database first. A client (musepi rpc --cluster) is a member
+// that hosts no sessions and no shared actors: it binds a free port, and
+// its database node name is the file's with "-rpc" appended.
+func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
+	cc := cfg.Cluster
+	if cc == nil {
+		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", cfg.File)
+	}
+	name, port := cc.NodeName, cc.Port
+	if client {
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		name, port = name+"-rpc", 0
+	}
+	sopts := []pgstore.Option{pgstore.WithLease(cc.Lease), pgstore.WithLogger(log)}
+	if name != "" {
+		sopts = append(sopts, pgstore.WithNode(name))
+	}
+	rtOpts, err := cfg.RuntimeOptions(append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	store, err := pgstore.Connect(ctx, cc.Database(), sopts...)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	advertise := cc.AdvertiseAddress
+	if client {
+		advertise = "" // the file's address is its node's, not this client's
+	}
+	rt, err := musepi.JoinCluster(ctx, musepi.ClusterConfig{
+		Name: cc.Name, Host: cc.Host, Port: port, AdvertiseHost: advertise,
+		Membership: cc.MembershipProvider(), Store: store, Client: client, HandoverTimeout: cc.HandoverTimeout,
+	}, rtOpts...)
+	if err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	return rt, nil
+}

@@ -1,0 +1,381 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore"
+)
+
+// Membership kinds of "[cluster] membership".
+const (
+	MembershipEtcd        = "etcd"
+	MembershipAutomanaged = "automanaged"
+)
+
+// Defaults of the [cluster] table's optional keys.
+const (
+	DefaultClusterHost  = "127.0.0.1"
+	DefaultLease        = 15 * time.Second
+	DefaultLeaveTimeout = 30 * time.Second
+	DefaultEtcdPrefix   = "/musepi"
+	DefaultEtcdDial     = 5 * time.Second
+	DefaultPeersRefresh = time.Second
+)
+
+// Cluster is the "[cluster]" table: how `musepi node` joins a cluster and
+// `musepi rpc --cluster` reaches it. Parse fills in the defaults of the
+// keys left out.
+type Cluster struct {
+	// Name ("name") is the cluster's name, the same on every node.
+	// Required; no '/' or '@'.
+	Name string
+	// Host ("host") is the address the node's gRPC remote binds to;
+	// default DefaultClusterHost (loopback). "0.0.0.0" or "::" bind every
+	// interface and then need AdvertiseAddress.
+	Host string
+	// Port ("port") is the gRPC remote's port; 0 (the default) picks a
+	// free one, which the membership service advertises.
+	Port int
+	// AdvertiseAddress ("advertise_address") is the host:port other nodes
+	// reach this one at; default Host:Port.
+	AdvertiseAddress string
+	// Membership ("membership") is how nodes find each other:
+	// MembershipEtcd (with Etcd) or MembershipAutomanaged (with
+	// Automanaged). Required.
+	Membership string
+	// Etcd ("[cluster.etcd]") configures the etcd membership.
+	Etcd ClusterEtcd
+	// Automanaged ("[cluster.automanaged]") configures the automanaged
+	// membership.
+	Automanaged ClusterAutomanaged
+	// DatabaseURL ("database_url") is the PostgreSQL URL of the shared
+	// state; DatabaseURLEnv ("database_url_env") names an environment
+	// variable holding it instead (for a URL with a password). Exactly
+	// one is required.
+	DatabaseURL    string
+	DatabaseURLEnv string
+	// NodeName ("node_name") names the node in the database's tables;
+	// default: the host name.
+	NodeName string
+	// Lease ("lease_ms") is how long the node's database lease lasts
+	// without renewal: a node dead this long frees its sessions. Default
+	// DefaultLease.
+	Lease time.Duration
+	// HandoverTimeout ("handover_timeout_ms") bounds how long a session
+	// that moves waits for its turn in flight, and how long its new
+	// activation waits for the old one to let go of its history; default
+	// musepi.DefaultHandoverTimeout.
+	HandoverTimeout time.Duration
+	// LeaveTimeout ("leave_timeout_ms") bounds a graceful leave (SIGTERM):
+	// handing the node's sessions over and leaving the membership. Default
+	// DefaultLeaveTimeout.
+	LeaveTimeout time.Duration
+}
+
+// ClusterEtcd is the "[cluster.etcd]" table.
+type ClusterEtcd struct {
+	// Endpoints ("endpoints") are etcd's client URLs. Required.
+	Endpoints []string
+	// Prefix ("prefix") is the key prefix of the members; default
+	// DefaultEtcdPrefix.
+	Prefix string
+	// DialTimeout ("dial_timeout_ms") bounds connecting to etcd; default
+	// DefaultEtcdDial.
+	DialTimeout time.Duration
+}
+
+// ClusterAutomanaged is the "[cluster.automanaged]" table.
+type ClusterAutomanaged struct {
+	// Host ("host") and Port ("port") are where this node serves its
+	// /_health endpoint; Host defaults to the cluster's host, Port is
+	// required.
+	Host string
+	Port int
+	// Peers ("peers") are every node's endpoint as host:port, this one's
+	// included. Required.
+	Peers []string
+	// Refresh ("refresh_ms") is how often the peers are polled; default
+	// DefaultPeersRefresh.
+	Refresh time.Duration
+}
+
+// decodeCluster reads the [cluster] table, keys left out at their
+// defaults.
+func decodeCluster(t *table) *Cluster {
+	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
+		HandoverTimeout: musepi.DefaultHandoverTimeout,
+		Etcd:            ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
+		Automanaged:     ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
+	t.str("name", &c.Name)
+	t.str("host", &c.Host)
+	t.count("port", &c.Port)
+	t.str("advertise_address", &c.AdvertiseAddress)
+	t.str("membership", &c.Membership)
+	t.str("database_url", &c.DatabaseURL)
+	t.str("database_url_env", &c.DatabaseURLEnv)
+	t.str("node_name", &c.NodeName)
+	t.millis("lease_ms", &c.Lease)
+	t.millis("handover_timeout_ms", &c.HandoverTimeout)
+	t.millis("leave_timeout_ms", &c.LeaveTimeout)
+	if et, ok := t.sub("etcd"); ok {
+		c.Etcd.Endpoints = []string{} // present: checked even when empty
+		et.strs("endpoints", &c.Etcd.Endpoints)
+		et.str("prefix", &c.Etcd.Prefix)
+		et.millis("dial_timeout_ms", &c.Etcd.DialTimeout)
+		et.done(nil)
+	}
+	if at, ok := t.sub("automanaged"); ok {
+		c.Automanaged.Peers = []string{}
+		at.str("host", &c.Automanaged.Host)
+		at.count("port", &c.Automanaged.Port)
+		at.strs("peers", &c.Automanaged.Peers)
+		at.millis("refresh_ms", &c.Automanaged.Refresh)
+		at.done(nil)
+	}
+	t.done(map[string]string{
+		"database_password": "unknown key: put the password in the URL held by the environment variable database_url_env names",
+	})
+	return c
+}
+
+// cluster checks the [cluster] table.
+func (v *validator) cluster(c *Cluster) {
+	const at = "cluster"
+	switch {
+	case strings.TrimSpace(c.Name) == "":
+		v.add(at+".name", "required (the cluster's name, the same on every node)")
+	case strings.ContainsAny(c.Name, "/@"):
+		v.add(at+".name", "must not contain '/' or '@', got %q", c.Name)
+	default:
+		v.plain(at+".name", "cluster name", c.Name)
+	}
+	v.host(at+".host", c.Host)
+	if c.AdvertiseAddress != "" {
+		if host, ok := v.hostPort(at+".advertise_address", c.AdvertiseAddress); ok {
+			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+				v.add(at+".advertise_address", "must be an address other nodes can reach, not %q", c.AdvertiseAddress)
+			}
+		}
+	} else if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
+		v.add(at+".advertise_address", "required when host is %q (other nodes cannot reach that address)", c.Host)
+	}
+	v.port(at+".port", c.Port, true)
+	switch c.Membership {
+	case MembershipEtcd:
+		v.etcd(c)
+	case MembershipAutomanaged:
+		v.automanaged(c)
+	case "":
+		v.add(at+".membership", `required ("etcd" or "automanaged")`)
+	default:
+		v.add(at+".membership", `unknown membership %q (want "etcd" or "automanaged")`, c.Membership)
+	}
+	v.clusterDatabase(c)
+	for key, set := range map[string]bool{"history_dir": v.c.HistoryDir != "", "history_sync": v.c.HistorySync != "",
+		"history_database": v.c.HistoryDatabase != "", "history_lease_ms": v.c.HistoryLease != 0} {
+		if set {
+			v.add(key, "not with a [cluster] table: the cluster keeps session histories in its database (cluster.database_url, cluster.lease_ms)")
+		}
+	}
+	if c.NodeName != "" {
+		v.plain(at+".node_name", "node name", c.NodeName)
+	}
+	if c.Lease < pgstore.MinLease {
+		v.add(at+".lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.Lease.Milliseconds())
+	}
+	if c.HandoverTimeout <= 0 {
+		v.add(at+".handover_timeout_ms", "must be above 0, got %d", c.HandoverTimeout.Milliseconds())
+	}
+	if c.LeaveTimeout <= 0 {
+		v.add(at+".leave_timeout_ms", "must be above 0, got %d", c.LeaveTimeout.Milliseconds())
+	}
+}
+
+// etcd checks the etcd membership, and that no automanaged table is
+// given with it.
+func (v *validator) etcd(c *Cluster) {
+	const at = "cluster.etcd"
+	if c.Automanaged.Peers != nil {
+		v.add("cluster.automanaged", `only with membership = "automanaged" (membership is "etcd")`)
+	}
+	if c.Etcd.Endpoints == nil {
+		v.add(at, `required with membership = "etcd" (a [cluster.etcd] table with endpoints)`)
+		return
+	}
+	if len(c.Etcd.Endpoints) == 0 {
+		v.add(at+".endpoints", `at least one etcd client URL is required ("http://127.0.0.1:2379")`)
+	}
+	for i, e := range c.Etcd.Endpoints {
+		key := fmt.Sprintf("%s.endpoints[%d]", at, i)
+		u, err := url.Parse(e)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			v.add(key, "want an http:// or https:// URL with a host, got %q", e)
+		case u.Port() == "":
+			v.add(key, "URL %q has no port (etcd's client port is usually 2379)", e)
+		}
+	}
+	if !strings.HasPrefix(c.Etcd.Prefix, "/") {
+		v.add(at+".prefix", `must start with "/", got %q`, c.Etcd.Prefix)
+	}
+	if c.Etcd.DialTimeout <= 0 {
+		v.add(at+".dial_timeout_ms", "must be above 0, got %d", c.Etcd.DialTimeout.Milliseconds())
+	}
+}
+
+// automanaged checks the automanaged membership, and that no etcd table
+// is given with it.
+func (v *validator) automanaged(c *Cluster) {
+	const at = "cluster.automanaged"
+	if c.Etcd.Endpoints != nil {
+		v.add("cluster.etcd", `only with membership = "etcd" (membership is "automanaged")`)
+	}
+	a := c.Automanaged
+	if a.Peers == nil {
+		v.add(at, `required with membership = "automanaged" (a [cluster.automanaged] table with port and peers)`)
+		return
+	}
+	if a.Host != "" {
+		v.host(at+".host", a.Host)
+	}
+	if a.Port == 0 {
+		v.add(at+".port", "required (the port of this node's /_health endpoint, listed in peers)")
+	} else {
+		v.port(at+".port", a.Port, false)
+		if a.Port == c.Port && (a.Host == "" || a.Host == c.Host) {
+			v.add(at+".port", "%d is also cluster.port: the endpoint needs a port of its own", a.Port)
+		}
+	}
+	if len(a.Peers) == 0 {
+		v.add(at+".peers", `at least one peer is required (every node's host:port, this one's included)`)
+	}
+	for i, p := range a.Peers {
+		v.hostPort(fmt.Sprintf("%s.peers[%d]", at, i), p)
+	}
+	if a.Refresh <= 0 {
+		v.add(at+".refresh_ms", "must be above 0, got %d", a.Refresh.Milliseconds())
+	}
+}
+
+// clusterDatabase checks database_url or database_url_env, exactly one of which
+// is required.
+func (v *validator) clusterDatabase(c *Cluster) {
+	switch {
+	case c.DatabaseURL != "" && c.DatabaseURLEnv != "":
+		v.add("cluster.database_url", "give database_url or database_url_env, not both")
+	case c.DatabaseURL != "":
+		if err := checkPostgresURL(c.DatabaseURL); err != nil {
+			v.add("cluster.database_url", "%v", err)
+		}
+	case c.DatabaseURLEnv != "":
+		key := "cluster.database_url_env"
+		if !envName.MatchString(c.DatabaseURLEnv) {
+			v.add(key, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", c.DatabaseURLEnv)
+			return
+		}
+		val, ok := os.LookupEnv(c.DatabaseURLEnv)
+		switch {
+		case !ok:
+			v.add(key, "environment variable %s is not set", c.DatabaseURLEnv)
+		case strings.TrimSpace(val) == "":
+			v.add(key, "environment variable %s is empty", c.DatabaseURLEnv)
+		case checkPostgresURL(strings.TrimSpace(val)) != nil:
+			// Never the value: it may hold a password.
+			v.add(key, "environment variable %s does not hold a valid postgres:// URL", c.DatabaseURLEnv)
+		}
+	default:
+		v.add("cluster.database_url", `required: the PostgreSQL URL of the shared state ("postgres://user@host:5432/musepi"), or database_url_env naming a variable that holds it`)
+	}
+}
+
+// checkPostgresURL accepts a postgres:// or postgresql:// URL with a host
+// that pgx can use; its errors never quote the URL's password (pgx masks
+// it).
+func checkPostgresURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a URL: %v", err)
+	case u.Scheme != "postgres" && u.Scheme != "postgresql":
+		return fmt.Errorf(`want a "postgres://" or "postgresql://" URL, got scheme %q`, u.Scheme)
+	case u.Host == "":
+		return errors.New("the URL names no host")
+	}
+	if _, err := pgxpool.ParseConfig(s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// host checks a host name or IP address.
+func (v *validator) host(key, h string) {
+	if h == "" {
+		v.add(key, "must not be empty")
+		return
+	}
+	if net.ParseIP(h) != nil {
+		return
+	}
+	if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("/:@[]", r) }) {
+		v.add(key, "want a host name or IP address, got %q", h)
+	}
+}
+
+// hostPort checks a host:port address with a port from 1 to 65535 and
+// returns its host.
+func (v *validator) hostPort(key, addr string) (string, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		v.add(key, "want host:port, got %q", addr)
+		return "", false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		v.add(key, "port of %q must be 1 to 65535", addr)
+		return "", false
+	}
+	return host, true
+}
+
+// port checks a port number; zero is allowed when free is.
+func (v *validator) port(key string, n int, free bool) {
+	lo := 1
+	if free {
+		lo = 0
+	}
+	if n < lo || n > 65535 {
+		v.add(key, "must be %d to 65535, got %d", lo, n)
+	}
+}
+
+// Database is the PostgreSQL URL of the shared state: database_url, or
+// the value of the variable database_url_env names.
+func (c *Cluster) Database() string {
+	if c.DatabaseURLEnv != "" {
+		return strings.TrimSpace(os.Getenv(c.DatabaseURLEnv))
+	}
+	return c.DatabaseURL
+}
+
+// MembershipProvider is the cluster.Membership the table describes.
+func (c *Cluster) MembershipProvider() cluster.Membership {
+	if c.Membership == MembershipAutomanaged {
+		host := c.Automanaged.Host
+		if host == "" {
+			host = c.Host
+		}
+		return cluster.Automanaged(cluster.AutomanagedConfig{Host: host, Port: c.Automanaged.Port,
+			Peers: c.Automanaged.Peers, Refresh: c.Automanaged.Refresh})
+	}
+	return cluster.Etcd(cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout})
+}

@@ -1,0 +1,519 @@
+// Package nodetest runs a MusePi cluster of processes on loopback for
+// tests: a private etcd and PostgreSQL, the fake LLM server, and `musepi
+// node` processes started from a built binary on free ports, each with its
+// own configuration file. It kills them with SIGKILL or stops them with
+// SIGTERM on demand, and kills what is left when the test ends, printing
+// every process's output if the test failed.
+package nodetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/cluster/etcdtest"
+	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/provider/fakellm"
+)
+
+// The API keys the nodes' provider "fake" uses, and the environment
+// variables that hold them.
+const (
+	KeyA    = "key-a"
+	KeyB    = "key-b"
+	KeyAEnv = "MUSEPI_NODETEST_KEY_A"
+	KeyBEnv = "MUSEPI_NODETEST_KEY_B"
+)
+
+// StartTimeout bounds a node's start: connecting to the database, joining
+// the cluster, printing where it listens.
+const StartTimeout = 30 * time.Second
+
+// Options configure a cluster.
+type Options struct {
+	// Scenario is the fake LLM server's scenario (nil: every call streams
+	// the default text).
+	Scenario *fakellm.Scenario
+	// Extra is TOML appended to every node's file after the [cluster]
+	// table's keys (say "lease_ms = 2000"); it is inside [cluster].
+	Extra string
+}
+
+// Env is a running cluster environment.
+type Env struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	opts Options
+
+	Etcd *etcdtest.Server
+	PG   *pgtest.Server
+	// DB is the URL of the cluster's database.
+	DB string
+	// LLM is the fake LLM server; LLMBase its base URL.
+	LLM     *fakellm.Server
+	LLMBase string
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// Start starts etcd, PostgreSQL (with a new database) and the fake LLM
+// server for t, with bin the musepi binary. It skips t when etcd or
+// PostgreSQL are not installed, unless CI is set (then it fails). Every
+// process is stopped when t ends.
+func Start(t testing.TB, bin string, opts Options) *Env {
+	t.Helper()
+	e := &Env{t: t, bin: bin, dir: t.TempDir(), opts: opts}
+	e.Etcd = etcdtest.Start(t)
+	e.PG = pgtest.Start(t)
+	e.DB = e.PG.NewDatabase(t)
+	e.LLM = fakellm.New(opts.Scenario)
+	base, err := e.LLM.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("nodetest: fake LLM: %v", err)
+	}
+	e.LLMBase = base
+	t.Cleanup(func() {
+		if err := e.LLM.Close(); err != nil {
+			t.Errorf("nodetest: fake LLM close: %v", err)
+		}
+	})
+	t.Cleanup(e.cleanup) // runs before the servers stop
+	return e
+}
+
+// Config is the configuration file of node name on cluster port port:
+// provider "fake" (the fake LLM server, models m1 and m2, credentials
+// "key A" and "key B"),
+// default model fake/m1, fast retries (base_delay_ms 100), and a
+// [cluster] table with etcd membership and the cluster's database.
+func (e *Env) Config(name string, port int) string {
+	return fmt.Sprintf(`default_model = "fake/m1"
+
+[providers.fake]
+kind = "openai"
+base_url = %q
+models = ["m1", "m2"]
+  [[providers.fake.credentials]]
+  name = "key A"
+  api_key_env = %q
+  [[providers.fake.credentials]]
+  name = "key B"
+  api_key_env = %q
+
+[retry]
+base_delay_ms = 100
+max_delay_ms = 60000
+
+[cluster]
+name = "nodetest"
+port = %d
+node_name = %q
+membership = "etcd"
+database_url = %q
+%s
+  [cluster.etcd]
+  endpoints = [%q]
+`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, port, name, e.DB, e.opts.Extra, e.Etcd.Endpoint())
+}
+
+// Environ is the environment a node or client process runs with: this
+// process's, plus the API keys.
+func Environ() []string {
+	return append(os.Environ(), KeyAEnv+"="+KeyA, KeyBEnv+"="+KeyB)
+}
+
+// WriteConfig writes node name's file (Config with a free port) into the
+// environment's directory and returns its path.
+func (e *Env) WriteConfig(name string) string {
+	e.t.Helper()
+	path := filepath.Join(e.dir, name+".toml")
+	if err := os.WriteFile(path, []byte(e.Config(name, FreePort(e.t))), 0o600); err != nil {
+		e.t.Fatalf("nodetest: %v", err)
+	}
+	return path
+}
+
+// StartNode starts `musepi node --config FILE` for a new node called name
+// and waits until it prints where it listens.
+func (e *Env) StartNode(name string, args ...string) *Node {
+	e.t.Helper()
+	n := &Node{Name: name, Config: e.WriteConfig(name), out: &Lines{}, exited: make(chan struct{})}
+	n.cmd = exec.Command(e.bin, append([]string{"node", "--config", n.Config}, args...)...)
+	n.cmd.Env = Environ()
+	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
+	if err := n.cmd.Start(); err != nil {
+		e.t.Fatalf("nodetest: start %s: %v", name, err)
+	}
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.exited)
+	}()
+	e.mu.Lock()
+	e.nodes = append(e.nodes, n)
+	e.mu.Unlock()
+	line, err := n.WaitLine("listening on ", StartTimeout)
+	if err != nil {
+		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", name, err, n.out)
+	}
+	// "musepi node: NODE listening on ADDR (cluster ...)"
+	n.Addr = strings.Fields(strings.SplitN(line, "listening on ", 2)[1])[0]
+	return n
+}
+
+// Nodes are the nodes started so far, running or not.
+func (e *Env) Nodes() []*Node {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*Node(nil), e.nodes...)
+}
+
+// WaitMembers waits until every running node's last member list has want
+// members.
+func (e *Env) WaitMembers(want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var behind []string
+		for _, n := range e.Nodes() {
+			if n.Running() && n.Members() != want {
+				behind = append(behind, fmt.Sprintf("%s sees %d", n.Name, n.Members()))
+			}
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not %d members within %s: %s", want, timeout, strings.Join(behind, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cleanup kills the nodes still running and, if the test failed, prints
+// every node's output.
+func (e *Env) cleanup() {
+	for _, n := range e.Nodes() {
+		if n.Running() {
+			n.Kill()
+		}
+		if e.t.Failed() {
+			e.t.Logf("--- output of node %s (%s):\n%s", n.Name, n.Addr, n.out)
+		}
+	}
+}
+
+// Node is one `musepi node` process.
+type Node struct {
+	Name   string
+	Config string // its configuration file
+	Addr   string // its cluster address, host:port
+
+	cmd    *exec.Cmd
+	out    *Lines
+	exited chan struct{}
+	err    error // the exit status, once exited is closed
+}
+
+// Running reports whether the process has not exited.
+func (n *Node) Running() bool {
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Output is what the node has written to its stdout and stderr.
+func (n *Node) Output() *Lines { return n.out }
+
+// WaitLine waits for an output line containing substr and returns it.
+func (n *Node) WaitLine(substr string, timeout time.Duration) (string, error) {
+	return n.out.Wait(substr, timeout, n.exited)
+}
+
+// Members is the size of the last member list the node printed (0: none
+// yet).
+func (n *Node) Members() int {
+	last := n.out.Last("musepi node: members (")
+	if last == "" {
+		return 0
+	}
+	count, _, _ := strings.Cut(strings.TrimPrefix(last[strings.Index(last, "members ("):], "members ("), ")")
+	c, _ := strconv.Atoi(count)
+	return c
+}
+
+// Kill ends the process with SIGKILL and waits for it.
+func (n *Node) Kill() {
+	_ = n.cmd.Process.Kill()
+	<-n.exited
+}
+
+// Term sends SIGTERM and waits at most bound for the process to exit. It
+// returns how long that took, and an error if the process exited with a
+// failure or did not exit in time (it is killed then).
+func (n *Node) Term(bound time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	select {
+	case <-n.exited:
+		return time.Since(start), n.err
+	case <-time.After(bound):
+		n.Kill()
+		return time.Since(start), fmt.Errorf("node %s still running %s after SIGTERM; killed it", n.Name, bound)
+	}
+}
+
+// Lines collects a process's output and lets tests wait for lines. It is
+// an io.Writer for exec.Cmd's Stdout and Stderr.
+type Lines struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []string
+	changed chan struct{} // closed and replaced at each new line
+}
+
+// Write splits p into lines.
+func (l *Lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	added := false
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.lines = append(l.lines, string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+		added = true
+	}
+	if added && l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+	return len(p), nil
+}
+
+// find returns the first line from index from that match accepts, with
+// its index; when there is none, it returns the index to search from next
+// time and a channel closed at the next new line.
+func (l *Lines) find(match func(string) bool, from int) (line string, index int, changed <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := from; i < len(l.lines); i++ {
+		if match(l.lines[i]) {
+			return l.lines[i], i, nil
+		}
+	}
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return "", len(l.lines), l.changed
+}
+
+// ErrExited is returned by Wait when the process exited first.
+var ErrExited = errors.New("the process exited")
+
+// Wait waits for a line containing substr, at most timeout, or until
+// exited is closed.
+func (l *Lines) Wait(substr string, timeout time.Duration, exited <-chan struct{}) (string, error) {
+	line, _, err := l.WaitFrom(0, func(s string) bool { return strings.Contains(s, substr) }, timeout, exited)
+	if err != nil {
+		return "", fmt.Errorf("no line with %q: %w", substr, err)
+	}
+	return line, nil
+}
+
+// WaitFrom waits for a line at index from or later that match accepts, at
+// most timeout, or until exited is closed; it returns the line and its
+// index.
+func (l *Lines) WaitFrom(from int, match func(string) bool, timeout time.Duration, exited <-chan struct{}) (string, int, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		line, i, changed := l.find(match, from)
+		if changed == nil {
+			return line, i, nil
+		}
+		from = i
+		select {
+		case <-changed:
+		case <-exited:
+			if line, i, changed := l.find(match, from); changed == nil {
+				return line, i, nil
+			}
+			return "", 0, ErrExited
+		case <-timer.C:
+			return "", 0, fmt.Errorf("none within %s", timeout)
+		}
+	}
+}
+
+// Last is the last line containing substr ("" if none).
+func (l *Lines) Last(substr string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.lines) - 1; i >= 0; i-- {
+		if strings.Contains(l.lines[i], substr) {
+			return l.lines[i]
+		}
+	}
+	return ""
+}
+
+// String is every line so far.
+func (l *Lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n") + string(l.partial)
+}
+
+// FreePort is a loopback TCP port nobody listened on a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("nodetest: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Client is a `musepi rpc --cluster` process: JSON lines on its stdin and
+// stdout.
+type Client struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *Lines // stdout: responses and events
+	errOut *Lines
+	exited chan struct{}
+	err    error
+	next   int // index of the first stdout line NextEvent has not looked at
+}
+
+// StartClient starts `musepi rpc --cluster --config FILE` with node's
+// file (it joins as a client member, hosting nothing) and args (such as
+// --session-id ID). The client is stopped when the test ends.
+func (e *Env) StartClient(node *Node, args ...string) *Client {
+	e.t.Helper()
+	c := &Client{t: e.t, out: &Lines{}, errOut: &Lines{}, exited: make(chan struct{})}
+	c.cmd = exec.Command(e.bin, append([]string{"rpc", "--cluster", "--config", node.Config}, args...)...)
+	c.cmd.Env = Environ()
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.errOut
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := c.cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.in = in
+	if err := c.cmd.Start(); err != nil {
+		e.t.Fatalf("nodetest: start rpc client: %v", err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	e.t.Cleanup(func() {
+		if err := c.Close(15 * time.Second); err != nil {
+			e.t.Errorf("nodetest: %v", err)
+		}
+		if e.t.Failed() {
+			e.t.Logf("--- stderr of rpc client %v:\n%s", args, c.errOut)
+		}
+	})
+	return c
+}
+
+// Send writes one command line.
+func (c *Client) Send(line string) {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		c.t.Fatalf("nodetest: send %s: %v\nstderr:\n%s", line, err, c.errOut)
+	}
+}
+
+// NextEvent returns the next stdout object (after those NextEvent or
+// Response returned) whose "type" is typ, waiting at most timeout.
+func (c *Client) NextEvent(typ string, timeout time.Duration) (map[string]any, error) {
+	var obj map[string]any
+	_, i, err := c.out.WaitFrom(c.next, func(line string) bool {
+		obj = nil
+		return json.Unmarshal([]byte(line), &obj) == nil && obj["type"] == typ
+	}, timeout, c.exited)
+	if err != nil {
+		return nil, fmt.Errorf("no %s event: %w (stderr:\n%s)", typ, err, c.errOut)
+	}
+	c.next = i + 1
+	return obj, nil
+}
+
+// Call sends a command with id and returns its response's data, failing
+// the test unless it succeeded within timeout. Events before the response
+// stay for NextEvent.
+func (c *Client) Call(id, line string, timeout time.Duration) any {
+	c.t.Helper()
+	c.Send(line)
+	var obj map[string]any
+	_, _, err := c.out.WaitFrom(c.next, func(l string) bool {
+		obj = nil
+		return json.Unmarshal([]byte(l), &obj) == nil && obj["type"] == "response" && obj["id"] == id
+	}, timeout, c.exited)
+	if err != nil {
+		c.t.Fatalf("nodetest: %s: no response: %v\nstderr:\n%s", line, err, c.errOut)
+	}
+	if obj["success"] != true {
+		c.t.Fatalf("nodetest: %s: %v", line, obj)
+	}
+	return obj["data"]
+}
+
+// Output is what the client has written to stdout.
+func (c *Client) Output() *Lines { return c.out }
+
+// Close closes the client's stdin, which ends it, and waits at most
+// bound (then kills it). It is safe to call more than once.
+func (c *Client) Close(bound time.Duration) error {
+	_ = c.in.Close()
+	select {
+	case <-c.exited:
+	case <-time.After(bound):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return fmt.Errorf("rpc client still running %s after its stdin closed; killed it", bound)
+	}
+	if c.err != nil {
+		return fmt.Errorf("rpc client: %v\nstderr:\n%s", c.err, c.errOut)
+	}
+	return nil
+}
+
+// Events are every stdout object so far whose "type" is typ, in order.
+func (c *Client) Events(typ string) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(c.out.String(), "\n") {
+		var obj map[string]any
+		if json.Unmarshal([]byte(line), &obj) == nil && obj["type"] == typ {
+			out = append(out, obj)
+		}
+	}
+	return out
+}
