@@ -20,14 +20,14 @@ type replyAddress struct {
 	system *actor.ActorSystem
 	once   sync.Once
 	fn     func(res interface{}, err error)
-	// accepted, if set, is called with a PromptAccepted, which does not
-	// end the address.
-	accepted func()
+	// accepted, if set, is called with a PromptAccepted's generation,
+	// which does not end the address.
+	accepted func(generation uint64)
 }
 
 // newReplyAddress registers a reply address calling fn (and accepted for a
 // PromptAccepted, if not nil) and returns its PID.
-func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err error), accepted func()) *actor.PID {
+func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err error), accepted func(generation uint64)) *actor.PID {
 	p := &replyAddress{system: system, fn: fn, accepted: accepted}
 	pid, _ := system.ProcessRegistry.Add(p, "reply"+system.ProcessRegistry.NextId())
 	return pid
@@ -36,13 +36,13 @@ func newReplyAddress(system *actor.ActorSystem, fn func(res interface{}, err err
 // SendUserMessage delivers the reply (a dead letter: the session was gone).
 func (p *replyAddress) SendUserMessage(pid *actor.PID, message interface{}) {
 	_, msg, _ := actor.UnwrapEnvelope(message)
-	switch msg.(type) {
+	switch m := msg.(type) {
 	case *actor.DeadLetterResponse:
 		p.finish(pid, nil, errNoSession)
 		return
 	case *messages.PromptAccepted:
 		if p.accepted != nil {
-			p.accepted()
+			p.accepted(m.GetGeneration())
 		}
 		return
 	}

@@ -53,6 +53,10 @@ type Runtime struct {
 	unobserve     func()                             // unsubscribes the telemetry
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
 
+	// cluster is the runtime's part in a cluster (JoinCluster; nil: one
+	// machine). The sessions map then holds the sessions it hosts.
+	cluster *clusterNode
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	closed   bool
@@ -96,6 +100,41 @@ const maxWaitingGoroutines = 1024
 // apply with an error naming the option, and a fallback target whose
 // provider is not registered.
 func NewRuntime(opts ...Option) (*Runtime, error) {
+	rt, err := newRuntime(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rt.cfg
+	rt.system = actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			// protoactor-go logs through log/slog: into WithLogger's logger,
+			// or by zerolog's own slog handler into the default one, at
+			// warning and above (its info lines are dead letters of aborted
+			// streams and the like).
+			var h slog.Handler
+			if cfg.slog != nil {
+				h = cfg.slog.Handler()
+			} else {
+				h = zerolog.NewSlogHandler(cfg.log)
+			}
+			return slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
+		}),
+		// Dead letters (a stream finishing after its session stopped) are
+		// expected at shutdown; a short window keeps protoactor's throttle
+		// goroutine from outliving the runtime by a second.
+		actor.WithDeadLetterThrottleInterval(50*time.Millisecond),
+	)
+	rt.start(rt.spawnShared)
+	if err := rt.startTelemetry(); err != nil {
+		_ = rt.Shutdown(context.Background())
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	return rt, nil
+}
+
+// newRuntime validates opts and opens the history store: a runtime with
+// no actor system yet.
+func newRuntime(opts []Option) (*Runtime, error) {
 	cfg := runtimeConfig{
 		clock:       clock.Real{},
 		log:         zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
@@ -146,7 +185,6 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	if !cfg.seeded {
 		cfg.seed = mrand.Uint64()
 	}
-	log := cfg.log
 	rt := &Runtime{
 		cfg:       cfg,
 		store:     store,
@@ -155,28 +193,17 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
 	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
-	rt.system = actor.NewActorSystem(
-		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			// protoactor-go logs through log/slog: into WithLogger's logger,
-			// or by zerolog's own slog handler into the default one, at
-			// warning and above (its info lines are dead letters of aborted
-			// streams and the like).
-			var h slog.Handler
-			if cfg.slog != nil {
-				h = cfg.slog.Handler()
-			} else {
-				h = zerolog.NewSlogHandler(log)
-			}
-			return slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
-		}),
-		// Dead letters (a stream finishing after its session stopped) are
-		// expected at shutdown; a short window keeps protoactor's throttle
-		// goroutine from outliving the runtime by a second.
-		actor.WithDeadLetterThrottleInterval(50*time.Millisecond),
-	)
+	return rt, nil
+}
+
+// start makes the deps the sessions share on rt.system: the dispatcher
+// pool and the schedulers, then the credentials and fallback actors
+// through shared.
+func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption)) {
+	cfg := rt.cfg
 	deps := &actors.Deps{
 		Clock:       cfg.clock,
-		Log:         log,
+		Log:         cfg.log,
 		Credentials: map[string]*actor.PID{},
 		Views:       rt.credViews,
 		Budgets:     map[string]*actor.PID{},
@@ -194,12 +221,21 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	deps.Dispatcher = rt.pool
 	deps.Goroutines = dispatch.NewSpawner(maxWaitingGoroutines)
 	onPool := actor.WithDispatcher(rt.pool)
-	root := rt.system.Root
 	for range schedulerShards {
-		pid := root.Spawn(scheduler.Props(cfg.clock, rt.wake, onPool))
+		pid := rt.system.Root.Spawn(scheduler.Props(cfg.clock, rt.wake, onPool))
 		deps.Schedulers = append(deps.Schedulers, pid)
 		rt.pids = append(rt.pids, pid)
 	}
+	shared(deps, onPool)
+	deps.Passivation = rt.passivation()
+	rt.deps = deps
+}
+
+// spawnShared spawns the runtime's own credentials actor per provider and
+// fallback actor per role (one machine).
+func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
+	cfg := rt.cfg
+	root := rt.system.Root
 	for name := range cfg.providers {
 		creds := cfg.creds[name]
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
@@ -230,13 +266,6 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 		deps.Fallbacks[role] = pid
 		rt.pids = append(rt.pids, pid)
 	}
-	deps.Passivation = rt.passivation()
-	rt.deps = deps
-	if err := rt.startTelemetry(); err != nil {
-		_ = rt.Shutdown(context.Background())
-		return nil, fmt.Errorf("musepi: %w", err)
-	}
-	return rt, nil
 }
 
 // actorCredentials are creds as the credentials actor holds them.
@@ -278,7 +307,8 @@ func (rt *Runtime) CheckPrompt(text string) error {
 	return nil
 }
 
-// NewSession starts a session.
+// NewSession starts a session. On a runtime of JoinCluster it creates or
+// reaches the session wherever the cluster hosts it (see docs/cluster.md).
 func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -290,34 +320,53 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	if cfg.id == "" {
 		cfg.id = newID()
 	}
+	settings, err := rt.checkSession(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if rt.cluster != nil {
+		return rt.cluster.handle(ctx, cfg, settings)
+	}
+	return rt.openLocal(cfg, settings, func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) })
+}
+
+// checkSession validates a session's configuration and returns its retry
+// settings.
+func (rt *Runtime) checkSession(cfg sessionConfig) (retry.Settings, error) {
+	settings := rt.cfg.settings
 	if strings.TrimSpace(cfg.role) == "" {
-		return nil, fmt.Errorf("musepi: WithRole: empty role")
+		return settings, fmt.Errorf("musepi: WithRole: empty role")
 	}
 	if !history.ValidSessionID(cfg.id) {
-		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+		return settings, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
 	}
 	if err := plaintext.Check("session model", cfg.model); err != nil {
-		return nil, fmt.Errorf("musepi: %w", err)
+		return settings, fmt.Errorf("musepi: %w", err)
 	}
 	prov, _, ok := retry.SplitModel(cfg.model)
 	if !ok {
-		return nil, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
+		return settings, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
 	}
 	if _, ok := rt.cfg.providers[prov]; !ok {
-		return nil, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
+		return settings, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
 	}
-	settings := rt.cfg.settings
 	if cfg.settings != nil {
 		if err := cfg.settings.Validate(); err != nil {
-			return nil, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
+			return settings, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
 		}
 		if len(cfg.settings.FallbackChains) > 0 && !maps.EqualFunc(cfg.settings.FallbackChains, settings.FallbackChains, slices.Equal) {
 			// The fallback actors, and the cooldowns they keep, are the
 			// runtime's: one per role, shared by its sessions.
-			return nil, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
+			return settings, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
 		}
 		settings = *cfg.settings
 	}
+	return settings, nil
+}
+
+// openLocal starts a session whose actor runs in this process, on the
+// history open returns.
+func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open func() (history.Log, []*messages.Entry, error)) (*Session, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {
@@ -335,12 +384,16 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		state:  &actors.SessionState{},
 		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
 	}
-	log, entries, err := rt.store.Open(cfg.id)
+	log, entries, err := open()
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
 	}
+	all := rt.allEvents
+	if rt.cluster != nil {
+		all = nil // the handles relay the events to their runtimes' subscribers
+	}
 	s.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
-		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: rt.allEvents, State: s.state,
+		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: all, State: s.state,
 		Steering: cfg.steering,
 	})
 	if err != nil {
@@ -405,8 +458,19 @@ func (rt *Runtime) forget(id string) {
 	rt.mu.Unlock()
 }
 
-// Sessions returns the runtime's open sessions, by id.
+// Sessions returns the runtime's open sessions, by id (on a runtime of
+// JoinCluster: the sessions opened through it, wherever they are hosted).
 func (rt *Runtime) Sessions() []*Session {
+	if rt.cluster != nil {
+		out := rt.cluster.sessions()
+		slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.id, b.id) })
+		return out
+	}
+	return rt.local()
+}
+
+// local are the sessions whose actors run in this process, by id.
+func (rt *Runtime) local() []*Session {
 	rt.mu.Lock()
 	out := make([]*Session, 0, len(rt.sessions))
 	for _, s := range rt.sessions {
@@ -417,8 +481,15 @@ func (rt *Runtime) Sessions() []*Session {
 	return out
 }
 
-// Session returns the open session with id.
+// Session returns the open session with id (on a runtime of JoinCluster:
+// its handle, if opened through this runtime).
 func (rt *Runtime) Session(id string) (*Session, bool) {
+	if rt.cluster != nil {
+		rt.cluster.mu.Lock()
+		defer rt.cluster.mu.Unlock()
+		s, ok := rt.cluster.handles[id]
+		return s, ok
+	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	s, ok := rt.sessions[id]
@@ -426,12 +497,21 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 }
 
 // Subscribe calls fn with the events of every session of the runtime
-// (Event.SessionID says whose), each session's in order, from a goroutine
+// (Event.SessionID says whose; on a runtime of JoinCluster, the sessions
+// opened through it), each session's in order, from a goroutine
 // of its own, with the same bounded delivery as Session.Subscribe: a slow
 // fn never blocks a session, and falling behind it misses deltas first,
 // never a terminal event. The returned function unsubscribes.
 func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return rt.allEvents.Subscribe(goEvents(fn))
+	unsub := rt.allEvents.Subscribe(goEvents(fn))
+	if rt.cluster == nil {
+		return unsub
+	}
+	rt.cluster.watch() // the handles' activations relay events while anyone listens
+	return func() {
+		unsub()
+		rt.cluster.watch()
+	}
 }
 
 // Stats is a view of the runtime as a whole.
@@ -456,12 +536,13 @@ type Stats struct {
 	BudgetTokens map[string]float64
 }
 
-// Stats counts the runtime's sessions by what they do now, and reads the
-// state of its credentials, fallback chains and retry budgets.
+// Stats counts the runtime's sessions by what they do now (on a runtime of
+// JoinCluster: the sessions this node hosts), and reads the state of its
+// credentials, fallback chains and retry budgets.
 func (rt *Runtime) Stats() Stats {
 	now := rt.cfg.clock.Now()
 	st := Stats{ByPhase: map[string]int{}, CredentialsBlocked: map[string]int{}, BudgetTokens: map[string]float64{}}
-	for _, s := range rt.Sessions() {
+	for _, s := range rt.local() {
 		st.Sessions++
 		st.ByPhase[s.state.Phase()]++
 		if s.state.IsRetrying() {
@@ -493,6 +574,14 @@ func (rt *Runtime) Stats() Stats {
 // Shutdown stops every session (a waiting Prompt returns ErrShutdown), then
 // the runtime's actors, and closes the history store. It waits for the
 // actors to stop until ctx ends.
+//
+// On a runtime of JoinCluster it is a graceful leave: its handles let go
+// of their sessions (a Prompt waiting through one returns ErrShutdown),
+// the node leaves the cluster, and each session it hosts is handed over:
+// once at rest (idle, or waiting out a backoff; a turn in flight is let
+// finish and is recorded, until ctx ends or ClusterConfig.HandoverTimeout
+// passes, after which the session is stopped as on one machine) its
+// history is closed, and its next message activates it on another node.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.closed {
@@ -500,13 +589,14 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	rt.closed = true
-	sessions := make([]*Session, 0, len(rt.sessions))
-	for _, s := range rt.sessions {
-		sessions = append(sessions, s)
-	}
 	rt.mu.Unlock()
 	var errs []error
-	for _, s := range sessions {
+	if rt.cluster != nil {
+		if err := rt.cluster.shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, s := range rt.local() {
 		if err := s.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -519,7 +609,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("musepi: stop %s: %w", pid.Id, err))
 		}
 	}
-	rt.system.Shutdown()
+	if rt.cluster == nil {
+		rt.system.Shutdown() // a cluster's member shut it down as it left
+	}
 	rt.pool.Close()
 	rt.deps.Goroutines.Close()
 	if err := rt.store.Close(); err != nil {

@@ -31,6 +31,9 @@ type Session struct {
 	closed   bool
 	state    *actors.SessionState
 	events   *actors.Fanout
+	// remote links a handle of a cluster runtime to the session's
+	// activation, on whichever node hosts it (nil: the session runs here).
+	remote *remoteSession
 }
 
 // Errors a Prompt may return, wrapped in a *PromptError; test with errors.Is.
@@ -188,12 +191,12 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 	}
 	var stopWatch func() bool
 	sent := make(chan struct{}) // closed once the prompt is sent: an abort for ctx goes after it, never before
-	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
+	replied := func(res interface{}, err error) {
 		if stopWatch != nil && !stopWatch() {
 			return // ctx ended first: the watcher finishes with ctx.Err()
 		}
 		finish(s.result(res, err))
-	}, onAccepted)
+	}
 	defer close(sent)
 	if ctx.Done() != nil {
 		stopWatch = context.AfterFunc(ctx, func() {
@@ -203,6 +206,17 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		})
 	}
 	req := &messages.PromptRequest{Text: text, Ack: onAccepted != nil}
+	if s.remote != nil {
+		if err := s.remote.prompt(req, onAccepted, replied); err != nil {
+			replied(nil, err)
+		}
+		return
+	}
+	var accepted func(uint64)
+	if onAccepted != nil {
+		accepted = func(uint64) { onAccepted() }
+	}
+	reply := newReplyAddress(s.rt.system, replied, accepted)
 	err := s.deliver(func(pid *actor.PID) {
 		s.rt.cfg.clock.Begin()
 		s.rt.system.Root.RequestWithCustomSender(pid, req, reply)
@@ -256,6 +270,9 @@ func (s *Session) send(msg proto.Message) {
 // while the actor passivates, send is held and runs once that ends. It
 // fails once the session is closed.
 func (s *Session) deliver(send func(*actor.PID)) error {
+	if s.remote != nil {
+		return s.remote.deliver(send)
+	}
 	s.start.Lock()
 	defer s.start.Unlock()
 	if s.closed {
@@ -357,28 +374,34 @@ func (s *Session) SetAutoRetryEnabled(enabled bool) {
 }
 
 // AutoRetryEnabled reads retry.enabled as the session last applied it.
-func (s *Session) AutoRetryEnabled() bool { return s.state.AutoRetryEnabled() }
+func (s *Session) AutoRetryEnabled() bool { return s.st().AutoRetryEnabled() }
 
 // IsRetrying reports whether a retry chain is open.
-func (s *Session) IsRetrying() bool { return s.state.IsRetrying() }
+func (s *Session) IsRetrying() bool { return s.st().IsRetrying() }
 
 // Busy reports whether a prompt is in progress.
-func (s *Session) Busy() bool { return s.state.Busy() }
+func (s *Session) Busy() bool { return s.st().Busy() }
 
 // IsCompacting reports whether the session's compaction hook runs (after a
 // context overflow, or Compact).
-func (s *Session) IsCompacting() bool { return s.state.Compacting() }
+func (s *Session) IsCompacting() bool { return s.st().Compacting() }
 
 // Generation is the current prompt generation (the number of prompts taken).
-func (s *Session) Generation() uint64 { return s.state.Generation() }
+func (s *Session) Generation() uint64 { return s.st().Generation() }
 
 // SetThinkingLevel sets how much the session's next turns reason; each
 // provider maps it to its own setting (OpenAI reasoning effort, Anthropic
 // thinking budget).
-func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) { s.state.SetThinkingLevel(level) }
+func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
+	s.state.SetThinkingLevel(level)
+	if s.remote != nil {
+		l := string(level)
+		s.send(&messages.SessionOptions{ThinkingLevel: &l})
+	}
+}
 
 // ThinkingLevel is the session's thinking level.
-func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.state.ThinkingLevel() }
+func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.st().ThinkingLevel() }
 
 // CompactResult is what a manual compaction did to the runtime context.
 type CompactResult struct {
@@ -408,16 +431,21 @@ func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
 // SetAutoCompaction switches the compaction hook on context overflow on
 // (the default) or off: off, an overflow emits compaction_required and
 // ends the prompt.
-func (s *Session) SetAutoCompaction(on bool) { s.state.SetAutoCompaction(on) }
+func (s *Session) SetAutoCompaction(on bool) {
+	s.state.SetAutoCompaction(on)
+	if s.remote != nil {
+		s.send(&messages.SessionOptions{AutoCompaction: &on})
+	}
+}
 
 // AutoCompaction reports whether a compaction hook is configured and runs
 // on overflow.
 func (s *Session) AutoCompaction() bool {
-	return s.rt.cfg.compaction != nil && s.state.AutoCompaction()
+	return s.rt.cfg.compaction != nil && s.st().AutoCompaction()
 }
 
 // Model is the "provider/model" in use (a fallback model while one applies).
-func (s *Session) Model() string { return s.state.Model() }
+func (s *Session) Model() string { return s.st().Model() }
 
 // SetModel switches the session's primary model.
 func (s *Session) SetModel(ctx context.Context, selector string) error {
@@ -456,23 +484,47 @@ func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
 
 // ask sends a request and waits for the reply until ctx ends.
 func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
-	f := actor.NewFuture(s.rt.system, -1)
-	err := s.deliver(func(pid *actor.PID) {
-		s.rt.cfg.clock.Begin()
-		s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
-	})
-	if err != nil {
-		s.rt.system.Root.Stop(f.PID())
-		return nil, err
+	for try := 1; ; try++ {
+		f := actor.NewFuture(s.rt.system, -1)
+		var to *actor.PID
+		err := s.deliver(func(pid *actor.PID) {
+			to = pid
+			if s.remote != nil {
+				s.remote.asked(f.PID(), pid)
+			}
+			s.rt.cfg.clock.Begin()
+			s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
+		})
+		if err != nil {
+			s.rt.system.Root.Stop(f.PID())
+			return nil, err
+		}
+		res, err := waitResult(ctx, f)
+		if s.remote != nil {
+			s.remote.answered(f.PID())
+		}
+		if errors.Is(err, actor.ErrDeadLetter) && s.remote != nil && try < openAttempts {
+			s.remote.stale(to) // the activation was gone: look it up again
+			continue
+		}
+		if errors.Is(err, actor.ErrDeadLetter) {
+			err = s.closedError()
+		}
+		if err != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("musepi: session %s: %w", s.id, err)
+		}
+		return res, err
 	}
-	res, err := waitResult(ctx, f)
-	if errors.Is(err, actor.ErrDeadLetter) {
-		err = s.closedError()
+}
+
+// st is the state callers read without asking the actor: its own, or
+// for a handle of a session hosted elsewhere, its mirror as the hosting
+// node reports it now.
+func (s *Session) st() *actors.SessionState {
+	if s.remote != nil {
+		return s.remote.state()
 	}
-	if err != nil && ctx.Err() == nil {
-		return nil, fmt.Errorf("musepi: session %s: %w", s.id, err)
-	}
-	return res, err
+	return s.state
 }
 
 // closedError is why a call reached no session: the runtime was shut down
@@ -491,7 +543,15 @@ func (s *Session) closedError() error {
 // falls behind it misses deltas first, never a terminal event (see
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
-	return s.events.Subscribe(goEvents(fn))
+	unsub := s.events.Subscribe(goEvents(fn))
+	if s.remote == nil {
+		return unsub
+	}
+	s.remote.watch() // the activation relays the events while anyone listens
+	return func() {
+		unsub()
+		s.remote.watch()
+	}
 }
 
 // goEvents gives fn the Go form of each wire event.
@@ -505,6 +565,9 @@ func goEvents(fn func(Event)) func(*messages.SessionEvent) {
 
 // Close stops the session; a waiting Prompt returns ErrShutdown.
 func (s *Session) Close(ctx context.Context) error {
+	if s.remote != nil {
+		return s.remote.close(ctx)
+	}
 	defer s.rt.forget(s.id)
 	s.start.Lock()
 	if s.closed {

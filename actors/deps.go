@@ -245,6 +245,30 @@ func (s *SessionState) Model() string {
 	return ""
 }
 
+// Wire is the state as a SessionStateReply, for a session handle on
+// another node.
+func (s *SessionState) Wire() *messages.SessionStateReply {
+	return &messages.SessionStateReply{Busy: s.Busy(), Retrying: s.IsRetrying(), AutoRetry: s.AutoRetryEnabled(),
+		Phase: s.phase.Load(), RetryAtUnixNano: s.retryAt.Load(), Generation: s.Generation(), Model: s.Model(),
+		ThinkingLevel: string(s.ThinkingLevel()), Compacting: s.Compacting(), AutoCompaction: s.AutoCompaction()}
+}
+
+// SetWire sets the state from a SessionStateReply: the mirror a session
+// handle keeps of a session hosted on another node.
+func (s *SessionState) SetWire(w *messages.SessionStateReply) {
+	s.busy.Store(w.GetBusy())
+	s.retrying.Store(w.GetRetrying())
+	s.autoRetry.Store(w.GetAutoRetry())
+	s.phase.Store(w.GetPhase())
+	s.retryAt.Store(w.GetRetryAtUnixNano())
+	s.generation.Store(w.GetGeneration())
+	model := w.GetModel()
+	s.model.Store(&model)
+	s.SetThinkingLevel(provider.ThinkingLevel(w.GetThinkingLevel()))
+	s.compacting.Store(w.GetCompacting())
+	s.SetAutoCompaction(w.GetAutoCompaction())
+}
+
 func providerOf(selector string) string {
 	p, _, _ := retry.SplitModel(selector)
 	return p

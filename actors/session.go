@@ -57,6 +57,9 @@ type SessionActor struct {
 	// session's backoff is its scheduler's (by session id), not its retry
 	// child's.
 	passivating, wakeAtScheduler bool
+	// handingOver: the actor stops, at rest, for its session to move to
+	// another node (Handover): its prompt is not settled, its history closes.
+	handingOver bool
 
 	runtime    []*messages.Entry
 	historySeq uint64
@@ -249,6 +252,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
+	case *messages.Handover:
+		ctx.Respond(s.handover(ctx))
 	case *actor.Terminated:
 		if !s.stopped && m.GetWho().Equal(s.retryPID) {
 			// Its timer is gone with it: the core arms it again, through a
@@ -259,7 +264,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 	case *actor.Stopping:
 		s.stopped = true
-		if !s.passivating {
+		if !s.passivating && !s.handingOver {
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 	case *actor.Stopped:
@@ -583,4 +588,22 @@ func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
 	}
 	s.passivating = true
 	ctx.Stop(ctx.Self())
+}
+
+// handover stops the actor for its session to move to another node, if
+// the session is at rest: idle, or waiting out a backoff with nothing in
+// flight. Its prompt is left as it stands (not settled), and its history
+// is closed when the actor stops, so another node may open it.
+func (s *SessionActor) handover(ctx actor.Context) *messages.HandoverReply {
+	st := s.core.State()
+	if (st != session.Idle && st != session.Backoff) || s.compactWaiter != nil || s.stopped {
+		return &messages.HandoverReply{}
+	}
+	reply := &messages.HandoverReply{Stopping: true}
+	if st == session.Backoff {
+		reply.Orphaned = s.core.Generation()
+	}
+	s.handingOver = true
+	ctx.Stop(ctx.Self())
+	return reply
 }

@@ -22,14 +22,15 @@ const (
 	scenarioDone = "scenario done"
 )
 
-// scenarios is how many scenarios a child runs.
+// scenarios is how many scenarios a child of TestSharedActors runs.
 const scenarios = 5
 
 // childTimeout bounds one child process.
 const childTimeout = 4 * time.Minute
 
 // runChild runs the test functions matching pattern in a child process
-// (this test binary, with childEnv=name) and judges its output.
+// (this test binary, with childEnv=name) and judges its output: want
+// scenarios must finish.
 //
 // protoactor-go (at the pinned version) has data races between members of
 // one process and on shutdown: a package-level math/rand.Rand shared by
@@ -41,7 +42,7 @@ const childTimeout = 4 * time.Minute
 // the parent fails on anything else: a scenario failure, a race report with
 // an access in MusePi's code, a panic, a leak, a timeout, or fewer
 // finished scenarios than expected.
-func runChild(t *testing.T, pattern, name string) {
+func runChild(t *testing.T, pattern, name string, want int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
 	defer cancel()
@@ -60,8 +61,8 @@ func runChild(t *testing.T, pattern, name string) {
 	switch {
 	case len(report.problems) > 0:
 		t.Errorf("child %s: %v\n%s\nfull output:\n%s", name, err, strings.Join(report.problems, "\n"), out)
-	case report.done < scenarios:
-		t.Errorf("child %s: %d scenarios finished; want %d (%v)\n%s", name, report.done, scenarios, err, out)
+	case report.done < want:
+		t.Errorf("child %s: %d scenarios finished; want %d (%v)\n%s", name, report.done, want, err, out)
 	case err != nil && report.races == 0:
 		t.Errorf("child %s failed with no race report: %v\n%s", name, err, out)
 	}

@@ -21,7 +21,7 @@ func TestSharedActors(t *testing.T) {
 		t.Run(mb.name, func(t *testing.T) {
 			switch os.Getenv(childEnv) {
 			case "":
-				runChild(t, "^TestSharedActors$/^"+mb.name+"$", mb.name)
+				runChild(t, "^TestSharedActors$/^"+mb.name+"$", mb.name, scenarios)
 				return
 			case mb.name:
 			default:

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/retry"
@@ -20,6 +22,9 @@ const (
 	// FallbackKind is the model-fallback actor of one role; its identity
 	// is the role.
 	FallbackKind = "musepi-fallback"
+	// SessionKind is a session (Config.Sessions); its identity is the
+	// session id.
+	SessionKind = "musepi-session"
 )
 
 // Defaults of Config's zero fields.
@@ -53,6 +58,9 @@ type Config struct {
 	Host string
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
+	// AdvertiseHost is the host:port other nodes reach this one at, when
+	// it is not Host:Port (NAT, a container); empty: Host:Port.
+	AdvertiseHost string
 	// Membership finds the other nodes: Automanaged, Etcd or InProcess.
 	// Required.
 	Membership Membership
@@ -61,6 +69,15 @@ type Config struct {
 	// FallbackChains are the model fallback chains by role, each an
 	// ordered list of "provider/model".
 	FallbackChains map[string][]string
+
+	// Sessions, if set, are the props of the session kind's activation
+	// (the root package's JoinCluster sets them); nil: the node hosts no
+	// sessions.
+	Sessions *actor.Props
+	// Client makes the node a member that hosts no activations: it
+	// registers no kinds, so the identity lookup never places one on it,
+	// and it reaches the others' through its routers and the Resolver.
+	Client bool
 
 	// Blocks, if set (a *pgstore.Store), is where blocks and cooldowns
 	// outlive their activations: a new activation also loads them from

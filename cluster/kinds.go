@@ -16,16 +16,24 @@ import (
 	"github.com/musepi/musepi/messages"
 )
 
-// kinds are the cluster kinds of the shared actors, built from the node's
-// config: an activation runs actors.CredentialsActor or
-// actors.FallbackActor for its identity, and publishes what changed.
+// kinds are the cluster kinds the node hosts, built from its config: an
+// activation of the shared actors runs actors.CredentialsActor or
+// actors.FallbackActor for its identity, and publishes what changed; a
+// session's runs Config.Sessions. A client hosts none.
 func (m *Member) kinds() []*protocluster.Kind {
+	if m.cfg.Client {
+		return nil
+	}
 	creds := actor.PropsFromProducer(func() actor.Actor { return &credentialsActivation{m: m} })
 	fallback := actor.PropsFromProducer(func() actor.Actor { return &fallbackActivation{m: m} })
-	return []*protocluster.Kind{
+	kinds := []*protocluster.Kind{
 		protocluster.NewKind(CredentialsKind, creds),
 		protocluster.NewKind(FallbackKind, fallback),
 	}
+	if m.cfg.Sessions != nil {
+		kinds = append(kinds, protocluster.NewKind(SessionKind, m.cfg.Sessions))
+	}
+	return kinds
 }
 
 // publish sends a change to the views actor of every member in the

@@ -65,7 +65,11 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	m.closeExtra = closeExtra
-	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port),
+	var remoteOpts []remote.ConfigOption
+	if cfg.AdvertiseHost != "" {
+		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
+	}
+	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port, remoteOpts...),
 		protocluster.WithKinds(m.kinds()...))
 	m.cluster = protocluster.New(m.system, ccfg)
 	m.system.EventStream.Subscribe(func(evt any) {
@@ -231,6 +235,9 @@ func (m *Member) CooldownView(role string) *actors.CooldownView { return m.views
 // Propagation is how long the changes published so far took to reach this
 // node's views.
 func (m *Member) Propagation() Propagation { return m.views.lag.stats() }
+
+// RequestTimeout is Config.RequestTimeout (with its default).
+func (m *Member) RequestTimeout() time.Duration { return m.cfg.RequestTimeout }
 
 // Resolver is the node's identity resolver.
 func (m *Member) Resolver() *Resolver { return m.resolver }

@@ -1,0 +1,259 @@
+package musepi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/retry"
+)
+
+// ClusterConfig is how a runtime joins a cluster (JoinCluster). Every node
+// of a cluster has the same Name and the same providers, credentials,
+// fallback chains and budget (the options of JoinCluster).
+type ClusterConfig struct {
+	// Name is the cluster's name; required, without '/' or '@'.
+	Name string
+	// Host is the address the node's remote (gRPC) server binds to;
+	// default cluster.DefaultHost (loopback).
+	Host string
+	// Port is the remote server's port; 0 picks a free one.
+	Port int
+	// AdvertiseHost is the host:port the other nodes reach this one at,
+	// when it is not Host:Port; empty: Host:Port.
+	AdvertiseHost string
+	// Membership finds the other nodes: cluster.Etcd, cluster.Automanaged
+	// or cluster.InProcess. Required.
+	Membership cluster.Membership
+	// Store is the shared durable state: the sessions' histories, their
+	// activation epochs, the credential blocks and model cooldowns.
+	// Required; Runtime.Shutdown closes it.
+	Store *pgstore.Store
+	// Client makes the node a member that hosts no activations (no
+	// sessions, no shared actors): what `musepi rpc --cluster` uses to
+	// reach sessions hosted by the others.
+	Client bool
+	// HandoverTimeout bounds how long a session that moves (its node
+	// leaves, or the cluster's topology moves it) waits for a turn in
+	// flight to end before it is stopped anyway, and how long its new
+	// activation waits for the old one to release its history before it
+	// takes it over; default DefaultHandoverTimeout.
+	HandoverTimeout time.Duration
+}
+
+// DefaultHandoverTimeout is ClusterConfig.HandoverTimeout's default.
+const DefaultHandoverTimeout = 10 * time.Second
+
+// ErrHostLeft is what a prompt fails with (in a *PromptError, errors.Is)
+// when the node hosting its session left while the prompt waited out a
+// backoff, and the session's new activation could not carry the prompt on.
+var ErrHostLeft = errors.New("musepi: the node hosting the session left during the prompt")
+
+// JoinCluster starts a runtime that is a node of a cluster on
+// protoactor-go's cluster: it hosts the sessions the identity lookup
+// places on it (the session kind, cluster.SessionKind), and the shared
+// credentials and fallback actors (unless cc.Client). opts are NewRuntime's;
+// the providers, credentials, fallback chains and retry budget they set
+// configure the shared actors. Its NewSession reaches a session wherever
+// it is hosted. Cluster mode runs on the wall clock: WithClock is refused.
+func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtime, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cc.Store == nil {
+		return nil, fmt.Errorf("musepi: JoinCluster: no Store (the sessions' histories are shared through it)")
+	}
+	if cc.HandoverTimeout < 0 {
+		return nil, fmt.Errorf("musepi: JoinCluster: negative HandoverTimeout %v", cc.HandoverTimeout)
+	}
+	if cc.HandoverTimeout == 0 {
+		cc.HandoverTimeout = DefaultHandoverTimeout
+	}
+	rt, err := newRuntime(append(opts, WithHistoryStore(cc.Store)))
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := rt.cfg.clock.(clock.Real); !ok {
+		return nil, fmt.Errorf("musepi: JoinCluster: WithClock: cluster mode runs on the wall clock")
+	}
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}}
+	rt.cluster = node
+	ccfg := rt.clusterConfig(cc)
+	if !cc.Client {
+		ccfg.Sessions = actor.PropsFromProducer(func() actor.Actor { return &sessionHost{node: node} })
+	}
+	m, err := cluster.Start(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("musepi: JoinCluster: %w", err)
+	}
+	node.member = m
+	rt.system = m.System()
+	rt.start(func(deps *actors.Deps, _ actor.PropsOption) {
+		m.Wire(deps)
+		for name, v := range deps.Views {
+			rt.credViews[name] = v
+		}
+		for role := range rt.cfg.settings.FallbackChains {
+			if v := m.CooldownView(role); v != nil {
+				rt.cooldownViews = append(rt.cooldownViews, v)
+			}
+		}
+	})
+	m.System().EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*protocluster.ClusterTopology); ok {
+			for _, left := range t.GetLeft() {
+				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
+			}
+		}
+	})
+	close(node.ready)
+	if err := rt.startTelemetry(); err != nil {
+		_ = rt.Shutdown(context.Background())
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	return rt, nil
+}
+
+// clusterConfig is the node's cluster.Config: cc's addresses and
+// membership, the runtime's providers, credentials, budget and fallback
+// chains as the shared actors' settings.
+func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
+	cfg := rt.cfg
+	out := cluster.Config{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseHost,
+		Membership: cc.Membership, Client: cc.Client, Blocks: cc.Store, Logger: cfg.slog,
+		FallbackChains: cfg.settings.FallbackChains}
+	for _, name := range rt.providerNames() {
+		creds := cfg.creds[name]
+		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
+			continue
+		}
+		p := cluster.Provider{Name: name, Credentials: actorCredentials(creds), AutoRedeem: cfg.autoRedeem}
+		if cfg.settings.Budget.Enabled {
+			p.Budget = cfg.settings.Budget
+		}
+		out.Providers = append(out.Providers, p)
+	}
+	return out
+}
+
+// clusterNode is a runtime's part in a cluster: its member, and the
+// handles of the sessions opened through it (which may be hosted
+// anywhere; the sessions it hosts are the runtime's sessions).
+type clusterNode struct {
+	rt     *Runtime
+	cc     ClusterConfig
+	member *cluster.Member
+	ready  chan struct{} // closed once the runtime can host sessions
+
+	mu      sync.Mutex
+	handles map[string]*Session
+	leaving context.Context // Shutdown's, while the node leaves
+}
+
+// handle returns the runtime's handle of session cfg.id, opening the
+// session at its activation.
+func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings retry.Settings) (*Session, error) {
+	if cfg.steering != nil {
+		return nil, fmt.Errorf("musepi: session %s: WithSteering: a Go function cannot reach the node that hosts the session in cluster mode", cfg.id)
+	}
+	n.rt.mu.Lock()
+	closed := n.rt.closed
+	n.rt.mu.Unlock()
+	if closed {
+		return nil, ErrRuntimeClosed
+	}
+	n.mu.Lock()
+	if _, dup := n.handles[cfg.id]; dup {
+		n.mu.Unlock()
+		return nil, fmt.Errorf("musepi: session %q is already open on this node", cfg.id)
+	}
+	s := newHandle(n, cfg, settings)
+	n.handles[cfg.id] = s
+	n.mu.Unlock()
+	if err := s.remote.connect(ctx); err != nil {
+		n.forget(s)
+		s.remote.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (n *clusterNode) forget(s *Session) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.handles[s.id] == s {
+		delete(n.handles, s.id)
+	}
+}
+
+func (n *clusterNode) sessions() []*Session {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*Session, 0, len(n.handles))
+	for _, s := range n.handles {
+		out = append(out, s)
+	}
+	return out
+}
+
+// watch has the handles' activations relay events if anyone listens.
+func (n *clusterNode) watch() {
+	for _, s := range n.sessions() {
+		s.remote.watch()
+	}
+}
+
+// left tells the handles whose session was hosted at addr that its node
+// left the cluster.
+func (n *clusterNode) left(addr string) {
+	for _, s := range n.sessions() {
+		s.remote.hostLeft(addr)
+	}
+}
+
+// handoverContext bounds a session's handover: Shutdown's context while
+// the node leaves, else HandoverTimeout.
+func (n *clusterNode) handoverContext() (context.Context, context.CancelFunc) {
+	n.mu.Lock()
+	leaving := n.leaving
+	n.mu.Unlock()
+	if leaving != nil {
+		return context.WithTimeout(leaving, n.cc.HandoverTimeout)
+	}
+	return context.WithTimeout(context.Background(), n.cc.HandoverTimeout)
+}
+
+// shutdown leaves the cluster: the handles let go of their sessions (a
+// prompt waiting on one fails with ErrShutdown), the node leaves, and the
+// sessions it hosts are handed over (see sessionHost).
+func (n *clusterNode) shutdown(ctx context.Context) error {
+	for _, s := range n.sessions() {
+		s.remote.release()
+		n.forget(s)
+	}
+	n.mu.Lock()
+	n.leaving = ctx
+	n.mu.Unlock()
+	if err := n.member.Leave(); err != nil {
+		return fmt.Errorf("musepi: leave the cluster: %w", err)
+	}
+	return nil
+}
+
+// ClusterMembers are the addresses of the cluster's members as this node
+// last saw them, itself included (nil: not a runtime of JoinCluster).
+func (rt *Runtime) ClusterMembers() []string {
+	if rt.cluster == nil {
+		return nil
+	}
+	return rt.cluster.member.Members()
+}

@@ -1,0 +1,434 @@
+package musepi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// remoteSession links a Session handle (on any node of a cluster) to its
+// session's activation (the session kind), wherever the identity lookup
+// placed it. Before the first message to an activation it opens the
+// session there (SessionOpen, carrying what the session was created with
+// and the handle's relay); a message that finds the activation gone looks
+// it up again. The relay receives the session's events (while anyone
+// subscribes) and SessionMoved when the activation hands the session over.
+type remoteSession struct {
+	s     *Session
+	node  *clusterNode
+	open  *messages.SessionOpen
+	relay *actor.PID
+
+	mu      sync.Mutex
+	pid     *actor.PID // the open activation (nil: look it up)
+	events  bool       // the activation relays events to the relay
+	pending map[*pendingPrompt]struct{}
+	asks    map[*actor.PID]*actor.PID // a request's future -> the activation asked
+	gone    bool                      // released: the handle is closed
+}
+
+// openAttempts bounds how often a message that found its activation gone
+// (a dead letter) is sent again.
+const openAttempts = 5
+
+// newHandle is a handle of session cfg.id on node n, not yet connected.
+func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Session {
+	rt := n.rt
+	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{},
+		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen)}
+	s.state.Init(cfg.model, settings.Enabled)
+	r := &remoteSession{s: s, node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
+		open: &messages.SessionOpen{Model: cfg.model, Role: cfg.role, Settings: settings.Proto()}}
+	r.relay, _ = rt.system.ProcessRegistry.Add(&relayProcess{r: r}, "session-relay"+rt.system.ProcessRegistry.NextId())
+	r.open.WatcherAddress, r.open.WatcherId = r.relay.GetAddress(), r.relay.GetId()
+	s.remote = r
+	return s
+}
+
+// connect opens the session at its activation.
+func (r *remoteSession) connect(ctx context.Context) error {
+	return r.deliver(func(*actor.PID) {})
+}
+
+// deliver runs send with the open activation, looking it up and opening
+// the session there first if need be.
+func (r *remoteSession) deliver(send func(*actor.PID)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gone {
+		return r.s.closedError()
+	}
+	if r.pid == nil {
+		if err := r.openLocked(); err != nil {
+			return err
+		}
+	}
+	send(r.pid)
+	return nil
+}
+
+// openLocked finds the activation and opens the session there; r.mu is
+// held. A new activation may wait up to the handover timeout for the
+// session's previous one to release its history; lookups that fail (the
+// topology changing, an activation on a node that leaves) are tried again
+// until the handover timeout and 5 s more have passed.
+func (r *remoteSession) openLocked() error {
+	res := r.node.member.Resolver()
+	wait := r.node.cc.HandoverTimeout + 5*time.Second
+	deadline := time.Now().Add(wait)
+	r.open.Events = r.listening()
+	var last error
+	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
+		if try > 0 { // the topology is changing, or the activation was leaving
+			time.Sleep(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond))
+		}
+		pid := res.Get(cluster.SessionKind, r.s.id)
+		if pid == nil {
+			last = errors.New("no member hosts sessions (or the lookup timed out)")
+			continue
+		}
+		reply, err := r.node.rt.system.Root.RequestFuture(pid, r.open, wait).Result()
+		if err != nil {
+			res.Forget(cluster.SessionKind, r.s.id, pid)
+			last = err
+			continue
+		}
+		opened, ok := reply.(*messages.SessionOpened)
+		if !ok {
+			res.Forget(cluster.SessionKind, r.s.id, pid)
+			last = fmt.Errorf("unexpected reply %T", reply)
+			continue
+		}
+		if e := opened.GetError(); e != "" {
+			return fmt.Errorf("musepi: open session %s: %s", r.s.id, e)
+		}
+		r.pid, r.events = pid, r.open.Events
+		return nil
+	}
+	return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, last)
+}
+
+// listening reports whether anyone on this node reads the session's
+// events: its handle's subscribers or the runtime's.
+func (r *remoteSession) listening() bool {
+	return r.s.events.HasSubscribers() || r.node.rt.allEvents.HasSubscribers()
+}
+
+// watch makes the activation relay events if anyone listens, and stop if
+// nobody does.
+func (r *remoteSession) watch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	on := r.listening()
+	if r.pid == nil || r.gone || on == r.events {
+		return
+	}
+	_, err := r.node.rt.system.Root.RequestFuture(r.pid, &messages.SessionWatch{
+		WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId(), Events: on}, r.node.member.RequestTimeout()).Result()
+	if err == nil {
+		r.events = on
+	}
+}
+
+// stale forgets the activation pid (gone, or handed over): the next
+// delivery looks the session up again.
+func (r *remoteSession) stale(pid *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pid != nil && (pid == nil || r.pid.Equal(pid)) {
+		r.node.member.Resolver().Forget(cluster.SessionKind, r.s.id, r.pid)
+		r.pid = nil
+	}
+}
+
+// hostLeft: the member at addr left the cluster. If it hosted the
+// session, the next message finds the session's new activation. The
+// prompts waiting on it get until the handover timeout (and a request
+// timeout more) for their reply or a SessionMoved: a node that leaves
+// gracefully hands the session over and answers them; one that died
+// never will, and they end with ErrHostLeft.
+func (r *remoteSession) hostLeft(addr string) {
+	r.mu.Lock()
+	pid := r.pid
+	r.mu.Unlock()
+	if pid == nil || pid.GetAddress() != addr {
+		return
+	}
+	r.stale(pid)
+	time.AfterFunc(r.node.cc.HandoverTimeout+r.node.member.RequestTimeout(), func() {
+		r.redirectAsks(pid)
+		r.orphaned(pid, 0)
+	})
+}
+
+// asked records that the request of future went to the activation to;
+// r.mu is held (in deliver).
+func (r *remoteSession) asked(future, to *actor.PID) { r.asks[future] = to }
+
+// answered forgets the request of future.
+func (r *remoteSession) answered(future *actor.PID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.asks, future)
+}
+
+// redirectAsks ends the requests still waiting on the activation from
+// (handed over, or gone with its node) with a dead letter, on which
+// Session.ask sends them again to the session's new activation.
+func (r *remoteSession) redirectAsks(from *actor.PID) {
+	r.mu.Lock()
+	var futures []*actor.PID
+	for f, to := range r.asks {
+		if to.Equal(from) {
+			futures = append(futures, f)
+			delete(r.asks, f)
+		}
+	}
+	r.mu.Unlock()
+	for _, f := range futures {
+		r.node.rt.system.Root.Send(f, &actor.DeadLetterResponse{Target: from})
+	}
+}
+
+// moved: the activation from handed the session over, leaving the prompt
+// of generation orphaned (0: none) waiting in a backoff. Prompts it had
+// not yet taken (still in its mailbox as it stopped) go to the new one.
+func (r *remoteSession) moved(from *actor.PID, orphaned uint64) {
+	r.stale(from)
+	r.redirectAsks(from)
+	if orphaned != 0 {
+		r.orphaned(from, orphaned)
+	}
+	r.mu.Lock()
+	var again []*pendingPrompt
+	for p := range r.pending {
+		if p.to.Equal(from) && p.generation() == 0 {
+			again = append(again, p)
+			delete(r.pending, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range again {
+		p.mu.Lock()
+		reply := p.reply
+		p.mu.Unlock()
+		r.node.rt.system.ProcessRegistry.Remove(reply)
+		if err := p.send(); err != nil {
+			p.finish(nil, err)
+		}
+	}
+}
+
+// orphaned carries on the prompts sent to the activation from that it
+// left unanswered (of generation gen; 0: all of them): they fail with
+// ErrHostLeft, since a new activation does not take up a prompt in the
+// middle of its retry chain.
+func (r *remoteSession) orphaned(from *actor.PID, gen uint64) {
+	r.mu.Lock()
+	var lost []*pendingPrompt
+	for p := range r.pending {
+		if p.to.Equal(from) && (gen == 0 || p.generation() == gen) {
+			lost = append(lost, p)
+			delete(r.pending, p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range lost {
+		p.lose()
+	}
+}
+
+// release lets go of the session: the relay stops, and prompts still
+// waiting end with ErrShutdown.
+func (r *remoteSession) release() {
+	r.mu.Lock()
+	if r.gone {
+		r.mu.Unlock()
+		return
+	}
+	r.gone = true
+	pid := r.pid
+	r.pid = nil
+	pending := r.pending
+	r.pending = map[*pendingPrompt]struct{}{}
+	r.mu.Unlock()
+	if pid != nil && r.events {
+		r.node.rt.system.Root.Send(pid, &messages.SessionWatch{WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId()})
+	}
+	r.node.rt.system.ProcessRegistry.Remove(r.relay)
+	for p := range pending {
+		p.finish(&messages.PromptResult{ErrorKind: actors.KindShutdown, Error: actors.ShutdownError}, nil)
+		p.mu.Lock()
+		reply := p.reply
+		p.mu.Unlock()
+		r.node.rt.system.ProcessRegistry.Remove(reply)
+	}
+}
+
+// close closes the session at its activation and releases the handle.
+func (r *remoteSession) close(ctx context.Context) error {
+	defer r.node.forget(r.s)
+	r.mu.Lock()
+	pid := r.pid
+	r.mu.Unlock()
+	var err error
+	if pid != nil {
+		_, err = waitResult(ctx, r.node.rt.system.Root.RequestFuture(pid, &messages.SessionClose{}, r.node.cc.HandoverTimeout))
+	}
+	r.release()
+	if err != nil {
+		return fmt.Errorf("musepi: close session %s: %w", r.s.id, err)
+	}
+	return nil
+}
+
+// state refreshes the handle's mirror of the session's state from the
+// activation (bounded by the cluster's request timeout; on failure the
+// mirror keeps what it last knew).
+func (r *remoteSession) state() *actors.SessionState {
+	f := actor.NewFuture(r.node.rt.system, r.node.member.RequestTimeout())
+	if err := r.deliver(func(pid *actor.PID) {
+		r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.SessionStateRequest{}, f.PID())
+	}); err != nil {
+		return r.s.state
+	}
+	if res, err := f.Result(); err == nil {
+		if w, ok := res.(*messages.SessionStateReply); ok {
+			r.s.state.SetWire(w)
+		}
+	}
+	return r.s.state
+}
+
+// pendingPrompt is a prompt sent to the session's activation and not yet
+// answered.
+type pendingPrompt struct {
+	r        *remoteSession
+	req      *messages.PromptRequest
+	accepted func()
+	fn       func(res interface{}, err error)
+
+	mu    sync.Mutex
+	to    *actor.PID // the activation it went to
+	reply *actor.PID
+	gen   uint64 // from PromptAccepted (0: not yet accepted)
+	tries int
+	lost  bool
+	once  sync.Once
+}
+
+// prompt sends req to the session's activation; fn gets the reply, the
+// way Session.submit's reply address does. A prompt that reaches no
+// session (the activation was gone: a dead letter) is sent again to the
+// new one; one whose node leaves while it waits ends with ErrHostLeft.
+func (r *remoteSession) prompt(req *messages.PromptRequest, accepted func(), fn func(interface{}, error)) error {
+	req.Ack = true // the generation tells which prompt a handover orphaned
+	p := &pendingPrompt{r: r, req: req, accepted: accepted, fn: fn}
+	return p.send()
+}
+
+func (p *pendingPrompt) send() error {
+	p.mu.Lock()
+	p.tries++
+	p.mu.Unlock()
+	reply := newReplyAddress(p.r.node.rt.system, p.replied, p.acceptedAt)
+	err := p.r.deliver(func(pid *actor.PID) {
+		p.mu.Lock()
+		p.to, p.reply = pid, reply
+		p.mu.Unlock()
+		p.r.pending[p] = struct{}{} // r.mu is held
+		p.r.node.rt.system.Root.RequestWithCustomSender(pid, p.req, reply)
+	})
+	if err != nil {
+		p.r.node.rt.system.Root.Stop(reply)
+	}
+	return err
+}
+
+func (p *pendingPrompt) acceptedAt(gen uint64) {
+	p.mu.Lock()
+	p.gen = gen
+	p.mu.Unlock()
+	if p.accepted != nil {
+		p.accepted()
+	}
+}
+
+func (p *pendingPrompt) generation() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
+
+// replied takes the reply address's result: a dead letter before the
+// session took the prompt means it reached no session, and it goes again.
+func (p *pendingPrompt) replied(res interface{}, err error) {
+	p.mu.Lock()
+	lost, to, again := p.lost, p.to, errors.Is(err, errNoSession) && p.gen == 0 && p.tries < openAttempts
+	p.mu.Unlock()
+	r := p.r
+	r.mu.Lock()
+	delete(r.pending, p)
+	r.mu.Unlock()
+	switch {
+	case lost:
+		p.finish(nil, fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress()))
+	case again:
+		r.stale(to)
+		// Not on the goroutine that delivered the dead letter: that may be
+		// the remote's reader from the node the new open must hear from.
+		go func() {
+			if serr := p.send(); serr != nil {
+				p.finish(nil, serr)
+			}
+		}()
+	default:
+		p.finish(res, err)
+	}
+}
+
+// lose ends the prompt: its activation is gone with it.
+func (p *pendingPrompt) lose() {
+	p.mu.Lock()
+	p.lost = true
+	reply := p.reply
+	p.mu.Unlock()
+	p.r.node.rt.system.Root.Stop(reply) // replied, with lost set
+}
+
+func (p *pendingPrompt) finish(res interface{}, err error) {
+	p.once.Do(func() { p.fn(res, err) })
+}
+
+// relayProcess is a handle's address for its activation: the session's
+// events, and SessionMoved.
+type relayProcess struct{ r *remoteSession }
+
+// SendUserMessage takes an event or a SessionMoved.
+func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
+	_, msg, sender := actor.UnwrapEnvelope(message)
+	switch m := msg.(type) {
+	case *messages.SessionEvent:
+		p.r.s.events.Publish(m)
+		p.r.node.rt.allEvents.Publish(m)
+	case *messages.SessionMoved:
+		// Not on the remote's reader: moving on may open the session
+		// elsewhere, and wait for replies this reader delivers.
+		go p.r.moved(sender, m.GetOrphaned())
+	}
+}
+
+// SendSystemMessage is ignored: the relay watches nothing.
+func (p *relayProcess) SendSystemMessage(*actor.PID, interface{}) {}
+
+// Stop is a no-op: the handle removes its relay when it is released.
+func (p *relayProcess) Stop(*actor.PID) {}
