@@ -88,6 +88,9 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	smp := startSampler()
 	perWaiting := -1.0
 	atMid := func() {
+		if h, ok := c.(interface{ midOutage() }); ok {
+			h.midOutage()
+		}
 		if mem := memInUse(); mem > baseline {
 			perWaiting = float64(mem-baseline) / float64(e.sessions)
 		}

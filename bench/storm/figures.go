@@ -39,6 +39,14 @@ var figures = []Figure{
 	{"lockstep_index", "lockstep index (1.0 = spread)", ""},
 	{"drain_seconds", "time to drain after recovery", "s"},
 	{"budget_extended_retries", "retries delayed by the budget", ""},
+	{"cluster_nodes", "cluster nodes", ""},
+	{"leave_seconds", "last node's leave (Shutdown, handing its sessions over)", "s"},
+	{"sessions_moved", "sessions moved by the leave", ""},
+	{"moved_next_request_p50_ms", "moved sessions: next request after the leave began, p50", "ms"},
+	{"moved_next_request_p99_ms", "moved sessions: next request after the leave began, p99", "ms"},
+	{"moved_next_request_max_ms", "moved sessions: next request after the leave began, max", "ms"},
+	{"stayed_next_request_p50_ms", "other sessions: next request after the leave began, p50", "ms"},
+	{"stayed_next_request_p99_ms", "other sessions: next request after the leave began, p99", "ms"},
 }
 
 // System is what one contender measured in a run: "floor", "peer" or
@@ -48,6 +56,7 @@ type System struct {
 	Description string             `json:"description"`
 	Figures     map[string]float64 `json:"figures"` // by Figure.Key
 	Timeline    *Timeline          `json:"timeline,omitempty"`
+	Notes       []string           `json:"notes,omitempty"` // e.g. why prompts failed
 }
 
 // Timeline counts provider requests and prompt completions per bucket,

@@ -15,7 +15,7 @@ import (
 // env is what every contender of one run shares: the same sessions, the
 // same scenario, the same retry parameters.
 type env struct {
-	mode     string // "virtual" or "real"
+	mode     string // "virtual" or "real" (cluster mode runs on the wall clock: "real")
 	sessions int
 	scenario *Scenario
 	settings retry.Settings // base delay, max retries (jitter and cap are the policy's)
@@ -24,6 +24,8 @@ type env struct {
 	seed      uint64
 	// budgetCompared: MusePi runs twice, retry budget on and off.
 	budgetCompared bool
+	// db is the PostgreSQL server of cluster runs (nil without one).
+	db *clusterDB
 	// heapProfile, when set, is where each contender writes a heap profile
 	// at mid-outage (suffixed with the contender's name).
 	heapProfile string

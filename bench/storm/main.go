@@ -84,13 +84,17 @@ type options struct {
 	ramp        time.Duration
 	cpuProfile  string
 	heapProfile string
+	nodes       int
+	database    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider) or real (wall clock, OpenAI SDK, fakellm over loopback)")
+	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider), real (wall clock, OpenAI SDK, fakellm over loopback) or cluster (real, MusePi on one node then on -nodes nodes)")
+	fs.IntVar(&o.nodes, "nodes", 3, "cluster mode: the nodes of the cluster contender")
+	fs.StringVar(&o.database, "database", "", "cluster mode: PostgreSQL URL the nodes share (each run makes a database of its own); empty: a private server (initdb and postgres, run as the postgres user when root)")
 	fs.IntVar(&o.sessions, "sessions", 0, "sessions (default 100000 virtual, 10000 real)")
 	fs.DurationVar(&o.outage, "outage", 0, "outage length (default 40s virtual: every session rides out ~10 attempts; 10s real)")
 	fs.DurationVar(&o.outageStart, "outage-start", 0, "outage start, from the start of the run")
@@ -122,8 +126,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	case "virtual":
 	case "real":
 		sessions, outage = 10_000, 10*time.Second
+	case "cluster":
+		// Every history entry goes to PostgreSQL: a few thousand sessions
+		// keep a 2-core machine's database within what it writes.
+		sessions, outage = 2_000, 10*time.Second
+		if !set["contenders"] {
+			o.contenders = "musepi,cluster"
+		}
 	default:
-		return nil, fmt.Errorf("-mode must be virtual or real, got %q", o.mode)
+		return nil, fmt.Errorf("-mode must be virtual, real or cluster, got %q", o.mode)
 	}
 	if !set["sessions"] {
 		o.sessions = sessions
@@ -138,6 +149,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-outage must be above 0, got %v", o.outage)
 	case o.outageStart < 0:
 		return nil, fmt.Errorf("-outage-start must not be negative, got %v", o.outageStart)
+	case o.nodes < 1:
+		return nil, fmt.Errorf("-nodes must be 1 or more, got %d", o.nodes)
 	case o.ramp < 0:
 		return nil, fmt.Errorf("-ramp must not be negative, got %v", o.ramp)
 	case o.provider != "fakellm" && o.provider != "inprocess":
@@ -146,8 +159,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-budget must be off, on or both, got %q", o.budget)
 	}
 	for _, c := range strings.Split(o.contenders, ",") {
-		if c != "floor" && c != "peer" && c != "musepi" {
-			return nil, fmt.Errorf("-contenders: unknown contender %q (floor, peer, musepi)", c)
+		switch {
+		case c == "cluster" && o.mode == "virtual":
+			return nil, fmt.Errorf("-contenders: cluster runs on the wall clock (-mode real or cluster)")
+		case c != "floor" && c != "peer" && c != "musepi" && c != "cluster":
+			return nil, fmt.Errorf("-contenders: unknown contender %q (floor, peer, musepi, cluster)", c)
 		}
 	}
 	return o, nil
@@ -186,7 +202,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 
-	e := &env{mode: o.mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed, passivate: o.passivate,
+	mode := o.mode
+	if mode == "cluster" {
+		mode = "real"
+	}
+	e := &env{mode: mode, sessions: o.sessions, scenario: sc, settings: settings, seed: o.seed, passivate: o.passivate,
 		budgetCompared: o.budget == "both", heapProfile: o.heapProfile}
 	e.progress = func(label string, total int) *progress {
 		w := stderr
@@ -242,7 +262,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 			systems = append(systems, s)
 		case "musepi":
 			for _, on := range budgetRuns(o.budget) {
-				s, err := runMusePi(ctx, e, on)
+				s, err := runMusePi(ctx, e, on, 0)
+				if err != nil {
+					return err
+				}
+				systems = append(systems, s)
+			}
+		case "cluster":
+			if e.db == nil {
+				db, err := startClusterDB(ctx, o.database)
+				if err != nil {
+					return err
+				}
+				defer db.stop()
+				e.db = db
+			}
+			for _, on := range budgetRuns(o.budget) {
+				s, err := runMusePi(ctx, e, on, o.nodes)
 				if err != nil {
 					return err
 				}
@@ -302,6 +338,19 @@ func ratios(systems []System) []Ratio {
 		if !strings.HasPrefix(m.Name, "musepi") {
 			continue
 		}
+		if single, ok := byName[singleNodeOf(m.Name)]; ok && strings.HasPrefix(m.Name, "musepi-cluster-") {
+			for _, f := range []struct{ key, label string }{
+				{"cpu_us_per_attempt", "CPU per attempt"},
+				{"requests_outage", "provider requests during the outage"},
+				{"attempts_per_second", "retry attempts per wall-second"},
+			} {
+				a, okA := m.Figures[f.key]
+				b, okB := single.Figures[f.key]
+				if okA && okB && b > 0 {
+					out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / %s", f.label, m.Name, single.Name), Value: a / b})
+				}
+			}
+		}
 		for _, other := range []string{"floor", "peer"} {
 			o, ok := byName[other]
 			if !ok {
@@ -324,6 +373,18 @@ func ratios(systems []System) []Ratio {
 	return out
 }
 
+// singleNodeOf is the single-node MusePi system a cluster system is
+// compared with: "musepi-cluster-3" with "musepi", "musepi-cluster-3-budget-on"
+// with "musepi-budget-on".
+func singleNodeOf(cluster string) string {
+	for _, suffix := range []string{"-budget-on", "-budget-off"} {
+		if strings.HasSuffix(cluster, suffix) {
+			return "musepi" + suffix
+		}
+	}
+	return "musepi"
+}
+
 // notes explain what the figures mean in this run.
 func notes(o *options) []string {
 	n := []string{
@@ -342,6 +403,10 @@ func notes(o *options) []string {
 		} else {
 			n = append(n, "in-process provider on the wall clock: no HTTP, the timers and actors alone.")
 		}
+	}
+	if strings.Contains(o.contenders, "cluster") {
+		n = append(n, fmt.Sprintf("musepi-cluster-%d: %d nodes in this process, each a protoactor cluster member with its gRPC remote on loopback, automanaged membership, and its own connection pool to one PostgreSQL database (histories, records, blocks); the session handles are spread round robin over the nodes but the last (whose leave would end its callers' prompts), so most prompts and events cross the remote; CPU is the whole process's (the nodes and the database client; PostgreSQL itself runs in its own processes, not counted); lateness is not measured (cluster mode runs on the wall clock it is given, unwrapped).", o.nodes, o.nodes))
+		n = append(n, "node loss (2 nodes or more): at mid-outage the last node leaves (Shutdown: its sessions hand over and activate on the others); 'next request after the leave began' is, per session, the time from the leave to its first request sent by another node: the moved sessions against the others, whose backoffs run on undisturbed. A kill -9 of a node is shown by the multi-process test (cmd/musepi), not here.")
 	}
 	return n
 }

@@ -52,7 +52,7 @@ func TestParseFlags(t *testing.T) {
 	defaults := options{
 		mix: defaultMix, usageLimit: true, budget: "off", contenders: "floor,peer,musepi",
 		maxRetries: 10, baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
-		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm",
+		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm", nodes: 3,
 	}
 	with := func(f func(o *options)) *options {
 		o := defaults
@@ -74,10 +74,20 @@ func TestParseFlags(t *testing.T) {
 			"-max-retries", "3", "-base-delay", "1s", "-max-delay", "2s", "-passivate-after", "0", "-seed", "9", "-out", "x", "-quiet"},
 			want: &options{mode: "real", sessions: 7, outage: 3 * time.Second, outageStart: time.Second, mix: "503=1",
 				budget: "both", contenders: "musepi", provider: "inprocess", maxRetries: 3, baseDelay: time.Second,
-				maxDelay: 2 * time.Second, seed: 9, out: "x", quiet: true}},
+				maxDelay: 2 * time.Second, seed: 9, out: "x", quiet: true, nodes: 3}},
+		{name: "cluster defaults", args: []string{"-mode", "cluster"},
+			want: with(func(o *options) {
+				o.mode, o.sessions, o.outage, o.contenders = "cluster", 2_000, 10*time.Second, "musepi,cluster"
+			})},
+		{name: "cluster nodes and database", args: []string{"-mode", "cluster", "-nodes", "5", "-database", "postgres://x", "-contenders", "cluster"},
+			want: with(func(o *options) {
+				o.mode, o.sessions, o.outage, o.contenders, o.nodes, o.database = "cluster", 2_000, 10*time.Second, "cluster", 5, "postgres://x"
+			})},
+		{name: "cluster in virtual mode", args: []string{"-contenders", "cluster"}, errHas: "cluster runs on the wall clock"},
+		{name: "no nodes", args: []string{"-mode", "cluster", "-nodes", "0"}, errHas: "-nodes must be 1 or more, got 0"},
 		{name: "budget on", args: []string{"-budget", "on"},
 			want: with(func(o *options) { o.mode, o.sessions, o.outage, o.budget = "virtual", 100_000, 40*time.Second, "on" })},
-		{name: "bad mode", args: []string{"-mode", "wall"}, errHas: `-mode must be virtual or real, got "wall"`},
+		{name: "bad mode", args: []string{"-mode", "wall"}, errHas: `-mode must be virtual, real or cluster, got "wall"`},
 		{name: "zero sessions", args: []string{"-sessions", "0"}, errHas: "-sessions must be 1 or more, got 0"},
 		{name: "negative sessions", args: []string{"-sessions", "-5"}, errHas: "-sessions must be 1 or more, got -5"},
 		{name: "non-numeric sessions", args: []string{"-sessions", "many"}, errHas: "-sessions"},

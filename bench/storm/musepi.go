@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,17 +30,23 @@ type musepiRun struct {
 	prov   *countingProvider
 	rec    *recorder
 	budget bool
+	nodes  int // cluster mode: the nodes (0: one runtime)
 
-	rt        *musepi.Runtime
+	rt        *musepi.Runtime // the node whose budget is read, in cluster mode
+	cluster   *stormCluster   // in cluster mode
 	sessions  []*musepi.Session
 	counted   *countingClock // the runtime's clock, counting protocol messages
 	starter   starter
 	completed atomic.Int64
 	failed    atomic.Int64
+
+	failuresMu sync.Mutex
+	failures   map[string]int // failed prompts by error
 }
 
-// runMusePi runs MusePi on a fresh run of e, with the retry budget on or off.
-func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
+// runMusePi runs MusePi on a fresh run of e, with the retry budget on or
+// off; with nodes > 0, as a cluster of that many nodes.
+func runMusePi(ctx context.Context, e *env, budget bool, nodes int) (System, error) {
 	clk, prov, rec, cleanup, err := e.newRun()
 	if err != nil {
 		return System{}, err
@@ -59,7 +67,14 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 			name, desc = "musepi-budget-off", desc+", retry budget off"
 		}
 	}
-	r := &musepiRun{e: e, clk: clk, starts: starts, prov: cp, rec: rec, budget: budget}
+	if nodes > 0 {
+		name = fmt.Sprintf("musepi-cluster-%d", nodes)
+		desc = fmt.Sprintf("MusePi in cluster mode: %d nodes in this process (gRPC remote over loopback, automanaged membership, PostgreSQL store), session handles spread over them; the last node leaves at mid-outage", nodes)
+		if e.budgetCompared {
+			name += map[bool]string{true: "-budget-on", false: "-budget-off"}[budget]
+		}
+	}
+	r := &musepiRun{e: e, clk: clk, starts: starts, prov: cp, rec: rec, budget: budget, nodes: nodes}
 	restart := func(now time.Time) error {
 		cp.start = now
 		if lc, ok := r.clk.(*latenessClock); ok {
@@ -67,32 +82,51 @@ func runMusePi(ctx context.Context, e *env, budget bool) (System, error) {
 		}
 		return restartScenario(prov, rec, now)
 	}
-	return drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup, restart: restart}, r)
+	sys, err := drive(ctx, e, name, desc, measured{clk: clk, rec: rec, waves: w, cleanup: cleanup, restart: restart}, r)
+	sys.Notes = r.failureNotes(name)
+	return sys, err
 }
 
-// setup starts the runtime and its sessions.
-func (r *musepiRun) setup(ctx context.Context) error {
+// options are the runtime's options (each node's, in cluster mode) on prov.
+func (r *musepiRun) options(prov provider.Provider) []musepi.Option {
 	settings := r.e.settings
 	settings.Budget.Enabled = r.budget
-	r.counted = &countingClock{Clock: r.clk}
-	rt, err := musepi.NewRuntime(
-		musepi.WithClock(r.counted),
+	opts := []musepi.Option{
 		musepi.WithLogger(slog.New(slog.DiscardHandler)),
-		musepi.WithProvider(stormProvider, r.prov,
+		musepi.WithProvider(stormProvider, prov,
 			musepi.Credential{Name: limitedKey, APIKey: limitedKey},
 			musepi.Credential{Name: freeKey, APIKey: freeKey}),
 		musepi.WithRetrySettings(settings),
 		musepi.WithSeed(r.e.seed),
 		musepi.WithLimits(musepi.Limits{}),
 		musepi.WithPassivateAfter(r.e.passivate),
-	)
-	if err != nil {
-		return err
 	}
-	r.rt = rt
+	if r.nodes == 0 { // cluster mode runs on the wall clock
+		opts = append(opts, musepi.WithClock(r.counted))
+	}
+	return opts
+}
+
+// setup starts the runtime (or the cluster's nodes) and the sessions.
+func (r *musepiRun) setup(ctx context.Context) error {
+	r.counted = &countingClock{Clock: r.clk}
+	node := func(int) *musepi.Runtime { return r.rt }
+	if r.nodes > 0 {
+		c, err := startStormCluster(ctx, r.e.db, r.nodes, r.prov, r.e.sessions, r.options)
+		if err != nil {
+			return err
+		}
+		r.cluster, r.rt, node = c, c.nodes[0], c.handle
+	} else {
+		rt, err := musepi.NewRuntime(r.options(r.prov)...)
+		if err != nil {
+			return err
+		}
+		r.rt = rt
+	}
 	sessions := make([]*musepi.Session, r.e.sessions)
 	for i := range sessions {
-		s, err := rt.NewSession(ctx, musepi.WithSessionID(fmt.Sprint(i)),
+		s, err := node(i).NewSession(ctx, musepi.WithSessionID(fmt.Sprint(i)),
 			musepi.WithModel(stormProvider+"/"+model(r.e.scenario.kindOf(i))))
 		if err != nil {
 			return err
@@ -103,6 +137,13 @@ func (r *musepiRun) setup(ctx context.Context) error {
 	return nil
 }
 
+// midOutage makes a cluster's last node leave.
+func (r *musepiRun) midOutage() {
+	if r.cluster != nil {
+		r.cluster.leaveLast()
+	}
+}
+
 // launch sends every session's prompt.
 func (r *musepiRun) launch(ctx context.Context) error {
 	sessions := r.sessions
@@ -110,6 +151,7 @@ func (r *musepiRun) launch(ctx context.Context) error {
 		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *musepi.AssistantMessage, err error) {
 			if err != nil {
 				r.failed.Add(1)
+				r.noteFailure(err)
 				return
 			}
 			r.rec.completion(r.clk.Now())
@@ -119,13 +161,41 @@ func (r *musepiRun) launch(ctx context.Context) error {
 	return nil
 }
 
+// noteFailure counts a failed prompt's error by its text (session ids
+// and numbers left in), for the run's notes.
+func (r *musepiRun) noteFailure(err error) {
+	r.failuresMu.Lock()
+	defer r.failuresMu.Unlock()
+	if r.failures == nil {
+		r.failures = map[string]int{}
+	}
+	r.failures[digits.ReplaceAllString(err.Error(), "N")]++
+}
+
+// digits are the numbers in an error text (session ids, attempts).
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// failureNotes lists the failed prompts' errors, most frequent first.
+func (r *musepiRun) failureNotes(name string) []string {
+	r.failuresMu.Lock()
+	defer r.failuresMu.Unlock()
+	var out []string
+	for text, n := range r.failures {
+		out = append(out, fmt.Sprintf("%s: %d prompts failed with %q", name, n, text))
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (r *musepiRun) finished() int { return int(r.completed.Load() + r.failed.Load()) }
 
 // counts adds the budget's own figure when it is on.
 func (r *musepiRun) counts() runCounts {
 	n := runCounts{completed: int(r.completed.Load()), failed: int(r.failed.Load()), requests: int(r.prov.requests.Load()),
 		extra: map[string]float64{}}
-	if retries := n.requests - r.e.sessions; retries > 0 && r.counted != nil {
+	if r.cluster != nil {
+		r.cluster.figures(n.extra)
+	} else if retries := n.requests - r.e.sessions; retries > 0 && r.counted != nil {
 		// Every protocol message is one Begin on the clock, and so is each
 		// turn's stream goroutine: the messages of the run, over its retries.
 		msgs := r.counted.begins.Load() - int64(n.requests)
@@ -160,6 +230,9 @@ func (r *musepiRun) close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	if r.cluster != nil {
+		return r.cluster.close(ctx)
+	}
 	return r.rt.Shutdown(ctx)
 }
 

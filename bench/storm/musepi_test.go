@@ -35,7 +35,7 @@ func TestMusePiVirtualBudget(t *testing.T) {
 		{false, "musepi-budget-off", &off},
 		{true, "musepi-budget-on", &on},
 	} {
-		s, err := runMusePi(ctx, e, run.budget)
+		s, err := runMusePi(ctx, e, run.budget, 0)
 		if err != nil {
 			t.Fatalf("budget %v: %v", run.budget, err)
 		}
@@ -92,7 +92,7 @@ func TestMusePiVirtualName(t *testing.T) {
 	settings := retry.DefaultSettings()
 	settings.ModelFallback = false
 	e := newTestEnv(t, "virtual", 50, testScenario(t, time.Second, "503=1"), settings)
-	s, err := runMusePi(testCtx(t), e, false)
+	s, err := runMusePi(testCtx(t), e, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

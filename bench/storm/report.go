@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -63,9 +64,13 @@ func writeMarkdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "| %s | %s× |\n", mdCell(q.Label), formatRatio(q.Value))
 		}
 	}
-	if len(r.Notes) > 0 {
+	notes := slices.Clone(r.Notes)
+	for _, s := range r.Systems {
+		notes = append(notes, s.Notes...)
+	}
+	if len(notes) > 0 {
 		b.WriteString("\n## Notes\n\n")
-		for _, n := range r.Notes {
+		for _, n := range notes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
