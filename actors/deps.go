@@ -117,7 +117,7 @@ func (d *Deps) props() *sharedProps {
 		}
 		d.shared.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
 		d.shared.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
-			append(opts, actor.WithGuardian(retryGuardian{}))...)
+			append(opts, actor.WithGuardian(retryGuardian{clk: d.Clock}))...)
 	})
 	return &d.shared
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -40,18 +41,19 @@ func sessionOf(pid *actor.PID) *actor.PID {
 }
 
 // retryGuardian supervises the retry children: one that panics is
-// stopped, not restarted, and its session told as a watching parent would
-// be (Terminated); the session then starts a new one from its core's
-// state (InTimerLost).
-type retryGuardian struct{}
+// stopped, not restarted, and its session told (RetryStopped, counted on
+// the clock before the panicked message stops counting, so a virtual
+// clock does not move meanwhile); the session then starts a new one from
+// its core's state (InTimerLost).
+type retryGuardian struct{ clk clock.Clock }
 
-// HandleFailure stops the child and tells its session.
-func (retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ interface{}) {
+// HandleFailure tells the child's session and stops the child.
+func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ interface{}) {
 	sys.Logger().Error("retry child panicked; stopping it", slog.String("child", child.GetId()), slog.Any("reason", reason))
-	supervisor.StopChildren(child)
 	if session := sessionOf(child); session != nil {
-		sys.Root.Send(session, &actor.Terminated{Who: child, Why: actor.TerminatedReason_Stopped})
+		track.Send(sys.Root, g.clk, session, &messages.RetryStopped{ChildId: child.GetId()})
 	}
+	supervisor.StopChildren(child)
 }
 
 // Receive handles ArmRetryTimer and CancelRetryTimer.

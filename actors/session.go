@@ -294,8 +294,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(ack)
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
-	case *actor.Terminated: // from the retry child's guardian (retryGuardian)
-		if !s.stopped && m.GetWho().Equal(s.retryPID) {
+	case *messages.RetryStopped: // from the retry child's guardian (retryGuardian)
+		if !s.stopped && s.retryPID != nil && m.GetChildId() == s.retryPID.GetId() {
 			// Its timer is gone with it: the core arms it again, through a
 			// new child, for what is left of the backoff.
 			s.deps.Log.Error().Str("session", s.cfg.ID).Msg("retry actor stopped; starting a new one")

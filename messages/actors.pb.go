@@ -1935,6 +1935,52 @@ func (x *NextModelReply) GetToken() uint64 {
 // sleep_ns: a passivating session hands the scheduler its whole backoff);
 // the scheduler sends the session (the message's sender) TaskDue when it
 // is due, or, without a sender, wakes the session by its id.
+// RetryStopped tells a session its retry child panicked and was stopped
+// (by the retry children's guardian): its timer is gone with it.
+type RetryStopped struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ChildId       string                 `protobuf:"bytes,1,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"` // the child's actor id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryStopped) Reset() {
+	*x = RetryStopped{}
+	mi := &file_actors_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryStopped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryStopped) ProtoMessage() {}
+
+func (x *RetryStopped) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
+func (*RetryStopped) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RetryStopped) GetChildId() string {
+	if x != nil {
+		return x.ChildId
+	}
+	return ""
+}
+
 type ScheduleTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1949,7 +1995,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2007,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2020,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2031,7 +2077,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2089,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2102,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2078,7 +2124,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2136,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2149,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2137,7 +2183,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2195,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2208,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2185,7 +2231,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2243,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2256,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2251,7 +2297,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2309,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2322,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 // CompactReply answers CompactRequest.
@@ -2293,7 +2339,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2351,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2364,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2504,7 +2550,9 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"\xad\x01\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\")\n" +
+	"\fRetryStopped\x12\x19\n" +
+	"\bchild_id\x18\x01 \x01(\tR\achildId\"\xad\x01\n" +
 	"\fScheduleTask\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
@@ -2553,7 +2601,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*AttachPrompt)(nil),            // 1: musepi.v1.AttachPrompt
@@ -2589,25 +2637,26 @@ var file_actors_proto_goTypes = []any{
 	(*ReleaseSession)(nil),          // 31: musepi.v1.ReleaseSession
 	(*NextModelRequest)(nil),        // 32: musepi.v1.NextModelRequest
 	(*NextModelReply)(nil),          // 33: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 34: musepi.v1.ScheduleTask
-	(*Passivate)(nil),               // 35: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 36: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 37: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 38: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 39: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 40: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 41: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 42: musepi.v1.Entry
-	(*ToolResult)(nil),              // 43: musepi.v1.ToolResult
+	(*RetryStopped)(nil),            // 34: musepi.v1.RetryStopped
+	(*ScheduleTask)(nil),            // 35: musepi.v1.ScheduleTask
+	(*Passivate)(nil),               // 36: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 37: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 38: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 39: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 40: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 41: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 42: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 43: musepi.v1.Entry
+	(*ToolResult)(nil),              // 44: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	41, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	42, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	42, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	41, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	43, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	42, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	43, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	42, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	44, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	43, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -2628,7 +2677,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
