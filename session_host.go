@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,6 +30,49 @@ type sessionHost struct {
 	s        *Session
 	watchers map[string]*watcher // by the watcher's address and id
 	closer   *actor.PID          // the SessionClose's sender, answered once stopped
+	backlog  *eventBacklog       // a resumed prompt's events, until a handle listens
+}
+
+// maxBacklog bounds the events an activation keeps for the first handle
+// that listens (see eventBacklog); the rest are dropped.
+const maxBacklog = 1024
+
+// eventBacklog keeps the events of a session opened with its prompt
+// resumed from its record (its node died, or it was woken by a durable
+// timer) until a handle listens: the prompt's caller finds the new
+// activation only after a while, and would otherwise miss what the chain
+// emitted meanwhile (the next auto_retry_start among it). The first
+// handle that listens gets them, then the session's later events through
+// the same subscription, in order.
+type eventBacklog struct {
+	mu          sync.Mutex
+	events      []*messages.SessionEvent
+	to          *actor.PID // the handle relayed to, once one listens
+	send        func(pid *actor.PID, ev *messages.SessionEvent)
+	unsubscribe func()
+}
+
+func (b *eventBacklog) add(ev *messages.SessionEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.to != nil:
+		b.send(b.to, ev)
+	case len(b.events) < maxBacklog:
+		b.events = append(b.events, ev)
+	}
+}
+
+// relayTo sends the kept events to pid, then relays the later ones to it;
+// it returns the unsubscribe of that relay.
+func (b *eventBacklog) relayTo(pid *actor.PID) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ev := range b.events {
+		b.send(pid, ev)
+	}
+	b.events, b.to = nil, pid
+	return b.unsubscribe
 }
 
 // watcher is a handle's relay.
@@ -186,6 +230,12 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		return &messages.SessionOpened{Error: err.Error()}
 	}
 	h.s = s
+	if s.Busy() { // its prompt resumed from the record: keep its events for the caller
+		root := rt.system.Root
+		b := &eventBacklog{send: func(pid *actor.PID, ev *messages.SessionEvent) { root.Send(pid, ev) }}
+		b.unsubscribe = s.events.Subscribe(b.add)
+		h.backlog = b
+	}
 	return &messages.SessionOpened{}
 }
 
@@ -229,6 +279,9 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 		h.watchers[key] = w
 	}
 	switch {
+	case events && w.unsubscribe == nil && h.backlog != nil:
+		w.unsubscribe = h.backlog.relayTo(w.pid)
+		h.backlog = nil
 	case events && w.unsubscribe == nil:
 		root := h.node.rt.system.Root
 		w.unsubscribe = h.s.events.Subscribe(func(ev *messages.SessionEvent) { root.Send(w.pid, ev) })
@@ -241,6 +294,10 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 func (h *sessionHost) unwatchAll() {
 	for key := range h.watchers {
 		h.unwatch(key)
+	}
+	if h.backlog != nil {
+		h.backlog.unsubscribe()
+		h.backlog = nil
 	}
 }
 
@@ -266,6 +323,12 @@ func (h *sessionHost) handover() {
 		h.s = nil
 		hctx, cancel := h.node.handoverContext()
 		err := s.HandOver(hctx)
+		if err == nil {
+			// The events of the turn that ended before the hand-over
+			// (agent_settled among them) go to the handles before the
+			// node can leave.
+			_ = s.events.Flush(hctx)
+		}
 		cancel()
 		if err != nil {
 			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over; closing it")

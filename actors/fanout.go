@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -103,6 +105,29 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 		s.closed = true
 		s.queue, s.ranks = nil, nil
 		s.mu.Unlock()
+	}
+}
+
+// Flush waits until every subscriber has been called with every event
+// published so far, or ctx ends (its error is returned).
+func (f *Fanout) Flush(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		busy := false
+		for _, s := range f.subs {
+			s.mu.Lock()
+			busy = busy || s.running || len(s.queue) > 0
+			s.mu.Unlock()
+		}
+		f.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 

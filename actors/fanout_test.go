@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,5 +380,27 @@ func TestFanoutPanickingSubscriber(t *testing.T) {
 	other.expect(t, "other", seqs(1, 5))
 	if got := logs.String(); strings.Count(got, "subscriber panicked") != 2 || !strings.Contains(got, "boom 4") {
 		t.Errorf("log = %q, want two panics logged", got)
+	}
+}
+
+// Flush returns once every subscriber has been called with what was
+// published, and with ctx's error when a subscriber does not finish.
+func TestFanoutFlush(t *testing.T) {
+	f := actors.NewFanout(clock.Real{}, zerolog.Nop(), 0)
+	var got atomic.Int64
+	release := make(chan struct{})
+	unsub := f.Subscribe(func(*messages.SessionEvent) { <-release; got.Add(1) })
+	defer unsub()
+	for range 3 {
+		f.Publish(&messages.SessionEvent{})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := f.Flush(ctx); err == nil {
+		t.Fatal("Flush returned nil with a subscriber blocked")
+	}
+	close(release)
+	if err := f.Flush(context.Background()); err != nil || got.Load() != 3 {
+		t.Fatalf("Flush = %v with %d of 3 events delivered", err, got.Load())
 	}
 }

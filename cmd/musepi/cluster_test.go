@@ -43,10 +43,10 @@ const clusterScenario = `{
 //   - kill -9 of the node hosting a session mid-backoff (its chain's record
 //     in the database): the prompt still completes on another node, and
 //     the chain carried on: its auto_retry_end counts every failed attempt
-//     in the history, the one before the kill included, and the
-//     auto_retry_start events the client sees go 1, 2, ... (the resumed
-//     attempt's own start is emitted before the client's handle finds the
-//     new activation, and does not reach it: see the README);
+//     in the history, the one before the kill included, and the client
+//     sees an auto_retry_start for every failed attempt, 1, 2, ..., the
+//     one after the kill numbered n+1 (the new activation keeps a resumed
+//     prompt's events until the caller's handle finds it);
 //   - SIGTERM of the node hosting a session during a turn: the turn
 //     completes and is kept, the session's next prompt runs on another
 //     node;
@@ -188,6 +188,9 @@ func TestClusterProcesses(t *testing.T) {
 				t.Errorf("auto_retry_start attempts %v seen by the client: want 1, 2, ... (n+1 after n)", attempts)
 				break
 			}
+		}
+		if len(attempts) != failed {
+			t.Errorf("auto_retry_start attempts %v seen by the client for %d failed attempts: want one per failed attempt, the one after the kill included", attempts, failed)
 		}
 		owner := db.owner(t, on("node2"))
 		t.Logf("kill -9 mid-backoff: the prompt settled %s after the kill, on %s; %d failed attempts in the history, auto_retry_end attempt %v; auto_retry_start seen by the client: %v",
