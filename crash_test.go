@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
@@ -81,29 +81,45 @@ func TestCrashContainmentRetryChainGivesUp(t *testing.T) {
 	}
 }
 
-// armPanicClock panics once when a timer of delay is armed: the retry
-// child's backoff timer (no other timer of the test has that length).
+// armPanicClock panics once when the retry child hands a backoff to the
+// scheduler: at the Begin of the ScheduleTask it sends (the first Begin
+// called from RetryActor.Receive).
 type armPanicClock struct {
 	*clock.Virtual
-	delay time.Duration
-	left  atomic.Int64
+	left atomic.Int64
 }
 
-func (c *armPanicClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	if d == c.delay && c.left.Add(-1) >= 0 {
-		panic("timer exploded")
+func (c *armPanicClock) Begin() {
+	if calledFrom("actors.(*RetryActor).Receive") && c.left.Add(-1) >= 0 {
+		panic("backoff exploded")
 	}
-	return c.Virtual.AfterFunc(d, f)
+	c.Virtual.Begin()
 }
 
-// The retry child owns the backoff timer. When it panics, its guardian
+// calledFrom reports whether a function whose name ends in fn is on the
+// caller's stack.
+func calledFrom(fn string) bool {
+	pc := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, fn) {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// The retry child owns the backoff. When it panics, its guardian
 // stops it and tells the session, which starts a new child from its core's
 // state (InTimerLost): the backoff is armed again for what is left of it,
 // and the prompt goes on as if nothing happened.
 func TestCrashContainmentRetryChild(t *testing.T) {
 	var armed *armPanicClock
 	wrap := func(v *clock.Virtual) clock.Clock {
-		armed = &armPanicClock{Virtual: v, delay: 500 * time.Millisecond}
+		armed = &armPanicClock{Virtual: v}
 		armed.left.Store(1)
 		return armed
 	}
@@ -123,7 +139,7 @@ func TestCrashContainmentRetryChild(t *testing.T) {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	if left := armed.left.Load(); left >= 0 {
-		t.Fatalf("the backoff timer was never armed (%d panics left): the test proves nothing", left+1)
+		t.Fatalf("the backoff was never handed on (%d panics left): the test proves nothing", left+1)
 	}
 	expectLines(t, rec.lines(retryEvents...),
 		"agent_end willRetry=true",

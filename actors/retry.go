@@ -3,7 +3,6 @@ package actors
 import (
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -12,19 +11,21 @@ import (
 	"github.com/musepi/musepi/messages"
 )
 
-// RetryActor is the child of a session that owns its backoff timer: it
-// arms it on ArmRetryTimer and stops it on CancelRetryTimer (an abort).
-// When the timer fires, the retry's continue is scheduled with the
-// session's post-prompt scheduler on the session's behalf, which sends the
-// session TaskDue; so a plain attempt costs the session no message between
-// the two. The retry decisions are the session core's; the timer's token
-// ties a TaskDue to the backoff it ends, so a late one after a cancel or a
-// restart is ignored there.
+// RetryActor is the child of a session that owns its backoff: on
+// ArmRetryTimer it hands the wait, and the retry's continue that follows
+// it (spec 3: scheduled with the post-prompt scheduler, delayMs 1), to the
+// session's scheduler as one task, which sends the session TaskDue once
+// both have passed; on CancelRetryTimer (an abort) it takes the task back.
+// A waiting session so costs one entry in its scheduler's queue and no
+// timer of its own, and a plain attempt no message between the two. The
+// retry decisions are the session core's; the token ties a TaskDue to the
+// backoff it ends, so a late one after a cancel or a restart is ignored
+// there.
 type RetryActor struct {
-	deps    *Deps
-	session *actor.PID
-	timer   clock.Timer
-	token   uint64
+	deps      *Deps
+	session   *actor.PID
+	sessionID string
+	token     uint64 // the backoff handed to the scheduler (0: none)
 }
 
 // retrySuffix ends the session actor's name in its retry child's:
@@ -62,27 +63,25 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.session = sessionOf(ctx.Self())
 	case *messages.ArmRetryTimer:
-		a.stop()
-		session, root, clk, scheduler := a.session, ctx.ActorSystem().Root, a.deps.Clock, a.deps.schedulerFor(m.GetSessionId())
-		task := &messages.ScheduleTask{SessionId: m.GetSessionId(), Generation: m.GetGeneration(),
-			DelayMs: m.GetContinueDelayMs(), Task: "continue", Token: m.GetToken()}
-		a.token = m.GetToken()
-		a.timer = clk.AfterFunc(time.Duration(m.GetDelayNs()), func() {
-			clk.Begin()
-			root.RequestWithCustomSender(scheduler, task, session)
-		})
+		a.sessionID, a.token = m.GetSessionId(), m.GetToken()
+		// From the session, so that the scheduler answers it.
+		clk := a.deps.Clock
+		clk.Begin()
+		ctx.RequestWithCustomSender(a.deps.schedulerFor(a.sessionID), &messages.ScheduleTask{SessionId: a.sessionID,
+			Generation: m.GetGeneration(), SleepNs: m.GetDelayNs(), DelayMs: m.GetContinueDelayMs(), Task: "continue", Token: a.token}, a.session)
 	case *messages.CancelRetryTimer:
 		if m.GetToken() == a.token {
-			a.stop()
+			a.cancel(ctx)
 		}
 	case *actor.Stopping:
-		a.stop()
+		a.cancel(ctx)
 	}
 }
 
-func (a *RetryActor) stop() {
-	if a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
+// cancel takes the backoff back from the scheduler, if it still holds it.
+func (a *RetryActor) cancel(ctx actor.Context) {
+	if a.token != 0 {
+		track.Send(ctx, a.deps.Clock, a.deps.schedulerFor(a.sessionID), &messages.Forget{SessionId: a.sessionID, Token: a.token})
+		a.token = 0
 	}
 }

@@ -42,8 +42,8 @@ const chainFailedError = "retry chain failed repeatedly (panics while stepping i
 // the model), the persisted history (what is kept) and the event stream.
 // Every decision is its session.Core's: the actor feeds the core its inputs
 // and carries out the effects the core returns (turns and tools in their
-// own goroutines, timers through its retry child, continues through a
-// scheduler, asks to the credentials, fallback and budget actors).
+// own goroutines, backoffs through its retry child and its scheduler,
+// asks to the credentials, fallback and budget actors).
 type SessionActor struct {
 	deps  *Deps
 	entry *PreparedSession // under its name in deps, while it lives
@@ -296,8 +296,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(s.messages(m.GetHistory()))
 	case *messages.RetryStopped: // from the retry child's guardian (retryGuardian)
 		if !s.stopped && s.retryPID != nil && m.GetChildId() == s.retryPID.GetId() {
-			// Its timer is gone with it: the core arms it again, through a
-			// new child, for what is left of the backoff.
+			// The core arms the backoff again, through a new child, for
+			// what is left of it (its task replaces the old one's).
 			s.deps.Log.Error().Str("session", s.cfg.ID).Msg("retry actor stopped; starting a new one")
 			s.retryPID = nil
 			s.step(ctx, session.Input{Kind: session.InTimerLost})
@@ -543,7 +543,7 @@ func (s *SessionActor) newSource() retry.Source {
 	return rand.New(rand.NewPCG(seed, seed>>1))
 }
 
-// retry is the retry child, which owns the backoff timer; it is started
+// retry is the retry child, which owns the backoff; it is started
 // with the session's first backoff, so a session that never retries costs
 // one actor, not two. It is the session's child by name and by lifetime
 // (the session stops it), but spawned under a guardian rather than as a

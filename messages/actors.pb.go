@@ -953,10 +953,10 @@ func (x *ToolsFinished) GetResults() []*ToolResult {
 	return nil
 }
 
-// ArmRetryTimer asks the session's retry actor to start the backoff timer
-// of token; when it fires, the retry actor schedules the continue of
-// generation after continue_delay_ms with the post-prompt scheduler, which
-// sends the session TaskDue.
+// ArmRetryTimer asks the session's retry actor to start the backoff of
+// token: it schedules the continue of generation with the post-prompt
+// scheduler after delay_ns and then continue_delay_ms, as one task, and
+// the scheduler sends the session TaskDue.
 type ArmRetryTimer struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	DelayNs         int64                  `protobuf:"varint,1,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
@@ -1033,7 +1033,8 @@ func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
 	return 0
 }
 
-// CancelRetryTimer stops the backoff timer of token.
+// CancelRetryTimer stops the backoff of token (the retry actor takes its
+// task back from the scheduler).
 type CancelRetryTimer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -1936,7 +1937,8 @@ func (x *NextModelReply) GetToken() uint64 {
 // the scheduler sends the session (the message's sender) TaskDue when it
 // is due, or, without a sender, wakes the session by its id.
 // RetryStopped tells a session its retry child panicked and was stopped
-// (by the retry children's guardian): its timer is gone with it.
+// (by the retry children's guardian): the session arms its backoff again
+// through a new child, which replaces the task the old one scheduled.
 type RetryStopped struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ChildId       string                 `protobuf:"bytes,1,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"` // the child's actor id
@@ -2173,10 +2175,13 @@ func (x *TaskDue) GetToken() uint64 {
 	return 0
 }
 
-// Forget drops a session's pending tasks (session stopped).
+// Forget drops a session's pending task: the one that follows backoff
+// token, or whichever it is when token is 0 (the prompt settled, the
+// session stopped).
 type Forget struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2216,6 +2221,13 @@ func (x *Forget) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *Forget) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
 }
 
 // CompactionFinished carries the compaction hook's outcome.
@@ -2570,10 +2582,11 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"'\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"=\n" +
 	"\x06Forget\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8e\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\x8e\x01\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +

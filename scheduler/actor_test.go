@@ -103,24 +103,38 @@ func schedule(gen uint64, delayMs int64, name string) *messages.ScheduleTask {
 	return &messages.ScheduleTask{SessionId: "s", Generation: gen, DelayMs: delayMs, Task: name}
 }
 
+// sleep is a retry's continue after a backoff of token.
+func sleep(gen, token uint64, backoff time.Duration, delayMs int64) *messages.ScheduleTask {
+	return &messages.ScheduleTask{SessionId: "s", Generation: gen, Token: token, SleepNs: int64(backoff), DelayMs: delayMs, Task: "continue"}
+}
+
 func TestSchedulerActor(t *testing.T) {
 	tests := []struct {
 		name   string
 		msgs   []*messages.ScheduleTask
-		forget bool
+		forget *messages.Forget
 		want   []string
 	}{
-		{"a task is due after its delay", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, false,
+		{"a task is due after its delay", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, nil,
 			[]string{"1s due gen=1 task=continue"}},
-		{"a negative delay is due at once", []*messages.ScheduleTask{schedule(1, -5, "continue")}, false,
+		{"a task is due after its sleep and its delay", []*messages.ScheduleTask{sleep(1, 7, 2*time.Second, 1)}, nil,
+			[]string{"2.001s due gen=1 task=continue"}},
+		{"a negative delay is due at once", []*messages.ScheduleTask{schedule(1, -5, "continue")}, nil,
 			[]string{"0s due gen=1 task=continue"}},
-		{"a newer generation replaces the pending task", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 1000, "new")}, false,
+		{"a newer generation replaces the pending task", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 1000, "new")}, nil,
 			[]string{"1s due gen=2 task=new"}},
-		{"an older generation than the pending one is stale", []*messages.ScheduleTask{schedule(3, 1000, "new"), schedule(2, 500, "old")}, false,
+		{"an older generation than the pending one is stale", []*messages.ScheduleTask{schedule(3, 1000, "new"), schedule(2, 500, "old")}, nil,
 			[]string{"1s due gen=3 task=new"}},
-		{"a task due now replaces the pending one", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 0, "now")}, false,
+		{"a task due now replaces the pending one", []*messages.ScheduleTask{schedule(1, 5000, "old"), schedule(2, 0, "now")}, nil,
 			[]string{"0s due gen=2 task=now"}},
-		{"Forget drops the pending task", []*messages.ScheduleTask{schedule(1, 1000, "continue")}, true, nil},
+		{"Forget drops the pending task", []*messages.ScheduleTask{schedule(1, 1000, "continue")},
+			&messages.Forget{SessionId: "s"}, nil},
+		{"Forget with the task's token drops it", []*messages.ScheduleTask{sleep(1, 7, time.Second, 1)},
+			&messages.Forget{SessionId: "s", Token: 7}, nil},
+		{"Forget with another backoff's token leaves the task", []*messages.ScheduleTask{sleep(1, 7, time.Second, 1)},
+			&messages.Forget{SessionId: "s", Token: 6}, []string{"1.001s due gen=1 task=continue"}},
+		{"Forget of another session leaves the task", []*messages.ScheduleTask{schedule(1, 1000, "continue")},
+			&messages.Forget{SessionId: "t"}, []string{"1s due gen=1 task=continue"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,8 +143,8 @@ func TestSchedulerActor(t *testing.T) {
 				for _, m := range tt.msgs {
 					track.Request(ctx, f.clk, f.sched, m)
 				}
-				if tt.forget {
-					track.Send(ctx, f.clk, f.sched, &messages.Forget{SessionId: "s"})
+				if tt.forget != nil {
+					track.Send(ctx, f.clk, f.sched, tt.forget)
 				}
 			})
 			if got := f.runUntilIdle(t); !slices.Equal(got, tt.want) {
@@ -180,5 +194,36 @@ func TestSchedulerActorWakesBySessionID(t *testing.T) {
 		}
 	default:
 		t.Fatal("the task never woke its session")
+	}
+}
+
+// The tasks of many sessions wait in one queue under one clock timer, and
+// go out in due order, those due at the same instant together.
+func TestSchedulerActorQueuesUnderOneTimer(t *testing.T) {
+	f := newSchedFixture(t)
+	delays := []int64{3000, 1000, 2000, 1000, 5000}
+	f.do(func(ctx actor.Context) {
+		for i, d := range delays {
+			track.Request(ctx, f.clk, f.sched, &messages.ScheduleTask{SessionId: fmt.Sprintf("s%d", i), Generation: uint64(i + 1), DelayMs: d, Task: "continue"})
+		}
+		// Another session's forgotten task leaves the queue.
+		track.Send(ctx, f.clk, f.sched, &messages.Forget{SessionId: "s4"})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.clk.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.clk.Pending(); n != 1 {
+		t.Errorf("%d clock timers pending for 4 tasks, want 1", n)
+	}
+	got := f.runUntilIdle(t)
+	slices.Sort(got[:2]) // due at the same instant: either order
+	want := []string{"1s due gen=2 task=continue", "1s due gen=4 task=continue", "2s due gen=3 task=continue", "3s due gen=1 task=continue"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n\t%q\nwant\n\t%q", got, want)
+	}
+	if n := f.clk.Pending(); n != 0 {
+		t.Errorf("%d clock timers pending with no task left, want 0", n)
 	}
 }
