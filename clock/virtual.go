@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/musepi/musepi/internal/timeheap"
 )
 
 // Virtual is a clock that moves only when told. Timers fire in deadline
@@ -11,18 +13,18 @@ import (
 // without End) has finished, so a whole actor system runs deterministically
 // in order of virtual time, without sleeping.
 type Virtual struct {
-	mu     sync.Mutex
-	idle   *sync.Cond
-	now    time.Time
-	busy   int
-	seq    uint64
-	timers timerHeap
+	mu   sync.Mutex
+	idle *sync.Cond
+	now  time.Time
+	busy int
+	// timers are ordered by their deadline's offset from origin.
+	timers timeheap.Heap[*virtualTimer]
 	// stopped counts the timers stopped while in the heap: they stay there
 	// until they come up (or the heap is compacted), so that Stop costs no
 	// heap operation.
 	stopped int
 	batch   time.Duration // see SetResolution
-	origin  time.Time     // the start: timers are ordered by their offset from it
+	origin  time.Time     // the start
 }
 
 // NewVirtual returns a virtual clock standing at start.
@@ -56,10 +58,9 @@ func (v *Virtual) Now() time.Time {
 func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.seq++
 	at := v.now.Add(max(d, 0))
 	t := &virtualTimer{v: v, at: at, f: f}
-	v.timers.push(timerEntry{off: at.Sub(v.origin), seq: v.seq, t: t})
+	v.timers.Push(int64(at.Sub(v.origin)), t)
 	return t
 }
 
@@ -89,7 +90,7 @@ func (v *Virtual) End() {
 func (v *Virtual) Pending() int {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return len(v.timers) - v.stopped
+	return v.timers.Len() - v.stopped
 }
 
 // WaitIdle blocks until no work is in flight, or ctx ends.
@@ -154,17 +155,17 @@ func (v *Virtual) RunUntilIdle(ctx context.Context) error {
 func (v *Virtual) fireNext(until time.Time) bool {
 	v.mu.Lock()
 	v.dropStopped()
-	if len(v.timers) == 0 || (!until.IsZero() && v.timers[0].t.at.After(until)) {
+	if v.timers.Len() == 0 || (!until.IsZero() && v.timers.Peek().Value.at.After(until)) {
 		v.mu.Unlock()
 		return false
 	}
-	last := v.timers[0].t.at.Add(v.batch)
+	last := v.timers.Peek().Value.at.Add(v.batch)
 	if !until.IsZero() && last.After(until) {
 		last = until
 	}
 	var due []*virtualTimer // the first is live: dropStopped cleared the top
-	for len(v.timers) > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers[0].t.at.After(last))) {
-		t := v.timers.pop().t
+	for v.timers.Len() > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers.Peek().Value.at.After(last))) {
+		t := v.timers.Pop().Value
 		if t.state == stopped {
 			v.stopped--
 			continue
@@ -193,20 +194,13 @@ func (v *Virtual) fireNext(until time.Time) bool {
 // dropStopped pops the stopped timers off the top of the heap, and
 // rebuilds it without them once they are half of it; v.mu is held.
 func (v *Virtual) dropStopped() {
-	for len(v.timers) > 0 && v.timers[0].t.state == stopped {
-		v.timers.pop()
+	for v.timers.Len() > 0 && v.timers.Peek().Value.state == stopped {
+		v.timers.Pop()
 		v.stopped--
 	}
-	if v.stopped > 64 && v.stopped*2 > len(v.timers) {
-		kept := v.timers[:0]
-		for _, e := range v.timers {
-			if e.t.state != stopped {
-				kept = append(kept, e)
-			}
-		}
-		clear(v.timers[len(kept):])
-		v.timers, v.stopped = kept, 0
-		v.timers.init()
+	if v.stopped > 64 && v.stopped*2 > v.timers.Len() {
+		v.timers.Keep(func(t *virtualTimer) bool { return t.state != stopped })
+		v.stopped = 0
 	}
 }
 
@@ -238,76 +232,4 @@ func (t *virtualTimer) Stop() bool {
 		return true
 	}
 	return false
-}
-
-// timerEntry is a timer in the heap with its ordering key inline (the
-// offset of its deadline from the clock's origin, then its sequence), so
-// that ordering reads no timer.
-type timerEntry struct {
-	off time.Duration
-	seq uint64
-	t   *virtualTimer
-}
-
-// timerHeap is a binary min-heap of timers by (off, seq), kept by hand
-// rather than through container/heap, whose interface boxes every entry.
-type timerHeap []timerEntry
-
-func (h timerHeap) less(i, j int) bool {
-	if h[i].off == h[j].off {
-		return h[i].seq < h[j].seq
-	}
-	return h[i].off < h[j].off
-}
-
-func (h *timerHeap) push(e timerEntry) {
-	*h = append(*h, e)
-	h.up(len(*h) - 1)
-}
-
-// pop removes and returns the earliest entry; the heap is not empty.
-func (h *timerHeap) pop() timerEntry {
-	old := *h
-	n := len(old) - 1
-	e := old[0]
-	old[0] = old[n]
-	old[n] = timerEntry{}
-	*h = old[:n]
-	h.down(0)
-	return e
-}
-
-// init orders the whole heap.
-func (h timerHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h timerHeap) up(i int) {
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !h.less(i, parent) {
-			return
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-}
-
-func (h timerHeap) down(i int) {
-	for {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(h) && h.less(l, least) {
-			least = l
-		}
-		if r < len(h) && h.less(r, least) {
-			least = r
-		}
-		if least == i {
-			return
-		}
-		h[i], h[least] = h[least], h[i]
-		i = least
-	}
 }

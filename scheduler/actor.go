@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/mailbox"
+	"github.com/musepi/musepi/internal/timeheap"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
@@ -32,9 +32,14 @@ type Actor struct {
 
 	mu      sync.Mutex // the timer's goroutine delivers what falls due
 	pending map[string]*task
-	queue   taskQueue
-	timer   clock.Timer // armed for the queue's head while it is not empty
-	armedAt time.Time
+	// queue holds the pending tasks by due time (nanoseconds from origin),
+	// and the dropped ones until they come up (or are half of it): a drop
+	// costs no queue operation.
+	queue   timeheap.Heap[*task]
+	dropped int
+	origin  time.Time
+	timer   clock.Timer // armed for the queue's head while a task is pending
+	armedAt int64
 }
 
 // Wake delivers due to the session sessionID, starting its actor again if
@@ -45,15 +50,14 @@ type Wake func(sessionID string, due *messages.TaskDue)
 type task struct {
 	session string
 	to      *actor.PID // nil: delivered through wake
-	due     time.Time
 	msg     *messages.TaskDue
-	index   int // in the queue
+	dropped bool // replaced or forgotten
 }
 
 // New returns the scheduler actor's producer state; wake (nil: tasks
 // without a sender are dropped) delivers the tasks of sessions by id.
 func New(clk clock.Clock, wake Wake) *Actor {
-	return &Actor{clk: clk, wake: wake, pending: map[string]*task{}}
+	return &Actor{clk: clk, wake: wake, pending: map[string]*task{}, origin: clk.Now()}
 }
 
 // Props spawns a scheduler on clk with wake (see New); opts are added to
@@ -79,8 +83,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		a.mu.Lock()
 		clear(a.pending)
-		a.queue = nil
-		a.disarm()
+		a.empty()
 		a.mu.Unlock()
 	}
 }
@@ -108,31 +111,46 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 		a.deliver(&task{session: id, to: session, msg: due})
 		return
 	}
-	t := &task{session: id, to: session, due: a.clk.Now().Add(delay), msg: due}
+	t := &task{session: id, to: session, msg: due}
+	at := int64(a.clk.Now().Add(delay).Sub(a.origin))
 	a.pending[id] = t
-	heap.Push(&a.queue, t)
-	if a.timer == nil || t.due.Before(a.armedAt) {
-		a.arm(t.due)
+	a.queue.Push(at, t)
+	if a.timer == nil || at < a.armedAt {
+		a.arm(at)
 	}
 	a.mu.Unlock()
 }
 
-// drop removes t, pending, from the queue; with nothing left the timer
-// stops, so an idle scheduler keeps none (a virtual clock then has nothing
-// to fire). Called with mu held.
+// drop removes t, pending: it stays in the queue, marked, until it comes
+// up or the queue is compacted; with no task left the timer stops, so an
+// idle scheduler keeps none (a virtual clock then has nothing to fire).
+// Called with mu held.
 func (a *Actor) drop(t *task) {
 	delete(a.pending, t.session)
-	heap.Remove(&a.queue, t.index)
-	if len(a.queue) == 0 {
-		a.disarm()
+	t.dropped = true
+	a.dropped++
+	switch {
+	case len(a.pending) == 0:
+		a.empty()
+	case a.dropped > 64 && 2*a.dropped > a.queue.Len():
+		a.queue.Keep(func(t *task) bool { return !t.dropped })
+		a.dropped = 0
 	}
 }
 
+// empty clears the queue, which holds no pending task, and stops the
+// timer. Called with mu held.
+func (a *Actor) empty() {
+	a.queue.Clear()
+	a.dropped = 0
+	a.disarm()
+}
+
 // arm sets the timer for at. Called with mu held.
-func (a *Actor) arm(at time.Time) {
+func (a *Actor) arm(at int64) {
 	a.disarm()
 	a.armedAt = at
-	a.timer = a.clk.AfterFunc(at.Sub(a.clk.Now()), a.fire)
+	a.timer = a.clk.AfterFunc(a.origin.Add(time.Duration(at)).Sub(a.clk.Now()), a.fire)
 }
 
 // disarm stops the timer. Called with mu held.
@@ -145,17 +163,31 @@ func (a *Actor) disarm() {
 
 // fire delivers the tasks due and arms the timer for the next one.
 func (a *Actor) fire() {
-	now := a.clk.Now()
 	var due []*task
 	a.mu.Lock()
-	a.timer = nil
-	for len(a.queue) > 0 && !a.queue[0].due.After(now) {
-		t := heap.Pop(&a.queue).(*task)
+	now := int64(a.clk.Now().Sub(a.origin))
+	for a.queue.Len() > 0 && a.queue.Peek().Due <= now {
+		t := a.queue.Pop().Value
+		if t.dropped {
+			a.dropped--
+			continue
+		}
 		delete(a.pending, t.session)
 		due = append(due, t)
 	}
-	if len(a.queue) > 0 {
-		a.arm(a.queue[0].due)
+	switch {
+	case len(a.pending) == 0:
+		a.empty()
+	default:
+		for a.queue.Peek().Value.dropped { // the next pending task's time
+			a.queue.Pop()
+			a.dropped--
+		}
+		// A timer stopped too late to keep it from firing finds the one
+		// that replaced it armed for the next task, and leaves it.
+		if next := a.queue.Peek().Due; a.timer == nil || next != a.armedAt {
+			a.arm(next)
+		}
 	}
 	a.mu.Unlock()
 	for _, t := range due {

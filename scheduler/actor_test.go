@@ -227,3 +227,31 @@ func TestSchedulerActorQueuesUnderOneTimer(t *testing.T) {
 		t.Errorf("%d clock timers pending with no task left, want 0", n)
 	}
 }
+
+// Replaced and forgotten tasks never go out, however many there are (the
+// queue drops them as they come up, or compacts past 64 of them).
+func TestSchedulerActorReplacedAndForgotten(t *testing.T) {
+	f := newSchedFixture(t)
+	const sessions = 200
+	f.do(func(ctx actor.Context) {
+		for i := range sessions {
+			id := fmt.Sprintf("s%03d", i)
+			track.Request(ctx, f.clk, f.sched, &messages.ScheduleTask{SessionId: id, Generation: 1, DelayMs: 1000, Task: "old"})
+			track.Request(ctx, f.clk, f.sched, &messages.ScheduleTask{SessionId: id, Generation: 2, DelayMs: int64(2000 + i), Task: "new"})
+			if i%2 == 1 {
+				track.Send(ctx, f.clk, f.sched, &messages.Forget{SessionId: id})
+			}
+		}
+	})
+	got := f.runUntilIdle(t)
+	var want []string
+	for i := 0; i < sessions; i += 2 {
+		want = append(want, fmt.Sprintf("%v due gen=2 task=new", time.Duration(2000+i)*time.Millisecond))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %d tasks\n\t%q\nwant %d\n\t%q", len(got), got, len(want), want)
+	}
+	if n := f.clk.Pending(); n != 0 {
+		t.Errorf("%d clock timers pending with no task left, want 0", n)
+	}
+}
