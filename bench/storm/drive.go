@@ -112,7 +112,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		}
 	}
 	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
-	peakHeap, peakG := smp.finish()
+	peak := smp.finish()
 	tick()
 	bar.stop()
 	n := c.counts() // before close: MusePi asks its runtime
@@ -137,11 +137,10 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		"retry_attempts":    float64(retries),
 		"cpu_seconds":       cpu.Seconds(),
 		"wall_seconds":      wall.Seconds(),
-		"peak_heap_mb":      float64(peakHeap) / (1 << 20),
-		"goroutines_peak":   float64(peakG),
 		"goroutines_after":  float64(runtime.NumGoroutine()),
 		"setup_seconds":     setup.Seconds(),
 	}
+	peak.figures(f)
 	lockstep, byWave := m.waves.indexes(e.settings.BaseDelay)
 	f["lockstep_index"] = lockstep
 	for n, v := range byWave { // JSON only: the table shows the worst

@@ -32,6 +32,7 @@ var figures = []Figure{
 	{"lateness_max_ms", "backoff wake-up lateness max", "ms"},
 	{"first_wave_lateness_p99_ms", "first-wave lateness p99", "ms"},
 	{"peak_heap_mb", "peak heap", "MB"},
+	{"peak_memory_mb", "peak heap + goroutine stacks", "MB"},
 	{"bytes_per_waiting_session", "memory per session waiting in backoff", "B"},
 	{"goroutines_peak", "goroutines at peak", ""},
 	{"goroutines_after", "goroutines after", ""},

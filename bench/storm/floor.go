@@ -241,7 +241,7 @@ wait:
 			return fail(err)
 		}
 	}
-	peakHeap, peakG := smp.finish()
+	peak := smp.finish()
 	if bar != nil {
 		bar.stop()
 	}
@@ -250,10 +250,9 @@ wait:
 	f := map[string]float64{
 		"wall_seconds":              wall.Seconds(),
 		"bytes_per_waiting_session": perPair,
-		"peak_heap_mb":              float64(peakHeap) / (1 << 20),
-		"goroutines_peak":           float64(peakG),
 		"goroutines_after":          float64(goroutinesAfter),
 	}
+	peak.figures(f)
 	if attempts > 0 {
 		f["messages_per_attempt"] = float64(run.pings.Load()) / float64(attempts)
 	}

@@ -55,12 +55,19 @@ func memInUse() uint64 {
 	return ms.HeapAlloc + ms.StackInuse
 }
 
-// sampler follows the peak heap and goroutine count of a run.
+// sampler follows the peaks of a run.
 type sampler struct {
-	stop     chan struct{}
-	done     chan struct{}
-	peakHeap uint64
-	peakG    int
+	stop  chan struct{}
+	done  chan struct{}
+	peaks peaks
+}
+
+// peaks are the largest heap (HeapAlloc), heap and goroutine stacks
+// together (HeapAlloc+StackInuse: what a goroutine per session keeps on its
+// stack counts too) and goroutine count a sampler saw.
+type peaks struct {
+	heap, memory uint64
+	goroutines   int
 }
 
 // startSampler samples every 50 ms until stopped.
@@ -85,16 +92,24 @@ func startSampler() *sampler {
 func (s *sampler) sample() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	s.peakHeap = max(s.peakHeap, ms.HeapAlloc)
-	s.peakG = max(s.peakG, runtime.NumGoroutine())
+	s.peaks.heap = max(s.peaks.heap, ms.HeapAlloc)
+	s.peaks.memory = max(s.peaks.memory, ms.HeapAlloc+ms.StackInuse)
+	s.peaks.goroutines = max(s.peaks.goroutines, runtime.NumGoroutine())
 }
 
 // finish stops sampling and returns the peaks.
-func (s *sampler) finish() (peakHeap uint64, peakGoroutines int) {
+func (s *sampler) finish() peaks {
 	close(s.stop)
 	<-s.done
 	s.sample()
-	return s.peakHeap, s.peakG
+	return s.peaks
+}
+
+// figures are the peaks as figures (see Figures).
+func (p peaks) figures(f map[string]float64) {
+	f["peak_heap_mb"] = float64(p.heap) / (1 << 20)
+	f["peak_memory_mb"] = float64(p.memory) / (1 << 20)
+	f["goroutines_peak"] = float64(p.goroutines)
 }
 
 // advanceVirtual runs a virtual-clock contender: it moves the clock in

@@ -327,7 +327,8 @@ func budgetRuns(budget string) []bool {
 }
 
 // ratios compares MusePi (each MusePi system) with the floor and the peer
-// on CPU per attempt, memory per waiting session and lateness.
+// on CPU per attempt, memory per waiting session, peak memory and
+// lateness.
 func ratios(systems []System) []Ratio {
 	byName := map[string]System{}
 	for _, s := range systems {
@@ -359,6 +360,8 @@ func ratios(systems []System) []Ratio {
 			for _, f := range []struct{ key, label string }{
 				{"cpu_us_per_attempt", "CPU per attempt"},
 				{"bytes_per_waiting_session", "memory per waiting session"},
+				{"peak_heap_mb", "peak heap"},
+				{"peak_memory_mb", "peak heap + goroutine stacks"},
 				{"lateness_p99_ms", "p99 wake-up lateness"},
 				{"first_wave_lateness_p99_ms", "first-wave p99 lateness"},
 			} {

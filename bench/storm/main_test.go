@@ -129,9 +129,11 @@ func TestRatios(t *testing.T) {
 	peer := System{Name: "peer", Figures: map[string]float64{
 		"cpu_us_per_attempt": 10, "bytes_per_waiting_session": 0, // zero: skipped
 		"lateness_p99_ms": 4, "first_wave_lateness_p99_ms": 0, // zero: skipped
+		"peak_heap_mb": 100, "peak_memory_mb": 400,
 	}}
 	musepi := System{Name: "musepi", Figures: map[string]float64{
 		"cpu_us_per_attempt": 4, "bytes_per_waiting_session": 500, "lateness_p99_ms": 2, "first_wave_lateness_p99_ms": 3,
+		"peak_heap_mb": 300, "peak_memory_mb": 600,
 	}}
 	budgetOn := System{Name: "musepi-budget-on", Figures: map[string]float64{"cpu_us_per_attempt": 8}} // the rest missing
 	for _, tc := range []struct {
@@ -143,6 +145,8 @@ func TestRatios(t *testing.T) {
 			{"CPU per attempt, musepi / floor", 2},
 			{"memory per waiting session, musepi / floor", 5},
 			{"CPU per attempt, musepi / peer", 0.4},
+			{"peak heap, musepi / peer", 3},
+			{"peak heap + goroutine stacks, musepi / peer", 1.5},
 			{"p99 wake-up lateness, musepi / peer", 0.5},
 		}},
 		{"musepi first", []System{musepi, floor}, []Ratio{
@@ -151,6 +155,8 @@ func TestRatios(t *testing.T) {
 		}},
 		{"two musepi systems, no floor", []System{peer, musepi, budgetOn}, []Ratio{
 			{"CPU per attempt, musepi / peer", 0.4},
+			{"peak heap, musepi / peer", 3},
+			{"peak heap + goroutine stacks, musepi / peer", 1.5},
 			{"p99 wake-up lateness, musepi / peer", 0.5},
 			{"CPU per attempt, musepi-budget-on / peer", 0.8},
 		}},

@@ -57,7 +57,7 @@ func runMusePi(ctx context.Context, e *env, budget bool, nodes int) (System, err
 	cp := &countingProvider{Provider: prov, clk: clk, start: start, waves: w, scenario: e.scenario,
 		sessions: make([]sessionRequests, e.sessions)}
 	if e.mode == "real" {
-		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4), min: 100 * time.Millisecond}
+		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4)}
 	}
 	name, desc := "musepi", "MusePi runtime: session actor + retry child per session, PromptAsync"
 	if e.budgetCompared {
@@ -280,20 +280,20 @@ func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onD
 	return p.Provider.Stream(ctx, req, onDelta)
 }
 
-// latenessClock is the wall clock measuring how late each backoff-sized
-// timer (min or longer) wakes: from its deadline to its callback.
+// latenessClock is the wall clock measuring how late each timer of the
+// runtime wakes: from its deadline to its callback. The backoffs wait in
+// the schedulers' queues, each scheduler's timer armed for its earliest
+// task, whose lateness it so measures; the other tasks it delivers fell due
+// after that one, so they are no later (and the stream watchdog adds a
+// check now and then).
 type latenessClock struct {
 	clock.Real
 	rec          *recorder
 	firstWaveEnd time.Time // timers armed before it belong to the first wave
-	min          time.Duration
 }
 
-// AfterFunc arms a wall-clock timer, measuring its lateness when long enough.
+// AfterFunc arms a wall-clock timer, measuring its lateness.
 func (c *latenessClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	if d < c.min {
-		return c.Real.AfterFunc(d, f)
-	}
 	now := time.Now()
 	due, first := now.Add(d), now.Before(c.firstWaveEnd)
 	return time.AfterFunc(d, func() {
