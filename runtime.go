@@ -45,7 +45,8 @@ type Runtime struct {
 	pids   []*actor.PID   // runtime-wide actors, stopped last
 	pool   *dispatch.Pool // runs every actor's mailbox
 
-	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
+	allEvents     *actors.Fanout       // runtime-wide subscribers: every session's events
+	sessionEvents *actors.FanoutConfig // what each session's own fan-out delivers by
 
 	credViews     map[string]*actors.CredentialsView // per provider, for Stats
 	cooldownViews []*actors.CooldownView             // per role, for Stats
@@ -196,6 +197,7 @@ func newRuntime(opts []Option) (*Runtime, error) {
 		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
 	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
+	rt.sessionEvents = actors.NewFanoutConfig(cfg.clock, cfg.log, cfg.queueLen)
 	return rt, nil
 }
 
@@ -385,12 +387,8 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open fu
 	if _, dup := rt.sessions[cfg.id]; dup {
 		return nil, fmt.Errorf("musepi: session %q is already running", cfg.id)
 	}
-	s := &Session{
-		id:     cfg.id,
-		rt:     rt,
-		state:  &actors.SessionState{},
-		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
-	}
+	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
+	s.events.Init(rt.sessionEvents)
 	log, entries, err := open()
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
@@ -400,7 +398,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open fu
 		all = nil // the handles relay the events to their runtimes' subscribers
 	}
 	s.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
-		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: all, State: s.state,
+		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: &s.events, AllEvents: all, State: s.state,
 		Steering: cfg.steering,
 	})
 	if err != nil {

@@ -30,7 +30,7 @@ type Session struct {
 	held     []func(*actor.PID)        // the deliveries held, in order
 	closed   bool
 	state    *actors.SessionState
-	events   *actors.Fanout
+	events   actors.Fanout // the session's subscribers
 	// remote links a handle of a cluster runtime to the session's
 	// activation, on whichever node hosts it (nil: the session runs here).
 	remote *remoteSession
