@@ -99,11 +99,13 @@ func BenchmarkIdleSession(b *testing.B) {
 // BenchmarkWaitingSession reports the memory (heap and goroutine stacks)
 // one session holds while its prompt waits in its first backoff, the
 // session included: what the storm measures at mid-outage, per session.
+// The prompts' context can end, as the storm's (and most callers') can.
 func BenchmarkWaitingSession(b *testing.B) {
 	clk := clock.NewVirtual(time.Unix(0, 0))
 	p := provider.NewScripted(provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)})
 	rt := newRuntime(b, clk, p, retry.DefaultSettings())
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	sessions := make([]*musepi.Session, 0, b.N)
 	var finished atomic.Int64
 	done := func(*musepi.AssistantMessage, error) { finished.Add(1) }
