@@ -330,7 +330,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, err
 	}
 	if rt.cluster != nil {
-		return rt.cluster.handle(ctx, cfg, settings)
+		return rt.cluster.handle(ctx, cfg, *settings)
 	}
 	open := func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) }
 	if cfg.open != nil {
@@ -340,42 +340,43 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 }
 
 // checkSession validates a session's configuration and returns its retry
-// settings.
-func (rt *Runtime) checkSession(cfg sessionConfig) (retry.Settings, error) {
-	settings := rt.cfg.settings
+// settings: the runtime's, or the session's own (WithSessionRetrySettings),
+// shared by its actor and never changed.
+func (rt *Runtime) checkSession(cfg sessionConfig) (*retry.Settings, error) {
+	settings := &rt.cfg.settings
 	if strings.TrimSpace(cfg.role) == "" {
-		return settings, fmt.Errorf("musepi: WithRole: empty role")
+		return nil, fmt.Errorf("musepi: WithRole: empty role")
 	}
 	if !history.ValidSessionID(cfg.id) {
-		return settings, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
 	}
 	if err := plaintext.Check("session model", cfg.model); err != nil {
-		return settings, fmt.Errorf("musepi: %w", err)
+		return nil, fmt.Errorf("musepi: %w", err)
 	}
 	prov, _, ok := retry.SplitModel(cfg.model)
 	if !ok {
-		return settings, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
+		return nil, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
 	}
 	if _, ok := rt.cfg.providers[prov]; !ok {
-		return settings, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
+		return nil, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
 	}
 	if cfg.settings != nil {
 		if err := cfg.settings.Validate(); err != nil {
-			return settings, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
+			return nil, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
 		}
 		if len(cfg.settings.FallbackChains) > 0 && !maps.EqualFunc(cfg.settings.FallbackChains, settings.FallbackChains, slices.Equal) {
 			// The fallback actors, and the cooldowns they keep, are the
 			// runtime's: one per role, shared by its sessions.
-			return settings, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
+			return nil, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
 		}
-		settings = *cfg.settings
+		settings = cfg.settings
 	}
 	return settings, nil
 }
 
 // openLocal starts a session whose actor runs in this process, on the
 // history open returns.
-func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open func() (history.Log, []*messages.Entry, error)) (*Session, error) {
+func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open func() (history.Log, []*messages.Entry, error)) (*Session, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {

@@ -512,7 +512,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 		r = &rr
 	}
 	s.runtime, s.historySeq = r.runtime, r.seq
-	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
