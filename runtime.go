@@ -45,7 +45,8 @@ type Runtime struct {
 	pids   []*actor.PID   // runtime-wide actors, stopped last
 	pool   *dispatch.Pool // runs every actor's mailbox
 
-	allEvents *actors.Fanout // runtime-wide subscribers: every session's events
+	allEvents     *actors.Fanout       // runtime-wide subscribers: every session's events
+	sessionEvents *actors.FanoutConfig // what each session's own fan-out delivers by
 
 	credViews     map[string]*actors.CredentialsView // per provider, for Stats
 	cooldownViews []*actors.CooldownView             // per role, for Stats
@@ -196,6 +197,7 @@ func newRuntime(opts []Option) (*Runtime, error) {
 		seeds:     mrand.New(mrand.NewPCG(cfg.seed, 0x6d757365)),
 	}
 	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
+	rt.sessionEvents = actors.NewFanoutConfig(cfg.clock, cfg.log, cfg.queueLen)
 	return rt, nil
 }
 
@@ -328,7 +330,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, err
 	}
 	if rt.cluster != nil {
-		return rt.cluster.handle(ctx, cfg, settings)
+		return rt.cluster.handle(ctx, cfg, *settings)
 	}
 	open := func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) }
 	if cfg.open != nil {
@@ -338,42 +340,43 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 }
 
 // checkSession validates a session's configuration and returns its retry
-// settings.
-func (rt *Runtime) checkSession(cfg sessionConfig) (retry.Settings, error) {
-	settings := rt.cfg.settings
+// settings: the runtime's, or the session's own (WithSessionRetrySettings),
+// shared by its actor and never changed.
+func (rt *Runtime) checkSession(cfg sessionConfig) (*retry.Settings, error) {
+	settings := &rt.cfg.settings
 	if strings.TrimSpace(cfg.role) == "" {
-		return settings, fmt.Errorf("musepi: WithRole: empty role")
+		return nil, fmt.Errorf("musepi: WithRole: empty role")
 	}
 	if !history.ValidSessionID(cfg.id) {
-		return settings, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
+		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
 	}
 	if err := plaintext.Check("session model", cfg.model); err != nil {
-		return settings, fmt.Errorf("musepi: %w", err)
+		return nil, fmt.Errorf("musepi: %w", err)
 	}
 	prov, _, ok := retry.SplitModel(cfg.model)
 	if !ok {
-		return settings, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
+		return nil, fmt.Errorf("musepi: session model %q: want \"provider/model\" (WithModel)", cfg.model)
 	}
 	if _, ok := rt.cfg.providers[prov]; !ok {
-		return settings, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
+		return nil, fmt.Errorf("musepi: session model %q: unknown provider %q (have %v)", cfg.model, prov, rt.providerNames())
 	}
 	if cfg.settings != nil {
 		if err := cfg.settings.Validate(); err != nil {
-			return settings, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
+			return nil, fmt.Errorf("musepi: session %s: %w", cfg.id, err)
 		}
 		if len(cfg.settings.FallbackChains) > 0 && !maps.EqualFunc(cfg.settings.FallbackChains, settings.FallbackChains, slices.Equal) {
 			// The fallback actors, and the cooldowns they keep, are the
 			// runtime's: one per role, shared by its sessions.
-			return settings, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
+			return nil, fmt.Errorf("musepi: session %s: WithSessionRetrySettings: fallback chains are runtime-wide (one fallback actor per role, shared cooldowns); set them with WithRetrySettings", cfg.id)
 		}
-		settings = *cfg.settings
+		settings = cfg.settings
 	}
 	return settings, nil
 }
 
 // openLocal starts a session whose actor runs in this process, on the
 // history open returns.
-func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open func() (history.Log, []*messages.Entry, error)) (*Session, error) {
+func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open func() (history.Log, []*messages.Entry, error)) (*Session, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {
@@ -385,12 +388,8 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open fu
 	if _, dup := rt.sessions[cfg.id]; dup {
 		return nil, fmt.Errorf("musepi: session %q is already running", cfg.id)
 	}
-	s := &Session{
-		id:     cfg.id,
-		rt:     rt,
-		state:  &actors.SessionState{},
-		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen),
-	}
+	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
+	s.events.Init(rt.sessionEvents)
 	log, entries, err := open()
 	if err != nil {
 		return nil, fmt.Errorf("musepi: open session %s: %w", cfg.id, err)
@@ -400,7 +399,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings retry.Settings, open fu
 		all = nil // the handles relay the events to their runtimes' subscribers
 	}
 	s.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
-		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: s.events, AllEvents: all, State: s.state,
+		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: &s.events, AllEvents: all, State: s.state,
 		Steering: cfg.steering,
 	})
 	if err != nil {

@@ -30,7 +30,7 @@ type Session struct {
 	held     []func(*actor.PID)        // the deliveries held, in order
 	closed   bool
 	state    *actors.SessionState
-	events   *actors.Fanout
+	events   actors.Fanout // the session's subscribers
 	// remote links a handle of a cluster runtime to the session's
 	// activation, on whichever node hosts it (nil: the session runs here).
 	remote *remoteSession
@@ -198,17 +198,21 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 		})
 	}
 	var stopWatch func() bool
-	sent := make(chan struct{}) // closed once the prompt is sent: an abort for ctx goes after it, never before
 	replied := func(res interface{}, err error) {
 		if stopWatch != nil && !stopWatch() {
 			return // ctx ended first: the watcher finishes with ctx.Err()
 		}
 		finish(s.result(res, err))
 	}
-	defer close(sent)
 	if ctx.Done() != nil {
+		// Done once the prompt is sent: an abort for ctx goes after it,
+		// never before (a WaitGroup is smaller than a channel, and a
+		// waiting prompt keeps it).
+		sending := new(sync.WaitGroup)
+		sending.Add(1)
+		defer sending.Done()
 		stopWatch = context.AfterFunc(ctx, func() {
-			<-sent
+			sending.Wait()
 			s.Abort() // queued before done runs, so it never hits a later prompt
 			finish(nil, ctx.Err())
 		})

@@ -43,8 +43,8 @@ const openAttempts = 5
 // newHandle is a handle of session cfg.id on node n, not yet connected.
 func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Session {
 	rt := n.rt
-	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{},
-		events: actors.NewFanout(rt.cfg.clock, rt.cfg.log, rt.cfg.queueLen)}
+	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
+	s.events.Init(rt.sessionEvents)
 	s.state.Init(cfg.model, settings.Enabled)
 	r := &remoteSession{s: s, node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
 		open: &messages.SessionOpen{Model: cfg.model, Role: cfg.role, Settings: settings.Proto()}}

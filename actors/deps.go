@@ -151,9 +151,11 @@ type SessionConfig struct {
 	History  history.Log
 	Restored []*messages.Entry
 
-	Model    string // primary "provider/model"
-	Role     string // model role for fallback chains ("default")
-	Settings retry.Settings
+	Model string // primary "provider/model"
+	Role  string // model role for fallback chains ("default")
+	// Settings are the session's retry settings, shared (a runtime's
+	// sessions have the same) and never changed.
+	Settings *retry.Settings
 	Events   *Fanout // the session's subscribers
 	// AllEvents are the runtime-wide subscribers, who get every session's
 	// events too (nil: none).

@@ -82,10 +82,11 @@ func TestPrepareSessionFromRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
+			settings := retry.DefaultSettings()
 			deps := &Deps{Clock: clock.NewVirtual(due), Log: zerolog.Nop(), Providers: map[string]provider.Provider{
 				"p": provider.NewScripted(), "q": provider.NewScripted()}}
 			p, err := PrepareSession(deps, SessionConfig{ID: "s", History: l, Restored: entries, Model: "p/m", Role: "default",
-				Settings: retry.DefaultSettings(), State: &SessionState{}})
+				Settings: &settings, State: &SessionState{}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,26 +31,46 @@ const DefaultQueueLen = 4096
 // that never reads keeps a few terminal events per prompt). A subscriber that missed events is told how many
 // with an events_lost event, delivered before its next non-delta event (or
 // once its queue is empty).
+//
+// A fan-out is two words: its FanoutConfig, shared, and its subscribers,
+// an immutable list replaced on each change. With no subscriber it holds
+// nothing more, and Publish and HasSubscribers allocate nothing. Its zero
+// value needs Init before use; it must not be copied after.
 type Fanout struct {
+	cfg  *FanoutConfig
+	subs atomic.Pointer[[]*subscriber] // nil or empty: none
+}
+
+// FanoutConfig is what the fan-outs of a runtime share: the clock their
+// delivery goroutines count on, the logger of a subscriber's panic, the
+// queue bound.
+type FanoutConfig struct {
 	clk      clock.Clock
 	log      zerolog.Logger
 	queueLen int
 	reserve  int
+}
 
-	mu    sync.Mutex
-	subs  map[uint64]*subscriber
-	next  uint64
-	count atomic.Int32 // len(subs), read without the lock
+// NewFanoutConfig returns the configuration of fan-outs with queueLen
+// events per subscriber (<= 0: DefaultQueueLen).
+func NewFanoutConfig(clk clock.Clock, log zerolog.Logger, queueLen int) *FanoutConfig {
+	if queueLen <= 0 {
+		queueLen = DefaultQueueLen
+	}
+	return &FanoutConfig{clk: clk, log: log, queueLen: queueLen, reserve: max(queueLen/4, 16)}
 }
 
 // NewFanout returns a fan-out with queueLen events per subscriber (<= 0:
 // DefaultQueueLen).
 func NewFanout(clk clock.Clock, log zerolog.Logger, queueLen int) *Fanout {
-	if queueLen <= 0 {
-		queueLen = DefaultQueueLen
-	}
-	return &Fanout{clk: clk, log: log, queueLen: queueLen, reserve: max(queueLen/4, 16)}
+	f := &Fanout{}
+	f.Init(NewFanoutConfig(clk, log, queueLen))
+	return f
 }
+
+// Init readies a zero Fanout (one embedded in a larger struct) to deliver
+// by cfg, before any other use.
+func (f *Fanout) Init(cfg *FanoutConfig) { f.cfg = cfg }
 
 // rank says what a full queue may drop: lower ranks go first.
 type rank uint8
@@ -72,7 +92,7 @@ func rankOf(ev *messages.SessionEvent) rank {
 }
 
 type subscriber struct {
-	f       *Fanout
+	cfg     *FanoutConfig
 	fn      func(*messages.SessionEvent)
 	mu      sync.Mutex
 	queue   []*messages.SessionEvent
@@ -86,21 +106,12 @@ type subscriber struct {
 // Subscribe registers fn; the returned function unsubscribes it. fn is
 // called with events in order, never concurrently with itself.
 func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func()) {
-	f.mu.Lock()
-	f.next++
-	id := f.next
-	s := &subscriber{f: f, fn: fn}
-	if f.subs == nil { // made with the first subscriber: most sessions have none
-		f.subs = map[uint64]*subscriber{}
-	}
-	f.subs[id] = s
-	f.count.Store(int32(len(f.subs)))
-	f.mu.Unlock()
+	s := &subscriber{cfg: f.cfg, fn: fn}
+	f.update(func(subs []*subscriber) []*subscriber { return append(slices.Clip(subs), s) })
 	return func() {
-		f.mu.Lock()
-		delete(f.subs, id)
-		f.count.Store(int32(len(f.subs)))
-		f.mu.Unlock()
+		f.update(func(subs []*subscriber) []*subscriber {
+			return slices.DeleteFunc(slices.Clone(subs), func(o *subscriber) bool { return o == s })
+		})
 		s.mu.Lock()
 		s.closed = true
 		s.queue, s.ranks = nil, nil
@@ -108,18 +119,40 @@ func (f *Fanout) Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
 	}
 }
 
+// update replaces the subscribers with change's list, made from the
+// current one (which change must not modify).
+func (f *Fanout) update(change func([]*subscriber) []*subscriber) {
+	for {
+		old := f.subs.Load()
+		var subs []*subscriber
+		if old != nil {
+			subs = *old
+		}
+		next := change(subs)
+		if f.subs.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// subscribers is the current list (nil: none).
+func (f *Fanout) subscribers() []*subscriber {
+	if p := f.subs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Flush waits until every subscriber has been called with every event
 // published so far, or ctx ends (its error is returned).
 func (f *Fanout) Flush(ctx context.Context) error {
 	for {
-		f.mu.Lock()
 		busy := false
-		for _, s := range f.subs {
+		for _, s := range f.subscribers() {
 			s.mu.Lock()
 			busy = busy || s.running || len(s.queue) > 0
 			s.mu.Unlock()
 		}
-		f.mu.Unlock()
 		if !busy {
 			return nil
 		}
@@ -132,16 +165,14 @@ func (f *Fanout) Flush(ctx context.Context) error {
 }
 
 // HasSubscribers reports whether anyone subscribes now.
-func (f *Fanout) HasSubscribers() bool { return f != nil && f.count.Load() > 0 }
+func (f *Fanout) HasSubscribers() bool { return f != nil && len(f.subscribers()) > 0 }
 
 // Publish queues ev for every subscriber.
 func (f *Fanout) Publish(ev *messages.SessionEvent) {
-	f.mu.Lock()
-	subs := make([]*subscriber, 0, len(f.subs))
-	for _, s := range f.subs {
-		subs = append(subs, s)
+	subs := f.subscribers()
+	if len(subs) == 0 {
+		return
 	}
-	f.mu.Unlock()
 	r := rankOf(ev)
 	for _, s := range subs {
 		s.push(ev, r)
@@ -165,7 +196,7 @@ func (s *subscriber) push(ev *messages.SessionEvent, r rank) {
 	}
 	if !s.running {
 		s.running = true
-		s.f.clk.Begin()
+		s.cfg.clk.Begin()
 		go s.drain()
 	}
 }
@@ -176,8 +207,8 @@ func (s *subscriber) makeRoom(r rank) bool {
 	n := len(s.queue)
 	switch {
 	case r == rankDelta:
-		return n < s.f.queueLen
-	case n < s.f.queueLen+s.f.reserve:
+		return n < s.cfg.queueLen
+	case n < s.cfg.queueLen+s.cfg.reserve:
 		return true
 	case s.evictBelow(r):
 		return true
@@ -213,7 +244,7 @@ func (s *subscriber) evictBelow(r rank) bool {
 
 // drain delivers queued events until the queue is empty, then exits.
 func (s *subscriber) drain() {
-	defer s.f.clk.End()
+	defer s.cfg.clk.End()
 	for {
 		s.mu.Lock()
 		if s.closed || len(s.queue) == 0 {
@@ -254,7 +285,7 @@ func (s *subscriber) drain() {
 func (s *subscriber) call(ev *messages.SessionEvent) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.f.log.Error().Interface("panic", r).Str("session", ev.GetSessionId()).Msg("subscriber panicked; event skipped")
+			s.cfg.log.Error().Interface("panic", r).Str("session", ev.GetSessionId()).Msg("subscriber panicked; event skipped")
 		}
 	}()
 	s.fn(ev)

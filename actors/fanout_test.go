@@ -100,10 +100,26 @@ func TestFanoutInOrderPerSubscriber(t *testing.T) {
 	}
 }
 
+// With no subscriber a fan-out allocates nothing, to be made or to publish
+// (after one came and went, nothing to publish either).
 func TestFanoutNoSubscribers(t *testing.T) {
 	f, clk := newVirtualFanout(1)
 	f.Publish(event(1))
 	waitIdle(t, clk)
+	cfg := actors.NewFanoutConfig(clk, zerolog.Nop(), 0)
+	var embedded struct{ events actors.Fanout }
+	ev := event(2)
+	if allocs := testing.AllocsPerRun(100, func() {
+		embedded.events.Init(cfg)
+		embedded.events.Publish(ev)
+		_ = embedded.events.HasSubscribers()
+	}); allocs != 0 {
+		t.Errorf("a fan-out with no subscriber allocates %.1f times", allocs)
+	}
+	f.Subscribe(func(*messages.SessionEvent) {})()
+	if allocs := testing.AllocsPerRun(100, func() { f.Publish(ev) }); allocs != 0 || f.HasSubscribers() {
+		t.Errorf("after its subscriber left, publishing allocates %.1f times", allocs)
+	}
 }
 
 // A subscriber stuck forever blocks neither Publish nor the others.

@@ -211,6 +211,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTurn(m.GetTurn()) {
 			break // a turn the session gave up on (aborted, shut down)
 		}
+		s.cancelTurn = nil // its goroutine cancelled its context as it ended
 		msg := m.GetMessage()
 		if msg.GetTimestampMs() == 0 {
 			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
@@ -227,6 +228,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTools(m.GetTurn()) {
 			break
 		}
+		s.cancelTurn = nil // as for a turn
 		now := s.deps.Clock.Now().UnixMilli()
 		entries := make([]*messages.Entry, len(m.GetResults()))
 		for i, r := range m.GetResults() {
@@ -510,7 +512,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 		r = &rr
 	}
 	s.runtime, s.historySeq = r.runtime, r.seq
-	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)

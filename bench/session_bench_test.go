@@ -59,6 +59,16 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
+// memInUse is the heap in use plus goroutine stacks, after two collections
+// (the storm's measure of a waiting session).
+func memInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
+}
+
 // BenchmarkIdleSession reports the heap and goroutines one idle session
 // holds (session actor, its retry child, registry entries), per session.
 func BenchmarkIdleSession(b *testing.B) {
@@ -83,6 +93,45 @@ func BenchmarkIdleSession(b *testing.B) {
 	h1, g1 := heapInUse(), runtime.NumGoroutine()
 	b.ReportMetric(float64(int64(h1)-int64(h0))/float64(b.N), "heapB/session")
 	b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/session")
+	runtime.KeepAlive(sessions)
+}
+
+// BenchmarkWaitingSession reports the memory (heap and goroutine stacks)
+// one session holds while its prompt waits in its first backoff, the
+// session included: what the storm measures at mid-outage, per session.
+// The prompts' context can end, as the storm's (and most callers') can.
+func BenchmarkWaitingSession(b *testing.B) {
+	clk := clock.NewVirtual(time.Unix(0, 0))
+	p := provider.NewScripted(provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)})
+	rt := newRuntime(b, clk, p, retry.DefaultSettings())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sessions := make([]*musepi.Session, 0, b.N)
+	var finished atomic.Int64
+	done := func(*musepi.AssistantMessage, error) { finished.Add(1) }
+	m0 := memInUse()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sessions = append(sessions, s)
+		s.PromptAsync(ctx, "hi", done)
+	}
+	if err := clk.WaitIdle(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
+	m1 := memInUse()
+	if n := finished.Load(); n != 0 {
+		b.Fatalf("%d prompts finished before their first backoff ended", n)
+	}
+	if p := clk.Pending(); p < b.N {
+		b.Fatalf("%d timers pending, want a backoff per session (%d)", p, b.N)
+	}
+	b.ReportMetric(float64(int64(m1)-int64(m0))/float64(b.N), "heapB/session")
 	runtime.KeepAlive(sessions)
 }
 

@@ -45,14 +45,13 @@ type Mailbox struct {
 	status     atomic.Int32
 
 	mu        sync.Mutex
-	user      ring
-	system    ring
 	suspended bool // touched by the run only
-
 	// held counts protocol messages whose handler panicked: they stay in
 	// flight on the clock until supervision has restarted or stopped the
 	// actor, so a virtual clock does not move meanwhile. Run only.
-	held int
+	held   int32
+	user   ring
+	system ring // its buffer goes once drained: system messages are rare
 }
 
 // PostUserMessage queues a user message and schedules a run.
@@ -83,7 +82,7 @@ func (m *Mailbox) Start() {}
 func (m *Mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.user.n
+	return int(m.user.n)
 }
 
 func (m *Mailbox) schedule() {
@@ -130,8 +129,8 @@ func (m *Mailbox) run() (emptied bool) {
 	for range max(m.dispatcher.Throughput(), 1) {
 		m.mu.Lock()
 		var isSys, isUser bool
-		if msg, isSys = m.system.pop(); !isSys && !m.suspended {
-			msg, isUser = m.user.pop()
+		if msg, isSys = m.system.pop(0); !isSys && !m.suspended {
+			msg, isUser = m.user.pop(keptSlots)
 		}
 		m.mu.Unlock()
 		switch {
@@ -181,40 +180,44 @@ func unwrap(msg interface{}) interface{} {
 }
 
 // ring is a FIFO of messages in a ring buffer that grows by doubling. A
-// buffer grown past keptSlots by a burst (a scheduler shard's, say) is
-// dropped once drained; a session's mailbox, which holds a message or two,
-// keeps its two slots.
+// buffer grown past the slots pop may keep is dropped once drained: a
+// user ring grown by a burst (a scheduler shard's, say) past keptSlots,
+// a system ring always; a session's user ring, which holds a message or
+// two, keeps its two slots.
 type ring struct {
 	buf     []interface{}
-	head, n int
+	head, n int32
 }
 
-// keptSlots is the largest buffer an emptied ring keeps (4 KiB).
+// keptSlots is the largest buffer an emptied user ring keeps (4 KiB).
 const keptSlots = 256
 
 func (r *ring) push(msg interface{}) {
-	if r.n == len(r.buf) {
-		grown := make([]interface{}, max(2*len(r.buf), 2))
+	size := int32(len(r.buf))
+	if r.n == size {
+		grown := make([]interface{}, max(2*size, 2))
 		for i := range r.n {
-			grown[i] = r.buf[(r.head+i)%len(r.buf)]
+			grown[i] = r.buf[(r.head+i)%size]
 		}
-		r.buf, r.head = grown, 0
+		r.buf, r.head, size = grown, 0, int32(len(grown))
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = msg
+	r.buf[(r.head+r.n)%size] = msg
 	r.n++
 }
 
-func (r *ring) pop() (interface{}, bool) {
+// pop takes the oldest message; an emptied ring keeps its buffer if it
+// has at most keep slots.
+func (r *ring) pop(keep int) (interface{}, bool) {
 	if r.n == 0 {
 		return nil, false
 	}
 	msg := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head = (r.head + 1) % len(r.buf)
+	r.head = (r.head + 1) % int32(len(r.buf))
 	r.n--
 	if r.n == 0 {
 		r.head = 0
-		if len(r.buf) > keptSlots {
+		if len(r.buf) > keep {
 			r.buf = nil
 		}
 	}

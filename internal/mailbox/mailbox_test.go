@@ -154,7 +154,7 @@ func TestRing(t *testing.T) {
 			next++
 		}
 		for range round % 7 {
-			got, ok := r.pop()
+			got, ok := r.pop(keptSlots)
 			if want == next {
 				if ok {
 					t.Fatalf("pop from an empty ring gave %v", got)
@@ -168,7 +168,7 @@ func TestRing(t *testing.T) {
 		}
 	}
 	for want < next {
-		got, _ := r.pop()
+		got, _ := r.pop(keptSlots)
 		if got.(int) != want {
 			t.Fatalf("pop = %v, want %d", got, want)
 		}
@@ -176,5 +176,9 @@ func TestRing(t *testing.T) {
 	}
 	if len(r.buf) > keptSlots {
 		t.Fatalf("an emptied ring keeps %d slots, want at most %d", len(r.buf), keptSlots)
+	}
+	r.push(next)
+	if got, _ := r.pop(0); got.(int) != next || r.buf != nil {
+		t.Fatalf("pop(0) = %v, leaving %d slots; want %d and none", got, len(r.buf), next)
 	}
 }
