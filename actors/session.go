@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -55,8 +54,8 @@ type SessionActor struct {
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
-	waiter     *actor.PID              // the Prompt call's future
-	cancelTurn context.CancelCauseFunc // ends the turn or tools running
+	waiter     *actor.PID // the Prompt call's future
+	running    canceller  // the turn or tools running, until they finish (nil: none)
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
@@ -211,6 +210,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTurn(m.GetTurn()) {
 			break // a turn the session gave up on (aborted, shut down)
 		}
+		s.running = nil // over: a session waiting in backoff keeps no turn
 		msg := m.GetMessage()
 		if msg.GetTimestampMs() == 0 {
 			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
@@ -227,6 +227,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTools(m.GetTurn()) {
 			break
 		}
+		s.running = nil
 		now := s.deps.Clock.Now().UnixMilli()
 		entries := make([]*messages.Entry, len(m.GetResults()))
 		for i, r := range m.GetResults() {

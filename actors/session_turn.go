@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +44,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
-	t.ctx, t.cancel = context.WithCancelCause(context.Background())
-	s.cancelTurn = t.cancel
+	s.running = t
 	s.turnModel = model
 	t.clk.Begin()
 	s.deps.goroutine(t.run)
@@ -52,15 +52,28 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
 // watchdog and its response size bound.
+//
+// It is also the context the stream runs under (turn_context.go): the turn
+// and its cancellation are one allocation, where context.WithCancelCause
+// would add two (the context and its cancel function). It implements the
+// method the context package looks for on a parent (AfterFunc), so a
+// context derived from it (a request timeout, an HTTP request's) is
+// cancelled with it without a goroutine of its own, as one derived from a
+// context.WithCancel is. The cause it was cancelled with is cancelCause's:
+// context.Cause knows only the context package's own contexts, and reports
+// context.Canceled for the turn and those derived from it.
 type turnRun struct {
-	turn   uint64
-	prov   provider.Provider
-	req    provider.Request
-	clk    clock.Clock
-	root   *actor.RootContext
-	self   *actor.PID
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	turn uint64
+	prov provider.Provider
+	req  provider.Request
+	clk  clock.Clock
+	root *actor.RootContext
+	self *actor.PID
+
+	mu    sync.Mutex
+	done  chan struct{}  // made by the first Done, closed by cancel
+	cause error          // why the turn was cancelled (nil: it runs)
+	after []*afterCancel // what AfterFunc registered, called by cancel
 
 	// watch cancels the stream once it has sent nothing for the runtime's
 	// idle time (nil: no watchdog); lastData is when it last sent (unix ns).
@@ -83,11 +96,11 @@ func (t *turnRun) run() {
 		t.lastData.Store(t.clk.Now().UnixNano())
 		t.watch.add(t)
 	}
-	msg := streamContained(t.ctx, t.prov, t.req, t.onDelta)
+	msg := streamContained(t, t.prov, t.req, t.onDelta)
 	if t.watch != nil {
 		t.watch.remove(t)
 	}
-	switch cause := context.Cause(t.ctx); {
+	switch cause := t.cancelCause(); {
 	case errors.Is(cause, errStreamStalled):
 		msg = stalled(msg, t.watch.idle)
 	case errors.Is(cause, errResponseTooLarge):
@@ -179,7 +192,7 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 		})
 	}
 	toolCtx, cancel := context.WithCancelCause(context.Background())
-	s.cancelTurn = cancel
+	s.running = cancelFunc(cancel)
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
 	s.deps.goroutine(func() {
