@@ -59,13 +59,13 @@ type Deps struct {
 	watch     *watchdog
 }
 
-// goroutine runs fn on a goroutine of its own (see Goroutines).
-func (d *Deps) goroutine(fn func()) {
+// goroutine runs t on a goroutine of its own (see Goroutines).
+func (d *Deps) goroutine(t dispatch.Task) {
 	if d.Goroutines != nil {
-		d.Goroutines.Go(fn)
+		d.Goroutines.Go(t)
 		return
 	}
-	go fn()
+	go t.Run()
 }
 
 // watchdog is the runtime's idle-stream watch (nil when StreamIdleTimeout

@@ -12,6 +12,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 
+	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -47,7 +48,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	s.running = t
 	s.turnModel = model
 	t.clk.Begin()
-	s.deps.goroutine(t.run)
+	s.deps.goroutine(t)
 }
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
@@ -88,8 +89,9 @@ type turnRun struct {
 // errStreamStalled is the cause a turn is cancelled with by its watchdog.
 var errStreamStalled = errors.New("stream stalled")
 
-// run streams the turn and sends its deltas and final message to the session.
-func (t *turnRun) run() {
+// Run streams the turn and sends its deltas and final message to the
+// session (a turn is the dispatch.Task of its goroutine).
+func (t *turnRun) Run() {
 	defer t.clk.End()
 	defer t.cancel(context.Canceled)
 	if t.watch != nil {
@@ -195,7 +197,7 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 	s.running = cancelFunc(cancel)
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
-	s.deps.goroutine(func() {
+	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		defer cancel(context.Canceled)
 		results := make([]*messages.ToolResult, 0, len(calls))
@@ -203,7 +205,7 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 			results = append(results, runTool(toolCtx, tools, c))
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
-	})
+	}))
 }
 
 // runTool runs one call; an unknown tool, an error or a panic becomes an
@@ -239,7 +241,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
 	}
 	clk.Begin()
-	s.deps.goroutine(func() {
+	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
 		func() {
@@ -255,7 +257,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 			done.Context = entries
 		}()
 		track.Send(root, clk, self, done)
-	})
+	}))
 }
 
 // manualCompact runs the compaction hook on the runtime context between

@@ -67,7 +67,7 @@ func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes 
 	self := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return got }))
 	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, watch: newWatchdog(clock.Real{}, idle), maxBytes: maxBytes}
 	tr.clk.Begin()
-	go tr.run()
+	go tr.Run()
 	select {
 	case m := <-got:
 		return m.GetMessage()
