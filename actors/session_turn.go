@@ -84,6 +84,10 @@ type turnRun struct {
 
 	maxBytes int // bound on the streamed bytes (0: none); n counts them
 	n        int
+
+	// finished is the message Run ends with, sent from here: the turn's
+	// allocation holds it.
+	finished messages.TurnFinished
 }
 
 // errStreamStalled is the cause a turn is cancelled with by its watchdog.
@@ -108,7 +112,8 @@ func (t *turnRun) Run() {
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
-	track.Send(t.root, t.clk, t.self, &messages.TurnFinished{Turn: t.turn, Message: msg})
+	t.finished.Turn, t.finished.Message = t.turn, msg
+	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 
 // onDelta passes a delta within the size bound on to the session.
