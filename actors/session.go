@@ -221,7 +221,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if msg.GetModel() == "" {
 			msg.Model = modelOf(s.turnModel)
 		}
-		err := s.record(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
+		err := s.record(true, assistantEntry(msg)...)
 		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	case *messages.ToolsFinished:
 		if !s.core.AwaitsTools(m.GetTurn()) {
@@ -368,6 +368,22 @@ func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string
 		return err.Error()
 	}
 	return ""
+}
+
+// assistantEntry is msg as a batch of one entry for record, in one
+// allocation: the entry, its oneof wrapper and the batch's array (what
+// would be three, the last because the history's Append keeps it from
+// the stack). It is the size class the entry and its wrapper take anyway.
+func assistantEntry(msg *messages.AssistantMessage) []*messages.Entry {
+	e := new(struct {
+		entry   messages.Entry
+		wrapper messages.Entry_Assistant
+		batch   [1]*messages.Entry
+	})
+	e.wrapper.Assistant = msg
+	e.entry.Entry = &e.wrapper
+	e.batch[0] = &e.entry
+	return e.batch[:]
 }
 
 // chainAttempts is how often a step that panics is tried before the chain
