@@ -54,8 +54,8 @@ type SessionActor struct {
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
-	waiter     *actor.PID // the Prompt call's future
-	running    canceller  // the turn or tools running, until they finish (nil: none)
+	waiter     *actor.PID  // the Prompt call's future
+	running    *runContext // of the turn or tools running, until they finish (nil: none)
 
 	pending []session.Input // inputs an effect answered at once, during a step
 

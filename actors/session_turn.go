@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,36 +44,23 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
-	s.running = t
+	s.running = &t.runContext
 	s.turnModel = model
 	t.clk.Begin()
 	s.deps.goroutine(t)
 }
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
-// watchdog and its response size bound.
-//
-// It is also the context the stream runs under (turn_context.go): the turn
-// and its cancellation are one allocation, where context.WithCancelCause
-// would add two (the context and its cancel function). It implements the
-// method the context package looks for on a parent (AfterFunc), so a
-// context derived from it (a request timeout, an HTTP request's) is
-// cancelled with it without a goroutine of its own, as one derived from a
-// context.WithCancel is. The cause it was cancelled with is cancelCause's:
-// context.Cause knows only the context package's own contexts, and reports
-// context.Canceled for the turn and those derived from it.
+// watchdog and its response size bound; the stream runs under the turn's
+// runContext.
 type turnRun struct {
+	runContext
 	turn uint64
 	prov provider.Provider
 	req  provider.Request
 	clk  clock.Clock
 	root *actor.RootContext
 	self *actor.PID
-
-	mu    sync.Mutex
-	done  chan struct{}  // made by the first Done, closed by cancel
-	cause error          // why the turn was cancelled (nil: it runs)
-	after []*afterCancel // what AfterFunc registered, called by cancel
 
 	// watch cancels the stream once it has sent nothing for the runtime's
 	// idle time (nil: no watchdog); lastData is when it last sent (unix ns).
@@ -102,7 +88,7 @@ func (t *turnRun) Run() {
 		t.lastData.Store(t.clk.Now().UnixNano())
 		t.watch.add(t)
 	}
-	msg := streamContained(t, t.prov, t.req, t.onDelta)
+	msg := streamContained(&t.runContext, t.prov, t.req, t.onDelta)
 	if t.watch != nil {
 		t.watch.remove(t)
 	}
@@ -198,13 +184,13 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 			ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: &messages.ToolExecutionStart{Call: c}}
 		})
 	}
-	toolCtx, cancel := context.WithCancelCause(context.Background())
-	s.running = cancelFunc(cancel)
+	toolCtx := new(runContext)
+	s.running = toolCtx
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
 	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
-		defer cancel(context.Canceled)
+		defer toolCtx.cancel(context.Canceled)
 		results := make([]*messages.ToolResult, 0, len(calls))
 		for _, c := range calls {
 			results = append(results, runTool(toolCtx, tools, c))

@@ -141,49 +141,48 @@ func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
 	}
 }
 
-// A turn is the context of its stream: the contexts derived from it
-// register with it (no goroutine each) and are cancelled with it, at
-// once; its cause is kept; what derives from it once cancelled is born
-// cancelled.
-func TestTurnIsAContext(t *testing.T) {
-	tr := &turnRun{}
-	child, stopChild := context.WithTimeout(tr, time.Hour)
+// A runContext is a context: the contexts derived from it register with
+// it (no goroutine each) and are cancelled with it, at once; its cause is
+// kept; what derives from it once cancelled is born cancelled.
+func TestRunContext(t *testing.T) {
+	rc := new(runContext)
+	child, stopChild := context.WithTimeout(rc, time.Hour)
 	defer stopChild()
-	_, cancelGone := context.WithCancel(tr)
+	_, cancelGone := context.WithCancel(rc)
 	cancelGone() // unregisters itself
 	called := make(chan struct{})
-	context.AfterFunc(tr, func() { close(called) })
-	if n := len(tr.after); n != 2 {
+	context.AfterFunc(rc, func() { close(called) })
+	if n := len(rc.after); n != 2 {
 		t.Fatalf("%d cancellations registered, want 2 (the timeout and the AfterFunc)", n)
 	}
-	if tr.Err() != nil || child.Err() != nil {
-		t.Fatalf("before cancel: turn %v, derived %v; want nil", tr.Err(), child.Err())
+	if rc.Err() != nil || child.Err() != nil {
+		t.Fatalf("before cancel: turn %v, derived %v; want nil", rc.Err(), child.Err())
 	}
-	done := tr.Done()
-	tr.cancel(errStreamStalled)
-	tr.cancel(errResponseTooLarge) // the first cause stays
+	done := rc.Done()
+	rc.cancel(errStreamStalled)
+	rc.cancel(errResponseTooLarge) // the first cause stays
 	select {
 	case <-done:
 	default:
 		t.Fatal("Done is not closed after cancel")
 	}
-	if tr.Done() != done {
+	if rc.Done() != done {
 		t.Error("Done returned another channel after cancel")
 	}
 	if !errors.Is(child.Err(), context.Canceled) {
 		t.Errorf("derived context: %v right after cancel, want context.Canceled", child.Err())
 	}
-	if !errors.Is(tr.Err(), context.Canceled) || !errors.Is(tr.cancelCause(), errStreamStalled) {
-		t.Errorf("turn: err %v, cause %v; want context.Canceled, stream stalled", tr.Err(), tr.cancelCause())
+	if !errors.Is(rc.Err(), context.Canceled) || !errors.Is(rc.cancelCause(), errStreamStalled) {
+		t.Errorf("turn: err %v, cause %v; want context.Canceled, stream stalled", rc.Err(), rc.cancelCause())
 	}
 	<-called
-	late, stopLate := context.WithCancel(tr)
+	late, stopLate := context.WithCancel(rc)
 	defer stopLate()
 	if late.Err() == nil {
 		t.Error("a context derived after cancel is not cancelled")
 	}
 
-	fresh := &turnRun{}
+	fresh := new(runContext)
 	fresh.cancel(nil)
 	<-fresh.Done()
 	if !errors.Is(fresh.cancelCause(), context.Canceled) {
