@@ -217,9 +217,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		}
 		// The provider is the configured name the model selector uses
 		// ("fake"), not the adapter's wire kind ("openai").
-		msg.Provider = providerOf(s.turnModel)
+		provName, modelName, _ := retry.SplitModel(s.turnModel)
+		msg.Provider = provName
 		if msg.GetModel() == "" {
-			msg.Model = modelOf(s.turnModel)
+			msg.Model = modelName
 		}
 		err := s.record(true, assistantEntry(msg)...)
 		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})

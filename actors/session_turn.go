@@ -22,10 +22,11 @@ import (
 // startTurn streams turn on model with credential in its own goroutine;
 // deltas and the final message come back as TurnDelta and TurnFinished.
 func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credential string) {
-	prov := s.deps.Providers[providerOf(model)]
+	provName, modelName, _ := retry.SplitModel(model) // once: providerOf and modelOf would split it three times
+	prov := s.deps.Providers[provName]
 	if prov == nil {
 		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
-			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(model), model), nil)})
+			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", provName, model), nil)})
 		return
 	}
 	n := len(s.runtime)
@@ -34,9 +35,9 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		watch: s.deps.watchdog(), maxBytes: s.deps.MaxResponseBytes,
 		req: provider.Request{
 			SessionID:  s.cfg.ID,
-			Model:      modelOf(model),
+			Model:      modelName,
 			Credential: credential,
-			APIKey:     s.deps.Keys[providerOf(model)][credential],
+			APIKey:     s.deps.Keys[provName][credential],
 			// The context as it stands: the session only appends past its
 			// end, or swaps the whole slice, while the turn runs.
 			Context:  s.runtime[:n:n],
