@@ -41,7 +41,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			// The context as it stands: the session only appends past its
 			// end, or swaps the whole slice, while the turn runs.
 			Context:  s.runtime[:n:n],
-			Tools:    s.toolSpecs(),
+			Tools:    s.deps.toolSpecs(),
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
@@ -161,17 +161,6 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 		msg = provider.Failure(0, "provider returned no message", nil)
 	}
 	return provider.ValidUTF8(msg)
-}
-
-func (s *SessionActor) toolSpecs() []provider.ToolSpec {
-	if len(s.deps.Tools) == 0 {
-		return nil
-	}
-	out := make([]provider.ToolSpec, len(s.deps.Tools))
-	for i, t := range s.deps.Tools {
-		out[i] = provider.ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
-	}
-	return out
 }
 
 // runTools runs the tool calls of turn in order in one goroutine.
