@@ -21,10 +21,11 @@ import (
 // contexts, and reports context.Canceled for a runContext and those
 // derived from it.
 type runContext struct {
-	mu    sync.Mutex
-	done  chan struct{}  // made by the first Done, closed by cancel
-	cause error          // why it was cancelled (nil: it was not)
-	after []*afterCancel // what AfterFunc registered, called by cancel
+	mu     sync.Mutex
+	done   chan struct{} // made by the first Done, closed by cancel
+	cause  error         // why it was cancelled (nil: it was not)
+	after  []afterCancel // what AfterFunc registered, called by cancel
+	lastID uint64        // of the last registration
 }
 
 // closedChan is the Done channel of a runContext cancelled before anyone
@@ -36,9 +37,10 @@ var closedChan = func() chan struct{} {
 }()
 
 // afterCancel is a function registered with AfterFunc, to call once the
-// context is cancelled.
+// context is cancelled, and the id its stop function knows it by.
 type afterCancel struct {
-	f func()
+	id uint64
+	f  func()
 }
 
 // Deadline reports no deadline: a runContext ends by cancellation only.
@@ -76,18 +78,19 @@ func (c *runContext) Value(any) any { return nil }
 // context this way: cancel calls those directly, as a cancelCtx cancels
 // its children.
 func (c *runContext) AfterFunc(f func()) (stop func() bool) {
-	a := &afterCancel{f: f}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cause != nil {
 		go f() // the caller may hold a lock f takes (a derived context's)
 		return func() bool { return false }
 	}
-	c.after = append(c.after, a)
+	c.lastID++
+	id := c.lastID
+	c.after = append(c.after, afterCancel{id: id, f: f})
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		i := slices.Index(c.after, a)
+		i := slices.IndexFunc(c.after, func(a afterCancel) bool { return a.id == id })
 		if i < 0 {
 			return false // called, or being called
 		}
