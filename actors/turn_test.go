@@ -152,6 +152,10 @@ func TestRunContext(t *testing.T) {
 	cancelGone() // unregisters itself
 	called := make(chan struct{})
 	context.AfterFunc(rc, func() { close(called) })
+	stopped := context.AfterFunc(rc, func() { t.Error("a function stopped before cancel ran") })
+	if !stopped() {
+		t.Error("stop before cancel reported that it did not stop the function")
+	}
 	if n := len(rc.after); n != 2 {
 		t.Fatalf("%d cancellations registered, want 2 (the timeout and the AfterFunc)", n)
 	}
