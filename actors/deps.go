@@ -57,15 +57,17 @@ type Deps struct {
 	shared    sharedProps
 	watchOnce sync.Once
 	watch     *watchdog
+	toolsOnce sync.Once
+	tools     []provider.ToolSpec
 }
 
-// goroutine runs fn on a goroutine of its own (see Goroutines).
-func (d *Deps) goroutine(fn func()) {
+// goroutine runs t on a goroutine of its own (see Goroutines).
+func (d *Deps) goroutine(t dispatch.Task) {
 	if d.Goroutines != nil {
-		d.Goroutines.Go(fn)
+		d.Goroutines.Go(t)
 		return
 	}
-	go fn()
+	go t.Run()
 }
 
 // watchdog is the runtime's idle-stream watch (nil when StreamIdleTimeout
@@ -77,6 +79,21 @@ func (d *Deps) watchdog() *watchdog {
 		}
 	})
 	return d.watch
+}
+
+// toolSpecs are the specs of Tools every turn's request carries, made on
+// first use and shared (read-only) by the turns, as their context is.
+func (d *Deps) toolSpecs() []provider.ToolSpec {
+	d.toolsOnce.Do(func() {
+		if len(d.Tools) == 0 {
+			return
+		}
+		d.tools = make([]provider.ToolSpec, len(d.Tools))
+		for i, t := range d.Tools {
+			d.tools[i] = provider.ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
+		}
+	})
+	return d.tools
 }
 
 // Passivation is how a session waiting out a backoff of at least After

@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -55,8 +54,8 @@ type SessionActor struct {
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
-	waiter     *actor.PID              // the Prompt call's future
-	cancelTurn context.CancelCauseFunc // ends the turn or tools running
+	waiter     *actor.PID  // the Prompt call's future
+	running    *runContext // of the turn or tools running, until they finish (nil: none)
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
@@ -211,24 +210,25 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTurn(m.GetTurn()) {
 			break // a turn the session gave up on (aborted, shut down)
 		}
-		s.cancelTurn = nil // its goroutine cancelled its context as it ended
+		s.running = nil // over: a session waiting in backoff keeps no turn
 		msg := m.GetMessage()
 		if msg.GetTimestampMs() == 0 {
 			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 		}
 		// The provider is the configured name the model selector uses
 		// ("fake"), not the adapter's wire kind ("openai").
-		msg.Provider = providerOf(s.turnModel)
+		provName, modelName, _ := retry.SplitModel(s.turnModel)
+		msg.Provider = provName
 		if msg.GetModel() == "" {
-			msg.Model = modelOf(s.turnModel)
+			msg.Model = modelName
 		}
-		err := s.record(true, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
+		err := s.record(true, assistantEntry(msg)...)
 		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	case *messages.ToolsFinished:
 		if !s.core.AwaitsTools(m.GetTurn()) {
 			break
 		}
-		s.cancelTurn = nil // as for a turn
+		s.running = nil
 		now := s.deps.Clock.Now().UnixMilli()
 		entries := make([]*messages.Entry, len(m.GetResults()))
 		for i, r := range m.GetResults() {
@@ -369,6 +369,22 @@ func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string
 		return err.Error()
 	}
 	return ""
+}
+
+// assistantEntry is msg as a batch of one entry for record, in one
+// allocation: the entry, its oneof wrapper and the batch's array (what
+// would be three, the last because the history's Append keeps it from
+// the stack). It is the size class the entry and its wrapper take anyway.
+func assistantEntry(msg *messages.AssistantMessage) []*messages.Entry {
+	e := new(struct {
+		entry   messages.Entry
+		wrapper messages.Entry_Assistant
+		batch   [1]*messages.Entry
+	})
+	e.wrapper.Assistant = msg
+	e.entry.Entry = &e.wrapper
+	e.batch[0] = &e.entry
+	return e.batch[:]
 }
 
 // chainAttempts is how often a step that panics is tried before the chain

@@ -60,9 +60,9 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.StartTurn:
 		s.startTurn(ctx, e.Turn, e.Model, e.Credential)
 	case session.CancelTurn:
-		if s.cancelTurn != nil {
-			s.cancelTurn(context.Canceled)
-			s.cancelTurn = nil
+		if s.running != nil {
+			s.running.cancel(context.Canceled)
+			s.running = nil
 		}
 	case session.RunTools:
 		s.runTools(ctx, e.Turn, e.Calls)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 
+	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -21,10 +22,11 @@ import (
 // startTurn streams turn on model with credential in its own goroutine;
 // deltas and the final message come back as TurnDelta and TurnFinished.
 func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credential string) {
-	prov := s.deps.Providers[providerOf(model)]
+	provName, modelName, _ := retry.SplitModel(model) // once: providerOf and modelOf would split it three times
+	prov := s.deps.Providers[provName]
 	if prov == nil {
 		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
-			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", providerOf(model), model), nil)})
+			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", provName, model), nil)})
 		return
 	}
 	n := len(s.runtime)
@@ -33,34 +35,33 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		watch: s.deps.watchdog(), maxBytes: s.deps.MaxResponseBytes,
 		req: provider.Request{
 			SessionID:  s.cfg.ID,
-			Model:      modelOf(model),
+			Model:      modelName,
 			Credential: credential,
-			APIKey:     s.deps.Keys[providerOf(model)][credential],
+			APIKey:     s.deps.Keys[provName][credential],
 			// The context as it stands: the session only appends past its
 			// end, or swaps the whole slice, while the turn runs.
 			Context:  s.runtime[:n:n],
-			Tools:    s.toolSpecs(),
+			Tools:    s.deps.toolSpecs(),
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
-	t.ctx, t.cancel = context.WithCancelCause(context.Background())
-	s.cancelTurn = t.cancel
+	s.running = &t.runContext
 	s.turnModel = model
 	t.clk.Begin()
-	s.deps.goroutine(t.run)
+	s.deps.goroutine(t)
 }
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
-// watchdog and its response size bound.
+// watchdog and its response size bound; the stream runs under the turn's
+// runContext.
 type turnRun struct {
-	turn   uint64
-	prov   provider.Provider
-	req    provider.Request
-	clk    clock.Clock
-	root   *actor.RootContext
-	self   *actor.PID
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	runContext
+	turn uint64
+	prov provider.Provider
+	req  provider.Request
+	clk  clock.Clock
+	root *actor.RootContext
+	self *actor.PID
 
 	// watch cancels the stream once it has sent nothing for the runtime's
 	// idle time (nil: no watchdog); lastData is when it last sent (unix ns).
@@ -70,30 +71,36 @@ type turnRun struct {
 
 	maxBytes int // bound on the streamed bytes (0: none); n counts them
 	n        int
+
+	// finished is the message Run ends with, sent from here: the turn's
+	// allocation holds it.
+	finished messages.TurnFinished
 }
 
 // errStreamStalled is the cause a turn is cancelled with by its watchdog.
 var errStreamStalled = errors.New("stream stalled")
 
-// run streams the turn and sends its deltas and final message to the session.
-func (t *turnRun) run() {
+// Run streams the turn and sends its deltas and final message to the
+// session (a turn is the dispatch.Task of its goroutine).
+func (t *turnRun) Run() {
 	defer t.clk.End()
 	defer t.cancel(context.Canceled)
 	if t.watch != nil {
 		t.lastData.Store(t.clk.Now().UnixNano())
 		t.watch.add(t)
 	}
-	msg := streamContained(t.ctx, t.prov, t.req, t.onDelta)
+	msg := streamContained(&t.runContext, t.prov, t.req, t.onDelta)
 	if t.watch != nil {
 		t.watch.remove(t)
 	}
-	switch cause := context.Cause(t.ctx); {
+	switch cause := t.cancelCause(); {
 	case errors.Is(cause, errStreamStalled):
 		msg = stalled(msg, t.watch.idle)
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
-	track.Send(t.root, t.clk, t.self, &messages.TurnFinished{Turn: t.turn, Message: msg})
+	t.finished.Turn, t.finished.Message = t.turn, msg
+	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 
 // onDelta passes a delta within the size bound on to the session.
@@ -156,17 +163,6 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 	return provider.ValidUTF8(msg)
 }
 
-func (s *SessionActor) toolSpecs() []provider.ToolSpec {
-	if len(s.deps.Tools) == 0 {
-		return nil
-	}
-	out := make([]provider.ToolSpec, len(s.deps.Tools))
-	for i, t := range s.deps.Tools {
-		out[i] = provider.ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
-	}
-	return out
-}
-
 // runTools runs the tool calls of turn in order in one goroutine.
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
 	tools := map[string]Tool{}
@@ -178,19 +174,19 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 			ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: &messages.ToolExecutionStart{Call: c}}
 		})
 	}
-	toolCtx, cancel := context.WithCancelCause(context.Background())
-	s.cancelTurn = cancel
+	toolCtx := new(runContext)
+	s.running = toolCtx
 	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
-	s.deps.goroutine(func() {
+	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
-		defer cancel(context.Canceled)
+		defer toolCtx.cancel(context.Canceled)
 		results := make([]*messages.ToolResult, 0, len(calls))
 		for _, c := range calls {
 			results = append(results, runTool(toolCtx, tools, c))
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
-	})
+	}))
 }
 
 // runTool runs one call; an unknown tool, an error or a panic becomes an
@@ -226,7 +222,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
 	}
 	clk.Begin()
-	s.deps.goroutine(func() {
+	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
 		func() {
@@ -242,7 +238,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 			done.Context = entries
 		}()
 		track.Send(root, clk, self, done)
-	})
+	}))
 }
 
 // manualCompact runs the compaction hook on the runtime context between

@@ -66,9 +66,8 @@ func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes 
 	got := make(finishedTo, 1)
 	self := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return got }))
 	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, watch: newWatchdog(clock.Real{}, idle), maxBytes: maxBytes}
-	tr.ctx, tr.cancel = context.WithCancelCause(context.Background())
 	tr.clk.Begin()
-	go tr.run()
+	go tr.Run()
 	select {
 	case m := <-got:
 		return m.GetMessage()
@@ -113,7 +112,6 @@ func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
 	w := newWatchdog(clk, 4*time.Second)
 	turn := func() *turnRun {
 		tr := &turnRun{}
-		tr.ctx, tr.cancel = context.WithCancelCause(context.Background())
 		tr.lastData.Store(clk.Now().UnixNano())
 		w.add(tr)
 		return tr
@@ -127,12 +125,12 @@ func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
 		busy.lastData.Store(clk.Now().UnixNano())
 		busy2.lastData.Store(clk.Now().UnixNano())
 	}
-	if !errors.Is(context.Cause(quiet.ctx), errStreamStalled) {
-		t.Errorf("the quiet turn: cause %v, want stalled after 5 s (idle 4 s)", context.Cause(quiet.ctx))
+	if !errors.Is(quiet.cancelCause(), errStreamStalled) {
+		t.Errorf("the quiet turn: cause %v, want stalled after 5 s (idle 4 s)", quiet.cancelCause())
 	}
 	for _, b := range []*turnRun{busy, busy2} {
-		if b.ctx.Err() != nil {
-			t.Errorf("a busy turn was cancelled: %v", context.Cause(b.ctx))
+		if b.Err() != nil {
+			t.Errorf("a busy turn was cancelled: %v", b.cancelCause())
 		}
 	}
 	w.remove(quiet)
@@ -141,4 +139,62 @@ func TestWatchdogChecksTheStreamingTurns(t *testing.T) {
 	if n := clk.Pending(); n != 0 {
 		t.Errorf("%d timers pending with no turn streaming, want 0", n)
 	}
+}
+
+// A runContext is a context: the contexts derived from it register with
+// it (no goroutine each) and are cancelled with it, at once; its cause is
+// kept; what derives from it once cancelled is born cancelled.
+func TestRunContext(t *testing.T) {
+	rc := new(runContext)
+	child, stopChild := context.WithTimeout(rc, time.Hour)
+	defer stopChild()
+	_, cancelGone := context.WithCancel(rc)
+	cancelGone() // unregisters itself
+	called := make(chan struct{})
+	context.AfterFunc(rc, func() { close(called) })
+	stopped := context.AfterFunc(rc, func() { t.Error("a function stopped before cancel ran") })
+	if !stopped() {
+		t.Error("stop before cancel reported that it did not stop the function")
+	}
+	if n := len(rc.after); n != 2 {
+		t.Fatalf("%d cancellations registered, want 2 (the timeout and the AfterFunc)", n)
+	}
+	if rc.Err() != nil || child.Err() != nil {
+		t.Fatalf("before cancel: turn %v, derived %v; want nil", rc.Err(), child.Err())
+	}
+	done := rc.Done()
+	rc.cancel(errStreamStalled)
+	rc.cancel(errResponseTooLarge) // the first cause stays
+	select {
+	case <-done:
+	default:
+		t.Fatal("Done is not closed after cancel")
+	}
+	if rc.Done() != done {
+		t.Error("Done returned another channel after cancel")
+	}
+	if !errors.Is(child.Err(), context.Canceled) {
+		t.Errorf("derived context: %v right after cancel, want context.Canceled", child.Err())
+	}
+	if !errors.Is(rc.Err(), context.Canceled) || !errors.Is(rc.cancelCause(), errStreamStalled) {
+		t.Errorf("turn: err %v, cause %v; want context.Canceled, stream stalled", rc.Err(), rc.cancelCause())
+	}
+	<-called
+	late, stopLate := context.WithCancel(rc)
+	defer stopLate()
+	if late.Err() == nil {
+		t.Error("a context derived after cancel is not cancelled")
+	}
+
+	fresh := new(runContext)
+	fresh.cancel(nil)
+	<-fresh.Done()
+	if !errors.Is(fresh.cancelCause(), context.Canceled) {
+		t.Errorf("cancel(nil): cause %v, want context.Canceled", fresh.cancelCause())
+	}
+	ran := make(chan struct{})
+	if fresh.AfterFunc(func() { close(ran) })() {
+		t.Error("stop reported stopping a function registered after cancel")
+	}
+	<-ran
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/musepi/musepi/messages"
 )
 
-// Request is one turn sent to a provider.
+// Request is one turn sent to a provider. Its Context and Tools are
+// shared with the session and its other turns: a provider only reads them.
 type Request struct {
 	SessionID  string
 	Model      string            // model id within the provider ("gpt-4o")

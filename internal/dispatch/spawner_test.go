@@ -27,7 +27,7 @@ func TestSpawnerRunsEveryFunctionOnce(t *testing.T) {
 				var wg sync.WaitGroup
 				wg.Add(tt.perRun)
 				for range tt.perRun {
-					s.Go(func() { ran.Add(1); wg.Done() })
+					s.Go(Func(func() { ran.Add(1); wg.Done() }))
 				}
 				wg.Wait()
 			}
@@ -48,7 +48,7 @@ func TestSpawnerReusesAFinishedGoroutine(t *testing.T) {
 	s := NewSpawner(4)
 	defer s.Close()
 	done := make(chan struct{})
-	s.Go(func() { close(done) })
+	s.Go(Func(func() { close(done) }))
 	<-done
 	for { // the goroutine parks itself after its function returns
 		s.mu.Lock()
@@ -60,7 +60,7 @@ func TestSpawnerReusesAFinishedGoroutine(t *testing.T) {
 		runtime.Gosched()
 	}
 	ran := make(chan struct{})
-	s.Go(func() { close(ran) })
+	s.Go(Func(func() { close(ran) }))
 	s.mu.Lock()
 	taken := len(s.idle) == 0 // Go hands the function to the waiting goroutine before it returns
 	s.mu.Unlock()
@@ -74,7 +74,7 @@ func TestSpawnerAfterClose(t *testing.T) {
 	s := NewSpawner(4)
 	s.Close()
 	done := make(chan struct{})
-	s.Go(func() { close(done) })
+	s.Go(Func(func() { close(done) }))
 	<-done
 	s.mu.Lock()
 	defer s.mu.Unlock()
