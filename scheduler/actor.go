@@ -40,6 +40,7 @@ type Actor struct {
 	origin  time.Time
 	timer   clock.Timer // armed for the queue's head while a task is pending
 	armedAt int64
+	fireFn  func() // fire, as a value made once
 }
 
 // Wake delivers due to the session sessionID, starting its actor again if
@@ -49,15 +50,17 @@ type Wake func(sessionID string, due *messages.TaskDue)
 // task is a session's scheduled task.
 type task struct {
 	session string
-	to      *actor.PID // nil: delivered through wake
-	msg     *messages.TaskDue
-	dropped bool // replaced or forgotten
+	to      *actor.PID       // nil: delivered through wake
+	due     messages.TaskDue // sent as is: one allocation with the task
+	dropped bool             // replaced or forgotten
 }
 
 // New returns the scheduler actor's producer state; wake (nil: tasks
 // without a sender are dropped) delivers the tasks of sessions by id.
 func New(clk clock.Clock, wake Wake) *Actor {
-	return &Actor{clk: clk, wake: wake, pending: map[string]*task{}, origin: clk.Now()}
+	a := &Actor{clk: clk, wake: wake, pending: map[string]*task{}, origin: clk.Now()}
+	a.fireFn = a.fire
+	return a
 }
 
 // Props spawns a scheduler on clk with wake (see New); opts are added to
@@ -76,7 +79,7 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.schedule(ctx.Sender(), m)
 	case *messages.Forget:
 		a.mu.Lock()
-		if t := a.pending[m.GetSessionId()]; t != nil && (m.GetToken() == 0 || m.GetToken() == t.msg.GetToken()) {
+		if t := a.pending[m.GetSessionId()]; t != nil && (m.GetToken() == 0 || m.GetToken() == t.due.GetToken()) {
 			a.drop(t)
 		}
 		a.mu.Unlock()
@@ -96,11 +99,12 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 		return
 	}
 	id, gen := m.GetSessionId(), m.GetGeneration()
-	due := &messages.TaskDue{Generation: gen, Task: m.GetTask(), Token: m.GetToken()}
+	t := &task{session: id, to: session}
+	t.due.Generation, t.due.Task, t.due.Token = gen, m.GetTask(), m.GetToken()
 	delay := time.Duration(m.GetDelayMs())*time.Millisecond + time.Duration(m.GetSleepNs())
 	a.mu.Lock()
 	if p := a.pending[id]; p != nil {
-		if gen < p.msg.GetGeneration() {
+		if gen < p.due.GetGeneration() {
 			a.mu.Unlock()
 			return
 		}
@@ -108,10 +112,9 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 	}
 	if delay <= 0 { // due now: nothing to queue
 		a.mu.Unlock()
-		a.deliver(&task{session: id, to: session, msg: due})
+		a.deliver(t)
 		return
 	}
-	t := &task{session: id, to: session, msg: due}
 	at := int64(a.clk.Now().Add(delay).Sub(a.origin))
 	a.pending[id] = t
 	a.queue.Push(at, t)
@@ -150,7 +153,7 @@ func (a *Actor) empty() {
 func (a *Actor) arm(at int64) {
 	a.disarm()
 	a.armedAt = at
-	a.timer = a.clk.AfterFunc(a.origin.Add(time.Duration(at)).Sub(a.clk.Now()), a.fire)
+	a.timer = a.clk.AfterFunc(a.origin.Add(time.Duration(at)).Sub(a.clk.Now()), a.fireFn)
 }
 
 // disarm stops the timer. Called with mu held.
@@ -198,8 +201,8 @@ func (a *Actor) fire() {
 // deliver sends t's TaskDue to its session.
 func (a *Actor) deliver(t *task) {
 	if t.to == nil {
-		a.wake(t.session, t.msg)
+		a.wake(t.session, &t.due)
 		return
 	}
-	track.Send(a.root, a.clk, t.to, t.msg)
+	track.Send(a.root, a.clk, t.to, &t.due)
 }
