@@ -62,8 +62,11 @@ func restartScenario(prov provider.Provider, rec *recorder, now time.Time) error
 
 // drive runs one contender on the run prepared by e.newRun: it moves the
 // virtual clock (or waits on the wall clock) until every prompt finished,
-// samples CPU, memory (the heap per session at mid-outage, when every
-// session waits) and goroutines, and turns it all into a System.
+// samples CPU, memory (the heap per session while every session waits,
+// Scenario.sampleAt) and goroutines, and turns it all into a System. The
+// collections the memory sample forces are left out of the contender's
+// CPU time: they are the harness's, and they cost a contender in
+// proportion to its heap.
 func drive(ctx context.Context, e *env, name, description string, m measured, c contender) (System, error) {
 	sc := e.scenario
 	// The memory a waiting session holds counts everything its contender
@@ -82,17 +85,21 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		m.cleanup()
 		return System{}, fmt.Errorf("%s: %w", name, err)
 	}
-	mid := sc.OutageStart + sc.OutageLen/2
+	sampleAt, sampled := sc.sampleAt(e.sessions)
 	bar := e.progress(name, e.sessions)
 	bar.start()
 	smp := startSampler()
 	perWaiting := -1.0
-	atMid := func() {
+	var sampleGC time.Duration // CPU of the sample's collections
+	atSample := func() {
 		if h, ok := c.(interface{ midOutage() }); ok {
 			h.midOutage()
 		}
-		if mem := memInUse(); mem > baseline {
-			perWaiting = float64(mem-baseline) / float64(e.sessions)
+		gc0 := gcCPU()
+		mem := memInUse()
+		sampleGC = gcCPU() - gc0
+		if mem > baseline && sampled > 0 {
+			perWaiting = float64(mem-baseline) / float64(sampled)
 		}
 		if e.heapProfile != "" {
 			if perr := writeHeapProfile(e.heapProfile + "." + name); perr != nil {
@@ -106,12 +113,12 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	if err == nil {
 		if vc, ok := m.clk.(*clock.Virtual); ok {
 			limit := sc.OutageStart + sc.OutageLen + time.Duration(e.settings.MaxRetries+1)*e.settings.MaxDelay
-			err = advanceVirtual(ctx, vc, mid, limit, func() bool { return c.finished() == e.sessions }, atMid, tick)
+			err = advanceVirtual(ctx, vc, sampleAt, limit, func() bool { return c.finished() == e.sessions }, atSample, tick)
 		} else {
-			err = waitReal(ctx, start.Add(mid), func() bool { return c.finished() == e.sessions }, atMid, tick)
+			err = waitReal(ctx, start.Add(sampleAt), func() bool { return c.finished() == e.sessions }, atSample, tick)
 		}
 	}
-	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	cpu, wall := cpuTime()-cpu0-sampleGC, time.Since(wall0)
 	peak := smp.finish()
 	tick()
 	bar.stop()
@@ -189,19 +196,19 @@ func writeHeapProfile(file string) error {
 	return f.Close()
 }
 
-// waitReal waits on the wall clock until done, calling atMid once at mid
-// and tick every 100 ms.
-func waitReal(ctx context.Context, mid time.Time, done func() bool, atMid, tick func()) error {
-	midTimer := time.NewTimer(time.Until(mid))
-	defer midTimer.Stop()
+// waitReal waits on the wall clock until done, calling atSample once at
+// sample and tick every 100 ms.
+func waitReal(ctx context.Context, sample time.Time, done func() bool, atSample, tick func()) error {
+	sampleTimer := time.NewTimer(time.Until(sample))
+	defer sampleTimer.Stop()
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	for !done() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-midTimer.C:
-			atMid()
+		case <-sampleTimer.C:
+			atSample()
 		case <-ticker.C:
 			tick()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"syscall"
 	"time"
 
@@ -44,6 +45,17 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// gcCPU is the CPU time the garbage collector has used (runtime/metrics'
+// estimate, brought up to date by each completed cycle).
+func gcCPU() time.Duration {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
 // memInUse is the heap in use plus goroutine stacks, after two collections.
@@ -113,12 +125,12 @@ func (p peaks) figures(f map[string]float64) {
 }
 
 // advanceVirtual runs a virtual-clock contender: it moves the clock in
-// 100 ms steps until done reports true, calls atMid once when the clock has
-// passed mid (with everything idle: every session is waiting), and reports
-// progress. It fails if the clock passes limit with work left.
-func advanceVirtual(ctx context.Context, clk *clock.Virtual, mid, limit time.Duration, done func() bool, atMid func(), tick func()) error {
+// 100 ms steps until done reports true, calls atSample once when the clock
+// has passed sample (with everything idle: every session is waiting), and
+// reports progress. It fails if the clock passes limit with work left.
+func advanceVirtual(ctx context.Context, clk *clock.Virtual, sample, limit time.Duration, done func() bool, atSample func(), tick func()) error {
 	start := clk.Now()
-	midDone := false
+	sampled := false
 	for !done() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -127,9 +139,9 @@ func advanceVirtual(ctx context.Context, clk *clock.Virtual, mid, limit time.Dur
 			return err
 		}
 		elapsed := clk.Now().Sub(start)
-		if !midDone && elapsed >= mid {
-			midDone = true
-			atMid()
+		if !sampled && elapsed >= sample {
+			sampled = true
+			atSample()
 		}
 		tick()
 		if elapsed > limit {

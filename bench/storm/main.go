@@ -395,6 +395,7 @@ func notes(o *options) []string {
 		"peer: one goroutine per session, cenkalti/backoff/v5 with the same base delay, cap, jitter (75–100 % of nominal) and max retries; no credential switching.",
 		"musepi: the runtime with defaults (model fallback off, no chains), sessions on two credentials, prompts sent with Session.PromptAsync.",
 		"messages per attempt, counted during the run: the floor's messages received over its attempts; MusePi's protocol messages (Begins on its clock, less one per turn for the stream's goroutine) over its retry attempts: a plain attempt's 4, plus what prompts, credential selection and usage limits send.",
+		"memory per waiting session: heap in use + goroutine stacks after two forced collections, less the same before setup, over the sessions that have sent their prompt; sampled at mid-outage, or with a ramp that goes past it once the last prompt is sent (at most 90 % into the outage). CPU time leaves out those two collections (the harness's, not the contender's).",
 		"lockstep index: largest 10 ms bucket of a retry wave over the mean per bucket across that wave's jitter window (1.0 = spread, ~12 without jitter); hinted sessions (retry-after) are left out.",
 	}
 	if o.mode == "virtual" {

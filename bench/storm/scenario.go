@@ -63,6 +63,28 @@ func (sc *Scenario) startAt(i, n int) time.Duration {
 	return time.Duration(int64(sc.Ramp) / int64(n) * int64(i))
 }
 
+// sampleAt is when the memory of the waiting sessions is sampled:
+// mid-outage, or, when the prompts are spread over a ramp that goes on
+// past mid-outage, once the last prompt is sent, but no later than 90 %
+// into the outage (the sample's collections take a while, and every
+// session must still be waiting when they end); sampled is how many
+// sessions have sent their prompt by then.
+func (sc *Scenario) sampleAt(n int) (at time.Duration, sampled int) {
+	at = sc.OutageStart + sc.OutageLen/2
+	if n < 1 {
+		return at, 0
+	}
+	if last := sc.startAt(n-1, n); last > at {
+		at = min(last, sc.OutageStart+sc.OutageLen*9/10)
+	}
+	for i := range n {
+		if sc.startAt(i, n) <= at {
+			sampled++
+		}
+	}
+	return at, sampled
+}
+
 // firstAttemptsInOutage is how many of n sessions send their prompt
 // during the outage.
 func (sc *Scenario) firstAttemptsInOutage(n int) int {

@@ -313,6 +313,30 @@ func TestScenarioRamp(t *testing.T) {
 	}
 }
 
+func TestScenarioSampleAt(t *testing.T) {
+	tests := []struct {
+		name        string
+		sc          Scenario
+		n           int
+		wantAt      time.Duration
+		wantSampled int
+	}{
+		{"no ramp: mid-outage", Scenario{OutageStart: 2 * time.Second, OutageLen: 40 * time.Second}, 10, 22 * time.Second, 10},
+		{"ramp over before mid", Scenario{OutageLen: 10 * time.Second, Ramp: 4 * time.Second}, 4, 5 * time.Second, 4},
+		{"ramp past mid: the last prompt", Scenario{OutageLen: 10 * time.Second, Ramp: 8 * time.Second}, 4, 6 * time.Second, 4},
+		{"ramp as long as the outage: 90 % in", Scenario{OutageLen: 10 * time.Second, Ramp: 10 * time.Second}, 100, 9 * time.Second, 91},
+		{"no sessions", Scenario{OutageLen: 10 * time.Second}, 0, 5 * time.Second, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			at, sampled := tt.sc.sampleAt(tt.n)
+			if at != tt.wantAt || sampled != tt.wantSampled {
+				t.Errorf("sampleAt(%d) = %v, %d; want %v, %d", tt.n, at, sampled, tt.wantAt, tt.wantSampled)
+			}
+		})
+	}
+}
+
 func TestStarter(t *testing.T) {
 	vc := clock.NewVirtual(time.Unix(0, 0))
 	sc := &Scenario{Ramp: 3 * time.Second}
