@@ -103,10 +103,6 @@ type Effect struct {
 	Kind EffectKind
 
 	Event         Event
-	Text          string
-	At            time.Time
-	Message       *messages.AssistantMessage
-	Results       []*messages.ToolResult
 	Change        ModelChange
 	Context       []*messages.Entry
 	Model         string
