@@ -84,7 +84,7 @@ type SessionActor struct {
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
 // idle session keeps none.
-var effectBuffers = sync.Pool{New: func() any { return new([]session.Effect) }}
+var effectBuffers = sync.Pool{New: func() any { return new(session.Effects) }}
 
 // pendingBuffers lend the sessions a buffer for the inputs one step's
 // effects answered at once.
@@ -399,24 +399,23 @@ const chainAttempts = 3
 // It returns the history write that failed in the course of it, if any.
 func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
 	s.listening = s.listened() // once per step: each event would read both fan-outs
-	buf := effectBuffers.Get().(*[]session.Effect)
+	buf := effectBuffers.Get().(*session.Effects)
 	pend := pendingBuffers.Get().(*[]session.Input)
 	s.pending = (*pend)[:0]
 	for next := 0; ; next++ {
 		now := s.deps.Clock.Now()
-		effects, ok := s.stepContained((*buf)[:0], now, in)
-		if !ok {
+		if !s.stepContained(buf, now, in) {
 			s.deps.Log.Error().Str("session", s.cfg.ID).Msg(chainFailedError)
-			effects = s.core.Step((*buf)[:0], now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
+			s.core.Step(buf, now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
 		}
-		*buf = effects
+		effects := buf.List()
 		for i := range effects {
 			s.execute(ctx, &effects[i])
 		}
 		if d := s.dur; d != nil && d.records != nil {
 			s.commitStep(d)
 		}
-		clear(effects) // drop what the effects point to
+		buf.Reset() // drop what the effects point to
 		if err := s.stepHistoryErr; err != nil {
 			// A history write failed: the prompt ends with it (the core
 			// decides how).
@@ -447,11 +446,13 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	return historyErr
 }
 
-// stepContained runs one step, rolled back and tried again when it panics;
-// it reports false when every try panicked.
-func (s *SessionActor) stepContained(out []session.Effect, now time.Time, in session.Input) ([]session.Effect, bool) {
+// stepContained runs one step into the empty out, rolled back (out
+// emptied again) and tried again when it panics; it reports false when
+// every try panicked.
+func (s *SessionActor) stepContained(out *session.Effects, now time.Time, in session.Input) bool {
 	if !drawsJitter(in.Kind) {
-		return s.core.Step(out, now, in), true
+		s.core.Step(out, now, in)
+		return true
 	}
 	snap := snapshots.Get().(*session.Snapshot)
 	defer func() {
@@ -460,13 +461,14 @@ func (s *SessionActor) stepContained(out []session.Effect, now time.Time, in ses
 	}()
 	s.core.Snapshot(snap)
 	for try := 1; try <= chainAttempts; try++ {
-		if effects, ok := s.tryStep(out, now, in); ok {
-			return effects, true
+		if s.tryStep(out, now, in) {
+			return true
 		}
+		out.Reset()
 		s.core.Restore(snap)
 		s.deps.Log.Error().Str("session", s.cfg.ID).Int("try", try).Msg("session step panicked; rolled back")
 	}
-	return out, false
+	return false
 }
 
 // drawsJitter reports whether an input may reach the retry chain's
@@ -476,13 +478,14 @@ func drawsJitter(k session.InputKind) bool {
 	return k == session.InTurnEnded || k == session.InToolsDone
 }
 
-func (s *SessionActor) tryStep(out []session.Effect, now time.Time, in session.Input) (effects []session.Effect, ok bool) {
+func (s *SessionActor) tryStep(out *session.Effects, now time.Time, in session.Input) (ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			ok = false
 		}
 	}()
-	return s.core.Step(out, now, in), true
+	s.core.Step(out, now, in)
+	return true
 }
 
 // publishState mirrors what callers read without asking the actor.

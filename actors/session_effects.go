@@ -19,7 +19,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	switch e.Kind {
 	case session.Emit:
-		s.emit(&e.Event)
+		s.emit(e.Event)
 	case session.AppendModelChange:
 		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
 		if d := s.dur; d != nil && d.records != nil { // written with the step's record (commitStep)
@@ -168,7 +168,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	}
 }
 
-func promptResult(r session.Result) *messages.PromptResult {
+func promptResult(r *session.Result) *messages.PromptResult {
 	res := &messages.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
 	if end := r.Retry; end != nil {
 		res.Retry = &messages.RetryFailure{Class: end.Class.String(), Attempt: int32(end.Attempt),
@@ -177,7 +177,7 @@ func promptResult(r session.Result) *messages.PromptResult {
 	return res
 }
 
-func modelChange(c session.ModelChange) *messages.ModelChange {
+func modelChange(c *session.ModelChange) *messages.ModelChange {
 	m := &messages.ModelChange{From: c.From, To: c.To, Role: c.Role, Reason: c.Reason, Pinned: c.Pinned}
 	if !c.PrimaryUntil.IsZero() {
 		m.PrimaryCooldownUntilMs = c.PrimaryUntil.UnixMilli()

@@ -90,7 +90,7 @@ type Core struct {
 	retryEnd    *retry.EndEvent // the prompt's last chain, ended without success
 
 	now time.Time
-	out []Effect
+	out *Effects // the step's, while it runs
 
 	state      State
 	aborts     retry.AbortState
@@ -164,9 +164,9 @@ func (c *Core) Generation() uint64 { return c.gen }
 // AutoRetryEnabled reports retry.enabled.
 func (c *Core) AutoRetryEnabled() bool { return c.enabled }
 
-// Step feeds in at now and appends the effects to carry out, in order, to
+// Step feeds in at now and adds the effects to carry out, in order, to
 // out. The effects must be executed before the next Step.
-func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
+func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	c.out, c.now = out, now
 	defer func() { c.out = nil }()
 	switch in.Kind {
@@ -176,7 +176,8 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.credentialSelected(in.Credential)
 	case InTurnDelta:
 		if in.Turn == c.turn && c.state == Streaming {
-			c.emit(Event{Kind: EventMessageUpdate, DeltaKind: in.DeltaKind, Delta: in.Delta})
+			ev := c.emit(EventMessageUpdate)
+			ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
 		}
 	case InTurnEnded:
 		if in.Turn == c.turn && c.state == Streaming {
@@ -201,7 +202,7 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		if c.state != Idle {
 			c.aborts.EditGuard = true
 			c.failureKind, c.failure = KindAborted, "stream aborted by the streaming-edit guard"
-			c.add(Effect{Kind: CancelTurn})
+			c.add(CancelTurn)
 		}
 	case InSetAutoRetry:
 		c.enabled = in.Enabled
@@ -223,8 +224,9 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
-			c.emit(Event{Kind: EventCredentialSwitch, Switch: CredentialSwitch{
-				Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}})
+			sw := c.out.switches.add()
+			*sw = CredentialSwitch{Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}
+			c.emit(EventCredentialSwitch).Switch = sw
 			c.credential = in.Credential
 		}
 		c.stepChain(chainInput(in, now))
@@ -236,7 +238,6 @@ func (c *Core) Step(out []Effect, now time.Time, in Input) []Effect {
 	default:
 		c.stepChain(chainInput(in, now))
 	}
-	return c.out
 }
 
 // chainInput maps the inputs the retry chain answers to retry.Input.
@@ -262,8 +263,10 @@ func chainInput(in Input, now time.Time) retry.Input {
 // not, and the prompt ends at once with that error).
 func (c *Core) prompt(historyErr string) {
 	if c.state != Idle {
-		c.add(Effect{Kind: RejectPrompt, Result: Result{Generation: c.gen, ErrorKind: KindBusy,
-			Error: "a prompt is already running; abort it or wait for it to settle"}})
+		res := c.out.results.add()
+		*res = Result{Generation: c.gen, ErrorKind: KindBusy,
+			Error: "a prompt is already running; abort it or wait for it to settle"}
+		c.add(RejectPrompt).Result = res
 		return
 	}
 	c.gen++
@@ -275,18 +278,19 @@ func (c *Core) prompt(historyErr string) {
 		return
 	}
 	c.maybeRevert()
-	c.emit(Event{Kind: EventAgentStart, Generation: c.gen, PromptStart: true})
+	ev := c.emit(EventAgentStart)
+	ev.Generation, ev.PromptStart = c.gen, true
 	c.continuing = false
 	c.selectCredential()
 }
 
 func (c *Core) selectCredential() {
 	c.state = SelectingCredential
-	e := Effect{Kind: SelectCredential, Model: c.model}
+	e := c.add(SelectCredential)
+	e.Model = c.model
 	if c.continuing {
 		e.Credential = c.credential
 	}
-	c.add(e)
 }
 
 func (c *Core) credentialSelected(cred string) {
@@ -305,14 +309,15 @@ func (c *Core) credentialSelected(cred string) {
 func (c *Core) startTurn() {
 	c.turn++
 	c.state = Streaming
-	c.add(Effect{Kind: StartTurn, Turn: c.turn, Model: c.model, Credential: c.credential})
+	e := c.add(StartTurn)
+	e.Turn, e.Model, e.Credential = c.turn, c.model, c.credential
 }
 
 // turnEnded takes a turn's message, which the owner has recorded
 // (historyErr: it could not).
 func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.last = msg
-	c.emit(Event{Kind: EventMessageEnd, Message: msg})
+	c.emit(EventMessageEnd).Message = msg
 	c.recordFailed(historyErr)
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
 		if !c.chain.IsRetrying() {
@@ -329,7 +334,8 @@ func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 
 func (c *Core) runTools(calls []*messages.ToolCall) {
 	c.state = RunningTools
-	c.add(Effect{Kind: RunTools, Turn: c.turn, Calls: calls})
+	e := c.add(RunTools)
+	e.Turn, e.Calls = c.turn, calls
 }
 
 // toolsDone takes the results of a turn's tools, which the owner has
@@ -340,7 +346,7 @@ func (c *Core) toolsDone(historyErr string) {
 		c.decide(c.last)
 		return
 	}
-	c.add(Effect{Kind: DeliverSteering})
+	c.add(DeliverSteering)
 	c.startTurn()
 }
 
@@ -368,7 +374,8 @@ func (c *Core) stepChain(in retry.Input) {
 	if decided {
 		c.toolsAfterEnd = nil
 		if calls == nil {
-			c.emit(Event{Kind: EventAgentEnd, Message: c.last, WillRetry: phase == retry.Sleeping})
+			ev := c.emit(EventAgentEnd)
+			ev.Message, ev.WillRetry = c.last, phase == retry.Sleeping
 		}
 	}
 	compact := false
@@ -408,7 +415,9 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 	switch e.Kind {
 	case retry.EmitStart:
 		c.attempt = e.Start.Attempt
-		c.emit(Event{Kind: EventAutoRetryStart, Start: e.Start})
+		start := c.out.starts.add()
+		*start = e.Start
+		c.emit(EventAutoRetryStart).Start = start
 	case retry.EmitEnd:
 		if e.End.Success {
 			c.retryEnd = nil
@@ -422,31 +431,33 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 				c.failureKind = KindRetryCancelled
 			}
 		}
-		c.emit(Event{Kind: EventAutoRetryEnd, End: e.End})
+		c.emitEnd(e.End)
 	case retry.EmitFallbackApplied:
 		before := c.modelState()
 		c.pinned = c.askPin
 		c.switchModel(e.Fallback.To, "fallback")
 		c.beforeChange = before
-		c.emit(Event{Kind: EventFallbackApplied, Fallback: e.Fallback})
+		c.emitFallback(EventFallbackApplied, e.Fallback)
 	case retry.EmitFallbackSucceeded:
-		c.emit(Event{Kind: EventFallbackSucceeded, Fallback: e.Fallback})
+		c.emitFallback(EventFallbackSucceeded, e.Fallback)
 	case retry.ResetProviderSession:
-		c.add(Effect{Kind: ResetProviderSession, Model: c.model})
+		c.add(ResetProviderSession).Model = c.model
 	case retry.AskCredentialSwitch:
-		c.add(Effect{Kind: AskCredentialSwitch, Model: c.model, BlockFor: e.BlockFor, Token: e.Token})
+		ask := c.add(AskCredentialSwitch)
+		ask.Model, ask.BlockFor, ask.Token = c.model, e.BlockFor, e.Token
 	case retry.AskModelFallback:
 		c.askPin = e.Pin
-		c.add(Effect{Kind: AskFallback, Model: c.model, Primary: c.primary, Role: c.role,
-			BlockFor: e.BlockFor, Pin: e.Pin, Token: e.Token})
+		ask := c.add(AskFallback)
+		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
+		ask.BlockFor, ask.Pin, ask.Token = e.BlockFor, e.Pin, e.Token
 	case retry.StripTrailingError:
-		c.add(Effect{Kind: StripTrailingError})
+		c.add(StripTrailingError)
 	case retry.Sleep:
 		c.state = Backoff
 		c.sleepUntil, c.sleepToken = c.now.Add(e.Delay), e.Token
 		c.armTimer(e.Delay)
 	case retry.CancelSleep:
-		c.add(Effect{Kind: CancelTimer, Token: e.Token})
+		c.add(CancelTimer).Token = e.Token
 	case retry.ScheduleContinue:
 		// Armed with the backoff timer: its owner scheduled the continue
 		// when the timer fired, and InBackoffDone says it is due.
@@ -454,20 +465,23 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 	case retry.RouteToCompaction:
 		return true
 	case retry.AbortStream:
-		c.add(Effect{Kind: CancelTurn})
+		c.add(CancelTurn)
 	case retry.RecordOutcome:
-		c.add(Effect{Kind: RecordOutcome, Model: c.model, Success: e.Success})
+		rec := c.add(RecordOutcome)
+		rec.Model, rec.Success = c.model, e.Success
 	case retry.AskBudget:
-		c.add(Effect{Kind: AskBudget, Model: c.model, Token: e.Token, Due: e.Due, Latest: e.Latest})
+		ask := c.add(AskBudget)
+		ask.Model, ask.Token, ask.Due, ask.Latest = c.model, e.Token, e.Due, e.Latest
 	case retry.DropBudgetHold:
-		c.add(Effect{Kind: DropBudgetHold, Model: c.model})
+		c.add(DropBudgetHold).Model = c.model
 	}
 	return false
 }
 
 // armTimer arms the backoff timer for d, its continue scheduled behind it.
 func (c *Core) armTimer(d time.Duration) {
-	c.add(Effect{Kind: ArmTimer, Delay: d, Token: c.sleepToken, ContinueDelay: continueDelay, Generation: c.gen})
+	e := c.add(ArmTimer)
+	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.sleepToken, continueDelay, c.gen
 }
 
 // BackoffToken is the token of the backoff timer while the session is in
@@ -494,7 +508,7 @@ func (c *Core) continueDue() {
 		return
 	}
 	c.maybeRevert()
-	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.emit(EventAgentStart).Generation = c.gen
 	c.continuing = true
 	c.selectCredential()
 }
@@ -511,14 +525,15 @@ func (c *Core) abort() {
 // compact runs the compaction hook on a context overflow; without one the
 // prompt ends with the overflow error after compaction_required.
 func (c *Core) compact() {
-	c.emit(Event{Kind: EventCompactionRequired, Error: c.last.GetErrorMessage()})
+	c.emit(EventCompactionRequired).Error = c.last.GetErrorMessage()
 	if !c.compaction {
 		c.failureKind, c.failure = KindContextOverflow, c.last.GetErrorMessage()
 		c.settle()
 		return
 	}
 	c.state = Compacting
-	c.add(Effect{Kind: Compact, Generation: c.gen, Failed: c.last})
+	e := c.add(Compact)
+	e.Generation, e.Failed = c.gen, c.last
 }
 
 func (c *Core) compactionDone(context []*messages.Entry, err string) {
@@ -530,8 +545,8 @@ func (c *Core) compactionDone(context []*messages.Entry, err string) {
 		c.settle()
 		return
 	}
-	c.add(Effect{Kind: ReplaceContext, Context: context})
-	c.emit(Event{Kind: EventAgentStart, Generation: c.gen})
+	c.add(ReplaceContext).Context = context
+	c.emit(EventAgentStart).Generation = c.gen
 	c.startTurn()
 }
 
@@ -540,16 +555,19 @@ func (c *Core) compactionDone(context []*messages.Entry, err string) {
 // shutdown error.
 func (c *Core) stop() {
 	c.aborts.Dispose = true
-	c.add(Effect{Kind: CancelTurn})
+	c.add(CancelTurn)
 	if c.chain.IsRetrying() {
-		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError}})
+		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError})
 		c.chain = retry.MakeChain(c.src)
 	}
-	c.add(Effect{Kind: ReleaseSession, Model: c.model})
+	c.add(ReleaseSession).Model = c.model
 	if c.state != Idle {
 		c.state = Idle
-		c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Error: ShutdownError})
-		c.add(Effect{Kind: Settle, Result: Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}})
+		ev := c.emit(EventAgentSettled)
+		ev.Generation, ev.Error = c.gen, ShutdownError
+		res := c.out.results.add()
+		*res = Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}
+		c.add(Settle).Result = res
 	}
 }
 
@@ -558,14 +576,14 @@ func (c *Core) stop() {
 // settles with reason (a turn or tools still running are cancelled).
 func (c *Core) chainFailed(reason string) {
 	if c.chain.IsRetrying() {
-		c.emit(Event{Kind: EventAutoRetryEnd, End: retry.EndEvent{Attempt: c.attempt, FinalError: reason}})
+		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: reason})
 	}
 	c.chain = retry.MakeChain(c.src)
 	c.toolsAfterEnd = nil
 	if c.state == Idle {
 		return
 	}
-	c.add(Effect{Kind: CancelTurn})
+	c.add(CancelTurn)
 	c.failureKind, c.failure = KindFailed, reason
 	c.settle()
 }
@@ -609,7 +627,8 @@ func (c *Core) historyFailed(err string, revert bool) {
 // settle answers the prompt once nothing of it is left.
 func (c *Core) settle() {
 	c.state = Idle
-	res := Result{Generation: c.gen, Message: c.last}
+	res := c.out.results.add()
+	res.Generation, res.Message = c.gen, c.last
 	switch {
 	case c.failureKind != "":
 		res.ErrorKind, res.Error = c.failureKind, c.failure
@@ -630,9 +649,10 @@ func (c *Core) settle() {
 	if res.Error != "" {
 		res.Retry = c.retryEnd
 	}
-	c.emit(Event{Kind: EventAgentSettled, Generation: c.gen, Success: res.Error == "", Error: res.Error})
+	ev := c.emit(EventAgentSettled)
+	ev.Generation, ev.Success, ev.Error = c.gen, res.Error == "", res.Error
 	c.aborts.User, c.aborts.EditGuard = false, false
-	c.add(Effect{Kind: Settle, Result: res})
+	c.add(Settle).Result = res
 }
 
 // switchModel changes the model in use and records a model_change.
@@ -641,10 +661,11 @@ func (c *Core) switchModel(to, reason string) {
 		return
 	}
 	c.beforeChange = c.modelState()
-	change := ModelChange{From: c.model, To: to, Role: c.role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
+	change := c.out.changes.add()
+	*change = ModelChange{From: c.model, To: to, Role: c.role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 	c.model = to
-	c.add(Effect{Kind: AppendModelChange, Change: change})
-	c.emit(Event{Kind: EventModelChange, Change: change})
+	c.add(AppendModelChange).Change = change
+	c.emit(EventModelChange).Change = change
 }
 
 // maybeRevert restores the primary model (cooldown-expiry policy) once its
@@ -660,9 +681,36 @@ func (c *Core) maybeRevert() {
 	c.switchModel(c.primary, "revert")
 }
 
-func (c *Core) emit(e Event) { c.out = append(c.out, Effect{Kind: Emit, Event: e}) }
+// add adds an effect of kind k to the step's effects and returns it, to
+// be filled in place (no copy of the whole effect).
+func (c *Core) add(k EffectKind) *Effect {
+	e := c.out.list.add()
+	e.Kind = k
+	return e
+}
 
-func (c *Core) add(e Effect) { c.out = append(c.out, e) }
+// emit adds the publication of an event of kind k to the step's effects
+// and returns the event, to be filled in place.
+func (c *Core) emit(k EventKind) *Event {
+	ev := c.out.events.add()
+	ev.Kind = k
+	c.add(Emit).Event = ev
+	return ev
+}
+
+// emitEnd emits auto_retry_end with end.
+func (c *Core) emitEnd(end retry.EndEvent) {
+	p := c.out.ends.add()
+	*p = end
+	c.emit(EventAutoRetryEnd).End = p
+}
+
+// emitFallback emits retry_fallback_applied or _succeeded (k) with f.
+func (c *Core) emitFallback(k EventKind, f retry.FallbackEvent) {
+	p := c.out.fallbacks.add()
+	*p = f
+	c.emit(k).Fallback = p
+}
 
 func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
 	var out []*messages.ToolCall

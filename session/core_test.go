@@ -89,7 +89,7 @@ type script struct {
 	now   time.Time
 	token uint64 // of the last timer or ask
 	turn  uint64 // of the last turn started
-	buf   []Effect
+	buf   Effects
 	// resume: after each input that leaves the core at rest, go on with a
 	// core resumed from its Record (TestScriptsResumedAtRest).
 	resume  bool
@@ -212,10 +212,12 @@ func (sc *script) input(line string) []string {
 	if sc.core == nil {
 		sc.core = New(sc.cfg, nominal{})
 	}
-	sc.buf = sc.core.Step(sc.buf[:0], sc.now, in)
-	out := make([]string, 0, len(sc.buf)+1)
-	for _, e := range sc.buf {
-		out = append(out, sc.render(e))
+	sc.buf.Reset()
+	sc.core.Step(&sc.buf, sc.now, in)
+	effects := sc.buf.List()
+	out := make([]string, 0, len(effects)+1)
+	for i := range effects {
+		out = append(out, sc.render(&effects[i]))
 	}
 	out = append(out, "state "+sc.core.State().String())
 	if st := sc.core.State(); sc.resume && (st == Idle || st == Backoff) {
@@ -305,7 +307,7 @@ func (sc *script) message(args []string) *messages.AssistantMessage {
 
 // render writes one effect as a line; it remembers the tokens and turns
 // later inputs answer.
-func (sc *script) render(e Effect) string {
+func (sc *script) render(e *Effect) string {
 	switch e.Kind {
 	case Emit:
 		return "emit " + renderEvent(e.Event)
@@ -349,7 +351,7 @@ func (sc *script) render(e Effect) string {
 	return e.Kind.String()
 }
 
-func renderEvent(ev Event) string {
+func renderEvent(ev *Event) string {
 	switch ev.Kind {
 	case EventAgentStart:
 		return fmt.Sprintf("agent_start gen=%d", ev.Generation)

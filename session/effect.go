@@ -98,30 +98,86 @@ func (k EffectKind) String() string {
 }
 
 // Effect is one thing the owner of a Core must do. Only the fields its
-// Kind names are set.
+// Kind names are set. Its larger payloads (Event, Change, Result) live in
+// the Effects that holds it, and are valid until that is Reset.
 type Effect struct {
-	Kind EffectKind
-
-	Event         Event
-	Change        ModelChange
-	Context       []*messages.Entry
-	Model         string
-	Primary       string
-	Role          string
-	Credential    string
-	Turn          uint64
-	Calls         []*messages.ToolCall
-	Failed        *messages.AssistantMessage
-	Delay         time.Duration
-	ContinueDelay time.Duration
-	Token         uint64
-	Generation    uint64
-	BlockFor      time.Duration
+	Kind          EffectKind
 	Pin           bool
 	Success       bool
+	Turn          uint64
+	Token         uint64
+	Generation    uint64
+	Delay         time.Duration
+	ContinueDelay time.Duration
+	BlockFor      time.Duration
+	Model         string
+	Credential    string
+	Primary       string
+	Role          string
 	Due           time.Time
 	Latest        time.Time
-	Result        Result
+	Calls         []*messages.ToolCall
+	Context       []*messages.Entry
+	Failed        *messages.AssistantMessage
+	Event         *Event
+	Change        *ModelChange
+	Result        *Result
+}
+
+// Effects holds the effects of a Core's steps, in order, and the payloads
+// they point to. Its owner passes it to Step, carries out the effects in
+// List, and Resets it before the next step; its storage is reused, so once
+// it has grown a step allocates nothing for its effects.
+type Effects struct {
+	list      slab[Effect]
+	events    slab[Event]
+	starts    slab[retry.StartEvent]
+	ends      slab[retry.EndEvent]
+	fallbacks slab[retry.FallbackEvent]
+	switches  slab[CredentialSwitch]
+	changes   slab[ModelChange]
+	results   slab[Result]
+}
+
+// List returns the effects added since the last Reset, in order (capped:
+// appending to it copies).
+func (o *Effects) List() []Effect { return o.list[:len(o.list):len(o.list)] }
+
+// Reset empties o for the next step; it clears only what the effects
+// since the last Reset used, dropping what they point to.
+func (o *Effects) Reset() {
+	o.list.reset()
+	o.events.reset()
+	o.starts.reset()
+	o.ends.reset()
+	o.fallbacks.reset()
+	o.switches.reset()
+	o.changes.reset()
+	o.results.reset()
+}
+
+// slab is reusable storage for values of T: the values past its length
+// are zero (reset clears what was used), so add hands out a value to fill
+// in place without clearing or copying it.
+type slab[T any] []T
+
+// add appends a zero value and returns it. A slab that grows moves on to
+// new storage; the values it handed out before stay where they are, kept
+// by whoever points to them.
+func (s *slab[T]) add() *T {
+	n := len(*s)
+	if n == cap(*s) {
+		var zero T
+		*s = append(*s, zero)
+	} else {
+		*s = (*s)[:n+1]
+	}
+	return &(*s)[n]
+}
+
+func (s *slab[T]) reset() {
+	clear(*s)
+	*s = (*s)[:0]
 }
 
 // ModelChange is a switch of the session's model, with what a resumed
@@ -167,22 +223,23 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event is one session event. Only the fields its Kind names are set.
+// Event is one session event. Only the fields its Kind names are set; its
+// payloads live in the Effects that holds it, valid until that is Reset.
 type Event struct {
 	Kind        EventKind
-	Generation  uint64                     // agent_start, agent_settled
 	PromptStart bool                       // agent_start: the run a new prompt starts (not a continue)
+	WillRetry   bool                       // agent_end
+	Success     bool                       // agent_settled
+	Generation  uint64                     // agent_start, agent_settled
 	DeltaKind   string                     // message_update: "text", "thinking", "tool_call"
 	Delta       string                     // message_update
 	Message     *messages.AssistantMessage // message_end, agent_end
-	WillRetry   bool                       // agent_end
-	Success     bool                       // agent_settled
 	Error       string                     // agent_settled; compaction_required
-	Start       retry.StartEvent           // auto_retry_start
-	End         retry.EndEvent             // auto_retry_end
-	Fallback    retry.FallbackEvent        // retry_fallback_applied / _succeeded
-	Change      ModelChange                // model_change
-	Switch      CredentialSwitch           // credential_switch
+	Start       *retry.StartEvent          // auto_retry_start
+	End         *retry.EndEvent            // auto_retry_end
+	Fallback    *retry.FallbackEvent       // retry_fallback_applied / _succeeded
+	Change      *ModelChange               // model_change
+	Switch      *CredentialSwitch          // credential_switch
 }
 
 // CredentialSwitch is a move to another credential of the model's

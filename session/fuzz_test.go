@@ -23,7 +23,7 @@ func FuzzCore(f *testing.F) {
 		now := t0
 		var token, turn uint64
 		settled := map[uint64]bool{}
-		var buf []Effect
+		var buf Effects
 		msgs := []*messages.AssistantMessage{
 			{StopReason: messages.StopReason_STOP_REASON_STOP},
 			{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "503 Service Unavailable", HttpStatus: 503},
@@ -69,8 +69,9 @@ func FuzzCore(f *testing.F) {
 			if i == len(ops)-1 && op%5 == 0 {
 				in = Input{Kind: InStop}
 			}
-			buf = c.Step(buf[:0], now, in)
-			for _, e := range buf {
+			buf.Reset()
+			c.Step(&buf, now, in)
+			for _, e := range buf.List() {
 				switch e.Kind {
 				case ArmTimer, AskCredentialSwitch, AskFallback, AskBudget:
 					token = e.Token

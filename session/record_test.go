@@ -50,7 +50,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 // or class this program does not know is refused, not guessed.
 func TestRecordRefusals(t *testing.T) {
 	c := New(Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}, nominal{})
-	c.Step(nil, t0, Input{Kind: InPrompt})
+	c.Step(new(Effects), t0, Input{Kind: InPrompt})
 	if _, err := c.Record(); err == nil || !strings.Contains(err.Error(), "selecting_credential") {
 		t.Errorf("Record while selecting a credential = %v, want an error naming the state", err)
 	}
