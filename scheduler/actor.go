@@ -31,7 +31,7 @@ type Actor struct {
 	root *actor.RootContext
 
 	mu      sync.Mutex // the timer's goroutine delivers what falls due
-	pending map[string]*task
+	pending pendingTasks
 	// queue holds the pending tasks by due time (nanoseconds from origin),
 	// and the dropped ones until they come up (or are half of it): a drop
 	// costs no queue operation.
@@ -50,6 +50,7 @@ type Wake func(sessionID string, due *messages.TaskDue)
 // task is a session's scheduled task.
 type task struct {
 	session string
+	key     uint64           // the hash of session in pendingTasks
 	to      *actor.PID       // nil: delivered through wake
 	due     messages.TaskDue // sent as is: one allocation with the task
 	dropped bool             // replaced or forgotten
@@ -58,7 +59,7 @@ type task struct {
 // New returns the scheduler actor's producer state; wake (nil: tasks
 // without a sender are dropped) delivers the tasks of sessions by id.
 func New(clk clock.Clock, wake Wake) *Actor {
-	a := &Actor{clk: clk, wake: wake, pending: map[string]*task{}, origin: clk.Now()}
+	a := &Actor{clk: clk, wake: wake, pending: newPendingTasks(), origin: clk.Now()}
 	a.fireFn = a.fire
 	return a
 }
@@ -79,13 +80,13 @@ func (a *Actor) Receive(ctx actor.Context) {
 		a.schedule(ctx.Sender(), m)
 	case *messages.Forget:
 		a.mu.Lock()
-		if t := a.pending[m.GetSessionId()]; t != nil && (m.GetToken() == 0 || m.GetToken() == t.due.GetToken()) {
+		if t := a.pending.get(m.GetSessionId()); t != nil && (m.GetToken() == 0 || m.GetToken() == t.due.GetToken()) {
 			a.drop(t)
 		}
 		a.mu.Unlock()
 	case *actor.Stopping:
 		a.mu.Lock()
-		clear(a.pending)
+		a.pending.clear()
 		a.empty()
 		a.mu.Unlock()
 	}
@@ -103,7 +104,7 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 	t.due.Generation, t.due.Task, t.due.Token = gen, m.GetTask(), m.GetToken()
 	delay := time.Duration(m.GetDelayMs())*time.Millisecond + time.Duration(m.GetSleepNs())
 	a.mu.Lock()
-	if p := a.pending[id]; p != nil {
+	if p := a.pending.get(id); p != nil {
 		if gen < p.due.GetGeneration() {
 			a.mu.Unlock()
 			return
@@ -116,7 +117,7 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 		return
 	}
 	at := int64(a.clk.Now().Add(delay).Sub(a.origin))
-	a.pending[id] = t
+	a.pending.put(t)
 	a.queue.Push(at, t)
 	if a.timer == nil || at < a.armedAt {
 		a.arm(at)
@@ -129,11 +130,11 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 // idle scheduler keeps none (a virtual clock then has nothing to fire).
 // Called with mu held.
 func (a *Actor) drop(t *task) {
-	delete(a.pending, t.session)
+	a.pending.remove(t)
 	t.dropped = true
 	a.dropped++
 	switch {
-	case len(a.pending) == 0:
+	case a.pending.len() == 0:
 		a.empty()
 	case a.dropped > 64 && 2*a.dropped > a.queue.Len():
 		a.queue.Keep(func(t *task) bool { return !t.dropped })
@@ -175,11 +176,11 @@ func (a *Actor) fire() {
 			a.dropped--
 			continue
 		}
-		delete(a.pending, t.session)
+		a.pending.remove(t)
 		due = append(due, t)
 	}
 	switch {
-	case len(a.pending) == 0:
+	case a.pending.len() == 0:
 		a.empty()
 	default:
 		for a.queue.Peek().Value.dropped { // the next pending task's time
