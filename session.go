@@ -158,77 +158,32 @@ func (s *Session) PromptAsync(ctx context.Context, text string, done func(*Assis
 // refused it (a limit, a busy session, a history write that failed,
 // ctx ended), which done then also gets. Neither may block.
 func (s *Session) Submit(ctx context.Context, text string, accepted func(error), done func(*AssistantMessage, error)) {
-	var once sync.Once
-	accept := func(err error) { once.Do(func() { accepted(err) }) }
-	s.submit(ctx, text, func() { accept(nil) }, func(msg *AssistantMessage, err error) {
-		accept(err)
-		done(msg, err)
-	})
+	s.submit(ctx, text, accepted, done)
 }
 
-// submit sends a prompt; onAccepted, if not nil, is called when the
-// session has recorded it.
-func (s *Session) submit(ctx context.Context, text string, onAccepted func(), done func(*AssistantMessage, error)) {
-	if err := ctx.Err(); err != nil {
-		done(nil, err)
-		return
-	}
-	if err := s.rt.CheckPrompt(text); err != nil {
-		done(nil, err)
-		return
-	}
-	s.start.Lock()
-	closed := s.closed
-	s.start.Unlock()
-	if closed {
-		done(nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, s.closedError()))
-		return
-	}
-	limits := s.rt.cfg.limits
-	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
-		s.rt.inFlight.Add(-1)
-		done(nil, &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight})
-		return
-	}
-	var finished sync.Once
-	finish := func(msg *AssistantMessage, err error) {
-		finished.Do(func() {
-			s.rt.inFlight.Add(-1)
-			done(msg, err)
-		})
-	}
-	var stopWatch func() bool
-	replied := func(res interface{}, err error) {
-		if stopWatch != nil && !stopWatch() {
-			return // ctx ended first: the watcher finishes with ctx.Err()
+// submit sends a prompt; accepted, if not nil, is Submit's.
+func (s *Session) submit(ctx context.Context, text string, accepted func(error), done func(*AssistantMessage, error)) {
+	if err := s.admit(ctx, text); err != nil {
+		if accepted != nil {
+			accepted(err)
 		}
-		finish(s.result(res, err))
+		done(nil, err)
+		return
 	}
+	p := &promptCall{s: s, ctx: ctx, done: done, accepted: accepted}
 	if ctx.Done() != nil {
-		// Done once the prompt is sent: an abort for ctx goes after it,
-		// never before (a WaitGroup is smaller than a channel, and a
-		// waiting prompt keeps it).
-		sending := new(sync.WaitGroup)
-		sending.Add(1)
-		defer sending.Done()
-		stopWatch = context.AfterFunc(ctx, func() {
-			sending.Wait()
-			s.Abort() // queued before done runs, so it never hits a later prompt
-			finish(nil, ctx.Err())
-		})
+		p.sending.Add(1)
+		defer p.sending.Done()
+		p.stopWatch = context.AfterFunc(ctx, p.cancelled)
 	}
-	req := &messages.PromptRequest{Text: text, Ack: onAccepted != nil}
+	req := &messages.PromptRequest{Text: text, Ack: accepted != nil}
 	if s.remote != nil {
-		if err := s.remote.prompt(req, onAccepted, replied); err != nil {
-			replied(nil, err)
+		if err := s.remote.prompt(req, p); err != nil {
+			p.replied(nil, err)
 		}
 		return
 	}
-	var accepted func(uint64)
-	if onAccepted != nil {
-		accepted = func(uint64) { onAccepted() }
-	}
-	reply := newReplyAddress(s.rt.system, replied, accepted)
+	reply := p.register(s.rt.system, p)
 	err := s.deliver(func(pid *actor.PID) {
 		s.rt.cfg.clock.Begin()
 		s.rt.system.Root.RequestWithCustomSender(pid, req, reply)
@@ -236,6 +191,86 @@ func (s *Session) submit(ctx context.Context, text string, onAccepted func(), do
 	if err != nil { // closed meanwhile, or the actor could not start
 		s.rt.system.Root.Stop(reply)
 	}
+}
+
+// admit checks that the session takes a prompt now, and counts it in
+// flight when it does.
+func (s *Session) admit(ctx context.Context, text string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.rt.CheckPrompt(text); err != nil {
+		return err
+	}
+	s.start.Lock()
+	closed := s.closed
+	s.start.Unlock()
+	if closed {
+		return fmt.Errorf("musepi: prompt on session %s: %w", s.id, s.closedError())
+	}
+	limits := s.rt.cfg.limits
+	if n := s.rt.inFlight.Add(1); limits.PromptsInFlight > 0 && n > int64(limits.PromptsInFlight) {
+		s.rt.inFlight.Add(-1)
+		return &LimitError{Limit: "prompts in flight", Max: limits.PromptsInFlight}
+	}
+	return nil
+}
+
+// promptCall is a prompt sent and not yet finished: its reply address,
+// its caller's callbacks and the watch on its context, in one allocation
+// (a prompt that waits out an outage keeps it, and each object it keeps
+// costs the collector mark work on every cycle).
+type promptCall struct {
+	replyAddress
+	s        *Session
+	ctx      context.Context
+	done     func(*AssistantMessage, error)
+	accepted func(error) // Submit's (nil: PromptAsync's)
+	// stopWatch stops the watch on ctx (nil: ctx never ends); false when
+	// ctx ended first.
+	stopWatch func() bool
+	// sending is done once the prompt is sent: an abort for ctx goes
+	// after it, never before.
+	sending    sync.WaitGroup
+	acceptOnce sync.Once
+	finished   atomic.Bool
+}
+
+// replied takes the session's reply, unless ctx ended first: the watch
+// finishes the prompt with ctx.Err() then.
+func (p *promptCall) replied(res interface{}, err error) {
+	if p.stopWatch != nil && !p.stopWatch() {
+		return
+	}
+	p.finish(p.s.result(res, err))
+}
+
+// acceptedAt takes the session's PromptAccepted: the prompt is recorded.
+func (p *promptCall) acceptedAt(uint64) { p.accept(nil) }
+
+// cancelled is the watch on ctx, which ended before the reply came: the
+// prompt is aborted and finishes with ctx.Err().
+func (p *promptCall) cancelled() {
+	p.sending.Wait()
+	p.s.Abort() // queued before done runs, so it never hits a later prompt
+	p.finish(nil, p.ctx.Err())
+}
+
+// accept calls Submit's accepted, once.
+func (p *promptCall) accept(err error) {
+	if p.accepted != nil {
+		p.acceptOnce.Do(func() { p.accepted(err) })
+	}
+}
+
+// finish ends the prompt, once: accepted (if not called yet), then done.
+func (p *promptCall) finish(msg *AssistantMessage, err error) {
+	if !p.finished.CompareAndSwap(false, true) {
+		return
+	}
+	p.s.rt.inFlight.Add(-1)
+	p.accept(err)
+	p.done(msg, err)
 }
 
 // Attach waits for the result of the session's running prompt when its
@@ -256,10 +291,10 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 		err error
 	}
 	done := make(chan outcome, 1)
-	reply := newReplyAddress(s.rt.system, func(res interface{}, err error) {
+	reply := newReplyAddress(s.rt.system, replyFunc(func(res interface{}, err error) {
 		msg, err := s.result(res, err)
 		done <- outcome{msg, err}
-	}, nil)
+	}))
 	err := s.deliver(func(pid *actor.PID) {
 		s.rt.cfg.clock.Begin()
 		s.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{}, reply)

@@ -324,10 +324,9 @@ func (r *remoteSession) state() *actors.SessionState {
 // pendingPrompt is a prompt sent to the session's activation and not yet
 // answered.
 type pendingPrompt struct {
-	r        *remoteSession
-	req      *messages.PromptRequest
-	accepted func()
-	fn       func(res interface{}, err error)
+	r      *remoteSession
+	req    *messages.PromptRequest
+	caller replier // takes the result, and the PromptAccepted
 
 	mu        sync.Mutex
 	to        *actor.PID // the activation it went to
@@ -339,13 +338,13 @@ type pendingPrompt struct {
 	once      sync.Once
 }
 
-// prompt sends req to the session's activation; fn gets the reply, the
-// way Session.submit's reply address does. A prompt that reaches no
+// prompt sends req to the session's activation; caller gets the reply
+// as from a reply address of this runtime. A prompt that reaches no
 // session (the activation was gone: a dead letter) is sent again to the
 // new one; one whose node leaves while it waits ends with ErrHostLeft.
-func (r *remoteSession) prompt(req *messages.PromptRequest, accepted func(), fn func(interface{}, error)) error {
+func (r *remoteSession) prompt(req *messages.PromptRequest, caller replier) error {
 	req.Ack = true // the generation tells which prompt a handover orphaned
-	p := &pendingPrompt{r: r, req: req, accepted: accepted, fn: fn}
+	p := &pendingPrompt{r: r, req: req, caller: caller}
 	return p.send()
 }
 
@@ -353,7 +352,7 @@ func (p *pendingPrompt) send() error {
 	p.mu.Lock()
 	p.tries++
 	p.mu.Unlock()
-	reply := newReplyAddress(p.r.node.rt.system, p.replied, p.acceptedAt)
+	reply := newReplyAddress(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
 		p.mu.Lock()
 		p.to, p.reply = pid, reply
@@ -371,9 +370,7 @@ func (p *pendingPrompt) acceptedAt(gen uint64) {
 	p.mu.Lock()
 	p.gen = gen
 	p.mu.Unlock()
-	if p.accepted != nil {
-		p.accepted()
-	}
+	p.caller.acceptedAt(gen)
 }
 
 func (p *pendingPrompt) generation() uint64 {
@@ -432,7 +429,7 @@ func (p *pendingPrompt) attach() {
 	p.lost, p.attaching = false, true
 	gen := p.gen
 	p.mu.Unlock()
-	reply := newReplyAddress(p.r.node.rt.system, p.replied, nil)
+	reply := newReplyAddress(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
 		p.mu.Lock()
 		p.to, p.reply = pid, reply
@@ -471,7 +468,7 @@ func (p *pendingPrompt) lose() {
 }
 
 func (p *pendingPrompt) finish(res interface{}, err error) {
-	p.once.Do(func() { p.fn(res, err) })
+	p.once.Do(func() { p.caller.replied(res, err) })
 }
 
 // relayProcess is a handle's address for its activation: the session's
