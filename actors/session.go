@@ -346,8 +346,9 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	if d := s.dur; d != nil {
 		d.waiterAttached, d.orphan = false, nil
 	}
-	s.promptUser = &messages.UserMessage{Text: m.GetText(), TimestampMs: s.deps.Clock.Now().UnixMilli()}
-	err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: s.promptUser}})
+	user, entry := userEntry(m.GetText(), s.deps.Clock.Now().UnixMilli())
+	s.promptUser = user
+	err := s.record(true, entry...)
 	if err == "" && m.GetAck() {
 		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
 	}
@@ -385,6 +386,23 @@ func assistantEntry(msg *messages.AssistantMessage) []*messages.Entry {
 	e.entry.Entry = &e.wrapper
 	e.batch[0] = &e.entry
 	return e.batch[:]
+}
+
+// userEntry is a prompt's user message (text, at ms Unix milliseconds)
+// and the message as a batch of one entry for record, in one allocation:
+// what would be four, as for assistantEntry.
+func userEntry(text string, ms int64) (*messages.UserMessage, []*messages.Entry) {
+	e := new(struct {
+		user    messages.UserMessage
+		entry   messages.Entry
+		wrapper messages.Entry_User
+		batch   [1]*messages.Entry
+	})
+	e.user.Text, e.user.TimestampMs = text, ms
+	e.wrapper.User = &e.user
+	e.entry.Entry = &e.wrapper
+	e.batch[0] = &e.entry
+	return &e.user, e.batch[:]
 }
 
 // chainAttempts is how often a step that panics is tried before the chain
