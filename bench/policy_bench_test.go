@@ -160,3 +160,39 @@ func BenchmarkParseHint(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFailureText: one op is what a retry attempt reads from a failed
+// turn's error text and headers, for the retry storm's error kinds (the
+// texts bench/storm's provider reports): retry.Classify, retry.ParseHint and
+// retry.LimitWait, as retry.Chain calls them.
+func BenchmarkFailureText(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		msg   *messages.AssistantMessage
+		class retry.Class
+		hint  bool
+	}{
+		{"429", failedTurn("429 Too Many Requests: Rate limit reached for requests", 429), retry.Transient, false},
+		{"429_hint", failedTurn("429 Too Many Requests: Rate limit reached for requests", 429, "retry-after", "2"), retry.Transient, true},
+		{"503", failedTurn("503 Service Unavailable: Service unavailable.", 503), retry.Transient, false},
+		{"overload", failedTurn("503 Service Unavailable: The server is overloaded or not ready yet.", 503), retry.Transient, false},
+		{"usage_limit", failedTurn("429 Too Many Requests: The usage limit has been reached", 429), retry.UsageLimit, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			text, status := bc.msg.GetErrorMessage(), int(bc.msg.GetHttpStatus())
+			attempt := func() {
+				if got := retry.Classify(bc.msg, retry.AbortState{}); got != bc.class {
+					b.Fatalf("Classify = %v, want %v", got, bc.class)
+				}
+				if _, ok := retry.ParseHint(bc.msg.GetHeaders(), text, benchNow); ok != bc.hint {
+					b.Fatalf("ParseHint found a hint: %t, want %t", ok, bc.hint)
+				}
+				retry.LimitWait(text, status, 0.5)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				attempt()
+			}
+		})
+	}
+}
