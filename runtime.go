@@ -292,14 +292,14 @@ func actorTools(tools []Tool) []actors.Tool {
 }
 
 // newSource gives each session's retry chain its own jitter source, drawn
-// from the runtime seed.
+// from the runtime seed (one heap object per session).
 func (rt *Runtime) newSource() retry.Source {
 	if rt.cfg.newSource != nil {
 		return rt.cfg.newSource()
 	}
 	rt.seedMu.Lock()
 	defer rt.seedMu.Unlock()
-	return mrand.New(mrand.NewPCG(rt.seeds.Uint64(), rt.seeds.Uint64()))
+	return retry.NewPCGSource(rt.seeds.Uint64(), rt.seeds.Uint64())
 }
 
 // CheckPrompt returns the *LimitError a prompt of text would fail with for

@@ -579,7 +579,7 @@ func (s *SessionActor) newSource() retry.Source {
 		return s.deps.NewSource()
 	}
 	seed := rand.Uint64()
-	return rand.New(rand.NewPCG(seed, seed>>1))
+	return retry.NewPCGSource(seed, seed>>1)
 }
 
 // retry is the retry child, which owns the backoff; it is started
