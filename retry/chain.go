@@ -157,7 +157,8 @@ func (c *Chain) turnEnded(in Input) {
 	if c.phase != Idle {
 		c.phase = AwaitingTurn
 	}
-	class := Classify(in.Message, in.Aborts)
+	var text reading // the error text, read once for the whole decision
+	class := classify(in.Message, in.Aborts, &text)
 	if class.Retryable() && in.Aborts.any() {
 		// A deliberate abort (user, dispose, edit guard) settles the turn,
 		// whatever error the stream ended with while it was being aborted.
@@ -180,7 +181,7 @@ func (c *Chain) turnEnded(in Input) {
 			c.end(true, c.attempt, "")
 		}
 	case class.Retryable():
-		c.handleRetryable(in, class)
+		c.handleRetryable(in, class, &text)
 	default:
 		if c.phase != Idle {
 			c.end(false, c.attempt, FinalError(in.Message))
@@ -193,7 +194,7 @@ func (c *Chain) turnEnded(in Input) {
 
 // handleRetryable runs steps 1-8 of the flow; it continues in
 // credentialReplied, fallbackReplied and decide.
-func (c *Chain) handleRetryable(in Input, class Class) {
+func (c *Chain) handleRetryable(in Input, class Class, text *reading) {
 	s := &c.settings
 	msg := in.Message
 	if !s.Enabled {
@@ -217,8 +218,8 @@ func (c *Chain) handleRetryable(in Input, class Class) {
 	}
 	c.switched = false
 	c.delay = Backoff(c.attempt, s.BaseDelay, c.src.Float64())
-	hint, hasHint := ParseHint(msg.GetHeaders(), c.errText, in.Now)
-	_, estimate := LimitWait(c.errText, int(msg.GetHttpStatus()), c.src.Float64())
+	hint, hasHint := parseHint(msg.GetHeaders(), c.errText, in.Now, text)
+	_, estimate := limitWait(text.of(c.errText), int(msg.GetHttpStatus()), c.src.Float64())
 	c.cooldown = estimate
 	if hasHint {
 		c.cooldown = hint.Delay

@@ -3,7 +3,6 @@ package retry
 import (
 	"net/http"
 	"strings"
-	"unsafe"
 
 	"github.com/musepi/musepi/messages"
 )
@@ -87,6 +86,12 @@ func (a AbortState) any() bool { return a.User || a.Dispose || a.EditGuard }
 // Classify says what the policy does with msg, the last assistant message of
 // a turn. A nil message is NotRetryable. Classification never panics.
 func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
+	return classify(msg, aborts, nil)
+}
+
+// classify is Classify reading the error text, when it decides by it, into
+// r (which may hold that reading already; nil: a reading of its own).
+func classify(msg *messages.AssistantMessage, aborts AbortState, r *reading) Class {
 	if msg == nil {
 		return NotRetryable
 	}
@@ -104,11 +109,12 @@ func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
 		return NotRetryable
 	}
 	status := int(msg.GetHttpStatus())
-	var buf [lowerBufSize]byte
-	lower := toLowerASCII(ProviderText(msg.GetErrorMessage(), status), &buf)
-	var set bigramSet
-	set.fill(lower)
-	if matchFamily(ContextOverflow, &set, lower, status) {
+	if r == nil {
+		r = new(reading)
+	}
+	r.of(msg.GetErrorMessage())
+	text := r.provider(status)
+	if matchFamily(ContextOverflow, &r.set, text, status) {
 		return ContextOverflow
 	}
 	switch msg.GetStopDetails().GetType() {
@@ -116,7 +122,7 @@ func Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
 		return ClassifierRefusal
 	}
 	for _, c := range [...]Class{StaleReplay, UsageLimit, Transient} {
-		if matchFamily(c, &set, lower, status) {
+		if matchFamily(c, &r.set, text, status) {
 			if HasObservableOutput(msg) {
 				return NotRetryable
 			}
@@ -189,26 +195,30 @@ func isReasonlessAbort(msg *messages.AssistantMessage, aborts AbortState) bool {
 	return msg.GetErrorMessage() == AbortSentinel && !aborts.any() && !HasObservableOutput(msg)
 }
 
-// lowerBufSize bounds the error text lowered on the stack; longer texts are
-// lowered on the heap.
-const lowerBufSize = 1024
-
-// toLowerASCII lowers ASCII letters of s (only those, so the result does not
-// depend on the length), into buf when it fits. The result may alias buf and
-// must not outlive the caller's frame.
-func toLowerASCII(s string, buf *[lowerBufSize]byte) string {
-	var b []byte
-	if len(s) > len(buf) {
-		b = make([]byte, len(s))
-	} else {
-		b = buf[:len(s)]
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
-	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
+// reading is a failed turn's error text as the policy reads it, once for
+// classification, the text hint and the usage-limit reason: the set of the
+// byte pairs of the text with its ASCII letters lowered (only those, so
+// lowering does not change the length), which rules most substrings out
+// without a scan.
+type reading struct {
+	text string
+	read bool
+	set  bigramSet
 }
+
+// of reads text into r, unless r holds its reading already, and returns r.
+func (r *reading) of(text string) *reading {
+	if r.read && r.text == text {
+		return r
+	}
+	if r.read {
+		clear(r.set[:])
+	}
+	r.text, r.read = text, true
+	r.set.fill(text)
+	return r
+}
+
+// provider is the provider part of the text read, for a message of HTTP
+// status status (see ProviderText).
+func (r *reading) provider(status int) string { return ProviderText(r.text, status) }

@@ -32,6 +32,12 @@ var hintHeaders = [...]struct {
 // non-positive or past value falls through), then from the error text.
 // now is used for HTTP dates and absolute epochs.
 func ParseHint(headers map[string]string, text string, now time.Time) (Hint, bool) {
+	return parseHint(headers, text, now, nil)
+}
+
+// parseHint is ParseHint reading text, if no header gives a hint, into r
+// (which may hold that reading already; nil: a reading of its own).
+func parseHint(headers map[string]string, text string, now time.Time, r *reading) (Hint, bool) {
 	for _, h := range hintHeaders {
 		v, ok := headerValue(headers, h.name)
 		if !ok {
@@ -41,7 +47,10 @@ func ParseHint(headers map[string]string, text string, now time.Time) (Hint, boo
 			return Hint{Delay: d, Source: h.name}, true
 		}
 	}
-	if d, ok := parseTextHint(text); ok && d > 0 {
+	if r == nil {
+		r = new(reading)
+	}
+	if d, ok := parseTextHint(r.of(text)); ok && d > 0 {
 		return Hint{Delay: d, Source: "text"}, true
 	}
 	return Hint{}, false
@@ -158,10 +167,11 @@ var (
 	durationPart     = regexp.MustCompile(`(\d+(?:\.\d+)?)\s*([a-z]+)`)
 )
 
-func parseTextHint(text string) (time.Duration, bool) {
-	if !mayHoldTextHint(text) {
+func parseTextHint(r *reading) (time.Duration, bool) {
+	if !anyIn(textHintWords, &r.set, r.text) {
 		return 0, false
 	}
+	text := r.text
 	if m := textRetryAfterMs.FindStringSubmatch(text); m != nil {
 		return scaled(m[1], time.Millisecond)
 	}
@@ -184,12 +194,7 @@ func parseTextHint(text string) (time.Duration, bool) {
 
 // textHintWords prefilter the text hints: a text holding none of them has no
 // hint, and the regular expressions are not run.
-var textHintWords = []string{"retry-after", "retry in", "retrydelay", "try again in", "retry after", "reset after"}
-
-func mayHoldTextHint(text string) bool {
-	var buf [lowerBufSize]byte
-	return text != "" && containsAny(toLowerASCII(text, &buf), textHintWords)
-}
+var textHintWords = needles("retry-after", "retry in", "retrydelay", "try again in", "retry after", "reset after")
 
 // compoundDuration sums parts such as "1h2m3s" or "20 seconds".
 func compoundDuration(s string) (time.Duration, bool) {
@@ -239,14 +244,14 @@ func (r LimitReason) String() string {
 // match wins.
 var limitReasons = []struct {
 	reason LimitReason
-	words  []string
+	words  []needle
 	status []int
 }{
-	{ReasonCapacity, []string{"capacity", "overloaded", "resource exhausted", "resource_exhausted"}, []int{529, 503}},
+	{ReasonCapacity, needles("capacity", "overloaded", "resource exhausted", "resource_exhausted"), []int{529, 503}},
 	// Not "rate_limit": Anthropic types usage limits rate_limit_error.
-	{ReasonRateLimit, []string{"per minute", "rate limit", "too many requests"}, nil},
-	{ReasonQuota, []string{"exhausted", "quota", "usage limit", "usage_limit"}, nil},
-	{ReasonServerError, []string{"internal error", "internal_error"}, []int{500}},
+	{ReasonRateLimit, needles("per minute", "rate limit", "too many requests"), nil},
+	{ReasonQuota, needles("exhausted", "quota", "usage limit", "usage_limit"), nil},
+	{ReasonServerError, needles("internal error", "internal_error"), []int{500}},
 }
 
 // LimitWait is the hint-less wait for a usage limit, by reason: capacity
@@ -257,11 +262,16 @@ var limitReasons = []struct {
 // text is the whole error text: the reason is read from its provider part
 // (see ProviderText), and status is matched as a number.
 func LimitWait(text string, status int, r float64) (LimitReason, time.Duration) {
-	var buf [lowerBufSize]byte
-	lower := toLowerASCII(ProviderText(text, status), &buf)
+	var rd reading
+	return limitWait(rd.of(text), status, r)
+}
+
+// limitWait is LimitWait of the text read in rd.
+func limitWait(rd *reading, status int, r float64) (LimitReason, time.Duration) {
+	text := rd.provider(status)
 	reason := ReasonUnknown
 	for _, row := range limitReasons {
-		if containsAny(lower, row.words) || (len(row.status) > 0 && statusMatches(row.status, lower, status)) {
+		if anyIn(row.words, &rd.set, text) || (len(row.status) > 0 && statusMatches(row.status, text, status)) {
 			reason = row.reason
 			break
 		}

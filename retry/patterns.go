@@ -1,6 +1,6 @@
 package retry
 
-import "strings"
+import "strconv"
 
 // pattern is one row of the classification table. A row matches lowered
 // error text when every field that is set holds.
@@ -174,62 +174,71 @@ var patterns = []pattern{
 
 // familyRows is the table compiled and indexed by class, so a family is
 // checked in one pass.
-var familyRows = func() map[Class][]compiled {
-	m := make(map[Class][]compiled)
+var familyRows = func() (rows [ReasonlessAbort + 1][]compiled) {
 	for _, p := range patterns {
-		m[p.class] = append(m[p.class], compile(p))
+		rows[p.class] = append(rows[p.class], compile(p))
 	}
-	return m
+	return rows
 }()
 
-// compiled is a pattern whose substrings carry their bigram fingerprints.
+// compiled is a pattern whose substrings carry their bigrams.
 type compiled struct {
 	pattern
 	all, any, none []needle
 }
 
-// needle is a substring and the bigram-set bits it needs in a text.
+// needle is a substring and the bigrams a text needs to hold it. It occurs
+// in a text (with the text's ASCII letters lowered) when mayBeIn and isIn
+// hold, given a set holding at least the lowered text's bigrams: the
+// bigrams rule most texts out without a scan, and mayBeIn, the first part,
+// is inlined.
 type needle struct {
 	s     string
-	grams []uint16
+	grams []uint16 // distinct, in order; at least one
 }
 
 func compile(p pattern) compiled {
-	needles := func(subs []string) []needle {
-		out := make([]needle, len(subs))
-		for i, s := range subs {
-			out[i] = needle{s: s, grams: gramsOf(s)}
-		}
-		return out
-	}
-	return compiled{pattern: p, all: needles(p.all), any: needles(p.any), none: needles(p.none)}
+	return compiled{pattern: p, all: needles(p.all...), any: needles(p.any...), none: needles(p.none...)}
 }
 
-// matchFamily reports whether any row of class c matches lowered text,
-// whose bigrams are in set.
-func matchFamily(c Class, set *bigramSet, lower string, status int) bool {
+// needles are subs with their bigrams. A substring is at least two bytes
+// long (one bigram).
+func needles(subs ...string) []needle {
+	out := make([]needle, len(subs))
+	for i, s := range subs {
+		if len(s) < 2 {
+			panic("retry: pattern substring " + strconv.Quote(s) + " shorter than a bigram")
+		}
+		out[i] = needle{s: s, grams: gramsOf(s)}
+	}
+	return out
+}
+
+// matchFamily reports whether any row of class c matches text (lowered);
+// set holds at least the lowered text's bigrams.
+func matchFamily(c Class, set *bigramSet, text string, status int) bool {
 	rows := familyRows[c]
 	for i := range rows {
-		if rows[i].match(set, lower, status) {
+		if rows[i].match(set, text, status) {
 			return true
 		}
 	}
 	return false
 }
 
-func (p *compiled) match(set *bigramSet, lower string, status int) bool {
+func (p *compiled) match(set *bigramSet, text string, status int) bool {
 	for i := range p.all {
-		if !p.all[i].in(set, lower) {
+		if !p.all[i].mayBeIn(set, text) || !p.all[i].isIn(set, text) {
 			return false
 		}
 	}
-	if len(p.any) > 0 && !anyIn(p.any, set, lower) {
+	if len(p.any) > 0 && !anyIn(p.any, set, text) {
 		return false
 	}
-	if anyIn(p.none, set, lower) {
+	if anyIn(p.none, set, text) {
 		return false
 	}
-	if len(p.status) > 0 && !statusMatches(p.status, lower, status) {
+	if len(p.status) > 0 && !statusMatches(p.status, text, status) {
 		return false
 	}
 	if p.clientStatusVetoes && isFinalClientStatus(status) {
@@ -238,40 +247,75 @@ func (p *compiled) match(set *bigramSet, lower string, status int) bool {
 	return true
 }
 
-func anyIn(needles []needle, set *bigramSet, lower string) bool {
-	for i := range needles {
-		if needles[i].in(set, lower) {
+// anyIn reports whether any of ns occurs in text (see needle).
+func anyIn(ns []needle, set *bigramSet, text string) bool {
+	for i := range ns {
+		if ns[i].mayBeIn(set, text) && ns[i].isIn(set, text) {
 			return true
 		}
 	}
 	return false
 }
 
-// in reports whether n occurs in lower; the bigram set rules most texts out
-// without scanning them.
-func (n *needle) in(set *bigramSet, lower string) bool {
-	for _, g := range n.grams {
+// mayBeIn reports whether text is long enough and holds n's first bigram.
+func (n *needle) mayBeIn(set *bigramSet, text string) bool {
+	return len(n.s) <= len(text) && set.has(n.grams[0])
+}
+
+// isIn reports whether text, of which mayBeIn holds, holds n's other
+// bigrams and n.
+func (n *needle) isIn(set *bigramSet, text string) bool {
+	for _, g := range n.grams[1:] {
 		if !set.has(g) {
 			return false
 		}
 	}
-	return strings.Contains(lower, n.s)
+	return containsLowered(text, n.s)
 }
+
+// containsLowered reports whether sub occurs in s with s's ASCII letters
+// lowered (sub is compared as it is).
+func containsLowered(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for j < len(sub) && lowerASCII[s[i+j]] == sub[j] {
+			j++
+		}
+		if j == len(sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// lowerASCII maps a byte to its lower case if it is an ASCII letter, else to
+// itself.
+var lowerASCII = func() (t [256]byte) {
+	for c := range t {
+		t[c] = byte(c)
+		if 'A' <= c && c <= 'Z' {
+			t[c] += 'a' - 'A'
+		}
+	}
+	return t
+}()
 
 // bigramSet is a 4096-bit set of hashed byte pairs of a text.
 type bigramSet [64]uint64
 
 func gramHash(a, b byte) uint16 { return (uint16(a)*131 + uint16(b)) & 4095 }
 
+// fill adds the bigrams of text with its ASCII letters lowered.
 func (s *bigramSet) fill(text string) {
 	for i := 0; i+1 < len(text); i++ {
-		h := gramHash(text[i], text[i+1])
+		h := gramHash(lowerASCII[text[i]], lowerASCII[text[i+1]])
 		s[h>>6] |= 1 << (h & 63)
 	}
 }
 
 func (s *bigramSet) has(h uint16) bool { return s[h>>6]&(1<<(h&63)) != 0 }
 
+// gramsOf is the distinct bigrams of sub, in order.
 func gramsOf(sub string) []uint16 {
 	var set bigramSet
 	var out []uint16
@@ -283,15 +327,6 @@ func gramsOf(sub string) []uint16 {
 		}
 	}
 	return out
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
 }
 
 // isFinalClientStatus reports a 4xx status that retrying cannot fix.
