@@ -139,17 +139,18 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	outageFrom := start.Add(sc.OutageStart)
 	outageTo := outageFrom.Add(sc.OutageLen)
 	f := map[string]float64{
-		"prompts_started":   float64(e.sessions),
-		"prompts_completed": float64(n.completed),
-		"prompts_failed":    float64(n.failed),
-		"prompts_lost":      float64(e.sessions - n.completed - n.failed),
-		"requests_total":    float64(n.requests),
-		"requests_outage":   float64(m.rec.requestsBetween(outageFrom, outageTo)),
-		"retry_attempts":    float64(retries),
-		"cpu_seconds":       cpu.Seconds(),
-		"wall_seconds":      wall.Seconds(),
-		"goroutines_after":  float64(runtime.NumGoroutine()),
-		"setup_seconds":     setup.Seconds(),
+		"prompts_started":       float64(e.sessions),
+		"prompts_completed":     float64(n.completed),
+		"prompts_failed":        float64(n.failed),
+		"prompts_lost":          float64(e.sessions - n.completed - n.failed),
+		"requests_total":        float64(n.requests),
+		"requests_outage":       float64(m.rec.requestsBetween(outageFrom, outageTo)),
+		"retry_attempts":        float64(retries),
+		"cpu_seconds":           cpu.Seconds(),
+		"wall_seconds":          wall.Seconds(),
+		"goroutines_after":      float64(runtime.NumGoroutine()),
+		"setup_seconds":         setup.Seconds(),
+		"sample_gc_cpu_seconds": sampleGC.Seconds(),
 	}
 	peak.figures(f)
 	lockstep, byWave := m.waves.indexes(e.settings.BaseDelay)

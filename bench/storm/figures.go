@@ -22,6 +22,7 @@ var figures = []Figure{
 	{"retries_outage", "retry requests during the outage", ""},
 	{"retry_attempts", "retry attempts", ""},
 	{"cpu_seconds", "CPU time", "s"},
+	{"sample_gc_cpu_seconds", "CPU left out: the memory sample's two collections", "s"},
 	{"attempts_per_cpu_second", "retry attempts per CPU-second", ""},
 	{"cpu_us_per_attempt", "CPU per attempt", "µs"},
 	{"messages_per_attempt", "actor messages per retry attempt (counted)", ""},
