@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -412,7 +413,8 @@ func (s *Session) actorLocked() (*actor.PID, error) {
 		return pid, nil
 	}
 	s.runs++
-	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, fmt.Sprintf("session-%s#%d", s.id, s.runs), s.prepared)
+	name := "session-" + s.id + "#" + strconv.Itoa(s.runs)
+	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, name, s.prepared)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: start session %s: %w", s.id, err)
 	}

@@ -148,7 +148,7 @@ func (r *musepiRun) midOutage() {
 func (r *musepiRun) launch(ctx context.Context) error {
 	sessions := r.sessions
 	r.starter.launch(r.starts, r.e.scenario, r.e.sessions, func(i int) {
-		sessions[i].PromptAsync(ctx, "Hello from session "+fmt.Sprint(i), func(_ *musepi.AssistantMessage, err error) {
+		sessions[i].PromptAsync(ctx, "Hello from session "+strconv.Itoa(i), func(_ *musepi.AssistantMessage, err error) {
 			if err != nil {
 				r.failed.Add(1)
 				r.noteFailure(err)
