@@ -11,6 +11,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/memstat"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -51,24 +52,6 @@ func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Sett
 	return rt
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-// memInUse is the heap in use plus goroutine stacks, after two collections
-// (the storm's measure of a waiting session).
-func memInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + ms.StackInuse
-}
-
 // BenchmarkIdleSession reports the heap and goroutines one idle session
 // holds (session actor, its retry child, registry entries), per session.
 func BenchmarkIdleSession(b *testing.B) {
@@ -76,7 +59,7 @@ func BenchmarkIdleSession(b *testing.B) {
 	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())
 	ctx := context.Background()
 	sessions := make([]*musepi.Session, 0, b.N)
-	g0, h0 := runtime.NumGoroutine(), heapInUse()
+	g0, h0 := runtime.NumGoroutine(), memstat.Collected().HeapAlloc
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
@@ -90,7 +73,7 @@ func BenchmarkIdleSession(b *testing.B) {
 	}
 	b.StopTimer()
 	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
-	h1, g1 := heapInUse(), runtime.NumGoroutine()
+	h1, g1 := memstat.Collected().HeapAlloc, runtime.NumGoroutine()
 	b.ReportMetric(float64(int64(h1)-int64(h0))/float64(b.N), "heapB/session")
 	b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/session")
 	runtime.KeepAlive(sessions)
@@ -109,7 +92,7 @@ func BenchmarkWaitingSession(b *testing.B) {
 	sessions := make([]*musepi.Session, 0, b.N)
 	var finished atomic.Int64
 	done := func(*musepi.AssistantMessage, error) { finished.Add(1) }
-	m0 := memInUse()
+	m0 := memstat.InUse()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
@@ -124,7 +107,7 @@ func BenchmarkWaitingSession(b *testing.B) {
 	}
 	b.StopTimer()
 	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
-	m1 := memInUse()
+	m1 := memstat.InUse()
 	if n := finished.Load(); n != 0 {
 		b.Fatalf("%d prompts finished before their first backoff ended", n)
 	}

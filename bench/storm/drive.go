@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/memstat"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -71,7 +72,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 	sc := e.scenario
 	// The memory a waiting session holds counts everything its contender
 	// built for it, sessions included: measured from before the setup.
-	baseline := memInUse()
+	baseline := memstat.InUse()
 	setup0 := time.Now()
 	if err := c.setup(ctx); err != nil {
 		_ = c.close()
@@ -100,7 +101,7 @@ func drive(ctx context.Context, e *env, name, description string, m measured, c 
 		// finishes it first, and its rest, a fraction of one cycle at
 		// most, is left out too).
 		gc0 := gcCPU()
-		mem := memInUse()
+		mem := memstat.InUse()
 		sampleGC = gcCPU() - gc0
 		if mem > baseline && sampled > 0 {
 			perWaiting = float64(mem-baseline) / float64(sampled)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/musepi/musepi/internal/memstat"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -143,7 +144,7 @@ func runFloor(ctx context.Context, e *env, msgsPerAttempt int, attempts int) (Sy
 		bar.start()
 	}
 	smp := startSampler()
-	baseline := memInUse()
+	baseline := memstat.InUse()
 
 	system := actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }),
@@ -222,7 +223,7 @@ wait:
 		return fail(err)
 	}
 	perPair := 0.0
-	if m := memInUse(); m > baseline {
+	if m := memstat.InUse(); m > baseline {
 		perPair = float64(m-baseline) / float64(pairs)
 	}
 

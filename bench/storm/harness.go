@@ -58,15 +58,6 @@ func gcCPU() time.Duration {
 	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
-// memInUse is the heap in use plus goroutine stacks, after two collections.
-func memInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + ms.StackInuse
-}
-
 // sampler follows the peaks of a run.
 type sampler struct {
 	stop  chan struct{}
