@@ -52,14 +52,10 @@ func newRuntime(b *testing.B, clk clock.Clock, p provider.Provider, s retry.Sett
 	return rt
 }
 
-// BenchmarkIdleSession reports the heap and goroutines one idle session
-// holds (session actor, its retry child, registry entries), per session.
-func BenchmarkIdleSession(b *testing.B) {
-	clk := clock.NewVirtual(time.Unix(0, 0))
-	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())
-	ctx := context.Background()
+// startSessions times b.N new sessions on rt, calling each (if not nil)
+// with every one, and waits until clk's work is done.
+func startSessions(b *testing.B, ctx context.Context, clk *clock.Virtual, rt *musepi.Runtime, each func(*musepi.Session)) []*musepi.Session {
 	sessions := make([]*musepi.Session, 0, b.N)
-	g0, h0 := runtime.NumGoroutine(), memstat.Collected().HeapAlloc
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
@@ -67,11 +63,25 @@ func BenchmarkIdleSession(b *testing.B) {
 			b.Fatal(err)
 		}
 		sessions = append(sessions, s)
+		if each != nil {
+			each(s)
+		}
 	}
 	if err := clk.WaitIdle(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	return sessions
+}
+
+// BenchmarkIdleSession reports the heap and goroutines one idle session
+// holds (session actor, its retry child, registry entries), per session.
+func BenchmarkIdleSession(b *testing.B) {
+	clk := clock.NewVirtual(time.Unix(0, 0))
+	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())
+	ctx := context.Background()
+	g0, h0 := runtime.NumGoroutine(), memstat.Collected().HeapAlloc
+	sessions := startSessions(b, ctx, clk, rt, nil)
 	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
 	h1, g1 := memstat.Collected().HeapAlloc, runtime.NumGoroutine()
 	b.ReportMetric(float64(int64(h1)-int64(h0))/float64(b.N), "heapB/session")
@@ -89,23 +99,10 @@ func BenchmarkWaitingSession(b *testing.B) {
 	rt := newRuntime(b, clk, p, retry.DefaultSettings())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sessions := make([]*musepi.Session, 0, b.N)
 	var finished atomic.Int64
 	done := func(*musepi.AssistantMessage, error) { finished.Add(1) }
 	m0 := memstat.InUse()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s, err := rt.NewSession(ctx, musepi.WithModel("p/m"), musepi.WithSessionID(fmt.Sprintf("s%d", i)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		sessions = append(sessions, s)
-		s.PromptAsync(ctx, "hi", done)
-	}
-	if err := clk.WaitIdle(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
+	sessions := startSessions(b, ctx, clk, rt, func(s *musepi.Session) { s.PromptAsync(ctx, "hi", done) })
 	time.Sleep(10 * time.Millisecond) // let mailbox goroutines park and exit
 	m1 := memstat.InUse()
 	if n := finished.Load(); n != 0 {
