@@ -3,7 +3,6 @@ package examples
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,15 +34,10 @@ func TestExamplesRun(t *testing.T) {
 	bin := t.TempDir()
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			exe := buildExample(t, bin, tt.dir)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			exe := filepath.Join(bin, tt.dir)
-			if out, err := exec.CommandContext(ctx, "go", "build", "-o", exe, "./"+tt.dir).CombinedOutput(); err != nil {
-				t.Fatalf("go build ./%s: %v\n%s", tt.dir, err, out)
-			}
-			runCtx, cancelRun := context.WithTimeout(ctx, 30*time.Second)
-			defer cancelRun()
-			out, err := exec.CommandContext(runCtx, exe).CombinedOutput()
+			out, err := exec.CommandContext(ctx, exe).CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", tt.dir, err, out)
 			}

@@ -1,0 +1,71 @@
+// Command quickstart is the README's embedding example, whole: one runtime
+// with two OpenAI keys, one session, one prompt, every error checked.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/provider/openai"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt) // Ctrl-C cancels the prompt
+	defer stop()
+	if err := run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	rt, err := musepi.NewRuntime(
+		musepi.WithProvider("openai", openai.New(openai.Config{}), // OPENAI_BASE_URL, if set, is the API's address
+			musepi.Credential{Name: "main", APIKey: os.Getenv("OPENAI_API_KEY")},
+			musepi.Credential{Name: "backup", APIKey: os.Getenv("OPENAI_API_KEY_2")}),
+		musepi.WithHistoryDir("musepi-sessions"), // one JSON-lines file per session
+		musepi.WithLogger(slog.Default()),
+	)
+	if err != nil {
+		return fmt.Errorf("start the runtime: %w", err)
+	}
+	defer func() {
+		if err := rt.Shutdown(context.Background()); err != nil {
+			log.Printf("shutdown: %v", err)
+		}
+	}()
+
+	s, err := rt.NewSession(ctx, musepi.WithModel("openai/gpt-4o-mini"))
+	if err != nil {
+		return fmt.Errorf("open a session: %w", err)
+	}
+	s.Subscribe(func(e musepi.Event) { // called from a goroutine of its own
+		switch ev := e.(type) {
+		case musepi.AutoRetryStart:
+			log.Printf("retry %d/%d in %v (%s)", ev.Attempt, ev.MaxAttempts, ev.Delay, ev.ErrorClass)
+		case musepi.CredentialSwitch:
+			log.Printf("%s: key %s -> %s", ev.Provider, ev.From, ev.To)
+		}
+	})
+
+	res, err := s.Prompt(ctx, "Say hello.") // returns once every retry is over
+	var re *musepi.RetryError
+	switch {
+	case errors.As(err, &re): // the retry chain gave up
+		return fmt.Errorf("gave up after %d retries (%s, HTTP %d): %s", re.Attempt, re.Class, re.Status, re.FinalError)
+	case errors.Is(err, musepi.ErrAborted), errors.Is(err, context.Canceled):
+		return errors.New("cancelled")
+	case err != nil: // not retryable (a bad key, a context overflow, ...), or a limit
+		return fmt.Errorf("prompt: %w", err)
+	}
+	fmt.Println(res.Text())
+	if res.Usage != nil { // token counts, when the provider gave them
+		fmt.Printf("(%s, %d tokens in, %d out)\n", res.StopReason, res.Usage.Input, res.Usage.Output)
+	}
+	return nil
+}

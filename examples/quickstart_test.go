@@ -1,0 +1,109 @@
+package examples
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/provider/fakellm"
+)
+
+// The README's embedding snippet is examples/quickstart/main.go, whole, so
+// that the build (and go vet, and staticcheck) checks what people paste.
+func TestReadmeShowsQuickstart(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	program, err := os.ReadFile("quickstart/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const open = "```go\n"
+	_, section, ok := strings.Cut(string(readme), "\n## Embedding\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Embedding" section`)
+	}
+	_, block, ok := strings.Cut(section, open)
+	block, _, closed := strings.Cut(block, "\n```\n")
+	if !ok || !closed {
+		t.Fatal(`README.md's "## Embedding" section has no Go code block`)
+	}
+	if block+"\n" != string(program) {
+		t.Errorf("README.md's embedding snippet differs from examples/quickstart/main.go: copy the file into the README\n--- README:\n%s\n--- file:\n%s", block, program)
+	}
+}
+
+// The quickstart against the fake server: the first call fails with a 503
+// and the session retries; with a history directory it cannot create, it
+// exits 1 with the reason instead of panicking.
+func TestQuickstartRuns(t *testing.T) {
+	llm := fakellm.New(&fakellm.Scenario{
+		Rules:   []fakellm.Rule{{Match: fakellm.Match{First: 1}, Respond: fakellm.Respond{Preset: "unavailable"}}},
+		Default: &fakellm.Respond{Text: "Hello from the fake model."},
+	})
+	base, err := llm.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = llm.Close() })
+	exe := buildExample(t, t.TempDir(), "quickstart")
+	env := append(os.Environ(), "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY=sk-main", "OPENAI_API_KEY_2=sk-backup")
+
+	run := func(t *testing.T, dir string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	t.Run("answers after a retry", func(t *testing.T) {
+		dir := t.TempDir()
+		out, err := run(t, dir)
+		if err != nil {
+			t.Fatalf("quickstart: %v\n%s", err, out)
+		}
+		for _, w := range []string{"retry 1/10 in ", "(transient)", "Hello from the fake model."} {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+		if files, _ := filepath.Glob(filepath.Join(dir, "musepi-sessions", "*")); len(files) == 0 {
+			t.Errorf("no history file in %s/musepi-sessions", dir)
+		}
+	})
+	t.Run("a history directory it cannot create", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "musepi-sessions"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := run(t, dir)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.Contains(out, "panic") ||
+			!strings.Contains(out, "start the runtime: ") {
+			t.Errorf("quickstart: %v, want exit status 1 with the reason:\n%s", err, out)
+		}
+	})
+}
+
+// buildExample builds ./name into dir and returns the executable's path.
+func buildExample(t *testing.T, dir, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exe := filepath.Join(dir, name)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./"+name)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build ./%s: %v\n%s", name, err, out.String())
+	}
+	return exe
+}
