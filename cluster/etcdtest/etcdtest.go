@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/musepi/musepi/internal/testtool"
 )
 
 // ErrNoEtcd is returned by Launch when the etcd binary is not on PATH.
@@ -39,15 +41,15 @@ type Server struct {
 	stopErr  error
 }
 
-// Start launches a server for the test and stops it on t.Cleanup. It skips
-// the test when etcd is missing, unless the CI environment variable is set
-// (.ci/run installs it), and fails it on any other error.
+// Start launches a server for the test and stops it on t.Cleanup. When etcd
+// is missing it skips the test with one line, or fails it under CI
+// (testtool.Missing); it fails it on any other error.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := Launch(context.Background())
 	if err != nil {
-		if errors.Is(err, ErrNoEtcd) && os.Getenv("CI") == "" {
-			t.Skip(err)
+		if errors.Is(err, ErrNoEtcd) {
+			testtool.Missing(t, testtool.Etcd, "etcd not found on PATH")
 		}
 		t.Fatal(err)
 	}

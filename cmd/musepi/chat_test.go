@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/internal/testtool"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -207,9 +208,7 @@ func TestChatTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and drives it in tmux")
 	}
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed")
-	}
+	testtool.Need(t, testtool.Tmux, "tmux")
 	bin := buildCommand(t)
 
 	t.Run("countdown, Esc cancels the retry, then Ctrl-C quits", func(t *testing.T) {

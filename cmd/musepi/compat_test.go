@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/internal/testtool"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -91,17 +93,11 @@ func TestPiRPCCompat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the TypeScript test and runs Node")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the pi compatibility test needs Node.js (.ci/run installs it)")
-	}
 	dir, err := filepath.Abs("../../compat/pi")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-coding-agent")); err != nil {
-		t.Fatalf("compat/pi has no node_modules: run `npm ci` in compat/pi (.ci/run does): %v", err)
-	}
+	node := piClient(t, dir)
 	bin := buildCommand(t)
 	srv := fakellm.New(&compatScenario)
 	base, err := srv.Start("127.0.0.1:0")
@@ -147,6 +143,38 @@ func TestPiRPCCompat(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &summary); err != nil || summary.Checks == 0 || summary.Lines == 0 {
 		t.Fatalf("no summary line from compat.js (%v): %q", err, lines[len(lines)-1])
 	}
+}
+
+// piClient makes sure pi's client is installed in dir (compat/pi) and
+// returns the path of node: it runs `npm ci` when node_modules lacks it, as
+// a fresh clone does. Without Node.js >= 20.6 and npm, or when npm ci
+// fails (no registry), the test ends by testtool.Missing.
+func piClient(t *testing.T, dir string) string {
+	t.Helper()
+	node := testtool.Need(t, testtool.Node, "node")
+	npm := testtool.Need(t, testtool.Node, "npm")
+	out, err := exec.Command(node, "-e", `const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=6)?0:1)`).CombinedOutput()
+	if err != nil {
+		version, _ := exec.Command(node, "--version").Output()
+		testtool.Missing(t, testtool.Node, fmt.Sprintf("node %s is older than 20.6 (%v %s)", bytes.TrimSpace(version), err, out))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-coding-agent")); err == nil {
+		return node
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		testtool.Missing(t, testtool.Node, fmt.Sprintf("npm ci in %s failed: %v: %s", dir, err, lastLine(out)))
+	}
+	return node
+}
+
+// lastLine is the last non-empty line of out.
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
 }
 
 func writeFile(t *testing.T, path, content string) {

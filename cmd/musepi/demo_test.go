@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/musepi/musepi/internal/testtool"
 )
 
 // runDemoArgs runs "musepi demo args..." in this process and returns its
@@ -110,9 +112,7 @@ func TestDemoTmuxCountdown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and drives it in tmux")
 	}
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed")
-	}
+	testtool.Need(t, testtool.Tmux, "tmux")
 	bin := buildCommand(t)
 	began := time.Now()
 	p := startPane(t, "demo", nil, shellQuote(bin)+" demo")

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/musepi/musepi/internal/testtool"
 )
 
 // ErrNoPostgres is returned by Launch when initdb or postgres cannot be
@@ -49,10 +51,9 @@ type Server struct {
 	dbs      atomic.Int64 // databases created, for their names
 }
 
-// Start launches a server for the test and stops it on t.Cleanup. It skips
-// the test when the binaries are missing, unless the CI environment variable
-// is set (CI must not skip: .ci/run installs them), and fails it on any
-// other error.
+// Start launches a server for the test and stops it on t.Cleanup. When the
+// binaries are missing it skips the test with one line, or fails it under
+// CI (testtool.Missing); it fails it on any other error.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := Launch(context.Background())
@@ -69,8 +70,8 @@ func Start(t testing.TB) *Server {
 
 func skipOrFail(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, ErrNoPostgres) && os.Getenv("CI") == "" {
-		t.Skip(err)
+	if errors.Is(err, ErrNoPostgres) {
+		testtool.Missing(t, testtool.Postgres, "initdb and postgres not found on PATH or in /usr/lib/postgresql/*/bin")
 	}
 	t.Fatal(err)
 }
