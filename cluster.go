@@ -294,6 +294,18 @@ func (n *clusterNode) shutdown(ctx context.Context) error {
 	return nil
 }
 
+// ClusterDropped is closed once the cluster has dropped this node (see
+// cluster.Member.Dropped): its process was paused, or cut off from the
+// membership service, past its lease there. Its sessions stop acting; the
+// runtime must be shut down, and a new one join in its place. nil (never
+// ready) for a runtime of NewRuntime.
+func (rt *Runtime) ClusterDropped() <-chan struct{} {
+	if rt.cluster == nil {
+		return nil
+	}
+	return rt.cluster.member.Dropped()
+}
+
 // ClusterMembers are the addresses of the cluster's members as this node
 // last saw them, itself included (nil: not a runtime of JoinCluster).
 func (rt *Runtime) ClusterMembers() []string {

@@ -10,6 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	protocluster "github.com/asynkron/protoactor-go/cluster"
 
+	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -30,6 +32,7 @@ type sessionHost struct {
 	s        *Session
 	watchers map[string]*watcher // by the watcher's address and id
 	closer   *actor.PID          // the SessionClose's sender, answered once stopped
+	log      heldLog             // the session's history, once open
 	backlog  *eventBacklog       // a resumed prompt's events, until a handle listens
 }
 
@@ -229,10 +232,9 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		}
 		return &messages.SessionOpened{Error: err.Error()}
 	}
-	h.s = s
+	h.s, h.log = s, log
 	if s.Busy() { // its prompt resumed from the record: keep its events for the caller
-		root := rt.system.Root
-		b := &eventBacklog{send: func(pid *actor.PID, ev *messages.SessionEvent) { root.Send(pid, ev) }}
+		b := &eventBacklog{send: h.relay}
 		b.unsubscribe = s.events.Subscribe(b.add)
 		h.backlog = b
 	}
@@ -245,7 +247,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 // after the handover timeout it takes the session over: the identity
 // lookup placed it here, so its holder has left the cluster or is stuck,
 // and fencing keeps a stale holder from writing.
-func (h *sessionHost) openHistory() (history.Log, []*messages.Entry, error) {
+func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 	store := h.node.cc.Store
 	deadline := time.Now().Add(h.node.cc.HandoverTimeout)
 	for {
@@ -258,12 +260,57 @@ func (h *sessionHost) openHistory() (history.Log, []*messages.Entry, error) {
 		cancel()
 		switch {
 		case err == nil:
-			return log, entries, nil
+			return heldLog{Log: log, member: h.node.member}, entries, nil
 		case !errors.Is(err, history.ErrLocked):
-			return nil, nil, err
+			return heldLog{}, nil, err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// heldLog is a hosted session's history in the cluster's store: it holds
+// the session (history.Holder) while the node is sure of its membership
+// and of its database lease; when not sure of its membership it asks the
+// database; once the cluster has dropped the node, never.
+type heldLog struct {
+	*pgstore.Log
+	member *cluster.Member
+}
+
+// errDropped is why a session of a node the cluster dropped does not act.
+var errDropped = errors.New("this node was dropped from the cluster: its sessions are another node's to serve")
+
+// lost reports whether the session is certainly no longer this
+// activation's: the node was dropped, or the history found a newer epoch.
+func (l heldLog) lost() bool {
+	select {
+	case <-l.member.Dropped():
+		return true
+	default:
+		return l.Fenced()
+	}
+}
+
+func (l heldLog) Hold(ctx context.Context) error {
+	select {
+	case <-l.member.Dropped():
+		return &history.Error{Op: "hold", Path: l.Session(), Err: errDropped}
+	default:
+	}
+	if l.member.Sure() {
+		return l.Log.Hold(ctx)
+	}
+	return l.Log.Verify(ctx)
+}
+
+// relay sends ev to a handle's relay, unless this activation has lost the
+// session (heldLog.lost): the handle follows the session's new activation
+// by now, and a stale one's events would reach it among the new one's.
+func (h *sessionHost) relay(pid *actor.PID, ev *messages.SessionEvent) {
+	if h.log.lost() {
+		return
+	}
+	h.node.rt.system.Root.Send(pid, ev)
 }
 
 // watch registers a handle's relay, relaying the session's events to it
@@ -283,8 +330,7 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 		w.unsubscribe = h.backlog.relayTo(w.pid)
 		h.backlog = nil
 	case events && w.unsubscribe == nil:
-		root := h.node.rt.system.Root
-		w.unsubscribe = h.s.events.Subscribe(func(ev *messages.SessionEvent) { root.Send(w.pid, ev) })
+		w.unsubscribe = h.s.events.Subscribe(func(ev *messages.SessionEvent) { h.relay(w.pid, ev) })
 	case !events && w.unsubscribe != nil:
 		w.unsubscribe()
 		w.unsubscribe = nil

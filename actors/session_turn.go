@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/history"
 
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/track"
@@ -27,6 +28,11 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	if prov == nil {
 		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
 			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", provName, model), nil)})
+		return
+	}
+	if err := s.hold(); err != nil {
+		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
+			Message: provider.Failure(0, "the turn was not started: "+err.Error(), nil), Err: err.Error()})
 		return
 	}
 	n := len(s.runtime)
@@ -165,6 +171,10 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 
 // runTools runs the tool calls of turn in order in one goroutine.
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
+	if err := s.hold(); err != nil {
+		s.pending = append(s.pending, session.Input{Kind: session.InToolsDone, Turn: turn, Err: err.Error()})
+		return
+	}
 	tools := map[string]Tool{}
 	for _, t := range s.deps.Tools {
 		tools[t.Name] = t
@@ -187,6 +197,27 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
 	}))
+}
+
+// holdTimeout bounds the check of hold.
+const holdTimeout = 5 * time.Second
+
+// hold asks a history shared between nodes (history.Holder) whether the
+// session is still this activation's before it acts: another node may
+// have taken it over while this one was paused or cut off. An error ends
+// the prompt like a failed history write, with nothing started.
+func (s *SessionActor) hold() error {
+	h, ok := s.cfg.History.(history.Holder)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
+	defer cancel()
+	if err := h.Hold(ctx); err != nil {
+		s.deps.Log.Warn().Err(err).Str("session", s.cfg.ID).Msg("not acting for the session: this node may no longer hold it")
+		return err
+	}
+	return nil
 }
 
 // runTool runs one call; an unknown tool, an error or a panic becomes an

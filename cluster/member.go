@@ -36,6 +36,15 @@ type Member struct {
 	closeOnce  sync.Once
 	closeExtra func()
 
+	// born is when the member started (the origin of sinceStart);
+	// gone is closed, once, when the membership dropped this node.
+	born     time.Time
+	gone     chan struct{}
+	dropOnce sync.Once
+	// sureUntil, set by a membership with leases (etcd), is until when
+	// (sinceStart) the node is certainly still a member.
+	sureUntil func() time.Duration
+
 	// The members' addresses, from the last topology event: protoactor's
 	// MemberList.Members is not safe to read while the topology changes.
 	mu      sync.Mutex
@@ -56,7 +65,7 @@ func Start(cfg Config) (m *Member, err error) {
 		h = cfg.Logger.Handler()
 	}
 	logger := slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
-	m = &Member{cfg: cfg, log: logger, views: newViews(cfg),
+	m = &Member{cfg: cfg, log: logger, views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
 		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
 	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	provider, closeExtra, err := cfg.Membership.start(m)
@@ -242,6 +251,45 @@ func (m *Member) RequestTimeout() time.Duration { return m.cfg.RequestTimeout }
 
 // Resolver is the node's identity resolver.
 func (m *Member) Resolver() *Resolver { return m.resolver }
+
+// sinceStart is the time since the member started, by the monotonic
+// clock.
+func (m *Member) sinceStart() time.Duration { return time.Since(m.born) }
+
+// dropped is how the membership tells the node that the others dropped it
+// (why says how it knows): it logs one line and closes Dropped.
+// protoactor blocks a dropped member's id for good, so the node cannot
+// come back as itself: it has to leave and join anew (Dropped).
+func (m *Member) dropped(why string) {
+	m.dropOnce.Do(func() {
+		m.log.Warn("this node was dropped from the cluster: "+why+"; it stops acting for its sessions and must leave and join again",
+			slog.String("address", m.Address()))
+		close(m.gone)
+	})
+}
+
+// Dropped is closed once the cluster has dropped this node: its process
+// was paused, or cut off from the membership service, for longer than its
+// lease there, so the others removed it, took or will take its sessions
+// over, and will refuse it as a member from now on. The node must then
+// leave (Leave) and join anew as a new member. The node's sessions stop
+// acting meanwhile (Sure).
+func (m *Member) Dropped() <-chan struct{} { return m.gone }
+
+// Sure reports whether the node is certainly still a member: not dropped,
+// and with a membership that has leases (etcd), its lease renewed recently
+// enough that it cannot have run out. Before a session acts for its
+// conversation (a provider call, a tool run) on a node that is not sure,
+// its history's holder checks with the database that the session is still
+// its own.
+func (m *Member) Sure() bool {
+	select {
+	case <-m.gone:
+		return false
+	default:
+	}
+	return m.sureUntil == nil || m.sinceStart() < m.sureUntil()
+}
 
 // ErrLeft is returned by Leave when the node had already left.
 var ErrLeft = errors.New("cluster: member already left")

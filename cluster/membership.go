@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,10 +9,8 @@ import (
 
 	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/automanaged"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/labstack/echo"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Membership is how a node finds the others: one of protoactor's cluster
@@ -82,45 +79,5 @@ func Automanaged(cfg AutomanagedConfig) Membership {
 			return ctx.JSON(http.StatusOK, automanaged.NewNode(c.Config.Name, c.ActorSystem.ID, chost, cport, cfg.Port, c.GetClusterKinds()))
 		})
 		return automanaged.NewWithTesting(refresh, cfg.Port, e, cfg.Peers...), func() { _ = ln.Close() }, nil
-	}}
-}
-
-// EtcdConfig configures protoactor's etcd provider.
-type EtcdConfig struct {
-	// Endpoints are the etcd client URLs; required.
-	Endpoints []string
-	// Prefix is the key prefix of the cluster's members (default
-	// "/musepi").
-	Prefix string
-	// DialTimeout bounds connecting to etcd (default 5 s).
-	DialTimeout time.Duration
-}
-
-// Etcd is protoactor's etcd provider: each node holds a key under a 3 s
-// lease and watches the others'.
-func Etcd(cfg EtcdConfig) Membership {
-	return Membership{name: "etcd", start: func(*Member) (protocluster.ClusterProvider, func(), error) {
-		if len(cfg.Endpoints) == 0 {
-			return nil, nil, fmt.Errorf("%w: etcd needs Endpoints", ErrConfig)
-		}
-		prefix := cfg.Prefix
-		if prefix == "" {
-			prefix = "/musepi"
-		}
-		dial := cfg.DialTimeout
-		if dial <= 0 {
-			dial = 5 * time.Second
-		}
-		// protoactor's provider never closes its etcd client. Cancelling
-		// the client's context once the node has left ends the client's
-		// watch; its lease loops and gRPC connection stay until the
-		// process exits (docs/cluster.md).
-		ctx, cancel := context.WithCancel(context.Background())
-		p, err := etcd.NewWithConfig(prefix, clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: dial, Context: ctx})
-		if err != nil {
-			cancel()
-			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
-		}
-		return p, cancel, nil
 	}}
 }

@@ -4,6 +4,7 @@
 package history
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -36,6 +37,14 @@ type Log interface {
 	Load() ([]*messages.Entry, error)
 	// Close releases the session for another writer.
 	Close() error
+}
+
+// Holder is a Log that another node may take its session from (a shared
+// store's). The session asks it before it acts for the session (calls a
+// provider, runs a tool): an error means the Log no longer holds the
+// session, or cannot tell that it does, and the session must not act.
+type Holder interface {
+	Hold(ctx context.Context) error
 }
 
 // Errors an *Error wraps; test with errors.Is.

@@ -29,6 +29,12 @@ type Store struct {
 	timeout time.Duration
 	log     zerolog.Logger
 
+	// born is when the Store was made; renewed is when the last renewal
+	// of the node's lease that succeeded began, in nanoseconds since born
+	// (monotonic: a pause of the process counts).
+	born    time.Time
+	renewed atomic.Int64
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -76,7 +82,7 @@ func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log
 // size and the like are set in url (pool_max_conns=N; see pgxpool).
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
-	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, log: zerolog.Nop()}
+	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, log: zerolog.Nop(), born: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -125,9 +131,22 @@ func incarnation() string {
 
 // renew extends the node's lease.
 func (s *Store) renew(ctx context.Context) error {
+	start := time.Since(s.born)
 	_, err := s.pool.Exec(ctx, `INSERT INTO musepi_nodes (node, lease_until) VALUES ($1, now() + $2)
 		ON CONFLICT (node) DO UPDATE SET lease_until = EXCLUDED.lease_until`, s.node, s.lease)
+	if err == nil {
+		s.renewed.Store(int64(start))
+	}
 	return err
+}
+
+// LeaseSure reports whether the node's lease is certainly still running,
+// by this process's monotonic clock: its last renewal began less than the
+// lease minus a third of it ago (the third covers the database's delay in
+// applying the renewal and the clocks' drift). A process paused past that
+// cannot be sure: other nodes may have taken its sessions over.
+func (s *Store) LeaseSure() bool {
+	return time.Since(s.born) < time.Duration(s.renewed.Load())+s.lease*2/3
 }
 
 // heartbeat renews the lease every third of its length until ctx ends.

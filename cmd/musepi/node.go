@@ -73,30 +73,53 @@ func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rt, err := joinConfig(ctx, cfg, false, log, extra)
-	if err != nil {
-		fmt.Fprintf(stderr, "musepi node: %v\n", err)
-		return 1
+	for {
+		rt, err := joinConfig(ctx, cfg, false, log, extra)
+		if err != nil {
+			fmt.Fprintf(stderr, "musepi node: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
+			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
+		if serve(ctx, rt) {
+			// The others dropped this node (it was paused, or cut off from
+			// etcd, past its lease) and will not take it back as itself:
+			// leave, and join as a new member.
+			fmt.Fprintln(stderr, "musepi node: dropped from the cluster; leaving and joining again as a new member")
+			if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
+				fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
+			}
+			continue
+		}
+		stop() // a second signal kills the process
+		fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
+		start := time.Now()
+		if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
+			fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
+		return 0
 	}
-	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
-		nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
+}
+
+// serve prints the node's member list (report) until ctx ends or the
+// cluster drops the node; it reports whether it was dropped.
+func serve(ctx context.Context, rt *musepi.Runtime) (dropped bool) {
+	rctx, cancel := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		report(ctx, rt)
+		report(rctx, rt)
 	}()
-
-	<-ctx.Done()
-	stop() // a second signal kills the process
-	<-watched
-	fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
-	start := time.Now()
-	if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
-		fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
-		return 1
+	select {
+	case <-ctx.Done():
+	case <-rt.ClusterDropped():
+		dropped = true
 	}
-	fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
-	return 0
+	cancel()
+	<-watched
+	return dropped
 }
 
 // leave shuts the runtime down (a graceful leave) within bound. Parts of

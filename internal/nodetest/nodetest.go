@@ -8,6 +8,7 @@ package nodetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,12 +17,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/musepi/musepi/cluster/etcdtest"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
@@ -203,6 +208,71 @@ func (e *Env) WaitMembers(want int, timeout time.Duration) error {
 	}
 }
 
+// Registered are the cluster addresses of the members registered in etcd,
+// the members clients place sessions by, sorted.
+func (e *Env) Registered() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	resp, err := c.Get(ctx, "/musepi/nodetest/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		var m struct {
+			Host string `json:"host"`
+			Port int    `json:"port"`
+		}
+		if err := json.Unmarshal(kv.Value, &m); err != nil {
+			return nil, fmt.Errorf("etcd key %s: %w", kv.Key, err)
+		}
+		out = append(out, net.JoinHostPort(m.Host, strconv.Itoa(m.Port)))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Agreement is how the running nodes' last member lists compare with each
+// other and with etcd's registrations: "" when all are the same.
+func (e *Env) Agreement() string {
+	reg, err := e.Registered()
+	if err != nil {
+		return "etcd: " + err.Error()
+	}
+	want := strings.Join(reg, ", ")
+	var differ []string
+	for _, n := range e.Nodes() {
+		if got := strings.Join(n.MemberList(), ", "); n.Running() && got != want {
+			differ = append(differ, fmt.Sprintf("%s sees [%s]", n.Name, got))
+		}
+	}
+	if len(differ) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("etcd has [%s]; %s", want, strings.Join(differ, "; "))
+}
+
+// WaitAgreement waits until the running nodes' member lists and etcd's
+// registrations agree (Agreement), and returns how long that took.
+func (e *Env) WaitAgreement(timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		diff := e.Agreement()
+		if diff == "" {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("member lists disagree after %s: %s", timeout, diff)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // cleanup kills the nodes still running and, if the test failed, prints
 // every node's output.
 func (e *Env) cleanup() {
@@ -257,6 +327,24 @@ func (n *Node) Members() int {
 	c, _ := strconv.Atoi(count)
 	return c
 }
+
+// MemberList is the last member list the node printed, sorted (nil: none
+// yet).
+func (n *Node) MemberList() []string {
+	last := n.out.Last("musepi node: members (")
+	if last == "" {
+		return nil
+	}
+	_, list, _ := strings.Cut(last, "): ")
+	return strings.Split(list, ", ") // printed sorted
+}
+
+// Pause stops the process (SIGSTOP), as a long GC pause, a VM migration
+// or a closed laptop lid would; Resume continues it (SIGCONT).
+func (n *Node) Pause() error { return n.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process.
+func (n *Node) Resume() error { return n.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Kill ends the process with SIGKILL and waits for it.
 func (n *Node) Kill() {

@@ -1,0 +1,338 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	protocluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// EtcdConfig configures the etcd membership.
+type EtcdConfig struct {
+	// Endpoints are the etcd client URLs; required.
+	Endpoints []string
+	// Prefix is the key prefix of the cluster's members (default
+	// "/musepi").
+	Prefix string
+	// DialTimeout bounds connecting to etcd and each call of the start
+	// and the leave (default 5 s): a node whose etcd cannot be reached
+	// fails to start within it.
+	DialTimeout time.Duration
+	// TTL is the lease of a member's key (default DefaultEtcdTTL, at
+	// least 2 s): a member that does not renew it within TTL is dropped
+	// by the others.
+	TTL time.Duration
+}
+
+// DefaultEtcdTTL is EtcdConfig.TTL's default: protoactor's own provider's.
+const DefaultEtcdTTL = 3 * time.Second
+
+// Etcd is the etcd membership: each member holds a key under a lease it
+// keeps alive, and every node lists and watches the keys.
+//
+// It replaces protoactor's etcd provider, whose calls take no deadline (a
+// wrong endpoint hangs the start), which drops its own key from its member
+// list and never adds it back when its lease ran out during a pause, and
+// which cannot tell a paused node that it was dropped. Here every call of
+// the start is bounded by DialTimeout; a member that finds its lease gone
+// (its process was paused past TTL, so the others removed it and
+// protoactor blocks its id for good) reports itself dropped
+// (Member.Dropped) instead of lingering half in the cluster; and losing
+// etcd and finding it again are logged once each, while the member list
+// stays as it was.
+func Etcd(cfg EtcdConfig) Membership {
+	return Membership{name: "etcd", start: func(m *Member) (protocluster.ClusterProvider, func(), error) {
+		if len(cfg.Endpoints) == 0 {
+			return nil, nil, fmt.Errorf("%w: etcd needs Endpoints", ErrConfig)
+		}
+		if cfg.Prefix == "" {
+			cfg.Prefix = "/musepi"
+		}
+		if cfg.DialTimeout <= 0 {
+			cfg.DialTimeout = 5 * time.Second
+		}
+		switch {
+		case cfg.TTL == 0:
+			cfg.TTL = DefaultEtcdTTL
+		case cfg.TTL < 2*time.Second:
+			return nil, nil, fmt.Errorf("%w: etcd TTL %v is under 2 s (etcd's leases count whole seconds)", ErrConfig, cfg.TTL)
+		}
+		client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
+			Logger: zap.NewNop()})
+		if err != nil {
+			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
+		}
+		p := &etcdMembers{cfg: cfg, client: client, member: m, members: map[string]*etcd.Node{}}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		m.sureUntil = p.sureUntil
+		return p, p.close, nil
+	}}
+}
+
+// etcdMembers is the etcd membership's protoactor cluster provider.
+type etcdMembers struct {
+	cfg    EtcdConfig
+	client *clientv3.Client
+	member *Member
+	c      *protocluster.Cluster
+	self   *etcd.Node
+	key    string // self's key; "" for a client
+
+	ctx    context.Context // ends at close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	lease   clientv3.LeaseID
+	renewed atomic.Int64 // when the lease was last renewed (Member.sinceStart)
+
+	mu      sync.Mutex // guards members, from the watch
+	members map[string]*etcd.Node
+}
+
+// StartMember registers the node under a new lease, lists the members and
+// starts keeping the lease alive and watching the others.
+func (p *etcdMembers) StartMember(c *protocluster.Cluster) error {
+	if err := p.init(c); err != nil {
+		return err
+	}
+	value, err := p.self.Serialize()
+	if err != nil {
+		return err
+	}
+	err = p.call(func(ctx context.Context) error {
+		lease, err := p.client.Grant(ctx, int64(p.cfg.TTL/time.Second))
+		if err != nil {
+			return fmt.Errorf("grant a lease: %w", err)
+		}
+		p.lease = lease.ID
+		p.renewed.Store(int64(p.member.sinceStart()))
+		_, err = p.client.Put(ctx, p.key, string(value), clientv3.WithLease(lease.ID))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	rev, err := p.list()
+	if err != nil {
+		return err
+	}
+	p.wg.Go(p.keepAlive)
+	p.wg.Go(func() { p.watch(rev) })
+	return nil
+}
+
+// StartClient lists the members and starts watching them; a client
+// registers nothing.
+func (p *etcdMembers) StartClient(c *protocluster.Cluster) error {
+	if err := p.init(c); err != nil {
+		return err
+	}
+	rev, err := p.list()
+	if err != nil {
+		return err
+	}
+	p.wg.Go(func() { p.watch(rev) })
+	return nil
+}
+
+// Shutdown (protoactor's graceful leave) removes the node's key at once by
+// revoking its lease, within DialTimeout.
+func (p *etcdMembers) Shutdown(bool) error {
+	p.cancel()
+	p.wg.Wait()
+	if p.lease == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	defer cancel()
+	if _, err := p.client.Revoke(ctx, p.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("cluster: etcd: remove this node's key: %w", err)
+	}
+	return nil
+}
+
+// close ends the goroutines and the client, after the node has left (or
+// failed to start).
+func (p *etcdMembers) close() {
+	p.cancel()
+	p.wg.Wait()
+	_ = p.client.Close()
+}
+
+func (p *etcdMembers) init(c *protocluster.Cluster) error {
+	p.c = c
+	host, port, err := c.ActorSystem.GetHostPort()
+	if err != nil {
+		return err
+	}
+	// The member id is the actor system's, as protoactor's other
+	// providers have it: gossip and the remote's block list go by it.
+	p.self = etcd.NewNode(c.ActorSystem.ID, host, port, c.GetClusterKinds())
+	p.key = path.Join(p.cfg.Prefix, c.Config.Name, c.ActorSystem.ID)
+	return nil
+}
+
+// call runs f with a deadline of DialTimeout, naming the endpoints in
+// its error.
+func (p *etcdMembers) call(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)
+	defer cancel()
+	if err := f(ctx); err != nil {
+		return fmt.Errorf("cluster: etcd at %v: %w", p.cfg.Endpoints, err)
+	}
+	return nil
+}
+
+// list reads every member's key, publishes the topology and returns the
+// revision it read at.
+func (p *etcdMembers) list() (int64, error) {
+	var resp *clientv3.GetResponse
+	err := p.call(func(ctx context.Context) (err error) {
+		resp, err = p.client.Get(ctx, p.prefix(), clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	members := map[string]*etcd.Node{}
+	for _, kv := range resp.Kvs {
+		if n, err := etcd.NewNodeFromBytes(kv.Value); err == nil {
+			members[string(kv.Key)] = n
+		}
+	}
+	p.mu.Lock()
+	p.members = members
+	p.mu.Unlock()
+	p.publish()
+	return resp.Header.Revision, nil
+}
+
+func (p *etcdMembers) prefix() string { return path.Join(p.cfg.Prefix, p.c.Config.Name) + "/" }
+
+// publish hands the member list to protoactor.
+func (p *etcdMembers) publish() {
+	p.mu.Lock()
+	list := make([]*protocluster.Member, 0, len(p.members)+1)
+	for _, n := range p.members {
+		list = append(list, n.MemberStatus())
+	}
+	p.mu.Unlock()
+	p.c.MemberList.UpdateClusterTopology(list)
+}
+
+// watch applies the changes of the members' keys after revision rev until
+// close. clientv3 resumes a broken watch where it stopped; a watch that
+// cannot resume (the revision was compacted) lists the members anew.
+func (p *etcdMembers) watch(rev int64) {
+	for p.ctx.Err() == nil {
+		for resp := range p.client.Watch(p.ctx, p.prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if resp.Err() != nil {
+				break
+			}
+			p.apply(resp.Events)
+			rev = resp.Header.Revision
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		for {
+			r, err := p.list()
+			if err == nil {
+				rev = r
+				break
+			}
+			if !p.sleep(time.Second) {
+				return
+			}
+		}
+	}
+}
+
+// apply applies the watch's events to the member list and publishes it.
+// The node's own key deleted means the others dropped it.
+func (p *etcdMembers) apply(events []*clientv3.Event) {
+	p.mu.Lock()
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			if n, err := etcd.NewNodeFromBytes(ev.Kv.Value); err == nil {
+				p.members[key] = n
+			}
+		case clientv3.EventTypeDelete:
+			delete(p.members, key)
+			if key == p.key {
+				defer p.member.dropped("its key in etcd was removed (its lease ran out: was the process paused?)")
+			}
+		}
+	}
+	p.mu.Unlock()
+	p.publish()
+}
+
+// keepAlive renews the node's lease every third of TTL until close. A
+// lease etcd no longer has (the node did not renew it within TTL) means
+// the others dropped the node: it reports itself dropped. etcd out of
+// reach is logged once, and its return once.
+func (p *etcdMembers) keepAlive() {
+	tick := time.NewTicker(p.cfg.TTL / 3)
+	defer tick.Stop()
+	var lost bool
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		start := p.member.sinceStart()
+		ctx, cancel := context.WithTimeout(p.ctx, p.cfg.TTL/3)
+		_, err := p.client.KeepAliveOnce(ctx, p.lease)
+		cancel()
+		switch {
+		case err == nil:
+			p.renewed.Store(int64(start))
+			if lost {
+				p.member.log.Info("etcd is reachable again", slog.Any("endpoints", p.cfg.Endpoints))
+				lost = false
+			}
+		case p.ctx.Err() != nil:
+			return
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			p.member.dropped("its lease in etcd ran out (was the process paused?)")
+			return
+		case !lost:
+			p.member.log.Warn("etcd is out of reach; serving on with the members as they were",
+				slog.Any("endpoints", p.cfg.Endpoints), slog.Any("error", err))
+			lost = true
+		}
+	}
+}
+
+// sureUntil is until when (Member.sinceStart) the node's key is certainly
+// still in etcd: its last renewal's start plus TTL, less a third of TTL
+// for the time etcd took to see the renewal and the clocks' drift.
+func (p *etcdMembers) sureUntil() time.Duration {
+	return time.Duration(p.renewed.Load()) + p.cfg.TTL*2/3
+}
+
+// sleep waits d or until close; false once closed.
+func (p *etcdMembers) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
