@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // EtcdConfig configures the etcd membership.
@@ -68,7 +70,7 @@ func Etcd(cfg EtcdConfig) Membership {
 			return nil, nil, fmt.Errorf("%w: etcd TTL %v is under 2 s (etcd's leases count whole seconds)", ErrConfig, cfg.TTL)
 		}
 		client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
-			Logger: zap.NewNop()})
+			Logger: zap.NewNop(), DialOptions: []grpc.DialOption{reconnectSoon}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
 		}
@@ -78,6 +80,15 @@ func Etcd(cfg EtcdConfig) Membership {
 		return p, p.close, nil
 	}}
 }
+
+// reconnectSoon caps gRPC's reconnection backoff (120 s by default) at a
+// third of the shortest TTL: after an outage etcd restores every lease
+// with its whole TTL, and a member that reconnects later than that finds
+// its lease gone and has to rejoin.
+var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 600 * time.Millisecond},
+	MinConnectTimeout: time.Second,
+})
 
 // etcdMembers is the etcd membership's protoactor cluster provider.
 type etcdMembers struct {
@@ -287,7 +298,7 @@ func (p *etcdMembers) apply(events []*clientv3.Event) {
 func (p *etcdMembers) keepAlive() {
 	tick := time.NewTicker(p.cfg.TTL / 3)
 	defer tick.Stop()
-	var lost bool
+	var lostAt time.Time // when etcd was found out of reach; zero while it is not
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -301,19 +312,22 @@ func (p *etcdMembers) keepAlive() {
 		switch {
 		case err == nil:
 			p.renewed.Store(int64(start))
-			if lost {
-				p.member.log.Info("etcd is reachable again", slog.Any("endpoints", p.cfg.Endpoints))
-				lost = false
+			if !lostAt.IsZero() {
+				// At the level of the loss, so that whoever saw the one sees
+				// the other.
+				p.member.own.Warn("etcd is reachable again", slog.Any("endpoints", p.cfg.Endpoints),
+					slog.Duration("after", time.Since(lostAt).Round(time.Millisecond)))
+				lostAt = time.Time{}
 			}
 		case p.ctx.Err() != nil:
 			return
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			p.member.dropped("its lease in etcd ran out (was the process paused?)")
 			return
-		case !lost:
-			p.member.log.Warn("etcd is out of reach; serving on with the members as they were",
+		case lostAt.IsZero():
+			p.member.own.Warn("etcd is out of reach; serving on with the members as they were",
 				slog.Any("endpoints", p.cfg.Endpoints), slog.Any("error", err))
-			lost = true
+			lostAt = time.Now()
 		}
 	}
 }

@@ -23,7 +23,8 @@ import (
 // activation's blocks.
 type Member struct {
 	cfg     Config
-	log     *slog.Logger
+	log     *slog.Logger // protoactor's, at Warn and above
+	own     *slog.Logger // the member's own lines: Config.Logger
 	system  *actor.ActorSystem
 	cluster *protocluster.Cluster
 
@@ -65,7 +66,7 @@ func Start(cfg Config) (m *Member, err error) {
 		h = cfg.Logger.Handler()
 	}
 	logger := slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
-	m = &Member{cfg: cfg, log: logger, views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
+	m = &Member{cfg: cfg, log: logger, own: slog.New(h), views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
 		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
 	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
 	provider, closeExtra, err := cfg.Membership.start(m)
@@ -262,7 +263,7 @@ func (m *Member) sinceStart() time.Duration { return time.Since(m.born) }
 // come back as itself: it has to leave and join anew (Dropped).
 func (m *Member) dropped(why string) {
 	m.dropOnce.Do(func() {
-		m.log.Warn("this node was dropped from the cluster: "+why+"; it stops acting for its sessions and must leave and join again",
+		m.own.Warn("this node was dropped from the cluster: "+why+"; it stops acting for its sessions and must leave and join again",
 			slog.String("address", m.Address()))
 		close(m.gone)
 	})

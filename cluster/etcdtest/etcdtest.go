@@ -34,6 +34,8 @@ const (
 type Server struct {
 	dir      string
 	endpoint string
+	bin      string
+	args     []string
 	cmd      *exec.Cmd
 	exit     chan error
 	out      *lockedBuffer
@@ -86,25 +88,67 @@ func Launch(ctx context.Context) (*Server, error) {
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-	s := &Server{dir: dir, endpoint: clientURL, exit: make(chan error, 1), out: &lockedBuffer{}}
-	s.cmd = exec.Command(bin,
-		"--name", "etcdtest", "--data-dir", dir+"/data",
+	s := &Server{dir: dir, endpoint: clientURL, bin: bin, out: &lockedBuffer{}}
+	s.args = []string{
+		"--name", "etcdtest", "--data-dir", dir + "/data",
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "etcdtest="+peerURL, "--initial-cluster-state", "new",
-		"--unsafe-no-fsync", "--log-level", "warn")
+		"--initial-cluster", "etcdtest=" + peerURL, "--initial-cluster-state", "new",
+		"--unsafe-no-fsync", "--log-level", "warn"}
+	if err := s.run(ctx); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// run starts the etcd process and waits until it is healthy.
+func (s *Server) run(ctx context.Context) error {
+	s.exit = make(chan error, 1)
+	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("etcdtest: start %s: %w", bin, err)
+		return fmt.Errorf("etcdtest: start %s: %w", s.bin, err)
 	}
 	go func() { s.exit <- s.cmd.Wait() }()
 	if err := s.waitHealthy(ctx); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("etcdtest: %w; output:\n%s", err, s.out.String())
+		return fmt.Errorf("etcdtest: %w; output:\n%s", err, s.out.String())
 	}
-	return s, nil
+	return nil
+}
+
+// Halt stops the server (SIGTERM, then SIGKILL after 10 s) and keeps its
+// data, as an operator stopping etcd would; Restart starts it again.
+func (s *Server) Halt() { s.halt() }
+
+// Restart starts a halted server again, on the same ports with the same
+// data, and waits (at most 30 s) until it is healthy.
+func (s *Server) Restart() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	return s.run(ctx)
+}
+
+// halt ends the process, if it runs.
+func (s *Server) halt() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	select {
+	case err := <-s.exit: // already exited
+		s.exit <- err
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.exit:
+		s.exit <- err
+	case <-time.After(stopTimeout):
+		_ = s.cmd.Process.Kill()
+		s.exit <- <-s.exit
+	}
 }
 
 // Endpoint is the server's client URL.
@@ -139,13 +183,7 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 // directory. It is safe to call more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exit:
-		case <-time.After(stopTimeout):
-			_ = s.cmd.Process.Kill()
-			<-s.exit
-		}
+		s.halt()
 		s.stopErr = os.RemoveAll(s.dir)
 	})
 	return s.stopErr

@@ -1,7 +1,9 @@
 package etcdtest_test
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,5 +34,34 @@ func TestStartServesAndStopEnds(t *testing.T) {
 	}
 	if err := s.Stop(); err != nil {
 		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestHaltAndRestartKeepTheData(t *testing.T) {
+	s := etcdtest.Start(t)
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	put := `{"key":"a2V5","value":"dmFsdWU="}` // "key" = "value", base64 as the v3 JSON API wants
+	if resp, err := client.Post(s.Endpoint()+"/v3/kv/put", "application/json", strings.NewReader(put)); err != nil {
+		t.Fatalf("put: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	s.Halt()
+	client.CloseIdleConnections()
+	if _, err := client.Get(s.Endpoint() + "/health"); err == nil {
+		t.Fatal("etcd still answers after Halt")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	resp, err := client.Post(s.Endpoint()+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"a2V5"}`))
+	if err != nil {
+		t.Fatalf("range: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `"value":"dmFsdWU="`) {
+		t.Fatalf("after Restart the key reads %s; want its value kept", body)
 	}
 }
