@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +33,14 @@ type rpcProc struct {
 // startRPC starts musepi rpc against a fakellm server playing scenario.
 func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
 	t.Helper()
+	base := startFake(t, scenario)
+	return spawnRPC(t, bin, append([]string{"--provider", "openai", "--base-url", base + "/v1", "--model", "m1"}, extra...)...)
+}
+
+// startFake starts a fakellm server playing scenario, closed when the test
+// ends, and returns its base URL.
+func startFake(t *testing.T, scenario string) string {
+	t.Helper()
 	sc, err := fakellm.ParseScenario([]byte(scenario))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +51,7 @@ func startRPC(t *testing.T, bin, scenario string, extra ...string) *rpcProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	return spawnRPC(t, bin, append([]string{"--provider", "openai", "--base-url", base + "/v1", "--model", "m1"}, extra...)...)
+	return base
 }
 
 // spawnRPC starts "musepi rpc args..." with OPENAI_API_KEY set.
@@ -134,6 +144,18 @@ func (p *rpcProc) next(typ string, within time.Duration) map[string]any {
 	}
 }
 
+// nextAssistant returns the message of the next message_end of an
+// assistant message.
+func (p *rpcProc) nextAssistant(within time.Duration) map[string]any {
+	p.t.Helper()
+	for {
+		msg, _ := p.next("message_end", within)["message"].(map[string]any)
+		if msg["role"] == "assistant" {
+			return msg
+		}
+	}
+}
+
 // response waits for the response to the command with id.
 func (p *rpcProc) response(id string) map[string]any {
 	p.t.Helper()
@@ -220,6 +242,70 @@ func TestRPC(t *testing.T) {
 			"agent_end willRetry=true", "start 1", "end success=true attempt=1",
 			"agent_end willRetry=true", "start 1", "agent_end willRetry=false",
 			"end success=true attempt=1", "settled success=true")
+	})
+
+	// Issue 25 item 2: a refused turn keeps the provider's words. The
+	// assistant message's errorMessage, auto_retry_start's errorMessage and
+	// auto_retry_end's finalError are the error text sent with the refusal,
+	// verbatim; its category and explanation stay in stopDetails.
+	t.Run("a refused turn keeps the provider's words", func(t *testing.T) {
+		errText := func(model string) string { return "Refusal (cyber): Classifier declined the turn of " + model + "." }
+		explanation := func(model string) string { return "Classifier declined the turn of " + model + "." }
+		rule := func(model string) string {
+			return fmt.Sprintf(`{"match":{"model":%q},"respond":{"refusal":"I can't help with that.","stop_error":%q,`+
+				`"stop_details":{"type":"refusal","category":"cyber","explanation":%q}}}`, model, errText(model), explanation(model))
+		}
+		scenario := `{"rules":[` + rule("m1") + `,` + rule("m2") + `]}`
+		// refused reads the next assistant message: model's refusal, in its words.
+		refused := func(t *testing.T, p *rpcProc, model string) {
+			t.Helper()
+			msg := p.nextAssistant(10 * time.Second)
+			details := map[string]any{"type": "refusal", "fields": map[string]any{"category": "cyber", "explanation": explanation(model)}}
+			if msg["model"] != model || msg["stopReason"] != "error" || msg["errorMessage"] != errText(model) || !reflect.DeepEqual(msg["stopDetails"], details) {
+				t.Fatalf("assistant message %v\nwant %s's refusal, errorMessage %q, stopDetails %v", msg, model, errText(model), details)
+			}
+		}
+		settled := func(t *testing.T, p *rpcProc, model string) {
+			t.Helper()
+			if s := p.next("agent_settled", 10*time.Second); s["success"] != false || s["error"] != errText(model) {
+				t.Fatalf("agent_settled %v, want a failure with error %q", s, errText(model))
+			}
+		}
+
+		t.Run("no fallback model", func(t *testing.T) {
+			p := startRPC(t, bin, scenario)
+			p.send(`{"id":"1","type":"prompt","message":"something risky"}`)
+			refused(t, p, "m1")
+			settled(t, p, "m1")
+			expectTrace(t, p.retryTrace(), "agent_end willRetry=false", "settled success=false")
+		})
+
+		t.Run("a fallback model that refuses too", func(t *testing.T) {
+			config := filepath.Join(t.TempDir(), "musepi.toml")
+			writeFile(t, config, fmt.Sprintf(`default_model = "fake/m1"
+[providers.fake]
+kind = "openai"
+base_url = "%s/v1"
+models = ["m1", "m2"]
+credentials = [{ name = "main", api_key_env = "OPENAI_API_KEY" }]
+[retry.fallback_chains]
+default = ["fake/m2"]
+`, startFake(t, scenario)))
+			p := spawnRPC(t, bin, "--config", config)
+			p.send(`{"id":"1","type":"prompt","message":"something risky"}`)
+			refused(t, p, "m1")
+			if start := p.next("auto_retry_start", 10*time.Second); start["errorMessage"] != errText("m1") || start["errorClass"] != "classifier_refusal" {
+				t.Fatalf("auto_retry_start %v, want errorMessage %q", start, errText("m1"))
+			}
+			refused(t, p, "m2")
+			if end := p.next("auto_retry_end", 10*time.Second); end["success"] != false || end["finalError"] != errText("m2") {
+				t.Fatalf("auto_retry_end %v, want finalError %q", end, errText("m2"))
+			}
+			settled(t, p, "m2")
+			expectTrace(t, p.retryTrace(),
+				"agent_end willRetry=true", "start 1 delay=0", "agent_end willRetry=false",
+				"end success=false attempt=1", "settled success=false")
+		})
 	})
 
 	t.Run("abort_retry during the backoff", func(t *testing.T) {

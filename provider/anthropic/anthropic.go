@@ -16,7 +16,9 @@
 //   - a stream that breaks after text, thinking or a tool call keeps the
 //     partial content and is marked stream_interrupted_after_content;
 //   - a refusal keeps its partial text and is marked with stop details
-//     "refusal";
+//     "refusal" holding the category and explanation the API sent; its
+//     error text is the explanation, verbatim, else "the model refused to
+//     continue (stop_reason refusal, category <category>)";
 //   - the caller's cancellation returns provider.Aborted at once, while
 //     Config.RequestTimeout gives an error reading "context deadline exceeded".
 package anthropic

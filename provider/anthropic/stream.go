@@ -211,7 +211,9 @@ func (a *accumulator) result() *messages.AssistantMessage {
 				m.StopDetails.Fields["explanation"] = explanation
 			}
 		}
-		m.ErrorMessage = refusalText(category, explanation)
+		// The Messages API sends no error text with a refusal: its words
+		// are the explanation.
+		m.ErrorMessage = provider.RefusalMessage("", explanation, refusalText(category))
 	default:
 		// end_turn, stop_sequence, pause_turn and reasons this SDK does not
 		// know end the turn normally.
@@ -220,16 +222,13 @@ func (a *accumulator) result() *messages.AssistantMessage {
 	return m
 }
 
-func refusalText(category, explanation string) string {
+// refusalText is the error message of a refusal without an explanation.
+func refusalText(category string) string {
 	text := "the model refused to continue (stop_reason refusal"
 	if category != "" {
 		text += ", category " + category
 	}
-	text += ")"
-	if explanation != "" {
-		text += ": " + explanation
-	}
-	return text
+	return text + ")"
 }
 
 // validJSONObject reports whether s is a JSON object.

@@ -2,6 +2,7 @@ package anthropic
 
 import (
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -226,40 +227,53 @@ func TestStopReasons(t *testing.T) {
 	}
 }
 
+// TestRefusal: a refusal stop keeps its partial text and the words of its
+// stop_details. The Messages API sends no error text with it, so its error
+// message is the explanation, verbatim (trimmed); without one, the default
+// naming the category. Category and explanation stay in the stop details.
 func TestRefusal(t *testing.T) {
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request, s *testServer) {
-		writeEvents(w,
-			evMessageStart(),
-			evTextStart(0),
-			evText(0, "I can start with"),
-			evBlockStop(0),
-			sse("message_delta", `{"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":"This request could enable malware development."}},"usage":{"output_tokens":5}}`),
-			evMessageStop(),
-		)
-	})
-	msg, _ := stream(t, newProvider(t, s.URL, Config{}), userRequest("x"))
-	wantStop(t, msg, messages.StopReason_STOP_REASON_ERROR)
-	if msg.GetStopDetails().GetType() != "refusal" || msg.GetStopDetails().GetFields()["category"] != "cyber" {
-		t.Fatalf("stop details = %v", msg.GetStopDetails())
+	const explanation = "This request could enable malware development."
+	for _, tc := range []struct {
+		name       string
+		details    string // the stop_details JSON of message_delta
+		want       string
+		wantFields map[string]string
+	}{
+		{"category and explanation", `{"type":"refusal","category":"cyber","explanation":` + jsonString(explanation) + `}`,
+			explanation, map[string]string{"category": "cyber", "explanation": explanation}},
+		{"explanation trimmed", `{"type":"refusal","category":"cyber","explanation":` + jsonString(" "+explanation+"\n") + `}`,
+			explanation, map[string]string{"category": "cyber", "explanation": explanation}},
+		{"explanation without a category", `{"type":"refusal","category":null,"explanation":` + jsonString(explanation) + `}`,
+			explanation, map[string]string{"explanation": explanation}},
+		{"category without an explanation", `{"type":"refusal","category":"bio","explanation":null}`,
+			"the model refused to continue (stop_reason refusal, category bio)", map[string]string{"category": "bio"}},
+		{"no stop details", `null`, "the model refused to continue (stop_reason refusal)", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, func(w http.ResponseWriter, r *http.Request, s *testServer) {
+				writeEvents(w,
+					evMessageStart(),
+					evTextStart(0),
+					evText(0, "I can start with"),
+					evBlockStop(0),
+					sse("message_delta", `{"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":`+tc.details+`},"usage":{"output_tokens":5}}`),
+					evMessageStop(),
+				)
+			})
+			msg, _ := stream(t, newProvider(t, s.URL, Config{}), userRequest("x"))
+			wantStop(t, msg, messages.StopReason_STOP_REASON_ERROR)
+			if msg.GetErrorMessage() != tc.want {
+				t.Errorf("error %q, want %q", msg.GetErrorMessage(), tc.want)
+			}
+			if d := msg.GetStopDetails(); d.GetType() != "refusal" || !reflect.DeepEqual(d.GetFields(), tc.wantFields) {
+				t.Errorf("stop details %v, want type refusal fields %v", d, tc.wantFields)
+			}
+			if textOf(msg) != "I can start with" {
+				t.Errorf("partial text = %q", textOf(msg))
+			}
+			wantClass(t, msg, retry.ClassifierRefusal)
+		})
 	}
-	if !strings.Contains(msg.GetErrorMessage(), "refus") || !strings.Contains(msg.GetErrorMessage(), "malware") {
-		t.Fatalf("error = %q", msg.GetErrorMessage())
-	}
-	if textOf(msg) != "I can start with" {
-		t.Fatalf("partial text = %q", textOf(msg))
-	}
-	wantClass(t, msg, retry.ClassifierRefusal)
-
-	// A refusal without stop details still says why.
-	s2 := newServer(t, func(w http.ResponseWriter, r *http.Request, s *testServer) {
-		writeEvents(w, textStream("refusal")...)
-	})
-	msg2, _ := stream(t, newProvider(t, s2.URL, Config{}), userRequest("x"))
-	wantStop(t, msg2, messages.StopReason_STOP_REASON_ERROR)
-	if msg2.GetStopDetails().GetType() != "refusal" || msg2.GetErrorMessage() == "" {
-		t.Fatalf("details %v error %q", msg2.GetStopDetails(), msg2.GetErrorMessage())
-	}
-	wantClass(t, msg2, retry.ClassifierRefusal)
 }
 
 func TestOddServerOutput(t *testing.T) {

@@ -28,15 +28,28 @@ func toolInput(args string) any {
 	return json.RawMessage(args)
 }
 
+// anthropicStopDetails is the stop_details of a message, which the API
+// always sends: null, or for a refusal with stop details the Messages
+// API's refusal object, its category and explanation (null when the
+// scenario leaves them out). Other keys and an error text have no place
+// in the API and are not sent.
+func anthropicStopDetails(c *content) any {
+	if c.stop != stopRefusal || c.stopDetails == nil {
+		return nil
+	}
+	return obj{"type", "refusal", "category", nullable(c.stopDetails["category"]),
+		"explanation", nullable(c.stopDetails["explanation"])}
+}
+
 // anthropicSteps is a Messages stream: message_start, ping, the content
-// blocks (thinking, text, tool_use) with their deltas, message_delta and
-// message_stop.
+// blocks (thinking, text, tool_use) with their deltas, message_delta (with
+// stop_details) and message_stop.
 func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 	id := s.letterID("msg_fakellm")
 	b := &stepBuilder{}
 	b.add(eventFrame("message_start", obj{"type", "message_start", "message", obj{
 		"id", id, "type", "message", "role", "assistant", "model", req.Model,
-		"content", []any{}, "stop_reason", nil, "stop_sequence", nil,
+		"content", []any{}, "stop_reason", nil, "stop_sequence", nil, "stop_details", nil,
 		"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
 			"cache_read_input_tokens", 0, "output_tokens", 1},
 	}}))
@@ -80,7 +93,7 @@ func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 		stop()
 	}
 	b.add(eventFrame("message_delta", obj{"type", "message_delta",
-		"delta", obj{"stop_reason", anthropicStop[c.stop], "stop_sequence", nil},
+		"delta", obj{"stop_reason", anthropicStop[c.stop], "stop_sequence", nil, "stop_details", anthropicStopDetails(c)},
 		"usage", obj{"output_tokens", c.outputTokens()}}))
 	b.add(eventFrame("message_stop", obj{"type", "message_stop"}))
 	return b.finish()
@@ -101,7 +114,7 @@ func (s *Server) anthropicMessage(req *apiRequest, c *content) obj {
 	}
 	return obj{
 		"id", id, "type", "message", "role", "assistant", "model", req.Model,
-		"content", blocks, "stop_reason", anthropicStop[c.stop], "stop_sequence", nil,
+		"content", blocks, "stop_reason", anthropicStop[c.stop], "stop_sequence", nil, "stop_details", anthropicStopDetails(c),
 		"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
 			"cache_read_input_tokens", 0, "output_tokens", c.outputTokens()},
 	}

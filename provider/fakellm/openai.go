@@ -68,12 +68,9 @@ func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 			b.chunk()
 		}
 	}
-	finish := choice(obj{}, chatFinish[c.stop])
-	if c.stopDetails != nil {
-		finish = append(finish, "stop_details", c.stopDetails)
-	}
+	finish := c.withStopDetails(choice(obj{}, chatFinish[c.stop]))
 	if c.stopError != "" {
-		b.add(frame(finish, "error", obj{"message", c.stopError, "type", "content_filter", "param", nil, "code", "content_filter"}))
+		b.add(frame(finish, "error", chatStopError(c.stopError)))
 		b.add(doneFrame)
 		return b.finish()
 	}
@@ -85,7 +82,9 @@ func (s *Server) chatSteps(req *apiRequest, c *content) steps {
 	return b.finish()
 }
 
-// chatCompletion is the whole chat.completion of a non-streaming request.
+// chatCompletion is the whole chat.completion of a non-streaming request
+// (with stop_details on the choice and an error object when the scenario
+// says, as on the finish chunk of a stream).
 func (s *Server) chatCompletion(req *apiRequest, c *content) obj {
 	msg := obj{"role", "assistant", "content", nullable(c.text), "refusal", nil, "annotations", []any{}}
 	if c.thinking != "" {
@@ -95,9 +94,29 @@ func (s *Server) chatCompletion(req *apiRequest, c *content) obj {
 		msg = append(msg, "tool_calls", []any{obj{"id", s.letterID("call_fakellm"), "type", "function",
 			"function", obj{"name", c.tool.Name, "arguments", c.args}}})
 	}
-	return obj{"id", s.letterID("chatcmpl-fakellm"), "object", "chat.completion", "created", now(), "model", req.Model,
-		"choices", []any{obj{"index", 0, "message", msg, "logprobs", nil, "finish_reason", chatFinish[c.stop]}},
+	out := obj{"id", s.letterID("chatcmpl-fakellm"), "object", "chat.completion", "created", now(), "model", req.Model,
+		"choices", []any{c.withStopDetails(obj{"index", 0, "message", msg, "logprobs", nil, "finish_reason", chatFinish[c.stop]})},
 		"usage", chatUsage(req, c), "service_tier", "default", "system_fingerprint", "fp_fakellm"}
+	if c.stopError != "" {
+		out = append(out, "error", chatStopError(c.stopError))
+	}
+	return out
+}
+
+// withStopDetails is a finish choice with the scenario's stop_details, as
+// a gateway sends them beside a content_filter finish reason.
+func (c *content) withStopDetails(choice obj) obj {
+	if c.stopDetails == nil {
+		return choice
+	}
+	return append(choice, "stop_details", c.stopDetails)
+}
+
+// chatStopError is the error object a gateway sends with a content_filter
+// finish: on the finish chunk of a stream, beside the choices of a whole
+// chat.completion.
+func chatStopError(message string) obj {
+	return obj{"message", message, "type", "content_filter", "param", nil, "code", "content_filter"}
 }
 
 // respIDs are the ids of one response's output items.

@@ -108,12 +108,17 @@ type Respond struct {
 	// in: "reasoning_content" (DeepSeek, vLLM; the default) or "reasoning"
 	// (OpenRouter).
 	ReasoningField string `json:"reasoning_field,omitempty"`
-	// StopDetails (Chat Completions, with a refusal stop) is a structured
-	// stop_details object sent on the content_filter finish chunk, as some
-	// gateways do: {"type": "refusal", "category": ..., "explanation": ...}.
+	// StopDetails (with a refusal stop) are the refusal's structured stop
+	// details, {"type": "refusal", "category": ..., "explanation": ...}.
+	// Chat Completions sends them all on the content_filter finish choice,
+	// as some gateways do; Anthropic sends the Messages API's refusal
+	// stop_details (its category and explanation); Responses has no place
+	// for them.
 	StopDetails map[string]string `json:"stop_details,omitempty"`
-	// StopError (Chat Completions, with a refusal stop) is an error message
-	// sent in an "error" object on the same content_filter finish chunk.
+	// StopError (with a refusal stop) is the provider's error text of the
+	// refusal. Chat Completions sends it in an "error" object on the
+	// content_filter finish chunk (beside the choices when not streaming);
+	// the Messages and Responses APIs have no place for it.
 	StopError string `json:"stop_error,omitempty"`
 	// CutAfter drops the TCP connection after that many content chunks,
 	// without the terminating events (nil: never; 0: right after the

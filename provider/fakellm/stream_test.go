@@ -2,6 +2,7 @@ package fakellm
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -260,6 +261,96 @@ func TestRefusal(t *testing.T) {
 			t.Errorf("response.incomplete %s", res.events[len(res.events)-1].Data)
 		}
 	})
+}
+
+// TestRefusalWords: a refusal's error text and stop details go where each
+// API has a place for them, streaming or not, and nowhere else: Chat sends
+// both (stop_details on the finish choice, the error object beside it);
+// Anthropic sends its refusal stop_details, category and explanation only;
+// Responses sends neither.
+func TestRefusalWords(t *testing.T) {
+	const errText = "Refusal (cyber): Classifier declined this turn."
+	details := map[string]string{"type": "refusal", "category": "cyber", "explanation": "Classifier declined this turn.", "policy": "p-7"}
+	ts := start(t, &Scenario{Default: &Respond{Refusal: "I can't help with that.", StopError: errText, StopDetails: details}})
+	all := map[string]any{}
+	for k, v := range details {
+		all[k] = v
+	}
+	anthropic := map[string]any{"type": "refusal", "category": details["category"], "explanation": details["explanation"]}
+
+	// Chat's finish chunk comes before [DONE], Anthropic's message_delta
+	// before message_stop.
+	beforeLast := func(t *testing.T, res result) map[string]any { return res.events[len(res.events)-2].json(t) }
+	whole := func(t *testing.T, res result) map[string]any { return decode(t, res.body) }
+	finalResponse := func(t *testing.T, res result) map[string]any {
+		return walk(res.events[len(res.events)-1].json(t), "response").(map[string]any)
+	}
+	for _, tc := range []struct {
+		name        string
+		api         string
+		stream      bool
+		final       func(*testing.T, result) map[string]any // the object that ends the answer
+		detailsAt   []any                                   // where stop_details are, in it
+		wantDetails map[string]any                          // nil: none sent
+		wantError   string                                  // error.message beside them; "": none
+	}{
+		{"chat stream", APIOpenAIChat, true, beforeLast, []any{"choices", 0, "stop_details"}, all, errText},
+		{"chat whole", APIOpenAIChat, false, whole, []any{"choices", 0, "stop_details"}, all, errText},
+		{"anthropic stream", APIAnthropic, true, beforeLast, []any{"delta", "stop_details"}, anthropic, ""},
+		{"anthropic whole", APIAnthropic, false, whole, []any{"stop_details"}, anthropic, ""},
+		{"responses stream", APIOpenAIResponses, true, finalResponse, []any{"stop_details"}, nil, ""},
+		{"responses whole", APIOpenAIResponses, false, whole, []any{"stop_details"}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := ts.call(req{api: tc.api, stream: tc.stream})
+			if res.status != 200 || res.readErr != nil {
+				t.Fatalf("status %d, read error %v", res.status, res.readErr)
+			}
+			final := tc.final(t, res)
+			got, _ := walk(final, tc.detailsAt...).(map[string]any)
+			if !reflect.DeepEqual(got, tc.wantDetails) {
+				t.Errorf("stop_details %v, want %v", got, tc.wantDetails)
+			}
+			if msg := str(final, "error", "message"); msg != tc.wantError {
+				t.Errorf("error.message %q, want %q", msg, tc.wantError)
+			}
+			raw := string(res.body) + strings.Join(namesData(res.events), "\n")
+			if tc.wantError == "" && strings.Contains(raw, errText) {
+				t.Errorf("the error text was sent: %s", raw)
+			}
+		})
+	}
+}
+
+// TestAnthropicStopDetails: the Messages API always sends stop_details:
+// null when the stop has none, and a refusal's category or explanation the
+// scenario leaves out is null.
+func TestAnthropicStopDetails(t *testing.T) {
+	ts := startJSON(t, `{"rules": [{"match": {"model": "refuse"}, "respond": {"refusal": "No.", "stop_details": {"explanation": "Declined."}}}],
+		"default": {"text": "Hello."}}`)
+	for _, tc := range []struct {
+		model string
+		want  any
+	}{
+		{"m", nil},
+		{"refuse", map[string]any{"type": "refusal", "category": nil, "explanation": "Declined."}},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			evs := ts.call(req{api: APIAnthropic, stream: true, model: tc.model}).events
+			start, delta := evs[0].json(t)["message"].(map[string]any), evs[len(evs)-2].json(t)["delta"].(map[string]any)
+			whole := decode(t, ts.call(req{api: APIAnthropic, model: tc.model}).body)
+			for where, m := range map[string]map[string]any{"message_start": start, "message_delta": delta, "message": whole} {
+				want := tc.want
+				if where == "message_start" {
+					want = nil // not known yet
+				}
+				got, sent := m["stop_details"]
+				if !sent || !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: stop_details %v (sent: %t), want %v", where, got, sent, want)
+				}
+			}
+		})
+	}
 }
 
 func TestStopLength(t *testing.T) {

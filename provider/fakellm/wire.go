@@ -222,8 +222,8 @@ func dropConnection(w http.ResponseWriter, rc *http.ResponseController) {
 // content is a stream's output cut into chunks.
 type content struct {
 	reasoningField string            // Chat: the delta field thinking streams in
-	stopDetails    map[string]string // Chat: stop_details on the finish chunk
-	stopError      string            // Chat: an error object on the finish chunk
+	stopDetails    map[string]string // a refusal's stop_details (Chat, Anthropic)
+	stopError      string            // a refusal's error text (Chat)
 	thinking       string
 	text           string // text, or the refusal text
 	tool           *ToolCall

@@ -101,11 +101,8 @@ func (p *Provider) streamChat(t *turn, req provider.Request) *messages.Assistant
 	content := s.content()
 	if s.finish == "content_filter" {
 		// A classifier refusal, whatever error text came with it.
-		text := "The response was stopped by the provider's content filter (finish_reason: content_filter)"
-		if streamErr != nil {
-			text = firstOf(inStreamErrorText(streamErr), text)
-		}
-		return t.sensitive(content, text, s.details)
+		return t.sensitive(content, streamErrorMessage(streamErr), s.details,
+			"The response was stopped by the provider's content filter (finish_reason: content_filter)")
 	}
 	if err != nil && s.finish == "" {
 		return t.failure(err, content)

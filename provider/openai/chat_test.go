@@ -3,7 +3,9 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -191,6 +193,81 @@ func TestChatFinishReasons(t *testing.T) {
 				wantContains(t, m.GetErrorMessage(), "content filter")
 			}
 			wantClass(t, m, tc.class)
+		})
+	}
+}
+
+// TestChatRefusalWords: a content_filter finish keeps the provider's words.
+// Its error message is the error text sent with it (on the finish chunk or
+// right after it), verbatim; without one, the explanation of its
+// stop_details; with neither, the default. The stop details keep their
+// type, category and explanation either way.
+func TestChatRefusalWords(t *testing.T) {
+	const (
+		errText     = "Refusal (cyber): Classifier declined this turn."
+		explanation = "Classifier declined this turn."
+		filtered    = "The response was stopped by the provider's content filter (finish_reason: content_filter)"
+	)
+	details := map[string]any{"type": "refusal", "category": "cyber", "explanation": explanation}
+	fields := map[string]string{"category": "cyber", "explanation": explanation}
+	errObj := map[string]any{"message": errText, "type": "content_filter", "param": nil, "code": "content_filter"}
+	// finish is the content_filter finish chunk with fields added to its
+	// choice and to the chunk itself.
+	finish := func(onChoice, onChunk map[string]any) string {
+		var c map[string]any
+		_ = json.Unmarshal([]byte(chunk(map[string]any{}, "content_filter")), &c)
+		maps.Copy(c["choices"].([]any)[0].(map[string]any), onChoice)
+		maps.Copy(c, onChunk)
+		b, _ := json.Marshal(c)
+		return string(b)
+	}
+	jsonOf := func(v any) string {
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name       string
+		events     []string // after a text chunk
+		want       string
+		wantType   string
+		wantFields map[string]string
+	}{
+		{"error text and stop details on the choice",
+			[]string{finish(map[string]any{"stop_details": details}, map[string]any{"error": errObj})}, errText, "refusal", fields},
+		{"error text and stop details on the chunk",
+			[]string{finish(nil, map[string]any{"stop_details": details, "error": errObj})}, errText, "refusal", fields},
+		{"error text on the chunk after the finish",
+			[]string{finish(map[string]any{"stop_details": details}, nil), jsonOf(map[string]any{"error": errObj})}, errText, "refusal", fields},
+		{"error text as a string",
+			[]string{finish(nil, map[string]any{"error": errText})}, errText, "sensitive", nil},
+		{"error text without stop details",
+			[]string{finish(nil, map[string]any{"error": errObj})}, errText, "sensitive", nil},
+		{"stop details without error text",
+			[]string{finish(map[string]any{"stop_details": details}, nil), "[DONE]"}, explanation, "refusal", fields},
+		{"an error without a message",
+			[]string{finish(map[string]any{"stop_details": details}, map[string]any{"error": map[string]any{"code": "content_filter"}})}, explanation, "refusal", fields},
+		{"neither", []string{finish(nil, nil), "[DONE]"}, filtered, "sensitive", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request, _ *testServer) {
+				sseHeaders(w)
+				sendData(w, textChunk("I can't"))
+				for _, e := range tc.events {
+					sendData(w, e)
+				}
+			})
+			m := newProvider(t, srv.URL, "chat", 0).Stream(bg(), request(user(1, "hi")), nil)
+			wantStop(t, m, messages.StopReason_STOP_REASON_ERROR)
+			if m.GetErrorMessage() != tc.want {
+				t.Errorf("error message %q, want %q", m.GetErrorMessage(), tc.want)
+			}
+			if d := m.GetStopDetails(); d.GetType() != tc.wantType || !reflect.DeepEqual(d.GetFields(), tc.wantFields) {
+				t.Errorf("stop details %v, want type %q fields %v", d, tc.wantType, tc.wantFields)
+			}
+			if textOf(m) != "I can't" {
+				t.Errorf("text %q", textOf(m))
+			}
+			wantClass(t, m, retry.ClassifierRefusal)
 		})
 	}
 }

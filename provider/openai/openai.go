@@ -23,6 +23,12 @@
 // Responses. Reasoning is kept as a thinking block before the text, and is
 // never sent back to the server (those servers reject or ignore it).
 //
+// A content filter's stop (finish_reason content_filter, or a response
+// incomplete for content_filter) is a classifier refusal, stop details
+// "sensitive" or the type and fields of the stop_details object a gateway
+// sends with it; its error text is the error message sent with it on the
+// same chunk, verbatim, else the stop details' explanation, else a default.
+//
 // Failures follow the retry policy's needs: an HTTP error keeps its status,
 // its headers (lower-case names, first value) and "<status> <status text>:
 // <provider message> (code: ..., type: ...)"; a network error keeps Go's
@@ -211,8 +217,10 @@ func (t *turn) setUsage(input, cached, output int64) {
 // sensitive is a turn the provider's content filter stopped: a classifier
 // refusal with stop_details.type "sensitive", or the type, category and
 // explanation of the structured stop details the provider sent with it.
-// The error text is the explanation, else text.
-func (t *turn) sensitive(content []*messages.ContentBlock, text string, details *messages.StopDetails) *messages.AssistantMessage {
+// Its error message keeps the provider's words (provider.RefusalMessage):
+// errText, the error text sent with the refusal, verbatim; else the
+// details' explanation; else fallback.
+func (t *turn) sensitive(content []*messages.ContentBlock, errText string, details *messages.StopDetails, fallback string) *messages.AssistantMessage {
 	m := t.success(content, messages.StopReason_STOP_REASON_ERROR)
 	m.StopDetails = &messages.StopDetails{Type: "sensitive"}
 	if details != nil {
@@ -220,9 +228,8 @@ func (t *turn) sensitive(content []*messages.ContentBlock, text string, details 
 			m.StopDetails.Type = details.Type
 		}
 		m.StopDetails.Fields = details.Fields
-		text = firstOf(details.Fields["explanation"], text)
 	}
-	m.ErrorMessage = text
+	m.ErrorMessage = provider.RefusalMessage(errText, details.GetFields()["explanation"], fallback)
 	return m
 }
 
@@ -356,6 +363,16 @@ func details(code, typ string) string {
 		return ""
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// streamErrorMessage is the provider's own message in an SSE chunk of the
+// form {"error": {...}}, verbatim ("" when e is nil or has none).
+func streamErrorMessage(e *ssestream.StreamError) string {
+	if e == nil {
+		return ""
+	}
+	msg, _, _ := errorFields(e.Event.Data)
+	return msg
 }
 
 // inStreamErrorText reads an SSE chunk of the form {"error": {...}}.

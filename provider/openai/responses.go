@@ -303,7 +303,9 @@ loop:
 		case "max_output_tokens":
 			return t.success(content, messages.StopReason_STOP_REASON_LENGTH)
 		case "content_filter":
-			return t.sensitive(content, "The response was stopped by the provider's content filter (incomplete_details.reason: content_filter)", nil)
+			// The API sends no error text or stop details with it.
+			return t.sensitive(content, "", nil,
+				"The response was stopped by the provider's content filter (incomplete_details.reason: content_filter)")
 		default:
 			return t.streamFailure(content, "response incomplete: "+firstOf(reason, "no reason given"))
 		}

@@ -306,6 +306,11 @@ func TestResponsesTerminalEvents(t *testing.T) {
 	}
 	failed := responseObj("resp_x", "failed", []any{})
 	failed["error"] = map[string]any{"code": "server_error", "message": "The model failed to generate a response."}
+	// A failure with a policy code (openai-go's ResponseErrorCode) is an
+	// error of the response, not one of the API's refusals (those are
+	// incomplete for content_filter): it keeps its words and code.
+	policy := responseObj("resp_x", "failed", []any{})
+	policy["error"] = map[string]any{"code": "bio_policy", "message": "This request was blocked by a biology policy."}
 	for _, tc := range []struct {
 		name     string
 		events   []map[string]any
@@ -316,9 +321,12 @@ func TestResponsesTerminalEvents(t *testing.T) {
 	}{
 		{name: "max tokens", events: []map[string]any{incomplete("max_output_tokens")}, stop: messages.StopReason_STOP_REASON_LENGTH, class: retry.Success},
 		{name: "content filter", events: []map[string]any{incomplete("content_filter")}, stop: messages.StopReason_STOP_REASON_ERROR,
-			detail: "sensitive", contains: "content filter", class: retry.ClassifierRefusal},
+			detail: "sensitive", contains: "The response was stopped by the provider's content filter (incomplete_details.reason: content_filter)",
+			class: retry.ClassifierRefusal},
 		{name: "failed", events: []map[string]any{{"type": "response.failed", "response": failed}}, stop: messages.StopReason_STOP_REASON_ERROR,
 			contains: "The model failed to generate a response. (code: server_error)", class: retry.Transient},
+		{name: "policy failure", events: []map[string]any{{"type": "response.failed", "response": policy}}, stop: messages.StopReason_STOP_REASON_ERROR,
+			contains: "This request was blocked by a biology policy. (code: bio_policy)", class: retry.NotRetryable},
 		{name: "error event", events: []map[string]any{{"type": "error", "code": "rate_limit_exceeded", "message": "Rate limit reached for requests", "param": nil}},
 			stop: messages.StopReason_STOP_REASON_ERROR, contains: "Rate limit reached for requests (code: rate_limit_exceeded)", class: retry.Transient},
 		{name: "stale error event", events: []map[string]any{{"type": "error", "code": "previous_response_not_found", "message": "Previous response with id 'resp_0' not found.", "param": "previous_response_id"}},
