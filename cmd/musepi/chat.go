@@ -30,7 +30,12 @@ Runtime logs would draw over the screen, so they are off unless -v is given
 // status 0.
 func setupChat(fs *flag.FlagSet) func([]string) error {
 	setupFlags := addSetupFlags(fs)
-	return func([]string) error { return runChat(setupFlags) }
+	return func([]string) error {
+		if err := setupFlags.check(fs); err != nil {
+			return err
+		}
+		return runChat(setupFlags)
+	}
 }
 
 func runChat(setupFlags *setupFlags) error {

@@ -160,3 +160,31 @@ func (c *command) printSynopsis(w io.Writer, name string) {
 		fmt.Fprintln(w, strings.TrimRight(lead+" "+name+" "+line, " "))
 	}
 }
+
+// flagsGiven is the set of flags a command line gave, by name.
+type flagsGiven map[string]bool
+
+// given returns the flags fs was given.
+func given(fs *flag.FlagSet) flagsGiven {
+	g := flagsGiven{}
+	fs.Visit(func(f *flag.Flag) { g[f.Name] = true })
+	return g
+}
+
+// needs is a usage error when flag was given without other.
+func (g flagsGiven) needs(flag, other string) error {
+	if g[flag] && !g[other] {
+		return usagef("--%s needs --%s", flag, other)
+	}
+	return nil
+}
+
+// excludes is a usage error when flag was given with one of others.
+func (g flagsGiven) excludes(flag string, others ...string) error {
+	for _, o := range others {
+		if g[flag] && g[o] {
+			return usagef("--%s cannot be used with --%s", flag, o)
+		}
+	}
+	return nil
+}

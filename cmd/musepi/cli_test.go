@@ -45,6 +45,8 @@ func TestCLIConventions(t *testing.T) {
 		{"help nope", 2, `musepi: unknown command "nope"`},
 
 		{"chat -v=maybe", 2, `musepi chat: invalid boolean value "maybe" for -v: parse error`},
+		{"chat --provider nope --model m", 2, `musepi chat: --provider "nope": want anthropic, openai or openai-responses`},
+		{"chat --log-format xml", 2, `musepi chat: --log-format "xml": want text or json`},
 		{"chat --config $MISSING", 1, "musepi chat: open $MISSING: no such file or directory"},
 
 		{"config", 2, "musepi config: missing command"},
@@ -55,6 +57,8 @@ func TestCLIConventions(t *testing.T) {
 
 		{"demo --scenario nope", 2, `musepi demo: --scenario "nope": want tour, outage, give-up or all`},
 		{"demo --fast=maybe", 2, `musepi demo: invalid boolean value "maybe" for -fast: parse error`},
+		{"demo --scenario outage --config $GOOD", 2, "musepi demo: --scenario cannot be used with --config"},
+		{"demo --fast --provider openai --model m", 2, "musepi demo: --fast cannot be used with --provider"},
 		{"demo --config $MISSING", 1, "musepi demo: open $MISSING: no such file or directory"},
 
 		{"fakellm --listen", 2, "musepi fakellm: flag needs an argument: -listen"},
@@ -76,6 +80,14 @@ func TestCLIConventions(t *testing.T) {
 
 		{"rpc --max-line -1", 2, "musepi rpc: --max-line must be 0 (the default, 1048576) or more, got -1"},
 		{"rpc --max-line x", 2, `musepi rpc: invalid value "x" for flag -max-line: parse error`},
+		{"rpc --config $GOOD --provider openai --model x", 2, "musepi rpc: --config cannot be used with --provider"},
+		{"rpc --model x", 2, "musepi rpc: --model needs --provider"},
+		{"rpc --base-url http://127.0.0.1:1", 2, "musepi rpc: --base-url needs --provider"},
+		{"rpc --config $GOOD --api-key-env KEY", 2, "musepi rpc: --api-key-env needs --provider"},
+		{"rpc --provider openai", 2, "musepi rpc: --provider needs --model"},
+		{"rpc --history-sync sometimes", 2, `musepi rpc: --history-sync: history sync "sometimes": want turn, entry or none`},
+		{"rpc --cluster", 2, "musepi rpc: --cluster needs --config"},
+		{"rpc --cluster --config $GOOD --history-dir dir", 2, "musepi rpc: --cluster cannot be used with --history-dir"},
 		{"rpc --config $MISSING", 1, "musepi rpc: open $MISSING: no such file or directory"},
 		{"rpc --config $BAD", 1, "musepi rpc: $BAD: providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set\n" +
 			"musepi rpc: $BAD: retry.max_retries: must be 0 or more, got -1\n"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -104,6 +105,11 @@ func setupDemo(fs *flag.FlagSet) func([]string) error {
 	scenario := fs.String("scenario", demoScenarios[0].name, `the demo scenario to run, or "all" (see above)`)
 	fs.BoolVar(&setupFlags.fast, "fast", false, "scale the demo server's time down 1000x: every backoff and hint a thousandth (for tests)")
 	return func([]string) error {
+		set := given(fs)
+		if err := cmp.Or(setupFlags.check(fs),
+			set.excludes("scenario", "config", "provider"), set.excludes("fast", "config", "provider")); err != nil {
+			return err
+		}
 		runs, err := pickScenarios(*scenario)
 		if err != nil {
 			return err

@@ -36,11 +36,10 @@ func setupNode(fs *flag.FlagSet) func([]string) error {
 		if *configPath == "" {
 			return usagef("--config is required")
 		}
-		log, err := setupFlags.logger()
-		if err != nil {
-			return usageError{err}
+		if err := setupFlags.check(fs); err != nil {
+			return err
 		}
-		return runNode(*configPath, *metricsAddr, log)
+		return runNode(*configPath, *metricsAddr, setupFlags.log)
 	}
 }
 

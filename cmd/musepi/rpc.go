@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/rpc"
 )
@@ -46,16 +44,15 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 		if f.maxLine < 0 {
 			return usagef("--max-line must be 0 (the default, %d) or more, got %d", rpc.DefaultMaxLine, f.maxLine)
 		}
-		log, err := f.logger()
-		if err != nil {
-			return usageError{err}
+		if err := f.check(fs); err != nil {
+			return err
 		}
-		return runRPC(f, log)
+		return runRPC(f)
 	}
 }
 
 // runRPC serves the session until stdin ends or SIGINT or SIGTERM.
-func runRPC(f rpcFlags, log zerolog.Logger) error {
+func runRPC(f rpcFlags) error {
 	var extra []musepi.Option
 	if f.metricsAddr != "" {
 		metrics, err := startMetrics(f.metricsAddr)
@@ -81,7 +78,7 @@ func runRPC(f rpcFlags, log zerolog.Logger) error {
 		Runtime:        su.rt,
 		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(f.sessionID)},
 		Out:            os.Stdout,
-		Log:            log,
+		Log:            f.log,
 		MaxLine:        f.maxLine,
 		Models:         su.models,
 		HistoryDir:     su.historyDir,
