@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -14,12 +15,15 @@ import (
 	"github.com/musepi/musepi"
 )
 
-func init() {
-	commands["demo"] = command{summary: "watch a session ride out injected provider failures (no API key needed)", run: runDemo}
+var demoCommand = &command{
+	summary: "watch a session ride out injected provider failures (no API key needed)",
+	synopsis: []string{
+		"[--scenario NAME|all] [--fast] [--prompt TEXT]",
+		"(--config FILE | --provider NAME --model ID [--base-url URL]) [--prompt TEXT]",
+	},
+	about: demoAbout(),
+	setup: setupDemo,
 }
-
-// stdout is where the demo prints; tests replace it.
-var stdout io.Writer = os.Stdout
 
 // demoScenario is one scripted story of the built-in demo server
 // (demo_scenario.json holds the fake server's side of it).
@@ -60,68 +64,66 @@ var demoScenarios = []demoScenario{
 	},
 }
 
-// demoUsage is "musepi demo -h".
-func demoUsage(fs *flag.FlagSet) func() {
-	return func() {
-		w := fs.Output()
-		fmt.Fprint(w, `usage: musepi demo [--scenario NAME|all] [--fast] [--prompt TEXT]
-       musepi demo --provider NAME --model ID [--base-url URL]
-
-Runs a session against a fault-injecting LLM server that the command starts on
+// demoAbout is what "musepi demo -h" says between the synopsis and the
+// flags: what the demo shows, its scenarios and examples.
+func demoAbout() string {
+	var b strings.Builder
+	b.WriteString(`Runs a session against a fault-injecting LLM server that the command starts on
 loopback (no API key needed) and prints what the retry policy does, live: each
 call, each failure, each retry with its backoff counted down, credential
 switches, model fallbacks, the answer, and a summary. Ctrl-C stops at once.
 
 Scenarios (--scenario NAME; "all" runs them one after the other):
 `)
-		for _, sc := range demoScenarios {
-			def := ""
-			if sc.name == demoScenarios[0].name {
-				def = " (default)"
-			}
-			fmt.Fprintf(w, "\n  %s%s\n", sc.name, def)
-			for line := range strings.SplitSeq(sc.about, "\n") {
-				fmt.Fprintf(w, "      %s\n", line)
-			}
+	for _, sc := range demoScenarios {
+		def := ""
+		if sc.name == demoScenarios[0].name {
+			def = " (default)"
 		}
-		fmt.Fprint(w, `
+		fmt.Fprintf(&b, "\n  %s%s\n", sc.name, def)
+		for line := range strings.SplitSeq(sc.about, "\n") {
+			fmt.Fprintf(&b, "      %s\n", line)
+		}
+	}
+	b.WriteString(`
 Examples:
   musepi demo                      # the tour
   musepi demo --scenario outage    # one scenario
   musepi demo --scenario all       # every scenario, about 16 s
   musepi demo --fast               # the same with time scaled down 1000x (tests)
   OPENAI_API_KEY=... musepi demo --provider openai --model gpt-4o-mini
-                                   # one prompt against the real API
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+                                   # one prompt against the real API`)
+	return b.String()
 }
 
-// runDemo is "musepi demo": sessions that ride out injected provider
+// setupDemo is "musepi demo": sessions that ride out injected provider
 // failures, shown live. With --provider (and its API key in the
 // environment) one prompt runs against a real API instead.
-func runDemo(args []string) int {
-	fs := flag.NewFlagSet("musepi demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func setupDemo(fs *flag.FlagSet) func([]string) error {
 	setupFlags := addSetupFlags(fs)
 	prompt := fs.String("prompt", "Say hello in one sentence.", "the prompt to send")
 	scenario := fs.String("scenario", demoScenarios[0].name, `the demo scenario to run, or "all" (see above)`)
 	fs.BoolVar(&setupFlags.fast, "fast", false, "scale the demo server's time down 1000x: every backoff and hint a thousandth (for tests)")
-	fs.Usage = demoUsage(fs)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
+	return func([]string) error {
+		set := given(fs)
+		if err := cmp.Or(setupFlags.check(fs),
+			set.excludes("scenario", "config", "provider"), set.excludes("fast", "config", "provider")); err != nil {
+			return err
+		}
+		runs, err := pickScenarios(*scenario)
+		if err != nil {
+			return err
+		}
+		return runDemo(setupFlags, runs, *prompt)
 	}
-	runs, err := pickScenarios(*scenario)
-	if err != nil {
-		fmt.Fprintf(stderr, "musepi demo: %v\n", err)
-		return 2
-	}
+}
+
+// runDemo runs the scenarios, or with --config or --provider the prompt on
+// the configured model.
+func runDemo(setupFlags *setupFlags, runs []demoScenario, prompt string) error {
 	su, err := setupFlags.open()
 	if err != nil {
-		fmt.Fprintf(stderr, "musepi demo: %v\n", err)
-		return 1
+		return err
 	}
 	defer shutdown(su)
 	if !su.demo {
@@ -135,27 +137,27 @@ func runDemo(args []string) int {
 	if su.demo {
 		p.line("MusePi demo: a session against a fault-injecting LLM server on loopback.")
 	}
-	code := 0
+	var failed error
 	for _, r := range runs {
 		if r.title != "" {
 			p.line("")
 			p.line("▶ %s: %s", r.name, r.title)
 		}
-		err := demoSession(ctx, p, su.rt, *prompt, musepi.WithModel(r.model), musepi.WithRole(r.role))
+		err := demoSession(ctx, p, su.rt, prompt, musepi.WithModel(r.model), musepi.WithRole(r.role))
 		switch {
 		case ctx.Err() != nil:
 			p.interrupted()
-			return 130
+			return exitCode(130)
 		case err != nil && r.fails:
 			p.line("  (as this scenario intends: the policy gave up rather than sleep)")
 		case err != nil:
-			code = 1
+			failed = exitCode(exitFailure)
 		case r.fails:
 			p.line("  ✗ this scenario should have given up, and it answered")
-			code = 1
+			failed = exitCode(exitFailure)
 		}
 	}
-	return code
+	return failed
 }
 
 // pickScenarios returns the scenarios --scenario names.
@@ -170,7 +172,7 @@ func pickScenarios(name string) ([]demoScenario, error) {
 		}
 		names = append(names, sc.name)
 	}
-	return nil, fmt.Errorf("--scenario %q: want %s or all", name, strings.Join(names, ", "))
+	return nil, usagef("--scenario %q: want %s or all", name, strings.Join(names, ", "))
 }
 
 // demoSession runs one prompt on a new session and prints its events as

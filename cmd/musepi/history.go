@@ -2,79 +2,79 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/musepi/musepi/history"
 )
 
-func init() {
-	commands["history"] = command{summary: "check or repair a session history file (musepi history check|repair FILE)", run: runHistory}
+var historyCommand = &command{
+	summary:  "check or repair a session history file (musepi history check|repair FILE)",
+	synopsis: []string{"check FILE", "repair FILE"},
+	about:    "Checks and repairs session history files (HISTORY_DIR/SESSION.jsonl).",
+	commands: map[string]*command{
+		"check": {
+			summary:  "list the lines a session would refuse to open a history file with",
+			synopsis: []string{"FILE"},
+			about: `
+Reads a session history file (HISTORY_DIR/SESSION.jsonl) and lists every line
+a session would refuse to open with, one "FILE:LINE: problem" line each on
+stderr; it changes nothing. Exits 0 when the file opens as it is, 1 when it
+does not.`,
+			args:  []string{"FILE"},
+			setup: noFlags(checkHistory),
+		},
+		"repair": {
+			summary:  "make a history file open again, keeping the original as FILE.bak",
+			synopsis: []string{"FILE"},
+			about: `
+Keeps the original as FILE.bak, drops a partial last line and the lines that
+are not entries, renumbers seq 1..n and adds the format header. Unknown
+fields are kept. It refuses while a session holds the file open.`,
+			args:  []string{"FILE"},
+			setup: noFlags(repairHistory),
+		},
+	},
 }
 
-// historyOut is where "musepi history" reports.
-var historyOut io.Writer = os.Stdout
-
-func historyUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: musepi history check FILE")
-	fmt.Fprintln(w, "       musepi history repair FILE")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "check reads a session history file (HISTORY_DIR/SESSION.jsonl) and lists every")
-	fmt.Fprintln(w, "line a session would refuse to open with; it changes nothing. Exit 0 when the")
-	fmt.Fprintln(w, "file opens as it is, 1 when it does not.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "repair keeps the original as FILE.bak, drops a partial last line and the lines")
-	fmt.Fprintln(w, "that are not entries, renumbers seq 1..n and adds the format header. Unknown")
-	fmt.Fprintln(w, "fields are kept. It refuses while a session holds the file open.")
+// checkHistory is "musepi history check FILE". The file's problems are its
+// findings, printed as they are; a file it cannot read is its failure.
+func checkHistory(args []string) error {
+	path := args[0]
+	rep, err := history.Check(path)
+	if err != nil {
+		return err
+	}
+	printReport(rep)
+	if !rep.OK() {
+		fmt.Fprintf(stderr, "%s: a session will not open it; run \"musepi history repair %s\"\n", path, path)
+		return exitCode(exitFailure)
+	}
+	return nil
 }
 
-// runHistory is "musepi history check|repair FILE".
-func runHistory(args []string) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
-		historyUsage(stderr)
-		return 0
-	}
-	if len(args) != 2 || (args[0] != "check" && args[0] != "repair") {
-		historyUsage(stderr)
-		return 2
-	}
-	path := args[1]
-	if args[0] == "check" {
-		rep, err := history.Check(path)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		printReport(rep)
-		if !rep.OK() {
-			fmt.Fprintf(stderr, "%s: a session will not open it; run \"musepi history repair %s\"\n", path, path)
-			return 1
-		}
-		return 0
-	}
+// repairHistory is "musepi history repair FILE".
+func repairHistory(args []string) error {
+	path := args[0]
 	rep, err := history.Repair(path)
 	if rep != nil {
 		printReport(rep)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
 	if rep.OK() && rep.TornBytes == 0 && rep.Version == history.FormatVersion {
-		fmt.Fprintf(historyOut, "%s: nothing to repair\n", path)
-		return 0
+		fmt.Fprintf(stdout, "%s: nothing to repair\n", path)
+		return nil
 	}
 	after, err := history.Check(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
-	fmt.Fprintf(historyOut, "%s: repaired: %d entries, format version %d; the original is %s.bak\n",
+	fmt.Fprintf(stdout, "%s: repaired: %d entries, format version %d; the original is %s.bak\n",
 		path, after.Entries, after.Version, path)
-	return 0
+	return nil
 }
 
-// printReport writes what Check found: a summary line on historyOut, each
+// printReport writes what Check found: a summary line on stdout, each
 // problem on stderr.
 func printReport(r *history.Report) {
 	version := fmt.Sprintf("format version %d", r.Version)
@@ -85,9 +85,9 @@ func printReport(r *history.Report) {
 	if !r.OK() {
 		status = fmt.Sprintf("%d problem(s)", len(r.Problems))
 	}
-	fmt.Fprintf(historyOut, "%s: %s: %d entries, %s\n", r.Path, status, r.Entries, version)
+	fmt.Fprintf(stdout, "%s: %s: %d entries, %s\n", r.Path, status, r.Entries, version)
 	if r.TornBytes > 0 {
-		fmt.Fprintf(historyOut, "%s: a partial last line of %d bytes (a crash mid-write; dropped when the session opens)\n", r.Path, r.TornBytes)
+		fmt.Fprintf(stdout, "%s: a partial last line of %d bytes (a crash mid-write; dropped when the session opens)\n", r.Path, r.TornBytes)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(stderr, "%s:%d: %v\n", r.Path, p.Line, p.Err)

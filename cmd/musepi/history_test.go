@@ -7,18 +7,6 @@ import (
 	"testing"
 )
 
-// captureHistory runs "musepi history ARGS" and returns its exit code,
-// stdout and stderr.
-func captureHistory(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errs strings.Builder
-	oldOut, oldErr := historyOut, stderr
-	historyOut, stderr = &out, &errs
-	defer func() { historyOut, stderr = oldOut, oldErr }()
-	code := run(append([]string{"history"}, args...))
-	return code, out.String(), errs.String()
-}
-
 func TestHistoryCommand(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "s.jsonl")
@@ -40,12 +28,9 @@ func TestHistoryCommand(t *testing.T) {
 			`{"format":"musepi.history","version":1}` + "\n" + `{"seq":"1","user":{"text":"a"}}` + "\n" + `{"seq":"2","user":{"text":"b"}}` + "\n"},
 		{[]string{"check", path}, 0, []string{path + ": ok: 2 entries, format version 1"}, nil, ""},
 		{[]string{"repair", path}, 0, []string{"nothing to repair"}, nil, ""},
-		{[]string{"check", filepath.Join(dir, "missing.jsonl")}, 1, nil, []string{"no such file"}, ""},
-		{[]string{"frobnicate", path}, 2, nil, []string{"usage: musepi history check FILE"}, ""},
-		{[]string{"check"}, 2, nil, []string{"usage"}, ""},
 	}
 	for _, st := range steps {
-		code, out, errs := captureHistory(t, st.args...)
+		code, out, errs := runCaptured(t, append([]string{"history"}, st.args...)...)
 		if code != st.code {
 			t.Fatalf("history %v: exit %d, want %d\nstdout %s\nstderr %s", st.args, code, st.code, out, errs)
 		}

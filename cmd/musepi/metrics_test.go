@@ -417,13 +417,3 @@ func nonZero(m map[string]float64) map[string]float64 {
 	}
 	return out
 }
-
-// A --metrics-addr that cannot be listened on is a clear error before
-// anything runs.
-func TestRPCMetricsAddrRefused(t *testing.T) {
-	bin := buildCommand(t)
-	code, errOut := runToEnd(t, bin, "rpc", "--metrics-addr", "no-port")
-	if code != 1 || !strings.Contains(errOut, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address") {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
-	}
-}

@@ -11,60 +11,55 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
 )
 
-func init() {
-	commands["node"] = command{summary: "run a cluster node (musepi node --config FILE)", run: runNode}
+var nodeCommand = &command{
+	summary:  "run a cluster node (musepi node --config FILE)",
+	synopsis: []string{"--config FILE [--metrics-addr ADDR]"},
+	about: `
+Runs one node of a cluster (the file's [cluster] table: name, address, etcd or
+automanaged membership, database URL). Serves until SIGTERM or SIGINT, then
+leaves gracefully within leave_timeout_ms. See docs/cluster.md.`,
+	setup: setupNode,
 }
 
-// runNode is "musepi node --config FILE": it joins the cluster the file's
-// [cluster] table describes, serves until SIGTERM or SIGINT, then leaves
-// gracefully within the table's leave_timeout_ms.
+// setupNode is "musepi node --config FILE".
+func setupNode(fs *flag.FlagSet) func([]string) error {
+	setupFlags := addLogFlags(fs)
+	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	return func([]string) error {
+		if *configPath == "" {
+			return usagef("--config is required")
+		}
+		if err := setupFlags.check(fs); err != nil {
+			return err
+		}
+		return runNode(*configPath, *metricsAddr, setupFlags.log)
+	}
+}
+
+// runNode joins the cluster the file's [cluster] table describes, serves
+// until SIGTERM or SIGINT, then leaves gracefully within the table's
+// leave_timeout_ms.
 //
 // Its lifecycle lines on stderr ("musepi node: ...") are for operators
 // and the multi-process tests: where it listens, every change of the
 // member list, leaving and how long leaving took.
-func runNode(args []string) int {
-	fs := flag.NewFlagSet("musepi node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setupFlags := addLogFlags(fs)
-	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: musepi node --config FILE [--metrics-addr ADDR]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Runs one node of a cluster (the file's [cluster] table: name, address, etcd or")
-		fmt.Fprintln(stderr, "automanaged membership, database URL). Serves until SIGTERM or SIGINT, then")
-		fmt.Fprintln(stderr, "leaves gracefully within leave_timeout_ms. See docs/cluster.md.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *configPath == "" {
-		fmt.Fprintln(stderr, "musepi node: --config is required")
-		fs.Usage()
-		return 2
-	}
-	log, err := setupFlags.logger()
+func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
+	cfg, err := config.Load(configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "musepi node: %v\n", err)
-		return 2
-	}
-	cfg, err := config.Load(*configPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		return err
 	}
 	var extra []musepi.Option
-	if *metricsAddr != "" {
-		metrics, err := startMetrics(*metricsAddr)
+	if metricsAddr != "" {
+		metrics, err := startMetrics(metricsAddr)
 		if err != nil {
-			fmt.Fprintf(stderr, "musepi node: %v\n", err)
-			return 1
+			return err
 		}
 		defer closeMetrics(metrics)
 		fmt.Fprintf(stderr, "musepi node: metrics on %s\n", metrics.URL())
@@ -76,8 +71,7 @@ func runNode(args []string) int {
 	for {
 		rt, err := joinConfig(ctx, cfg, false, log, extra)
 		if err != nil {
-			fmt.Fprintf(stderr, "musepi node: %v\n", err)
-			return 1
+			return err
 		}
 		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
 			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
@@ -95,11 +89,10 @@ func runNode(args []string) int {
 		fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
 		start := time.Now()
 		if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
-			fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
-			return 1
+			return fmt.Errorf("leave: %w", err)
 		}
 		fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
-		return 0
+		return nil
 	}
 }
 

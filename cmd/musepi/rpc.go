@@ -13,57 +13,59 @@ import (
 	"github.com/musepi/musepi/rpc"
 )
 
-func init() {
-	commands["rpc"] = command{summary: "serve a session as JSON lines on stdin/stdout", run: runRPC}
+var rpcCommand = &command{
+	summary:  "serve a session as JSON lines on stdin/stdout",
+	synopsis: []string{"[--config FILE [--cluster] | --provider NAME --model ID [--base-url URL]]"},
+	about: `
+Serves one session as JSON lines on stdin/stdout (see docs/rpc.md). Without
+--config or --provider it runs against the built-in demo server (no API key
+needed). With --cluster the session is hosted by the nodes of the file's
+cluster (musepi node); --session-id reaches an existing one. Logs go to
+stderr only.`,
+	setup: setupRPC,
 }
 
-// runRPC is "musepi rpc": JSON lines on stdin/stdout (see docs/rpc.md);
-// logs go to stderr only.
-func runRPC(args []string) int {
-	fs := flag.NewFlagSet("musepi rpc", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setupFlags := addSetupFlags(fs)
-	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
-	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
-	fs.BoolVar(&setupFlags.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE [--cluster] | --provider NAME --model ID [--base-url URL]]")
-		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Serves one session as JSON lines on stdin/stdout. Without --config or")
-		fmt.Fprintln(stderr, "--provider it runs against the built-in demo server (no API key needed).")
-		fmt.Fprintln(stderr, "With --cluster the session is hosted by the nodes of the file's cluster")
-		fmt.Fprintln(stderr, "(musepi node); --session-id reaches an existing one.")
-		fmt.Fprintln(stderr)
-		fs.PrintDefaults()
+// rpcFlags are the flags of "musepi rpc".
+type rpcFlags struct {
+	*setupFlags
+	maxLine     int
+	sessionID   string
+	metricsAddr string
+}
+
+// setupRPC is "musepi rpc": JSON lines on stdin/stdout (see docs/rpc.md).
+func setupRPC(fs *flag.FlagSet) func([]string) error {
+	f := rpcFlags{setupFlags: addSetupFlags(fs)}
+	fs.IntVar(&f.maxLine, "max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
+	fs.StringVar(&f.sessionID, "session-id", "", "session id (with --history-dir, resumes that session's history)")
+	fs.BoolVar(&f.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	return func([]string) error {
+		if f.maxLine < 0 {
+			return usagef("--max-line must be 0 (the default, %d) or more, got %d", rpc.DefaultMaxLine, f.maxLine)
+		}
+		if err := f.check(fs); err != nil {
+			return err
+		}
+		return runRPC(f)
 	}
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
-	if *maxLine < 0 {
-		fmt.Fprintf(stderr, "musepi rpc: --max-line must be 0 (the default, %d) or more, got %d\n", rpc.DefaultMaxLine, *maxLine)
-		return 2
-	}
-	log, err := setupFlags.logger()
-	if err != nil {
-		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
-		return 2
-	}
+}
+
+// runRPC serves the session until stdin ends or SIGINT or SIGTERM.
+func runRPC(f rpcFlags) error {
 	var extra []musepi.Option
-	if *metricsAddr != "" {
-		metrics, err := startMetrics(*metricsAddr)
+	if f.metricsAddr != "" {
+		metrics, err := startMetrics(f.metricsAddr)
 		if err != nil {
-			fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
-			return 1
+			return err
 		}
 		defer closeMetrics(metrics)
 		fmt.Fprintf(stderr, "musepi rpc: metrics on %s\n", metrics.URL())
 		extra = append(extra, metrics.option())
 	}
-	su, err := setupFlags.open(extra...)
+	su, err := f.open(extra...)
 	if err != nil {
-		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
-		return 1
+		return err
 	}
 	defer shutdown(su)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -74,18 +76,14 @@ func runRPC(args []string) int {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	srv := &rpc.Server{
 		Runtime:        su.rt,
-		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(*sessionID)},
+		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(f.sessionID)},
 		Out:            os.Stdout,
-		Log:            log,
-		MaxLine:        *maxLine,
+		Log:            f.log,
+		MaxLine:        f.maxLine,
 		Models:         su.models,
 		HistoryDir:     su.historyDir,
 	}
-	if err := srv.Serve(ctx, os.Stdin); err != nil {
-		fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
-		return 1
-	}
-	return 0
+	return srv.Serve(ctx, os.Stdin)
 }
 
 // closeMetrics stops serving metrics, giving scrapes in progress five seconds.

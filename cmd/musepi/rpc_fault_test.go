@@ -97,11 +97,4 @@ func TestRPCFaults(t *testing.T) {
 			t.Fatalf("messages after restart: %v", msgs)
 		}
 	})
-
-	t.Run("a negative --max-line is rejected", func(t *testing.T) {
-		code, stderr := runToEnd(t, bin, "rpc", "--max-line", "-1")
-		if code != 2 || !strings.Contains(stderr, "--max-line must be 0") {
-			t.Fatalf("exit %d, stderr %q", code, stderr)
-		}
-	})
 }

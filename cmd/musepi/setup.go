@@ -1,14 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +46,10 @@ type setupFlags struct {
 	logFormat   string
 	fast        bool // the demo server's time scaled down 1000× (musepi demo --fast)
 	cluster     bool // join --config's cluster as a client (musepi rpc --cluster)
+
+	// Set by check:
+	log  zerolog.Logger // from -v and --log-format
+	sync history.Sync   // from --history-sync
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
@@ -65,6 +71,37 @@ func addLogFlags(fs *flag.FlagSet) *setupFlags {
 	fs.BoolVar(&f.verbose, "v", false, "log runtime diagnostics to stderr")
 	fs.StringVar(&f.logFormat, "log-format", "text", `log format on stderr: "text" (plain lines, coloured on a terminal only) or "json" (one object a line, for machines)`)
 	return f
+}
+
+// check returns a usage error for a bad value or combination of the flags
+// fs was given, and parses the logger and the history sync policy for open.
+func (f *setupFlags) check(fs *flag.FlagSet) error {
+	var err error
+	if f.log, err = f.logger(); err != nil {
+		return usageError{err}
+	}
+	if f.historySync != "" {
+		if f.sync, err = history.ParseSync(f.historySync); err != nil {
+			return usagef("--history-sync: %w", err)
+		}
+	}
+	set := given(fs)
+	if set["provider"] {
+		if _, ok := providers[f.provider]; !ok {
+			return usagef("--provider %q: want %s", f.provider, providerNames())
+		}
+		if f.model == "" {
+			return usagef("--provider needs --model")
+		}
+	}
+	return cmp.Or(
+		set.excludes("config", "provider"),
+		set.needs("model", "provider"),
+		set.needs("base-url", "provider"),
+		set.needs("api-key-env", "provider"),
+		set.needs("cluster", "config"),
+		set.excludes("cluster", "history-dir", "history-sync"),
+	)
 }
 
 // setup is a started runtime and the session defaults to use on it.
@@ -99,27 +136,20 @@ func (f *setupFlags) logger() (zerolog.Logger, error) {
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
-// open starts the runtime the flags describe.
+// open starts the runtime the flags describe, once check has accepted them.
 func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
-	log, err := f.logger()
-	if err != nil {
-		return nil, err
-	}
-	opts := append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, extra...)
+	opts := append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(f.log)))}, extra...)
 	if f.historyDir != "" {
 		opts = append(opts, musepi.WithHistoryDir(f.historyPath()))
 	}
 	if f.historySync != "" {
-		policy, err := history.ParseSync(f.historySync)
-		if err != nil {
-			return nil, fmt.Errorf("--history-sync: %w", err)
-		}
-		opts = append(opts, musepi.WithHistorySync(policy))
+		opts = append(opts, musepi.WithHistorySync(f.sync))
 	}
 	var su *setup
+	var err error
 	switch {
 	case f.cluster:
-		su, err = f.openCluster(log, extra)
+		su, err = f.openCluster(extra)
 	case f.config != "":
 		su, err = openConfig(f.config, opts, f.historyDir != "")
 	case f.provider != "":
@@ -139,65 +169,59 @@ const joinTimeout = 30 * time.Second
 
 // openCluster joins the cluster of --config's [cluster] table as a client
 // member, which hosts no sessions: its sessions are hosted by the nodes.
-func (f *setupFlags) openCluster(log zerolog.Logger, extra []musepi.Option) (*setup, error) {
-	switch {
-	case f.config == "":
-		return nil, errors.New("--cluster needs --config (a file with a [cluster] table)")
-	case f.historyDir != "" || f.historySync != "":
-		return nil, errors.New("--history-dir and --history-sync do not apply with --cluster: the cluster keeps histories in its database")
-	}
+func (f *setupFlags) openCluster(extra []musepi.Option) (*setup, error) {
 	cfg, err := config.Load(f.config)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
 	defer cancel()
-	rt, err := joinConfig(ctx, cfg, true, log, extra)
+	rt, err := joinConfig(ctx, cfg, true, f.log, extra)
 	if err != nil {
 		return nil, err
 	}
 	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg), shutdown: rt.Shutdown}, nil
 }
 
+// providerKind is a provider --provider names.
+type providerKind struct {
+	name   string // the provider's name in the runtime
+	keyEnv string // the default --api-key-env
+	api    string // pi's name of its API
+	new    func(baseURL string) provider.Provider
+}
+
+// providers are the providers --provider names, by name.
+var providers = map[string]providerKind{
+	"openai": {"openai", "OPENAI_API_KEY", "openai-completions",
+		func(u string) provider.Provider { return openai.New(openai.Config{BaseURL: u, API: "chat"}) }},
+	"openai-responses": {"openai", "OPENAI_API_KEY", "openai-responses",
+		func(u string) provider.Provider { return openai.New(openai.Config{BaseURL: u, API: "responses"}) }},
+	"anthropic": {"anthropic", "ANTHROPIC_API_KEY", "anthropic-messages",
+		func(u string) provider.Provider { return anthropic.New(anthropic.Config{BaseURL: u}) }},
+}
+
+// providerNames lists the names --provider takes: "a, b or c".
+func providerNames() string {
+	names := slices.Sorted(maps.Keys(providers))
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // openProvider starts a runtime with the one provider of --provider.
 func (f *setupFlags) openProvider(opts []musepi.Option) (*setup, error) {
-	if f.model == "" {
-		return nil, errors.New("--model is required with --provider")
-	}
-	keyEnv := f.keyEnv
-	var p provider.Provider
-	name := "openai"
-	switch f.provider {
-	case "openai", "openai-responses":
-		if keyEnv == "" {
-			keyEnv = "OPENAI_API_KEY"
-		}
-		api := "chat"
-		if f.provider == "openai-responses" {
-			api = "responses"
-		}
-		p = openai.New(openai.Config{BaseURL: f.baseURL, API: api})
-	case "anthropic":
-		name = "anthropic"
-		if keyEnv == "" {
-			keyEnv = "ANTHROPIC_API_KEY"
-		}
-		p = anthropic.New(anthropic.Config{BaseURL: f.baseURL})
-	default:
-		return nil, fmt.Errorf("--provider %q: want openai, openai-responses or anthropic", f.provider)
-	}
+	kind := providers[f.provider]
+	keyEnv := cmp.Or(f.keyEnv, kind.keyEnv)
 	key := os.Getenv(keyEnv)
 	if key == "" && f.baseURL == "" {
 		return nil, fmt.Errorf("--provider %s: environment variable %s is not set", f.provider, keyEnv)
 	}
-	opts = append(opts, musepi.WithProvider(name, p, musepi.Credential{Name: keyEnv, APIKey: key}))
+	opts = append(opts, musepi.WithProvider(kind.name, kind.new(f.baseURL), musepi.Credential{Name: keyEnv, APIKey: key}))
 	rt, err := musepi.NewRuntime(opts...)
 	if err != nil {
 		return nil, err
 	}
-	api := map[string]string{"openai": "openai-completions", "openai-responses": "openai-responses", "anthropic": "anthropic-messages"}[f.provider]
-	models := []rpc.Model{{Provider: name, ID: f.model, API: api, BaseURL: f.baseURL, Reasoning: true}}
-	return &setup{rt: rt, model: name + "/" + f.model, models: models, shutdown: rt.Shutdown}, nil
+	models := []rpc.Model{{Provider: kind.name, ID: f.model, API: kind.api, BaseURL: f.baseURL, Reasoning: true}}
+	return &setup{rt: rt, model: kind.name + "/" + f.model, models: models, shutdown: rt.Shutdown}, nil
 }
 
 // openDemo starts the fault-injecting server on loopback with the demo

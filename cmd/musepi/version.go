@@ -1,31 +1,29 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"runtime/debug"
 )
 
-func init() {
-	commands["version"] = command{summary: "print the version of musepi (from the Go build information)", run: runVersion}
+var versionCommand = &command{
+	summary:  "print the version of musepi (from the Go build information)",
+	synopsis: []string{""},
+	about: `
+Prints the version musepi was built from: the module version ("v0.1.0" after
+go install ...@v0.1.0; "(devel)" in a checkout), the VCS revision when the
+build recorded one, and the Go version.`,
+	setup: noFlags(printVersion),
 }
 
-// runVersion is "musepi version": the module version the binary was built
-// from ("v0.1.0" after go install ...@v0.1.0; "(devel)" in a checkout),
-// the VCS revision when the build recorded one, and the Go version.
-func runVersion(args []string) int {
-	fs := flag.NewFlagSet("musepi version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if code, ok := parseFlags(fs, args); !ok {
-		return code
-	}
+// printVersion is "musepi version".
+func printVersion([]string) error {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
-		fmt.Fprintln(stderr, "musepi version: the binary carries no build information")
-		return 1
+		return errors.New("the binary carries no build information")
 	}
 	fmt.Fprintln(stdout, versionLine(info))
-	return 0
+	return nil
 }
 
 // versionLine is "musepi <version> [(<revision>[, modified])] <go version>".

@@ -32,14 +32,8 @@ func TestVersionLine(t *testing.T) {
 
 // The test binary carries build information too: the command prints it.
 func TestVersionCommand(t *testing.T) {
-	var out strings.Builder
-	old := stdout
-	stdout = &out
-	defer func() { stdout = old }()
-	if code := run([]string{"version"}); code != 0 || !strings.HasPrefix(out.String(), "musepi ") || !strings.Contains(out.String(), " go1.") {
-		t.Errorf("exit %d, output %q", code, out.String())
-	}
-	if code := run([]string{"version", "extra"}); code != 2 {
-		t.Errorf("an argument: exit %d, want 2", code)
+	code, out, errOut := runCaptured(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "musepi ") || !strings.Contains(out, " go1.") || errOut != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

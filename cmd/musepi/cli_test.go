@@ -1,0 +1,158 @@
+package main
+
+import (
+	"flag"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestCLIConventions is the rule every command keeps (README, "The
+// commands"), shown on every command: help on stdout, status 0; a wrong
+// command line on stderr, naming what is wrong, then the synopsis, status
+// 2; a failure on stderr, every line prefixed "musepi CMD: ", status 1.
+func TestCLIConventions(t *testing.T) {
+	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test")
+	os.Unsetenv("MUSEPI_CMD_TEST_UNSET")
+	good, bad := configFiles(t) // GOOD has no [cluster] table; BAD has two problems
+	files := map[string]string{"GOOD": good, "BAD": bad, "MISSING": filepath.Join(t.TempDir(), "missing.toml")}
+
+	type cliCase struct {
+		args   string // the command line after "musepi"; $GOOD, $BAD and $MISSING are files
+		status int
+		want   string // how stdout (status 0) or stderr (else) begins
+	}
+	// Every command: its help, and an unknown flag.
+	var cases []cliCase
+	helps := map[string][]string{} // what each command's help holds
+	walkCommands(rootCommand, "musepi", func(c *command, name string) {
+		cmd := strings.TrimPrefix(name, "musepi")
+		cases = append(cases,
+			cliCase{cmd + " -h", 0, "usage: " + name},
+			cliCase{cmd + " --help", 0, "usage: " + name},
+			cliCase{"help" + cmd, 0, "usage: " + name},
+			cliCase{cmd + " --bogus", 2, name + ": flag provided but not defined: -bogus"},
+		)
+		helps[name] = helpHolds(c, name)
+	})
+	// Every command: a bad value or argument (usage errors), and failures.
+	specific := []cliCase{
+		{"", 2, "musepi: missing command"},
+		{"nope", 2, `musepi: unknown command "nope"`},
+		{"help nope", 2, `musepi: unknown command "nope"`},
+
+		{"chat -v=maybe", 2, `musepi chat: invalid boolean value "maybe" for -v: parse error`},
+		{"chat --provider nope --model m", 2, `musepi chat: --provider "nope": want anthropic, openai or openai-responses`},
+		{"chat --log-format xml", 2, `musepi chat: --log-format "xml": want text or json`},
+		{"chat --config $MISSING", 1, "musepi chat: open $MISSING: no such file or directory"},
+
+		{"config", 2, "musepi config: missing command"},
+		{"config lint $GOOD", 2, `musepi config: unknown command "lint"`},
+		{"config check", 2, "musepi config check: missing FILE"},
+		{"config check $GOOD $BAD", 2, `musepi config check: unexpected argument "$BAD"`},
+		{"config check $MISSING", 1, "musepi config check: open $MISSING: no such file or directory"},
+
+		{"demo --scenario nope", 2, `musepi demo: --scenario "nope": want tour, outage, give-up or all`},
+		{"demo --fast=maybe", 2, `musepi demo: invalid boolean value "maybe" for -fast: parse error`},
+		{"demo --scenario outage --config $GOOD", 2, "musepi demo: --scenario cannot be used with --config"},
+		{"demo --fast --provider openai --model m", 2, "musepi demo: --fast cannot be used with --provider"},
+		{"demo --config $MISSING", 1, "musepi demo: open $MISSING: no such file or directory"},
+
+		{"fakellm --listen", 2, "musepi fakellm: flag needs an argument: -listen"},
+		{"fakellm extra", 2, `musepi fakellm: unexpected argument "extra"`},
+		{"fakellm --scenario $MISSING", 1, "musepi fakellm: open $MISSING: no such file or directory"},
+		{"fakellm --listen no-port", 1, "musepi fakellm: --listen: listen tcp: address no-port: missing port in address"},
+
+		{"history", 2, "musepi history: missing command"},
+		{"history check", 2, "musepi history check: missing FILE"},
+		{"history repair $GOOD $BAD", 2, `musepi history repair: unexpected argument "$BAD"`},
+		{"history check $MISSING", 1, "musepi history check: history: check $MISSING: open $MISSING: no such file or directory"},
+		{"history repair $MISSING", 1, "musepi history repair: history: repair $MISSING: open $MISSING: no such file or directory"},
+
+		{"node", 2, "musepi node: --config is required"},
+		{"node --config $GOOD extra", 2, `musepi node: unexpected argument "extra"`},
+		{"node --config $GOOD --log-format xml", 2, `musepi node: --log-format "xml": want text or json`},
+		{"node --config $MISSING", 1, "musepi node: open $MISSING: no such file or directory"},
+		{"node --config $BAD", 1, "musepi node: $BAD: providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
+
+		{"rpc --max-line -1", 2, "musepi rpc: --max-line must be 0 (the default, 1048576) or more, got -1"},
+		{"rpc --max-line x", 2, `musepi rpc: invalid value "x" for flag -max-line: parse error`},
+		{"rpc --config $GOOD --provider openai --model x", 2, "musepi rpc: --config cannot be used with --provider"},
+		{"rpc --model x", 2, "musepi rpc: --model needs --provider"},
+		{"rpc --base-url http://127.0.0.1:1", 2, "musepi rpc: --base-url needs --provider"},
+		{"rpc --config $GOOD --api-key-env KEY", 2, "musepi rpc: --api-key-env needs --provider"},
+		{"rpc --provider openai", 2, "musepi rpc: --provider needs --model"},
+		{"rpc --history-sync sometimes", 2, `musepi rpc: --history-sync: history sync "sometimes": want turn, entry or none`},
+		{"rpc --cluster", 2, "musepi rpc: --cluster needs --config"},
+		{"rpc --cluster --config $GOOD --history-dir dir", 2, "musepi rpc: --cluster cannot be used with --history-dir"},
+		{"rpc --config $MISSING", 1, "musepi rpc: open $MISSING: no such file or directory"},
+		{"rpc --config $BAD", 1, "musepi rpc: $BAD: providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set\n" +
+			"musepi rpc: $BAD: retry.max_retries: must be 0 or more, got -1\n"},
+		{"rpc --cluster --config $GOOD", 1, "musepi rpc: $GOOD has no [cluster] table"},
+		{"rpc --provider openai --model m --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
+		{"rpc --metrics-addr no-port", 1, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address"},
+
+		{"version extra", 2, `musepi version: unexpected argument "extra"`},
+	}
+	cases = append(cases, specific...)
+
+	for _, tc := range cases {
+		t.Run(tc.args, func(t *testing.T) {
+			expand := func(s string) string { return os.Expand(s, func(k string) string { return files[k] }) }
+			status, out, errOut := runCaptured(t, strings.Fields(expand(tc.args))...)
+			want := expand(tc.want)
+			got, silent := errOut, out
+			if tc.status == 0 {
+				got, silent = out, errOut
+			}
+			if status != tc.status || !strings.HasPrefix(got, want) || silent != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d and %q...", status, out, errOut, tc.status, want)
+			}
+			name, _, _ := strings.Cut(want, ": ") // "musepi CMD" for status 1 and 2
+			switch tc.status {
+			case 0:
+				inOrder(t, out, helps[strings.TrimPrefix(want, "usage: ")]...)
+			case 2:
+				inOrder(t, errOut, "\nusage: "+name, `Run "`+name+` -h" for help.`)
+			case 1:
+				for line := range strings.Lines(errOut) {
+					if !strings.HasPrefix(line, name+": ") {
+						t.Errorf("stderr line %q lacks the prefix %q", line, name+": ")
+					}
+				}
+			}
+		})
+	}
+	walkCommands(rootCommand, "musepi", func(_ *command, name string) {
+		for _, tc := range specific {
+			if tc.status == 2 && strings.HasPrefix(tc.want, name+": ") {
+				return
+			}
+		}
+		t.Errorf("%s: no case of a bad value or argument", name)
+	})
+}
+
+// walkCommands calls visit on c, called name, and every command under it.
+func walkCommands(c *command, name string, visit func(c *command, name string)) {
+	visit(c, name)
+	for sub, sc := range c.commands {
+		walkCommands(sc, name+" "+sub, visit)
+	}
+}
+
+// helpHolds is what the help of c, called name, holds, in order: its
+// synopsis, the first line of what it does, and its commands or flags.
+func helpHolds(c *command, name string) []string {
+	about, _, _ := strings.Cut(strings.TrimSpace(c.about), "\n")
+	holds := []string{"usage: " + name, "\n\n" + about}
+	for _, sub := range slices.Sorted(maps.Keys(c.commands)) {
+		holds = append(holds, "\n  "+sub+" ")
+	}
+	fs, _ := c.flagSet(name)
+	fs.VisitAll(func(f *flag.Flag) { holds = append(holds, "\n  -"+f.Name) })
+	return holds
+}
