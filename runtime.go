@@ -624,13 +624,13 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := rt.stopTelemetry(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	for _, pid := range rt.pids {
-		if err := waitFuture(ctx, rt.system.Root.StopFuture(pid)); err != nil {
-			errs = append(errs, fmt.Errorf("musepi: stop %s: %w", pid.Id, err))
+	if rt.cluster == nil { // a cluster's member shut its system down as it left, these actors with it
+		for _, pid := range rt.pids {
+			if err := waitFuture(ctx, rt.system.Root.StopFuture(pid)); err != nil {
+				errs = append(errs, fmt.Errorf("musepi: stop %s: %w", pid.Id, err))
+			}
 		}
-	}
-	if rt.cluster == nil {
-		rt.system.Shutdown() // a cluster's member shut it down as it left
+		rt.system.Shutdown()
 	}
 	rt.pool.Close()
 	rt.deps.Goroutines.Close()

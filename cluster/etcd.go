@@ -74,9 +74,9 @@ func Etcd(cfg EtcdConfig) Membership {
 		if err != nil {
 			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
 		}
-		p := &etcdMembers{cfg: cfg, client: client, member: m, members: map[string]*etcd.Node{}}
+		p := &etcdMembers{cfg: cfg, client: client, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
 		p.ctx, p.cancel = context.WithCancel(context.Background())
-		m.sureUntil = p.sureUntil
+		m.sureUntil, m.leftGracefully = p.sureUntil, p.leftGracefully
 		return p, p.close, nil
 	}}
 }
@@ -106,8 +106,12 @@ type etcdMembers struct {
 	lease   clientv3.LeaseID
 	renewed atomic.Int64 // when the lease was last renewed (Member.sinceStart)
 
-	mu      sync.Mutex // guards members, from the watch
+	leaveOnce sync.Once
+	leaveErr  error
+
+	mu      sync.Mutex // guards members and left, from the watch
 	members map[string]*etcd.Node
+	left    map[string]bool // ids of the members that said they left
 }
 
 // StartMember registers the node under a new lease, lists the members and
@@ -156,28 +160,46 @@ func (p *etcdMembers) StartClient(c *protocluster.Cluster) error {
 	return nil
 }
 
-// Shutdown (protoactor's graceful leave) removes the node's key at once by
-// revoking its lease, within DialTimeout.
-func (p *etcdMembers) Shutdown(bool) error {
-	p.cancel()
-	p.wg.Wait()
-	if p.lease == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
-	defer cancel()
-	if _, err := p.client.Revoke(ctx, p.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("cluster: etcd: remove this node's key: %w", err)
-	}
-	return nil
+// Shutdown (protoactor's graceful leave) deregisters the node.
+func (p *etcdMembers) Shutdown(bool) error { return p.deregister() }
+
+// deregister tells the others that the node leaves (its key marked not
+// alive, so they log a leave, not a loss), then removes the key at once by
+// revoking its lease; each within DialTimeout. Only the first call acts.
+func (p *etcdMembers) deregister() error {
+	p.leaveOnce.Do(func() {
+		p.cancel()
+		p.wg.Wait()
+		if p.lease == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+		defer cancel()
+		left := *p.self
+		left.SetAlive(false)
+		if value, err := left.Serialize(); err == nil {
+			_, _ = p.client.Put(ctx, p.key, string(value), clientv3.WithLease(p.lease))
+		}
+		if _, err := p.client.Revoke(ctx, p.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			p.leaveErr = fmt.Errorf("cluster: etcd: remove this node's key: %w", err)
+		}
+	})
+	return p.leaveErr
 }
 
-// close ends the goroutines and the client, after the node has left (or
-// failed to start).
+// close deregisters the node if protoactor did not (a leave that was not
+// graceful: a client's), then closes the client.
 func (p *etcdMembers) close() {
-	p.cancel()
-	p.wg.Wait()
+	_ = p.deregister()
 	_ = p.client.Close()
+}
+
+// leftGracefully reports whether member id marked itself not alive before
+// its key went.
+func (p *etcdMembers) leftGracefully(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.left[id]
 }
 
 func (p *etcdMembers) init(c *protocluster.Cluster) error {
@@ -217,7 +239,7 @@ func (p *etcdMembers) list() (int64, error) {
 	}
 	members := map[string]*etcd.Node{}
 	for _, kv := range resp.Kvs {
-		if n, err := etcd.NewNodeFromBytes(kv.Value); err == nil {
+		if n, err := etcd.NewNodeFromBytes(kv.Value); err == nil && n.IsAlive() {
 			members[string(kv.Key)] = n
 		}
 	}
@@ -277,7 +299,13 @@ func (p *etcdMembers) apply(events []*clientv3.Event) {
 		key := string(ev.Kv.Key)
 		switch ev.Type {
 		case clientv3.EventTypePut:
-			if n, err := etcd.NewNodeFromBytes(ev.Kv.Value); err == nil {
+			n, err := etcd.NewNodeFromBytes(ev.Kv.Value)
+			switch {
+			case err != nil:
+			case !n.IsAlive(): // it is leaving (deregister)
+				p.left[n.ID] = true
+				delete(p.members, key)
+			default:
 				p.members[key] = n
 			}
 		case clientv3.EventTypeDelete:

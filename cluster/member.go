@@ -43,8 +43,11 @@ type Member struct {
 	gone     chan struct{}
 	dropOnce sync.Once
 	// sureUntil, set by a membership with leases (etcd), is until when
-	// (sinceStart) the node is certainly still a member.
-	sureUntil func() time.Duration
+	// (sinceStart) the node is certainly still a member; leftGracefully,
+	// set by a membership that can tell, reports whether the member that
+	// left said it was leaving.
+	sureUntil      func() time.Duration
+	leftGracefully func(id string) bool
 
 	// The members' addresses, from the last topology event: protoactor's
 	// MemberList.Members is not safe to read while the topology changes.
@@ -65,7 +68,7 @@ func Start(cfg Config) (m *Member, err error) {
 	if cfg.Logger != nil {
 		h = cfg.Logger.Handler()
 	}
-	logger := slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
+	logger := slog.New(zslog.AtLeast(zslog.Demoted(h, slog.LevelDebug, connectionChurn...), slog.LevelWarn)).With("lib", "protoactor")
 	m = &Member{cfg: cfg, log: logger, own: slog.New(h), views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
 		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
 	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
@@ -91,6 +94,7 @@ func Start(cfg Config) (m *Member, err error) {
 			m.mu.Lock()
 			m.members = addrs
 			m.mu.Unlock()
+			m.logTopology(t)
 		}
 	})
 	if err := m.startMember(); err != nil {
@@ -109,6 +113,41 @@ func Start(cfg Config) (m *Member, err error) {
 	return m, nil
 }
 
+// connectionChurn are protoactor's lines about connections to members
+// that come and go. It logs them at WARN and ERROR: several for every
+// planned leave, about twenty per survivor when a node is lost. They are
+// demoted to DEBUG; the member logs each change of the member list once
+// instead (logTopology).
+var connectionChurn = []string{
+	"EndpointWriter lost connection",
+	"EndpointWriter failed to connect",
+	"EndpointWriter failed to create receive stream",
+	"EndpointWriter failed to send connect request",
+	"EndpointWriter failed to receive connect response",
+	"EndpointWriter error when closing the client conn",
+	"EndpointWriter error when closing the stream",
+	"EndpointReader failed to send disconnection message",
+	"sendGossipForMember failed",
+	"Got gossip request from unknown member",
+	"Gossip could not send gossip request",
+}
+
+// logTopology logs a change of the member list once: a member that
+// joined, or left saying so, at INFO; one lost (it left without a word:
+// killed, paused, cut off) at WARN.
+func (m *Member) logTopology(t *protocluster.ClusterTopology) {
+	for _, j := range t.GetJoined() {
+		m.own.Info("member joined", slog.String("member", j.Address()))
+	}
+	for _, l := range t.GetLeft() {
+		if m.leftGracefully != nil && m.leftGracefully(l.GetId()) {
+			m.own.Info("member left", slog.String("member", l.Address()))
+			continue
+		}
+		m.own.Warn("member lost: it left the membership without leaving (killed, paused or cut off)", slog.String("member", l.Address()))
+	}
+}
+
 // shutdown runs protoactor's graceful Shutdown. Its last step, the remote's
 // graceful stop, can panic (a send on an endpoint reader's channel that the
 // reader closed as its stream ended, remote/endpoint_manager.go); everything
@@ -120,7 +159,10 @@ func (m *Member) shutdown() {
 			m.cluster.Remote.Shutdown(false)
 		}
 	}()
-	m.cluster.Shutdown(true)
+	// A client hosts nothing whose ownership could move: it skips the
+	// graceful path's fixed 2 s wait for that (its membership still
+	// removes it at once: see Membership's close).
+	m.cluster.Shutdown(!m.cfg.Client)
 }
 
 // startMember runs protoactor's StartMember, which panics on errors.

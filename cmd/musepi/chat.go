@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
 	"os"
@@ -38,7 +39,7 @@ func setupChat(fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func runChat(setupFlags *setupFlags) error {
+func runChat(setupFlags *setupFlags) (err error) {
 	var extra []musepi.Option
 	if !setupFlags.verbose {
 		extra = append(extra, musepi.WithLogger(slog.New(slog.DiscardHandler)))
@@ -47,7 +48,7 @@ func runChat(setupFlags *setupFlags) error {
 	if err != nil {
 		return err
 	}
-	defer shutdown(su)
+	defer func() { err = errors.Join(err, shutdown(su)) }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

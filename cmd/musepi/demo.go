@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,12 +121,12 @@ func setupDemo(fs *flag.FlagSet) func([]string) error {
 
 // runDemo runs the scenarios, or with --config or --provider the prompt on
 // the configured model.
-func runDemo(setupFlags *setupFlags, runs []demoScenario, prompt string) error {
+func runDemo(setupFlags *setupFlags, runs []demoScenario, prompt string) (err error) {
 	su, err := setupFlags.open()
 	if err != nil {
 		return err
 	}
-	defer shutdown(su)
+	defer func() { err = errors.Join(err, shutdown(su)) }()
 	if !su.demo {
 		runs = []demoScenario{{model: su.model, role: "default"}}
 	}

@@ -46,6 +46,7 @@ func TestNodeProcesses(t *testing.T) {
 		t.Errorf("node1's /metrics has %d families, want go_goroutines and the runtime's musepi_*", len(fams))
 	}
 
+	marks := map[*nodetest.Node]int{n1: n1.Output().Len(), n2: n2.Output().Len()}
 	took, err := n3.Term(15 * time.Second)
 	if err != nil {
 		t.Fatalf("SIGTERM: %v", err)
@@ -57,6 +58,13 @@ func TestNodeProcesses(t *testing.T) {
 	if err := env.WaitMembers(2, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(time.Second) // the connections to node3 wind down
+	for n, mark := range marks {
+		if loud := append(nodetest.Logged(n.Output().Since(mark), " WRN "), nodetest.Logged(n.Output().Since(mark), " ERR ")...); len(loud) > 0 {
+			t.Errorf("%s logged above INFO while node3 left as planned:\n%s", n.Name, strings.Join(loud, "\n"))
+		}
+	}
+	mark := n1.Output().Len()
 
 	start = time.Now()
 	n2.Kill()
@@ -64,6 +72,10 @@ func TestNodeProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node1 saw node2's kill -9 after %s (etcd lease)", time.Since(start).Round(time.Millisecond))
+	time.Sleep(2 * time.Second) // what node1 logs about the loss, the gossip's retries included
+	if loud := append(nodetest.Logged(n1.Output().Since(mark), " WRN "), nodetest.Logged(n1.Output().Since(mark), " ERR ")...); len(loud) != 1 || !strings.Contains(loud[0], "member lost") {
+		t.Errorf("node1 logged above INFO about node2's loss:\n%s\nwant one WARN line, member lost", strings.Join(loud, "\n"))
+	}
 
 	rows := nodeRows(t, env.DB)
 	has := func(name string) bool {

@@ -102,4 +102,14 @@ func TestClusterPauseHeals(t *testing.T) {
 	}
 	db.checkHistories(t, map[string]int{"paused": 1})
 	promptOK(t, c, "2", fmt.Sprintf("after %s came back", host.Name))
+	// Its prompt settled, the client exits promptly once its input ends.
+	start := time.Now()
+	if err := c.Close(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("the client exited %s after its input ended, want within 0.5 s", took.Round(time.Millisecond))
+	} else {
+		t.Logf("the client exited %s after its input ended", took.Round(time.Millisecond))
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -52,7 +53,7 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 }
 
 // runRPC serves the session until stdin ends or SIGINT or SIGTERM.
-func runRPC(f rpcFlags) error {
+func runRPC(f rpcFlags) (err error) {
 	var extra []musepi.Option
 	if f.metricsAddr != "" {
 		metrics, err := startMetrics(f.metricsAddr)
@@ -67,7 +68,7 @@ func runRPC(f rpcFlags) error {
 	if err != nil {
 		return err
 	}
-	defer shutdown(su)
+	defer func() { err = errors.Join(err, shutdown(su)) }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// A client that closes our stdout must not kill the process with
@@ -95,11 +96,13 @@ func closeMetrics(m *metricsServer) {
 	}
 }
 
-// shutdown stops a setup's runtime, giving it ten seconds.
-func shutdown(su *setup) {
+// shutdown stops a setup's runtime, giving it ten seconds: its failure
+// is the command's (status 1).
+func shutdown(su *setup) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := su.shutdown(ctx); err != nil {
-		fmt.Fprintf(stderr, "musepi: shutdown: %v\n", err)
+		return fmt.Errorf("shutdown: %w", err)
 	}
+	return nil
 }

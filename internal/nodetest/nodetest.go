@@ -474,6 +474,32 @@ func (l *Lines) String() string {
 	return strings.Join(l.lines, "\n") + string(l.partial)
 }
 
+// Len is the number of whole lines so far: a mark for Since.
+func (l *Lines) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.lines)
+}
+
+// Since are the whole lines after mark (a Len).
+func (l *Lines) Since(mark int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines[min(mark, len(l.lines)):])
+}
+
+// Logged are the log lines at level (" WRN ", " ERR ", as the command's
+// console format writes them) among lines.
+func Logged(lines []string, level string) []string {
+	var out []string
+	for _, line := range lines {
+		if strings.Contains(line, level) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
 // FreePort is a loopback TCP port nobody listened on a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
