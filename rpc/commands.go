@@ -623,7 +623,9 @@ func (s *Server) replaceSession(ctx context.Context, opts ...musepi.SessionOptio
 	old.Abort()
 	s.prompts.Wait()
 	s.waitSettledWritten(5 * time.Second)
-	s.closeSession(ctx)
+	if err := s.closeSession(ctx); err != nil {
+		s.Log.Warn().Err(err).Msg("replace session")
+	}
 	if err := s.startSession(ctx, opts...); err != nil {
 		return err
 	}

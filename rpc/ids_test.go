@@ -40,7 +40,7 @@ func TestResponseIDsAndCommands(t *testing.T) {
 	if err := s.startSession(ctx, s.SessionOptions...); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.closeSession(ctx) })
+	t.Cleanup(func() { _ = s.closeSession(ctx) })
 	for _, c := range cases {
 		out.mu.Lock()
 		out.b.Reset()

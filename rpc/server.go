@@ -116,14 +116,20 @@ loop:
 	}
 	s.prompts.Wait()
 	s.waitSettledWritten(5 * time.Second)
-	s.closeSession(context.WithoutCancel(ctx))
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CloseTimeout)
+	defer cancel()
+	closeErr := s.closeSession(closeCtx)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	if s.writeErr != nil {
 		return s.writeErr
 	}
-	return err
+	return errors.Join(err, closeErr)
 }
+
+// CloseTimeout bounds closing the session when serving ends: a session
+// whose host does not answer (its node is frozen) fails Serve after it.
+const CloseTimeout = 5 * time.Second
 
 // waitSettledWritten waits, at most limit, until an agent_settled line has
 // been written for every prompt started.
@@ -244,17 +250,21 @@ func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption)
 	return nil
 }
 
-func (s *Server) closeSession(ctx context.Context) {
+func (s *Server) closeSession(ctx context.Context) error {
 	s.mu.Lock()
 	sess, unsub := s.session, s.unsubscribe
 	s.mu.Unlock()
 	if sess == nil {
-		return
+		return nil
 	}
+	defer unsub()
 	if err := sess.Close(ctx); err != nil {
-		s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("close session")
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("close session %s: not done within %s (does the node that hosts it answer?)", sess.ID(), CloseTimeout)
+		}
+		return fmt.Errorf("close session %s: %w", sess.ID(), err)
 	}
-	unsub()
+	return nil
 }
 
 // writeEvent writes one session event as pi's lines (see translator).

@@ -181,7 +181,7 @@ func FuzzCommandLine(f *testing.F) {
 	if err := s.startSession(ctx, s.SessionOptions...); err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { s.closeSession(ctx) })
+	f.Cleanup(func() { _ = s.closeSession(ctx) })
 	f.Fuzz(func(t *testing.T, line string) {
 		if strings.Contains(line, `"prompt"`) || strings.Contains(line, `"new_session"`) || strings.Contains(line, `"steer"`) ||
 			strings.Contains(line, `"follow_up"`) || strings.Contains(line, `"switch_session"`) {

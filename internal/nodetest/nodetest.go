@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -522,7 +523,11 @@ type Client struct {
 	exited chan struct{}
 	err    error
 	next   int // index of the first stdout line NextEvent has not looked at
+	closed atomic.Bool
 }
+
+// Stderr is what the client wrote to its stderr so far.
+func (c *Client) Stderr() string { return c.errOut.String() }
 
 // StartClient starts `musepi rpc --cluster --config FILE` with node's
 // file (it joins as a client member, hosting nothing) and args (such as
@@ -547,6 +552,9 @@ func (e *Env) StartClient(node *Node, args ...string) *Client {
 		close(c.exited)
 	}()
 	e.t.Cleanup(func() {
+		if c.closed.Load() { // the test closed it, and judged how
+			return
+		}
 		if err := c.Close(15 * time.Second); err != nil {
 			e.t.Errorf("nodetest: %v", err)
 		}
@@ -606,6 +614,7 @@ func (c *Client) Output() *Lines { return c.out }
 // Close closes the client's stdin, which ends it, and waits at most
 // bound (then kills it). It is safe to call more than once.
 func (c *Client) Close(bound time.Duration) error {
+	c.closed.Store(true)
 	_ = c.in.Close()
 	select {
 	case <-c.exited:
