@@ -31,10 +31,9 @@ func TestExamplesRun(t *testing.T) {
 			"answer: Answered by the custom provider.",
 		}},
 	}
-	bin := t.TempDir()
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			exe := buildExample(t, bin, tt.dir)
+			exe := example(t, tt.dir)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			out, err := exec.CommandContext(ctx, exe).CombinedOutput()

@@ -4,15 +4,25 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/musepi/musepi/provider/fakellm"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
 
 // The README's embedding snippet is examples/quickstart/main.go, whole, so
 // that the build (and go vet, and staticcheck) checks what people paste.
@@ -53,7 +63,7 @@ func TestQuickstartRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = llm.Close() })
-	exe := buildExample(t, t.TempDir(), "quickstart")
+	exe := example(t, "quickstart")
 	env := append(os.Environ(), "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY=sk-main", "OPENAI_API_KEY_2=sk-backup")
 
 	run := func(t *testing.T, dir string) (string, error) {
@@ -93,17 +103,34 @@ func TestQuickstartRuns(t *testing.T) {
 	})
 }
 
-// buildExample builds ./name into dir and returns the executable's path.
-func buildExample(t *testing.T, dir, name string) string {
+// built are the example programs, compiled once by one `go build` of them
+// all (cheaper than one build each: they share the compiled packages).
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// example returns the path of the built example program name (its
+// directory under examples/), building them all on first use.
+func example(t *testing.T, name string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	exe := filepath.Join(dir, name)
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./"+name)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build ./%s: %v\n%s", name, err, out.String())
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "musepi-examples"); built.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", built.dir+string(filepath.Separator),
+			"./quickstart", "./embed", "./team", "./customprovider")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out.String())
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return exe
+	return filepath.Join(built.dir, name)
 }

@@ -56,6 +56,7 @@ func TestClusterProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL, three node processes and rpc clients")
 	}
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 	sc, err := fakellm.ParseScenario([]byte(clusterScenario))
 	if err != nil {

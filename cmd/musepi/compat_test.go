@@ -93,6 +93,7 @@ func TestPiRPCCompat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the TypeScript test and runs Node")
 	}
+	t.Parallel() // mostly waiting on processes
 	dir, err := filepath.Abs("../../compat/pi")
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 // (auto_retry_end success, agent_settled), and the history holds every
 // turn once, seq contiguous, with no "interrupted" marker.
 func TestDurableChainSurvivesKill9(t *testing.T) {
+	t.Parallel() // mostly waiting on processes
 	url := pgtest.Start(t).NewDatabase(t)
 	srv := fakellm.New(&fakellm.Scenario{})
 	base, err := srv.Start("127.0.0.1:0")

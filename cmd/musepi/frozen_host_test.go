@@ -16,6 +16,7 @@ func TestClientOfFrozenHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and two node processes")
 	}
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 	env := nodetest.Start(t, bin, nodetest.Options{})
 	nodes := map[string]*nodetest.Node{"node1": env.StartNode("node1"), "node2": env.StartNode("node2")}

@@ -27,6 +27,7 @@ func TestNodeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and three node processes")
 	}
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 	env := nodetest.Start(t, bin, nodetest.Options{Extra: "leave_timeout_ms = 5000"})
 	start := time.Now()
