@@ -113,15 +113,25 @@ func (m *Member) shutdown() {
 	m.cluster.Shutdown(true)
 }
 
-// startMember runs protoactor's StartMember, which panics on errors.
+// startMember runs protoactor's StartMember, which panics on errors. Its
+// remote panics first of all when it cannot listen (a port in use), before
+// its gRPC server exists: the server is stopped only if the remote got as
+// far as setting the system's address, after it listened.
 func (m *Member) startMember() (err error) {
+	unset := m.system.Address()
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if rerr, ok := r.(error); ok {
+			err = fmt.Errorf("cluster: starting member %q: %w", m.cfg.Name, rerr)
+		} else {
 			err = fmt.Errorf("cluster: starting member %q: %v", m.cfg.Name, r)
-			m.system.Shutdown()
-			if m.cluster.Remote != nil {
-				m.cluster.Remote.Shutdown(false)
-			}
+		}
+		m.system.Shutdown()
+		if m.system.Address() != unset {
+			m.cluster.Remote.Shutdown(false)
 		}
 	}()
 	m.cluster.StartMember()
