@@ -30,7 +30,8 @@ type ClusterConfig struct {
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
 	// AdvertiseHost is the host:port the other nodes reach this one at,
-	// when it is not Host:Port; empty: Host:Port.
+	// when it is not Host:Port; empty: Host:Port. A node that cannot
+	// connect to it itself is refused (cluster.Config.AdvertiseHost).
 	AdvertiseHost string
 	// Membership finds the other nodes: cluster.Etcd, cluster.Automanaged
 	// or cluster.InProcess. Required.

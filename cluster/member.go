@@ -68,6 +68,7 @@ func Start(cfg Config) (m *Member, err error) {
 	var remoteOpts []remote.ConfigOption
 	if cfg.AdvertiseHost != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
+		provider = advertised{provider}
 	}
 	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port, remoteOpts...),
 		protocluster.WithKinds(m.kinds()...))

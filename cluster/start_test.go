@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -36,4 +37,50 @@ func TestStartPortInUse(t *testing.T) {
 		t.Errorf("Start = %v after %s; want an error with %q within 1 s", err, took, want)
 	}
 	goleak.VerifyNone(t, leakyDependencies...)
+}
+
+// TestStartChecksTheAdvertisedAddress: a node that cannot connect to its
+// own advertised address is refused before it registers, saying so, and
+// leaves no goroutine behind; one that can starts.
+func TestStartChecksTheAdvertisedAddress(t *testing.T) {
+	port := freePort(t)
+	closed := freePort(t) // nobody listens there
+	for _, tc := range []struct {
+		name      string
+		advertise string
+		want      string // in the error; "" for a start
+	}{
+		{"reachable", fmt.Sprintf("localhost:%d", port), ""},
+		{"refused", fmt.Sprintf("127.0.0.1:%d", closed), fmt.Sprintf("cannot connect to its own advertised address 127.0.0.1:%d", closed)},
+		{"no such host", "no-such-host.invalid:7001", "cannot connect to its own advertised address no-such-host.invalid:7001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agent := test.NewInMemAgent()
+			cfg := settings(clusterName(t), cluster.InProcess(agent))
+			cfg.Port, cfg.AdvertiseHost = port, tc.advertise
+			m, err := cluster.Start(cfg)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Start: %v", err)
+			case tc.want == "":
+				if got := m.Address(); got != tc.advertise {
+					t.Errorf("Address() = %q, want %q", got, tc.advertise)
+				}
+				if err := m.Leave(); err != nil {
+					t.Fatal(err)
+				}
+			case err == nil:
+				_ = m.Leave()
+				t.Fatal("Start succeeded")
+			case !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("Start: %v; want an error with %q", err, tc.want)
+			default:
+				t.Logf("refused: %v", err)
+				if members := agent.GetStatusHealth(); len(members) != 0 {
+					t.Errorf("the refused node registered: %v", members)
+				}
+				goleak.VerifyNone(t, leakyDependencies...)
+			}
+		})
+	}
 }
