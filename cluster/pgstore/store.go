@@ -69,11 +69,18 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 // WithLogger logs takeovers and lease renewal failures (default: none).
 func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log } }
 
+// DefaultConnectTimeout bounds each new connection to the database (the
+// TCP connect, TLS and the server's startup) when the URL sets no
+// connect_timeout: a server that does not answer fails Connect, and the
+// writes that need a new connection, within it rather than never.
+const DefaultConnectTimeout = 5 * time.Second
+
 // Connect opens a pool to the database at url (a PostgreSQL connection
 // string or URL), migrates its schema to SchemaVersion (failing with
 // ErrSchemaTooNew for a newer one), registers the node, prunes the rows of
 // nodes dead for a day and starts renewing the node's lease. The pool's
-// size and the like are set in url (pool_max_conns=N; see pgxpool).
+// size and the like are set in url (pool_max_conns=N; see pgxpool);
+// connect_timeout, if url sets none, is DefaultConnectTimeout.
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
 	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, log: zerolog.Nop()}
@@ -87,7 +94,14 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, MinLease, s.timeout)
 	}
 	s.node += "#" + incarnation()
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}

@@ -273,6 +273,43 @@ func (sh *Shared) Stop() error {
 	return sh.srv.Stop()
 }
 
+// Silent listens on a free loopback port until t ends, accepting
+// connections and never answering them, and returns a database URL there:
+// a database that hangs (a stopped server, a firewall dropping its
+// replies).
+func Silent(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: silent server: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed at cleanup
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return fmt.Sprintf("postgres://postgres@%s/silent?sslmode=disable", ln.Addr())
+}
+
 // binDir finds the directory holding initdb and postgres: PATH first, then
 // Debian's /usr/lib/postgresql/<version>/bin, the newest version.
 func binDir() (string, error) {
