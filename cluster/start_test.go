@@ -1,8 +1,11 @@
 package cluster_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +13,11 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"go.uber.org/goleak"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/provider"
 )
 
 // TestStartPortInUse: a node whose port is taken fails to start with an
@@ -83,4 +90,39 @@ func TestStartChecksTheAdvertisedAddress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJoinClusterStopsAtItsContext: a context that ends during
+// protoactor's start (which takes none, and lasts about a second) makes
+// JoinCluster leave again and fail with the context's error: the node is
+// not left registered, and no goroutine is left.
+func TestJoinClusterStopsAtItsContext(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	leaks := append(slices.Clone(leakyDependencies), goleak.IgnoreCurrent())
+	store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode("node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := test.NewInMemAgent()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	rt, err := musepi.JoinCluster(ctx, musepi.ClusterConfig{Name: clusterName(t), Membership: cluster.InProcess(agent), Store: store},
+		musepi.WithProvider("p", provider.NewScripted()))
+	took := time.Since(start)
+	if err == nil {
+		_ = rt.Shutdown(context.Background())
+		t.Fatalf("JoinCluster succeeded after %s with a context of 300 ms", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("JoinCluster = %v; want the context's error", err)
+	}
+	if members := agent.GetStatusHealth(); len(members) != 0 {
+		t.Errorf("the node is still registered: %v", members)
+	}
+	t.Logf("JoinCluster returned %s after it began (the context ended at 300 ms): %v", took.Round(time.Millisecond), err)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, leaks...)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
@@ -24,8 +27,9 @@ func init() {
 // gracefully within the table's leave_timeout_ms.
 //
 // Its lifecycle lines on stderr ("musepi node: ...") are for operators
-// and the multi-process tests: where it listens, every change of the
-// member list, leaving and how long leaving took.
+// and the multi-process tests: that it is joining, where it listens, every
+// change of the member list, leaving and how long leaving took. SIGTERM or
+// SIGINT during the start ends it with status 1 (joinNode).
 func runNode(args []string) int {
 	fs := flag.NewFlagSet("musepi node", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -73,7 +77,10 @@ func runNode(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	rt, err := joinConfig(ctx, cfg, false, log, extra)
+	if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
+		fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
+	}
+	rt, err := joinNode(ctx, stop, cfg, log, extra)
 	if err != nil {
 		fmt.Fprintf(stderr, "musepi node: %v\n", err)
 		return 1
@@ -97,6 +104,51 @@ func runNode(args []string) int {
 	}
 	fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
 	return 0
+}
+
+// startUnwind bounds how long an interrupted start has to undo itself.
+const startUnwind = 5 * time.Second
+
+// errInterrupted is the start's error when SIGINT or SIGTERM came first.
+var errInterrupted = errors.New("interrupted before the start completed")
+
+// joinNode is joinConfig answering SIGINT and SIGTERM (the end of ctx) at
+// every moment of the start. Parts of the start take no context
+// (protoactor's member start, the membership's registration), so the join
+// runs on a goroutine of its own. Once ctx ends, stopSignals makes a second
+// signal kill the process, the join has startUnwind to undo itself (the
+// parts that take ctx return at once; a member that joined leaves), and
+// joinNode fails with errInterrupted.
+func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, log zerolog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
+	type joined struct {
+		rt  *musepi.Runtime
+		err error
+	}
+	done := make(chan joined, 1)
+	go func() {
+		rt, err := joinConfig(ctx, cfg, false, log, extra)
+		done <- joined{rt, err}
+	}()
+	select {
+	case j := <-done:
+		if j.err != nil && ctx.Err() != nil {
+			return nil, errInterrupted
+		}
+		return j.rt, j.err
+	case <-ctx.Done():
+	}
+	stopSignals()
+	select {
+	case j := <-done:
+		if j.err == nil { // the start completed as the signal came
+			if err := leave(j.rt, startUnwind); err != nil {
+				return nil, fmt.Errorf("%w; leave: %v", errInterrupted, err)
+			}
+		}
+		return nil, errInterrupted
+	case <-time.After(startUnwind):
+		return nil, fmt.Errorf("%w; still starting %s later: exiting without it", errInterrupted, startUnwind)
+	}
 }
 
 // leave shuts the runtime down (a graceful leave) within bound. Parts of
