@@ -135,6 +135,7 @@ func TestConnectRefusesBadOptions(t *testing.T) {
 		"lease of 0":       pgstore.WithLease(0),
 		"lease of 1 ms":    pgstore.WithLease(time.Millisecond),
 		"negative timeout": pgstore.WithTimeout(-time.Second),
+		"negative retry":   pgstore.WithWriteRetry(-time.Second),
 	} {
 		if s, err := pgstore.Connect(context.Background(), url, opt); err == nil {
 			s.Close()
