@@ -35,7 +35,7 @@ func runNode(args []string) int {
 	fs.SetOutput(stderr)
 	setupFlags := addLogFlags(fs)
 	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: musepi node --config FILE [--metrics-addr ADDR]")
 		fmt.Fprintln(stderr)
@@ -65,13 +65,12 @@ func runNode(args []string) int {
 	}
 	var extra []musepi.Option
 	if *metricsAddr != "" {
-		metrics, err := startMetrics(*metricsAddr)
+		metrics, err := serveMetrics("musepi node", *metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "musepi node: %v\n", err)
 			return 1
 		}
 		defer closeMetrics(metrics)
-		fmt.Fprintf(stderr, "musepi node: metrics on %s\n", metrics.URL())
 		extra = append(extra, metrics.option())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

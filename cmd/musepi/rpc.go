@@ -26,7 +26,7 @@ func runRPC(args []string) int {
 	maxLine := fs.Int("max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	sessionID := fs.String("session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.BoolVar(&setupFlags.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: musepi rpc [--config FILE [--cluster] | --provider NAME --model ID [--base-url URL]]")
 		fmt.Fprintln(stderr)
@@ -51,13 +51,12 @@ func runRPC(args []string) int {
 	}
 	var extra []musepi.Option
 	if *metricsAddr != "" {
-		metrics, err := startMetrics(*metricsAddr)
+		metrics, err := serveMetrics("musepi rpc", *metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "musepi rpc: %v\n", err)
 			return 1
 		}
 		defer closeMetrics(metrics)
-		fmt.Fprintf(stderr, "musepi rpc: metrics on %s\n", metrics.URL())
 		extra = append(extra, metrics.option())
 	}
 	su, err := setupFlags.open(extra...)
