@@ -81,7 +81,7 @@ func runNode(args []string) int {
 	}
 	rt, err := joinNode(ctx, stop, cfg, log, extra)
 	if err != nil {
-		fmt.Fprintf(stderr, "musepi node: %v\n", err)
+		fmt.Fprintf(stderr, "musepi node: %s\n", oneLine(err))
 		return 1
 	}
 	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
@@ -148,6 +148,13 @@ func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, log z
 	case <-time.After(startUnwind):
 		return nil, fmt.Errorf("%w; still starting %s later: exiting without it", errInterrupted, startUnwind)
 	}
+}
+
+// oneLine is err's text on one line: pgx puts each address it tried to
+// connect to (a URL's hosts, a name's addresses: localhost is often ::1
+// and 127.0.0.1) on a line of its own.
+func oneLine(err error) string {
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", " ").Replace(err.Error())
 }
 
 // leave shuts the runtime down (a graceful leave) within bound. Parts of

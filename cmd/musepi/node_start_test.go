@@ -20,9 +20,9 @@ const startFailureBound = 10 * time.Second
 
 // TestNodeStartFailures: `musepi node` processes whose start cannot
 // succeed exit within 10 s with status 1, their last line saying why, and
-// no panic: a port already in use, a database that refuses connections, a
-// database that never answers, an advertised address the node cannot
-// connect to.
+// no panic: a port already in use, a database that refuses connections (at
+// one address, or at both of a URL's hosts: one line still), a database
+// that never answers, an advertised address the node cannot connect to.
 func TestNodeStartFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and node processes")
@@ -34,7 +34,7 @@ func TestNodeStartFailures(t *testing.T) {
 	}
 	defer busy.Close()
 	busyPort := busy.Addr().(*net.TCPAddr).Port
-	closed := nodetest.FreePort(t) // nobody listens there
+	closed, closed2 := nodetest.FreePort(t), nodetest.FreePort(t) // nobody listens there
 	refusedDB := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/x?sslmode=disable", closed)
 	silentDB := pgtest.Silent(t)
 	for _, tc := range []struct {
@@ -47,6 +47,9 @@ func TestNodeStartFailures(t *testing.T) {
 		{"a database that refuses connections", func(name string) string {
 			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, refusedDB, 1)
 		}, "musepi node: database: pgstore: migrate: failed to connect to `user=postgres database=x`: 127.0.0.1:" + fmt.Sprint(closed) + " (127.0.0.1): dial error: dial tcp 127.0.0.1:" + fmt.Sprint(closed) + ": connect: connection refused"},
+		{"a database whose every address refuses", func(name string) string {
+			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, strings.Replace(refusedDB, ":"+fmt.Sprint(closed), fmt.Sprintf(":%d,127.0.0.1:%d", closed, closed2), 1), 1)
+		}, fmt.Sprintf("127.0.0.1:%d (127.0.0.1): dial error: dial tcp 127.0.0.1:%d: connect: connection refused; 127.0.0.1:%d (127.0.0.1): dial error: dial tcp 127.0.0.1:%d: connect: connection refused", closed, closed, closed2, closed2)},
 		{"a database that never answers", func(name string) string {
 			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, silentDB, 1)
 		}, "failed to receive message: timeout: context deadline exceeded"},
