@@ -30,7 +30,8 @@ type ClusterConfig struct {
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
 	// AdvertiseHost is the host:port the other nodes reach this one at,
-	// when it is not Host:Port; empty: Host:Port.
+	// when it is not Host:Port; empty: Host:Port. A node that cannot
+	// connect to it itself is refused (cluster.Config.AdvertiseHost).
 	AdvertiseHost string
 	// Membership finds the other nodes: cluster.Etcd, cluster.Automanaged
 	// or cluster.InProcess. Required.
@@ -67,6 +68,11 @@ var ErrHostLeft = errors.New("musepi: the node hosting the session left during t
 // the providers, credentials, fallback chains and retry budget they set
 // configure the shared actors. Its NewSession reaches a session wherever
 // it is hosted. Cluster mode runs on the wall clock: WithClock is refused.
+//
+// ctx bounds the start: protoactor's part of it (about a second, and the
+// membership's registration) takes no context, so a ctx that ends during
+// it makes the node leave again once it is done, and JoinCluster fails
+// with ctx's error.
 func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtime, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -96,6 +102,9 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	m, err := cluster.Start(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("musepi: JoinCluster: %w", err)
+	}
+	if err := ctx.Err(); err != nil { // protoactor's start takes no context
+		return nil, fmt.Errorf("musepi: JoinCluster: %w", errors.Join(err, m.Leave()))
 	}
 	node.member = m
 	rt.system = m.System()

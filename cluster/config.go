@@ -59,7 +59,9 @@ type Config struct {
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
 	// AdvertiseHost is the host:port other nodes reach this one at, when
-	// it is not Host:Port (NAT, a container); empty: Host:Port.
+	// it is not Host:Port (NAT, a container); empty: Host:Port. Start
+	// refuses a node that cannot connect to its own advertised address
+	// (2 s), before it registers with the membership.
 	AdvertiseHost string
 	// Membership finds the other nodes: Automanaged, Etcd or InProcess.
 	// Required.

@@ -81,6 +81,7 @@ func Start(cfg Config) (m *Member, err error) {
 	var remoteOpts []remote.ConfigOption
 	if cfg.AdvertiseHost != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
+		provider = advertised{provider}
 	}
 	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port, remoteOpts...),
 		protocluster.WithKinds(m.kinds()...))
@@ -165,15 +166,25 @@ func (m *Member) shutdown() {
 	m.cluster.Shutdown(!m.cfg.Client)
 }
 
-// startMember runs protoactor's StartMember, which panics on errors.
+// startMember runs protoactor's StartMember, which panics on errors. Its
+// remote panics first of all when it cannot listen (a port in use), before
+// its gRPC server exists: the server is stopped only if the remote got as
+// far as setting the system's address, after it listened.
 func (m *Member) startMember() (err error) {
+	unset := m.system.Address()
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if rerr, ok := r.(error); ok {
+			err = fmt.Errorf("cluster: starting member %q: %w", m.cfg.Name, rerr)
+		} else {
 			err = fmt.Errorf("cluster: starting member %q: %v", m.cfg.Name, r)
-			m.system.Shutdown()
-			if m.cluster.Remote != nil {
-				m.cluster.Remote.Shutdown(false)
-			}
+		}
+		m.system.Shutdown()
+		if m.system.Address() != unset {
+			m.cluster.Remote.Shutdown(false)
 		}
 	}()
 	m.cluster.StartMember()

@@ -81,6 +81,11 @@ type Cluster struct {
 	// handing the node's sessions over and leaving the membership. Default
 	// DefaultLeaveTimeout.
 	LeaveTimeout time.Duration
+	// WriteRetry ("write_retry_ms") is how long a history write that meets
+	// a transient database error (a restart, a broken connection) is tried
+	// again before its prompt fails; 0: never. Default
+	// pgstore.DefaultWriteRetry.
+	WriteRetry time.Duration
 }
 
 // ClusterEtcd is the "[cluster.etcd]" table.
@@ -114,9 +119,9 @@ type ClusterAutomanaged struct {
 // defaults.
 func decodeCluster(t *table) *Cluster {
 	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
-		HandoverTimeout: musepi.DefaultHandoverTimeout,
-		Etcd:            ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
-		Automanaged:     ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
+		HandoverTimeout: musepi.DefaultHandoverTimeout, WriteRetry: pgstore.DefaultWriteRetry,
+		Etcd:        ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
+		Automanaged: ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
 	t.str("name", &c.Name)
 	t.str("host", &c.Host)
 	t.count("port", &c.Port)
@@ -128,6 +133,7 @@ func decodeCluster(t *table) *Cluster {
 	t.millis("lease_ms", &c.Lease)
 	t.millis("handover_timeout_ms", &c.HandoverTimeout)
 	t.millis("leave_timeout_ms", &c.LeaveTimeout)
+	t.millis("write_retry_ms", &c.WriteRetry)
 	if et, ok := t.sub("etcd"); ok {
 		c.Etcd.Endpoints = []string{} // present: checked even when empty
 		et.strs("endpoints", &c.Etcd.Endpoints)
@@ -199,6 +205,9 @@ func (v *validator) cluster(c *Cluster) {
 	}
 	if c.LeaveTimeout <= 0 {
 		v.add(at+".leave_timeout_ms", "must be above 0, got %d", c.LeaveTimeout.Milliseconds())
+	}
+	if c.WriteRetry < 0 {
+		v.add(at+".write_retry_ms", "must be 0 (no retry) or more, got %d", c.WriteRetry.Milliseconds())
 	}
 }
 

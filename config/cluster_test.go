@@ -42,6 +42,7 @@ func TestClusterTable(t *testing.T) {
 		want := &Cluster{Name: "dev", Host: "127.0.0.1", Port: 7001, Membership: "etcd",
 			DatabaseURL: "postgres://musepi@127.0.0.1:5432/musepi?sslmode=disable",
 			Lease:       15 * time.Second, HandoverTimeout: musepi.DefaultHandoverTimeout, LeaveTimeout: 30 * time.Second,
+			WriteRetry:  30 * time.Second,
 			Etcd:        ClusterEtcd{Endpoints: []string{"http://127.0.0.1:2379"}, Prefix: "/musepi", DialTimeout: 5 * time.Second},
 			Automanaged: ClusterAutomanaged{Refresh: time.Second}}
 		if !reflect.DeepEqual(cfg.Cluster, want) {
@@ -64,6 +65,7 @@ node_name = "node-2"
 lease_ms = 5000
 handover_timeout_ms = 5000
 leave_timeout_ms = 20000
+write_retry_ms = 0
 [cluster.automanaged]
 host = "10.0.0.2"
 port = 6332
@@ -127,7 +129,7 @@ func TestClusterValidation(t *testing.T) {
 		{"history_dir with a cluster", etcdCluster, "history_dir", "not with a [cluster] table: the cluster keeps session histories in its database"},
 		{"history_sync with a cluster", etcdCluster, "history_sync", "not with a [cluster] table"},
 		{"history_database with a cluster", etcdCluster, "history_database", "not with a [cluster] table"},
-		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, lease_ms, leave_timeout_ms, membership, name, node_name, port)"},
+		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, lease_ms, leave_timeout_ms, membership, name, node_name, port, write_retry_ms)"},
 		{"misspelt key", set(etcdCluster, "advertiseAddress", `"x"`), "cluster.advertiseAddress", `did you mean "advertise_address"?`},
 		{"a password key", set(etcdCluster, "database_password", `"hunter2"`), "cluster.database_password", "put the password in the URL held by the environment variable"},
 		{"name missing", set(etcdCluster, "name", ""), "cluster.name", "required (the cluster's name, the same on every node)"},
@@ -169,6 +171,7 @@ func TestClusterValidation(t *testing.T) {
 		{"database env not postgres (value not quoted)", set(set(etcdCluster, "database_url", ""), "database_url_env", `"MUSEPI_TEST_DB_BAD"`), "cluster.database_url_env", "environment variable MUSEPI_TEST_DB_BAD does not hold a valid postgres:// URL"},
 		{"database env not a name", set(set(etcdCluster, "database_url", ""), "database_url_env", `"postgres://db"`), "cluster.database_url_env", "is not an environment variable name"},
 		{"lease too short", set(etcdCluster, "lease_ms", "50"), "cluster.lease_ms", "must be at least 100, got 50"},
+		{"negative write retry", set(etcdCluster, "write_retry_ms", "-1"), "cluster.write_retry_ms", "must be 0 (no retry) or more, got -1"},
 		{"handover timeout zero", set(etcdCluster, "handover_timeout_ms", "0"), "cluster.handover_timeout_ms", "must be above 0, got 0"},
 		{"leave timeout a string", set(etcdCluster, "leave_timeout_ms", `"30s"`), "cluster.leave_timeout_ms", "must be an integer, got a string"},
 		{"leave timeout negative", set(etcdCluster, "leave_timeout_ms", "-1"), "cluster.leave_timeout_ms", "must be above 0, got -1"},

@@ -1,5 +1,11 @@
 package pgstore
 
+import (
+	"time"
+
+	"github.com/musepi/musepi/retry"
+)
+
 // StopHeartbeat stops renewing the node's lease without closing the Store:
 // the node looks dead to the others once the lease runs out.
 func (s *Store) StopHeartbeat() {
@@ -9,3 +15,9 @@ func (s *Store) StopHeartbeat() {
 
 // LoadMigrations exposes loadMigrations to the tests.
 var LoadMigrations = loadMigrations
+
+// RetryDelay is the delay before attempt+1 of a write of a Store drawing
+// its jitter from src.
+func RetryDelay(src retry.Source, attempt int) time.Duration {
+	return (&Store{jitter: src}).retryDelay(attempt)
+}

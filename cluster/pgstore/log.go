@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -171,17 +172,25 @@ func (l *Log) usable(op string) error {
 
 // Append adds entries, all or nothing, in one transaction that first
 // checks the Log's epoch is current (ErrFenced otherwise), in one round
-// trip to the database.
+// trip to the database. A transient failure is retried (WithWriteRetry),
+// each attempt bounded by the Store's timeout.
 func (l *Log) Append(entries ...*messages.Entry) error {
-	ctx, cancel := l.store.ctx()
-	defer cancel()
-	return l.Commit(ctx, nil, entries...)
+	return l.commit(context.Background(), l.store.timeout, nil, entries)
 }
 
 // Commit appends entries and, if rec is not nil, saves it as the session's
 // record, in one fenced transaction: both or neither. Saving the record
-// clears a durable timer's claim on it.
+// clears a durable timer's claim on it. A write that meets a transient
+// error (Transient) is tried again until it gets through, ctx ends, the
+// Store closes or the Store's write retry (WithWriteRetry) has passed
+// since its first failure; writes stay in order (the Log's writes wait
+// for it). A fenced write is never retried.
 func (l *Log) Commit(ctx context.Context, rec *Record, entries ...*messages.Entry) error {
+	return l.commit(ctx, 0, rec, entries)
+}
+
+// commit is Commit with each attempt bounded by timeout (0: ctx only).
+func (l *Log) commit(ctx context.Context, timeout time.Duration, rec *Record, entries []*messages.Entry) error {
 	op := "append"
 	if len(entries) == 0 {
 		if rec == nil {
@@ -209,26 +218,68 @@ func (l *Log) Commit(ctx context.Context, rec *Record, entries ...*messages.Entr
 		}
 		seqs[i], raws[i] = int64(e.GetSeq()), b
 	}
-	b := &pgx.Batch{}
-	b.Queue("SELECT musepi_fence($1, $2)", l.session, l.epoch)
-	if rec != nil {
-		queueSaveRecord(b, l.session, l.epoch, *rec)
-	}
-	if len(entries) > 0 {
-		b.Queue(`INSERT INTO musepi_entries (session_id, seq, entry)
-			SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`, l.session, seqs, raws)
-	}
-	// One round trip: the batch runs in one implicit transaction, which the
-	// fence's error (or any other) rolls back whole.
-	err := l.store.pool.SendBatch(ctx, b).Close()
-	if err != nil {
-		err = l.writeError(err)
-		return fail(err)
+	var failed time.Time // when the first attempt failed
+	for attempt := 1; ; attempt++ {
+		err := l.send(ctx, timeout, l.batch(rec, seqs, raws, attempt > 1))
+		if err == nil {
+			if attempt > 1 {
+				l.store.outageOver()
+			}
+			break
+		}
+		if !Transient(err) || ctx.Err() != nil || l.store.writeRetry == 0 {
+			return fail(l.writeError(err))
+		}
+		if attempt == 1 {
+			failed = time.Now()
+			l.store.outageFailed(err)
+		}
+		left := l.store.writeRetry - time.Since(failed)
+		if left <= 0 {
+			return fail(fmt.Errorf("the database failed for %s (%d attempts): %w", time.Since(failed).Round(time.Millisecond), attempt, err))
+		}
+		if perr := l.store.pause(ctx, min(l.store.retryDelay(attempt), left)); perr != nil {
+			return fail(fmt.Errorf("%w; the last attempt failed: %v", perr, err))
+		}
 	}
 	if n := len(entries); n > 0 {
 		l.seq = entries[n-1].GetSeq()
 	}
 	return nil
+}
+
+// batch is a write's statements: the fence, the record's, the entries'.
+// It runs in one implicit transaction, which the fence's error (or any
+// other) rolls back whole. A retry (again) skips the entries already in
+// the table: an attempt whose reply was lost (the connection broke after
+// the server committed) wrote them all, and no other writer can have
+// written those seqs under this epoch.
+func (l *Log) batch(rec *Record, seqs []int64, raws [][]byte, again bool) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue("SELECT musepi_fence($1, $2)", l.session, l.epoch)
+	if rec != nil {
+		queueSaveRecord(b, l.session, l.epoch, *rec)
+	}
+	if len(seqs) > 0 {
+		insert := `INSERT INTO musepi_entries (session_id, seq, entry)
+			SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`
+		if again {
+			insert += " ON CONFLICT DO NOTHING"
+		}
+		b.Queue(insert, l.session, seqs, raws)
+	}
+	return b
+}
+
+// send runs a write's batch in one round trip, bounded by timeout (0:
+// ctx only).
+func (l *Log) send(ctx context.Context, timeout time.Duration, b *pgx.Batch) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return l.store.pool.SendBatch(ctx, b).Close()
 }
 
 // fenceFailed is the SQLSTATE musepi_fence raises for a stale epoch.

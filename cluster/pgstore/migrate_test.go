@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/cluster/pgstore/pgtest"
 )
 
 // schemaVersions lists the versions recorded in url's schema_version table.
@@ -133,6 +135,7 @@ func TestConnectRefusesBadOptions(t *testing.T) {
 		"lease of 0":       pgstore.WithLease(0),
 		"lease of 1 ms":    pgstore.WithLease(time.Millisecond),
 		"negative timeout": pgstore.WithTimeout(-time.Second),
+		"negative retry":   pgstore.WithWriteRetry(-time.Second),
 	} {
 		if s, err := pgstore.Connect(context.Background(), url, opt); err == nil {
 			s.Close()
@@ -141,5 +144,34 @@ func TestConnectRefusesBadOptions(t *testing.T) {
 	}
 	if _, err := pgstore.Connect(context.Background(), "postgres://nobody@127.0.0.1:1/x?connect_timeout=5"); err == nil {
 		t.Error("Connect to a closed port succeeded")
+	}
+}
+
+// TestConnectTimesOut: Connect to a database that accepts connections and
+// never answers fails within its connect timeout: DefaultConnectTimeout
+// when the URL sets none, the URL's connect_timeout otherwise.
+func TestConnectTimesOut(t *testing.T) {
+	silent := pgtest.Silent(t)
+	for _, tc := range []struct {
+		name string
+		url  string
+		want time.Duration
+	}{
+		{"the default", silent, pgstore.DefaultConnectTimeout},
+		{"the URL's connect_timeout", silent + "&connect_timeout=1", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			s, err := pgstore.Connect(context.Background(), tc.url)
+			took := time.Since(start)
+			if err == nil {
+				s.Close()
+				t.Fatal("Connect succeeded")
+			}
+			if took < tc.want || took > tc.want+2*time.Second || !strings.Contains(err.Error(), "timeout") {
+				t.Errorf("Connect = %v after %s; want a timeout after %s", err, took.Round(time.Millisecond), tc.want)
+			}
+			t.Logf("%s: %v", took.Round(time.Millisecond), err)
+		})
 	}
 }

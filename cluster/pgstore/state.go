@@ -60,12 +60,10 @@ type Timers interface {
 // clears any timer's claim on it.
 func (l *Log) SaveRecord(ctx context.Context, rec Record) error { return l.Commit(ctx, &rec) }
 
-// CommitRecord is Commit bounded by the Store's timeout, for the runtime's
-// sessions (history.RecordLog).
+// CommitRecord is Commit with each attempt bounded by the Store's timeout,
+// for the runtime's sessions (history.RecordLog).
 func (l *Log) CommitRecord(rec Record, entries ...*messages.Entry) error {
-	ctx, cancel := l.store.ctx()
-	defer cancel()
-	return l.Commit(ctx, &rec, entries...)
+	return l.commit(context.Background(), l.store.timeout, &rec, entries)
 }
 
 // LastRecord is LoadRecord bounded by the Store's timeout

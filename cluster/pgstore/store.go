@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/retry"
 )
 
 // Store is the cluster's durable state on PostgreSQL: session histories
@@ -23,11 +25,16 @@ import (
 // model cooldowns nodes share. One Store is one node's view; it keeps the
 // node's lease alive while it is open. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	node    string // name#incarnation: this Store's owner id in the tables
-	lease   time.Duration
-	timeout time.Duration
-	log     zerolog.Logger
+	pool       *pgxpool.Pool
+	node       string // name#incarnation: this Store's owner id in the tables
+	lease      time.Duration
+	timeout    time.Duration
+	writeRetry time.Duration
+	log        zerolog.Logger
+
+	jitterMu sync.Mutex
+	jitter   retry.Source
+	outage   outage
 
 	// born is when the Store was made; renewed is when the last renewal
 	// of the node's lease that succeeded began, in nanoseconds since born
@@ -36,6 +43,7 @@ type Store struct {
 	renewed atomic.Int64
 
 	closed    atomic.Bool
+	closing   chan struct{} // closed when Close begins
 	closeOnce sync.Once
 	stop      context.CancelFunc
 	beating   sync.WaitGroup
@@ -69,20 +77,45 @@ func WithNode(name string) Option { return func(s *Store) { s.node = name } }
 func WithLease(d time.Duration) Option { return func(s *Store) { s.lease = d } }
 
 // WithTimeout bounds each database operation of the history.Store and
-// history.Log methods, which take no context (default 30 s).
+// history.Log methods, which take no context (default 30 s): each attempt
+// of a write that is retried (WithWriteRetry).
 func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d } }
 
-// WithLogger logs takeovers and lease renewal failures (default: none).
+// WithLogger logs takeovers, lease renewal failures and the outages that
+// writes retry through (default: none).
 func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log } }
+
+// DefaultWriteRetry is how long a write is retried without WithWriteRetry.
+const DefaultWriteRetry = 30 * time.Second
+
+// WithWriteRetry sets how long a Log's write that meets transient errors
+// (Transient: the server restarting, a broken connection) is tried again,
+// from its first failure (default DefaultWriteRetry; 0: never). The
+// delays between attempts start at 100 ms and double up to 2 s, each
+// jittered to 75-100 % (retry.JitterFactor).
+func WithWriteRetry(d time.Duration) Option { return func(s *Store) { s.writeRetry = d } }
+
+// WithJitter sets the source the write retries' jitter is drawn from
+// (default: a PCG generator seeded at random), for tests that need exact
+// delays. The Store draws from it under a lock.
+func WithJitter(src retry.Source) Option { return func(s *Store) { s.jitter = src } }
+
+// DefaultConnectTimeout bounds each new connection to the database (the
+// TCP connect, TLS and the server's startup) when the URL sets no
+// connect_timeout: a server that does not answer fails Connect, and the
+// writes that need a new connection, within it rather than never.
+const DefaultConnectTimeout = 5 * time.Second
 
 // Connect opens a pool to the database at url (a PostgreSQL connection
 // string or URL), migrates its schema to SchemaVersion (failing with
 // ErrSchemaTooNew for a newer one), registers the node, prunes the rows of
 // nodes dead for a day and starts renewing the node's lease. The pool's
-// size and the like are set in url (pool_max_conns=N; see pgxpool).
+// size and the like are set in url (pool_max_conns=N; see pgxpool);
+// connect_timeout, if url sets none, is DefaultConnectTimeout.
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
-	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, log: zerolog.Nop(), born: time.Now()}
+	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, writeRetry: DefaultWriteRetry,
+		log: zerolog.Nop(), closing: make(chan struct{}), born: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -91,9 +124,21 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, errors.New("pgstore: empty node name")
 	case s.lease < MinLease || s.timeout <= 0:
 		return nil, fmt.Errorf("pgstore: lease %v must be at least %v, timeout %v positive", s.lease, MinLease, s.timeout)
+	case s.writeRetry < 0:
+		return nil, fmt.Errorf("pgstore: negative write retry %v", s.writeRetry)
+	}
+	if s.jitter == nil {
+		s.jitter = retry.NewPCGSource(mrand.Uint64(), mrand.Uint64())
 	}
 	s.node += "#" + incarnation()
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
@@ -176,6 +221,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		close(s.closing)
 		s.stop()
 		s.beating.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)

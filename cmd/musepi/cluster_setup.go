@@ -32,7 +32,7 @@ func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolo
 		}
 		name, port = name+"-rpc", 0
 	}
-	sopts := []pgstore.Option{pgstore.WithLease(cc.Lease), pgstore.WithLogger(log)}
+	sopts := []pgstore.Option{pgstore.WithLease(cc.Lease), pgstore.WithWriteRetry(cc.WriteRetry), pgstore.WithLogger(log)}
 	if name != "" {
 		sopts = append(sopts, pgstore.WithNode(name))
 	}

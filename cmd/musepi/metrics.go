@@ -68,6 +68,31 @@ func startMetrics(addr string) (*metricsServer, error) {
 	return m, nil
 }
 
+// serveMetrics is the --metrics-addr flag of command cmd ("musepi node"):
+// it starts serving metrics on addr and says where on stderr, warning when
+// addr has no host (":9465"), which listens on every interface.
+func serveMetrics(cmd, addr string) (*metricsServer, error) {
+	m, err := startMetrics(addr)
+	if err != nil {
+		return nil, err
+	}
+	if w := metricsAddrWarning(addr); w != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", cmd, w)
+	}
+	fmt.Fprintf(stderr, "%s: metrics on %s\n", cmd, m.URL())
+	return m, nil
+}
+
+// metricsAddrWarning is the warning for a --metrics-addr without a host,
+// which listens on every interface ("" for an address with one).
+func metricsAddrWarning(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return ""
+	}
+	return fmt.Sprintf("--metrics-addr %s listens on every interface; give a host such as 127.0.0.1:%s to keep it local", addr, port)
+}
+
 // option gives the runtime the meter provider /metrics reads.
 func (m *metricsServer) option() musepi.Option { return musepi.WithMeterProvider(m.meter) }
 

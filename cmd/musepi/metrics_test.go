@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/musepi/musepi/internal/nodetest"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -416,4 +417,51 @@ func nonZero(m map[string]float64) map[string]float64 {
 		}
 	}
 	return out
+}
+
+func TestMetricsAddrWarning(t *testing.T) {
+	for _, tc := range []struct {
+		addr, want string
+	}{
+		{":9465", "--metrics-addr :9465 listens on every interface; give a host such as 127.0.0.1:9465 to keep it local"},
+		{":0", "--metrics-addr :0 listens on every interface; give a host such as 127.0.0.1:0 to keep it local"},
+		{"127.0.0.1:9465", ""},
+		{"localhost:9465", ""},
+		{"[::1]:9465", ""},
+		{"0.0.0.0:9465", ""}, // every interface, on purpose
+		{"no-port", ""},      // refused when listening
+	} {
+		if got := metricsAddrWarning(tc.addr); got != tc.want {
+			t.Errorf("metricsAddrWarning(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestMetricsAddrWithoutHost: node and rpc, the commands with
+// --metrics-addr, warn on stderr that an address without a host listens
+// on every interface.
+func TestMetricsAddrWithoutHost(t *testing.T) {
+	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test")
+	bin := buildCommand(t)
+	noDB := strings.Replace(clusterTable, "127.0.0.1:5432", fmt.Sprintf("127.0.0.1:%d", nodetest.FreePort(t)), 1)
+	config := filepath.Join(t.TempDir(), "node.toml")
+	if err := os.WriteFile(config, []byte(goodConfig+noDB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		code int // node: its database is unreachable; rpc: stdin is empty
+	}{
+		{"node", []string{"--config", config}, 1},
+		{"rpc", nil, 0},
+	} {
+		t.Run(tc.cmd, func(t *testing.T) {
+			code, errOut := runToEnd(t, bin, append([]string{tc.cmd, "--metrics-addr", ":0"}, tc.args...)...)
+			want := "musepi " + tc.cmd + ": --metrics-addr :0 listens on every interface; give a host such as 127.0.0.1:0 to keep it local\n"
+			if code != tc.code || !strings.Contains(errOut, want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errOut, tc.code, want)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -31,7 +32,7 @@ leaves gracefully within leave_timeout_ms. See docs/cluster.md.`,
 func setupNode(fs *flag.FlagSet) func([]string) error {
 	setupFlags := addLogFlags(fs)
 	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	return func([]string) error {
 		if *configPath == "" {
 			return usagef("--config is required")
@@ -57,21 +58,23 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 	}
 	var extra []musepi.Option
 	if metricsAddr != "" {
-		metrics, err := startMetrics(metricsAddr)
+		metrics, err := serveMetrics("musepi node", metricsAddr)
 		if err != nil {
 			return err
 		}
 		defer closeMetrics(metrics)
-		fmt.Fprintf(stderr, "musepi node: metrics on %s\n", metrics.URL())
 		extra = append(extra, metrics.option())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	for {
-		rt, err := joinConfig(ctx, cfg, false, log, extra)
+		if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
+			fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
+		}
+		rt, err := joinNode(ctx, stop, cfg, log, extra)
 		if err != nil {
-			return err
+			return errors.New(oneLine(err))
 		}
 		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
 			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
@@ -113,6 +116,58 @@ func serve(ctx context.Context, rt *musepi.Runtime) (dropped bool) {
 	cancel()
 	<-watched
 	return dropped
+}
+
+// startUnwind bounds how long an interrupted start has to undo itself.
+const startUnwind = 5 * time.Second
+
+// errInterrupted is the start's error when SIGINT or SIGTERM came first.
+var errInterrupted = errors.New("interrupted before the start completed")
+
+// joinNode is joinConfig answering SIGINT and SIGTERM (the end of ctx) at
+// every moment of the start. Parts of the start take no context
+// (protoactor's member start, the membership's registration), so the join
+// runs on a goroutine of its own. Once ctx ends, stopSignals makes a second
+// signal kill the process, the join has startUnwind to undo itself (the
+// parts that take ctx return at once; a member that joined leaves), and
+// joinNode fails with errInterrupted.
+func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, log zerolog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
+	type joined struct {
+		rt  *musepi.Runtime
+		err error
+	}
+	done := make(chan joined, 1)
+	go func() {
+		rt, err := joinConfig(ctx, cfg, false, log, extra)
+		done <- joined{rt, err}
+	}()
+	select {
+	case j := <-done:
+		if j.err != nil && ctx.Err() != nil {
+			return nil, errInterrupted
+		}
+		return j.rt, j.err
+	case <-ctx.Done():
+	}
+	stopSignals()
+	select {
+	case j := <-done:
+		if j.err == nil { // the start completed as the signal came
+			if err := leave(j.rt, startUnwind); err != nil {
+				return nil, fmt.Errorf("%w; leave: %v", errInterrupted, err)
+			}
+		}
+		return nil, errInterrupted
+	case <-time.After(startUnwind):
+		return nil, fmt.Errorf("%w; still starting %s later: exiting without it", errInterrupted, startUnwind)
+	}
+}
+
+// oneLine is err's text on one line: pgx puts each address it tried to
+// connect to (a URL's hosts, a name's addresses: localhost is often ::1
+// and 127.0.0.1) on a line of its own.
+func oneLine(err error) string {
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", " ").Replace(err.Error())
 }
 
 // leave shuts the runtime down (a graceful leave) within bound. Parts of

@@ -124,7 +124,8 @@ func nodeRows(t *testing.T, url string) []string {
 	return names
 }
 
-// A node that cannot start says why, prefixed "musepi node: ", and exits 1.
+// A node that cannot start says why in its last line, prefixed "musepi
+// node: ", and exits 1.
 func TestNodeCommandErrors(t *testing.T) {
 	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test")
 	dir := t.TempDir()
@@ -149,7 +150,7 @@ func TestNodeCommandErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := runCaptured(t, append([]string{"node"}, tc.args...)...)
-			if code != 1 || out != "" || !strings.HasPrefix(errOut, tc.want) {
+			if code != 1 || out != "" || !strings.HasPrefix(lastLine([]byte(errOut)), tc.want) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 and stderr %q...", code, out, errOut, tc.want)
 			}
 		})

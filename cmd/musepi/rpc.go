@@ -40,7 +40,7 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.maxLine, "max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	fs.StringVar(&f.sessionID, "session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.BoolVar(&f.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	return func([]string) error {
 		if f.maxLine < 0 {
 			return usagef("--max-line must be 0 (the default, %d) or more, got %d", rpc.DefaultMaxLine, f.maxLine)
@@ -56,12 +56,11 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 func runRPC(f rpcFlags) (err error) {
 	var extra []musepi.Option
 	if f.metricsAddr != "" {
-		metrics, err := startMetrics(f.metricsAddr)
+		metrics, err := serveMetrics("musepi rpc", f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		defer closeMetrics(metrics)
-		fmt.Fprintf(stderr, "musepi rpc: metrics on %s\n", metrics.URL())
 		extra = append(extra, metrics.option())
 	}
 	su, err := f.open(extra...)

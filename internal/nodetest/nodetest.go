@@ -142,22 +142,29 @@ func Environ() []string {
 	return append(os.Environ(), KeyAEnv+"="+KeyA, KeyBEnv+"="+KeyB)
 }
 
-// WriteConfig writes node name's file (Config with a free port) into the
-// environment's directory and returns its path.
-func (e *Env) WriteConfig(name string) string {
-	e.t.Helper()
-	path := filepath.Join(e.dir, name+".toml")
-	if err := os.WriteFile(path, []byte(e.Config(name, FreePort(e.t))), 0o600); err != nil {
-		e.t.Fatalf("nodetest: %v", err)
-	}
-	return path
-}
-
 // StartNode starts `musepi node --config FILE` for a new node called name
-// and waits until it prints where it listens.
+// (Config with a free port) and waits until it prints where it listens.
 func (e *Env) StartNode(name string, args ...string) *Node {
 	e.t.Helper()
-	n := &Node{Name: name, Config: e.WriteConfig(name), out: &Lines{}, exited: make(chan struct{})}
+	n := e.Launch(name, e.Config(name, FreePort(e.t)), args...)
+	line, err := n.WaitLine("listening on ", StartTimeout)
+	if err != nil {
+		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", name, err, n.out)
+	}
+	// "musepi node: NODE listening on ADDR (cluster ...)"
+	n.Addr = strings.Fields(strings.SplitN(line, "listening on ", 2)[1])[0]
+	return n
+}
+
+// Launch starts `musepi node --config FILE` for a new node called name,
+// FILE holding config (Config's text, or a variation on it), and returns
+// at once: the node may fail to start (Wait).
+func (e *Env) Launch(name, config string, args ...string) *Node {
+	e.t.Helper()
+	n := &Node{Name: name, Config: filepath.Join(e.dir, name+".toml"), out: &Lines{}, exited: make(chan struct{})}
+	if err := os.WriteFile(n.Config, []byte(config), 0o600); err != nil {
+		e.t.Fatalf("nodetest: %v", err)
+	}
 	n.cmd = exec.Command(e.bin, append([]string{"node", "--config", n.Config}, args...)...)
 	n.cmd.Env = Environ()
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
@@ -172,12 +179,6 @@ func (e *Env) StartNode(name string, args ...string) *Node {
 	e.mu.Lock()
 	e.nodes = append(e.nodes, n)
 	e.mu.Unlock()
-	line, err := n.WaitLine("listening on ", StartTimeout)
-	if err != nil {
-		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", name, err, n.out)
-	}
-	// "musepi node: NODE listening on ADDR (cluster ...)"
-	n.Addr = strings.Fields(strings.SplitN(line, "listening on ", 2)[1])[0]
 	return n
 }
 
@@ -351,6 +352,20 @@ func (n *Node) Resume() error { return n.cmd.Process.Signal(syscall.SIGCONT) }
 func (n *Node) Kill() {
 	_ = n.cmd.Process.Kill()
 	<-n.exited
+}
+
+// Wait waits at most bound for the process to exit by itself and returns
+// its exit code and how long it waited; past bound it kills the process
+// and fails.
+func (n *Node) Wait(bound time.Duration) (code int, took time.Duration, err error) {
+	start := time.Now()
+	select {
+	case <-n.exited:
+		return n.cmd.ProcessState.ExitCode(), time.Since(start), nil
+	case <-time.After(bound):
+		n.Kill()
+		return -1, time.Since(start), fmt.Errorf("node %s still running after %s; killed it", n.Name, bound)
+	}
 }
 
 // Term sends SIGTERM and waits at most bound for the process to exit. It

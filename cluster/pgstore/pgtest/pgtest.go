@@ -40,10 +40,16 @@ const (
 // password from loopback only.
 type Server struct {
 	dir  string // the data directory's parent, removed by Stop
+	bin  string // holding postgres
+	data string
+	cred *syscall.Credential // to run postgres as (nil: this process's user)
 	port int
 	cmd  *exec.Cmd
-	exit chan error // the server's exit status, once
-	out  *lockedWriter
+	// exited is closed once the running postgres has exited, with its
+	// status in exitErr.
+	exited  chan struct{}
+	exitErr error
+	out     *lockedWriter
 
 	stopOnce sync.Once
 	stopped  atomic.Bool
@@ -131,26 +137,67 @@ func start(ctx context.Context, bin, dir, data string, cred *syscall.Credential)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, port: port, exit: make(chan error, 1), out: &lockedWriter{}}
-	// Durability is not under test here: fsync off makes the server fast
-	// on a shared machine.
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(port), "-c", "unix_socket_directories=",
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=100")
-	s.cmd.Dir = dir
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	// SIGQUIT (immediate shutdown) if the test binary dies without Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("pgtest: start postgres: %w", err)
-	}
-	go func() { s.exit <- s.cmd.Wait() }()
-	if err := s.waitReady(ctx); err != nil {
-		s.kill()
+	s := &Server{dir: dir, bin: bin, data: data, cred: cred, port: port, out: &lockedWriter{}}
+	if err := s.run(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// run starts postgres on s's port and waits until it is ready.
+func (s *Server) run(ctx context.Context) error {
+	// Durability is not under test here: fsync off makes the server fast
+	// on a shared machine.
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data,
+		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.port), "-c", "unix_socket_directories=",
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=100")
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	// SIGQUIT (immediate shutdown) if the test binary dies without Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgtest: start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	go func() {
+		s.exitErr = cmd.Wait()
+		close(exited)
+	}()
+	if err := s.waitReady(ctx); err != nil {
+		s.kill()
+		return err
+	}
+	return nil
+}
+
+// Restart does what `pg_ctl restart -m fast` does: a fast shutdown (the
+// server ends every session with SQLSTATE 57P01 and stops), then a start
+// on the same port and data directory; it returns once the server accepts
+// connections again. It leaves the server down for down in between (0:
+// restart at once). Connections meet refused connects while it is down,
+// and SQLSTATE 57P03 while it starts. postgres stays this process's child
+// (pg_ctl would detach it), so it still dies with the test binary. Not
+// safe to call concurrently with Stop or itself.
+func (s *Server) Restart(ctx context.Context, down time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		return fmt.Errorf("pgtest: restart: %w", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(stopTimeout):
+		s.kill()
+		return fmt.Errorf("pgtest: restart: postgres did not stop within %v; killed it", stopTimeout)
+	}
+	select {
+	case <-time.After(down):
+	case <-ctx.Done():
+		return fmt.Errorf("pgtest: restart: %w", ctx.Err())
+	}
+	return s.run(ctx)
 }
 
 // waitReady polls until the server accepts a connection, it exits, or ctx
@@ -162,9 +209,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 			return conn.Close(ctx)
 		}
 		select {
-		case werr := <-s.exit:
-			s.exit <- werr
-			return fmt.Errorf("pgtest: postgres exited (%v):\n%s", werr, s.Log())
+		case <-s.exited:
+			return fmt.Errorf("pgtest: postgres exited (%v):\n%s", s.exitErr, s.Log())
 		case <-ctx.Done():
 			return fmt.Errorf("pgtest: postgres not ready: %w (last: %v):\n%s", ctx.Err(), err, s.Log())
 		case <-time.After(50 * time.Millisecond):
@@ -226,7 +272,7 @@ func (s *Server) Stop() error {
 		s.stopped.Store(true)
 		_ = s.cmd.Process.Signal(syscall.SIGINT)
 		select {
-		case <-s.exit:
+		case <-s.exited:
 		case <-time.After(stopTimeout):
 			s.kill()
 			s.stopErr = fmt.Errorf("postgres did not stop within %v; killed it", stopTimeout)
@@ -241,7 +287,7 @@ func (s *Server) Stop() error {
 // kill ends the server at once and waits for it.
 func (s *Server) kill() {
 	_ = s.cmd.Process.Kill()
-	<-s.exit
+	<-s.exited
 }
 
 // Shared is one server for all the tests of a test binary, launched when a
@@ -271,6 +317,43 @@ func (sh *Shared) Stop() error {
 		return nil
 	}
 	return sh.srv.Stop()
+}
+
+// Silent listens on a free loopback port until t ends, accepting
+// connections and never answering them, and returns a database URL there:
+// a database that hangs (a stopped server, a firewall dropping its
+// replies).
+func Silent(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: silent server: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed at cleanup
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return fmt.Sprintf("postgres://postgres@%s/silent?sslmode=disable", ln.Addr())
 }
 
 // binDir finds the directory holding initdb and postgres: PATH first, then
