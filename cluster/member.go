@@ -65,7 +65,7 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	m.closeExtra = closeExtra
-	var remoteOpts []remote.ConfigOption
+	remoteOpts := cfg.remoteSecurity()
 	if cfg.AdvertiseHost != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
 	}

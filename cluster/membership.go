@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -94,6 +95,11 @@ type EtcdConfig struct {
 	Prefix string
 	// DialTimeout bounds connecting to etcd (default 5 s).
 	DialTimeout time.Duration
+	// TLS, if set, is the etcd client's TLS: RootCAs verify etcd's server
+	// certificate, Certificates (optional) are the client certificate
+	// etcd's --client-cert-auth asks for. It applies to https://
+	// endpoints; the client dials http:// ones in plaintext.
+	TLS *tls.Config
 }
 
 // Etcd is protoactor's etcd provider: each node holds a key under a 3 s
@@ -116,7 +122,7 @@ func Etcd(cfg EtcdConfig) Membership {
 		// watch; its lease loops and gRPC connection stay until the
 		// process exits (docs/cluster.md).
 		ctx, cancel := context.WithCancel(context.Background())
-		p, err := etcd.NewWithConfig(prefix, clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: dial, Context: ctx})
+		p, err := etcd.NewWithConfig(prefix, clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: dial, Context: ctx, TLS: cfg.TLS})
 		if err != nil {
 			cancel()
 			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
