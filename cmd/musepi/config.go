@@ -17,8 +17,9 @@ func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: musepi config check FILE")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Checks a configuration file (see config/README.md): TOML syntax, unknown keys,")
-	fmt.Fprintln(w, "types and values, and that every api_key_env variable (and [cluster] database_url_env)")
-	fmt.Fprintln(w, "is set in this environment.")
+	fmt.Fprintln(w, "types and values, that every api_key_env variable (and [cluster] database_url_env)")
+	fmt.Fprintln(w, "is set in this environment, and that the [cluster.tls] and [cluster.etcd.tls] files")
+	fmt.Fprintln(w, "hold a CA, a certificate it signed for this node's address, and its key.")
 	fmt.Fprintln(w, "Prints \"FILE: ok (...)\" and exits 0, or prints every problem to stderr and exits 1.")
 }
 

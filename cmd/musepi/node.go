@@ -36,7 +36,7 @@ func runNode(args []string) int {
 		fmt.Fprintln(stderr, "usage: musepi node --config FILE [--metrics-addr ADDR]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Runs one node of a cluster (the file's [cluster] table: name, address, etcd or")
-		fmt.Fprintln(stderr, "automanaged membership, database URL). Serves until SIGTERM or SIGINT, then")
+		fmt.Fprintln(stderr, "automanaged membership, database URL, TLS). Serves until SIGTERM or SIGINT, then")
 		fmt.Fprintln(stderr, "leaves gracefully within leave_timeout_ms. See docs/cluster.md.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
@@ -78,8 +78,12 @@ func runNode(args []string) int {
 		fmt.Fprintf(stderr, "musepi node: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
-		nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
+	transport := "mutual TLS"
+	if cfg.Cluster.TLS == nil {
+		transport = "plaintext"
+	}
+	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership, %s)\n",
+		nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership, transport)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
