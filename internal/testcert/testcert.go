@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -78,26 +79,40 @@ type Cert struct {
 	NotAfter time.Time
 }
 
-// Issue signs c with ca and writes the certificate and its key to
-// NAME.pem and NAME-key.pem next to the CA's file.
-func (ca *CA) Issue(t testing.TB, c Cert) Files {
-	t.Helper()
-	_, files := ca.issue(t, c)
-	return files
-}
-
 // Config is the mutual TLS configuration of c, issued by ca as Issue
-// does: c's certificate, and ca as the roots that verify servers and the
-// CAs that verify clients.
+// does (Files.Load).
 func (ca *CA) Config(t testing.TB, c Cert) *tls.Config {
 	t.Helper()
-	pair, _ := ca.issue(t, c)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ClientCAs: pool}
+	cfg, err := ca.Issue(t, c).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
-func (ca *CA) issue(t testing.TB, c Cert) (tls.Certificate, Files) {
+// Load reads the files into a mutual TLS configuration: the certificate
+// and its key, and the CA as the roots that verify servers and the CAs
+// that verify clients.
+func (f Files) Load() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		return nil, fmt.Errorf("testcert: %w", err)
+	}
+	caPEM, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, fmt.Errorf("testcert: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("testcert: no certificate in %s", f.CA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, ClientCAs: pool}, nil
+}
+
+// Issue signs c with ca and writes the certificate and its key to
+// NAME.pem and NAME-key.pem next to the CA's file (replacing those of a
+// certificate issued under the same name before).
+func (ca *CA) Issue(t testing.TB, c Cert) Files {
 	t.Helper()
 	if c.Name == "" {
 		t.Fatal("testcert: Cert.Name is required")
@@ -138,18 +153,13 @@ func (ca *CA) issue(t testing.TB, c Cert) (tls.Certificate, Files) {
 	if err != nil {
 		t.Fatalf("testcert: certificate %s: %v", c.Name, err)
 	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("testcert: certificate %s: %v", c.Name, err)
-	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatalf("testcert: key of %s: %v", c.Name, err)
 	}
-	files := Files{CA: ca.file,
+	return Files{CA: ca.file,
 		Cert: ca.write(t, c.Name+".pem", "CERTIFICATE", der),
 		Key:  ca.write(t, c.Name+"-key.pem", "PRIVATE KEY", keyDER)}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, files
 }
 
 // Handshake runs a TLS handshake between server and client over a
