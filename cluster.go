@@ -2,6 +2,7 @@ package musepi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,7 +26,8 @@ type ClusterConfig struct {
 	// Name is the cluster's name; required, without '/' or '@'.
 	Name string
 	// Host is the address the node's remote (gRPC) server binds to;
-	// default cluster.DefaultHost (loopback).
+	// default cluster.DefaultHost (loopback). Any other host needs TLS or
+	// Insecure.
 	Host string
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
@@ -36,6 +38,13 @@ type ClusterConfig struct {
 	// Membership finds the other nodes: cluster.Etcd, cluster.Automanaged
 	// or cluster.InProcess. Required.
 	Membership cluster.Membership
+	// TLS, if set, is the node's mutual TLS with the other members (and
+	// clients): this node's certificate, and the cluster CA as RootCAs and
+	// ClientCAs; see cluster.Config.TLS for what the certificate must hold.
+	TLS *tls.Config
+	// Insecure lets a node without TLS bind a non-loopback Host
+	// (cluster.Config.Insecure).
+	Insecure bool
 	// Store is the shared durable state: the sessions' histories, their
 	// activation epochs, the credential blocks and model cooldowns.
 	// Required; Runtime.Shutdown closes it.
@@ -143,7 +152,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
 	cfg := rt.cfg
 	out := cluster.Config{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseHost,
-		Membership: cc.Membership, Client: cc.Client, Blocks: cc.Store, Logger: cfg.slog,
+		Membership: cc.Membership, TLS: cc.TLS, Insecure: cc.Insecure, Client: cc.Client, Blocks: cc.Store, Logger: cfg.slog,
 		FallbackChains: cfg.settings.FallbackChains}
 	for _, name := range rt.providerNames() {
 		creds := cfg.creds[name]

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,7 +55,8 @@ type Config struct {
 	// Name is the cluster's name; required, without '/' or '@'.
 	Name string
 	// Host is the address the node's remote (gRPC) server binds to and
-	// advertises; default DefaultHost (loopback).
+	// advertises; default DefaultHost (loopback). Any other host needs TLS
+	// or Insecure.
 	Host string
 	// Port is the remote server's port; 0 picks a free one.
 	Port int
@@ -66,6 +68,24 @@ type Config struct {
 	// Membership finds the other nodes: Automanaged, Etcd or InProcess.
 	// Required.
 	Membership Membership
+	// TLS, if set, secures the node's remote with mutual TLS: its gRPC
+	// server requires and verifies a client certificate of every member
+	// that connects, and its dials verify the server certificate of the
+	// member they reach, both against the cluster CA, with TLS 1.3 at
+	// least (whatever MinVersion and ClientAuth say). It needs
+	// Certificates (this node's certificate, presented as server and as
+	// client: both extended key usages), and the cluster CA as RootCAs and
+	// ClientCAs. The other members dial the host of AdvertiseHost (else
+	// Host) and check the certificate against it, so it must carry that
+	// host as an IP SAN (an address) or a DNS SAN (a name); with ServerName
+	// set, every member checks that name instead. Start refuses a
+	// configuration that fails CheckTLS. nil: plaintext, on a loopback Host
+	// only unless Insecure.
+	TLS *tls.Config
+	// Insecure lets a node without TLS bind a Host that is not a loopback
+	// address, which Start refuses otherwise: only for a network where
+	// every host may talk to the actors.
+	Insecure bool
 
 	Providers []Provider
 	// FallbackChains are the model fallback chains by role, each an
@@ -147,6 +167,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Host == "" {
 		c.Host = DefaultHost
+	}
+	if err := c.checkTransport(); err != nil {
+		return c, err
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout

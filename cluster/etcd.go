@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,11 @@ type EtcdConfig struct {
 	// least 2 s): a member that does not renew it within TTL is dropped
 	// by the others.
 	TTL time.Duration
+	// TLS, if set, is the etcd client's TLS: RootCAs verify etcd's server
+	// certificate, Certificates (optional) are the client certificate
+	// etcd's --client-cert-auth asks for. It applies to https://
+	// endpoints; the client dials http:// ones in plaintext.
+	TLS *tls.Config
 }
 
 // DefaultEtcdTTL is EtcdConfig.TTL's default: protoactor's own provider's.
@@ -69,7 +75,7 @@ func Etcd(cfg EtcdConfig) Membership {
 		case cfg.TTL < 2*time.Second:
 			return nil, nil, fmt.Errorf("%w: etcd TTL %v is under 2 s (etcd's leases count whole seconds)", ErrConfig, cfg.TTL)
 		}
-		client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
+		client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, TLS: cfg.TLS,
 			Logger: zap.NewNop(), DialOptions: []grpc.DialOption{reconnectSoon}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)

@@ -78,7 +78,7 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	m.closeExtra = closeExtra
-	var remoteOpts []remote.ConfigOption
+	remoteOpts := cfg.remoteSecurity()
 	if cfg.AdvertiseHost != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
 		provider = advertised{provider}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,7 +43,8 @@ type Cluster struct {
 	Name string
 	// Host ("host") is the address the node's gRPC remote binds to;
 	// default DefaultClusterHost (loopback). "0.0.0.0" or "::" bind every
-	// interface and then need AdvertiseAddress.
+	// interface and then need AdvertiseAddress. A host that is not a
+	// loopback address needs TLS, or Insecure.
 	Host string
 	// Port ("port") is the gRPC remote's port; 0 (the default) picks a
 	// free one, which the membership service advertises.
@@ -50,6 +52,13 @@ type Cluster struct {
 	// AdvertiseAddress ("advertise_address") is the host:port other nodes
 	// reach this one at; default Host:Port.
 	AdvertiseAddress string
+	// TLS ("[cluster.tls]") is the mutual TLS of the node's gRPC remote:
+	// the cluster CA, which signs every member's certificate, and this
+	// node's certificate and key. nil without the table: plaintext.
+	TLS *TLSFiles
+	// Insecure ("insecure") lets a node without TLS bind a host that is
+	// not a loopback address. Default false.
+	Insecure bool
 	// Membership ("membership") is how nodes find each other:
 	// MembershipEtcd (with Etcd) or MembershipAutomanaged (with
 	// Automanaged). Required.
@@ -98,6 +107,11 @@ type ClusterEtcd struct {
 	// DialTimeout ("dial_timeout_ms") bounds connecting to etcd; default
 	// DefaultEtcdDial.
 	DialTimeout time.Duration
+	// TLS ("[cluster.etcd.tls]") is the etcd client's TLS, for https://
+	// endpoints: the CA of etcd's server certificate, and a client
+	// certificate if etcd asks for one. nil without the table (https://
+	// endpoints are then verified with the system's CAs).
+	TLS *TLSFiles
 }
 
 // ClusterAutomanaged is the "[cluster.automanaged]" table.
@@ -134,11 +148,18 @@ func decodeCluster(t *table) *Cluster {
 	t.millis("handover_timeout_ms", &c.HandoverTimeout)
 	t.millis("leave_timeout_ms", &c.LeaveTimeout)
 	t.millis("write_retry_ms", &c.WriteRetry)
+	t.boolean("insecure", &c.Insecure)
+	if tt, ok := t.sub("tls"); ok {
+		c.TLS = decodeTLS(tt)
+	}
 	if et, ok := t.sub("etcd"); ok {
 		c.Etcd.Endpoints = []string{} // present: checked even when empty
 		et.strs("endpoints", &c.Etcd.Endpoints)
 		et.str("prefix", &c.Etcd.Prefix)
 		et.millis("dial_timeout_ms", &c.Etcd.DialTimeout)
+		if tt, ok := et.sub("tls"); ok {
+			c.Etcd.TLS = decodeTLS(tt)
+		}
 		et.done(nil)
 	}
 	if at, ok := t.sub("automanaged"); ok {
@@ -166,17 +187,23 @@ func (v *validator) cluster(c *Cluster) {
 	default:
 		v.plain(at+".name", "cluster name", c.Name)
 	}
-	v.host(at+".host", c.Host)
+	hostOK := v.host(at+".host", c.Host)
+	dialed := c.Host // what the other members dial, and check the certificate against
 	if c.AdvertiseAddress != "" {
+		dialed = ""
 		if host, ok := v.hostPort(at+".advertise_address", c.AdvertiseAddress); ok {
 			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 				v.add(at+".advertise_address", "must be an address other nodes can reach, not %q", c.AdvertiseAddress)
+			} else {
+				dialed = host
 			}
 		}
 	} else if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
 		v.add(at+".advertise_address", "required when host is %q (other nodes cannot reach that address)", c.Host)
+		dialed = ""
 	}
 	v.port(at+".port", c.Port, true)
+	v.clusterTLS(c, hostOK, dialed)
 	switch c.Membership {
 	case MembershipEtcd:
 		v.etcd(c)
@@ -240,6 +267,39 @@ func (v *validator) etcd(c *Cluster) {
 	}
 	if c.Etcd.DialTimeout <= 0 {
 		v.add(at+".dial_timeout_ms", "must be above 0, got %d", c.Etcd.DialTimeout.Milliseconds())
+	}
+	if c.Etcd.TLS == nil {
+		return
+	}
+	v.loaded.etcdTLS = v.loadTLS(tlsTable{at: at + ".tls", ca: "the CA that signed etcd's server certificate"}, c.Etcd.TLS)
+	for i, e := range c.Etcd.Endpoints {
+		if u, err := url.Parse(e); err == nil && u.Scheme == "http" {
+			v.add(fmt.Sprintf("%s.endpoints[%d]", at, i), "want an https:// URL with [cluster.etcd.tls] (the etcd client sends http:// in plaintext), got %q", e)
+		}
+	}
+}
+
+// clusterTLS checks [cluster.tls] and insecure: a node without TLS binds
+// a loopback host only, unless insecure; with TLS, its certificate must
+// verify against the CA and be valid for dialed, the host the other
+// members dial ("" when unknown).
+func (v *validator) clusterTLS(c *Cluster, hostOK bool, dialed string) {
+	switch {
+	case c.TLS != nil && c.Insecure:
+		v.add("cluster.insecure", "not with a [cluster.tls] table: insecure only lets a node without TLS bind a host that is not a loopback address")
+	case c.TLS != nil:
+		cfg := v.loadTLS(tlsTable{at: "cluster.tls", ca: "the cluster CA, which signs every member's certificate", mutual: true}, c.TLS)
+		if cfg == nil {
+			return
+		}
+		if err := cluster.CheckTLS(cfg, dialed); err != nil {
+			v.add("cluster.tls.cert_file", "%v", err)
+			return
+		}
+		v.loaded.clusterTLS = cfg
+	case hostOK && !c.Insecure && !cluster.Loopback(c.Host):
+		v.add("cluster.tls", "required with host = %q, which is not a loopback address: without TLS anyone who can reach the port can send this node's actors messages. "+
+			"Add a [cluster.tls] table with ca_file, cert_file and key_file (docs/cluster.md#mutual-tls), or set insecure = true in [cluster] on a network where every host is trusted", c.Host)
 	}
 }
 
@@ -327,18 +387,20 @@ func checkPostgresURL(s string) error {
 	return nil
 }
 
-// host checks a host name or IP address.
-func (v *validator) host(key, h string) {
+// host checks a host name or IP address and reports whether it is one.
+func (v *validator) host(key, h string) bool {
 	if h == "" {
 		v.add(key, "must not be empty")
-		return
+		return false
 	}
 	if net.ParseIP(h) != nil {
-		return
+		return true
 	}
 	if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("/:@[]", r) }) {
 		v.add(key, "want a host name or IP address, got %q", h)
+		return false
 	}
+	return true
 }
 
 // hostPort checks a host:port address with a port from 1 to 65535 and
@@ -376,8 +438,27 @@ func (c *Cluster) Database() string {
 	return c.DatabaseURL
 }
 
-// MembershipProvider is the cluster.Membership the table describes.
-func (c *Cluster) MembershipProvider() cluster.Membership {
+// ClusterConfig is the musepi.ClusterConfig of the [cluster] table: its
+// name, addresses, membership, handover bound, and TLS, whose files it
+// reads now (after validating the whole configuration again, like
+// RuntimeOptions). The caller sets Store, and Client for a client member.
+func (c *Config) ClusterConfig() (musepi.ClusterConfig, error) {
+	if c.Cluster == nil {
+		return musepi.ClusterConfig{}, errors.New("config: no [cluster] table")
+	}
+	ld, probs := c.check()
+	if err := newError(c.File, probs); err != nil {
+		return musepi.ClusterConfig{}, err
+	}
+	cc := c.Cluster
+	return musepi.ClusterConfig{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseAddress,
+		Membership: cc.membership(ld.etcdTLS), TLS: ld.clusterTLS, Insecure: cc.Insecure,
+		HandoverTimeout: cc.HandoverTimeout}, nil
+}
+
+// membership is the cluster.Membership the table describes, etcdTLS the
+// etcd client's TLS.
+func (c *Cluster) membership(etcdTLS *tls.Config) cluster.Membership {
 	if c.Membership == MembershipAutomanaged {
 		host := c.Automanaged.Host
 		if host == "" {
@@ -386,5 +467,6 @@ func (c *Cluster) MembershipProvider() cluster.Membership {
 		return cluster.Automanaged(cluster.AutomanagedConfig{Host: host, Port: c.Automanaged.Port,
 			Peers: c.Automanaged.Peers, Refresh: c.Automanaged.Refresh})
 	}
-	return cluster.Etcd(cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout})
+	return cluster.Etcd(cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix,
+		DialTimeout: c.Etcd.DialTimeout, TLS: etcdTLS})
 }

@@ -66,6 +66,7 @@ lease_ms = 5000
 handover_timeout_ms = 5000
 leave_timeout_ms = 20000
 write_retry_ms = 0
+insecure = true
 [cluster.automanaged]
 host = "10.0.0.2"
 port = 6332
@@ -79,9 +80,9 @@ refresh_ms = 500
 		c := cfg.Cluster
 		want := &Cluster{Name: "prod", Host: "0.0.0.0", Port: 7002, AdvertiseAddress: "203.0.113.7:17002", Membership: "automanaged",
 			DatabaseURLEnv: "MUSEPI_TEST_DB", NodeName: "node-2", Lease: 5 * time.Second, HandoverTimeout: 5 * time.Second,
-			LeaveTimeout: 20 * time.Second,
-			Etcd:         ClusterEtcd{Prefix: "/musepi", DialTimeout: 5 * time.Second},
-			Automanaged:  ClusterAutomanaged{Host: "10.0.0.2", Port: 6332, Peers: []string{"10.0.0.1:6331", "10.0.0.2:6332"}, Refresh: 500 * time.Millisecond}}
+			LeaveTimeout: 20 * time.Second, Insecure: true,
+			Etcd:        ClusterEtcd{Prefix: "/musepi", DialTimeout: 5 * time.Second},
+			Automanaged: ClusterAutomanaged{Host: "10.0.0.2", Port: 6332, Peers: []string{"10.0.0.1:6331", "10.0.0.2:6332"}, Refresh: 500 * time.Millisecond}}
 		if !reflect.DeepEqual(c, want) {
 			t.Errorf("cluster\n%+v, want\n%+v", c, want)
 		}
@@ -129,7 +130,7 @@ func TestClusterValidation(t *testing.T) {
 		{"history_dir with a cluster", etcdCluster, "history_dir", "not with a [cluster] table: the cluster keeps session histories in its database"},
 		{"history_sync with a cluster", etcdCluster, "history_sync", "not with a [cluster] table"},
 		{"history_database with a cluster", etcdCluster, "history_database", "not with a [cluster] table"},
-		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, lease_ms, leave_timeout_ms, membership, name, node_name, port, write_retry_ms)"},
+		{"unknown key", set(etcdCluster, "bind", `"x"`), "cluster.bind", "unknown key (allowed: advertise_address, automanaged, database_url, database_url_env, etcd, handover_timeout_ms, host, insecure, lease_ms, leave_timeout_ms, membership, name, node_name, port, tls, write_retry_ms)"},
 		{"misspelt key", set(etcdCluster, "advertiseAddress", `"x"`), "cluster.advertiseAddress", `did you mean "advertise_address"?`},
 		{"a password key", set(etcdCluster, "database_password", `"hunter2"`), "cluster.database_password", "put the password in the URL held by the environment variable"},
 		{"name missing", set(etcdCluster, "name", ""), "cluster.name", "required (the cluster's name, the same on every node)"},
@@ -137,7 +138,7 @@ func TestClusterValidation(t *testing.T) {
 		{"name not a string", set(etcdCluster, "name", "1"), "cluster.name", "must be a string, got an integer"},
 		{"host empty", set(etcdCluster, "host", `""`), "cluster.host", "must not be empty"},
 		{"host with a port", set(etcdCluster, "host", `"127.0.0.1:7001"`), "cluster.host", `want a host name or IP address, got "127.0.0.1:7001"`},
-		{"any-address host without advertise_address", set(etcdCluster, "host", `"0.0.0.0"`), "cluster.advertise_address", `required when host is "0.0.0.0"`},
+		{"any-address host without advertise_address", set(set(etcdCluster, "host", `"0.0.0.0"`), "insecure", "true"), "cluster.advertise_address", `required when host is "0.0.0.0"`},
 		{"advertise_address unspecified", set(etcdCluster, "advertise_address", `"[::]:7001"`), "cluster.advertise_address", "must be an address other nodes can reach"},
 		{"advertise_address without port", set(etcdCluster, "advertise_address", `"10.0.0.2"`), "cluster.advertise_address", `want host:port, got "10.0.0.2"`},
 		{"port out of range", set(etcdCluster, "port", "70000"), "cluster.port", "must be 0 to 65535, got 70000"},
@@ -151,7 +152,7 @@ func TestClusterValidation(t *testing.T) {
 		{"etcd endpoints not strings", set(etcdCluster, "endpoints", "[2379]"), "cluster.etcd.endpoints[0]", "must be a string, got an integer"},
 		{"etcd prefix relative", etcdCluster + "prefix = \"musepi\"\n", "cluster.etcd.prefix", `must start with "/", got "musepi"`},
 		{"etcd dial timeout zero", etcdCluster + "dial_timeout_ms = 0\n", "cluster.etcd.dial_timeout_ms", "must be above 0, got 0"},
-		{"etcd unknown key", etcdCluster + "peers = [\"a:1\"]\n", "cluster.etcd.peers", "unknown key (allowed: dial_timeout_ms, endpoints, prefix)"},
+		{"etcd unknown key", etcdCluster + "peers = [\"a:1\"]\n", "cluster.etcd.peers", "unknown key (allowed: dial_timeout_ms, endpoints, prefix, tls)"},
 		{"etcd with an automanaged table", etcdCluster + "[cluster.automanaged]\nport = 6331\npeers = [\"127.0.0.1:6331\"]\n", "cluster.automanaged", `only with membership = "automanaged" (membership is "etcd")`},
 		{"automanaged without its table", strings.Split(automanagedCluster, "[cluster.automanaged]")[0], "cluster.automanaged", `required with membership = "automanaged"`},
 		{"automanaged port missing", strings.Replace(automanagedCluster, "port = 6331\n", "", 1), "cluster.automanaged.port", "required (the port of this node's /_health endpoint"},

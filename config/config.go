@@ -22,6 +22,7 @@ package config
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -49,7 +50,7 @@ import (
 // RuntimeOptions calls.
 type Config struct {
 	// File is the absolute path Load read; "" after Parse. A relative
-	// history_dir is resolved against its directory.
+	// history_dir or TLS file is resolved against its directory.
 	File string
 	// DefaultModel ("default_model") is the "provider/model" new sessions
 	// use. Required.
@@ -248,15 +249,21 @@ func (c *Config) ProviderNames() []string {
 	return names
 }
 
-// HistoryPath returns the directory history_dir names: "" (history in
-// memory) when it is empty; a leading "~" or "~/" is replaced by the home
-// directory; a relative path is taken relative to the directory of the
-// configuration file (of the working directory after Parse).
+// HistoryPath returns the directory history_dir names ("" when it is
+// empty: history in memory), resolved as the file's other paths are: a
+// leading "~" or "~/" is the home directory; a relative path is taken
+// relative to the directory of the configuration file (of the working
+// directory after Parse).
 func (c *Config) HistoryPath() (string, error) {
-	p := c.HistoryDir
-	if p == "" {
+	if c.HistoryDir == "" {
 		return "", nil
 	}
+	return c.resolve(c.HistoryDir)
+}
+
+// resolve resolves a path written in the file (history_dir, the TLS
+// tables' files) as HistoryPath says.
+func (c *Config) resolve(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") || strings.HasPrefix(p, "~"+string(filepath.Separator)) {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -295,7 +302,7 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 
 // runtimeOptions is RuntimeOptions without extra and the database.
 func (c *Config) runtimeOptions() ([]musepi.Option, error) {
-	keys, probs := c.check()
+	ld, probs := c.check()
 	if err := newError(c.File, probs); err != nil {
 		return nil, err
 	}
@@ -304,7 +311,7 @@ func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 		p := c.Providers[name]
 		creds := make([]musepi.Credential, len(p.Credentials))
 		for i, cr := range p.Credentials {
-			creds[i] = musepi.Credential{Name: cr.Name, APIKey: keys[name][i], BankedResets: cr.BankedResets}
+			creds[i] = musepi.Credential{Name: cr.Name, APIKey: ld.keys[name][i], BankedResets: cr.BankedResets}
 		}
 		opts = append(opts, musepi.WithProvider(name, p.build(c.RequestTimeout), creds...))
 	}
@@ -387,11 +394,19 @@ var (
 	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// check validates c and returns, when it is valid, each credential's key
-// by provider name and credential index.
-func (c *Config) check() (map[string][]string, []Problem) {
-	v := &validator{c: c}
+// loaded is what check reads while it validates: each credential's key
+// by provider name and credential index, and the TLS configurations of
+// [cluster.tls] and [cluster.etcd.tls] (nil without the table).
+type loaded struct {
+	keys                map[string][]string
+	clusterTLS, etcdTLS *tls.Config
+}
+
+// check validates c and returns, when it is valid, what it read.
+func (c *Config) check() (*loaded, []Problem) {
+	v := &validator{c: c, loaded: &loaded{}}
 	keys := map[string][]string{}
+	v.loaded.keys = keys
 
 	if c.DefaultModel == "" {
 		v.add("default_model", `required ("provider/model")`)
@@ -429,7 +444,7 @@ func (c *Config) check() (map[string][]string, []Problem) {
 	if c.Cluster != nil {
 		v.cluster(c.Cluster)
 	}
-	return keys, v.probs
+	return v.loaded, v.probs
 }
 
 // database checks history_database and history_lease_ms.
@@ -456,8 +471,9 @@ func (v *validator) database() {
 }
 
 type validator struct {
-	c     *Config
-	probs []Problem
+	c      *Config
+	loaded *loaded
+	probs  []Problem
 }
 
 func (v *validator) add(key, format string, args ...any) {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/internal/testcert"
 	"github.com/musepi/musepi/internal/testtool"
 )
 
@@ -36,6 +37,7 @@ type Server struct {
 	endpoint string
 	bin      string
 	args     []string
+	health   *http.Client // for /health, with the client certificate WithTLS
 	cmd      *exec.Cmd
 	exit     chan error
 	out      *lockedBuffer
@@ -43,12 +45,28 @@ type Server struct {
 	stopErr  error
 }
 
+// Option configures Launch.
+type Option func(*options)
+
+type options struct {
+	tls *testcert.Files
+}
+
+// WithTLS makes the server serve its clients over https with files' Cert
+// and Key, and require client certificates signed by files' CA (etcd's
+// --client-cert-auth). Its health checks present files' certificate, which
+// therefore needs the clientAuth key usage as well as serverAuth (as
+// testcert's certificates have).
+func WithTLS(files testcert.Files) Option {
+	return func(o *options) { o.tls = &files }
+}
+
 // Start launches a server for the test and stops it on t.Cleanup. When etcd
 // is missing it skips the test with one line, or fails it under CI
 // (testtool.Missing); it fails it on any other error.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s, err := Launch(context.Background())
+	s, err := Launch(context.Background(), opts...)
 	if err != nil {
 		if errors.Is(err, ErrNoEtcd) {
 			testtool.Missing(t, testtool.Etcd, "etcd not found on PATH")
@@ -67,10 +85,25 @@ func Start(t testing.TB) *Server {
 // client and peer URLs on free ports of 127.0.0.1, and waits (at most 30 s)
 // until it reports itself healthy. Call Stop to end it and remove its
 // files.
-func Launch(ctx context.Context) (*Server, error) {
+func Launch(ctx context.Context, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		return nil, ErrNoEtcd
+	}
+	scheme, health, tlsFlags := "http", &http.Client{Timeout: time.Second}, []string(nil)
+	if o.tls != nil {
+		cfg, err := o.tls.Load()
+		if err != nil {
+			return nil, fmt.Errorf("etcdtest: %w", err)
+		}
+		scheme = "https"
+		health.Transport = &http.Transport{TLSClientConfig: cfg}
+		tlsFlags = []string{"--cert-file", o.tls.Cert, "--key-file", o.tls.Key,
+			"--trusted-ca-file", o.tls.CA, "--client-cert-auth"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -86,15 +119,15 @@ func Launch(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: %w", err)
 	}
-	clientURL := "http://127.0.0.1:" + strconv.Itoa(client)
+	clientURL := scheme + "://127.0.0.1:" + strconv.Itoa(client)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-	s := &Server{dir: dir, endpoint: clientURL, bin: bin, out: &lockedBuffer{}}
-	s.args = []string{
+	s := &Server{dir: dir, endpoint: clientURL, bin: bin, health: health, out: &lockedBuffer{}}
+	s.args = append([]string{
 		"--name", "etcdtest", "--data-dir", dir + "/data",
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "etcdtest=" + peerURL, "--initial-cluster-state", "new",
-		"--unsafe-no-fsync", "--log-level", "warn"}
+		"--unsafe-no-fsync", "--log-level", "warn"}, tlsFlags...)
 	if err := s.run(ctx); err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -112,7 +145,7 @@ func (s *Server) run(ctx context.Context) error {
 		return fmt.Errorf("etcdtest: start %s: %w", s.bin, err)
 	}
 	go func() { s.exit <- s.cmd.Wait() }()
-	if err := s.waitHealthy(ctx); err != nil {
+	if err := s.waitHealthy(ctx, s.health); err != nil {
 		return fmt.Errorf("etcdtest: %w; output:\n%s", err, s.out.String())
 	}
 	return nil
@@ -151,12 +184,13 @@ func (s *Server) halt() {
 	}
 }
 
-// Endpoint is the server's client URL.
+// Endpoint is the server's client URL (https:// WithTLS).
 func (s *Server) Endpoint() string { return s.endpoint }
 
-// waitHealthy polls the server's /health until it answers 200.
-func (s *Server) waitHealthy(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
+// waitHealthy polls the server's /health with client until it answers
+// 200.
+func (s *Server) waitHealthy(ctx context.Context, client *http.Client) error {
+	defer client.CloseIdleConnections()
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.endpoint+"/health", nil)
 		if err != nil {

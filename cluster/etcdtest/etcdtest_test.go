@@ -1,6 +1,7 @@
 package etcdtest_test
 
 import (
+	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster/etcdtest"
+	"github.com/musepi/musepi/internal/testcert"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -63,5 +65,44 @@ func TestHaltAndRestartKeepTheData(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(body), `"value":"dmFsdWU="`) {
 		t.Fatalf("after Restart the key reads %s; want its value kept", body)
+	}
+}
+
+// TestTLS: WithTLS serves https and answers only clients with a
+// certificate of the CA.
+func TestTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "etcd CA")
+	s := etcdtest.Start(t, etcdtest.WithTLS(ca.Issue(t, testcert.Cert{Name: "etcd"})))
+	if !strings.HasPrefix(s.Endpoint(), "https://") {
+		t.Fatalf("endpoint %s, want https://", s.Endpoint())
+	}
+	member := ca.Config(t, testcert.Cert{Name: "member"})
+	noCert := member.Clone()
+	noCert.Certificates = nil
+	for _, tc := range []struct {
+		name   string
+		tls    *tls.Config // nil: plain http:// to the same port
+		health bool
+	}{
+		{"a client certificate of the CA", member, true},
+		{"no client certificate", noCert, false},
+		{"plaintext", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := s.Endpoint() + "/health"
+			transport := &http.Transport{TLSClientConfig: tc.tls}
+			if tc.tls == nil {
+				url = "http://" + strings.TrimPrefix(url, "https://")
+			}
+			client := &http.Client{Timeout: 5 * time.Second, Transport: transport}
+			defer client.CloseIdleConnections()
+			resp, err := client.Get(url)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if ok := err == nil && resp.StatusCode == http.StatusOK; ok != tc.health {
+				t.Errorf("GET /health: %v (%v); want healthy: %v", resp, err, tc.health)
+			}
+		})
 	}
 }

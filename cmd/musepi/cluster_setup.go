@@ -18,8 +18,9 @@ import (
 // the rest of the file describes (its providers, credentials, fallback
 // chains and budget configure the shared actors), connecting to the
 // cluster's database first. A client (musepi rpc --cluster) is a member
-// that hosts no sessions and no shared actors: it binds a free port, and
-// its database node name is the file's with "-rpc" appended.
+// that hosts no sessions and no shared actors: it binds a free port on
+// the file's host, presents the file's [cluster.tls] certificate like its
+// node, and its database node name is the file's with "-rpc" appended.
 func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
 	cc := cfg.Cluster
 	if cc == nil {
@@ -40,18 +41,20 @@ func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolo
 	if err != nil {
 		return nil, err
 	}
+	join, err := cfg.ClusterConfig()
+	if err != nil {
+		return nil, err
+	}
+	join.Port, join.Client = port, client
+	if client {
+		join.AdvertiseHost = "" // the file's address is its node's, not this client's
+	}
 	store, err := pgstore.Connect(ctx, cc.Database(), sopts...)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	advertise := cc.AdvertiseAddress
-	if client {
-		advertise = "" // the file's address is its node's, not this client's
-	}
-	rt, err := musepi.JoinCluster(ctx, musepi.ClusterConfig{
-		Name: cc.Name, Host: cc.Host, Port: port, AdvertiseHost: advertise,
-		Membership: cc.MembershipProvider(), Store: store, Client: client, HandoverTimeout: cc.HandoverTimeout,
-	}, rtOpts...)
+	join.Store = store
+	rt, err := musepi.JoinCluster(ctx, join, rtOpts...)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())
 	}

@@ -19,10 +19,11 @@ var configCheckCommand = &command{
 	synopsis: []string{"FILE"},
 	about: `
 Checks a configuration file (see config/README.md): TOML syntax, unknown keys,
-types and values, and that every api_key_env variable (and [cluster]
-database_url_env) is set in this environment. Prints "FILE: ok (...)" and
-exits 0, or prints every problem to stderr, one "FILE: key: problem" line
-each, and exits 1.`,
+types and values, that every api_key_env variable (and [cluster]
+database_url_env) is set in this environment, and that the [cluster.tls] and
+[cluster.etcd.tls] files hold a CA, a certificate it signed for this node's
+address, and its key. Prints "FILE: ok (...)" and exits 0, or prints every
+problem to stderr, one "FILE: key: problem" line each, and exits 1.`,
 	args:  []string{"FILE"},
 	setup: noFlags(checkConfig),
 }

@@ -23,7 +23,7 @@ var nodeCommand = &command{
 	synopsis: []string{"--config FILE [--metrics-addr ADDR]"},
 	about: `
 Runs one node of a cluster (the file's [cluster] table: name, address, etcd or
-automanaged membership, database URL). Serves until SIGTERM or SIGINT, then
+automanaged membership, database URL, TLS). Serves until SIGTERM or SIGINT, then
 leaves gracefully within leave_timeout_ms. See docs/cluster.md.`,
 	setup: setupNode,
 }
@@ -76,8 +76,12 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 		if err != nil {
 			return errors.New(oneLine(err))
 		}
-		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership)\n",
-			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership)
+		transport := "mutual TLS"
+		if cfg.Cluster.TLS == nil {
+			transport = "plaintext"
+		}
+		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership, %s)\n",
+			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership, transport)
 		if serve(ctx, rt) {
 			// The others dropped this node (it was paused, or cut off from
 			// etcd, past its lease) and will not take it back as itself:

@@ -42,25 +42,25 @@ func TestNodeStartFailures(t *testing.T) {
 		config func(name string) string
 		want   string // in the last line
 	}{
-		{"a port in use", func(name string) string { return env.Config(name, busyPort) },
+		{"a port in use", func(name string) string { return env.Config(name, busyPort, nodetest.Member{}) },
 			fmt.Sprintf("failed to listen: listen tcp 127.0.0.1:%d: bind: address already in use", busyPort)},
 		{"a database that refuses connections", func(name string) string {
-			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, refusedDB, 1)
+			return strings.Replace(env.Config(name, nodetest.FreePort(t), nodetest.Member{}), env.DB, refusedDB, 1)
 		}, "musepi node: database: pgstore: migrate: failed to connect to `user=postgres database=x`: 127.0.0.1:" + fmt.Sprint(closed) + " (127.0.0.1): dial error: dial tcp 127.0.0.1:" + fmt.Sprint(closed) + ": connect: connection refused"},
 		{"a database whose every address refuses", func(name string) string {
-			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, strings.Replace(refusedDB, ":"+fmt.Sprint(closed), fmt.Sprintf(":%d,127.0.0.1:%d", closed, closed2), 1), 1)
+			return strings.Replace(env.Config(name, nodetest.FreePort(t), nodetest.Member{}), env.DB, strings.Replace(refusedDB, ":"+fmt.Sprint(closed), fmt.Sprintf(":%d,127.0.0.1:%d", closed, closed2), 1), 1)
 		}, fmt.Sprintf("127.0.0.1:%d (127.0.0.1): dial error: dial tcp 127.0.0.1:%d: connect: connection refused; 127.0.0.1:%d (127.0.0.1): dial error: dial tcp 127.0.0.1:%d: connect: connection refused", closed, closed, closed2, closed2)},
 		{"a database that never answers", func(name string) string {
-			return strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, silentDB, 1)
+			return strings.Replace(env.Config(name, nodetest.FreePort(t), nodetest.Member{}), env.DB, silentDB, 1)
 		}, "failed to receive message: timeout: context deadline exceeded"},
 		{"an advertised address it cannot connect to", func(name string) string {
-			return strings.Replace(env.Config(name, nodetest.FreePort(t)), `membership = "etcd"`,
+			return strings.Replace(env.Config(name, nodetest.FreePort(t), nodetest.Member{}), `membership = "etcd"`,
 				fmt.Sprintf("advertise_address = \"127.0.0.1:%d\"\nmembership = \"etcd\"", closed), 1)
 		}, fmt.Sprintf("this node cannot connect to its own advertised address 127.0.0.1:%d", closed)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := strings.ReplaceAll(tc.name, " ", "-")
-			n := env.Launch(name, tc.config(name))
+			n := env.LaunchConfig(name, tc.config(name))
 			code, took, err := n.Wait(startFailureBound)
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +102,7 @@ func TestNodeSignalDuringStart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := tc.node
-			n := env.Launch(name, strings.Replace(env.Config(name, nodetest.FreePort(t)), env.DB, tc.db, 1))
+			n := env.LaunchConfig(name, strings.Replace(env.Config(name, nodetest.FreePort(t), nodetest.Member{}), env.DB, tc.db, 1))
 			if _, err := n.WaitLine("joining cluster", nodetest.StartTimeout); err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,8 @@
 // Package nodetest runs a MusePi cluster of processes on loopback for
 // tests: a private etcd and PostgreSQL, the fake LLM server, and `musepi
 // node` processes started from a built binary on free ports, each with its
-// own configuration file. It kills them with SIGKILL or stops them with
+// own configuration file, in plaintext or with mutual TLS (certificates of
+// a CA of the test's own). It kills them with SIGKILL or stops them with
 // SIGTERM on demand, and kills what is left when the test ends, printing
 // every process's output if the test failed.
 package nodetest
@@ -31,6 +32,7 @@ import (
 
 	"github.com/musepi/musepi/cluster/etcdtest"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/internal/testcert"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -55,6 +57,11 @@ type Options struct {
 	// Extra is TOML appended to every node's file after the [cluster]
 	// table's keys (say "lease_ms = 2000"); it is inside [cluster].
 	Extra string
+	// TLS runs the cluster with mutual TLS: a cluster CA (Env.CA), etcd
+	// serving https and requiring client certificates of that CA, and
+	// every member's file (Member) naming a certificate of its own in
+	// [cluster.tls] and [cluster.etcd.tls].
+	TLS bool
 }
 
 // Env is a running cluster environment.
@@ -66,6 +73,8 @@ type Env struct {
 
 	Etcd *etcdtest.Server
 	PG   *pgtest.Server
+	// CA is the cluster CA with Options.TLS (else nil).
+	CA *testcert.CA
 	// DB is the URL of the cluster's database.
 	DB string
 	// LLM is the fake LLM server; LLMBase its base URL.
@@ -83,7 +92,12 @@ type Env struct {
 func Start(t testing.TB, bin string, opts Options) *Env {
 	t.Helper()
 	e := &Env{t: t, bin: bin, dir: t.TempDir(), opts: opts}
-	e.Etcd = etcdtest.Start(t)
+	var etcdOpts []etcdtest.Option
+	if opts.TLS {
+		e.CA = testcert.NewCA(t, "nodetest cluster CA")
+		etcdOpts = append(etcdOpts, etcdtest.WithTLS(e.CA.Issue(t, testcert.Cert{Name: "etcd"})))
+	}
+	e.Etcd = etcdtest.Start(t, etcdOpts...)
 	e.PG = pgtest.Start(t)
 	e.DB = e.PG.NewDatabase(t)
 	e.LLM = fakellm.New(opts.Scenario)
@@ -101,12 +115,49 @@ func Start(t testing.TB, bin string, opts Options) *Env {
 	return e
 }
 
-// Config is the configuration file of node name on cluster port port:
-// provider "fake" (the fake LLM server, models m1 and m2, credentials
-// "key A" and "key B"),
-// default model fake/m1, fast retries (base_delay_ms 100), and a
-// [cluster] table with etcd membership and the cluster's database.
-func (e *Env) Config(name string, port int) string {
+// Member is what a member's configuration file says besides its name and
+// port.
+type Member struct {
+	// TLS and EtcdTLS are the files its [cluster.tls] and
+	// [cluster.etcd.tls] tables name; nil leaves the table out.
+	TLS, EtcdTLS *testcert.Files
+	// Host is [cluster] host ("": the default, 127.0.0.1); an unspecified
+	// address ("0.0.0.0") comes with advertise_address 127.0.0.1:PORT.
+	Host string
+}
+
+// Member is node name's member: with Options.TLS, a certificate of its
+// own from the cluster CA (for 127.0.0.1, both key usages) in both TLS
+// tables; without, plaintext.
+func (e *Env) Member(name string) Member {
+	if e.CA == nil {
+		return Member{}
+	}
+	f := e.CA.Issue(e.t, testcert.Cert{Name: name})
+	return Member{TLS: &f, EtcdTLS: &f}
+}
+
+// Config is the configuration file of node name on cluster port port, as
+// m says: provider "fake" (the fake LLM server, models m1 and m2,
+// credentials "key A" and "key B"), default model fake/m1, fast retries
+// (base_delay_ms 100), and a [cluster] table with etcd membership and the
+// cluster's database.
+func (e *Env) Config(name string, port int, m Member) string {
+	var host, tables strings.Builder
+	if m.Host != "" {
+		fmt.Fprintf(&host, "host = %q\n", m.Host)
+		if ip := net.ParseIP(m.Host); ip != nil && ip.IsUnspecified() {
+			fmt.Fprintf(&host, "advertise_address = \"127.0.0.1:%d\"\n", port)
+		}
+	}
+	for _, t := range []struct {
+		header string
+		files  *testcert.Files
+	}{{"[cluster.etcd.tls]", m.EtcdTLS}, {"[cluster.tls]", m.TLS}} {
+		if t.files != nil {
+			fmt.Fprintf(&tables, "  %s\n  ca_file = %q\n  cert_file = %q\n  key_file = %q\n", t.header, t.files.CA, t.files.Cert, t.files.Key)
+		}
+	}
 	return fmt.Sprintf(`default_model = "fake/m1"
 
 [providers.fake]
@@ -130,10 +181,10 @@ port = %d
 node_name = %q
 membership = "etcd"
 database_url = %q
-%s
+%s%s
   [cluster.etcd]
   endpoints = [%q]
-`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, port, name, e.DB, e.opts.Extra, e.Etcd.Endpoint())
+%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
 }
 
 // Environ is the environment a node or client process runs with: this
@@ -142,11 +193,28 @@ func Environ() []string {
 	return append(os.Environ(), KeyAEnv+"="+KeyA, KeyBEnv+"="+KeyB)
 }
 
+// WriteConfig writes the file of node name on port, as m says, into the
+// environment's directory and returns its path.
+func (e *Env) WriteConfig(name string, port int, m Member) string {
+	e.t.Helper()
+	path := filepath.Join(e.dir, name+".toml")
+	if err := os.WriteFile(path, []byte(e.Config(name, port, m)), 0o600); err != nil {
+		e.t.Fatalf("nodetest: %v", err)
+	}
+	return path
+}
+
 // StartNode starts `musepi node --config FILE` for a new node called name
-// (Config with a free port) and waits until it prints where it listens.
+// (its Member, a free port) and waits until it prints where it listens.
 func (e *Env) StartNode(name string, args ...string) *Node {
 	e.t.Helper()
-	n := e.Launch(name, e.Config(name, FreePort(e.t)), args...)
+	return e.StartNodeAs(name, e.Member(name), args...)
+}
+
+// StartNodeAs is StartNode with m's file.
+func (e *Env) StartNodeAs(name string, m Member, args ...string) *Node {
+	e.t.Helper()
+	n := e.Launch(name, m, args...)
 	line, err := n.WaitLine("listening on ", StartTimeout)
 	if err != nil {
 		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", name, err, n.out)
@@ -156,21 +224,35 @@ func (e *Env) StartNode(name string, args ...string) *Node {
 	return n
 }
 
-// Launch starts `musepi node --config FILE` for a new node called name,
-// FILE holding config (Config's text, or a variation on it), and returns
-// at once: the node may fail to start (Wait).
-func (e *Env) Launch(name, config string, args ...string) *Node {
+// Launch starts `musepi node --config FILE` for a new node called name
+// with m's file on a free port, and returns without waiting for it.
+func (e *Env) Launch(name string, m Member, args ...string) *Node {
 	e.t.Helper()
-	n := &Node{Name: name, Config: filepath.Join(e.dir, name+".toml"), out: &Lines{}, exited: make(chan struct{})}
-	if err := os.WriteFile(n.Config, []byte(config), 0o600); err != nil {
+	port := FreePort(e.t)
+	return e.launch(&Node{Name: name, Port: port, Config: e.WriteConfig(name, port, m)}, args...)
+}
+
+// LaunchConfig is Launch with a file holding config (Config's text, or a
+// variation on it).
+func (e *Env) LaunchConfig(name, config string, args ...string) *Node {
+	e.t.Helper()
+	path := filepath.Join(e.dir, name+".toml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		e.t.Fatalf("nodetest: %v", err)
 	}
+	return e.launch(&Node{Name: name, Config: path}, args...)
+}
+
+// launch starts node n's process with its file and args.
+func (e *Env) launch(n *Node, args ...string) *Node {
+	e.t.Helper()
+	n.out, n.exited = &Lines{}, make(chan struct{})
 	n.cmd = exec.Command(e.bin, append([]string{"node", "--config", n.Config}, args...)...)
 	n.cmd.Env = Environ()
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 	if err := n.cmd.Start(); err != nil {
-		e.t.Fatalf("nodetest: start %s: %v", name, err)
+		e.t.Fatalf("nodetest: start %s: %v", n.Name, err)
 	}
 	go func() {
 		n.err = n.cmd.Wait()
@@ -180,6 +262,33 @@ func (e *Env) Launch(name, config string, args ...string) *Node {
 	e.nodes = append(e.nodes, n)
 	e.mu.Unlock()
 	return n
+}
+
+// Run runs the musepi binary with args in the nodes' environment
+// (Environ), with an empty stdin, until it exits, and returns its exit
+// code and its output (stdout and stderr). Past timeout it kills the
+// process and fails the test.
+func (e *Env) Run(timeout time.Duration, args ...string) (int, string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.bin, args...)
+	cmd.Env = Environ()
+	var out Lines
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		e.t.Fatalf("nodetest: musepi %v still running after %s; killed it. Output:\n%s", args, timeout, &out)
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), out.String()
+	default:
+		e.t.Fatalf("nodetest: musepi %v: %v", args, err)
+	}
+	return -1, ""
 }
 
 // Nodes are the nodes started so far, running or not.
@@ -292,7 +401,8 @@ func (e *Env) cleanup() {
 type Node struct {
 	Name   string
 	Config string // its configuration file
-	Addr   string // its cluster address, host:port
+	Port   int    // its cluster port
+	Addr   string // its cluster address, host:port, once it listens
 
 	cmd    *exec.Cmd
 	out    *Lines
