@@ -274,13 +274,14 @@ func (p *etcdMembers) publish() {
 // cannot resume (the revision was compacted) lists the members anew.
 func (p *etcdMembers) watch(rev int64) {
 	for p.ctx.Err() == nil {
-		for resp := range p.client.Watch(p.ctx, p.prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		ctx, cancel := context.WithCancel(p.ctx)
+		for resp := range p.client.Watch(ctx, p.prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if resp.Err() != nil {
 				break
 			}
 			p.apply(resp.Events)
-			rev = resp.Header.Revision
 		}
+		cancel() // ends the watch the loop broke out of
 		if p.ctx.Err() != nil {
 			return
 		}
