@@ -85,8 +85,8 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 		if serve(ctx, rt) {
 			// The others dropped this node (it was paused, or cut off from
 			// etcd, past its lease) and will not take it back as itself:
-			// leave, and join as a new member.
-			fmt.Fprintln(stderr, "musepi node: dropped from the cluster; leaving and joining again as a new member")
+			// leave, and join as a new member. (The member has said so in
+			// its log line.)
 			if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
 				fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
 			}

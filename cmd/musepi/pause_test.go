@@ -83,7 +83,7 @@ func TestClusterPauseHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	if _, err := host.WaitLine("musepi node: dropped from the cluster", 10*time.Second); err != nil {
+	if _, err := host.WaitLine("this node was dropped from the cluster", 10*time.Second); err != nil {
 		t.Errorf("the resumed node did not say it was dropped: %v", err)
 	}
 	// Agreement counts once the node has joined again: just dropped, its
