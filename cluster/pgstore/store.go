@@ -132,12 +132,9 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.jitter = retry.NewPCGSource(mrand.Uint64(), mrand.Uint64())
 	}
 	s.node += "#" + incarnation()
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := poolConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
-	}
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -160,6 +157,19 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	s.stop = stop
 	s.beating.Go(func() { s.heartbeat(beat) })
 	return s, nil
+}
+
+// poolConfig is the pool configuration of url: its connect_timeout
+// DefaultConnectTimeout if it sets none.
+func poolConfig(url string) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return pcfg, nil
 }
 
 // Node is this Store's owner id: the node name and its incarnation.
