@@ -386,5 +386,10 @@ func (c *Cluster) MembershipProvider() cluster.Membership {
 		return cluster.Automanaged(cluster.AutomanagedConfig{Host: host, Port: c.Automanaged.Port,
 			Peers: c.Automanaged.Peers, Refresh: c.Automanaged.Refresh})
 	}
-	return cluster.Etcd(cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout})
+	return cluster.Etcd(c.EtcdConfig())
+}
+
+// EtcdConfig is the [cluster.etcd] table as the cluster package takes it.
+func (c *Cluster) EtcdConfig() cluster.EtcdConfig {
+	return cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout}
 }
