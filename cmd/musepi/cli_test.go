@@ -95,6 +95,13 @@ func TestCLIConventions(t *testing.T) {
 		{"rpc --provider openai --model m --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
 		{"rpc --metrics-addr no-port", 1, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address"},
 
+		{"sessions", 2, "musepi sessions: --config is required"},
+		{"sessions --config $GOOD --timeout 0s", 2, "musepi sessions: --timeout must be above 0, got 0s"},
+		{"sessions --config $GOOD --json=maybe", 2, `musepi sessions: invalid boolean value "maybe" for -json: parse error`},
+		{"sessions --config $GOOD extra", 2, `musepi sessions: unexpected argument "extra"`},
+		{"sessions --config $MISSING", 1, "musepi sessions: open $MISSING: no such file or directory"},
+		{"sessions --config $GOOD", 1, "musepi sessions: $GOOD has no [cluster] table (see config/README.md)"},
+
 		{"version extra", 2, `musepi version: unexpected argument "extra"`},
 	}
 	cases = append(cases, specific...)

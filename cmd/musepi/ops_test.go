@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/opsview"
+	"github.com/musepi/musepi/provider/fakellm"
+)
+
+// opsRecover: model m2 answers its first call with a 503 and a 1 s
+// retry-after (a session that backs off once, then is answered).
+// opsWait: m2 answers every call with a 503 and a 25 s retry-after (a
+// session left in its backoff while the commands run; under the 30 s after
+// which a session passivates).
+const (
+	opsRecover = `{"rules": [{"name": "m2: 503 once, retry in 1 s", "match": {"model": "m2", "first": 1},
+		"respond": {"preset": "unavailable", "headers": {"retry-after": "1"}}}]}`
+	opsWait = `{"rules": [{"name": "m2: 503, retry in 25 s", "match": {"model": "m2"},
+		"respond": {"preset": "unavailable", "headers": {"retry-after": "25"}}}]}`
+)
+
+// TestOperatorView runs the operator's commands against a cluster of
+// three `musepi node` processes (etcd, PostgreSQL, fakellm) with three
+// sessions: one answered at once (no record), one answered after a
+// backoff (its record cleared: idle), one left in its backoff (sleeping,
+// attempt 1, due in about 25 s). The commands run without the providers'
+// keys in their environment, and change nothing: the sessions' epochs,
+// owners and records, and the nodes registered, are the same before and
+// after.
+//
+//   - musepi sessions: every session with its owner and epoch as the
+//     database has them, its hold, phase, attempt and due time, as a table
+//     and as JSON.
+func TestOperatorView(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, PostgreSQL, three node processes and an rpc client")
+	}
+	bin := buildCommand(t)
+	env := nodetest.Start(t, bin, nodetest.Options{Scenario: scenario(t, opsRecover)})
+	nodes := []*nodetest.Node{env.StartNode("node1", "--metrics-addr", "127.0.0.1:0"),
+		env.StartNode("node2", "--metrics-addr", "127.0.0.1:0"), env.StartNode("node3", "--metrics-addr", "127.0.0.1:0")}
+	if err := env.WaitMembers(3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	db := openDB(t, env.DB)
+	c := env.StartClient(nodes[0], "--session-id", "ops-plain")
+	promptOK(t, c, "1", "hello")
+	c.Call("2", `{"id":"2","type":"switch_session","sessionPath":"ops-recovered"}`, 20*time.Second)
+	c.Call("3", `{"id":"3","type":"set_model","provider":"fake","modelId":"m2"}`, 20*time.Second)
+	promptOK(t, c, "4", "recover")
+	env.LLM.SetScenario(scenario(t, opsWait))
+	c.Call("5", `{"id":"5","type":"switch_session","sessionPath":"ops-waiting"}`, 20*time.Second)
+	c.Call("6", `{"id":"6","type":"set_model","provider":"fake","modelId":"m2"}`, 20*time.Second)
+	c.Send(`{"id":"7","type":"prompt","message":"wait"}`)
+	if _, err := c.NextEvent("auto_retry_start", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.waitRecord("ops-waiting", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := db.state(t)
+	ops := func(t *testing.T, args ...string) string {
+		t.Helper()
+		args = append(args[:1:1], append([]string{"--config", nodes[0].Config}, args[1:]...)...)
+		code, out, errOut := runOutput(t, bin, args...)
+		if code != 0 || errOut != "" {
+			t.Fatalf("musepi %s: exit %d, stderr:\n%s", strings.Join(args, " "), code, errOut)
+		}
+		t.Logf("musepi %s:\n%s", strings.Join(args, " "), out)
+		return out
+	}
+
+	t.Run("sessions", func(t *testing.T) {
+		var got []opsview.Session
+		if err := json.Unmarshal([]byte(ops(t, "sessions", "--json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]struct {
+			hold, phase string
+			attempt     int
+			waits       bool
+		}{
+			"ops-plain":     {opsview.Released, "no record", 0, false},
+			"ops-recovered": {opsview.Released, "idle", 0, false},
+			"ops-waiting":   {opsview.Held, "backoff: sleeping", 1, true},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d sessions listed, want %d: %+v", len(got), len(want), got)
+		}
+		for _, s := range got {
+			w := want[s.ID]
+			epoch, owner := db.epochOwner(t, s.ID)
+			if s.Epoch != epoch || s.Owner != owner || s.Hold != w.hold || s.Phase != w.phase || s.Attempt != w.attempt ||
+				(s.Due != nil) != w.waits || s.Entries == 0 {
+				t.Errorf("session %+v; want epoch %d, owner %s (the database's), %+v", s, epoch, owner, w)
+			}
+			if s.Due != nil {
+				if in := time.Until(*s.Due); in <= 0 || in > 25*time.Second {
+					t.Errorf("session %s due in %s, want within the 25 s of its retry-after", s.ID, in)
+				}
+			}
+		}
+		rows := tableRows(ops(t, "sessions"))
+		if len(rows) != len(got)+1 || strings.Join(rows[0], ",") != "SESSION,OWNER,EPOCH,HOLD,PHASE,ATTEMPT,DUE,ENTRIES" {
+			t.Fatalf("table rows %q: want the header and %d sessions", rows, len(got))
+		}
+		for i, s := range got {
+			row := rows[i+1]
+			due := row[6]
+			if want := []string{s.ID, s.Owner, fmt.Sprint(s.Epoch), s.Hold, s.Phase}; strings.Join(row[:5], ",") != strings.Join(want, ",") ||
+				(s.Due != nil) != strings.Contains(due, " (in ") {
+				t.Errorf("table row %q; want %q and a due time to come if JSON has one (%v)", row, want, s.Due)
+			}
+		}
+	})
+
+	if after := db.state(t); after != before {
+		t.Errorf("the commands changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+	c.Call("9", `{"id":"9","type":"abort_retry"}`, 20*time.Second) // the client's Close waits for its prompt
+	if _, err := c.NextEvent("agent_settled", 20*time.Second); err != nil {
+		t.Error(err)
+	}
+}
+
+// tableRows are a table's lines split into cells (two spaces or more
+// apart).
+func tableRows(table string) [][]string {
+	var rows [][]string
+	for line := range strings.Lines(table) {
+		rows = append(rows, cellGap.Split(strings.TrimSpace(line), -1))
+	}
+	return rows
+}
+
+var cellGap = regexp.MustCompile(`\s{2,}`)
+
+// scenario parses a fakellm scenario.
+func scenario(t *testing.T, src string) *fakellm.Scenario {
+	t.Helper()
+	sc, err := fakellm.ParseScenario([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// epochOwner is a session's epoch and owner (name#incarnation).
+func (db *clusterDB) epochOwner(t *testing.T, session string) (int64, string) {
+	t.Helper()
+	var epoch int64
+	var owner string
+	if err := db.conn.QueryRow(context.Background(), "SELECT epoch, owner FROM musepi_sessions WHERE session_id = $1",
+		session).Scan(&epoch, &owner); err != nil {
+		t.Fatalf("session %s: %v", session, err)
+	}
+	return epoch, owner
+}
+
+// state is what a command that reads only must leave as it was: the
+// sessions' rows (epoch, owner, held), their records and claims, and the
+// names of the node incarnations registered (not their leases, which
+// their heartbeats move).
+func (db *clusterDB) state(t *testing.T) string {
+	t.Helper()
+	var out string
+	if err := db.conn.QueryRow(context.Background(), `SELECT
+		(SELECT coalesce(string_agg(node, ' ' ORDER BY node), '') FROM musepi_nodes) || ' | ' ||
+		(SELECT coalesce(string_agg(s::text, ' ' ORDER BY session_id), '') FROM musepi_sessions s) || ' | ' ||
+		(SELECT coalesce(string_agg(r::text, ' ' ORDER BY session_id), '') FROM musepi_records r)`).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
