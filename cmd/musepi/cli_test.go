@@ -72,6 +72,12 @@ func TestCLIConventions(t *testing.T) {
 		{"history check $MISSING", 1, "musepi history check: history: check $MISSING: open $MISSING: no such file or directory"},
 		{"history repair $MISSING", 1, "musepi history repair: history: repair $MISSING: open $MISSING: no such file or directory"},
 
+		{"history show", 2, "musepi history show: missing ID"},
+		{"history show s1", 2, "musepi history show: --config is required"},
+		{"history show --config $GOOD --timeout -1s s1", 2, "musepi history show: --timeout must be above 0, got -1s"},
+		{"history show --config $GOOD s1 s2", 2, `musepi history show: unexpected argument "s2"`},
+		{"history show --config $GOOD s1", 1, "musepi history show: $GOOD has no [cluster] table (see config/README.md)"},
+
 		{"node", 2, "musepi node: --config is required"},
 		{"node --config $GOOD extra", 2, `musepi node: unexpected argument "extra"`},
 		{"node --config $GOOD --log-format xml", 2, `musepi node: --log-format "xml": want text or json`},

@@ -4,13 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/nodetest"
 	"github.com/musepi/musepi/internal/opsview"
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -37,7 +44,11 @@ const (
 //
 //   - musepi sessions: every session with its owner and epoch as the
 //     database has them, its hold, phase, attempt and due time, as a table
-//     and as JSON.
+//     and as JSON;
+//   - musepi history show: a session's entries decoded from the database
+//     as text lines, and with --json a history file that "musepi history
+//     check" finds whole and a file store opens with the same entries; an
+//     unknown session is a failure.
 func TestOperatorView(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL, three node processes and an rpc client")
@@ -66,9 +77,11 @@ func TestOperatorView(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := db.state(t)
-	ops := func(t *testing.T, args ...string) string {
+	// ops runs the command (its words, "history show"), with args after
+	// --config FILE, and returns its stdout.
+	ops := func(t *testing.T, command string, args ...string) string {
 		t.Helper()
-		args = append(args[:1:1], append([]string{"--config", nodes[0].Config}, args[1:]...)...)
+		args = append(append(strings.Fields(command), "--config", nodes[0].Config), args...)
 		code, out, errOut := runOutput(t, bin, args...)
 		if code != 0 || errOut != "" {
 			t.Fatalf("musepi %s: exit %d, stderr:\n%s", strings.Join(args, " "), code, errOut)
@@ -118,6 +131,54 @@ func TestOperatorView(t *testing.T) {
 				(s.Due != nil) != strings.Contains(due, " (in ") {
 				t.Errorf("table row %q; want %q and a due time to come if JSON has one (%v)", row, want, s.Due)
 			}
+		}
+	})
+
+	t.Run("history show", func(t *testing.T) {
+		entries := db.entries(t, "ops-recovered") // decoded here from the rows
+		var want strings.Builder
+		if err := opsview.WriteHistory(&want, entries); err != nil {
+			t.Fatal(err)
+		}
+		table := ops(t, "history show", "ops-recovered")
+		if table != want.String() {
+			t.Errorf("history show printed\n%s\nwant\n%s", table, want.String())
+		}
+		var kinds []string
+		for _, row := range tableRows(table)[1:] {
+			kinds = append(kinds, row[2])
+		}
+		if got := strings.Join(kinds, " "); got != "model user assistant assistant" || !strings.Contains(table, "fake/m2 error (HTTP 503)") {
+			t.Errorf("entry kinds %q, want the model change, the prompt, the 503 and the answer", got)
+		}
+
+		// --json is a history file: "musepi history check" finds it whole,
+		// and a file store opens it with the database's entries.
+		dir := t.TempDir()
+		path := filepath.Join(dir, "ops-recovered.jsonl")
+		if err := os.WriteFile(path, []byte(ops(t, "history show", "--json", "ops-recovered")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, errOut := runToEnd(t, bin, "history", "check", path); code != 0 {
+			t.Errorf("history check of the --json output: exit %d\n%s", code, errOut)
+		}
+		fs, err := history.OpenFileStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fs.Close()
+		log, opened, err := fs.Open("ops-recovered")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		if !slices.EqualFunc(opened, entries, func(a, b *messages.Entry) bool { return proto.Equal(a, b) }) {
+			t.Errorf("the --json output opens as %v, want the database's %v", opened, entries)
+		}
+
+		code, out, errOut := runOutput(t, bin, "history", "show", "--config", nodes[0].Config, "nope")
+		if want := "musepi history show: database: pgstore: inspect: session nope: no such session in the database\n"; code != 1 || out != "" || errOut != want {
+			t.Errorf("history show of an unknown session: exit %d, stdout %q, stderr %q; want 1 and %q", code, out, errOut, want)
 		}
 	})
 

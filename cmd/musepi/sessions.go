@@ -8,7 +8,7 @@ import (
 )
 
 var sessionsCommand = &command{
-	summary:  "list a cluster's sessions: owner, epoch, phase, due time (musepi sessions --config FILE)",
+	summary:  "list a cluster's sessions: owner, epoch, phase, due time",
 	synopsis: []string{"--config FILE [--json] [--timeout D]"},
 	about: `
 Lists the sessions of the cluster whose database the file's [cluster] table
