@@ -117,6 +117,9 @@ type MemberInfo struct {
 	// ViewURL is where the node serves the members it sees over HTTP;
 	// "" when it serves none.
 	ViewURL string `json:"view_url,omitempty"`
+	// Client is true for a member that hosts nothing (Config.Client: a
+	// `musepi rpc --cluster`); the membership sets it.
+	Client bool `json:"client,omitempty"`
 }
 
 // etcdValue is a member key's value: protoactor's etcd.Node JSON, which
@@ -290,11 +293,13 @@ func (p *etcdMembers) close() {
 }
 
 // value is the value of the node's key: its description, alive or
-// leaving, and its MemberInfo.
+// leaving, and its MemberInfo (Client from the member's Config).
 func (p *etcdMembers) value(alive bool) ([]byte, error) {
 	node := *p.self
 	node.SetAlive(alive)
-	return memberValue(&node, p.member.cfg.Info)
+	info := p.member.cfg.Info
+	info.Client = p.member.cfg.Client
+	return memberValue(&node, info)
 }
 
 // leftGracefully reports whether member id marked itself not alive before

@@ -23,7 +23,7 @@ func TestEtcdMembers(t *testing.T) {
 	ctx := context.Background()
 	server := etcdtest.Start(t)
 	cfg := EtcdConfig{Endpoints: []string{server.Endpoint()}}
-	info := MemberInfo{StoreNode: "node1#0123456789ab", ViewURL: "http://127.0.0.1:9/cluster/members"}
+	info := MemberInfo{StoreNode: "node1#0123456789ab", ViewURL: "http://127.0.0.1:9/cluster/members", Client: true}
 	ours := etcd.NewNode("id-ours", "127.0.0.1", 7001, []string{CredentialsKind, SessionKind})
 	value, err := memberValue(ours, info)
 	if err != nil {

@@ -49,6 +49,14 @@ func TestCLIConventions(t *testing.T) {
 		{"chat --log-format xml", 2, `musepi chat: --log-format "xml": want text or json`},
 		{"chat --config $MISSING", 1, "musepi chat: open $MISSING: no such file or directory"},
 
+		{"cluster", 2, "musepi cluster: missing command"},
+		{"cluster stat", 2, `musepi cluster: unknown command "stat"`},
+		{"cluster status", 2, "musepi cluster status: --config is required"},
+		{"cluster status --config $GOOD --timeout x", 2, `musepi cluster status: invalid value "x" for flag -timeout: parse error`},
+		{"cluster status --config $GOOD extra", 2, `musepi cluster status: unexpected argument "extra"`},
+		{"cluster status --config $MISSING", 1, "musepi cluster status: open $MISSING: no such file or directory"},
+		{"cluster status --config $GOOD", 1, "musepi cluster status: $GOOD has no [cluster] table (see config/README.md)"},
+
 		{"config", 2, "musepi config: missing command"},
 		{"config lint $GOOD", 2, `musepi config: unknown command "lint"`},
 		{"config check", 2, "musepi config check: missing FILE"},

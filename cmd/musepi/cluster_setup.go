@@ -19,8 +19,10 @@ import (
 // chains and budget configure the shared actors), connecting to the
 // cluster's database first. A client (musepi rpc --cluster) is a member
 // that hosts no sessions and no shared actors: it binds a free port, and
-// its database node name is the file's with "-rpc" appended.
-func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
+// its database node name is the file's with "-rpc" appended. viewURL is
+// where the node serves the members it sees ("": nowhere), published in
+// etcd for `musepi cluster status`.
+func joinConfig(ctx context.Context, cfg *config.Config, client bool, viewURL string, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
 	cc := cfg.Cluster
 	if cc == nil {
 		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", cfg.File)
@@ -51,6 +53,7 @@ func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolo
 	rt, err := musepi.JoinCluster(ctx, musepi.ClusterConfig{
 		Name: cc.Name, Host: cc.Host, Port: port, AdvertiseHost: advertise,
 		Membership: cc.MembershipProvider(), Store: store, Client: client, HandoverTimeout: cc.HandoverTimeout,
+		ViewURL: viewURL,
 	}, rtOpts...)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())

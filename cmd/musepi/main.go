@@ -20,6 +20,7 @@ backoff, credential switches and model fallbacks, in a terminal, as JSON
 lines on stdin/stdout, or across the nodes of a cluster.`,
 	commands: map[string]*command{
 		"chat":     chatCommand,
+		"cluster":  clusterCommand,
 		"config":   configCommand,
 		"demo":     demoCommand,
 		"fakellm":  fakeLLMCommand,

@@ -61,6 +61,20 @@ func inspect(ctx context.Context, cc *config.Cluster) (*pgstore.Inspector, error
 	return in, nil
 }
 
+// snapshot reads the cluster's database.
+func snapshot(ctx context.Context, cc *config.Cluster) (*pgstore.Snapshot, error) {
+	in, err := inspect(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	snap, err := in.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return snap, nil
+}
+
 // printJSON writes v to stdout as indented JSON.
 func printJSON(v any) error {
 	enc := json.NewEncoder(stdout)

@@ -48,15 +48,22 @@ const (
 //   - musepi history show: a session's entries decoded from the database
 //     as text lines, and with --json a history file that "musepi history
 //     check" finds whole and a file store opens with the same entries; an
-//     unknown session is a failure.
+//     unknown session is a failure;
+//   - musepi cluster status: the members as etcd has them (the three nodes
+//     and the rpc client), node1's and node2's views agreeing with etcd,
+//     node3's not read (it serves none), each member's live lease, the
+//     sessions each incarnation holds; after kill -9 of node3, its
+//     incarnation's lease expired and no longer a member.
 func TestOperatorView(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL, three node processes and an rpc client")
 	}
 	bin := buildCommand(t)
-	env := nodetest.Start(t, bin, nodetest.Options{Scenario: scenario(t, opsRecover)})
+	// A killed node's lease runs out after 2 s.
+	env := nodetest.Start(t, bin, nodetest.Options{Scenario: scenario(t, opsRecover), Extra: "lease_ms = 2000"})
+	// node3 serves no view: it runs without --metrics-addr.
 	nodes := []*nodetest.Node{env.StartNode("node1", "--metrics-addr", "127.0.0.1:0"),
-		env.StartNode("node2", "--metrics-addr", "127.0.0.1:0"), env.StartNode("node3", "--metrics-addr", "127.0.0.1:0")}
+		env.StartNode("node2", "--metrics-addr", "127.0.0.1:0"), env.StartNode("node3")}
 	if err := env.WaitMembers(3, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +83,7 @@ func TestOperatorView(t *testing.T) {
 	if err := db.waitRecord("ops-waiting", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	before := db.state(t)
+	before, registered := db.state(t), etcdMembers(t, env)
 	// ops runs the command (its words, "history show"), with args after
 	// --config FILE, and returns its stdout.
 	ops := func(t *testing.T, command string, args ...string) string {
@@ -182,9 +189,99 @@ func TestOperatorView(t *testing.T) {
 		}
 	})
 
+	t.Run("cluster status", func(t *testing.T) {
+		var st opsview.Status
+		if err := json.Unmarshal([]byte(ops(t, "cluster status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		// etcd has the three nodes and the rpc client (a member that hosts
+		// nothing); node1 and node2 see what etcd has; node3 serves no view.
+		var addrs []string
+		for _, m := range st.Members {
+			addrs = append(addrs, m.Address)
+		}
+		if len(registered) != 4 || strings.Join(addrs, " ") != strings.Join(registered, " ") {
+			t.Fatalf("members %v, want etcd's four %v", addrs, registered)
+		}
+		leases := map[string]opsview.Lease{}
+		for _, l := range st.Leases {
+			leases[l.Node] = l
+		}
+		for _, m := range st.Members {
+			name, _, _ := strings.Cut(m.StoreNode, "#")
+			switch {
+			case m.Client:
+				if name != "node1-rpc" || m.ViewError != "a client serves no view" {
+					t.Errorf("client member %+v: want the rpc client of node1's file, serving no view", m)
+				}
+			case name == "node3":
+				if m.Address != nodes[2].Addr || m.Sees != nil || !strings.Contains(m.ViewError, "without --metrics-addr") {
+					t.Errorf("node3 %+v: want its view not read, as it serves none", m)
+				}
+			case name == "node1" || name == "node2":
+				node := nodes[map[string]int{"node1": 0, "node2": 1}[name]]
+				if m.Address != node.Addr || strings.Join(m.Sees, " ") != strings.Join(registered, " ") || m.Missing != nil || m.Extra != nil {
+					t.Errorf("%s %+v: want it at %s, seeing etcd's members", name, m, node.Addr)
+				}
+			default:
+				t.Errorf("member %+v: no node of this test", m)
+			}
+			if l := leases[m.StoreNode]; !l.Live || l.Member != m.Address {
+				t.Errorf("member %s (%s): lease %+v; want a live lease naming the member", m.Address, m.StoreNode, l)
+			}
+		}
+		if !st.Agree || st.Unread != 1 || st.MembersError != "" || st.DatabaseError != "" {
+			t.Errorf("agree %t, unread %d, errors %q %q; want agreement, node3's view unread, no error",
+				st.Agree, st.Unread, st.MembersError, st.DatabaseError)
+		}
+		_, owner := db.epochOwner(t, "ops-waiting")
+		if !slices.Contains(leases[owner].Sessions, "ops-waiting") {
+			t.Errorf("the lease of %s holds %v, want ops-waiting among them", owner, leases[owner].Sessions)
+		}
+		text := ops(t, "cluster status")
+		if strings.Count(text, " agrees\n") != 2 || !strings.Contains(text, "the views read agree with etcd (2 of 3 nodes' views read)") {
+			t.Errorf("the text does not show node1's and node2's views agreeing:\n%s", text)
+		}
+	})
+
 	if after := db.state(t); after != before {
 		t.Errorf("the commands changed the database:\nbefore %s\nafter  %s", before, after)
 	}
+	if after := etcdMembers(t, env); strings.Join(after, " ") != strings.Join(registered, " ") {
+		t.Errorf("etcd's members went from %v to %v", registered, after)
+	}
+
+	// kill -9 of node3: etcd drops its key, its lease runs out, and the
+	// status shows its incarnation expired, holding what it held.
+	t.Run("a node killed", func(t *testing.T) {
+		_, held := db.epochOwner(t, "ops-waiting")
+		nodes[2].Kill()
+		if err := env.WaitMembers(3, 15*time.Second); err != nil { // two nodes and the client
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // its database lease
+		var st opsview.Status
+		if err := json.Unmarshal([]byte(ops(t, "cluster status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Members) != 3 || !st.Agree || st.Unread != 0 {
+			t.Errorf("%d members, agree %t, unread %d; want node1, node2 and the client, agreeing", len(st.Members), st.Agree, st.Unread)
+		}
+		var dead *opsview.Lease
+		for i, l := range st.Leases {
+			if strings.HasPrefix(l.Node, "node3#") {
+				dead = &st.Leases[i]
+			}
+		}
+		switch {
+		case dead == nil || dead.Live || dead.Member != "" || dead.LeaseUntil == nil || !dead.LeaseUntil.Before(*st.DatabaseNow):
+			t.Errorf("node3's lease %+v; want it expired, no member", dead)
+		case strings.HasPrefix(held, "node3#") != slices.Contains(dead.Sessions, "ops-waiting"):
+			t.Errorf("node3's expired lease holds %v; ops-waiting is held by %s", dead.Sessions, held)
+		}
+		ops(t, "cluster status")
+		ops(t, "sessions")
+	})
 	c.Call("9", `{"id":"9","type":"abort_retry"}`, 20*time.Second) // the client's Close waits for its prompt
 	if _, err := c.NextEvent("agent_settled", 20*time.Second); err != nil {
 		t.Error(err)
@@ -239,4 +336,15 @@ func (db *clusterDB) state(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// etcdMembers are the members registered in etcd, failing the test if
+// etcd cannot be read.
+func etcdMembers(t *testing.T, env *nodetest.Env) []string {
+	t.Helper()
+	addrs, err := env.Registered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 
 	"github.com/musepi/musepi/internal/opsview"
 )
@@ -40,14 +39,9 @@ func listSessions(f opsFlags) error {
 		return err
 	}
 	defer cancel()
-	in, err := inspect(ctx, cc)
+	snap, err := snapshot(ctx, cc)
 	if err != nil {
 		return err
-	}
-	defer in.Close()
-	snap, err := in.Snapshot(ctx)
-	if err != nil {
-		return fmt.Errorf("database: %w", err)
 	}
 	sessions := opsview.Sessions(snap)
 	if *f.json {
