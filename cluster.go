@@ -59,6 +59,11 @@ type ClusterConfig struct {
 	// activation waits for the old one to release its history before it
 	// takes it over; default DefaultHandoverTimeout.
 	HandoverTimeout time.Duration
+	// ViewURL is where the node serves the members it sees over HTTP for
+	// operators (`musepi node --metrics-addr` serves it), published with
+	// its member key in etcd next to its Store's node id
+	// (cluster.MemberInfo); "" for none.
+	ViewURL string
 }
 
 // DefaultHandoverTimeout is ClusterConfig.HandoverTimeout's default.
@@ -153,7 +158,7 @@ func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
 	cfg := rt.cfg
 	out := cluster.Config{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseHost,
 		Membership: cc.Membership, TLS: cc.TLS, Insecure: cc.Insecure, Client: cc.Client, Blocks: cc.Store, Logger: cfg.slog,
-		FallbackChains: cfg.settings.FallbackChains}
+		FallbackChains: cfg.settings.FallbackChains, Info: cluster.MemberInfo{StoreNode: cc.Store.Node(), ViewURL: cc.ViewURL}}
 	for _, name := range rt.providerNames() {
 		creds := cfg.creds[name]
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {

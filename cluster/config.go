@@ -101,6 +101,11 @@ type Config struct {
 	// and it reaches the others' through its routers and the Resolver.
 	Client bool
 
+	// Info is what the node publishes about itself for operators, with
+	// the etcd membership (EtcdMembers reads it); the other memberships
+	// publish nothing of it.
+	Info MemberInfo
+
 	// Blocks, if set (a *pgstore.Store), is where blocks and cooldowns
 	// outlive their activations: a new activation also loads them from
 	// it, and every change is written to it. nil keeps them in the nodes'

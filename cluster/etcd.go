@@ -3,10 +3,15 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,31 +65,126 @@ const DefaultEtcdTTL = 3 * time.Second
 // stays as it was.
 func Etcd(cfg EtcdConfig) Membership {
 	return Membership{name: "etcd", start: func(m *Member) (protocluster.ClusterProvider, func(), error) {
-		if len(cfg.Endpoints) == 0 {
-			return nil, nil, fmt.Errorf("%w: etcd needs Endpoints", ErrConfig)
-		}
-		if cfg.Prefix == "" {
-			cfg.Prefix = "/musepi"
-		}
-		if cfg.DialTimeout <= 0 {
-			cfg.DialTimeout = 5 * time.Second
-		}
-		switch {
-		case cfg.TTL == 0:
-			cfg.TTL = DefaultEtcdTTL
-		case cfg.TTL < 2*time.Second:
-			return nil, nil, fmt.Errorf("%w: etcd TTL %v is under 2 s (etcd's leases count whole seconds)", ErrConfig, cfg.TTL)
-		}
-		client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, TLS: cfg.TLS,
-			Logger: zap.NewNop(), DialOptions: []grpc.DialOption{reconnectSoon}})
+		cfg, err := cfg.withDefaults()
 		if err != nil {
-			return nil, nil, fmt.Errorf("cluster: etcd client: %w", err)
+			return nil, nil, err
+		}
+		client, err := cfg.client()
+		if err != nil {
+			return nil, nil, err
 		}
 		p := &etcdMembers{cfg: cfg, client: client, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		m.sureUntil, m.leftGracefully = p.sureUntil, p.leftGracefully
 		return p, p.close, nil
 	}}
+}
+
+// withDefaults checks cfg and fills in its defaults.
+func (cfg EtcdConfig) withDefaults() (EtcdConfig, error) {
+	if len(cfg.Endpoints) == 0 {
+		return cfg, fmt.Errorf("%w: etcd needs Endpoints", ErrConfig)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/musepi"
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	switch {
+	case cfg.TTL == 0:
+		cfg.TTL = DefaultEtcdTTL
+	case cfg.TTL < 2*time.Second:
+		return cfg, fmt.Errorf("%w: etcd TTL %v is under 2 s (etcd's leases count whole seconds)", ErrConfig, cfg.TTL)
+	}
+	return cfg, nil
+}
+
+// client is a client of cfg's etcd.
+func (cfg EtcdConfig) client() (*clientv3.Client, error) {
+	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, TLS: cfg.TLS,
+		Logger: zap.NewNop(), DialOptions: []grpc.DialOption{reconnectSoon}})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd client: %w", err)
+	}
+	return client, nil
+}
+
+// membersPrefix is the prefix of cluster name's member keys.
+func (cfg EtcdConfig) membersPrefix(name string) string { return path.Join(cfg.Prefix, name) + "/" }
+
+// MemberInfo is what a node publishes about itself with its member key in
+// etcd, next to protoactor's description of the member (its id, host,
+// port and kinds), for operators: `musepi cluster status` reads it.
+type MemberInfo struct {
+	// StoreNode is the node's id in the cluster's database
+	// (pgstore.Store.Node: name#incarnation).
+	StoreNode string `json:"store_node,omitempty"`
+	// ViewURL is where the node serves the members it sees over HTTP;
+	// "" when it serves none.
+	ViewURL string `json:"view_url,omitempty"`
+	// Client is true for a member that hosts nothing (Config.Client: a
+	// `musepi rpc --cluster`); the membership sets it.
+	Client bool `json:"client,omitempty"`
+}
+
+// etcdValue is a member key's value: protoactor's etcd.Node JSON, which
+// is all protoactor's own provider reads, and MusePi's MemberInfo.
+type etcdValue struct {
+	etcd.Node
+	MusePi *MemberInfo `json:"musepi,omitempty"`
+}
+
+// memberValue is the value of node's key with info.
+func memberValue(node *etcd.Node, info MemberInfo) ([]byte, error) {
+	return json.Marshal(etcdValue{Node: *node, MusePi: &info})
+}
+
+// EtcdMember is one member's key, as EtcdMembers reads it.
+type EtcdMember struct {
+	Key     string
+	ID      string // the member's id (its actor system's)
+	Address string // host:port, as the member advertises it
+	Kinds   []string
+	Info    MemberInfo
+}
+
+// EtcdMembers reads the member keys of cluster name from cfg's etcd, with
+// one Get bounded by cfg.DialTimeout, sorted by address. It is read-only:
+// it registers nothing and watches nothing. Keys whose value is not a
+// member description, and those of members leaving (marked not alive),
+// are left out, as the members leave them out.
+func EtcdMembers(ctx context.Context, cfg EtcdConfig, name string) ([]EtcdMember, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	client, err := cfg.client()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	resp, err := client.Get(ctx, cfg.membersPrefix(name), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd at %v: %w", cfg.Endpoints, err)
+	}
+	var out []EtcdMember
+	for _, kv := range resp.Kvs {
+		var v etcdValue
+		if json.Unmarshal(kv.Value, &v) != nil || !v.Alive {
+			continue
+		}
+		host, port := v.GetAddress()
+		m := EtcdMember{Key: string(kv.Key), ID: v.ID, Address: net.JoinHostPort(host, strconv.Itoa(port)), Kinds: v.Kinds}
+		if v.MusePi != nil {
+			m.Info = *v.MusePi
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b EtcdMember) int { return strings.Compare(a.Address, b.Address) })
+	return out, nil
 }
 
 // reconnectSoon caps gRPC's reconnection backoff (120 s by default) at a
@@ -126,7 +226,7 @@ func (p *etcdMembers) StartMember(c *protocluster.Cluster) error {
 	if err := p.init(c); err != nil {
 		return err
 	}
-	value, err := p.self.Serialize()
+	value, err := p.value(true)
 	if err != nil {
 		return err
 	}
@@ -181,9 +281,7 @@ func (p *etcdMembers) deregister() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
 		defer cancel()
-		left := *p.self
-		left.SetAlive(false)
-		if value, err := left.Serialize(); err == nil {
+		if value, err := p.value(false); err == nil {
 			_, _ = p.client.Put(ctx, p.key, string(value), clientv3.WithLease(p.lease))
 		}
 		if _, err := p.client.Revoke(ctx, p.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -198,6 +296,16 @@ func (p *etcdMembers) deregister() error {
 func (p *etcdMembers) close() {
 	_ = p.deregister()
 	_ = p.client.Close()
+}
+
+// value is the value of the node's key: its description, alive or
+// leaving, and its MemberInfo (Client from the member's Config).
+func (p *etcdMembers) value(alive bool) ([]byte, error) {
+	node := *p.self
+	node.SetAlive(alive)
+	info := p.member.cfg.Info
+	info.Client = p.member.cfg.Client
+	return memberValue(&node, info)
 }
 
 // leftGracefully reports whether member id marked itself not alive before
@@ -217,7 +325,7 @@ func (p *etcdMembers) init(c *protocluster.Cluster) error {
 	// The member id is the actor system's, as protoactor's other
 	// providers have it: gossip and the remote's block list go by it.
 	p.self = etcd.NewNode(c.ActorSystem.ID, host, port, c.GetClusterKinds())
-	p.key = path.Join(p.cfg.Prefix, c.Config.Name, c.ActorSystem.ID)
+	p.key = p.cfg.membersPrefix(c.Config.Name) + c.ActorSystem.ID
 	return nil
 }
 
@@ -256,7 +364,7 @@ func (p *etcdMembers) list() (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-func (p *etcdMembers) prefix() string { return path.Join(p.cfg.Prefix, p.c.Config.Name) + "/" }
+func (p *etcdMembers) prefix() string { return p.cfg.membersPrefix(p.c.Config.Name) }
 
 // publish hands the member list to protoactor.
 func (p *etcdMembers) publish() {

@@ -467,6 +467,13 @@ func (c *Cluster) membership(etcdTLS *tls.Config) cluster.Membership {
 		return cluster.Automanaged(cluster.AutomanagedConfig{Host: host, Port: c.Automanaged.Port,
 			Peers: c.Automanaged.Peers, Refresh: c.Automanaged.Refresh})
 	}
-	return cluster.Etcd(cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix,
-		DialTimeout: c.Etcd.DialTimeout, TLS: etcdTLS})
+	cfg := c.EtcdConfig()
+	cfg.TLS = etcdTLS
+	return cluster.Etcd(cfg)
+}
+
+// EtcdConfig is the [cluster.etcd] table as the cluster package takes it,
+// without its TLS files (ClusterConfig reads those).
+func (c *Cluster) EtcdConfig() cluster.EtcdConfig {
+	return cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout}
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -208,6 +210,44 @@ func TestClusterValidation(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("error text quotes a secret: %q", err.Error())
+			}
+		})
+	}
+}
+
+// LoadCluster checks the [cluster] table only: a node's file whose
+// providers' keys are not in the environment loads; a file without the
+// table, or with a wrong one, does not.
+func TestLoadCluster(t *testing.T) {
+	t.Setenv(testKeyEnv, "") // the provider's key: Load needs it, LoadCluster not
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, src string
+		want      string // the error ("": none)
+	}{
+		{"a node's file without its keys", doc("", "", etcdCluster), ""},
+		{"no cluster table", doc("", "", ""), "FILE has no [cluster] table (see config/README.md)"},
+		{"a wrong cluster table", doc("", "", strings.Replace(etcdCluster, `name = "dev"`, `name = "a/b"`, 1)),
+			"FILE: cluster.name: must not contain '/' or '@', got \"a/b\""},
+		{"not TOML", "[cluster\n", "FILE: invalid TOML at line"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".toml")
+			if err := os.WriteFile(path, []byte(tc.src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := LoadCluster(path)
+			if tc.want == "" {
+				if err != nil || c.Name != "dev" || c.Etcd.Prefix != DefaultEtcdPrefix {
+					t.Fatalf("LoadCluster = %+v, %v; want the table with its defaults", c, err)
+				}
+				if _, err := Load(path); err == nil {
+					t.Fatal("Load accepted a file whose provider's key is not set: the case shows nothing")
+				}
+				return
+			}
+			if want := strings.ReplaceAll(tc.want, "FILE", path); err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("LoadCluster = %v; want an error starting %q", err, want)
 			}
 		})
 	}

@@ -175,12 +175,44 @@ type Credential struct {
 // Parse decodes and validates a configuration. Its error is an *Error
 // listing every problem.
 func Parse(data []byte) (*Config, error) {
-	return parse(data, "")
+	return parse(data, "", checkAll)
 }
 
 // Load reads, decodes and validates the configuration file at path. Every
 // line of its error starts with path.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return load(path, checkAll) }
+
+// LoadCluster reads and decodes the configuration file at path and
+// validates its [cluster] table only, which it returns: for the commands
+// that read a cluster's state (musepi cluster status, sessions, history
+// show), which call no provider and so need neither the providers' checks
+// nor the environment variables holding their keys. A file without a
+// [cluster] table fails.
+func LoadCluster(path string) (*Cluster, error) {
+	c, err := load(path, func(c *Config) []Problem {
+		v := &validator{c: c}
+		if c.Cluster != nil {
+			v.cluster(c.Cluster)
+		}
+		return v.probs
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.Cluster == nil {
+		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", path)
+	}
+	return c.Cluster, nil
+}
+
+// checkAll is every check of a configuration.
+func checkAll(c *Config) []Problem {
+	_, probs := c.check()
+	return probs
+}
+
+// load reads the file at path, decodes it and validates it with check.
+func load(path string, check func(*Config) []Problem) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err // *fs.PathError: "open PATH: ..."
@@ -189,22 +221,21 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := parse(data, abs)
+	c, err := parse(data, abs, check)
 	if e, ok := err.(*Error); ok {
 		e.File = path
 	}
 	return c, err
 }
 
-func parse(data []byte, file string) (*Config, error) {
+func parse(data []byte, file string, check func(*Config) []Problem) (*Config, error) {
 	root, probs := parseTOML(data)
 	if probs != nil {
 		return nil, newError(file, probs)
 	}
 	c, probs := decode(root)
 	c.File = file
-	_, more := c.check()
-	probs = append(probs, withoutFollowUps(more, probs)...)
+	probs = append(probs, withoutFollowUps(check(c), probs)...)
 	if err := newError(file, probs); err != nil {
 		return nil, err
 	}

@@ -313,3 +313,40 @@ func TestPrivateByDefault(t *testing.T) {
 		}
 	}
 }
+
+// Export writes what a FileStore would: the file opens as the session's
+// history, and Check finds it whole at the current format version.
+func TestExport(t *testing.T) {
+	dir := t.TempDir()
+	entries := []*messages.Entry{
+		{Seq: 1, Entry: &messages.Entry_User{User: &messages.UserMessage{Text: "hello\nthere", TimestampMs: 1700000000000}}},
+		{Seq: 2, Entry: &messages.Entry_Assistant{Assistant: &messages.AssistantMessage{Model: "m1", StopReason: messages.StopReason_STOP_REASON_STOP,
+			Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: "hi"}}}}}}},
+	}
+	var buf bytes.Buffer
+	if err := history.Export(&buf, entries); err != nil {
+		t.Fatal(err)
+	}
+	if want := header + linesOf(t, entries...); buf.String() != want {
+		t.Fatalf("Export wrote\n%s\nwant\n%s", buf.String(), want)
+	}
+	path := filepath.Join(dir, "s.jsonl")
+	writeFile(t, path, buf.String())
+	rep, err := history.Check(path)
+	if err != nil || !rep.OK() || rep.Entries != 2 || rep.Version != history.FormatVersion {
+		t.Fatalf("Check = %+v, %v; want 2 entries at version %d", rep, err, history.FormatVersion)
+	}
+	fs, err := history.OpenFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	log, got, err := fs.Open("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if len(got) != 2 || got[0].GetUser().GetText() != "hello\nthere" || got[1].GetAssistant().GetModel() != "m1" {
+		t.Errorf("opened %v, want the entries exported", got)
+	}
+}

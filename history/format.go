@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -134,6 +136,21 @@ func parseHeader(line []byte) (int, error) {
 		return h.Version, fmt.Errorf("%w: version %d, this musepi reads versions up to %d", errFormatVersion, h.Version, FormatVersion)
 	}
 	return h.Version, nil
+}
+
+// Export writes entries as a history file of format version FormatVersion
+// holds them: the format header, then one protojson entry per line. Kept
+// as HISTORY_DIR/SESSION.jsonl, they open as the session's history
+// (FileStore), and Check reads them.
+func Export(w io.Writer, entries []*messages.Entry) error {
+	b, err := encode(entries)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(append(slices.Clip(headerLine), b...)); err != nil {
+		return fmt.Errorf("history: export: %w", err)
+	}
+	return nil
 }
 
 // encode renders entries as lines.

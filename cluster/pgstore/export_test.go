@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"time"
 
 	"github.com/musepi/musepi/retry"
@@ -20,4 +21,11 @@ var LoadMigrations = loadMigrations
 // its jitter from src.
 func RetryDelay(src retry.Source, attempt int) time.Duration {
 	return (&Store{jitter: src}).retryDelay(attempt)
+}
+
+// Exec runs a statement on the Inspector's connections, to show they
+// refuse writes.
+func (i *Inspector) Exec(ctx context.Context, sql string) error {
+	_, err := i.pool.Exec(ctx, sql)
+	return err
 }

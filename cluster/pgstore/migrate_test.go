@@ -102,30 +102,94 @@ func TestRefusesNewerSchema(t *testing.T) {
 	}
 }
 
-// Connect removes the rows of nodes whose lease ran out a day ago, and
-// keeps the others.
-func TestConnectPrunesLongDeadNodes(t *testing.T) {
-	url := server.NewDatabase(t)
-	connect(t, url, "first")
-	if err := sql(t, url, `INSERT INTO musepi_nodes (node, lease_until) VALUES
-		('long-dead#1', now() - interval '25 hours'), ('just-dead#2', now() - interval '1 minute')`); err != nil {
-		t.Fatal(err)
+// The rows of node incarnations whose lease ran out more than PruneGrace
+// ago go, at Connect and then every ten leases from the heartbeat; a row
+// within the grace period, a live node's and the Store's own stay. A
+// session whose owner's row went is as free as it was before.
+func TestPruneDeadNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		// rowsFirst inserts the rows before the Store connects: its Connect
+		// prunes them; otherwise its heartbeat does.
+		rowsFirst bool
+	}{
+		{"at Connect", pgstore.DefaultLease, true},
+		{"by the heartbeat", pgstore.MinLease, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := server.NewDatabase(t)
+			grace := pgstore.PruneGrace(tc.lease)
+			insert := func() {
+				t.Helper()
+				if err := sql(t, url, `INSERT INTO musepi_nodes (node, lease_until) VALUES
+					('past-grace#1', now() - $1::interval - interval '1 second'),
+					('within-grace#2', now() - $1::interval + interval '30 seconds'),
+					('live#3', now() + interval '1 hour')`, grace); err != nil {
+					t.Fatal(err)
+				}
+				if err := sql(t, url, `INSERT INTO musepi_sessions (session_id, epoch, owner, held)
+					VALUES ('s1', 4, 'past-grace#1', true)`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.rowsFirst {
+				connect(t, url, "first").Close() // the schema
+				insert()
+			}
+			s := connect(t, url, "pruner", pgstore.WithLease(tc.lease))
+			if !tc.rowsFirst {
+				insert()
+			}
+			start := time.Now()
+			for nodeRows(t, url)["past-grace#1"] {
+				if time.Since(start) > 10*time.Second {
+					t.Fatalf("the row of a node dead for longer than %s is still there after 10 s", grace)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("pruned %s after the rows were in (grace %s)", time.Since(start).Round(time.Millisecond), grace)
+			rows := nodeRows(t, url)
+			for _, n := range []string{"within-grace#2", "live#3", s.Node()} {
+				if !rows[n] {
+					t.Errorf("the row of %s was pruned; rows left: %v", n, rows)
+				}
+			}
+			log, _, err := s.OpenContext(context.Background(), "s1")
+			if err != nil {
+				t.Fatalf("open a session whose owner's row was pruned: %v", err)
+			}
+			if log.Epoch() != 5 {
+				t.Errorf("epoch %d after taking over the pruned owner's session at epoch 4, want 5", log.Epoch())
+			}
+			log.Close()
+		})
 	}
-	connect(t, url, "second")
-	ctx := context.Background()
+}
+
+// nodeRows are the nodes of musepi_nodes.
+func nodeRows(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	var long, recent int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE node = 'long-dead#1'), count(*) FILTER (WHERE node = 'just-dead#2')
-		FROM musepi_nodes`).Scan(&long, &recent); err != nil {
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT node FROM musepi_nodes")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if long != 0 || recent != 1 {
-		t.Errorf("after Connect: %d rows of the node dead 25 h (want 0), %d of the one dead 1 min (want 1)", long, recent)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out
 }
 
 func TestConnectRefusesBadOptions(t *testing.T) {

@@ -109,9 +109,10 @@ const DefaultConnectTimeout = 5 * time.Second
 // Connect opens a pool to the database at url (a PostgreSQL connection
 // string or URL), migrates its schema to SchemaVersion (failing with
 // ErrSchemaTooNew for a newer one), registers the node, prunes the rows of
-// nodes dead for a day and starts renewing the node's lease. The pool's
-// size and the like are set in url (pool_max_conns=N; see pgxpool);
-// connect_timeout, if url sets none, is DefaultConnectTimeout.
+// nodes dead for longer than PruneGrace and starts renewing the node's
+// lease (and pruning again every ten leases). The pool's size and the like
+// are set in url (pool_max_conns=N; see pgxpool); connect_timeout, if url
+// sets none, is DefaultConnectTimeout.
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
 	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, writeRetry: DefaultWriteRetry,
@@ -131,12 +132,9 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		s.jitter = retry.NewPCGSource(mrand.Uint64(), mrand.Uint64())
 	}
 	s.node += "#" + incarnation()
-	pcfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := poolConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
-	}
-	if pcfg.ConnConfig.ConnectTimeout == 0 {
-		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -151,17 +149,27 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: register node %s: %w", s.node, err)
 	}
-	// Nodes that died without closing leave their rows; a day after their
-	// lease ran out nobody needs them (a session's owner column keeps the
-	// name for the record).
-	if _, err := pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE lease_until < now() - interval '1 day'"); err != nil {
+	if _, err := s.prune(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgstore: prune dead nodes: %w", err)
+		return nil, err
 	}
 	beat, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.beating.Go(func() { s.heartbeat(beat) })
 	return s, nil
+}
+
+// poolConfig is the pool configuration of url: its connect_timeout
+// DefaultConnectTimeout if it sets none.
+func poolConfig(url string) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return pcfg, nil
 }
 
 // Node is this Store's owner id: the node name and its incarnation.
@@ -194,11 +202,35 @@ func (s *Store) LeaseSure() bool {
 	return time.Since(s.born) < time.Duration(s.renewed.Load())+s.lease*2/3
 }
 
-// heartbeat renews the lease every third of its length until ctx ends.
+// PruneGrace is how long a node incarnation's row stays in musepi_nodes
+// after its lease ran out: ten leases, at least a minute. Nothing needs the
+// row by then: a session whose owner has no row is free, as one whose
+// owner's lease ran out (Open and the timers read owner liveness through a
+// LEFT JOIN, and no foreign key references the table); the row only shows
+// operators that the incarnation was there (musepi cluster status).
+func PruneGrace(lease time.Duration) time.Duration { return max(10*lease, time.Minute) }
+
+// pruneBeats is how many lease renewals the heartbeat makes between two
+// prunes: ten leases.
+const pruneBeats = 30
+
+// prune deletes the rows of node incarnations whose lease ran out more
+// than PruneGrace ago: nodes that died without closing (and `musepi rpc
+// --cluster` clients), which Close would have deleted.
+func (s *Store) prune(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE lease_until < now() - $1::interval", PruneGrace(s.lease))
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: prune dead nodes: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// heartbeat renews the lease every third of its length until ctx ends,
+// and prunes dead nodes' rows every pruneBeats renewals.
 func (s *Store) heartbeat(ctx context.Context) {
 	t := time.NewTicker(s.lease / 3)
 	defer t.Stop()
-	for {
+	for beat := 1; ; beat++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -211,6 +243,22 @@ func (s *Store) heartbeat(ctx context.Context) {
 			s.log.Warn().Err(err).Str("node", s.node).
 				Msg("cannot renew the node's lease; once it runs out other nodes may take its sessions over")
 		}
+		if beat%pruneBeats == 0 {
+			s.pruneBeat(ctx)
+		}
+	}
+}
+
+// pruneBeat is the heartbeat's prune, bounded by a third of the lease.
+func (s *Store) pruneBeat(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, s.lease/3)
+	defer cancel()
+	n, err := s.prune(pctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn().Err(err).Str("node", s.node).Msg("cannot prune the rows of dead nodes; the next prune tries again")
+	case n > 0:
+		s.log.Debug().Int64("rows", n).Dur("grace", PruneGrace(s.lease)).Msg("pruned the rows of dead node incarnations")
 	}
 }
 

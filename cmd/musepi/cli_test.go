@@ -49,6 +49,14 @@ func TestCLIConventions(t *testing.T) {
 		{"chat --log-format xml", 2, `musepi chat: --log-format "xml": want text or json`},
 		{"chat --config $MISSING", 1, "musepi chat: open $MISSING: no such file or directory"},
 
+		{"cluster", 2, "musepi cluster: missing command"},
+		{"cluster stat", 2, `musepi cluster: unknown command "stat"`},
+		{"cluster status", 2, "musepi cluster status: --config is required"},
+		{"cluster status --config $GOOD --timeout x", 2, `musepi cluster status: invalid value "x" for flag -timeout: parse error`},
+		{"cluster status --config $GOOD extra", 2, `musepi cluster status: unexpected argument "extra"`},
+		{"cluster status --config $MISSING", 1, "musepi cluster status: open $MISSING: no such file or directory"},
+		{"cluster status --config $GOOD", 1, "musepi cluster status: $GOOD has no [cluster] table (see config/README.md)"},
+
 		{"config", 2, "musepi config: missing command"},
 		{"config lint $GOOD", 2, `musepi config: unknown command "lint"`},
 		{"config check", 2, "musepi config check: missing FILE"},
@@ -72,6 +80,12 @@ func TestCLIConventions(t *testing.T) {
 		{"history check $MISSING", 1, "musepi history check: history: check $MISSING: open $MISSING: no such file or directory"},
 		{"history repair $MISSING", 1, "musepi history repair: history: repair $MISSING: open $MISSING: no such file or directory"},
 
+		{"history show", 2, "musepi history show: missing ID"},
+		{"history show s1", 2, "musepi history show: --config is required"},
+		{"history show --config $GOOD --timeout -1s s1", 2, "musepi history show: --timeout must be above 0, got -1s"},
+		{"history show --config $GOOD s1 s2", 2, `musepi history show: unexpected argument "s2"`},
+		{"history show --config $GOOD s1", 1, "musepi history show: $GOOD has no [cluster] table (see config/README.md)"},
+
 		{"node", 2, "musepi node: --config is required"},
 		{"node --config $GOOD extra", 2, `musepi node: unexpected argument "extra"`},
 		{"node --config $GOOD --log-format xml", 2, `musepi node: --log-format "xml": want text or json`},
@@ -94,6 +108,13 @@ func TestCLIConventions(t *testing.T) {
 		{"rpc --cluster --config $GOOD", 1, "musepi rpc: $GOOD has no [cluster] table"},
 		{"rpc --provider openai --model m --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
 		{"rpc --metrics-addr no-port", 1, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address"},
+
+		{"sessions", 2, "musepi sessions: --config is required"},
+		{"sessions --config $GOOD --timeout 0s", 2, "musepi sessions: --timeout must be above 0, got 0s"},
+		{"sessions --config $GOOD --json=maybe", 2, `musepi sessions: invalid boolean value "maybe" for -json: parse error`},
+		{"sessions --config $GOOD extra", 2, `musepi sessions: unexpected argument "extra"`},
+		{"sessions --config $MISSING", 1, "musepi sessions: open $MISSING: no such file or directory"},
+		{"sessions --config $GOOD", 1, "musepi sessions: $GOOD has no [cluster] table (see config/README.md)"},
 
 		{"version extra", 2, `musepi version: unexpected argument "extra"`},
 	}

@@ -21,7 +21,9 @@ import (
 // that hosts no sessions and no shared actors: it binds a free port on
 // the file's host, presents the file's [cluster.tls] certificate like its
 // node, and its database node name is the file's with "-rpc" appended.
-func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
+// viewURL is where the node serves the members it sees ("": nowhere),
+// published in etcd for `musepi cluster status`.
+func joinConfig(ctx context.Context, cfg *config.Config, client bool, viewURL string, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
 	cc := cfg.Cluster
 	if cc == nil {
 		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", cfg.File)
@@ -53,7 +55,7 @@ func joinConfig(ctx context.Context, cfg *config.Config, client bool, log zerolo
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	join.Store = store
+	join.Store, join.ViewURL = store, viewURL
 	rt, err := musepi.JoinCluster(ctx, join, rtOpts...)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())

@@ -1,16 +1,33 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/opsview"
 )
 
 var historyCommand = &command{
-	summary:  "check or repair a session history file (musepi history check|repair FILE)",
-	synopsis: []string{"check FILE", "repair FILE"},
-	about:    "Checks and repairs session history files (HISTORY_DIR/SESSION.jsonl).",
+	summary:  "check or repair a history file, show a cluster session's history (history check|repair|show)",
+	synopsis: []string{"check FILE", "repair FILE", "show --config FILE [--json] ID"},
+	about: `
+Checks and repairs session history files (HISTORY_DIR/SESSION.jsonl), and
+shows a session's history from a cluster's database.`,
 	commands: map[string]*command{
+		"show": {
+			summary:  "print a cluster session's history from the database, decoded",
+			synopsis: []string{"--config FILE [--json] [--timeout D] ID"},
+			about: `
+Prints the history of session ID from the database of the cluster the file's
+[cluster] table names, its protobuf entries decoded: one line each (seq,
+time, kind, content, texts quoted), or with --json as a history file holds
+them (the format header, then one JSON entry per line: what "musepi history
+check" reads, and what a session opens from HISTORY_DIR/ID.jsonl). It reads
+only: it takes no epoch, and the session goes on wherever it is hosted.`,
+			args:  []string{"ID"},
+			setup: setupHistoryShow,
+		},
 		"check": {
 			summary:  "list the lines a session would refuse to open a history file with",
 			synopsis: []string{"FILE"},
@@ -92,4 +109,37 @@ func printReport(r *history.Report) {
 	for _, p := range r.Problems {
 		fmt.Fprintf(stderr, "%s:%d: %v\n", r.Path, p.Line, p.Err)
 	}
+}
+
+// setupHistoryShow is "musepi history show --config FILE ID".
+func setupHistoryShow(fs *flag.FlagSet) func([]string) error {
+	f := addOpsFlags(fs)
+	return func(args []string) error {
+		if err := f.check(); err != nil {
+			return err
+		}
+		return showHistory(f, args[0])
+	}
+}
+
+// showHistory prints session id's history from the cluster's database.
+func showHistory(f opsFlags, id string) error {
+	cc, ctx, cancel, err := f.cluster()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	in, err := inspect(ctx, cc)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	entries, err := in.History(ctx, id)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if *f.json {
+		return history.Export(stdout, entries)
+	}
+	return opsview.WriteHistory(stdout, entries)
 }

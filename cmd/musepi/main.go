@@ -19,14 +19,16 @@ MusePi runs LLM agent sessions that survive provider outages: retries with
 backoff, credential switches and model fallbacks, in a terminal, as JSON
 lines on stdin/stdout, or across the nodes of a cluster.`,
 	commands: map[string]*command{
-		"chat":    chatCommand,
-		"config":  configCommand,
-		"demo":    demoCommand,
-		"fakellm": fakeLLMCommand,
-		"history": historyCommand,
-		"node":    nodeCommand,
-		"rpc":     rpcCommand,
-		"version": versionCommand,
+		"chat":     chatCommand,
+		"cluster":  clusterCommand,
+		"config":   configCommand,
+		"demo":     demoCommand,
+		"fakellm":  fakeLLMCommand,
+		"history":  historyCommand,
+		"node":     nodeCommand,
+		"rpc":      rpcCommand,
+		"sessions": sessionsCommand,
+		"version":  versionCommand,
 	},
 }
 

@@ -86,21 +86,28 @@ func buildCommand(t *testing.T) string {
 // runToEnd runs the command and returns its exit code and stderr.
 func runToEnd(t *testing.T, bin string, args ...string) (int, string) {
 	t.Helper()
+	code, _, errOut := runOutput(t, bin, args...)
+	return code, errOut
+}
+
+// runOutput runs the command and returns its exit code, stdout and stderr.
+func runOutput(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, stderr.String()
+		return 0, stdout.String(), stderr.String()
 	case errors.As(err, &ee):
-		return ee.ExitCode(), stderr.String()
+		return ee.ExitCode(), stdout.String(), stderr.String()
 	}
 	t.Fatalf("run %v: %v", args, err)
-	return -1, ""
+	return -1, "", ""
 }
 
 // server is a running "musepi fakellm".

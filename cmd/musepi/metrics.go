@@ -29,6 +29,7 @@ const metricsCardinalityLimit = 2000
 // metricsServer serves the runtime's metrics for Prometheus on /metrics.
 type metricsServer struct {
 	meter *sdkmetric.MeterProvider
+	mux   *http.ServeMux
 	srv   *http.Server
 	addr  net.Addr
 	done  chan struct{}
@@ -57,6 +58,7 @@ func startMetrics(addr string) (*metricsServer, error) {
 	m := &metricsServer{
 		meter: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithCardinalityLimit(metricsCardinalityLimit),
 			sdkmetric.WithResource(resource.NewSchemaless(attribute.String("service.name", "musepi")))),
+		mux:  mux,
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		addr: ln.Addr(),
 		done: make(chan struct{}),
@@ -95,6 +97,9 @@ func metricsAddrWarning(addr string) string {
 
 // option gives the runtime the meter provider /metrics reads.
 func (m *metricsServer) option() musepi.Option { return musepi.WithMeterProvider(m.meter) }
+
+// handle serves h on pattern too.
+func (m *metricsServer) handle(pattern string, h http.Handler) { m.mux.Handle(pattern, h) }
 
 // URL is where the metrics are served.
 func (m *metricsServer) URL() string { return "http://" + m.addr.String() + "/metrics" }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/internal/opsview"
 )
 
 var nodeCommand = &command{
@@ -23,8 +24,10 @@ var nodeCommand = &command{
 	synopsis: []string{"--config FILE [--metrics-addr ADDR]"},
 	about: `
 Runs one node of a cluster (the file's [cluster] table: name, address, etcd or
-automanaged membership, database URL, TLS). Serves until SIGTERM or SIGINT, then
-leaves gracefully within leave_timeout_ms. See docs/cluster.md.`,
+automanaged membership, database URL, TLS). Serves until SIGTERM or SIGINT,
+then leaves gracefully within leave_timeout_ms. With --metrics-addr it also
+serves the members it sees on /cluster/members, for "musepi cluster status".
+See docs/cluster.md.`,
 	setup: setupNode,
 }
 
@@ -32,7 +35,7 @@ leaves gracefully within leave_timeout_ms. See docs/cluster.md.`,
 func setupNode(fs *flag.FlagSet) func([]string) error {
 	setupFlags := addLogFlags(fs)
 	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, and the members the node sees on /cluster/members (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	return func([]string) error {
 		if *configPath == "" {
 			return usagef("--config is required")
@@ -56,7 +59,11 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var extra []musepi.Option
+	var (
+		extra []musepi.Option
+		view  memberView
+		url   string // of view
+	)
 	if metricsAddr != "" {
 		metrics, err := serveMetrics("musepi node", metricsAddr)
 		if err != nil {
@@ -64,6 +71,10 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 		}
 		defer closeMetrics(metrics)
 		extra = append(extra, metrics.option())
+		if cfg.Cluster != nil { // (without one, joinNode says so)
+			metrics.handle("GET "+opsview.ViewPath, &view)
+			url = viewURL(metrics.addr, cfg.Cluster)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -72,7 +83,7 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 		if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
 			fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
 		}
-		rt, err := joinNode(ctx, stop, cfg, log, extra)
+		rt, err := joinNode(ctx, stop, cfg, url, log, extra)
 		if err != nil {
 			return errors.New(oneLine(err))
 		}
@@ -82,7 +93,10 @@ func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
 		}
 		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership, %s)\n",
 			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership, transport)
-		if serve(ctx, rt) {
+		view.rt.Store(rt)
+		dropped := serve(ctx, rt)
+		view.rt.Store(nil)
+		if dropped {
 			// The others dropped this node (it was paused, or cut off from
 			// etcd, past its lease) and will not take it back as itself:
 			// leave, and join as a new member. (The member has said so in
@@ -135,14 +149,14 @@ var errInterrupted = errors.New("interrupted before the start completed")
 // signal kill the process, the join has startUnwind to undo itself (the
 // parts that take ctx return at once; a member that joined leaves), and
 // joinNode fails with errInterrupted.
-func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, log zerolog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
+func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, viewURL string, log zerolog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
 	type joined struct {
 		rt  *musepi.Runtime
 		err error
 	}
 	done := make(chan joined, 1)
 	go func() {
-		rt, err := joinConfig(ctx, cfg, false, log, extra)
+		rt, err := joinConfig(ctx, cfg, false, viewURL, log, extra)
 		done <- joined{rt, err}
 	}()
 	select {
