@@ -21,6 +21,7 @@ func TestSharedActors(t *testing.T) {
 		t.Run(mb.name, func(t *testing.T) {
 			switch os.Getenv(childEnv) {
 			case "":
+				t.Parallel() // each membership's child process mostly waits
 				runChild(t, "^TestSharedActors$/^"+mb.name+"$", mb.name, scenarios)
 				return
 			case mb.name:

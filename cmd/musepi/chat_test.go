@@ -208,6 +208,7 @@ func TestChatTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command and drives it in tmux")
 	}
+	t.Parallel() // mostly waiting on processes
 	testtool.Need(t, testtool.Tmux, "tmux")
 	bin := buildCommand(t)
 

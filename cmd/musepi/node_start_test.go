@@ -27,6 +27,7 @@ func TestNodeStartFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and node processes")
 	}
+	t.Parallel() // mostly waiting on processes
 	env := nodetest.Start(t, buildCommand(t), nodetest.Options{})
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,6 +88,7 @@ func TestNodeSignalDuringStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL and node processes")
 	}
+	t.Parallel() // mostly waiting on processes
 	env := nodetest.Start(t, buildCommand(t), nodetest.Options{})
 	silentDB := pgtest.Silent(t)
 	for _, tc := range []struct {

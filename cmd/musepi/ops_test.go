@@ -58,6 +58,7 @@ func TestOperatorView(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL, three node processes and an rpc client")
 	}
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 	// A killed node's lease runs out after 2 s.
 	env := nodetest.Start(t, bin, nodetest.Options{Scenario: scenario(t, opsRecover), Extra: "lease_ms = 2000"})

@@ -40,6 +40,7 @@ func TestClusterTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, PostgreSQL, node processes and rpc clients")
 	}
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 	env := nodetest.Start(t, bin, nodetest.Options{TLS: true})
 	n1 := env.StartNode("node1")
