@@ -17,6 +17,9 @@ import (
 // process (see runChild): protoactor-go races with itself when two members
 // share a process.
 func TestSharedActors(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Parallel() // with TestSessionKind's child
+	}
 	for _, mb := range memberships {
 		t.Run(mb.name, func(t *testing.T) {
 			switch os.Getenv(childEnv) {

@@ -63,6 +63,7 @@ func TestJoinClusterRefuses(t *testing.T) {
 func TestSessionKind(t *testing.T) {
 	switch os.Getenv(childEnv) {
 	case "":
+		t.Parallel() // with TestSharedActors' children: each mostly waits
 		runChild(t, "^TestSessionKind$", "sessions", sessionScenarios)
 		return
 	case "sessions":
