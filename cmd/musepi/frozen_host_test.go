@@ -26,6 +26,10 @@ func TestClientOfFrozenHost(t *testing.T) {
 	db := openDB(t, env.DB)
 	c := env.StartClient(nodes["node1"], "--session-id", "frozen")
 	promptOK(t, c, "1", "hello")
+	// The session as the client's handle reaches it now (a topology
+	// change, such as the client's own join, may have moved it since it
+	// opened).
+	c.Call("s", `{"id":"s","type":"get_state"}`, 20*time.Second)
 	host := nodes[db.owner(t, "frozen")]
 	if err := host.Pause(); err != nil {
 		t.Fatal(err)
