@@ -69,11 +69,7 @@ func Etcd(cfg EtcdConfig) Membership {
 		if err != nil {
 			return nil, nil, err
 		}
-		client, err := cfg.client()
-		if err != nil {
-			return nil, nil, err
-		}
-		p := &etcdMembers{cfg: cfg, client: client, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
+		p := &etcdMembers{cfg: cfg, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		m.sureUntil, m.leftGracefully = p.sureUntil, p.leftGracefully
 		return p, p.close, nil
@@ -295,7 +291,9 @@ func (p *etcdMembers) deregister() error {
 // graceful: a client's), then closes the client.
 func (p *etcdMembers) close() {
 	_ = p.deregister()
-	_ = p.client.Close()
+	if p.client != nil {
+		_ = p.client.Close()
+	}
 }
 
 // value is the value of the node's key: its description, alive or
@@ -316,8 +314,15 @@ func (p *etcdMembers) leftGracefully(id string) bool {
 	return p.left[id]
 }
 
-func (p *etcdMembers) init(c *protocluster.Cluster) error {
+// init connects to etcd and names the node's key. It runs once
+// protoactor's remote has started: the remote sets gRPC's global logger as
+// it starts, which must not happen while the etcd client's gRPC
+// connection runs (a data race).
+func (p *etcdMembers) init(c *protocluster.Cluster) (err error) {
 	p.c = c
+	if p.client, err = p.cfg.client(); err != nil {
+		return err
+	}
 	host, port, err := c.ActorSystem.GetHostPort()
 	if err != nil {
 		return err

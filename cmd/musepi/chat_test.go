@@ -206,7 +206,7 @@ const (
 
 func TestChatTmux(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the command and drives it in tmux")
+		t.Skip("drives the command in tmux")
 	}
 	t.Parallel() // mostly waiting on processes
 	testtool.Need(t, testtool.Tmux, "tmux")

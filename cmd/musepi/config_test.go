@@ -123,7 +123,7 @@ func runWithOutput(t *testing.T, bin string, args ...string) (int, string, strin
 
 func TestConfigCheckCommand(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the command")
+		t.Skip("runs the command as a process")
 	}
 	bin := buildCommand(t)
 	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test") // inherited by the command

@@ -192,7 +192,7 @@ func demoSession(ctx context.Context, p *demoPrinter, rt *musepi.Runtime, prompt
 		_ = s.Close(cctx)
 	}()
 	settled := make(chan struct{})
-	run := p.begin(s.Model(), settled)
+	run := p.begin(ctx, s.Model(), settled)
 	unsubscribe := s.Subscribe(run.event)
 	defer unsubscribe()
 	msg, err := s.Prompt(ctx, prompt)

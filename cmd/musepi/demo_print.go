@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -49,7 +50,8 @@ func (p *demoPrinter) printf(format string, args ...any) {
 // demoRun is one prompt being shown: its figures for the summary.
 type demoRun struct {
 	p        *demoPrinter
-	model    string // the model in use, as the events say
+	ctx      context.Context // ends at Ctrl-C
+	model    string          // the model in use, as the events say
 	settled  chan struct{}
 	began    time.Time
 	text     strings.Builder
@@ -62,12 +64,12 @@ type demoRun struct {
 	backoff                             time.Duration // time spent in backoff
 }
 
-// begin starts showing a prompt on a session whose model is model;
-// settled is closed on its agent_settled.
-func (p *demoPrinter) begin(model string, settled chan struct{}) *demoRun {
+// begin starts showing a prompt on a session whose model is model until
+// ctx ends; settled is closed on its agent_settled.
+func (p *demoPrinter) begin(ctx context.Context, model string, settled chan struct{}) *demoRun {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := &demoRun{p: p, model: model, settled: settled, began: p.now()}
+	r := &demoRun{p: p, ctx: ctx, model: model, settled: settled, began: p.now()}
 	p.cur = r
 	return r
 }
@@ -79,6 +81,9 @@ func (r *demoRun) event(ev musepi.Event) {
 	defer p.mu.Unlock()
 	if _, ok := ev.(musepi.AgentSettled); ok {
 		close(r.settled)
+	}
+	if r.ctx.Err() != nil { // the events of the abort Ctrl-C made
+		r.stopLocked()
 	}
 	if p.stopped {
 		return
@@ -213,11 +218,15 @@ func (r *demoRun) summary() string {
 // stop ends the printing of the run in progress: after Ctrl-C no event
 // prints anything more.
 func (r *demoRun) stop() {
-	p := r.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.endCountdown("cancelled")
-	p.stopped = true
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	r.stopLocked()
+}
+
+// stopLocked is stop with p.mu held.
+func (r *demoRun) stopLocked() {
+	r.p.endCountdown("cancelled")
+	r.p.stopped = true
 }
 
 // interrupted prints the summary of a demo stopped by Ctrl-C, and waits

@@ -94,7 +94,7 @@ var countdownRE = regexp.MustCompile(`⏳ retry 3/10 in (\d+\.\d)s`)
 // less than 30 s.
 func TestDemoTmuxCountdown(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the command and drives it in tmux")
+		t.Skip("drives the command in tmux")
 	}
 	testtool.Need(t, testtool.Tmux, "tmux")
 	bin := buildCommand(t)
@@ -139,7 +139,7 @@ func TestDemoTmuxCountdown(t *testing.T) {
 // summary: no next scenario, no raw "context canceled".
 func TestDemoInterrupt(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the command")
+		t.Skip("runs the command as a process")
 	}
 	bin := buildCommand(t)
 	cmd := exec.Command(bin, "demo", "--scenario", "all")

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,8 +21,29 @@ import (
 	"go.uber.org/goleak"
 )
 
+// waitingTests is how many tests of this package run at once unless
+// -parallel says otherwise: most of them wait on processes, leases and
+// timers, not on the CPU.
+const waitingTests = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		if err := flag.Set("test.parallel", strconv.Itoa(waitingTests)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	// The command builds while the tests that need no process run.
+	building, stopBuilding := context.WithCancel(context.Background())
+	if !testing.Short() {
+		go built.once.Do(func() { build(building) })
+	}
 	code := m.Run()
+	stopBuilding()
+	built.once.Do(func() {}) // waits for a build under way
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
 	}
@@ -45,8 +68,8 @@ func runCaptured(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// built is the musepi binary the tests share: built once, on first use,
-// into a directory TestMain removes.
+// built is the musepi binary the tests share: built once, as TestMain
+// starts or on first use, into a directory TestMain removes.
 var built struct {
 	once sync.Once
 	dir  string
@@ -54,26 +77,30 @@ var built struct {
 	err  error
 }
 
-// buildCommand returns the musepi binary, building it on the first call.
+// build builds the musepi binary into built, within 3 minutes or until ctx
+// ends.
+func build(ctx context.Context) {
+	built.dir, built.err = os.MkdirTemp("", "musepi-cmd-test")
+	if built.err != nil {
+		return
+	}
+	// go test puts $GOROOT/bin first on the PATH of the tests it runs.
+	var goBin string
+	if goBin, built.err = exec.LookPath("go"); built.err != nil {
+		return
+	}
+	built.bin = filepath.Join(built.dir, "musepi")
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+		built.err = fmt.Errorf("go build: %v\n%s", err, out)
+	}
+}
+
+// buildCommand returns the musepi binary, built once.
 func buildCommand(t *testing.T) string {
 	t.Helper()
-	built.once.Do(func() {
-		built.dir, built.err = os.MkdirTemp("", "musepi-cmd-test")
-		if built.err != nil {
-			return
-		}
-		// go test puts $GOROOT/bin first on the PATH of the tests it runs.
-		var goBin string
-		if goBin, built.err = exec.LookPath("go"); built.err != nil {
-			return
-		}
-		built.bin = filepath.Join(built.dir, "musepi")
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, goBin, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
+	built.once.Do(func() { build(context.Background()) })
 	if errors.Is(built.err, exec.ErrNotFound) {
 		t.Skip("no go tool to build the command")
 	}

@@ -115,6 +115,8 @@ func TestClusterTLS(t *testing.T) {
 	rogue := other.Issue(t, testcert.Cert{Name: "rogue"})
 	foreignCluster := env.Member("foreign")
 	foreignCluster.TLS = &rogue
+	// They give up after 2×1 s + 5 s, not the default 25 s.
+	etcdOnly.HandoverTimeout, foreignCluster.HandoverTimeout = time.Second, time.Second
 	mallory := env.Launch("mallory", nodetest.Member{TLS: &rogue, EtcdTLS: &rogue})
 	var wg sync.WaitGroup
 	for _, c := range []struct {

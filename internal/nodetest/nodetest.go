@@ -124,6 +124,9 @@ type Member struct {
 	// Host is [cluster] host ("": the default, 127.0.0.1); an unspecified
 	// address ("0.0.0.0") comes with advertise_address 127.0.0.1:PORT.
 	Host string
+	// HandoverTimeout is [cluster] handover_timeout_ms (0: the default).
+	// A client gives up opening a session after twice that and 5 s more.
+	HandoverTimeout time.Duration
 }
 
 // Member is node name's member: with Options.TLS, a certificate of its
@@ -149,6 +152,9 @@ func (e *Env) Config(name string, port int, m Member) string {
 		if ip := net.ParseIP(m.Host); ip != nil && ip.IsUnspecified() {
 			fmt.Fprintf(&host, "advertise_address = \"127.0.0.1:%d\"\n", port)
 		}
+	}
+	if m.HandoverTimeout > 0 {
+		fmt.Fprintf(&host, "handover_timeout_ms = %d\n", m.HandoverTimeout.Milliseconds())
 	}
 	for _, t := range []struct {
 		header string
