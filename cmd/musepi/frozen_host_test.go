@@ -25,8 +25,11 @@ func TestClientOfFrozenHost(t *testing.T) {
 	}
 	c := env.StartClient(nodes["node1"], "--session-id", "frozen")
 	promptOK(t, c, "1", "hello")
-	// Both nodes freeze, so the session's host does wherever a topology
-	// change (the client's own join) may have moved it.
+	// The client's own join can move the session: let that settle, and
+	// have the handle reach the activation where it is now.
+	time.Sleep(time.Second)
+	c.Call("s", `{"id":"s","type":"get_state"}`, 20*time.Second)
+	// Both nodes freeze, so the session's host does wherever it is.
 	for _, n := range nodes {
 		if err := n.Pause(); err != nil {
 			t.Fatal(err)
