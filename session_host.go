@@ -278,7 +278,7 @@ type heldLog struct {
 }
 
 // errDropped is why a session of a node the cluster dropped does not act.
-var errDropped = errors.New("this node was dropped from the cluster: its sessions are another node's to serve")
+var errDropped = fmt.Errorf("this node was dropped from the cluster: its sessions are another node's to serve (%w)", history.ErrTaken)
 
 // lost reports whether the session is certainly no longer this
 // activation's: the node was dropped, or the history found a newer epoch.

@@ -31,6 +31,10 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		return
 	}
 	if err := s.hold(); err != nil {
+		if errors.Is(err, history.ErrTaken) {
+			s.takenOver(ctx)
+			return
+		}
 		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
 			Message: provider.Failure(0, "the turn was not started: "+err.Error(), nil), Err: err.Error()})
 		return
@@ -172,6 +176,10 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 // runTools runs the tool calls of turn in order in one goroutine.
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
 	if err := s.hold(); err != nil {
+		if errors.Is(err, history.ErrTaken) {
+			s.takenOver(ctx)
+			return
+		}
 		s.pending = append(s.pending, session.Input{Kind: session.InToolsDone, Turn: turn, Err: err.Error()})
 		return
 	}
@@ -197,6 +205,22 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
 	}))
+}
+
+// takenOver ends an activation whose session another one has taken
+// (hold found history.ErrTaken: this node was paused or cut off past its
+// lease). It acts no more: a waiting prompt is answered "handed over", so
+// that its handle attaches to the activation that has the session now
+// and that goes on with the chain, and the actor stops.
+func (s *SessionActor) takenOver(ctx actor.Context) {
+	if s.waiter != nil {
+		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+		s.waiter = nil
+	}
+	if s.wakeAtScheduler {
+		ctx.Send(s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
+	}
+	ctx.Stop(ctx.Self())
 }
 
 // holdTimeout bounds the check of hold.

@@ -57,6 +57,11 @@ var (
 	ErrLocked = errors.New("session is open in another process")
 	// ErrInvalid is returned for content that is not a valid history.
 	ErrInvalid = errors.New("invalid history")
+	// ErrTaken is wrapped by a Holder's errors that say the session is
+	// certainly another activation's now (another node took it over, or
+	// this node was dropped from its cluster), rather than that the Log
+	// cannot tell.
+	ErrTaken = errors.New("the session is another activation's")
 )
 
 // Error is a failed history operation. Callers test it with errors.As (to

@@ -18,7 +18,7 @@ import (
 // ErrFenced is returned (in a *history.Error) by a write of a Log whose
 // session another activation has taken since: the write changed nothing.
 // The Log stays fenced; close it and let the session's new owner serve it.
-var ErrFenced = errors.New("session taken over by a newer activation")
+var ErrFenced = fmt.Errorf("session taken over by a newer activation (%w)", history.ErrTaken)
 
 // Open opens session's history as the history.Store contract says, taking
 // a new activation epoch for it. It fails with history.ErrLocked while a

@@ -142,7 +142,7 @@ const startUnwind = 5 * time.Second
 // errInterrupted is the start's error when SIGINT or SIGTERM came first.
 var errInterrupted = errors.New("interrupted before the start completed")
 
-// joinNode is joinConfig answering SIGINT and SIGTERM (the end of ctx) at
+// joinNode is config.Join answering SIGINT and SIGTERM (the end of ctx) at
 // every moment of the start. Parts of the start take no context
 // (protoactor's member start, the membership's registration), so the join
 // runs on a goroutine of its own. Once ctx ends, stopSignals makes a second
@@ -156,7 +156,7 @@ func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, viewU
 	}
 	done := make(chan joined, 1)
 	go func() {
-		rt, err := joinConfig(ctx, cfg, false, viewURL, log, extra)
+		rt, err := cfg.Join(ctx, false, viewURL, log, extra...)
 		done <- joined{rt, err}
 	}()
 	select {

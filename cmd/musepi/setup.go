@@ -176,7 +176,7 @@ func (f *setupFlags) openCluster(extra []musepi.Option) (*setup, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
 	defer cancel()
-	rt, err := joinConfig(ctx, cfg, true, "", f.log, extra)
+	rt, err := cfg.Join(ctx, true, "", f.log, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +64,14 @@ type Options struct {
 	// every member's file (Member) naming a certificate of its own in
 	// [cluster.tls] and [cluster.etcd.tls].
 	TLS bool
+	// OnRequest, if set, sees every request to the fake LLM server, with
+	// its body, before the server answers it (from the server's handler
+	// goroutines, so it must be safe for concurrent use).
+	OnRequest func(r *http.Request, body []byte)
+	// KeysPerNode gives each node process API key values of its own,
+	// KeyA+"@"+name and KeyB+"@"+name, so that OnRequest can tell which
+	// node called.
+	KeysPerNode bool
 }
 
 // Env is a running cluster environment.
@@ -101,11 +111,26 @@ func Start(t testing.TB, bin string, opts Options) *Env {
 	e.PG = pgtest.Start(t)
 	e.DB = e.PG.NewDatabase(t)
 	e.LLM = fakellm.New(opts.Scenario)
-	base, err := e.LLM.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("nodetest: fake LLM: %v", err)
+	if opts.OnRequest != nil {
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			opts.OnRequest(r, body)
+			e.LLM.ServeHTTP(w, r)
+		}))
+		t.Cleanup(front.Close)
+		e.LLMBase = front.URL
+	} else {
+		base, err := e.LLM.Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("nodetest: fake LLM: %v", err)
+		}
+		e.LLMBase = base
 	}
-	e.LLMBase = base
 	t.Cleanup(func() {
 		if err := e.LLM.Close(); err != nil {
 			t.Errorf("nodetest: fake LLM close: %v", err)
@@ -220,10 +245,15 @@ func (e *Env) StartNode(name string, args ...string) *Node {
 // StartNodeAs is StartNode with m's file.
 func (e *Env) StartNodeAs(name string, m Member, args ...string) *Node {
 	e.t.Helper()
-	n := e.Launch(name, m, args...)
+	return e.listening(e.Launch(name, m, args...))
+}
+
+// listening waits until node n prints where it listens, and returns it.
+func (e *Env) listening(n *Node) *Node {
+	e.t.Helper()
 	line, err := n.WaitLine("listening on ", StartTimeout)
 	if err != nil {
-		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", name, err, n.out)
+		e.t.Fatalf("nodetest: node %s did not start: %v\n%s", n.Name, err, n.out)
 	}
 	// "musepi node: NODE listening on ADDR (cluster ...)"
 	n.Addr = strings.Fields(strings.SplitN(line, "listening on ", 2)[1])[0]
@@ -249,12 +279,23 @@ func (e *Env) LaunchConfig(name, config string, args ...string) *Node {
 	return e.launch(&Node{Name: name, Config: path}, args...)
 }
 
+// Restart starts node n again, once its process has exited (Kill, Term):
+// a new process with its name, port and file. It waits until the node
+// listens, as StartNode does.
+func (e *Env) Restart(n *Node, args ...string) *Node {
+	e.t.Helper()
+	return e.listening(e.launch(&Node{Name: n.Name, Port: n.Port, Config: n.Config}, args...))
+}
+
 // launch starts node n's process with its file and args.
 func (e *Env) launch(n *Node, args ...string) *Node {
 	e.t.Helper()
 	n.out, n.exited = &Lines{}, make(chan struct{})
 	n.cmd = exec.Command(e.bin, append([]string{"node", "--config", n.Config}, args...)...)
 	n.cmd.Env = Environ()
+	if e.opts.KeysPerNode {
+		n.cmd.Env = append(n.cmd.Env, KeyAEnv+"="+KeyA+"@"+n.Name, KeyBEnv+"="+KeyB+"@"+n.Name)
+	}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 	if err := n.cmd.Start(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"context"
@@ -11,10 +11,9 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster/pgstore"
-	"github.com/musepi/musepi/config"
 )
 
-// joinConfig joins the cluster of cfg's [cluster] table with the runtime
+// Join joins the cluster of c's [cluster] table with the runtime
 // the rest of the file describes (its providers, credentials, fallback
 // chains and budget configure the shared actors), connecting to the
 // cluster's database first. A client (musepi rpc --cluster) is a member
@@ -23,10 +22,10 @@ import (
 // node, and its database node name is the file's with "-rpc" appended.
 // viewURL is where the node serves the members it sees ("": nowhere),
 // published in etcd for `musepi cluster status`.
-func joinConfig(ctx context.Context, cfg *config.Config, client bool, viewURL string, log zerolog.Logger, opts []musepi.Option) (*musepi.Runtime, error) {
-	cc := cfg.Cluster
+func (c *Config) Join(ctx context.Context, client bool, viewURL string, log zerolog.Logger, opts ...musepi.Option) (*musepi.Runtime, error) {
+	cc := c.Cluster
 	if cc == nil {
-		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", cfg.File)
+		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", c.File)
 	}
 	name, port := cc.NodeName, cc.Port
 	if client {
@@ -39,11 +38,11 @@ func joinConfig(ctx context.Context, cfg *config.Config, client bool, viewURL st
 	if name != "" {
 		sopts = append(sopts, pgstore.WithNode(name))
 	}
-	rtOpts, err := cfg.RuntimeOptions(append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, opts...)...)
+	rtOpts, err := c.RuntimeOptions(append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	join, err := cfg.ClusterConfig()
+	join, err := c.ClusterConfig()
 	if err != nil {
 		return nil, err
 	}
