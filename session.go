@@ -331,6 +331,13 @@ func (s *Session) HandOver(ctx context.Context) error {
 	if e := res.(*messages.Ack).GetError(); e != "" {
 		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
 	}
+	return s.stopActor(ctx)
+}
+
+// stopActor closes the session here and stops its actor, which ends its
+// chain unless it is leaving (handed over, or its history taken by
+// another activation); it waits until the actor has stopped.
+func (s *Session) stopActor(ctx context.Context) error {
 	s.start.Lock()
 	s.closed = true
 	pid := s.pid.Load()

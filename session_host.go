@@ -280,14 +280,14 @@ type heldLog struct {
 // errDropped is why a session of a node the cluster dropped does not act.
 var errDropped = fmt.Errorf("this node was dropped from the cluster: its sessions are another node's to serve (%w)", history.ErrTaken)
 
-// lost reports whether the session is certainly no longer this
+// Taken reports whether the session is certainly no longer this
 // activation's: the node was dropped, or the history found a newer epoch.
-func (l heldLog) lost() bool {
+func (l heldLog) Taken() bool {
 	select {
 	case <-l.member.Dropped():
 		return true
 	default:
-		return l.Fenced()
+		return l.Log.Taken()
 	}
 }
 
@@ -304,10 +304,10 @@ func (l heldLog) Hold(ctx context.Context) error {
 }
 
 // relay sends ev to a handle's relay, unless this activation has lost the
-// session (heldLog.lost): the handle follows the session's new activation
+// session (heldLog.Taken): the handle follows the session's new activation
 // by now, and a stale one's events would reach it among the new one's.
 func (h *sessionHost) relay(pid *actor.PID, ev *messages.SessionEvent) {
-	if h.log.lost() {
+	if h.log.Taken() {
 		return
 	}
 	h.node.rt.system.Root.Send(pid, ev)
@@ -368,6 +368,17 @@ func (h *sessionHost) handover() {
 	if s := h.s; s != nil {
 		h.s = nil
 		hctx, cancel := h.node.handoverContext()
+		if h.log.Taken() {
+			// Another activation has the session: nothing to hand over.
+			// Its actor stops without ending the chain (and may have
+			// stopped already, when it found this out first).
+			err := s.stopActor(hctx)
+			cancel()
+			if err != nil {
+				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("stop a session another node has taken")
+			}
+			return
+		}
 		err := s.HandOver(hctx)
 		if err == nil {
 			// The events of the turn that ended before the hand-over

@@ -427,7 +427,7 @@ func (p *pendingPrompt) attach() {
 	p.mu.Lock()
 	p.tries++
 	p.lost, p.attaching = false, true
-	gen := p.gen
+	gen, gaveUp := p.gen, p.reply
 	p.mu.Unlock()
 	reply := newReplyAddress(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
@@ -435,7 +435,8 @@ func (p *pendingPrompt) attach() {
 		p.to, p.reply = pid, reply
 		p.mu.Unlock()
 		p.r.pending[p] = struct{}{} // r.mu is held
-		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen}, reply)
+		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
+			ReplacesAddress: gaveUp.GetAddress(), ReplacesId: gaveUp.GetId()}, reply)
 	})
 	if err != nil {
 		p.r.node.rt.system.Root.Stop(reply)

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,15 +32,16 @@ const HandedOverError = "the session was handed over with this prompt running; i
 // in backoff is stored), Attach (waiterAttached: the waiter came with
 // AttachPrompt, and a later one replaces it; orphan: the result of the
 // last prompt, when it settled with nobody waiting) and HandOver
-// (handOverTo asked for one, done once the session is at rest;
-// handingOver: the actor stops for it, with no InStop).
+// (handOverTo asked for one, done once the session is at rest) or a take
+// over (leaving: the actor stops for either, with no InStop: the chain
+// goes on at the session's next activation).
 type durable struct {
 	records        history.RecordLog
 	batch          []*messages.Entry
 	armed          bool
 	recordKept     bool
 	waiterAttached bool
-	handingOver    bool
+	leaving        bool
 	orphan         *messages.PromptResult
 	handOverTo     *actor.PID
 }
@@ -212,8 +214,11 @@ func (s *SessionActor) batchModelChange(d *durable, entry *messages.Entry) {
 // attach answers an AttachPrompt: the caller becomes the waiter of the
 // running prompt of the generation asked (0: the current one), replacing
 // an earlier attached caller (who is told so) but never the prompt's own
-// caller; a prompt that already settled with nobody attached is answered
-// at once.
+// caller, unless the attach names the own caller's address as the one it
+// replaces: that is the prompt's handle, which gave its reply address up
+// (its node left the cluster and came back on the same address, so the
+// activation it attaches to is the one its prompt reached). A prompt that
+// already settled with nobody attached is answered at once.
 func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 	d := s.durable()
 	gen := m.GetGeneration()
@@ -221,7 +226,8 @@ func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 		gen = s.core.Generation()
 	}
 	switch {
-	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached:
+	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached &&
+		(s.waiter.GetAddress() != m.GetReplacesAddress() || s.waiter.GetId() != m.GetReplacesId()):
 		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindBusy,
 			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
 	case s.core.Busy() && gen == s.core.Generation():
@@ -247,6 +253,11 @@ func (s *SessionActor) handOver(ctx actor.Context) {
 		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
 	case d.handOverTo != nil:
 		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
+	case errors.Is(s.hold(), history.ErrTaken):
+		// Another activation has the session (this node was dropped, or
+		// paused past its lease): there is nothing to hand over.
+		s.leave(ctx)
+		ctx.Respond(&messages.Ack{})
 	default:
 		d.handOverTo = ctx.Sender()
 		s.handOverIfAtRest(ctx, d)
@@ -280,15 +291,25 @@ func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
 			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
 			return
 		}
-		if s.waiter != nil {
-			ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
-			s.waiter = nil
-		}
+	}
+	s.leave(ctx)
+	ctx.Send(to, &messages.Ack{})
+}
+
+// leave stops the actor without ending the session's chain, which goes on
+// at its next activation: the session was handed over (its record
+// written) or another activation took it (hold found history.ErrTaken:
+// this node was paused or cut off past its lease, and acts no more). A
+// waiting prompt is answered "handed over", so that its handle attaches
+// to the next activation.
+func (s *SessionActor) leave(ctx actor.Context) {
+	if s.waiter != nil {
+		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+		s.waiter = nil
 	}
 	if s.wakeAtScheduler {
 		ctx.Send(s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
 	}
-	d.handingOver = true
-	ctx.Send(to, &messages.Ack{})
+	s.durable().leaving = true
 	ctx.Stop(ctx.Self())
 }

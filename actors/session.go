@@ -311,7 +311,11 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 			ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
 			d.handOverTo = nil
 		}
-		if !s.passivating && (d == nil || !d.handingOver) {
+		switch {
+		case s.passivating || d != nil && d.leaving:
+		case s.taken(): // stopped by its host, which found the session another activation's
+			s.leave(ctx)
+		default:
 			s.step(ctx, session.Input{Kind: session.InStop})
 		}
 		s.stopRetry(ctx)

@@ -32,7 +32,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 	}
 	if err := s.hold(); err != nil {
 		if errors.Is(err, history.ErrTaken) {
-			s.takenOver(ctx)
+			s.leave(ctx)
 			return
 		}
 		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
@@ -177,7 +177,7 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
 	if err := s.hold(); err != nil {
 		if errors.Is(err, history.ErrTaken) {
-			s.takenOver(ctx)
+			s.leave(ctx)
 			return
 		}
 		s.pending = append(s.pending, session.Input{Kind: session.InToolsDone, Turn: turn, Err: err.Error()})
@@ -207,20 +207,11 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 	}))
 }
 
-// takenOver ends an activation whose session another one has taken
-// (hold found history.ErrTaken: this node was paused or cut off past its
-// lease). It acts no more: a waiting prompt is answered "handed over", so
-// that its handle attaches to the activation that has the session now
-// and that goes on with the chain, and the actor stops.
-func (s *SessionActor) takenOver(ctx actor.Context) {
-	if s.waiter != nil {
-		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
-		s.waiter = nil
-	}
-	if s.wakeAtScheduler {
-		ctx.Send(s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
-	}
-	ctx.Stop(ctx.Self())
+// taken reports whether the session's history already knows that
+// another activation has the session (history.Holder's Taken).
+func (s *SessionActor) taken() bool {
+	h, ok := s.cfg.History.(history.Holder)
+	return ok && h.Taken()
 }
 
 // holdTimeout bounds the check of hold.
@@ -238,7 +229,11 @@ func (s *SessionActor) hold() error {
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
 	defer cancel()
 	if err := h.Hold(ctx); err != nil {
-		s.deps.Log.Warn().Err(err).Str("session", s.cfg.ID).Msg("not acting for the session: this node may no longer hold it")
+		ev := s.deps.Log.Warn()
+		if errors.Is(err, history.ErrTaken) { // certain, and said once for the node
+			ev = s.deps.Log.Debug()
+		}
+		ev.Err(err).Str("session", s.cfg.ID).Msg("not acting for the session: this node may no longer hold it")
 		return err
 	}
 	return nil

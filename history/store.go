@@ -45,6 +45,10 @@ type Log interface {
 // session, or cannot tell that it does, and the session must not act.
 type Holder interface {
 	Hold(ctx context.Context) error
+	// Taken reports, without asking anyone, whether the Log already
+	// knows that the session is another activation's (what Hold says with
+	// ErrTaken).
+	Taken() bool
 }
 
 // Errors an *Error wraps; test with errors.Is.

@@ -82,12 +82,17 @@ func (x *PromptRequest) GetAck() bool {
 // record after its node died. The session answers with the PromptResult
 // once the prompt settles, or at once when generation (0: the current
 // one) already settled with nobody attached, or with an error kind when
-// there is no such prompt or a caller is attached already.
+// there is no such prompt or its own caller waits for it. A handle that
+// sent the prompt and gave its reply address up (it took the prompt for
+// lost: its node left the cluster) names that address in replaces: the
+// session then takes the new one in its place.
 type AttachPrompt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Generation      uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	ReplacesAddress string                 `protobuf:"bytes,2,opt,name=replaces_address,json=replacesAddress,proto3" json:"replaces_address,omitempty"`
+	ReplacesId      string                 `protobuf:"bytes,3,opt,name=replaces_id,json=replacesId,proto3" json:"replaces_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AttachPrompt) Reset() {
@@ -125,6 +130,20 @@ func (x *AttachPrompt) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *AttachPrompt) GetReplacesAddress() string {
+	if x != nil {
+		return x.ReplacesAddress
+	}
+	return ""
+}
+
+func (x *AttachPrompt) GetReplacesId() string {
+	if x != nil {
+		return x.ReplacesId
+	}
+	return ""
 }
 
 // ResumeChain tells a session resumed from its record in backoff to arm its
@@ -2421,11 +2440,14 @@ const file_actors_proto_rawDesc = "" +
 	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
-	"\x03ack\x18\x02 \x01(\bR\x03ack\".\n" +
+	"\x03ack\x18\x02 \x01(\bR\x03ack\"z\n" +
 	"\fAttachPrompt\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"\r\n" +
+	"generation\x12)\n" +
+	"\x10replaces_address\x18\x02 \x01(\tR\x0freplacesAddress\x12\x1f\n" +
+	"\vreplaces_id\x18\x03 \x01(\tR\n" +
+	"replacesId\"\r\n" +
 	"\vResumeChain\"\n" +
 	"\n" +
 	"\bHandOver\"0\n" +

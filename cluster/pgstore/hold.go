@@ -61,9 +61,9 @@ func (l *Log) verify(ctx context.Context) error {
 	return nil
 }
 
-// Fenced reports whether a write or a Hold of this Log has found that
-// another activation took the session.
-func (l *Log) Fenced() bool {
+// Taken reports whether a write or a Hold of this Log has found that
+// another activation took the session (history.Holder).
+func (l *Log) Taken() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fenced != nil

@@ -1,0 +1,63 @@
+package musepi
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+)
+
+// An attach to a running prompt whose own caller waits is refused, unless
+// it names the own caller's reply address as the one it replaces: that is
+// the prompt's handle, which gave the address up (its node left the
+// cluster and came back on the same address). The attach then gets the
+// result, and the address given up is told that another caller attached.
+func TestAttachReplacesTheOwnCallerOnlyWhenNamed(t *testing.T) {
+	p := provider.NewScripted()
+	rt, err := NewRuntime(WithProvider("p", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := rt.NewSession(ctx, WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetScript(s.ID(), provider.Outcome{Block: true})
+	request := func(msg interface{}, timeout time.Duration) *actor.Future {
+		f := actor.NewFuture(rt.system, timeout)
+		if err := s.deliver(func(pid *actor.PID) { rt.system.Root.RequestWithCustomSender(pid, msg, f.PID()) }); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	own := request(&messages.PromptRequest{Text: "hi"}, 3*time.Second)
+	for !s.Busy() {
+		time.Sleep(time.Millisecond)
+	}
+
+	res, err := request(&messages.AttachPrompt{}, 5*time.Second).Result()
+	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != actors.KindBusy {
+		t.Fatalf("attach naming nobody = %v, %v; want the %s refusal", res, err, actors.KindBusy)
+	}
+	replacing := request(&messages.AttachPrompt{ReplacesAddress: own.PID().GetAddress(), ReplacesId: own.PID().GetId()}, 5*time.Second)
+	s.Abort()
+	res, err = replacing.Result()
+	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != actors.KindAborted {
+		t.Fatalf("attach replacing the own caller = %v, %v; want the aborted prompt's result", res, err)
+	}
+	if res, err := own.Result(); err != nil || res.(*messages.PromptResult).GetErrorKind() != actors.KindBusy {
+		t.Errorf("the address given up got %v, %v; want told another caller attached", res, err)
+	}
+}
