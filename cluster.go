@@ -141,6 +141,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 		}
 	})
 	close(node.ready)
+	node.auditPrompts()
 	if err := rt.startTelemetry(); err != nil {
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
@@ -186,6 +187,34 @@ type clusterNode struct {
 	handles map[string]*Session
 	hosts   map[string]*actor.PID // the session kind's activations here, by session id
 	leaving context.Context       // Shutdown's, while the node leaves
+	audit   *time.Timer           // the next auditPrompts
+	stopped bool
+}
+
+// auditEvery is how often a node checks its handles' waiting prompts
+// against the member list (see remoteSession.audit).
+const auditEvery = time.Second
+
+// auditPrompts carries on the prompts whose activation's member left
+// (remoteSession.audit), then runs again in auditEvery until shutdown.
+func (n *clusterNode) auditPrompts() {
+	now, grace := time.Now(), n.leftGrace()
+	for _, s := range n.sessions() {
+		s.remote.audit(now, grace, n.member.Listed)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.stopped {
+		n.audit = time.AfterFunc(auditEvery, n.auditPrompts)
+	}
+}
+
+// leftGrace is how long a handle waits for the answers of an activation
+// whose member left: a node that leaves gracefully hands its sessions
+// over within the handover timeout, and its answers take a request
+// timeout more.
+func (n *clusterNode) leftGrace() time.Duration {
+	return n.cc.HandoverTimeout + n.member.RequestTimeout()
 }
 
 // handle returns the runtime's handle of session cfg.id, opening the
@@ -309,7 +338,10 @@ func (n *clusterNode) shutdown(ctx context.Context) error {
 		n.letGo(s)
 	}
 	n.mu.Lock()
-	n.leaving = ctx
+	n.leaving, n.stopped = ctx, true
+	if n.audit != nil {
+		n.audit.Stop()
+	}
 	n.mu.Unlock()
 	if err := n.member.Leave(); err != nil {
 		return fmt.Errorf("musepi: leave the cluster: %w", err)

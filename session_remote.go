@@ -167,11 +167,10 @@ func (r *remoteSession) stale(pid *actor.PID) {
 
 // hostLeft: the member at addr left the cluster. If it hosted the
 // session, the next message finds the session's new activation. The
-// prompts waiting on it get until the handover timeout (and a request
-// timeout more) for their reply or a SessionMoved: a node that leaves
-// gracefully hands the session over and answers them; one that died
-// never will, and they attach to the new activation (or end with
-// ErrHostLeft when the session had not acknowledged them).
+// requests waiting on it get until the handover timeout (and a request
+// timeout more) for their reply: a node that leaves gracefully answers
+// them; one that died never will, and they go again to the new
+// activation. (Prompts wait the same, see audit.)
 func (r *remoteSession) hostLeft(addr string) {
 	r.mu.Lock()
 	pid := r.pid
@@ -180,10 +179,7 @@ func (r *remoteSession) hostLeft(addr string) {
 		return
 	}
 	r.stale(pid)
-	time.AfterFunc(r.node.cc.HandoverTimeout+r.node.member.RequestTimeout(), func() {
-		r.redirectAsks(pid)
-		r.orphaned(pid)
-	})
+	time.AfterFunc(r.node.leftGrace(), func() { r.redirectAsks(pid) })
 }
 
 // asked records that the request of future went to the activation to;
@@ -240,18 +236,30 @@ func (r *remoteSession) moved(from *actor.PID) {
 	}
 }
 
-// orphaned carries on the prompts sent to the activation from, gone with
-// its node, that it left unanswered: each attaches to the session's new
-// activation, which resumed its retry chain from its record (see
-// pendingPrompt.attach).
-func (r *remoteSession) orphaned(from *actor.PID) {
+// audit carries on the prompts whose activation's member has left: none
+// of the member ids at its address when the prompt went there (its
+// incarnations) is listed for grace, in which a node that leaves
+// gracefully answers its prompts and one that died never will (its
+// answer, or the request itself, may be lost with the connection). Each
+// attaches to the session's new activation, which resumed its retry
+// chain from its record (see pendingPrompt.attach), or ends with
+// ErrHostLeft when the session had not acknowledged it. listed is
+// cluster.Member.Listed.
+func (r *remoteSession) audit(now time.Time, grace time.Duration, listed func(ids []string) bool) {
 	r.mu.Lock()
 	var lost []*pendingPrompt
 	for p := range r.pending {
-		if p.to.Equal(from) {
+		p.mu.Lock()
+		switch {
+		case listed(p.incarnations):
+			p.goneSince = time.Time{}
+		case p.goneSince.IsZero():
+			p.goneSince = now
+		case now.Sub(p.goneSince) >= grace:
 			lost = append(lost, p)
 			delete(r.pending, p)
 		}
+		p.mu.Unlock()
 	}
 	r.mu.Unlock()
 	for _, p := range lost {
@@ -328,14 +336,16 @@ type pendingPrompt struct {
 	req    *messages.PromptRequest
 	caller replier // takes the result, and the PromptAccepted
 
-	mu        sync.Mutex
-	to        *actor.PID // the activation it went to
-	reply     *actor.PID
-	gen       uint64 // from PromptAccepted (0: not yet accepted)
-	tries     int
-	lost      bool // its activation is gone, the reply with it
-	attaching bool // waiting on an AttachPrompt to the new activation
-	once      sync.Once
+	mu           sync.Mutex
+	to           *actor.PID // the activation it went to
+	incarnations []string   // the ids of the members at to's address then
+	goneSince    time.Time  // when audit first found none of them listed
+	reply        *actor.PID
+	gen          uint64 // from PromptAccepted (0: not yet accepted)
+	tries        int
+	lost         bool // its activation is gone, the reply with it
+	attaching    bool // waiting on an AttachPrompt to the new activation
+	once         sync.Once
 }
 
 // prompt sends req to the session's activation; caller gets the reply
@@ -354,16 +364,23 @@ func (p *pendingPrompt) send() error {
 	p.mu.Unlock()
 	reply := newReplyAddress(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
-		p.mu.Lock()
-		p.to, p.reply = pid, reply
-		p.mu.Unlock()
-		p.r.pending[p] = struct{}{} // r.mu is held
+		p.sentTo(pid, reply)
 		p.r.node.rt.system.Root.RequestWithCustomSender(pid, p.req, reply)
 	})
 	if err != nil {
 		p.r.node.rt.system.Root.Stop(reply)
 	}
 	return err
+}
+
+// sentTo records that the prompt (or its attach) goes to the activation
+// pid, answered at reply; r.mu is held (in deliver).
+func (p *pendingPrompt) sentTo(pid, reply *actor.PID) {
+	p.mu.Lock()
+	p.to, p.reply = pid, reply
+	p.incarnations, p.goneSince = p.r.node.member.Incarnations(pid.GetAddress()), time.Time{}
+	p.mu.Unlock()
+	p.r.pending[p] = struct{}{}
 }
 
 func (p *pendingPrompt) acceptedAt(gen uint64) {
@@ -431,10 +448,7 @@ func (p *pendingPrompt) attach() {
 	p.mu.Unlock()
 	reply := newReplyAddress(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
-		p.mu.Lock()
-		p.to, p.reply = pid, reply
-		p.mu.Unlock()
-		p.r.pending[p] = struct{}{} // r.mu is held
+		p.sentTo(pid, reply)
 		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
 			ReplacesAddress: gaveUp.GetAddress(), ReplacesId: gaveUp.GetId()}, reply)
 	})

@@ -53,6 +53,7 @@ type Member struct {
 	// MemberList.Members is not safe to read while the topology changes.
 	mu      sync.Mutex
 	members []string
+	ids     map[string][]string // the members' ids by address
 }
 
 // Start starts a node and joins the cluster: it returns once the node is a
@@ -89,11 +90,13 @@ func Start(cfg Config) (m *Member, err error) {
 	m.system.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*protocluster.ClusterTopology); ok {
 			addrs := make([]string, 0, len(t.GetMembers()))
+			ids := make(map[string][]string, len(t.GetMembers()))
 			for _, mem := range t.GetMembers() {
 				addrs = append(addrs, mem.Address())
+				ids[mem.Address()] = append(ids[mem.Address()], mem.GetId())
 			}
 			m.mu.Lock()
-			m.members = addrs
+			m.members, m.ids = addrs, ids
 			m.mu.Unlock()
 			m.logTopology(t)
 		}
@@ -275,6 +278,30 @@ func (m *Member) Members() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.members)
+}
+
+// Incarnations are the ids of the members at addr (host:port), as of the
+// last topology change this node saw: more than one while a member that
+// came back on its address is still listed beside its old self.
+func (m *Member) Incarnations(addr string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ids[addr])
+}
+
+// Listed reports whether any of ids is a member's id, as of the last
+// topology change this node saw.
+func (m *Member) Listed(ids []string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, same := range m.ids {
+		for _, id := range same {
+			if slices.Contains(ids, id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Address is the node's remote address (host:port).

@@ -72,6 +72,9 @@ type Options struct {
 	// KeyA+"@"+name and KeyB+"@"+name, so that OnRequest can tell which
 	// node called.
 	KeysPerNode bool
+	// MaxRetries is every member's [retry] max_retries (0: the default),
+	// for prompts that ride out a long outage.
+	MaxRetries int
 }
 
 // Env is a running cluster environment.
@@ -168,7 +171,7 @@ func (e *Env) Member(name string) Member {
 // Config is the configuration file of node name on cluster port port, as
 // m says: provider "fake" (the fake LLM server, models m1 and m2,
 // credentials "key A" and "key B"), default model fake/m1, fast retries
-// (base_delay_ms 100), and a [cluster] table with etcd membership and the
+// (base_delay_ms 100; max_retries as the Options say), and a [cluster] table with etcd membership and the
 // cluster's database.
 func (e *Env) Config(name string, port int, m Member) string {
 	var host, tables strings.Builder
@@ -180,6 +183,10 @@ func (e *Env) Config(name string, port int, m Member) string {
 	}
 	if m.HandoverTimeout > 0 {
 		fmt.Fprintf(&host, "handover_timeout_ms = %d\n", m.HandoverTimeout.Milliseconds())
+	}
+	var retries string
+	if e.opts.MaxRetries > 0 {
+		retries = fmt.Sprintf("max_retries = %d\n", e.opts.MaxRetries)
 	}
 	for _, t := range []struct {
 		header string
@@ -205,7 +212,7 @@ models = ["m1", "m2"]
 [retry]
 base_delay_ms = 100
 max_delay_ms = 60000
-
+%s
 [cluster]
 name = "nodetest"
 port = %d
@@ -215,7 +222,7 @@ database_url = %q
 %s%s
   [cluster.etcd]
   endpoints = [%q]
-%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, retries, port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
 }
 
 // Environ is the environment a node or client process runs with: this
