@@ -1,7 +1,7 @@
 // Command testsum reads `go test -json` on stdin and prints what a person
 // wants of the README's test command:
 //
-//	go vet ./... && go test -race -count=1 -p 4 -json ./... | go run ./internal/testsum
+//	go test -race -count=1 -p 4 -json ./... | go run ./internal/testsum
 //
 // one line per package as go test prints it (ok, FAIL, or no test files),
 // the whole output of every failed test, package and build, and at the end
