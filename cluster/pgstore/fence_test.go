@@ -168,3 +168,51 @@ func TestTakeoverDuringAppends(t *testing.T) {
 		t.Errorf("history has %d entries, want %d", len(all), landed+1)
 	}
 }
+
+// A node whose lease ran out (its process paused past it) does not take
+// its old epoch for still valid: its next Hold begins a new lease and
+// re-claims the session with a new epoch, only if nobody claimed it
+// meanwhile; a claim by another node makes the Hold fail as taken.
+func TestHoldAfterTheLeaseLapsedReclaims(t *testing.T) {
+	for _, claimed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nobody claimed it", true: "another node claimed it"}[claimed], func(t *testing.T) {
+			ctx := context.Background()
+			url := server.NewDatabase(t)
+			a := connect(t, url, "node-a", pgstore.WithLease(time.Second))
+			b := connect(t, url, "node-b")
+			la, _, err := a.OpenContext(ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := la
+			before := l.Epoch()
+			a.StopHeartbeat() // paused: the lease runs out
+			time.Sleep(1500 * time.Millisecond)
+			if claimed {
+				lb, _, err := b.Open("s")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lb.Close()
+			}
+			err = l.Hold(ctx)
+			switch {
+			case claimed && !errors.Is(err, history.ErrTaken):
+				t.Fatalf("Hold after b claimed = %v; want taken", err)
+			case claimed:
+				checkFenced(t, la.Append(user(1, "stale")), "append")
+			case err != nil:
+				t.Fatalf("Hold = %v; want the session re-claimed", err)
+			case l.Epoch() != before+1:
+				t.Fatalf("epoch %d after the re-claim; want %d", l.Epoch(), before+1)
+			default:
+				if _, _, err := b.Open("s"); !errors.Is(err, history.ErrLocked) {
+					t.Fatalf("b's Open after the re-claim = %v; want ErrLocked", err)
+				}
+				if err := la.Append(user(1, "A")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -12,14 +12,17 @@ import (
 
 // Hold tells whether this Log still holds its session, before the session
 // acts for it (a provider call, a tool run): nil while the node's lease is
-// sure (Store.LeaseSure), without a query. Otherwise it renews the lease
-// and reads the session's epoch: ErrFenced (in a *history.Error, and
-// remembered) when another activation has taken the session, or the
-// error that kept it from telling.
+// sure (Store.LeaseSure) and has not lapsed since the Log last held the
+// session, without a query. Otherwise it renews the lease and reads the
+// session's epoch: ErrFenced (in a *history.Error, and remembered) when
+// another activation has taken the session, or the error that kept it
+// from telling. After a lapse of the lease (other nodes may have claimed
+// the session meanwhile) it re-claims the session instead: a new epoch,
+// only if the session's epoch is still this Log's.
 func (l *Log) Hold(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.fenced == nil && l.usable("hold") == nil && l.store.LeaseSure() {
+	if l.fenced == nil && l.usable("hold") == nil && l.store.LeaseSure() && l.leaseGen == l.store.leaseGen.Load() {
 		return nil
 	}
 	return l.verify(ctx)
@@ -47,6 +50,9 @@ func (l *Log) verify(ctx context.Context) error {
 	if err := l.store.renew(ctx); err != nil {
 		return fail(fmt.Errorf("renew the node's lease: %w", err))
 	}
+	if gen := l.store.leaseGen.Load(); gen != l.leaseGen {
+		return l.reclaim(ctx, gen)
+	}
 	var epoch int64
 	err := l.store.pool.QueryRow(ctx, "SELECT epoch FROM musepi_sessions WHERE session_id = $1", l.session).Scan(&epoch)
 	switch {
@@ -67,4 +73,24 @@ func (l *Log) Taken() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fenced != nil
+}
+
+// reclaim takes the session again under the node's new lease (its
+// leaseGen gen): a new epoch, if the session's epoch is still this Log's
+// (a claim by another node locks the session's row, so it either comes
+// first, and this one finds its epoch gone, or finds this node's lease
+// live and leaves the session be); l.mu is held.
+func (l *Log) reclaim(ctx context.Context, gen uint64) error {
+	var epoch int64
+	err := l.store.pool.QueryRow(ctx, `UPDATE musepi_sessions SET epoch = epoch + 1, taken_at = now()
+		WHERE session_id = $1 AND epoch = $2 AND owner = $3 RETURNING epoch`, l.session, l.epoch, l.store.node).Scan(&epoch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		l.fenced = fmt.Errorf("%w: the node's lease ran out and another activation took the session (this activation's epoch %d)", ErrFenced, l.epoch)
+		return &history.Error{Op: "hold", Path: l.session, Err: l.fenced}
+	case err != nil:
+		return &history.Error{Op: "hold", Path: l.session, Err: fmt.Errorf("re-claim the session: %w", err)}
+	}
+	l.epoch, l.leaseGen = epoch, gen
+	return nil
 }

@@ -66,6 +66,7 @@ func (s *Store) open(ctx context.Context, session string, force bool) (*Log, []*
 		epoch   int64
 		entries []*messages.Entry
 	)
+	gen := s.leaseGen.Load() // before the claim: a lapse after it makes Hold re-claim
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO musepi_sessions (session_id) VALUES ($1) ON CONFLICT DO NOTHING", session); err != nil {
 			return err
@@ -102,7 +103,7 @@ func (s *Store) open(ctx context.Context, session string, force bool) (*Log, []*
 	if n := len(entries); n > 0 {
 		last = entries[n-1].GetSeq()
 	}
-	return &Log{store: s, session: session, epoch: epoch, seq: last}, entries, nil
+	return &Log{store: s, session: session, epoch: epoch, seq: last, leaseGen: gen}, entries, nil
 }
 
 // loadEntries reads a session's history, oldest first. An entry that does
@@ -148,16 +149,21 @@ type Log struct {
 	session string
 	epoch   int64
 
-	mu     sync.Mutex // serialises writes; guards seq, closed, fenced
-	seq    uint64     // of the last entry
-	closed bool
-	fenced error // the ErrFenced error, once seen: epochs only grow
+	mu       sync.Mutex // serialises writes; guards epoch (after open), seq, closed, fenced, leaseGen
+	seq      uint64     // of the last entry
+	closed   bool
+	fenced   error  // the ErrFenced error, once seen: epochs only grow
+	leaseGen uint64 // the Store's leaseGen this Log last held its session under
 }
 
 var _ history.Log = (*Log)(nil)
 
 // Epoch is the activation epoch this Log holds.
-func (l *Log) Epoch() int64 { return l.epoch }
+func (l *Log) Epoch() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
 
 // Session is the session id.
 func (l *Log) Session() string { return l.session }

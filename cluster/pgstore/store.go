@@ -41,6 +41,10 @@ type Store struct {
 	// (monotonic: a pause of the process counts).
 	born    time.Time
 	renewed atomic.Int64
+	// renewMu serialises renewals; leaseGen counts the times a renewal
+	// found the lease lapsed and began a new one (see Log.Hold).
+	renewMu  sync.Mutex
+	leaseGen atomic.Uint64
 
 	closed    atomic.Bool
 	closing   chan struct{} // closed when Close begins
@@ -182,15 +186,29 @@ func incarnation() string {
 	return hex.EncodeToString(b[:])
 }
 
-// renew extends the node's lease.
+// renew extends the node's lease. A lease that had run out (the process
+// was paused, or cut off from the database, past it) is not extended but
+// begun anew, and leaseGen counts it: other nodes may have taken the
+// sessions over meanwhile, so each Log re-claims its session before it
+// acts again (Log.Hold). The count is made before renew returns.
 func (s *Store) renew(ctx context.Context) error {
+	s.renewMu.Lock()
+	defer s.renewMu.Unlock()
 	start := time.Since(s.born)
-	_, err := s.pool.Exec(ctx, `INSERT INTO musepi_nodes (node, lease_until) VALUES ($1, now() + $2)
-		ON CONFLICT (node) DO UPDATE SET lease_until = EXCLUDED.lease_until`, s.node, s.lease)
-	if err == nil {
-		s.renewed.Store(int64(start))
+	var live *bool // nil: no row (the first renewal, or a pruned one)
+	err := s.pool.QueryRow(ctx, `WITH old AS (SELECT lease_until > now() AS live FROM musepi_nodes WHERE node = $1)
+		INSERT INTO musepi_nodes (node, lease_until) VALUES ($1, now() + $2)
+		ON CONFLICT (node) DO UPDATE SET lease_until = EXCLUDED.lease_until
+		RETURNING (SELECT live FROM old)`, s.node, s.lease).Scan(&live)
+	if err != nil {
+		return err
 	}
-	return err
+	if first := s.renewed.Load() == 0 && s.leaseGen.Load() == 0; (live == nil || !*live) && !first {
+		s.leaseGen.Add(1)
+		s.log.Warn().Str("node", s.node).Msg("the node's lease had run out (was the process paused?): each session re-claims its epoch before it acts again")
+	}
+	s.renewed.Store(int64(start))
+	return nil
 }
 
 // LeaseSure reports whether the node's lease is certainly still running,
