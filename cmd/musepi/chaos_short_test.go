@@ -2,6 +2,13 @@
 
 package main
 
-// chaosRun is the short run in the normal test run (see chaosFull for
+import "time"
+
+// chaosShort is the normal test run's: 100 sessions through a 20 s
+// outage, 40 s of faults.
+var chaosShort = chaosPlan{sessions: 100, run: 40 * time.Second, every: 6 * time.Second, pause: 5 * time.Second,
+	outage: 20 * time.Second, pgAt: 9 * time.Second, etcdAt: 30 * time.Second, etcdDown: 5 * time.Second}
+
+// chaosRun is the short run in the normal test run (chaosFull with
 // -tags chaos).
 var chaosRun = chaosShort
