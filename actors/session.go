@@ -210,6 +210,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.core.AwaitsTurn(m.GetTurn()) {
 			break // a turn the session gave up on (aborted, shut down)
 		}
+		if m.GetTaken() { // its guard found the session another's: nothing was sent
+			s.leave(ctx)
+			break
+		}
 		s.running = nil // over: a session waiting in backoff keeps no turn
 		msg := m.GetMessage()
 		if msg.GetTimestampMs() == 0 {

@@ -55,6 +55,15 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
+	if h, ok := s.cfg.History.(history.Holder); ok {
+		t.guard = func(ctx context.Context) error { // again just before the request goes out
+			err := h.Hold(ctx)
+			if errors.Is(err, history.ErrTaken) {
+				t.taken.Store(true)
+			}
+			return err
+		}
+	}
 	s.running = &t.runContext
 	s.turnModel = model
 	t.clk.Begin()
@@ -82,6 +91,12 @@ type turnRun struct {
 	maxBytes int // bound on the streamed bytes (0: none); n counts them
 	n        int
 
+	// guard is checked just before each HTTP request of the turn
+	// (provider.WithGuard; nil: none); taken is set when it found the
+	// session another activation's.
+	guard func(context.Context) error
+	taken atomic.Bool
+
 	// finished is the message Run ends with, sent from here: the turn's
 	// allocation holds it.
 	finished messages.TurnFinished
@@ -99,7 +114,11 @@ func (t *turnRun) Run() {
 		t.lastData.Store(t.clk.Now().UnixNano())
 		t.watch.add(t)
 	}
-	msg := streamContained(&t.runContext, t.prov, t.req, t.onDelta)
+	var ctx context.Context = &t.runContext
+	if t.guard != nil {
+		ctx = provider.WithGuard(ctx, t.guard)
+	}
+	msg := streamContained(ctx, t.prov, t.req, t.onDelta)
 	if t.watch != nil {
 		t.watch.remove(t)
 	}
@@ -109,7 +128,7 @@ func (t *turnRun) Run() {
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
-	t.finished.Turn, t.finished.Message = t.turn, msg
+	t.finished.Turn, t.finished.Message, t.finished.Taken = t.turn, msg, t.taken.Load()
 	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 

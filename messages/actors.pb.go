@@ -866,11 +866,14 @@ func (x *TurnDelta) GetText() string {
 	return ""
 }
 
-// TurnFinished carries the final assistant message of a turn.
+// TurnFinished carries the final assistant message of a turn. taken: the
+// turn's guard (provider.WithGuard) found the session another
+// activation's and sent no request.
 type TurnFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -917,6 +920,13 @@ func (x *TurnFinished) GetMessage() *AssistantMessage {
 		return x.Message
 	}
 	return nil
+}
+
+func (x *TurnFinished) GetTaken() bool {
+	if x != nil {
+		return x.Taken
+	}
+	return false
 }
 
 // ToolsFinished carries the results of a turn's tool calls.
@@ -2494,10 +2504,11 @@ const file_actors_proto_rawDesc = "" +
 	"\tTurnDelta\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"Y\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"o\n" +
 	"\fTurnFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x125\n" +
-	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\"T\n" +
+	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\"T\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
 	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\xab\x01\n" +

@@ -53,8 +53,15 @@ func BoundBodies(next http.RoundTripper) http.RoundTripper {
 
 type boundedTransport struct{ next http.RoundTripper }
 
-// RoundTrip sends req and bounds the response's body.
+// RoundTrip sends req, unless the guard its context carries (WithGuard)
+// says no, and bounds the response's body.
 func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := checkGuard(req.Context()); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, err
+	}
 	res, err := t.next.RoundTrip(req)
 	if err != nil || res.Body == nil {
 		return res, err
