@@ -19,15 +19,7 @@ import (
 // result, and the address given up is told that another caller attached.
 func TestAttachReplacesTheOwnCallerOnlyWhenNamed(t *testing.T) {
 	p := provider.NewScripted()
-	rt, err := NewRuntime(WithProvider("p", p))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Shutdown(ctx)
-	}()
+	rt := internalRuntime(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := rt.NewSession(ctx, WithModel("p/m"))

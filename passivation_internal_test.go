@@ -14,15 +14,7 @@ import (
 // the actor: passivated says no and delivers it, in order, to the actor
 // that stays.
 func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
-	rt, err := NewRuntime(WithProvider("p", provider.NewScripted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Shutdown(ctx)
-	}()
+	rt := internalRuntime(t, provider.NewScripted())
 	s, err := rt.NewSession(context.Background(), WithModel("p/m"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,4 +44,20 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 	if len(got) != 2 || got[0] != running || got[1] != running || s.pid.Load() != running || s.holding {
 		t.Fatalf("held messages went to %v (actor %v, still holding %t)", got, running, s.holding)
 	}
+}
+
+// internalRuntime is a runtime with p as provider "p", shut down when t
+// ends.
+func internalRuntime(t *testing.T, p provider.Provider) *Runtime {
+	t.Helper()
+	rt, err := NewRuntime(WithProvider("p", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Shutdown(ctx)
+	})
+	return rt
 }
