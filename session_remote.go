@@ -295,20 +295,27 @@ func (r *remoteSession) release() {
 }
 
 // close closes the session at its activation and releases the handle.
+// The close goes as any request does (Session.ask): a handle that has lost
+// track of its activation (its host left, the session moved) finds it
+// again, since the activation holds the session's history until it is
+// closed. It waits at most for one hand-over and a request more. Closing a
+// released handle does nothing.
 func (r *remoteSession) close(ctx context.Context) error {
 	defer r.node.forget(r.s)
 	r.mu.Lock()
-	pid := r.pid
+	gone := r.gone
 	r.mu.Unlock()
-	var err error
-	if pid != nil {
-		_, err = waitResult(ctx, r.node.rt.system.Root.RequestFuture(pid, &messages.SessionClose{}, r.node.cc.HandoverTimeout))
+	if gone {
+		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.node.cc.HandoverTimeout+r.node.member.RequestTimeout())
+	defer cancel()
+	_, err := r.s.ask(ctx, &messages.SessionClose{})
 	r.release()
-	if err != nil {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) { // ask names the session in its other errors
 		return fmt.Errorf("musepi: close session %s: %w", r.s.id, err)
 	}
-	return nil
+	return err
 }
 
 // state refreshes the handle's mirror of the session's state from the

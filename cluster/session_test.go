@@ -462,6 +462,18 @@ func sharedKeyBlock(t *testing.T, c *sessionCluster) {
 }
 
 func hostLeaves(t *testing.T, c *sessionCluster) {
+	ctx := context.Background()
+	// An idle session on node 3 with a second handle, on the client, that
+	// has met its activation there.
+	idle := c.openOn(t, 0, 2)
+	second, err := c.client.NewSession(ctx, musepi.WithSessionID(idle.ID()), musepi.WithModel("p/m1"))
+	if err != nil {
+		t.Fatalf(failed+"second handle: %v", err)
+	}
+	if _, err := second.History(ctx); err != nil {
+		t.Fatalf(failed+"second handle: %v", err)
+	}
+	members := len(c.client.ClusterMembers())
 	s := c.openOn(t, 0, 2)
 	c.llm.SetScript(s.ID(), provider.Outcome{Message: provider.Failure(503, "overloaded", nil)},
 		provider.Outcome{Message: provider.Failure(503, "overloaded", nil)},
@@ -520,6 +532,30 @@ func hostLeaves(t *testing.T, c *sessionCluster) {
 	if err != nil || len(h) != 6 {
 		t.Errorf(failed+"history after the move: %d entries, %v; want 6 (prompt, 503, 503, answer, prompt, answer)", len(h), err)
 	}
+
+	// The idle session wakes elsewhere through node 1's handle; the
+	// client's handle, which lost its activation with node 3, closes the
+	// new one.
+	waitMembers(t, members-1, c.client)
+	if _, err := idle.Prompt(ctx, "wake up"); err != nil {
+		t.Fatalf(failed+"prompt on the idle session after node 3 left: %v", err)
+	}
+	before := hostedSessions(c.nodes)
+	if err := second.Close(ctx); err != nil {
+		t.Errorf(failed+"close through the handle that lost its activation: %v", err)
+	}
+	if after := hostedSessions(c.nodes); after != before-1 {
+		t.Errorf(failed+"%d sessions hosted after the close, %d before; want the woken session closed", after, before)
+	}
+}
+
+// hostedSessions is how many sessions the running nodes of rts host.
+func hostedSessions(rts []*musepi.Runtime) int {
+	n := 0
+	for _, rt := range rts {
+		n += rt.Stats().Sessions
+	}
+	return n
 }
 
 func nodeJoins(t *testing.T, c *sessionCluster) {
@@ -536,8 +572,10 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 	n4 := c.join()
 	c.nodes = append(c.nodes, n4)
 	waitMembers(t, 5, append([]*musepi.Runtime{c.client}, c.nodes...)...)
+	// The first half go on; the second half are closed through handles
+	// that have not yet met their session's new activation.
 	start := time.Now()
-	for _, s := range sessions {
+	for _, s := range sessions[:20] {
 		if _, err := s.Prompt(ctx, "after"); err != nil {
 			t.Fatalf(failed+"prompt on %s after the join: %v", s.ID(), err)
 		}
@@ -546,9 +584,14 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 		}
 	}
 	moved := n4.Stats().Sessions
-	t.Logf("after node 4 joined, %d of 40 sessions moved to it; 40 prompts took %v", moved, time.Since(start))
+	t.Logf("after node 4 joined, %d of 20 sessions moved to it; 20 prompts took %v", moved, time.Since(start))
 	if moved == 0 {
 		t.Errorf(failed + "no session moved to the node that joined")
+	}
+	for _, s := range sessions[20:] {
+		if err := s.Close(ctx); err != nil {
+			t.Errorf(failed+"close %s after the join: %v", s.ID(), err)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,17 +8,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/internal/testbin"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
+	if err := programs.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
 }
@@ -103,34 +102,21 @@ func TestQuickstartRuns(t *testing.T) {
 	})
 }
 
-// built are the example programs, compiled once by one `go build` of them
+// programs are the example programs, obtained by one `go build` of them
 // all (cheaper than one build each: they share the compiled packages).
-var built struct {
-	once sync.Once
-	dir  string
-	err  error
-}
+var programs = testbin.NewSet(
+	"github.com/musepi/musepi/examples/quickstart",
+	"github.com/musepi/musepi/examples/embed",
+	"github.com/musepi/musepi/examples/team",
+	"github.com/musepi/musepi/examples/customprovider",
+)
 
 // example returns the path of the built example program name (its
 // directory under examples/), building them all on first use.
 func example(t *testing.T, name string) string {
 	t.Helper()
-	built.once.Do(func() {
-		if built.dir, built.err = os.MkdirTemp("", "musepi-examples"); built.err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", built.dir+string(filepath.Separator),
-			"./quickstart", "./embed", "./team", "./customprovider")
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out.String())
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
+	if err := programs.Build(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(built.dir, name)
+	return programs.Path("github.com/musepi/musepi/examples/" + name)
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -225,7 +223,7 @@ func runChaos(t *testing.T, plan chaosPlan) {
 	var outMu sync.Mutex
 	env.LLM.ResetClock()
 	start := time.Now()
-	swarm := exec.Command(buildSwarm(t), "--config", env.WriteConfig("chaos", 0, env.Member("chaos")),
+	swarm := exec.Command(program(t, swarmPkg), "--config", env.WriteConfig("chaos", 0, env.Member("chaos")),
 		"--sessions", strconv.Itoa(plan.sessions), "--prefix", "chaos", "--timeout", (plan.run + 4*time.Minute).String())
 	swarm.Env = nodetest.Environ()
 	var swarmErr strings.Builder
@@ -543,34 +541,4 @@ func runChaos(t *testing.T, plan chaosPlan) {
 	if duplicates > 0 || violations > 0 || stale > 0 {
 		t.Errorf("%d duplicates, %d fenced writes accepted, %d stale calls; want none", duplicates, violations, stale)
 	}
-}
-
-// swarmBuilt is the swarm binary (internal/nodetest/swarm), built once.
-var swarmBuilt struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
-// buildSwarm builds swarm, without the race detector, into a directory
-// removed when t ends.
-func buildSwarm(t *testing.T) string {
-	t.Helper()
-	swarmBuilt.once.Do(func() {
-		dir, err := os.MkdirTemp("", "musepi-swarm")
-		if err != nil {
-			swarmBuilt.err = err
-			return
-		}
-		swarmBuilt.bin = filepath.Join(dir, "swarm")
-		out, err := exec.Command("go", "build", "-o", swarmBuilt.bin, "github.com/musepi/musepi/internal/nodetest/swarm").CombinedOutput()
-		if err != nil {
-			swarmBuilt.err = fmt.Errorf("go build swarm: %v\n%s", err, out)
-		}
-	})
-	if swarmBuilt.err != nil {
-		t.Fatal(swarmBuilt.err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(swarmBuilt.bin)) })
-	return swarmBuilt.bin
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/internal/nodetest"
@@ -252,18 +253,19 @@ func promptOK(t *testing.T, c *nodetest.Client, id, text string) {
 	}
 }
 
-// clusterDB is a connection to the cluster's database.
-type clusterDB struct{ conn *pgx.Conn }
+// clusterDB is connections to the cluster's database, safe for use by
+// several goroutines.
+type clusterDB struct{ conn *pgxpool.Pool }
 
 func openDB(t *testing.T, url string) *clusterDB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	t.Cleanup(conn.Close)
 	return &clusterDB{conn}
 }
 

@@ -99,7 +99,6 @@ func TestPiRPCCompat(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := piClient(t, dir)
-	bin := buildCommand(t)
 	srv := fakellm.New(&compatScenario)
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
@@ -125,6 +124,7 @@ func TestPiRPCCompat(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("npm run build (tsc --strict, schema generation): %v\n%s", err, out)
 	}
+	bin := buildCommand(t)
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "build", "compat.js"))
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 const goodConfig = `default_model = "openai/gpt-4o"
@@ -100,27 +98,6 @@ func TestRunConfigCheck(t *testing.T) {
 	}
 }
 
-// runWithOutput runs the command and returns its exit code, stdout and
-// stderr.
-func runWithOutput(t *testing.T, bin string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("run %v: %v", args, err)
-	return -1, "", ""
-}
-
 func TestConfigCheckCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the command as a process")
@@ -130,7 +107,7 @@ func TestConfigCheckCommand(t *testing.T) {
 	os.Unsetenv("MUSEPI_CMD_TEST_UNSET")
 	good, bad := configFiles(t)
 
-	code, out, errOut := runWithOutput(t, bin, "config", "check", good)
+	code, out, errOut := runOutput(t, bin, "config", "check", good)
 	if code != 0 || out != good+": ok (2 providers, default model openai/gpt-4o)\n" || errOut != "" {
 		t.Errorf("good: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

@@ -34,6 +34,7 @@ var crashFaults = []string{
 // the history reads (a torn last line at most), seq runs 1..n, and every
 // prompt that got a success response is in it exactly once.
 func TestCrashKill9(t *testing.T) {
+	t.Parallel() // mostly waiting on processes
 	const prompts = 200
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("MUSEPI_CRASH_SEED"); s != "" {

@@ -97,6 +97,7 @@ func TestDemoTmuxCountdown(t *testing.T) {
 		t.Skip("drives the command in tmux")
 	}
 	testtool.Need(t, testtool.Tmux, "tmux")
+	t.Parallel() // mostly waiting on the pane
 	bin := buildCommand(t)
 	began := time.Now()
 	p := startPane(t, "demo", nil, shellQuote(bin)+" demo")

@@ -13,12 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/musepi/musepi/internal/testbin"
 )
 
 // waitingTests is how many tests of this package run at once unless
@@ -36,16 +37,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	// The command builds while the tests that need no process run.
+	// The programs build while the tests that need no process run.
 	building, stopBuilding := context.WithCancel(context.Background())
 	if !testing.Short() {
-		go built.once.Do(func() { build(building) })
+		go func() { _ = programs.Build(building) }()
 	}
 	code := m.Run()
 	stopBuilding()
-	built.once.Do(func() {}) // waits for a build under way
-	if built.dir != "" {
-		_ = os.RemoveAll(built.dir)
+	if err := programs.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -68,46 +68,34 @@ func runCaptured(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// built is the musepi binary the tests share: built once, as TestMain
-// starts or on first use, into a directory TestMain removes.
-var built struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
+// programs are the binaries the tests run as processes: this command
+// and the chaos test's client (internal/nodetest/swarm).
+var programs = testbin.NewSet(musepiPkg, swarmPkg)
 
-// build builds the musepi binary into built, within 3 minutes or until ctx
-// ends.
-func build(ctx context.Context) {
-	built.dir, built.err = os.MkdirTemp("", "musepi-cmd-test")
-	if built.err != nil {
-		return
-	}
-	// go test puts $GOROOT/bin first on the PATH of the tests it runs.
-	var goBin string
-	if goBin, built.err = exec.LookPath("go"); built.err != nil {
-		return
-	}
-	built.bin = filepath.Join(built.dir, "musepi")
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
-		built.err = fmt.Errorf("go build: %v\n%s", err, out)
-	}
-}
+// The import paths of programs.
+const (
+	musepiPkg = "github.com/musepi/musepi/cmd/musepi"
+	swarmPkg  = "github.com/musepi/musepi/internal/nodetest/swarm"
+)
 
 // buildCommand returns the musepi binary, built once.
 func buildCommand(t *testing.T) string {
 	t.Helper()
-	built.once.Do(func() { build(context.Background()) })
-	if errors.Is(built.err, exec.ErrNotFound) {
+	return program(t, musepiPkg)
+}
+
+// program returns the binary of the program at import path pkg, one of
+// programs.
+func program(t *testing.T, pkg string) string {
+	t.Helper()
+	err := programs.Build(context.Background())
+	if errors.Is(err, testbin.ErrNoGo) {
 		t.Skip("no go tool to build the command")
 	}
-	if built.err != nil {
-		t.Fatal(built.err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return built.bin
+	return programs.Path(pkg)
 }
 
 // runToEnd runs the command and returns its exit code and stderr.

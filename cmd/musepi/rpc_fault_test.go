@@ -19,6 +19,7 @@ import (
 var endless = fmt.Sprintf(`{"default":{"text":%q,"chunks":10000,"chunk_delay_ms":5}}`, strings.Repeat("word ", 2000))
 
 func TestRPCFaults(t *testing.T) {
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 
 	t.Run("SIGTERM during an endless stream settles the prompt as aborted before exit", func(t *testing.T) {

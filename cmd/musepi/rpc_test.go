@@ -201,6 +201,7 @@ func expectTrace(t *testing.T, got []string, want ...string) {
 }
 
 func TestRPC(t *testing.T) {
+	t.Parallel() // mostly waiting on processes
 	bin := buildCommand(t)
 
 	t.Run("a prompt rides out a 429 and streams the retry events in order", func(t *testing.T) {

@@ -4,7 +4,7 @@
 // to anything but "false" or "0", as .ci/run sets it) it fails, because CI
 // installs every tool and a skip there would hide a test that never ran.
 //
-// The skip line starts with Marker, which is how internal/testsum finds it
+// The skip line starts with Marker, which is how internal/testrun finds it
 // and lists it at the end of the README's test command.
 package testtool
 

@@ -1,24 +1,12 @@
-// Command testsum reads `go test -json` on stdin and prints what a person
-// wants of the README's test command:
-//
-//	go test -race -count=1 -p 4 -json ./... | go run ./internal/testsum
-//
-// one line per package as go test prints it (ok, FAIL, or no test files),
-// the whole output of every failed test, package and build, and at the end
-// the tests skipped for want of a tool (the lines of internal/testtool), or
-// that none was. It exits 1 when anything failed, a build failed, or a
-// package never finished (a crashed test binary, go test stopped early), so
-// the pipe's status is the tests' status.
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/musepi/musepi/internal/testtool"
 )
@@ -149,8 +137,9 @@ func (s *summary) packageEnded(e event) {
 	}
 }
 
-// finish prints the end of the summary and returns the exit code.
-func (s *summary) finish() int {
+// finish prints the end of the summary, with the time the run took, and
+// returns the exit code.
+func (s *summary) finish(took time.Duration) int {
 	var unfinished []string
 	for pkg := range s.open {
 		unfinished = append(unfinished, pkg)
@@ -170,31 +159,12 @@ func (s *summary) finish() int {
 	}
 	switch {
 	case s.seen == 0 && !s.failed:
-		fmt.Fprintln(s.out, "FAIL: no test results on stdin (pipe `go test -json` into testsum)")
+		fmt.Fprintln(s.out, "FAIL: no test results from go test")
 		return 1
 	case s.failed:
-		fmt.Fprintln(s.out, "FAIL")
+		fmt.Fprintf(s.out, "FAIL (in %s)\n", took.Round(time.Second))
 		return 1
 	}
-	fmt.Fprintf(s.out, "PASS: %d packages\n", s.seen)
+	fmt.Fprintf(s.out, "PASS: %d packages in %s\n", s.seen, took.Round(time.Second))
 	return 0
-}
-
-func main() {
-	s := newSummary(os.Stdout)
-	in := bufio.NewReader(os.Stdin)
-	for {
-		line, err := in.ReadBytes('\n')
-		if len(line) > 0 {
-			s.add([]byte(strings.TrimRight(string(line), "\r\n")))
-		}
-		if err != nil {
-			if err != io.EOF {
-				fmt.Fprintf(os.Stderr, "testsum: read: %v\n", err)
-				os.Exit(1)
-			}
-			break
-		}
-	}
-	os.Exit(s.finish())
 }

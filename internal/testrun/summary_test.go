@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The testdata files are `go test -json ./...` of a small module: tests
@@ -20,7 +21,7 @@ func TestSummary(t *testing.T) {
 	}{
 		{name: "skips", input: "testdata/skips.jsonl", code: 0,
 			want: []string{"ok  \tex/a\t", "?   \tex/c\t[no test files]", "skipped for want of a tool: 1",
-				"  ex/a TestSkip: missing tool: etcd (install: apt-get install etcd-server): etcd not found on PATH", "PASS: 2 packages"},
+				"  ex/a TestSkip: missing tool: etcd (install: apt-get install etcd-server): etcd not found on PATH", "PASS: 2 packages in 2m31s"},
 			dontWant: []string{"not under the race detector", "a_test.go:3: hi", "FAIL"}},
 		{name: "failures", input: "testdata/failures.jsonl", code: 1,
 			want: []string{"b/b_test.go:3:31: declared and not used: x", "FAIL\tex/b [build failed]",
@@ -50,7 +51,7 @@ func TestSummary(t *testing.T) {
 			for l := range strings.Lines(input) {
 				s.add([]byte(strings.TrimSuffix(l, "\n")))
 			}
-			if code := s.finish(); code != tc.code {
+			if code := s.finish(151*time.Second); code != tc.code {
 				t.Errorf("exit code %d, want %d", code, tc.code)
 			}
 			for _, w := range tc.want {
