@@ -51,7 +51,7 @@ func TestSummary(t *testing.T) {
 			for l := range strings.Lines(input) {
 				s.add([]byte(strings.TrimSuffix(l, "\n")))
 			}
-			if code := s.finish(151*time.Second); code != tc.code {
+			if code := s.finish(151 * time.Second); code != tc.code {
 				t.Errorf("exit code %d, want %d", code, tc.code)
 			}
 			for _, w := range tc.want {
