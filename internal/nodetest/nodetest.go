@@ -506,8 +506,47 @@ func (n *Node) MemberList() []string {
 }
 
 // Pause stops the process (SIGSTOP), as a long GC pause, a VM migration
-// or a closed laptop lid would; Resume continues it (SIGCONT).
-func (n *Node) Pause() error { return n.cmd.Process.Signal(syscall.SIGSTOP) }
+// or a closed laptop lid would; Resume continues it (SIGCONT). It returns
+// once every thread of the process has stopped: the kernel stops them as
+// each is next scheduled, which on a loaded machine can come after a
+// request sent to the process has been answered.
+func (n *Node) Pause() error {
+	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stopped, err := allStopped(n.cmd.Process.Pid)
+		switch {
+		case err != nil || stopped:
+			return err
+		case time.Now().After(deadline):
+			return fmt.Errorf("nodetest: %s not stopped 5 s after SIGSTOP", n.Name)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of process pid is stopped, by
+// its state in /proc (T: stopped by a signal).
+func allStopped(pid int) (bool, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false, fmt.Errorf("nodetest: threads of process %d: %v", pid, err)
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(task)
+		if err != nil {
+			continue // a thread that has exited
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false, nil
+		}
+	}
+	return true, nil
+}
 
 // Resume continues a paused process.
 func (n *Node) Resume() error { return n.cmd.Process.Signal(syscall.SIGCONT) }
