@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +25,10 @@ type rpcProc struct {
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	lines chan map[string]any
-	seen  []map[string]any
+	seen  []map[string]any // every line read, in order
+	// held are the lines read while waiting for a response that next has
+	// not yet passed: the events of a prompt can come before its response.
+	held []map[string]any
 
 	stopOnce sync.Once
 	stopErr  error
@@ -124,24 +128,39 @@ func (p *rpcProc) send(line string) {
 // next returns the next line whose type is typ (other lines are kept in seen).
 func (p *rpcProc) next(typ string, within time.Duration) map[string]any {
 	p.t.Helper()
-	deadline := time.After(within)
-	for {
-		select {
-		case obj, ok := <-p.lines:
-			if !ok {
-				p.t.Fatalf("stdout closed while waiting for %q; seen %v", typ, p.types())
-			}
-			p.seen = append(p.seen, obj)
-			if obj["type"] == "NOT-JSON" {
-				p.t.Fatalf("stdout carried a non-protocol line: %v", obj["line"])
-			}
-			if obj["type"] == typ {
-				return obj
-			}
-		case <-deadline:
-			p.t.Fatalf("no %q within %s; seen %v", typ, within, p.types())
+	for i, obj := range p.held {
+		if obj["type"] == typ {
+			p.held = p.held[i+1:]
+			return obj
 		}
 	}
+	p.held = nil
+	deadline := time.After(within)
+	for {
+		if obj := p.read(typ, deadline); obj["type"] == typ {
+			return obj
+		}
+	}
+}
+
+// read returns the next line, or fails the test once deadline passes while
+// waiting for what.
+func (p *rpcProc) read(what string, deadline <-chan time.Time) map[string]any {
+	p.t.Helper()
+	select {
+	case obj, ok := <-p.lines:
+		if !ok {
+			p.t.Fatalf("stdout closed while waiting for %q; seen %v", what, p.types())
+		}
+		p.seen = append(p.seen, obj)
+		if obj["type"] == "NOT-JSON" {
+			p.t.Fatalf("stdout carried a non-protocol line: %v", obj["line"])
+		}
+		return obj
+	case <-deadline:
+		p.t.Fatalf("no %q within the time allowed; seen %v", what, p.types())
+	}
+	return nil
 }
 
 // nextAssistant returns the message of the next message_end of an
@@ -156,14 +175,23 @@ func (p *rpcProc) nextAssistant(within time.Duration) map[string]any {
 	}
 }
 
-// response waits for the response to the command with id.
+// response waits for the response to the command with id; the lines read
+// before it stay for next.
 func (p *rpcProc) response(id string) map[string]any {
 	p.t.Helper()
-	for {
-		r := p.next("response", 10*time.Second)
-		if r["id"] == id {
-			return r
+	for i, obj := range p.held {
+		if obj["type"] == "response" && obj["id"] == id {
+			p.held = slices.Delete(p.held, i, i+1)
+			return obj
 		}
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		obj := p.read("response "+id, deadline)
+		if obj["type"] == "response" && obj["id"] == id {
+			return obj
+		}
+		p.held = append(p.held, obj)
 	}
 }
 
