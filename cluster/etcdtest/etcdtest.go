@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -107,6 +108,27 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	// A free port may be taken by someone else before etcd binds it: try
+	// a few.
+	var lastErr error
+	for range 3 {
+		s, err := launch(ctx, bin, scheme, health, tlsFlags)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errPortTaken) || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// errPortTaken: etcd could not bind a port found free.
+var errPortTaken = errors.New("etcdtest: a port was taken before etcd bound it")
+
+// launch starts etcd on two free ports, in a new directory.
+func launch(ctx context.Context, bin, scheme string, health *http.Client, tlsFlags []string) (*Server, error) {
 	client, err := freePort()
 	if err != nil {
 		return nil, err
@@ -130,6 +152,9 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 		"--unsafe-no-fsync", "--log-level", "warn"}, tlsFlags...)
 	if err := s.run(ctx); err != nil {
 		_ = s.Stop()
+		if strings.Contains(s.out.String(), "address already in use") {
+			return nil, fmt.Errorf("%w: %w", errPortTaken, err)
+		}
 		return nil, err
 	}
 	return s, nil
