@@ -7,9 +7,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/session"
 )
 
 // An attach to a running prompt whose own caller waits is refused, unless
@@ -40,16 +40,16 @@ func TestAttachReplacesTheOwnCallerOnlyWhenNamed(t *testing.T) {
 	}
 
 	res, err := request(&messages.AttachPrompt{}, 5*time.Second).Result()
-	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != actors.KindBusy {
-		t.Fatalf("attach naming nobody = %v, %v; want the %s refusal", res, err, actors.KindBusy)
+	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindBusy) {
+		t.Fatalf("attach naming nobody = %v, %v; want the %s refusal", res, err, string(session.KindBusy))
 	}
 	replacing := request(&messages.AttachPrompt{ReplacesAddress: own.PID().GetAddress(), ReplacesId: own.PID().GetId()}, 5*time.Second)
 	s.Abort()
 	res, err = replacing.Result()
-	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != actors.KindAborted {
+	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindAborted) {
 		t.Fatalf("attach replacing the own caller = %v, %v; want the aborted prompt's result", res, err)
 	}
-	if res, err := own.Result(); err != nil || res.(*messages.PromptResult).GetErrorKind() != actors.KindBusy {
+	if res, err := own.Result(); err != nil || res.(*messages.PromptResult).GetErrorKind() != string(session.KindBusy) {
 		t.Errorf("the address given up got %v, %v; want told another caller attached", res, err)
 	}
 }

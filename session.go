@@ -16,6 +16,7 @@ import (
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/session"
 )
 
 // Session is one conversation running as an actor. Its methods are safe for
@@ -60,16 +61,18 @@ var (
 	ErrHandedOver = errors.New("musepi: session handed over")
 )
 
-var kindErrors = map[string]error{
-	actors.KindFailed:          ErrPromptFailed,
-	actors.KindBusy:            ErrBusy,
-	actors.KindAborted:         ErrAborted,
-	actors.KindContextOverflow: ErrContextOverflow,
-	actors.KindRetryCancelled:  ErrRetryCancelled,
-	actors.KindShutdown:        ErrShutdown,
-	actors.KindHistory:         ErrHistory,
-	actors.KindNoPrompt:        ErrNoPrompt,
-	actors.KindHandedOver:      ErrHandedOver,
+// kindErrors are the API errors of the error kinds (session.ErrorKind)
+// a prompt ends with.
+var kindErrors = map[session.ErrorKind]error{
+	session.KindFailed:          ErrPromptFailed,
+	session.KindBusy:            ErrBusy,
+	session.KindAborted:         ErrAborted,
+	session.KindContextOverflow: ErrContextOverflow,
+	session.KindRetryCancelled:  ErrRetryCancelled,
+	session.KindShutdown:        ErrShutdown,
+	session.KindHistory:         ErrHistory,
+	session.KindNoPrompt:        ErrNoPrompt,
+	session.KindHandedOver:      ErrHandedOver,
 }
 
 // PromptError says why a prompt did not succeed. Message is the last
@@ -365,7 +368,7 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 	if r.GetErrorKind() == "" {
 		return msg, nil
 	}
-	kind := kindErrors[r.GetErrorKind()]
+	kind := kindErrors[session.ErrorKind(r.GetErrorKind())]
 	if kind == nil {
 		kind = ErrPromptFailed
 	}

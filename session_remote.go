@@ -13,6 +13,7 @@ import (
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
 // remoteSession links a Session handle (on any node of a cluster) to its
@@ -286,7 +287,7 @@ func (r *remoteSession) release() {
 	}
 	r.node.rt.system.ProcessRegistry.Remove(r.relay)
 	for p := range pending {
-		p.finish(&messages.PromptResult{ErrorKind: actors.KindShutdown, Error: actors.ShutdownError}, nil)
+		p.finish(&messages.PromptResult{ErrorKind: string(session.KindShutdown), Error: actors.ShutdownError}, nil)
 		p.mu.Lock()
 		reply := p.reply
 		p.mu.Unlock()
@@ -470,14 +471,14 @@ func (p *pendingPrompt) attach() {
 // session is opened next.
 func handedOver(res interface{}) bool {
 	r, ok := res.(*messages.PromptResult)
-	return ok && r.GetErrorKind() == actors.KindHandedOver
+	return ok && r.GetErrorKind() == string(session.KindHandedOver)
 }
 
 // isNoPrompt reports whether res is the answer of an AttachPrompt that
 // found no prompt to attach to.
 func isNoPrompt(res interface{}) bool {
 	r, ok := res.(*messages.PromptResult)
-	return ok && r.GetErrorKind() == actors.KindNoPrompt
+	return ok && r.GetErrorKind() == string(session.KindNoPrompt)
 }
 
 // lose ends the prompt: its activation is gone with it.

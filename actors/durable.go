@@ -12,16 +12,6 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// Error kinds of PromptResult for durable chains.
-const (
-	// KindNoPrompt: an AttachPrompt found no prompt of its generation (none
-	// runs and none settled with nobody attached).
-	KindNoPrompt = "no_prompt"
-	// KindHandedOver: the session was handed over (HandOver) with the
-	// prompt still running: it goes on where the session is opened next.
-	KindHandedOver = "handed_over"
-)
-
 // HandedOverError is the error text of a prompt whose session was handed
 // over.
 const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
@@ -228,17 +218,17 @@ func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
 	switch {
 	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached &&
 		(s.waiter.GetAddress() != m.GetReplacesAddress() || s.waiter.GetId() != m.GetReplacesId()):
-		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindBusy,
+		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: string(session.KindBusy),
 			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
 	case s.core.Busy() && gen == s.core.Generation():
 		if s.waiter != nil {
-			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: KindBusy, Error: "another caller attached to the prompt"})
+			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: string(session.KindBusy), Error: "another caller attached to the prompt"})
 		}
 		s.waiter, d.waiterAttached = ctx.Sender(), true
 	case d.orphan != nil && d.orphan.GetGeneration() == gen:
 		ctx.Respond(d.orphan)
 	default:
-		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: KindNoPrompt,
+		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: string(session.KindNoPrompt),
 			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
 	}
 }
@@ -304,7 +294,7 @@ func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
 // to the next activation.
 func (s *SessionActor) leave(ctx actor.Context) {
 	if s.waiter != nil {
-		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindHandedOver, Error: HandedOverError})
+		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindHandedOver), Error: HandedOverError})
 		s.waiter = nil
 	}
 	if s.wakeAtScheduler {

@@ -18,18 +18,6 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// Error kinds of PromptResult.
-const (
-	KindFailed          = string(session.KindFailed)
-	KindBusy            = string(session.KindBusy)
-	KindAborted         = string(session.KindAborted)
-	KindContextOverflow = string(session.KindContextOverflow)
-	KindRetryCancelled  = string(session.KindRetryCancelled)
-	KindShutdown        = string(session.KindShutdown)
-	// KindHistory: the prompt's history could not be written.
-	KindHistory = string(session.KindHistory)
-)
-
 // ShutdownError is the final error of a retry chain or prompt cut short by
 // the session stopping.
 const ShutdownError = session.ShutdownError
@@ -342,7 +330,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 // error.
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	if s.compactWaiter != nil {
-		ctx.Respond(&messages.PromptResult{Generation: s.core.Generation(), ErrorKind: KindBusy,
+		ctx.Respond(&messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindBusy),
 			Error: "the session is being compacted; wait for compact to answer"})
 		return
 	}

@@ -261,7 +261,13 @@ const (
 	KindContextOverflow ErrorKind = "context_overflow"
 	KindRetryCancelled  ErrorKind = "retry_cancelled"
 	KindShutdown        ErrorKind = "shutdown"
-	KindHistory         ErrorKind = "history"
+	KindHistory         ErrorKind = "history" // the prompt's history could not be written
+	// KindNoPrompt: an AttachPrompt found no prompt of its generation (none
+	// runs and none settled with nobody attached).
+	KindNoPrompt ErrorKind = "no_prompt"
+	// KindHandedOver: the session was handed over with the prompt still
+	// running: it goes on where the session is opened next.
+	KindHandedOver ErrorKind = "handed_over"
 )
 
 // Result is how a prompt ended: its last message, and for a prompt
