@@ -158,7 +158,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
 	cfg := rt.cfg
 	out := cluster.Config{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseHost,
-		Membership: cc.Membership, TLS: cc.TLS, Insecure: cc.Insecure, Client: cc.Client, Blocks: cc.Store, Logger: cfg.slog,
+		Membership: cc.Membership, TLS: cc.TLS, Insecure: cc.Insecure, Client: cc.Client, Blocks: cc.Store, Logger: cfg.log,
 		FallbackChains: cfg.settings.FallbackChains, Info: cluster.MemberInfo{StoreNode: cc.Store.Node(), ViewURL: cc.ViewURL}}
 	for _, name := range rt.providerNames() {
 		creds := cfg.creds[name]

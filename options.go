@@ -8,14 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
-	"github.com/musepi/musepi/internal/zslog"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -68,8 +66,7 @@ func (h CompactionHook) wire() actors.CompactionHook {
 type runtimeConfig struct {
 	optionErrs  []error // options that cannot be applied, reported by NewRuntime
 	clock       clock.Clock
-	log         zerolog.Logger // what the internals log with
-	slog        *slog.Logger   // WithLogger's logger (nil: the default)
+	log         *slog.Logger // what the internals log with (WithLogger's)
 	providers   map[string]provider.Provider
 	creds       map[string][]Credential
 	autoRedeem  bool
@@ -116,7 +113,7 @@ func WithClock(clk clock.Clock) Option {
 }
 
 // WithLogger logs through log (default: warnings and errors to stderr, by
-// zerolog). The runtime logs what an operator acts on: history writes that
+// zerolog's slog handler). The runtime logs what an operator acts on: history writes that
 // failed, panics recovered, subscribers that fell behind; at debug level
 // also its decisions. protoactor-go's own log/slog output goes to the same
 // logger at warning and above only (its info lines are dead letters of
@@ -127,8 +124,7 @@ func WithLogger(log *slog.Logger) Option {
 			c.refuse("WithLogger", "nil logger (slog.New(slog.DiscardHandler) logs nothing)")
 			return
 		}
-		c.slog = log
-		c.log = zslog.Logger(log.Handler())
+		c.log = log
 	}
 }
 

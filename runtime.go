@@ -25,10 +25,10 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
+	"github.com/musepi/musepi/internal/loglevel"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/internal/track"
-	"github.com/musepi/musepi/internal/zslog"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -109,17 +109,10 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 	cfg := rt.cfg
 	rt.system = actor.NewActorSystem(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			// protoactor-go logs through log/slog: into WithLogger's logger,
-			// or by zerolog's own slog handler into the default one, at
-			// warning and above (its info lines are dead letters of aborted
-			// streams and the like).
-			var h slog.Handler
-			if cfg.slog != nil {
-				h = cfg.slog.Handler()
-			} else {
-				h = zerolog.NewSlogHandler(cfg.log)
-			}
-			return slog.New(zslog.AtLeast(h, slog.LevelWarn)).With("lib", "protoactor")
+			// protoactor-go logs through log/slog too, into the same
+			// handler, at warning and above (its info lines are dead
+			// letters of aborted streams and the like).
+			return slog.New(loglevel.AtLeast(cfg.log.Handler(), slog.LevelWarn)).With("lib", "protoactor")
 		}),
 		// Dead letters (a stream finishing after its session stopped) are
 		// expected at shutdown; a short window keeps protoactor's throttle
@@ -140,7 +133,7 @@ func NewRuntime(opts ...Option) (*Runtime, error) {
 func newRuntime(opts []Option) (*Runtime, error) {
 	cfg := runtimeConfig{
 		clock:       clock.Real{},
-		log:         zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger(),
+		log:         slog.New(zerolog.NewSlogHandler(zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger())),
 		providers:   map[string]provider.Provider{},
 		creds:       map[string][]Credential{},
 		settings:    retry.DefaultSettings(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -135,7 +136,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		if h.s != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
 			if err := h.s.Close(cctx); err != nil {
-				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("close session")
+				h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
 			}
 			cancel()
 			h.s = nil
@@ -254,7 +255,7 @@ func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
 		log, entries, err := store.OpenContext(ctx, h.id)
 		if errors.Is(err, history.ErrLocked) && time.Now().After(deadline) {
-			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("taking the session over from its holder")
+			h.node.rt.cfg.log.Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
 			log, entries, err = store.Takeover(ctx, h.id)
 		}
 		cancel()
@@ -375,7 +376,7 @@ func (h *sessionHost) handover() {
 			err := s.stopActor(hctx)
 			cancel()
 			if err != nil {
-				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("stop a session another node has taken")
+				h.node.rt.cfg.log.Warn("stop a session another node has taken", slog.Any("error", err), slog.String("session", h.id))
 			}
 			return
 		}
@@ -388,10 +389,10 @@ func (h *sessionHost) handover() {
 		}
 		cancel()
 		if err != nil {
-			h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("hand the session over; closing it")
+			h.node.rt.cfg.log.Warn("hand the session over; closing it", slog.Any("error", err), slog.String("session", h.id))
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			if err := s.Close(cctx); err != nil {
-				h.node.rt.cfg.log.Warn().Err(err).Str("session", h.id).Msg("close session")
+				h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
 			}
 			cancel()
 		}

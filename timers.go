@@ -2,6 +2,7 @@ package musepi
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -75,13 +76,13 @@ func (rt *Runtime) claimDue(ctx context.Context, ts TimerStore) {
 	due, err := ts.Claim(ctx, rt.cfg.clock.Now(), claimLimit, claimTTL)
 	if err != nil {
 		if ctx.Err() == nil {
-			rt.cfg.log.Warn().Err(err).Msg("claim due sessions")
+			rt.cfg.log.Warn("claim due sessions", slog.Any("error", err))
 		}
 		return
 	}
 	for _, d := range due {
 		if err := rt.wakeDue(ctx, d); err != nil && ctx.Err() == nil {
-			rt.cfg.log.Warn().Err(err).Str("session", d.Session).Msg("wake a due session")
+			rt.cfg.log.Warn("wake a due session", slog.Any("error", err), slog.String("session", d.Session))
 		}
 	}
 }

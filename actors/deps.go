@@ -2,12 +2,12 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
@@ -22,7 +22,7 @@ import (
 // Deps is what every session of a runtime shares.
 type Deps struct {
 	Clock       clock.Clock
-	Log         zerolog.Logger
+	Log         *slog.Logger
 	Schedulers  []*actor.PID                 // post-prompt schedulers, sharded by session id
 	Credentials map[string]*actor.PID        // credentials actor by provider name
 	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name

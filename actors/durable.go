@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -121,12 +122,10 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 	}
 	switch {
 	case stale:
-		deps.Log.Warn().Str("session", id).Uint64("record_seq", r.HistorySeq).Uint64("history_seq", last).
-			Msg("the session's record in backoff is older than its history: resuming from the history")
+		deps.Log.Warn("the session's record in backoff is older than its history: resuming from the history", slog.String("session", id), slog.Uint64("record_seq", r.HistorySeq), slog.Uint64("history_seq", last))
 		return nil, true, nil
 	case !deps.knownModel(r.Model) || !deps.knownModel(r.Primary):
-		deps.Log.Warn().Str("session", id).Str("model", r.Model).Str("primary", r.Primary).
-			Msg("the session's record in backoff names a provider this runtime lacks: resuming from the history")
+		deps.Log.Warn("the session's record in backoff names a provider this runtime lacks: resuming from the history", slog.String("session", id), slog.String("model", r.Model), slog.String("primary", r.Primary))
 		return nil, true, nil
 	}
 	return &r, false, nil
@@ -174,7 +173,7 @@ func (s *SessionActor) commitStep(d *durable) {
 		for _, e := range batch {
 			e.Seq = 0
 		}
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("commit history and session record")
+		s.deps.Log.Error("commit history and session record", slog.Any("error", err), slog.String("session", s.cfg.ID))
 		if s.core.State() == session.Idle && len(batch) == 0 {
 			// The prompt has settled: only the clearing failed. The record
 			// left is older than the history's answer, so an open takes it

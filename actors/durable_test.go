@@ -1,10 +1,9 @@
 package actors
 
 import (
+	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
@@ -83,7 +82,7 @@ func TestPrepareSessionFromRecord(t *testing.T) {
 			}
 			defer l.Close()
 			settings := retry.DefaultSettings()
-			deps := &Deps{Clock: clock.NewVirtual(due), Log: zerolog.Nop(), Providers: map[string]provider.Provider{
+			deps := &Deps{Clock: clock.NewVirtual(due), Log: slog.New(slog.DiscardHandler), Providers: map[string]provider.Provider{
 				"p": provider.NewScripted(), "q": provider.NewScripted()}}
 			p, err := PrepareSession(deps, SessionConfig{ID: "s", History: l, Restored: entries, Model: "p/m", Role: "default",
 				Settings: &settings, State: &SessionState{}})

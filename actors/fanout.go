@@ -2,12 +2,11 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
@@ -46,14 +45,14 @@ type Fanout struct {
 // queue bound.
 type FanoutConfig struct {
 	clk      clock.Clock
-	log      zerolog.Logger
+	log      *slog.Logger
 	queueLen int
 	reserve  int
 }
 
 // NewFanoutConfig returns the configuration of fan-outs with queueLen
 // events per subscriber (<= 0: DefaultQueueLen).
-func NewFanoutConfig(clk clock.Clock, log zerolog.Logger, queueLen int) *FanoutConfig {
+func NewFanoutConfig(clk clock.Clock, log *slog.Logger, queueLen int) *FanoutConfig {
 	if queueLen <= 0 {
 		queueLen = DefaultQueueLen
 	}
@@ -62,7 +61,7 @@ func NewFanoutConfig(clk clock.Clock, log zerolog.Logger, queueLen int) *FanoutC
 
 // NewFanout returns a fan-out with queueLen events per subscriber (<= 0:
 // DefaultQueueLen).
-func NewFanout(clk clock.Clock, log zerolog.Logger, queueLen int) *Fanout {
+func NewFanout(clk clock.Clock, log *slog.Logger, queueLen int) *Fanout {
 	f := &Fanout{}
 	f.Init(NewFanoutConfig(clk, log, queueLen))
 	return f
@@ -285,7 +284,7 @@ func (s *subscriber) drain() {
 func (s *subscriber) call(ev *messages.SessionEvent) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.cfg.log.Error().Interface("panic", r).Str("session", ev.GetSessionId()).Msg("subscriber panicked; event skipped")
+			s.cfg.log.Error("subscriber panicked; event skipped", slog.Any("panic", r), slog.String("session", ev.GetSessionId()))
 		}
 	}()
 	s.fn(ev)

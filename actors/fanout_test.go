@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -81,7 +82,7 @@ func waitIdle(t *testing.T, clk *clock.Virtual) {
 
 func newVirtualFanout(queueLen int) (*actors.Fanout, *clock.Virtual) {
 	clk := clock.NewVirtual(time.Unix(0, 0))
-	return actors.NewFanout(clk, zerolog.Nop(), queueLen), clk
+	return actors.NewFanout(clk, slog.New(slog.DiscardHandler), queueLen), clk
 }
 
 func TestFanoutInOrderPerSubscriber(t *testing.T) {
@@ -106,7 +107,7 @@ func TestFanoutNoSubscribers(t *testing.T) {
 	f, clk := newVirtualFanout(1)
 	f.Publish(event(1))
 	waitIdle(t, clk)
-	cfg := actors.NewFanoutConfig(clk, zerolog.Nop(), 0)
+	cfg := actors.NewFanoutConfig(clk, slog.New(slog.DiscardHandler), 0)
 	var embedded struct{ events actors.Fanout }
 	ev := event(2)
 	if allocs := testing.AllocsPerRun(100, func() {
@@ -124,7 +125,7 @@ func TestFanoutNoSubscribers(t *testing.T) {
 
 // A subscriber stuck forever blocks neither Publish nor the others.
 func TestFanoutBlockedSubscriber(t *testing.T) {
-	f := actors.NewFanout(clock.Real{}, zerolog.Nop(), 64) // room for every event
+	f := actors.NewFanout(clock.Real{}, slog.New(slog.DiscardHandler), 64) // room for every event
 	release := make(chan struct{})
 	defer close(release)
 	f.Subscribe(func(*messages.SessionEvent) { <-release })
@@ -376,7 +377,7 @@ func (b *syncBuffer) String() string {
 func TestFanoutPanickingSubscriber(t *testing.T) {
 	clk := clock.NewVirtual(time.Unix(0, 0))
 	var logs syncBuffer
-	f := actors.NewFanout(clk, zerolog.New(&logs), 8)
+	f := actors.NewFanout(clk, slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))), 8)
 	panicky, other := &recorder{}, &recorder{}
 	f.Subscribe(func(ev *messages.SessionEvent) {
 		panicky.add(ev)
@@ -402,7 +403,7 @@ func TestFanoutPanickingSubscriber(t *testing.T) {
 // Flush returns once every subscriber has been called with what was
 // published, and with ctx's error when a subscriber does not finish.
 func TestFanoutFlush(t *testing.T) {
-	f := actors.NewFanout(clock.Real{}, zerolog.Nop(), 0)
+	f := actors.NewFanout(clock.Real{}, slog.New(slog.DiscardHandler), 0)
 	var got atomic.Int64
 	release := make(chan struct{})
 	unsub := f.Subscribe(func(*messages.SessionEvent) { <-release; got.Add(1) })

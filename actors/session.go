@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -108,8 +109,7 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
 				cfg.State.publish(c, false) // what the actor will stand at, for callers from now on
 			}
-			deps.Log.Info().Str("session", cfg.ID).Int("attempt", rec.Attempt).Time("due", rec.SleepUntil).
-				Msg("resuming the session's retry chain from its record")
+			deps.Log.Info("resuming the session's retry chain from its record", slog.String("session", cfg.ID), slog.Int("attempt", rec.Attempt), slog.Time("due", rec.SleepUntil))
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
 		}
 		clearRecord = clear
@@ -132,7 +132,7 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 		if err := cfg.History.Sync(); err != nil {
 			return nil, err
 		}
-		deps.Log.Warn().Str("session", cfg.ID).Uint64("seq", r.seq+1).Msg("resumed a session whose last prompt was interrupted; marked it")
+		deps.Log.Warn("resumed a session whose last prompt was interrupted; marked it", slog.String("session", cfg.ID), slog.Uint64("seq", r.seq+1))
 		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
 	}
 	cfg.State.Init(r.model, cfg.Settings.Enabled)
@@ -292,7 +292,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		if !s.stopped && s.retryPID != nil && m.GetChildId() == s.retryPID.GetId() {
 			// The core arms the backoff again, through a new child, for
 			// what is left of it (its task replaces the old one's).
-			s.deps.Log.Error().Str("session", s.cfg.ID).Msg("retry actor stopped; starting a new one")
+			s.deps.Log.Error("retry actor stopped; starting a new one", slog.String("session", s.cfg.ID))
 			s.retryPID = nil
 			s.step(ctx, session.Input{Kind: session.InTimerLost})
 		}
@@ -319,7 +319,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 			break // the history stays open for the next actor
 		}
 		if err := s.cfg.History.Close(); err != nil {
-			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("close history")
+			s.deps.Log.Error("close history", slog.Any("error", err), slog.String("session", s.cfg.ID))
 		}
 	}
 }
@@ -419,7 +419,7 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	for next := 0; ; next++ {
 		now := s.deps.Clock.Now()
 		if !s.stepContained(buf, now, in) {
-			s.deps.Log.Error().Str("session", s.cfg.ID).Msg(chainFailedError)
+			s.deps.Log.Error(chainFailedError, slog.String("session", s.cfg.ID))
 			s.core.Step(buf, now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
 		}
 		effects := buf.List()
@@ -480,7 +480,7 @@ func (s *SessionActor) stepContained(out *session.Effects, now time.Time, in ses
 		}
 		out.Reset()
 		s.core.Restore(snap)
-		s.deps.Log.Error().Str("session", s.cfg.ID).Int("try", try).Msg("session step panicked; rolled back")
+		s.deps.Log.Error("session step panicked; rolled back", slog.String("session", s.cfg.ID), slog.Int("try", try))
 	}
 	return false
 }
@@ -539,7 +539,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	if restarted { // restarted after a panic: the history on disk is the truth
 		entries, err := s.cfg.History.Load()
 		if err != nil {
-			s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("reload history after a restart")
+			s.deps.Log.Error("reload history after a restart", slog.Any("error", err), slog.String("session", s.cfg.ID))
 		}
 		rr := resume(entries, s.cfg.Model, s.deps.knownModel)
 		r = &rr
@@ -563,7 +563,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
 			return
 		}
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("resume from the session record; starting idle")
+		s.deps.Log.Error("resume from the session record; starting idle", slog.Any("error", err), slog.String("session", s.cfg.ID))
 	}
 	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
@@ -617,7 +617,7 @@ func (s *SessionActor) append(toRuntime bool, entries ...*messages.Entry) error 
 		for _, e := range entries {
 			e.Seq = 0
 		}
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("append history")
+		s.deps.Log.Error("append history", slog.Any("error", err), slog.String("session", s.cfg.ID))
 		return err
 	}
 	s.historySeq += uint64(len(entries))
@@ -634,7 +634,7 @@ func (s *SessionActor) appendSynced(toRuntime bool, entries ...*messages.Entry) 
 	}
 	err := s.cfg.History.Sync()
 	if err != nil {
-		s.deps.Log.Error().Err(err).Str("session", s.cfg.ID).Msg("sync history")
+		s.deps.Log.Error("sync history", slog.Any("error", err), slog.String("session", s.cfg.ID))
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -248,11 +249,12 @@ func (s *SessionActor) hold() error {
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
 	defer cancel()
 	if err := h.Hold(ctx); err != nil {
-		ev := s.deps.Log.Warn()
+		level := slog.LevelWarn
 		if errors.Is(err, history.ErrTaken) { // certain, and said once for the node
-			ev = s.deps.Log.Debug()
+			level = slog.LevelDebug
 		}
-		ev.Err(err).Str("session", s.cfg.ID).Msg("not acting for the session: this node may no longer hold it")
+		s.deps.Log.LogAttrs(ctx, level, "not acting for the session: this node may no longer hold it",
+			slog.Any("error", err), slog.String("session", s.cfg.ID))
 		return err
 	}
 	return nil
@@ -367,7 +369,7 @@ func (s *SessionActor) deliverSteering() {
 	for _, text := range s.cfg.Steering() {
 		user := &messages.UserMessage{Text: text, TimestampMs: s.deps.Clock.Now().UnixMilli()}
 		if err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: user}}); err != "" {
-			s.deps.Log.Error().Str("session", s.cfg.ID).Str("error", err).Msg("steering message not recorded")
+			s.deps.Log.Error("steering message not recorded", slog.String("session", s.cfg.ID), slog.String("error", err))
 			continue
 		}
 		s.emitWire(func(ev *messages.SessionEvent) {

@@ -2,11 +2,11 @@ package bench
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
@@ -36,7 +36,7 @@ func BenchmarkFanout(b *testing.B) {
 	for _, subscribers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("subscribers=%d", subscribers), func(b *testing.B) {
 			clk := &drainClock{}
-			f := actors.NewFanout(clk, zerolog.Nop(), max(b.N, actors.DefaultQueueLen))
+			f := actors.NewFanout(clk, slog.New(slog.DiscardHandler), max(b.N, actors.DefaultQueueLen))
 			var (
 				pending  atomic.Int64 // subscribers still missing events
 				done     = make(chan struct{})

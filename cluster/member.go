@@ -14,7 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/internal/zslog"
+	"github.com/musepi/musepi/internal/loglevel"
 )
 
 // Member is one node of a MusePi cluster: a protoactor cluster member that
@@ -69,7 +69,7 @@ func Start(cfg Config) (m *Member, err error) {
 	if cfg.Logger != nil {
 		h = cfg.Logger.Handler()
 	}
-	logger := slog.New(zslog.AtLeast(zslog.Demoted(h, slog.LevelDebug, connectionChurn...), slog.LevelWarn)).With("lib", "protoactor")
+	logger := slog.New(loglevel.AtLeast(loglevel.Demoted(h, slog.LevelDebug, connectionChurn...), slog.LevelWarn)).With("lib", "protoactor")
 	m = &Member{cfg: cfg, log: logger, own: slog.New(h), views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
 		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
 	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,7 +58,7 @@ func promptThroughRestart(t *testing.T, down time.Duration) {
 	var storeLog strings.Builder
 	var logMu sync.Mutex
 	store, err := pgstore.Connect(context.Background(), url, pgstore.WithNode("node"),
-		pgstore.WithLogger(zerolog.New(zerolog.SyncWriter(lockedWriter{&logMu, &storeLog})).Level(zerolog.InfoLevel)))
+		pgstore.WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(zerolog.SyncWriter(lockedWriter{&logMu, &storeLog})).Level(zerolog.InfoLevel)))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/rs/zerolog"
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster/pgstore"
 )
@@ -22,7 +20,7 @@ import (
 // node, and its database node name is the file's with "-rpc" appended.
 // viewURL is where the node serves the members it sees ("": nowhere),
 // published in etcd for `musepi cluster status`.
-func (c *Config) Join(ctx context.Context, client bool, viewURL string, log zerolog.Logger, opts ...musepi.Option) (*musepi.Runtime, error) {
+func (c *Config) Join(ctx context.Context, client bool, viewURL string, log *slog.Logger, opts ...musepi.Option) (*musepi.Runtime, error) {
 	cc := c.Cluster
 	if cc == nil {
 		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", c.File)
@@ -38,7 +36,7 @@ func (c *Config) Join(ctx context.Context, client bool, viewURL string, log zero
 	if name != "" {
 		sopts = append(sopts, pgstore.WithNode(name))
 	}
-	rtOpts, err := c.RuntimeOptions(append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(log)))}, opts...)...)
+	rtOpts, err := c.RuntimeOptions(append([]musepi.Option{musepi.WithLogger(log)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/messages"
 )
@@ -70,7 +69,7 @@ func ParseSync(name string) (Sync, error) {
 type FileStore struct {
 	dir      string
 	sync     Sync
-	log      zerolog.Logger
+	log      *slog.Logger
 	openFile func(name string, flag int, perm fs.FileMode) (File, error)
 
 	mu     sync.Mutex
@@ -85,7 +84,7 @@ func WithSync(s Sync) FileOption { return func(fs *FileStore) { fs.sync = s } }
 
 // WithLogger logs warnings (wide permissions, a torn last line) to log
 // (default: none).
-func WithLogger(log zerolog.Logger) FileOption { return func(fs *FileStore) { fs.log = log } }
+func WithLogger(log *slog.Logger) FileOption { return func(fs *FileStore) { fs.log = log } }
 
 // WithOpenFile opens history files with open instead of os.OpenFile.
 func WithOpenFile(open func(name string, flag int, perm fs.FileMode) (File, error)) FileOption {
@@ -99,7 +98,7 @@ func osOpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 // OpenFileStore opens (creating, mode 0700) a store in dir. An existing
 // directory that others may read or enter is used with a warning.
 func OpenFileStore(dir string, opts ...FileOption) (*FileStore, error) {
-	s := &FileStore{dir: dir, log: zerolog.Nop(), openFile: osOpenFile}
+	s := &FileStore{dir: dir, log: slog.New(slog.DiscardHandler), openFile: osOpenFile}
 	for _, o := range opts {
 		o(s)
 	}
@@ -111,8 +110,7 @@ func OpenFileStore(dir string, opts ...FileOption) (*FileStore, error) {
 		return nil, &Error{Op: "open", Path: dir, Err: err}
 	}
 	if info.Mode().Perm()&0o077 != 0 {
-		s.log.Warn().Str("dir", dir).Str("mode", info.Mode().Perm().String()).
-			Msg("history directory is accessible to other users; histories hold conversations: chmod 700 it")
+		s.log.Warn("history directory is accessible to other users; histories hold conversations: chmod 700 it", slog.String("dir", dir), slog.String("mode", info.Mode().Perm().String()))
 	}
 	return s, nil
 }
@@ -188,7 +186,7 @@ type fileLog struct {
 func (l *fileLog) fail(op string, err error) error { return &Error{Op: op, Path: l.path, Err: err} }
 
 // open locks and reads the file, and prepares it for appends.
-func (l *fileLog) open(log zerolog.Logger) ([]*messages.Entry, error) {
+func (l *fileLog) open(log *slog.Logger) ([]*messages.Entry, error) {
 	if err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, l.fail("open", fmt.Errorf("%w (pid %s)", ErrLocked, lockHolder(l.lockPath)))
@@ -200,8 +198,7 @@ func (l *fileLog) open(log zerolog.Logger) ([]*messages.Entry, error) {
 		return nil, l.fail("open", err)
 	}
 	if info.Mode().Perm()&0o077 != 0 {
-		log.Warn().Str("file", l.path).Str("mode", info.Mode().Perm().String()).
-			Msg("history file is accessible to other users; it holds a conversation: chmod 600 it")
+		log.Warn("history file is accessible to other users; it holds a conversation: chmod 600 it", slog.String("file", l.path), slog.String("mode", info.Mode().Perm().String()))
 	}
 	data := make([]byte, info.Size())
 	if _, err := l.f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
@@ -217,8 +214,7 @@ func (l *fileLog) open(log zerolog.Logger) ([]*messages.Entry, error) {
 		l.seq = sc.entries[n-1].GetSeq()
 	}
 	if sc.torn > 0 {
-		log.Warn().Str("file", l.path).Int("line", sc.tornLine).Int("bytes", sc.torn).
-			Msg("history ends with a partial line (a crash mid-write); truncating it")
+		log.Warn("history ends with a partial line (a crash mid-write); truncating it", slog.String("file", l.path), slog.Int("line", sc.tornLine), slog.Int("bytes", sc.torn))
 		if err := l.f.Truncate(l.size); err != nil {
 			return nil, l.fail("open", fmt.Errorf("truncate the partial last line: %w", err))
 		}
@@ -234,7 +230,7 @@ func (l *fileLog) open(log zerolog.Logger) ([]*messages.Entry, error) {
 		}
 	}
 	if err := os.WriteFile(l.lockPath, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
-		log.Warn().Err(err).Str("file", l.lockPath).Msg("cannot record the pid holding the history")
+		log.Warn("cannot record the pid holding the history", slog.Any("error", err), slog.String("file", l.lockPath))
 	}
 	return sc.entries, nil
 }

@@ -3,6 +3,7 @@ package history_test
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -84,7 +85,7 @@ func TestFaultInvalidContent(t *testing.T) {
 			path := filepath.Join(dir, "s.jsonl")
 			writeFile(t, path, tt.content)
 			var logs bytes.Buffer
-			s := openFile(t, dir, history.WithLogger(zerolog.New(&logs)))
+			s := openFile(t, dir, history.WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(&logs)))))
 			l, got, err := s.Open("s")
 			if tt.wantErr != "" {
 				var he *history.Error
@@ -306,7 +307,7 @@ func TestPrivateByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	openLog(t, openFile(t, wide, history.WithLogger(zerolog.New(&logs))), "s")
+	openLog(t, openFile(t, wide, history.WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))))), "s")
 	for _, want := range []string{"history directory is accessible to other users", "history file is accessible to other users"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("no warning %q in %q", want, logs.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -220,9 +221,9 @@ func (s *Server) promptEnded(ctx context.Context, sess *musepi.Session, err erro
 	switch {
 	case err == nil:
 	case errors.As(err, &settledBySession):
-		s.Log.Debug().Err(err).Str("session", sess.ID()).Msg("prompt ended")
+		s.Log.Debug("prompt ended", slog.Any("error", err), slog.String("session", sess.ID()))
 	default:
-		s.Log.Warn().Err(err).Str("session", sess.ID()).Msg("prompt not started")
+		s.Log.Warn("prompt not started", slog.Any("error", err), slog.String("session", sess.ID()))
 		// A translator of its own: this line is no part of the session's
 		// event sequence (agent_settled passes through unchanged).
 		s.writeEvent(&translator{s: s}, event{SessionID: sess.ID(), Type: "agent_settled",
@@ -624,7 +625,7 @@ func (s *Server) replaceSession(ctx context.Context, opts ...musepi.SessionOptio
 	s.prompts.Wait()
 	s.waitSettledWritten(5 * time.Second)
 	if err := s.closeSession(ctx); err != nil {
-		s.Log.Warn().Err(err).Msg("replace session")
+		s.Log.Warn("replace session", slog.Any("error", err))
 	}
 	if err := s.startSession(ctx, opts...); err != nil {
 		return err

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider"
@@ -37,7 +37,7 @@ func TestCompact(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := &syncBuffer{}
-		s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop()}
+		s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: slog.New(slog.DiscardHandler)}
 		cmds := []string{
 			`{"id":"1","type":"prompt","message":"a"}`,
 			`{"id":"2","type":"prompt","message":"b","streamingBehavior":"followUp"}`,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,7 +170,7 @@ func TestClosedOutputStopsServing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
 	var logs syncBuffer
-	s := &Server{Runtime: rt, Out: &failingWriter{n: 1}, Log: zerolog.New(&logs),
+	s := &Server{Runtime: rt, Out: &failingWriter{n: 1}, Log: slog.New(zerolog.NewSlogHandler(zerolog.New(&logs))),
 		SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m"), musepi.WithSessionID("piped")}}
 	in, feed := io.Pipe()
 	defer in.Close()
@@ -214,7 +215,7 @@ func TestPromptRefusedByRuntimeSettles(t *testing.T) {
 	defer func() { other.Abort(); <-held }()
 
 	out := &syncBuffer{}
-	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop()}
+	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: slog.New(slog.DiscardHandler)}
 	objs := serve(t, s, out, `{"id":"1","type":"prompt","message":"hi"}`)
 	settled := ofType(objs, "agent_settled")
 	if len(settled) != 1 || settled[0]["success"] != false || !strings.Contains(fmt.Sprint(settled[0]["error"]), "at most 1 prompts in flight") {

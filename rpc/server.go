@@ -12,10 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 )
@@ -29,7 +28,7 @@ type Server struct {
 	// SessionOptions start each session (WithModel is required).
 	SessionOptions []musepi.SessionOption
 	Out            io.Writer
-	Log            zerolog.Logger
+	Log            *slog.Logger
 	// MaxLine bounds an input line; longer lines get an error response
 	// (default DefaultMaxLine).
 	MaxLine int
@@ -283,7 +282,7 @@ func (s *Server) writeEvent(t *translator, ev event) {
 func (s *Server) writeLine(obj any) {
 	b, err := json.Marshal(obj)
 	if err != nil {
-		s.Log.Error().Err(err).Msg("encode rpc line")
+		s.Log.Error("encode rpc line", slog.Any("error", err))
 		return
 	}
 	s.writeMu.Lock()
@@ -294,7 +293,7 @@ func (s *Server) writeLine(obj any) {
 	b = append(b, '\n')
 	if _, err := s.Out.Write(b); err != nil {
 		s.writeErr = fmt.Errorf("rpc: write: %w", err)
-		s.Log.Error().Err(err).Msg("cannot write to the client (it closed its end?): stopping; the running prompt is aborted and the history kept")
+		s.Log.Error("cannot write to the client (it closed its end?): stopping; the running prompt is aborted and the history kept", slog.Any("error", err))
 		if s.stop != nil {
 			s.stop(s.writeErr)
 		}

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi"
@@ -48,7 +48,7 @@ func newServer(t testing.TB, out *syncBuffer) *Server {
 		defer cancel()
 		_ = rt.Shutdown(ctx)
 	})
-	return &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop(), MaxLine: 256}
+	return &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: slog.New(slog.DiscardHandler), MaxLine: 256}
 }
 
 // Serve answers every line with exactly one response, in order, and ends

@@ -3,10 +3,10 @@ package rpc
 import (
 	"context"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider"
@@ -28,7 +28,7 @@ func TestStateDuringBackoffAndQueue(t *testing.T) {
 		_ = rt.Shutdown(ctx)
 	})
 	out := &syncBuffer{}
-	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop()}
+	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: slog.New(slog.DiscardHandler)}
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(context.Background(), r) }()

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
@@ -41,7 +41,7 @@ func TestSteerAtTurnBoundary(t *testing.T) {
 		_ = rt.Shutdown(ctx)
 	})
 	out := &syncBuffer{}
-	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: zerolog.Nop()}
+	s := &Server{Runtime: rt, SessionOptions: []musepi.SessionOption{musepi.WithModel("p/m")}, Out: out, Log: slog.New(slog.DiscardHandler)}
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(context.Background(), r) }()

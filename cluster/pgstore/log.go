@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -96,8 +97,7 @@ func (s *Store) open(ctx context.Context, session string, force bool) (*Log, []*
 		return nil, nil, fail(err)
 	}
 	if prev.held {
-		s.log.Info().Str("session", session).Str("from", prev.owner).Int64("from_epoch", prev.epoch).
-			Bool("forced", force).Int64("epoch", epoch).Msg("took the session over")
+		s.log.Info("took the session over", slog.String("session", session), slog.String("from", prev.owner), slog.Int64("from_epoch", prev.epoch), slog.Bool("forced", force), slog.Int64("epoch", epoch))
 	}
 	var last uint64
 	if n := len(entries); n > 0 {

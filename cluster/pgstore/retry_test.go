@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -57,7 +58,7 @@ func (l *logLines) count(s string) int {
 // logged is a Store option logging to a new logLines, at Info.
 func logged() (*logLines, pgstore.Option) {
 	l := &logLines{}
-	return l, pgstore.WithLogger(zerolog.New(l).Level(zerolog.InfoLevel))
+	return l, pgstore.WithLogger(slog.New(zerolog.NewSlogHandler(zerolog.New(l).Level(zerolog.InfoLevel))))
 }
 
 const (

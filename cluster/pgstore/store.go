@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/retry"
@@ -30,7 +30,7 @@ type Store struct {
 	lease      time.Duration
 	timeout    time.Duration
 	writeRetry time.Duration
-	log        zerolog.Logger
+	log        *slog.Logger
 
 	jitterMu sync.Mutex
 	jitter   retry.Source
@@ -87,7 +87,7 @@ func WithTimeout(d time.Duration) Option { return func(s *Store) { s.timeout = d
 
 // WithLogger logs takeovers, lease renewal failures and the outages that
 // writes retry through (default: none).
-func WithLogger(log zerolog.Logger) Option { return func(s *Store) { s.log = log } }
+func WithLogger(log *slog.Logger) Option { return func(s *Store) { s.log = log } }
 
 // DefaultWriteRetry is how long a write is retried without WithWriteRetry.
 const DefaultWriteRetry = 30 * time.Second
@@ -120,7 +120,7 @@ const DefaultConnectTimeout = 5 * time.Second
 func Connect(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	host, _ := os.Hostname()
 	s := &Store{node: host, lease: DefaultLease, timeout: 30 * time.Second, writeRetry: DefaultWriteRetry,
-		log: zerolog.Nop(), closing: make(chan struct{}), born: time.Now()}
+		log: slog.New(slog.DiscardHandler), closing: make(chan struct{}), born: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -205,7 +205,7 @@ func (s *Store) renew(ctx context.Context) error {
 	}
 	if first := s.renewed.Load() == 0 && s.leaseGen.Load() == 0; (live == nil || !*live) && !first {
 		s.leaseGen.Add(1)
-		s.log.Warn().Str("node", s.node).Msg("the node's lease had run out (was the process paused?): each session re-claims its epoch before it acts again")
+		s.log.Warn("the node's lease had run out (was the process paused?): each session re-claims its epoch before it acts again", slog.String("node", s.node))
 	}
 	s.renewed.Store(int64(start))
 	return nil
@@ -258,8 +258,7 @@ func (s *Store) heartbeat(ctx context.Context) {
 		err := s.renew(rctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Str("node", s.node).
-				Msg("cannot renew the node's lease; once it runs out other nodes may take its sessions over")
+			s.log.Warn("cannot renew the node's lease; once it runs out other nodes may take its sessions over", slog.Any("error", err), slog.String("node", s.node))
 		}
 		if beat%pruneBeats == 0 {
 			s.pruneBeat(ctx)
@@ -274,9 +273,9 @@ func (s *Store) pruneBeat(ctx context.Context) {
 	n, err := s.prune(pctx)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		s.log.Warn().Err(err).Str("node", s.node).Msg("cannot prune the rows of dead nodes; the next prune tries again")
+		s.log.Warn("cannot prune the rows of dead nodes; the next prune tries again", slog.Any("error", err), slog.String("node", s.node))
 	case n > 0:
-		s.log.Debug().Int64("rows", n).Dur("grace", PruneGrace(s.lease)).Msg("pruned the rows of dead node incarnations")
+		s.log.Debug("pruned the rows of dead node incarnations", slog.Int64("rows", n), slog.Duration("grace", PruneGrace(s.lease)))
 	}
 }
 

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -63,8 +64,7 @@ func (s *Store) outageFailed(err error) {
 	if o.since.IsZero() {
 		o.since = time.Now()
 		s.pool.Reset()
-		s.log.Warn().Err(err).Dur("retrying_for", s.writeRetry).
-			Msg("database writes meet a transient error; retrying each for a bounded time")
+		s.log.Warn("database writes meet a transient error; retrying each for a bounded time", slog.Any("error", err), slog.Duration("retrying_for", s.writeRetry))
 	}
 }
 
@@ -76,6 +76,6 @@ func (s *Store) outageOver() {
 	if o.since.IsZero() {
 		return
 	}
-	s.log.Info().Dur("after", time.Since(o.since)).Int("writes_retried", o.retried).Msg("database writes get through again")
+	s.log.Info("database writes get through again", slog.Duration("after", time.Since(o.since)), slog.Int("writes_retried", o.retried))
 	o.since, o.retried = time.Time{}, 0
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,8 +41,8 @@ func TestLogFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			log.Info().Msg("not shown without -v")
-			log.Warn().Str("session", "s1").Msg("history write failed")
+			log.Info("not shown without -v")
+			log.Warn("history write failed", slog.String("session", "s1"))
 			tt.check(t, strings.TrimSpace(buf.String()))
 		})
 	}

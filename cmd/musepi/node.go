@@ -5,14 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
@@ -54,7 +53,7 @@ func setupNode(fs *flag.FlagSet) func([]string) error {
 // Its lifecycle lines on stderr ("musepi node: ...") are for operators
 // and the multi-process tests: where it listens, every change of the
 // member list, leaving and how long leaving took.
-func runNode(configPath, metricsAddr string, log zerolog.Logger) error {
+func runNode(configPath, metricsAddr string, log *slog.Logger) error {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		return err
@@ -149,7 +148,7 @@ var errInterrupted = errors.New("interrupted before the start completed")
 // signal kill the process, the join has startUnwind to undo itself (the
 // parts that take ctx return at once; a member that joined leaves), and
 // joinNode fails with errInterrupted.
-func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, viewURL string, log zerolog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
+func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, viewURL string, log *slog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
 	type joined struct {
 		rt  *musepi.Runtime
 		err error

@@ -48,8 +48,8 @@ type setupFlags struct {
 	cluster     bool // join --config's cluster as a client (musepi rpc --cluster)
 
 	// Set by check:
-	log  zerolog.Logger // from -v and --log-format
-	sync history.Sync   // from --history-sync
+	log  *slog.Logger // from -v and --log-format
+	sync history.Sync // from --history-sync
 }
 
 func addSetupFlags(fs *flag.FlagSet) *setupFlags {
@@ -118,8 +118,9 @@ type setup struct {
 
 // logger is the command's logger on stderr: warnings and errors (with -v
 // debug lines too), as plain text lines, coloured only when stderr is a
-// terminal, or as JSON objects with --log-format json.
-func (f *setupFlags) logger() (zerolog.Logger, error) {
+// terminal, or as JSON objects with --log-format json: zerolog's, through
+// its slog handler.
+func (f *setupFlags) logger() (*slog.Logger, error) {
 	level := zerolog.WarnLevel
 	if f.verbose {
 		level = zerolog.DebugLevel
@@ -131,14 +132,14 @@ func (f *setupFlags) logger() (zerolog.Logger, error) {
 	case "json":
 		w = stderr
 	default:
-		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
+		return nil, fmt.Errorf("--log-format %q: want text or json", f.logFormat)
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+	return slog.New(zerolog.NewSlogHandler(zerolog.New(w).Level(level).With().Timestamp().Logger())), nil
 }
 
 // open starts the runtime the flags describe, once check has accepted them.
 func (f *setupFlags) open(extra ...musepi.Option) (*setup, error) {
-	opts := append([]musepi.Option{musepi.WithLogger(slog.New(zerolog.NewSlogHandler(f.log)))}, extra...)
+	opts := append([]musepi.Option{musepi.WithLogger(f.log)}, extra...)
 	if f.historyDir != "" {
 		opts = append(opts, musepi.WithHistoryDir(f.historyPath()))
 	}

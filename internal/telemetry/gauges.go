@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -62,7 +63,7 @@ func (t *Telemetry) observe(meter metric.Meter) (metric.Registration, error) {
 			st, err := t.cfg.Budget(bctx, p)
 			cancel()
 			if err != nil {
-				t.cfg.Log.Warn().Err(err).Str("provider", p).Msg("metrics: retry budget not observed")
+				t.cfg.Log.Warn("metrics: retry budget not observed", slog.Any("error", err), slog.String("provider", p))
 				continue
 			}
 			attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("provider", p)))

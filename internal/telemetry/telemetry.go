@@ -3,10 +3,10 @@ package telemetry
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -28,7 +28,7 @@ type Config struct {
 	// Clock times provider calls (the runtime's clock).
 	Clock clock.Clock
 	// Log takes what cannot be observed (a retry budget that did not answer).
-	Log zerolog.Logger
+	Log *slog.Logger
 	// Sessions reports the runtime's sessions when metrics are collected.
 	Sessions func() Snapshot
 	// Budgets are the providers with a retry budget, read through Budget

@@ -2,11 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -34,7 +34,7 @@ func newRecorded(t *testing.T) *recorded {
 		Meter:    sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader)),
 		Tracer:   sdktrace.NewTracerProvider(sdktrace.WithSyncer(r.spans)),
 		Clock:    clock.NewVirtual(t0),
-		Log:      zerolog.Nop(),
+		Log:      slog.New(slog.DiscardHandler),
 		Sessions: func() Snapshot { return Snapshot{} },
 	})
 	if err != nil {

@@ -17,11 +17,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
@@ -53,7 +52,7 @@ func run() error {
 		return err
 	}
 	ctx := context.Background()
-	rt, err := cfg.Join(ctx, true, "", zerolog.Nop())
+	rt, err := cfg.Join(ctx, true, "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
