@@ -177,6 +177,9 @@ func (p *PreparedSession) Passivated() bool { return p.passivated != nil }
 
 // Receive turns the session's messages into inputs of its core.
 func (s *SessionActor) Receive(ctx actor.Context) {
+	if s.stepInput(ctx) {
+		return
+	}
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.started(ctx)
@@ -186,141 +189,204 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.attach(ctx, m)
 	case *messages.HandOver:
 		s.handOver(ctx)
-	case *messages.ResumeChain:
-		// A session resumed from its record arms its backoff timer again for
-		// what is left of it (at once when it is past due).
-		s.step(ctx, session.Input{Kind: session.InTimerLost})
-	case *messages.CredentialSelected:
-		s.step(ctx, session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()})
-	case *messages.TurnDelta:
-		s.step(ctx, session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()})
 	case *messages.TurnFinished:
-		if !s.core.AwaitsTurn(m.GetTurn()) {
-			break // a turn the session gave up on (aborted, shut down)
-		}
-		if m.GetTaken() { // its guard found the session another's: nothing was sent
-			s.leave(ctx)
-			break
-		}
-		s.running = nil // over: a session waiting in backoff keeps no turn
-		msg := m.GetMessage()
-		if msg.GetTimestampMs() == 0 {
-			msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
-		}
-		// The provider is the configured name the model selector uses
-		// ("fake"), not the adapter's wire kind ("openai").
-		provName, modelName, _ := retry.SplitModel(s.turnModel)
-		msg.Provider = provName
-		if msg.GetModel() == "" {
-			msg.Model = modelName
-		}
-		err := s.record(true, assistantEntry(msg)...)
-		s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
+		s.turnFinished(ctx, m)
 	case *messages.ToolsFinished:
-		if !s.core.AwaitsTools(m.GetTurn()) {
-			break
-		}
-		s.running = nil
-		now := s.deps.Clock.Now().UnixMilli()
-		entries := make([]*messages.Entry, len(m.GetResults()))
-		for i, r := range m.GetResults() {
-			r.TimestampMs = now
-			entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
-		}
-		err := s.record(true, entries...)
-		for _, r := range m.GetResults() {
-			s.emitWire(func(ev *messages.SessionEvent) {
-				ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
-			})
-		}
-		s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
+		s.toolsFinished(ctx, m)
 	case *messages.TaskDue:
 		s.wakeAtScheduler = false
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
 	case *messages.Passivate:
 		s.passivate(ctx, m.GetToken())
+	case *messages.CompactionFinished:
+		s.compactionFinished(ctx, m)
+	case *messages.CompactRequest:
+		s.manualCompact(ctx)
+	case *messages.SetModelRequest:
+		ctx.Respond(s.setModel(ctx, m.GetModel()))
+	case *messages.MessagesRequest:
+		ctx.Respond(s.messages(m.GetHistory()))
+	case *messages.RetryStopped:
+		s.retryStopped(ctx, m)
+	case *actor.Stopping:
+		s.stopping(ctx)
+	case *actor.Restarting: // after a panic: the next instance starts its own child
+		s.stopRetry(ctx)
+	case *actor.Stopped:
+		s.exited(ctx)
+	}
+}
+
+// stepInput steps the core with the message's input, when the message is
+// one (inputOf), and reports whether it was.
+func (s *SessionActor) stepInput(ctx actor.Context) bool {
+	in, ack, ok := inputOf(ctx.Message())
+	if !ok {
+		return false
+	}
+	s.step(ctx, in)
+	if ack {
+		ctx.Respond(&messages.Ack{})
+	}
+	return true
+}
+
+// inputOf is the core's input for a message that is one as it is: a reply
+// of a shared actor, a turn's delta, a control (answered with an Ack once
+// stepped: ack).
+func inputOf(msg any) (in session.Input, ack, ok bool) {
+	switch m := msg.(type) {
+	case *messages.ResumeChain:
+		// A session resumed from its record arms its backoff timer again for
+		// what is left of it (at once when it is past due).
+		return session.Input{Kind: session.InTimerLost}, false, true
+	case *messages.CredentialSelected:
+		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()}, false, true
+	case *messages.TurnDelta:
+		return session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()}, false, true
 	case *messages.UsageLimitReply:
 		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
 		if m.GetRetryAtMs() > 0 {
 			in.RetryAt = time.UnixMilli(m.GetRetryAtMs())
 		}
-		s.step(ctx, in)
+		return in, false, true
 	case *messages.NextModelReply:
 		in := session.Input{Kind: session.InFallbackReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()}
 		if ms := m.GetPrimaryCooldownUntilMs(); ms > 0 {
 			in.CooldownUntil = time.UnixMilli(ms)
 		}
-		s.step(ctx, in)
+		return in, false, true
 	case *messages.RetryBudgetGrant:
-		s.step(ctx, session.Input{Kind: session.InBudgetGrant, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
+		return session.Input{Kind: session.InBudgetGrant, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())}, false, true
 	case *messages.RetryBudgetRelease:
-		s.step(ctx, session.Input{Kind: session.InBudgetRelease, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())})
-	case *messages.CompactionFinished:
-		if m.GetManual() {
-			s.manualCompactionFinished(ctx, m)
-			break
-		}
-		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
-	case *messages.CompactRequest:
-		s.manualCompact(ctx)
+		return session.Input{Kind: session.InBudgetRelease, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())}, false, true
 	case *messages.AbortRequest:
-		kind := session.InAbort
 		if m.GetEditGuard() {
-			kind = session.InEditGuardAbort
+			return session.Input{Kind: session.InEditGuardAbort}, true, true
 		}
-		s.step(ctx, session.Input{Kind: kind})
-		ctx.Respond(&messages.Ack{})
+		return session.Input{Kind: session.InAbort}, true, true
 	case *messages.AbortRetryRequest:
-		s.step(ctx, session.Input{Kind: session.InAbortRetry})
-		ctx.Respond(&messages.Ack{})
+		return session.Input{Kind: session.InAbortRetry}, true, true
 	case *messages.SetAutoRetryRequest:
-		s.step(ctx, session.Input{Kind: session.InSetAutoRetry, Enabled: m.GetEnabled()})
-		ctx.Respond(&messages.Ack{})
-	case *messages.SetModelRequest:
-		ack := s.checkModel(m.GetModel())
-		if ack.GetError() == "" {
-			if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: m.GetModel()}); err != nil {
-				ack.Error = err.Error() // not recorded: the model stays as it was
-			}
+		return session.Input{Kind: session.InSetAutoRetry, Enabled: m.GetEnabled()}, true, true
+	}
+	return session.Input{}, false, false
+}
+
+// turnFinished records the turn's message, stamped with the session's
+// provider and model names, and steps the core with it; a turn the session
+// gave up on (aborted, shut down) is dropped, and one whose guard found the
+// session taken by another node makes the actor leave.
+func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished) {
+	if !s.core.AwaitsTurn(m.GetTurn()) {
+		return
+	}
+	if m.GetTaken() { // its guard found the session another's: nothing was sent
+		s.leave(ctx)
+		return
+	}
+	s.running = nil // over: a session waiting in backoff keeps no turn
+	msg := m.GetMessage()
+	if msg.GetTimestampMs() == 0 {
+		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
+	}
+	// The provider is the configured name the model selector uses
+	// ("fake"), not the adapter's wire kind ("openai").
+	provName, modelName, _ := retry.SplitModel(s.turnModel)
+	msg.Provider = provName
+	if msg.GetModel() == "" {
+		msg.Model = modelName
+	}
+	err := s.record(true, assistantEntry(msg)...)
+	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
+}
+
+// toolsFinished records the tool results, tells the subscribers, and steps
+// the core.
+func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
+	if !s.core.AwaitsTools(m.GetTurn()) {
+		return
+	}
+	s.running = nil
+	now := s.deps.Clock.Now().UnixMilli()
+	entries := make([]*messages.Entry, len(m.GetResults()))
+	for i, r := range m.GetResults() {
+		r.TimestampMs = now
+		entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
+	}
+	err := s.record(true, entries...)
+	for _, r := range m.GetResults() {
+		s.emitWire(func(ev *messages.SessionEvent) {
+			ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
+		})
+	}
+	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
+}
+
+// compactionFinished hands an automatic compaction's outcome to the core;
+// a manual one ends on its own.
+func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
+	if m.GetManual() {
+		s.manualCompactionFinished(ctx, m)
+		return
+	}
+	s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
+}
+
+// setModel switches the session's model, once checked and recorded.
+func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
+	ack := s.checkModel(model)
+	if ack.GetError() == "" {
+		if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: model}); err != nil {
+			ack.Error = err.Error() // not recorded: the model stays as it was
 		}
-		ctx.Respond(ack)
-	case *messages.MessagesRequest:
-		ctx.Respond(s.messages(m.GetHistory()))
-	case *messages.RetryStopped: // from the retry child's guardian (retryGuardian)
-		if !s.stopped && s.retryPID != nil && m.GetChildId() == s.retryPID.GetId() {
-			// The core arms the backoff again, through a new child, for
-			// what is left of it (its task replaces the old one's).
-			s.deps.Log.Error("retry actor stopped; starting a new one", slog.String("session", s.cfg.ID))
-			s.retryPID = nil
-			s.step(ctx, session.Input{Kind: session.InTimerLost})
-		}
-	case *actor.Stopping:
-		s.stopped = true
-		d := s.dur
-		if d != nil && d.handOverTo != nil { // stopped before the session came to rest
-			ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
-			d.handOverTo = nil
-		}
-		switch {
-		case s.passivating || d != nil && d.leaving:
-		case s.taken(): // stopped by its host, which found the session another activation's
-			s.leave(ctx)
-		default:
-			s.step(ctx, session.Input{Kind: session.InStop})
-		}
-		s.stopRetry(ctx)
-	case *actor.Restarting: // after a panic: the next instance starts its own child
-		s.stopRetry(ctx)
-	case *actor.Stopped:
-		s.deps.sessions.remove(ctx.Self().Id, s.entry)
-		if s.passivating {
-			break // the history stays open for the next actor
-		}
-		if err := s.cfg.History.Close(); err != nil {
-			s.deps.Log.Error("close history", slog.Any("error", err), slog.String("session", s.cfg.ID))
-		}
+	}
+	return ack
+}
+
+// retryStopped: the retry child stopped after a panic (its guardian,
+// retryGuardian, says so); the core arms the backoff again, through a new
+// child, for what is left of it (its task replaces the old one's).
+func (s *SessionActor) retryStopped(ctx actor.Context, m *messages.RetryStopped) {
+	if s.stopped || s.retryPID == nil || m.GetChildId() != s.retryPID.GetId() {
+		return
+	}
+	s.deps.Log.Error("retry actor stopped; starting a new one", slog.String("session", s.cfg.ID))
+	s.retryPID = nil
+	s.step(ctx, session.Input{Kind: session.InTimerLost})
+}
+
+// stopping ends the session's actor: a hand-over under way is refused, and
+// the core stops (a prompt running ends with ErrShutdown), unless the
+// session passivates or leaves for another node's activation.
+func (s *SessionActor) stopping(ctx actor.Context) {
+	s.stopped = true
+	d := s.dur
+	if d != nil && d.handOverTo != nil { // stopped before the session came to rest
+		ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
+		d.handOverTo = nil
+	}
+	switch {
+	case s.passivating || d != nil && d.leaving:
+	case s.taken(): // stopped by its host, which found the session another activation's
+		s.leave(ctx)
+	default:
+		s.step(ctx, session.Input{Kind: session.InStop})
+	}
+	s.stopRetry(ctx)
+}
+
+// exited: the actor has stopped; the history closes unless the session
+// passivated (its next actor takes the history up).
+func (s *SessionActor) exited(ctx actor.Context) {
+	s.deps.sessions.remove(ctx.Self().Id, s.entry)
+	if s.passivating {
+		return
+	}
+	if err := s.cfg.History.Close(); err != nil {
+		s.deps.Log.Error("close history", slog.Any("error", err), slog.String("session", s.cfg.ID))
 	}
 }
 

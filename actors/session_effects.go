@@ -16,97 +16,162 @@ import (
 // actor-less deployment answers at once (no credentials, no fallback chain,
 // no budget, no provider) queue their answer as the next input.
 func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
-	clk := s.deps.Clock
 	switch e.Kind {
 	case session.Emit:
 		s.emit(e.Event)
 	case session.AppendModelChange:
-		entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(e.Change)}}
-		if d := s.dur; d != nil && d.records != nil { // written with the step's record (commitStep)
-			s.batchModelChange(d, entry)
-			return
-		}
-		write := s.append
-		if e.Change.Reason == "user" {
-			write = s.appendSynced
-		}
-		if err := write(false, entry); err != nil {
-			s.historyFailed(err, true) // the model stays as it was
-			return
-		}
-		to := e.Change.To
-		s.cfg.State.model.Store(&to)
+		s.appendModelChange(e.Change)
 	case session.StripTrailingError:
-		if n := len(s.runtime); n > 0 {
-			if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
-				s.runtime[n-1] = nil
-				s.runtime = s.runtime[:n-1]
-			}
-		}
+		s.stripTrailingError()
 	case session.ReplaceContext:
 		s.runtime = e.Context
 	case session.SelectCredential:
-		prov := providerOf(e.Model)
-		pid := s.deps.Credentials[prov]
-		if pid == nil {
-			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
-			return
-		}
-		if e.Credential != "" && s.deps.Views[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
-			s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected, Credential: e.Credential})
-			return
-		}
-		track.Request(ctx, clk, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+		s.selectCredential(ctx, e)
 	case session.StartTurn:
 		s.startTurn(ctx, e.Turn, e.Model, e.Credential)
 	case session.CancelTurn:
-		if s.running != nil {
-			s.running.cancel(context.Canceled)
-			s.running = nil
-		}
+		s.cancelTurn()
 	case session.RunTools:
 		s.runTools(ctx, e.Turn, e.Calls)
 	case session.DeliverSteering:
 		s.deliverSteering()
 	case session.Compact:
-		if !s.cfg.State.AutoCompaction() { // switched off: the overflow ends the prompt
-			s.pending = append(s.pending, session.Input{Kind: session.InCompactionDone, Generation: e.Generation,
-				Err: e.Failed.GetErrorMessage()})
-			return
-		}
-		s.compact(ctx, e.Generation, e.Failed, false)
+		s.compactFor(ctx, e)
 	case session.ArmTimer:
-		if s.dur != nil {
-			s.dur.armed = true
-		}
-		if s.passivates(e) {
-			// The scheduler wakes the session by id: it may leave its actors
-			// while it waits.
-			track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
-				SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
-			s.wakeAtScheduler = true
-			if s.deps.Passivation.Hold(s.cfg.ID) {
-				track.Send(ctx, clk, ctx.Self(), &messages.Passivate{Token: e.Token})
-			}
-			return
-		}
-		track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
-			SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
+		s.armTimer(ctx, e)
 	case session.CancelTimer:
-		switch {
-		case s.wakeAtScheduler:
-			s.wakeAtScheduler = false
-			track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
-		case s.retryPID != nil: // no child yet: no timer to cancel
-			track.Send(ctx, clk, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
-		}
+		s.cancelTimer(ctx, e)
 	case session.ResetProviderSession:
-		if p := s.deps.Providers[providerOf(e.Model)]; p != nil {
-			p.ResetSession(s.cfg.ID)
+		s.resetProviderSession(e.Model)
+	case session.AskCredentialSwitch, session.AskFallback, session.AskBudget:
+		s.ask(ctx, e)
+	case session.RecordOutcome, session.DropBudgetHold, session.ReleaseSession:
+		s.tellShared(ctx, e)
+	case session.Settle:
+		s.settle(ctx, e.Result)
+	case session.RejectPrompt:
+		ctx.Respond(promptResult(e.Result))
+	}
+}
+
+// cancelTurn stops the running turn, if any.
+func (s *SessionActor) cancelTurn() {
+	if s.running != nil {
+		s.running.cancel(context.Canceled)
+		s.running = nil
+	}
+}
+
+// resetProviderSession drops what model's provider keeps for the session
+// (a stored previous_response_id): a stale replay starts afresh.
+func (s *SessionActor) resetProviderSession(model string) {
+	if p := s.deps.Providers[providerOf(model)]; p != nil {
+		p.ResetSession(s.cfg.ID)
+	}
+}
+
+// appendModelChange writes a change of model to the history (with the
+// step's record on a durable chain) and publishes the new model; a write
+// that fails keeps the model as it was.
+func (s *SessionActor) appendModelChange(change *session.ModelChange) {
+	entry := &messages.Entry{Entry: &messages.Entry_ModelChange{ModelChange: modelChange(change)}}
+	if d := s.dur; d != nil && d.records != nil { // written with the step's record (commitStep)
+		s.batchModelChange(d, entry)
+		return
+	}
+	write := s.append
+	if change.Reason == "user" {
+		write = s.appendSynced
+	}
+	if err := write(false, entry); err != nil {
+		s.historyFailed(err, true) // the model stays as it was
+		return
+	}
+	to := change.To
+	s.cfg.State.model.Store(&to)
+}
+
+// stripTrailingError removes the failed assistant message at the end of
+// the runtime context (it stays in the history).
+func (s *SessionActor) stripTrailingError() {
+	if n := len(s.runtime); n > 0 {
+		if m := s.runtime[n-1].GetAssistant(); m != nil && isFailure(m) {
+			s.runtime[n-1] = nil
+			s.runtime = s.runtime[:n-1]
 		}
+	}
+}
+
+// selectCredential asks the provider's credentials actor for a key; a
+// retry keeps its key while it is free, and a provider without
+// credentials needs none.
+func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
+	clk := s.deps.Clock
+	prov := providerOf(e.Model)
+	pid := s.deps.Credentials[prov]
+	if pid == nil {
+		s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
+		return
+	}
+	if e.Credential != "" && s.deps.Views[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
+		s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected, Credential: e.Credential})
+		return
+	}
+	track.Request(ctx, clk, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+}
+
+// compactFor compacts the context after an overflow, unless automatic
+// compaction is off: then the overflow ends the prompt.
+func (s *SessionActor) compactFor(ctx actor.Context, e *session.Effect) {
+	if !s.cfg.State.AutoCompaction() {
+		s.pending = append(s.pending, session.Input{Kind: session.InCompactionDone, Generation: e.Generation,
+			Err: e.Failed.GetErrorMessage()})
+		return
+	}
+	s.compact(ctx, e.Generation, e.Failed, false)
+}
+
+// armTimer hands a backoff to the retry child, or, for a session that
+// may passivate while it waits, to the scheduler, which wakes it by id.
+func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
+	clk := s.deps.Clock
+	if s.dur != nil {
+		s.dur.armed = true
+	}
+	if s.passivates(e) {
+		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
+			SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
+		s.wakeAtScheduler = true
+		if s.deps.Passivation.Hold(s.cfg.ID) {
+			track.Send(ctx, clk, ctx.Self(), &messages.Passivate{Token: e.Token})
+		}
+		return
+	}
+	track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
+		SessionId: s.cfg.ID, Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
+}
+
+// cancelTimer takes back the backoff from whoever holds it.
+func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
+	switch {
+	case s.wakeAtScheduler:
+		s.wakeAtScheduler = false
+		track.Send(ctx, s.deps.Clock, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
+	case s.retryPID != nil: // no child yet: no timer to cancel
+		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+	}
+}
+
+// ask sends the core's question to the shared actor that answers it: the
+// credentials actor (a key's usage limit), the fallback actor (the next
+// model) or the retry budget (when to go). Without that actor the answer
+// is the default one: no switch, no fallback, go at the backoff time.
+func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
+	clk := s.deps.Clock
+	switch e.Kind {
 	case session.AskCredentialSwitch:
 		pid := s.deps.Credentials[providerOf(e.Model)]
-		if pid == nil { // no credentials configured: nothing to switch to
+		if pid == nil {
 			s.pending = append(s.pending, session.Input{Kind: session.InCredentialReply, Token: e.Token})
 			return
 		}
@@ -114,7 +179,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token, Credential: s.core.Credential()})
 	case session.AskFallback:
 		pid := s.deps.Fallbacks[e.Role]
-		if pid == nil { // no chain for this role
+		if pid == nil {
 			s.pending = append(s.pending, session.Input{Kind: session.InFallbackReply, Token: e.Token, From: e.Model, Role: e.Role})
 			return
 		}
@@ -123,7 +188,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:
 		pid := s.deps.Budgets[providerOf(e.Model)]
-		if pid == nil { // no budget for this provider: go at the backoff time
+		if pid == nil {
 			s.pending = append(s.pending, session.Input{Kind: session.InBudgetGrant, Token: e.Token, At: e.Due})
 			return
 		}
@@ -132,16 +197,22 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			req.LatestUnixNano = e.Latest.UnixNano()
 		}
 		track.Request(ctx, clk, pid, req)
-	case session.RecordOutcome:
-		if pid := s.deps.Budgets[providerOf(e.Model)]; pid != nil {
-			track.Send(ctx, clk, pid, &messages.RetryBudgetOutcome{Success: e.Success})
-		}
-	case session.DropBudgetHold:
-		if pid := s.deps.Budgets[providerOf(e.Model)]; pid != nil {
-			track.Send(ctx, clk, pid, &messages.RetryBudgetDrop{SessionId: s.cfg.ID})
-		}
-	case session.ReleaseSession:
-		creds, budget := s.deps.Credentials[providerOf(e.Model)], s.deps.Budgets[providerOf(e.Model)]
+	}
+}
+
+// tellShared tells the provider's shared actors what they keep: the
+// outcome of a budgeted attempt, a dropped budget hold, or that the
+// session is done with them (and with its scheduler).
+func (s *SessionActor) tellShared(ctx actor.Context, e *session.Effect) {
+	clk := s.deps.Clock
+	creds, budget := s.deps.Credentials[providerOf(e.Model)], s.deps.Budgets[providerOf(e.Model)]
+	switch {
+	case budget == nil && e.Kind != session.ReleaseSession:
+	case e.Kind == session.RecordOutcome:
+		track.Send(ctx, clk, budget, &messages.RetryBudgetOutcome{Success: e.Success})
+	case e.Kind == session.DropBudgetHold:
+		track.Send(ctx, clk, budget, &messages.RetryBudgetDrop{SessionId: s.cfg.ID})
+	case e.Kind == session.ReleaseSession:
 		if creds != nil {
 			track.Send(ctx, clk, creds, &messages.ReleaseSession{SessionId: s.cfg.ID})
 		}
@@ -149,22 +220,24 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 			track.Send(ctx, clk, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
 		}
 		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
-	case session.Settle:
-		if s.waiter != nil {
-			res := promptResult(e.Result)
-			if he := s.historyErr; he != nil && e.Result.ErrorKind == session.KindHistory {
-				res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
-			}
-			ctx.Send(s.waiter, res)
-			s.waiter = nil
-			if s.dur != nil {
-				s.dur.waiterAttached = false
-			}
-		} else {
-			s.durable().orphan = promptResult(e.Result)
-		}
-	case session.RejectPrompt:
-		ctx.Respond(promptResult(e.Result))
+	}
+}
+
+// settle answers the prompt's waiter with its result, or keeps the result
+// for a caller that attaches later (a durable chain's orphan).
+func (s *SessionActor) settle(ctx actor.Context, r *session.Result) {
+	if s.waiter == nil {
+		s.durable().orphan = promptResult(r)
+		return
+	}
+	res := promptResult(r)
+	if he := s.historyErr; he != nil && r.ErrorKind == session.KindHistory {
+		res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
+	}
+	ctx.Send(s.waiter, res)
+	s.waiter = nil
+	if s.dur != nil {
+		s.dur.waiterAttached = false
 	}
 }
 
