@@ -117,7 +117,8 @@ func BenchmarkWaitingSession(b *testing.B) {
 
 // BenchmarkRetryAttempt is one retry attempt end to end through the actors
 // (turn fails, the session core decides, backoff timer, scheduler, continue) on
-// the virtual clock: ns and protocol messages per attempt.
+// the virtual clock, with the default settings (model fallback on, no
+// fallback chain): ns and protocol messages per attempt.
 func BenchmarkRetryAttempt(b *testing.B) { retryAttempt(b) }
 
 // BenchmarkRetryAttemptDurable is BenchmarkRetryAttempt on a memory store
@@ -134,7 +135,6 @@ func retryAttempt(b *testing.B, opts ...musepi.Option) {
 	clk := &countingClock{Virtual: clock.NewVirtual(time.Unix(0, 0))}
 	p := provider.NewScripted(provider.Outcome{Message: provider.Failure(503, "503 Service Unavailable", nil)})
 	s := retry.DefaultSettings()
-	s.ModelFallback = false
 	s.MaxRetries = b.N
 	rt := newRuntime(b, clk, p, s, opts...)
 	ctx := context.Background()

@@ -42,6 +42,9 @@ func (p Phase) String() string {
 type Chain struct {
 	src      Source
 	settings Settings
+	// noFallbackChain: the session's role has no fallback chain, so model
+	// fallback has nothing to switch to (NoFallbackChain).
+	noFallbackChain bool
 
 	phase      Phase
 	attempt    int
@@ -85,6 +88,12 @@ func (c *Chain) Settings() Settings { return c.settings }
 // SetSettings sets the settings the chain decides by until the next
 // TurnEnded input brings its own.
 func (c *Chain) SetSettings(s Settings) { c.settings = s }
+
+// NoFallbackChain tells the chain that the session's role has no fallback
+// chain (known when the session is configured): with model fallback on,
+// it decides as if the model-fallback actor had answered that there is no
+// model to switch to, without asking it.
+func (c *Chain) NoFallbackChain() { c.noFallbackChain = true }
 
 // Phase reports where the chain stands.
 func (c *Chain) Phase() Phase { return c.phase }
@@ -257,7 +266,7 @@ func (c *Chain) credentialReplied(in Input) {
 
 // askFallback is step 8: without a credential switch, ask for the next model.
 func (c *Chain) askFallback() {
-	if !c.switched && c.settings.ModelFallback && c.class.AllowsModelFallback() {
+	if !c.switched && c.settings.ModelFallback && !c.noFallbackChain && c.class.AllowsModelFallback() {
 		c.phase = AwaitingFallback
 		pin := c.class == ClassifierRefusal
 		cooldown := c.cooldown

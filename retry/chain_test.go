@@ -376,6 +376,17 @@ func TestChainModelFallback(t *testing.T) {
 		sc := newScript(t, func(s *Settings) { s.ModelFallback = true })
 		sc.step(fail("rate limited", 429, "retry-after", "7"), "open_lifecycle", "ask_model_fallback cooldown=7s pin=false")
 	})
+	t.Run("no chain for the role: no question, the local backoff applies", func(t *testing.T) {
+		sc := newScript(t, func(s *Settings) { s.ModelFallback = true })
+		sc.c.NoFallbackChain()
+		sc.step(fail("overloaded_error", 529), "open_lifecycle",
+			"auto_retry_start 1/10 delay=500ms class=transient", "strip_trailing_error", "sleep 500ms")
+	})
+	t.Run("no chain for the role: a refusal ends silently", func(t *testing.T) {
+		sc := newScript(t, func(s *Settings) { s.ModelFallback = true })
+		sc.c.NoFallbackChain()
+		sc.step(failMsg(refusal(StopDetailRefusal)), "open_lifecycle", "close_lifecycle")
+	})
 	t.Run("a switch lifts the max-delay fail-fast", func(t *testing.T) {
 		sc := newScript(t, func(s *Settings) { s.ModelFallback = true })
 		sc.step(fail("rate limited", 429, "retry-after", "600"), "open_lifecycle", "ask_model_fallback cooldown=10m0s pin=false")
@@ -584,10 +595,11 @@ func BenchmarkChainStep(b *testing.B) {
 	}
 }
 
-// ChainState holds every field of Chain but its source, settings and
-// buffers: a new field of the chain must be recorded too.
+// ChainState holds every field of Chain but its source, its configuration
+// (settings, noFallbackChain) and buffers: a new field of the chain must be
+// recorded too.
 func TestChainStateCoversTheChain(t *testing.T) {
-	notState := map[string]bool{"src": true, "settings": true, "out": true, "stepBuf": true}
+	notState := map[string]bool{"src": true, "settings": true, "noFallbackChain": true, "out": true, "stepBuf": true}
 	state := map[string]bool{}
 	st := reflect.TypeFor[ChainState]()
 	for i := range st.NumField() {

@@ -52,6 +52,9 @@ const continueDelay = time.Millisecond
 type Config struct {
 	Model    string // primary "provider/model"
 	Role     string // model role for fallback chains ("default")
+	// Settings are the session's retry settings; their FallbackChains say
+	// whether its role has a chain to fall back along (without one the core
+	// never asks the model-fallback actor).
 	Settings retry.Settings
 	// Where a resumed session stood: the model in use ("" is Model), whether
 	// it is a pinned fallback, and when it may revert to the primary.
@@ -117,6 +120,9 @@ func Make(cfg Config, src retry.Source) Core {
 	c := Core{src: src, chain: retry.MakeChain(src), primary: cfg.Model, role: cfg.Role, model: cfg.Model,
 		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction}
 	c.chain.SetSettings(cfg.Settings)
+	if len(cfg.Settings.FallbackChains[cfg.Role]) == 0 {
+		c.chain.NoFallbackChain()
+	}
 	if cfg.InUse != "" {
 		c.model = cfg.InUse
 	}

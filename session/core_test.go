@@ -108,7 +108,10 @@ func runScript(t *testing.T, text string) string {
 // it also says how often it did.
 func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
 	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}, resume: resume}
+	// Model fallback is off unless a script sets it; the default role has a
+	// chain (to fake/m2) unless a script sets fallbackChains=none.
 	sc.cfg.Settings.ModelFallback = false
+	sc.cfg.Settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
 	var out strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 		switch {
@@ -257,6 +260,11 @@ func (sc *script) set(kv string) {
 		s.Enabled = v == "true"
 	case "modelFallback":
 		s.ModelFallback = v == "true"
+	case "fallbackChains": // none | role:model,model
+		s.FallbackChains = nil
+		if role, models, ok := strings.Cut(v, ":"); ok {
+			s.FallbackChains = map[string][]string{role: strings.Split(models, ",")}
+		}
 	case "maxRetries":
 		s.MaxRetries, _ = strconv.Atoi(v)
 	case "budget":
