@@ -569,6 +569,18 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(at+".base_url", "URL %q has no host", p.BaseURL)
 		}
 	}
+	v.models(at, p)
+	if p.MaxTokens < 0 {
+		v.add(at+".max_tokens", "must be 0 or more, got %d", p.MaxTokens)
+	}
+	if len(p.Credentials) == 0 {
+		v.add(at+".credentials", "at least one credential is required (a [[%s.credentials]] table with name and api_key_env)", at)
+	}
+	return v.credentials(at, p.Credentials)
+}
+
+// models checks the models and prices of the provider at key at.
+func (v *validator) models(at string, p Provider) {
 	seenModel := map[string]int{}
 	for i, m := range p.Models {
 		key := fmt.Sprintf("%s.models[%d]", at, i)
@@ -591,16 +603,15 @@ func (v *validator) provider(name string, p Provider) []string {
 			}
 		}
 	}
-	if p.MaxTokens < 0 {
-		v.add(at+".max_tokens", "must be 0 or more, got %d", p.MaxTokens)
-	}
-	if len(p.Credentials) == 0 {
-		v.add(at+".credentials", "at least one credential is required (a [[%s.credentials]] table with name and api_key_env)", at)
-	}
-	keys := make([]string, len(p.Credentials))
+}
+
+// credentials checks the credentials of the provider at key at and
+// returns their keys, read from the environment ("" where one is missing).
+func (v *validator) credentials(at string, creds []Credential) []string {
+	keys := make([]string, len(creds))
 	names := map[string]int{}
 	envs := map[string]int{}
-	for i, cr := range p.Credentials {
+	for i, cr := range creds {
 		ck := fmt.Sprintf("%s.credentials[%d]", at, i)
 		switch j, dup := names[cr.Name]; {
 		case strings.TrimSpace(cr.Name) == "":
@@ -615,34 +626,38 @@ func (v *validator) provider(name string, p Provider) []string {
 			v.add(ck+".banked_resets", "must be 0 or more, got %d", cr.BankedResets)
 		}
 		ek := ck + ".api_key_env"
-		if cr.APIKeyEnv == "" {
+		switch j, dup := envs[cr.APIKeyEnv]; {
+		case cr.APIKeyEnv == "":
 			v.add(ek, "required (the name of the environment variable holding the API key)")
-			continue
-		}
-		if !envName.MatchString(cr.APIKeyEnv) {
+		case !envName.MatchString(cr.APIKeyEnv):
 			v.add(ek, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", cr.APIKeyEnv)
-			continue
-		}
-		if j, dup := envs[cr.APIKeyEnv]; dup {
+		case dup:
 			v.add(ek, "environment variable %s is already used by credentials[%d]", cr.APIKeyEnv, j)
-			continue
-		}
-		envs[cr.APIKeyEnv] = i
-		val, ok := os.LookupEnv(cr.APIKeyEnv)
-		val = strings.TrimSpace(val)
-		switch {
-		case !ok:
-			v.add(ek, "environment variable %s is not set", cr.APIKeyEnv)
-		case val == "":
-			v.add(ek, "environment variable %s is empty", cr.APIKeyEnv)
-		case strings.ContainsFunc(val, unicode.IsControl):
-			// Never the value: it is a secret.
-			v.add(ek, "environment variable %s holds a newline or other control character inside the key", cr.APIKeyEnv)
 		default:
-			keys[i] = val
+			envs[cr.APIKeyEnv] = i
+			keys[i] = v.apiKey(ek, cr.APIKeyEnv)
 		}
 	}
 	return keys
+}
+
+// apiKey reads the API key in the environment variable env, for the
+// credential's key ek; it says why when there is none.
+func (v *validator) apiKey(ek, env string) string {
+	val, ok := os.LookupEnv(env)
+	val = strings.TrimSpace(val)
+	switch {
+	case !ok:
+		v.add(ek, "environment variable %s is not set", env)
+	case val == "":
+		v.add(ek, "environment variable %s is empty", env)
+	case strings.ContainsFunc(val, unicode.IsControl):
+		// Never the value: it is a secret.
+		v.add(ek, "environment variable %s holds a newline or other control character inside the key", env)
+	default:
+		return val
+	}
+	return ""
 }
 
 // retry checks the retry settings group. The checks are those of

@@ -733,7 +733,17 @@ const (
 
 const maxChunks = 10000
 
+// validate checks the respond at path: its numbers and headers, then how
+// its fields combine.
 func (r *Respond) validate(path string) error {
+	if err := r.validateValues(path); err != nil {
+		return err
+	}
+	return r.validateCombination(path)
+}
+
+// validateValues checks each field of the respond on its own.
+func (r *Respond) validateValues(path string) error {
 	nonNeg := []struct {
 		name string
 		v    int
@@ -768,6 +778,30 @@ func (r *Respond) validate(path string) error {
 			return errAt(path+".headers."+name, "value must not contain CR, LF or NUL")
 		}
 	}
+	if r.Stop != "" {
+		if _, ok := stopNames[r.Stop]; !ok {
+			names := make([]string, 0, len(stopNames))
+			for k := range stopNames {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			return errAt(path+".stop", "unknown stop %q (want %s)", r.Stop, strings.Join(names, ", "))
+		}
+	}
+	switch r.ReasoningField {
+	case "", "reasoning_content", "reasoning":
+	default:
+		return errAt(path+".reasoning_field", "must be reasoning_content or reasoning, got %q", r.ReasoningField)
+	}
+	if r.ToolCall != nil && r.ToolCall.Name == "" {
+		return errAt(path+".tool_call.name", "required")
+	}
+	return nil
+}
+
+// validateCombination checks the fields of the respond against each
+// other: an error or a stream, a refusal and what goes with it.
+func (r *Respond) validateCombination(path string) error {
 	ef, sf := r.errorFields(), r.streamFields()
 	switch {
 	case r.StreamError && len(sf) > 0:
@@ -779,16 +813,6 @@ func (r *Respond) validate(path string) error {
 	case r.ForgetPrevious && len(ef) > 0:
 		return errAt(path+".forget_previous", "cannot be combined with error field %q (forget_previous answers its own stale-response error)", ef[0])
 	}
-	if r.Stop != "" {
-		if _, ok := stopNames[r.Stop]; !ok {
-			names := make([]string, 0, len(stopNames))
-			for k := range stopNames {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			return errAt(path+".stop", "unknown stop %q (want %s)", r.Stop, strings.Join(names, ", "))
-		}
-	}
 	if r.Refusal != "" && (r.Text != "" || r.ToolCall != nil) {
 		other := "text"
 		if r.Text == "" {
@@ -799,11 +823,6 @@ func (r *Respond) validate(path string) error {
 	if r.Refusal != "" && r.Stop != "" && stopNames[r.Stop] != stopRefusal {
 		return errAt(path+".stop", "must be refusal (or content_filter) with refusal, got %q", r.Stop)
 	}
-	switch r.ReasoningField {
-	case "", "reasoning_content", "reasoning":
-	default:
-		return errAt(path+".reasoning_field", "must be reasoning_content or reasoning, got %q", r.ReasoningField)
-	}
 	refusing := r.Refusal != "" || (r.Stop != "" && stopNames[r.Stop] == stopRefusal)
 	if (r.StopDetails != nil || r.StopError != "") && !refusing {
 		field := "stop_details"
@@ -811,9 +830,6 @@ func (r *Respond) validate(path string) error {
 			field = "stop_error"
 		}
 		return errAt(path+"."+field, "needs a refusal (refusal, or stop content_filter)")
-	}
-	if r.ToolCall != nil && r.ToolCall.Name == "" {
-		return errAt(path+".tool_call.name", "required")
 	}
 	if r.StallAfter > 0 && r.StallMs == 0 {
 		return errAt(path+".stall_after", "needs stall_ms")
