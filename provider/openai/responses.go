@@ -208,6 +208,8 @@ func (p *Provider) responseParams(req provider.Request, send []item, prevID stri
 	return params, nil
 }
 
+// streamResponses runs one turn on the Responses API: it streams the
+// response's events into the turn and ends the turn by the terminal one.
 func (p *Provider) streamResponses(t *turn, req provider.Request) *messages.AssistantMessage {
 	send, prevID, epoch := p.plan(req, itemsOf(req.Context))
 	params, err := p.responseParams(req, send, prevID)
@@ -218,75 +220,102 @@ func (p *Provider) streamResponses(t *turn, req provider.Request) *messages.Assi
 	defer stream.Close()
 
 	s := &respState{byID: map[string]*respItem{}, byIndex: map[int64]*respItem{}}
-loop:
 	for stream.Next() {
-		ev := stream.Current()
-		switch ev.Type {
-		case "response.created", "response.in_progress", "response.queued":
-			if ev.Response.ID != "" {
-				s.id = ev.Response.ID
-			}
-		case "response.output_item.added", "response.output_item.done":
-			switch ev.Item.Type {
-			case "function_call":
-				it := s.item(ev.Item.ID, ev.OutputIndex)
-				it.call = true
-				it.callID, it.name = firstOf(ev.Item.CallID, it.callID), firstOf(ev.Item.Name, it.name)
-				if a := ev.Item.Arguments.OfString; a != "" && ev.Type == "response.output_item.done" {
-					it.args.Reset()
-					it.args.WriteString(a)
-				}
-				if ev.Type == "response.output_item.added" {
-					t.toolCall("")
-				}
-			case "message":
-				s.item(ev.Item.ID, ev.OutputIndex)
-			}
-		case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
-			it := s.item(ev.ItemID, ev.OutputIndex)
-			it.reasoning = true
-			it.text.WriteString(ev.Delta)
-			t.thinking(ev.Delta)
-		case "response.output_text.delta", "response.refusal.delta":
-			it := s.item(ev.ItemID, ev.OutputIndex)
-			it.text.WriteString(ev.Delta)
-			t.text(ev.Delta)
-		case "response.function_call_arguments.delta":
-			it := s.item(ev.ItemID, ev.OutputIndex)
-			it.call = true
-			it.args.WriteString(ev.Delta)
-			t.toolCall(ev.Delta)
-		case "response.function_call_arguments.done":
-			if ev.Arguments != "" {
-				it := s.item(ev.ItemID, ev.OutputIndex)
-				it.call = true
-				it.args.Reset()
-				it.args.WriteString(ev.Arguments)
-			}
-		case "response.completed", "response.incomplete", "response.failed":
-			r := ev.Response
-			s.final, s.end = &r, ev.Type
-			if r.JSON.Usage.Valid() {
-				t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
-			}
-			s.id = firstOf(r.ID, s.id)
-			break loop
-		case "error":
-			s.end = ev.Type
-			s.errText = firstOf(ev.Message, "error event without a message")
-			if d := details(ev.Code, ""); d != "" {
-				s.errText += " " + d
-			}
-			break loop
+		if s.apply(t, stream.Current()) {
+			break
 		}
 	}
 	content := s.content()
-	switch s.end {
-	case "":
+	if s.end == "" {
 		if err := stream.Err(); err != nil {
 			return t.failure(err, content)
 		}
 		return t.incomplete(content, "response.completed event")
+	}
+	if msg := s.unfinished(t, content); msg != nil {
+		return msg
+	}
+	p.remember(req, s.id, epoch)
+	if hasCall(content) {
+		return t.success(content, messages.StopReason_STOP_REASON_TOOL_USE)
+	}
+	return t.success(content, messages.StopReason_STOP_REASON_STOP)
+}
+
+// apply takes one event of the stream into s and the turn; it reports
+// whether the event ends the response.
+func (s *respState) apply(t *turn, ev responses.ResponseStreamEventUnion) (end bool) {
+	switch ev.Type {
+	case "response.created", "response.in_progress", "response.queued":
+		if ev.Response.ID != "" {
+			s.id = ev.Response.ID
+		}
+	case "response.output_item.added", "response.output_item.done":
+		s.outputItem(t, ev)
+	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		it := s.item(ev.ItemID, ev.OutputIndex)
+		it.reasoning = true
+		it.text.WriteString(ev.Delta)
+		t.thinking(ev.Delta)
+	case "response.output_text.delta", "response.refusal.delta":
+		it := s.item(ev.ItemID, ev.OutputIndex)
+		it.text.WriteString(ev.Delta)
+		t.text(ev.Delta)
+	case "response.function_call_arguments.delta":
+		it := s.item(ev.ItemID, ev.OutputIndex)
+		it.call = true
+		it.args.WriteString(ev.Delta)
+		t.toolCall(ev.Delta)
+	case "response.function_call_arguments.done":
+		if ev.Arguments != "" {
+			it := s.item(ev.ItemID, ev.OutputIndex)
+			it.call = true
+			it.args.Reset()
+			it.args.WriteString(ev.Arguments)
+		}
+	case "response.completed", "response.incomplete", "response.failed":
+		r := ev.Response
+		s.final, s.end = &r, ev.Type
+		if r.JSON.Usage.Valid() {
+			t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
+		}
+		s.id = firstOf(r.ID, s.id)
+		return true
+	case "error":
+		s.end = ev.Type
+		s.errText = firstOf(ev.Message, "error event without a message")
+		if d := details(ev.Code, ""); d != "" {
+			s.errText += " " + d
+		}
+		return true
+	}
+	return false
+}
+
+// outputItem takes an output item's start or end: a function call's id,
+// name and (at its end) whole arguments, or a message.
+func (s *respState) outputItem(t *turn, ev responses.ResponseStreamEventUnion) {
+	switch ev.Item.Type {
+	case "function_call":
+		it := s.item(ev.Item.ID, ev.OutputIndex)
+		it.call = true
+		it.callID, it.name = firstOf(ev.Item.CallID, it.callID), firstOf(ev.Item.Name, it.name)
+		if a := ev.Item.Arguments.OfString; a != "" && ev.Type == "response.output_item.done" {
+			it.args.Reset()
+			it.args.WriteString(a)
+		}
+		if ev.Type == "response.output_item.added" {
+			t.toolCall("")
+		}
+	case "message":
+		s.item(ev.Item.ID, ev.OutputIndex)
+	}
+}
+
+// unfinished ends a turn whose response ended otherwise than completed (an
+// error event, failed, incomplete); nil for a completed one.
+func (s *respState) unfinished(t *turn, content []*messages.ContentBlock) *messages.AssistantMessage {
+	switch s.end {
 	case "error":
 		return t.streamFailure(content, s.errText)
 	case "response.failed":
@@ -310,9 +339,5 @@ loop:
 			return t.streamFailure(content, "response incomplete: "+firstOf(reason, "no reason given"))
 		}
 	}
-	p.remember(req, s.id, epoch)
-	if hasCall(content) {
-		return t.success(content, messages.StopReason_STOP_REASON_TOOL_USE)
-	}
-	return t.success(content, messages.StopReason_STOP_REASON_STOP)
+	return nil
 }
