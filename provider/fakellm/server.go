@@ -242,79 +242,18 @@ const (
 	labelInvalid = "(invalid)"
 )
 
+// handleAPI answers one request of api: a request the real API would
+// refuse gets its error; any other, the respond its scenario chooses.
 func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.Request, api string) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	req := &apiRequest{api: api, key: apiKey(r, api)}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.reject(w, req, errSpec{status: 413, typ: tooLargeType(api), msg: "Request exceeds the maximum allowed number of bytes."})
-		} else {
-			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "Could not read the request body: " + err.Error()})
-		}
+	if spec, bad := readRequest(w, r, req); bad {
+		s.reject(w, req, spec)
 		return
 	}
-	req.inputTokens = max(1, len(body)/4)
-	if err := json.Unmarshal(body, req); err != nil {
-		msg := "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
-		if isAnthropic(api) {
-			msg = "There was an error parsing the body of your request: " + err.Error()
-		}
-		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: msg})
-		return
-	}
-	if req.key == "" {
-		if isAnthropic(api) {
-			s.reject(w, req, errSpec{status: 401, typ: "authentication_error", msg: "x-api-key header is required"})
-		} else {
-			s.reject(w, req, errSpec{status: 401, typ: "invalid_request_error",
-				msg: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). You can obtain an API key from https://platform.openai.com/account/api-keys."})
-		}
-		return
-	}
-	if isAnthropic(api) && r.Header.Get("Anthropic-Version") == "" {
-		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "anthropic-version: header is required"})
-		return
-	}
-	if req.Model == "" {
-		if isAnthropic(api) {
-			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "model: Field required"})
-		} else {
-			s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", param: "model", msg: "you must provide a model parameter"})
-		}
-		return
-	}
-	if isAnthropic(api) && req.MaxTokens == nil {
-		s.reject(w, req, errSpec{status: 400, typ: "invalid_request_error", msg: "max_tokens: Field required"})
-		return
-	}
-
 	resp, label := s.choose(req)
-
-	// Decide the outcome before recording it.
-	var (
-		errOut    *errSpec // an HTTP error
-		streamErr *errSpec // an in-stream error
-	)
-	switch resp.kind() {
-	case kindError:
-		e := resolveError(api, resp, req)
-		errOut = &e
-	case kindStreamError:
-		e := streamErrorSpec(api, resp, req)
-		if req.Stream {
-			streamErr = &e
-		} else {
-			errOut = &e
-		}
-	case kindStream:
-		if api == APIOpenAIResponses && req.PreviousResponseID != "" && !s.checkPrevious(req.PreviousResponseID, resp.ForgetPrevious) {
-			e := resolveError(api, &Respond{Preset: "stale_response"}, req)
-			errOut = &e
-		}
-	}
+	errOut, streamErr := s.outcome(req, resp)
 	status, failed := http.StatusOK, false
 	switch {
 	case errOut != nil:
@@ -337,6 +276,67 @@ func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.R
 	default:
 		s.writeFull(ctx, w, req, resp)
 	}
+}
+
+// readRequest reads the request's body into req and checks it as the real API
+// does; bad says it is refused, with spec's error.
+func readRequest(w http.ResponseWriter, r *http.Request, req *apiRequest) (spec errSpec, bad bool) {
+	api := req.api
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errSpec{status: 413, typ: tooLargeType(api), msg: "Request exceeds the maximum allowed number of bytes."}, true
+		}
+		return errSpec{status: 400, typ: "invalid_request_error", msg: "Could not read the request body: " + err.Error()}, true
+	}
+	req.inputTokens = max(1, len(body)/4)
+	if err := json.Unmarshal(body, req); err != nil {
+		msg := "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
+		if isAnthropic(api) {
+			msg = "There was an error parsing the body of your request: " + err.Error()
+		}
+		return errSpec{status: 400, typ: "invalid_request_error", msg: msg}, true
+	}
+	switch {
+	case req.key == "" && isAnthropic(api):
+		return errSpec{status: 401, typ: "authentication_error", msg: "x-api-key header is required"}, true
+	case req.key == "":
+		return errSpec{status: 401, typ: "invalid_request_error",
+			msg: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). You can obtain an API key from https://platform.openai.com/account/api-keys."}, true
+	case isAnthropic(api) && r.Header.Get("Anthropic-Version") == "":
+		return errSpec{status: 400, typ: "invalid_request_error", msg: "anthropic-version: header is required"}, true
+	case req.Model == "" && isAnthropic(api):
+		return errSpec{status: 400, typ: "invalid_request_error", msg: "model: Field required"}, true
+	case req.Model == "":
+		return errSpec{status: 400, typ: "invalid_request_error", param: "model", msg: "you must provide a model parameter"}, true
+	case isAnthropic(api) && req.MaxTokens == nil:
+		return errSpec{status: 400, typ: "invalid_request_error", msg: "max_tokens: Field required"}, true
+	}
+	return errSpec{}, false
+}
+
+// outcome decides, before it is recorded, how the request ends: with an
+// HTTP error (errOut), an error inside the stream (streamErr), or neither.
+func (s *Server) outcome(req *apiRequest, resp *Respond) (errOut, streamErr *errSpec) {
+	api := req.api
+	switch resp.kind() {
+	case kindError:
+		e := resolveError(api, resp, req)
+		return &e, nil
+	case kindStreamError:
+		e := streamErrorSpec(api, resp, req)
+		if req.Stream {
+			return nil, &e
+		}
+		return &e, nil
+	case kindStream:
+		if api == APIOpenAIResponses && req.PreviousResponseID != "" && !s.checkPrevious(req.PreviousResponseID, resp.ForgetPrevious) {
+			e := resolveError(api, &Respond{Preset: "stale_response"}, req)
+			return &e, nil
+		}
+	}
+	return nil, nil
 }
 
 func tooLargeType(api string) string {
