@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/musepi/musepi/internal/nodetest"
 )
@@ -118,6 +120,10 @@ func nodeRows(t *testing.T, url string) []string {
 		t.Fatal(err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: no node has made the schema yet
+		return nil
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
