@@ -292,7 +292,19 @@ func (l heldLog) Taken() bool {
 	}
 }
 
+// Hold tells whether the session is still this activation's before it
+// acts for it. A node not sure of its membership first waits (at most a
+// request timeout) until it knows where it stands (cluster.Member.Settle):
+// one resumed after a pause learns that the cluster dropped it, rather
+// than re-claiming a session that another node is taking over. A dropped
+// node holds nothing; a sure one asks its lease (pgstore.Log.Hold), one
+// still not sure asks the database.
 func (l heldLog) Hold(ctx context.Context) error {
+	if !l.member.Sure() {
+		settle, cancel := context.WithTimeout(ctx, l.member.RequestTimeout())
+		l.member.Settle(settle)
+		cancel()
+	}
 	select {
 	case <-l.member.Dropped():
 		return &history.Error{Op: "hold", Path: l.Session(), Err: errDropped}

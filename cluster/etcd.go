@@ -71,7 +71,7 @@ func Etcd(cfg EtcdConfig) Membership {
 		}
 		p := &etcdMembers{cfg: cfg, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
 		p.ctx, p.cancel = context.WithCancel(context.Background())
-		m.sureUntil, m.leftGracefully = p.sureUntil, p.leftGracefully
+		m.sureUntil, m.settled, m.leftGracefully = p.sureUntil, p.settled, p.leftGracefully
 		return p, p.close, nil
 	}}
 }
@@ -207,6 +207,10 @@ type etcdMembers struct {
 
 	lease   clientv3.LeaseID
 	renewed atomic.Int64 // when the lease was last renewed (Member.sinceStart)
+	// checked is when the last keep-alive that ended, whatever its outcome,
+	// began (Member.sinceStart); outOfReach is set while etcd is.
+	checked    atomic.Int64
+	outOfReach atomic.Bool
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -460,6 +464,7 @@ func (p *etcdMembers) keepAlive() {
 		switch {
 		case err == nil:
 			p.renewed.Store(int64(start))
+			p.outOfReach.Store(false)
 			if !lostAt.IsZero() {
 				// At the level of the loss, so that whoever saw the one sees
 				// the other.
@@ -476,8 +481,19 @@ func (p *etcdMembers) keepAlive() {
 			p.member.own.Warn("etcd is out of reach; serving on with the members as they were",
 				slog.Any("endpoints", p.cfg.Endpoints), slog.Any("error", err))
 			lostAt = time.Now()
+			p.outOfReach.Store(true)
 		}
+		p.checked.Store(int64(start)) // its outcome is known now (a dropped node has returned)
 	}
+}
+
+// settled reports whether the node knows where it stands once it is no
+// longer sure of its membership (Member.Settle): a keep-alive that began
+// after its lease could have run out has ended (it renewed the lease, or
+// found it gone and dropped the node), or etcd is out of reach (then the
+// database decides).
+func (p *etcdMembers) settled() bool {
+	return p.outOfReach.Load() || time.Duration(p.checked.Load()) >= p.sureUntil()
 }
 
 // sureUntil is until when (Member.sinceStart) the node's key is certainly

@@ -87,3 +87,69 @@ func TestEtcdMembers(t *testing.T) {
 		t.Logf("%s etcd: %v after %s", name, err, took.Round(time.Millisecond))
 	}
 }
+
+// A node no longer sure of its membership knows where it stands once a
+// keep-alive that began after its lease could have run out has ended, or
+// once etcd is found out of reach; until then Settle waits.
+func TestEtcdMembersSettled(t *testing.T) {
+	const ttl = 3 * time.Second // sure until the last renewal + 2 s
+	for _, tc := range []struct {
+		name       string
+		renewed    time.Duration // the last renewal's start
+		checked    time.Duration // the last ended keep-alive's start
+		outOfReach bool
+		want       bool
+	}{
+		{"paused: no keep-alive since the lease could run out", 10 * time.Second, 10 * time.Second, false, false},
+		{"a keep-alive began after the lapse and ended", 10 * time.Second, 17 * time.Second, false, true},
+		{"one began just at the lapse", 10 * time.Second, 12 * time.Second, false, true},
+		{"etcd out of reach: the database decides", 10 * time.Second, 10 * time.Second, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &etcdMembers{cfg: EtcdConfig{TTL: ttl}}
+			p.renewed.Store(int64(tc.renewed))
+			p.checked.Store(int64(tc.checked))
+			p.outOfReach.Store(tc.outOfReach)
+			if got := p.settled(); got != tc.want {
+				t.Errorf("settled() = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
+
+// Settle returns at once on a node that is sure or dropped, or whose
+// membership has settled, and waits until ctx ends otherwise.
+func TestMemberSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sure      bool
+		dropped   bool
+		settled   bool
+		wantWaits bool
+	}{
+		{"sure", true, false, false, false},
+		{"dropped", false, true, false, false},
+		{"settled", false, false, true, false},
+		{"neither", false, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Member{born: time.Now(), gone: make(chan struct{})}
+			m.sureUntil = func() time.Duration {
+				if tc.sure {
+					return time.Hour
+				}
+				return 0
+			}
+			m.settled = func() bool { return tc.settled }
+			if tc.dropped {
+				close(m.gone)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			m.Settle(ctx)
+			if waited := ctx.Err() != nil; waited != tc.wantWaits {
+				t.Errorf("Settle waited until its context ended: %t, want %t", waited, tc.wantWaits)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,7 @@ type Member struct {
 	// set by a membership that can tell, reports whether the member that
 	// left said it was leaving.
 	sureUntil      func() time.Duration
+	settled        func() bool // see Settle
 	leftGracefully func(id string) bool
 
 	// The members' addresses, from the last topology event: protoactor's
@@ -370,6 +372,29 @@ func (m *Member) Sure() bool {
 	default:
 	}
 	return m.sureUntil == nil || m.sinceStart() < m.sureUntil()
+}
+
+// Settle waits, while the node is not sure of its membership, until it
+// knows where it stands or ctx ends: sure again, dropped, or with etcd out
+// of reach (then the database decides, as it does for a node that is not
+// sure). A node resumed after a pause longer than its lease in etcd so
+// learns that it was dropped, from its first keep-alive, before it acts
+// for a session that another node may be taking over at that moment.
+func (m *Member) Settle(ctx context.Context) {
+	if m.settled == nil {
+		return
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !m.Sure() && !m.settled() {
+		select {
+		case <-m.gone:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // ErrLeft is returned by Leave when the node had already left.
