@@ -490,10 +490,11 @@ func (p *etcdMembers) keepAlive() {
 // settled reports whether the node knows where it stands once it is no
 // longer sure of its membership (Member.Settle): a keep-alive that began
 // after its lease could have run out has ended (it renewed the lease, or
-// found it gone and dropped the node), or etcd is out of reach (then the
-// database decides).
+// found it gone and dropped the node), or etcd is out of reach, or the
+// node is leaving and keeps its lease alive no more (then the database
+// decides).
 func (p *etcdMembers) settled() bool {
-	return p.outOfReach.Load() || time.Duration(p.checked.Load()) >= p.sureUntil()
+	return p.outOfReach.Load() || p.ctx.Err() != nil || time.Duration(p.checked.Load()) >= p.sureUntil()
 }
 
 // sureUntil is until when (Member.sinceStart) the node's key is certainly

@@ -106,7 +106,7 @@ func TestEtcdMembersSettled(t *testing.T) {
 		{"etcd out of reach: the database decides", 10 * time.Second, 10 * time.Second, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &etcdMembers{cfg: EtcdConfig{TTL: ttl}}
+			p := &etcdMembers{cfg: EtcdConfig{TTL: ttl}, ctx: context.Background()}
 			p.renewed.Store(int64(tc.renewed))
 			p.checked.Store(int64(tc.checked))
 			p.outOfReach.Store(tc.outOfReach)
@@ -115,6 +115,16 @@ func TestEtcdMembersSettled(t *testing.T) {
 			}
 		})
 	}
+	t.Run("leaving: no keep-alive will come", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		p := &etcdMembers{cfg: EtcdConfig{TTL: ttl}, ctx: ctx}
+		p.renewed.Store(int64(10 * time.Second))
+		p.checked.Store(int64(10 * time.Second))
+		if !p.settled() {
+			t.Error("settled() = false for a node whose keep-alives have stopped")
+		}
+	})
 }
 
 // Settle returns at once on a node that is sure or dropped, or whose
