@@ -71,7 +71,8 @@ func Etcd(cfg EtcdConfig) Membership {
 		}
 		p := &etcdMembers{cfg: cfg, member: m, members: map[string]*etcd.Node{}, left: map[string]bool{}}
 		p.ctx, p.cancel = context.WithCancel(context.Background())
-		m.sureUntil, m.settled, m.leftGracefully = p.sureUntil, p.settled, p.leftGracefully
+		p.news = make(chan struct{})
+		m.sureUntil, m.settled, m.newsCh, m.leftGracefully = p.sureUntil, p.settled, p.nextNews, p.leftGracefully
 		return p, p.close, nil
 	}}
 }
@@ -211,6 +212,10 @@ type etcdMembers struct {
 	// began (Member.sinceStart); outOfReach is set while etcd is.
 	checked    atomic.Int64
 	outOfReach atomic.Bool
+	// news is closed, and replaced, as each keep-alive ends (Member.Settle
+	// waits on it).
+	newsMu sync.Mutex
+	news   chan struct{}
 
 	leaveOnce sync.Once
 	leaveErr  error
@@ -276,6 +281,7 @@ func (p *etcdMembers) deregister() error {
 	p.leaveOnce.Do(func() {
 		p.cancel()
 		p.wg.Wait()
+		p.announce() // settled now: no keep-alive will come
 		if p.lease == 0 {
 			return
 		}
@@ -484,7 +490,23 @@ func (p *etcdMembers) keepAlive() {
 			p.outOfReach.Store(true)
 		}
 		p.checked.Store(int64(start)) // its outcome is known now (a dropped node has returned)
+		p.announce()
 	}
+}
+
+// nextNews is the channel closed when the next keep-alive ends.
+func (p *etcdMembers) nextNews() <-chan struct{} {
+	p.newsMu.Lock()
+	defer p.newsMu.Unlock()
+	return p.news
+}
+
+// announce tells Settle's waiters that a keep-alive has ended.
+func (p *etcdMembers) announce() {
+	p.newsMu.Lock()
+	defer p.newsMu.Unlock()
+	close(p.news)
+	p.news = make(chan struct{})
 }
 
 // settled reports whether the node knows where it stands once it is no

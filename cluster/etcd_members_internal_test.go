@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,7 +129,8 @@ func TestEtcdMembersSettled(t *testing.T) {
 }
 
 // Settle returns at once on a node that is sure or dropped, or whose
-// membership has settled, and waits until ctx ends otherwise.
+// membership has settled, and waits until ctx ends otherwise; a keep-alive
+// that ends and settles it ends the wait.
 func TestMemberSettle(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -151,6 +153,8 @@ func TestMemberSettle(t *testing.T) {
 				return 0
 			}
 			m.settled = func() bool { return tc.settled }
+			never := make(chan struct{})
+			m.newsCh = func() <-chan struct{} { return never }
 			if tc.dropped {
 				close(m.gone)
 			}
@@ -161,5 +165,24 @@ func TestMemberSettle(t *testing.T) {
 				t.Errorf("Settle waited until its context ended: %t, want %t", waited, tc.wantWaits)
 			}
 		})
+	}
+}
+
+func TestMemberSettleWakesOnNews(t *testing.T) {
+	m := &Member{born: time.Now(), gone: make(chan struct{})}
+	m.sureUntil = func() time.Duration { return 0 }
+	var settled atomic.Bool
+	m.settled = settled.Load
+	news := make(chan struct{})
+	m.newsCh = func() <-chan struct{} { return news }
+	time.AfterFunc(20*time.Millisecond, func() {
+		settled.Store(true)
+		close(news)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m.Settle(ctx)
+	if ctx.Err() != nil {
+		t.Error("Settle waited until its context ended after the news that settled it")
 	}
 }

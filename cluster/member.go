@@ -48,7 +48,8 @@ type Member struct {
 	// set by a membership that can tell, reports whether the member that
 	// left said it was leaving.
 	sureUntil      func() time.Duration
-	settled        func() bool // see Settle
+	settled        func() bool            // see Settle
+	newsCh         func() <-chan struct{} // closed when the next keep-alive ends
 	leftGracefully func(id string) bool
 
 	// The members' addresses, from the last topology event: protoactor's
@@ -384,15 +385,17 @@ func (m *Member) Settle(ctx context.Context) {
 	if m.settled == nil {
 		return
 	}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !m.Sure() && !m.settled() {
+	for {
+		news := m.newsCh() // before the checks: a keep-alive ending after them closes it
+		if m.Sure() || m.settled() {
+			return
+		}
 		select {
 		case <-m.gone:
 			return
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-news:
 		}
 	}
 }
