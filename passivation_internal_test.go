@@ -46,11 +46,11 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 	}
 }
 
-// internalRuntime is a runtime with p as provider "p", shut down when t
+// internalRuntime is a runtime with p as provider "p" (and opts), shut down when t
 // ends.
-func internalRuntime(t *testing.T, p provider.Provider) *Runtime {
+func internalRuntime(t *testing.T, p provider.Provider, opts ...Option) *Runtime {
 	t.Helper()
-	rt, err := NewRuntime(WithProvider("p", p))
+	rt, err := NewRuntime(append([]Option{WithProvider("p", p)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

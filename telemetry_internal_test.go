@@ -1,9 +1,7 @@
 package musepi
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -18,18 +16,7 @@ import (
 // subscribes and wraps the providers.
 func TestTelemetryOffSubscribesNothing(t *testing.T) {
 	p := provider.NewScripted()
-	start := func(t *testing.T, opts ...Option) *Runtime {
-		rt, err := NewRuntime(append([]Option{WithProvider("p", p)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = rt.Shutdown(ctx)
-		})
-		return rt
-	}
+	start := func(t *testing.T, opts ...Option) *Runtime { return internalRuntime(t, p, opts...) }
 
 	off := start(t)
 	if off.allEvents.HasSubscribers() || off.telemetry != nil {

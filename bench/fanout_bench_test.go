@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider"
 )

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider"
 )

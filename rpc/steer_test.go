@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"

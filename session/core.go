@@ -50,8 +50,8 @@ const continueDelay = time.Millisecond
 
 // Config is a session's own configuration.
 type Config struct {
-	Model    string // primary "provider/model"
-	Role     string // model role for fallback chains ("default")
+	Model string // primary "provider/model"
+	Role  string // model role for fallback chains ("default")
 	// Settings are the session's retry settings; their FallbackChains say
 	// whether its role has a chain to fall back along (without one the core
 	// never asks the model-fallback actor).
