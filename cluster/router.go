@@ -22,7 +22,7 @@ import (
 // attempt. When an attempt fails (timeout, dead letter: the activation
 // moved or its node died), the router forgets the PID, looks the identity
 // up again (which activates it elsewhere) and tries again, up to
-// RequestAttempts times. Then it answers the degraded reply rather than
+// RequestAttempts times, pausing between attempts (see pause). Then it answers the degraded reply rather than
 // leave the caller waiting, from what the node itself knows: for a usage
 // limit, the session's key is marked blocked in the node's view and the
 // session switched to the first key the view shows free (as the activation
@@ -143,7 +143,8 @@ func (r *router) ask(ctx actor.Context, sender *actor.PID, msg proto.Message, at
 		}
 		r.res.Forget(r.kind, r.identity, pid)
 		if attempt < r.attempts {
-			r.ask(ctx, sender, msg, attempt+1)
+			pause := actor.NewFuture(ctx.ActorSystem(), r.pause(attempt)) // fails when the pause is over
+			ctx.ReenterAfter(pause, func(any, error) { r.ask(ctx, sender, msg, attempt+1) })
 			return
 		}
 		r.log.Warn("shared actor unreachable: answering the degraded reply", slog.String("kind", r.kind),
@@ -158,14 +159,25 @@ func (r *router) askBudget(ctx actor.Context, w *budgetWait) {
 	r.waiting[session] = w
 	timeout := &budgetTimeout{session: session, token: w.req.GetToken(), attempt: w.attempt}
 	w.pid = r.res.Get(r.kind, r.identity)
+	self, root := ctx.Self(), ctx.ActorSystem().Root
 	if w.pid == nil {
-		w.timer = nil
-		ctx.Send(ctx.Self(), timeout)
+		w.timer = time.AfterFunc(r.pause(w.attempt), func() { root.Send(self, timeout) })
 		return
 	}
 	ctx.RequestWithCustomSender(w.pid, w.req, ctx.Self())
-	self, root := ctx.Self(), ctx.ActorSystem().Root
 	w.timer = time.AfterFunc(r.timeout, func() { root.Send(self, timeout) })
+}
+
+// firstPause is the wait after a first failed attempt; it doubles with
+// each attempt after that.
+const firstPause = 50 * time.Millisecond
+
+// pause is the wait after a failed attempt before the next lookup: the
+// cluster's directory learns of a stopped activation a moment after its
+// callers get dead letters, and lookups in that moment still answer the
+// dead PID. It is never longer than an attempt's timeout.
+func (r *router) pause(attempt int) time.Duration {
+	return min(firstPause<<(attempt-1), r.timeout)
 }
 
 // drop forgets a session's pending budget request and held retry.

@@ -140,3 +140,46 @@ func TestRouterFindsTheNewActivation(t *testing.T) {
 		t.Errorf("%d lookups, %d forgets; want the dead PID forgotten and looked up again", l.gets, l.forgets)
 	}
 }
+
+// lagging answers the dead PID until its directory has caught up (lag
+// after it was made), then the live one: the moment after an activation
+// stopped in which the cluster's lookups still name it.
+type lagging struct {
+	dead, live *actor.PID
+	caughtUp   time.Time
+}
+
+func (l *lagging) Get(string, string) *actor.PID {
+	if time.Now().Before(l.caughtUp) {
+		return l.dead
+	}
+	return l.live
+}
+
+func (l *lagging) Forget(string, string, *actor.PID) {}
+
+// TestRouterPausesBetweenAttempts: lookups that still name a stopped
+// activation for a moment do not use up the attempts: the router pauses
+// before each new lookup, so a request sent just after the stop gets the
+// new activation's answer, not the degraded reply.
+func TestRouterPausesBetweenAttempts(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	dead := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	if err := sys.Root.StopFuture(dead).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	view := &actors.CooldownView{}
+	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return actors.NewFallbackActor(clock.Real{}, "default", []string{"p/m1", "p/m2"}, view)
+	}))
+	l := &lagging{dead: dead, live: live, caughtUp: time.Now().Add(25 * time.Millisecond)} // less than the pause
+	pid := newTestRouter(t, sys, FallbackKind, l, nil)
+	got, err := sys.Root.RequestFuture(pid, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Primary: "p/m1", Token: 4}, 5*time.Second).Result()
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if r, ok := got.(*messages.NextModelReply); !ok || !r.GetSwitched() || r.GetTo() != "p/m2" {
+		t.Fatalf("got %v; want the new activation's switch to p/m2", got)
+	}
+}
