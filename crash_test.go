@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
@@ -81,19 +82,18 @@ func TestCrashContainmentRetryChainGivesUp(t *testing.T) {
 	}
 }
 
-// armPanicClock panics once when the retry child hands a backoff to the
-// scheduler: at the Begin of the ScheduleTask it sends (the first Begin
-// called from RetryActor.Receive).
+// armPanicClock panics once when the retry child arms a backoff timer
+// (the first AfterFunc called from RetryActor.Receive).
 type armPanicClock struct {
 	*clock.Virtual
 	left atomic.Int64
 }
 
-func (c *armPanicClock) Begin() {
+func (c *armPanicClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	if calledFrom("actors.(*RetryActor).Receive") && c.left.Add(-1) >= 0 {
 		panic("backoff exploded")
 	}
-	c.Virtual.Begin()
+	return c.Virtual.AfterFunc(d, f)
 }
 
 // calledFrom reports whether a function whose name ends in fn is on the
@@ -139,7 +139,7 @@ func TestCrashContainmentRetryChild(t *testing.T) {
 		t.Fatalf("prompt = %v, %v", r.msg, r.err)
 	}
 	if left := armed.left.Load(); left >= 0 {
-		t.Fatalf("the backoff was never handed on (%d panics left): the test proves nothing", left+1)
+		t.Fatalf("no backoff timer was armed (%d panics left): the test proves nothing", left+1)
 	}
 	expectLines(t, rec.lines(retryEvents...),
 		"agent_end willRetry=true",

@@ -2,7 +2,7 @@ package actors
 
 import (
 	"log/slog"
-	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -11,47 +11,36 @@ import (
 	"github.com/musepi/musepi/messages"
 )
 
-// RetryActor is the child of a session that owns its backoff: on
-// ArmRetryTimer it hands the wait, and the retry's continue that follows
-// it (spec 3: scheduled with the post-prompt scheduler, delayMs 1), to the
-// session's scheduler as one task, which sends the session TaskDue once
-// both have passed; on CancelRetryTimer (an abort) it takes the task back.
-// A waiting session so costs one entry in its scheduler's queue and no
-// timer of its own, and a plain attempt no message between the two. The
-// retry decisions are the session core's; the token ties a TaskDue to the
-// backoff it ends, so a late one after a cancel or a restart is ignored
-// there.
+// RetryActor is the child of a session that owns its backoff timer: on
+// ArmRetryTimer, sent by the session, it arms one clock timer for the
+// wait and the retry's continue that follows it (spec 3: delayMs 1), which
+// sends the session TaskDue when both have passed; on CancelRetryTimer (an
+// abort) it stops the timer. A plain attempt so costs one message to the
+// child and one from its timer. The retry decisions are the session
+// core's; the token ties a TaskDue to the backoff it ends, so a late one
+// after a cancel or a restart is ignored there.
 type RetryActor struct {
-	deps      *Deps
-	session   *actor.PID
-	sessionID string
-	token     uint64 // the backoff handed to the scheduler (0: none)
+	deps  *Deps
+	timer clock.Timer // the backoff's, while it runs
+	token uint64      // the backoff the timer ends
 }
 
-// retrySuffix ends the session actor's name in its retry child's:
-// "<session actor><retrySuffix><unique>".
-const retrySuffix = "/retry"
-
-// sessionOf is the session actor of the retry child pid.
-func sessionOf(pid *actor.PID) *actor.PID {
-	i := strings.LastIndex(pid.GetId(), retrySuffix)
-	if i < 0 {
-		return nil
-	}
-	return actor.NewPID(pid.GetAddress(), pid.GetId()[:i])
-}
+// retryName ends the session actor's name in its retry child's:
+// "<session actor><retryName><unique>".
+const retryName = "/retry"
 
 // retryGuardian supervises the retry children: one that panics is
 // stopped, not restarted, and its session told (RetryStopped, counted on
 // the clock before the panicked message stops counting, so a virtual
 // clock does not move meanwhile); the session then starts a new one from
-// its core's state (InTimerLost).
+// its core's state (InTimerLost). The session is the sender of the
+// message that panicked: every message a retry child gets comes from it.
 type retryGuardian struct{ clk clock.Clock }
 
 // HandleFailure tells the child's session and stops the child.
-func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, _ interface{}) {
+func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, message interface{}) {
 	sys.Logger().Error("retry child panicked; stopping it", slog.String("child", child.GetId()), slog.Any("reason", reason))
-	if session := sessionOf(child); session != nil {
+	if session := actor.UnwrapEnvelopeSender(message); session != nil {
 		track.Send(sys.Root, g.clk, session, &messages.RetryStopped{ChildId: child.GetId()})
 	}
 	supervisor.StopChildren(child)
@@ -60,28 +49,26 @@ func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Su
 // Receive handles ArmRetryTimer and CancelRetryTimer.
 func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *actor.Started:
-		a.session = sessionOf(ctx.Self())
 	case *messages.ArmRetryTimer:
-		a.sessionID, a.token = m.GetSessionId(), m.GetToken()
-		// From the session, so that the scheduler answers it.
-		clk := a.deps.Clock
-		clk.Begin()
-		ctx.RequestWithCustomSender(a.deps.schedulerFor(a.sessionID), &messages.ScheduleTask{SessionId: a.sessionID,
-			Generation: m.GetGeneration(), SleepNs: m.GetDelayNs(), DelayMs: m.GetContinueDelayMs(), Task: "continue", Token: a.token}, a.session)
+		a.stop()
+		clk, root, session := a.deps.Clock, ctx.ActorSystem().Root, ctx.Sender()
+		due := &messages.TaskDue{Generation: m.GetGeneration(), Task: "continue", Token: m.GetToken()}
+		wait := time.Duration(m.GetDelayNs()) + time.Duration(m.GetContinueDelayMs())*time.Millisecond
+		a.token = m.GetToken()
+		a.timer = clk.AfterFunc(wait, func() { track.Send(root, clk, session, due) })
 	case *messages.CancelRetryTimer:
 		if m.GetToken() == a.token {
-			a.cancel(ctx)
+			a.stop()
 		}
 	case *actor.Stopping:
-		a.cancel(ctx)
+		a.stop()
 	}
 }
 
-// cancel takes the backoff back from the scheduler, if it still holds it.
-func (a *RetryActor) cancel(ctx actor.Context) {
-	if a.token != 0 {
-		track.Send(ctx, a.deps.Clock, a.deps.schedulerFor(a.sessionID), &messages.Forget{SessionId: a.sessionID, Token: a.token})
-		a.token = 0
+// stop stops the backoff timer, if it runs.
+func (a *RetryActor) stop() {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer, a.token = nil, 0
 	}
 }

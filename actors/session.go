@@ -655,7 +655,7 @@ func (s *SessionActor) retry(ctx actor.Context) *actor.PID {
 		sys := ctx.ActorSystem()
 		// Named after the session, unique: a child of a previous actor of
 		// the session may still be stopping.
-		pid, err := sys.Root.SpawnNamed(s.deps.props().retry, ctx.Self().Id+retrySuffix+sys.ProcessRegistry.NextId())
+		pid, err := sys.Root.SpawnNamed(s.deps.props().retry, ctx.Self().Id+retryName+sys.ProcessRegistry.NextId())
 		if err != nil {
 			panic(fmt.Sprintf("spawn the retry child of session %s: %v", s.cfg.ID, err)) // a unique name is never taken
 		}

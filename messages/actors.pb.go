@@ -982,15 +982,14 @@ func (x *ToolsFinished) GetResults() []*ToolResult {
 	return nil
 }
 
-// ArmRetryTimer asks the session's retry actor to start the backoff of
-// token: it schedules the continue of generation with the post-prompt
-// scheduler after delay_ns and then continue_delay_ms, as one task, and
-// the scheduler sends the session TaskDue.
+// ArmRetryTimer asks the session's retry actor, from the session (the
+// sender), to start the backoff of token: after delay_ns and then
+// continue_delay_ms (the retry's continue), its timer sends the session
+// TaskDue for generation.
 type ArmRetryTimer struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	DelayNs         int64                  `protobuf:"varint,1,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
 	Token           uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	SessionId       string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Generation      uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	ContinueDelayMs int64                  `protobuf:"varint,5,opt,name=continue_delay_ms,json=continueDelayMs,proto3" json:"continue_delay_ms,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -1041,13 +1040,6 @@ func (x *ArmRetryTimer) GetToken() uint64 {
 	return 0
 }
 
-func (x *ArmRetryTimer) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
 func (x *ArmRetryTimer) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
@@ -1062,8 +1054,54 @@ func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
 	return 0
 }
 
-// CancelRetryTimer stops the backoff of token (the retry actor takes its
-// task back from the scheduler).
+// RetryStopped tells a session its retry child panicked and was stopped
+// (by the retry children's guardian): the session arms its backoff again
+// through a new child.
+type RetryStopped struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ChildId       string                 `protobuf:"bytes,1,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"` // the child's actor id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryStopped) Reset() {
+	*x = RetryStopped{}
+	mi := &file_actors_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryStopped) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryStopped) ProtoMessage() {}
+
+func (x *RetryStopped) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
+func (*RetryStopped) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RetryStopped) GetChildId() string {
+	if x != nil {
+		return x.ChildId
+	}
+	return ""
+}
+
+// CancelRetryTimer stops the backoff of token.
 type CancelRetryTimer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -1073,7 +1111,7 @@ type CancelRetryTimer struct {
 
 func (x *CancelRetryTimer) Reset() {
 	*x = CancelRetryTimer{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1123,7 @@ func (x *CancelRetryTimer) String() string {
 func (*CancelRetryTimer) ProtoMessage() {}
 
 func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1136,7 @@ func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
 func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRetryTimer) GetToken() uint64 {
@@ -1118,7 +1156,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1168,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1181,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1163,7 +1201,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1213,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1226,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1212,7 +1250,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1262,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1275,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1282,7 +1320,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1332,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1345,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1356,7 +1394,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1406,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1419,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1405,7 +1443,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1455,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1468,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1475,7 +1513,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1525,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1538,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1535,7 +1573,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1585,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1598,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1579,7 +1617,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1629,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1642,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1620,7 +1658,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1670,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1683,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1688,7 +1726,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1738,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1751,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1747,7 +1785,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1797,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1810,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1799,7 +1837,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1849,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1862,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -1891,7 +1929,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1941,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1954,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -1965,53 +2003,6 @@ func (x *NextModelReply) GetToken() uint64 {
 // sleep_ns: a passivating session hands the scheduler its whole backoff);
 // the scheduler sends the session (the message's sender) TaskDue when it
 // is due, or, without a sender, wakes the session by its id.
-// RetryStopped tells a session its retry child panicked and was stopped
-// (by the retry children's guardian): the session arms its backoff again
-// through a new child, which replaces the task the old one scheduled.
-type RetryStopped struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ChildId       string                 `protobuf:"bytes,1,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"` // the child's actor id
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RetryStopped) Reset() {
-	*x = RetryStopped{}
-	mi := &file_actors_proto_msgTypes[34]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryStopped) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryStopped) ProtoMessage() {}
-
-func (x *RetryStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
-func (*RetryStopped) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
-}
-
-func (x *RetryStopped) GetChildId() string {
-	if x != nil {
-		return x.ChildId
-	}
-	return ""
-}
-
 type ScheduleTask struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2096,6 +2087,44 @@ func (x *ScheduleTask) GetSleepNs() int64 {
 	return 0
 }
 
+// SchedulerTimer is what a scheduler's timer sends the scheduler when it
+// fires: the tasks due by then go out.
+type SchedulerTimer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulerTimer) Reset() {
+	*x = SchedulerTimer{}
+	mi := &file_actors_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulerTimer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulerTimer) ProtoMessage() {}
+
+func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
+func (*SchedulerTimer) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{36}
+}
+
 // Passivate is the marker a session sends itself once its root holds new
 // messages: when it comes, every message sent before is handled, and a
 // session still in the backoff of token may leave its actors.
@@ -2108,7 +2137,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2149,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2162,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2155,7 +2184,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2196,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2209,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2217,7 +2246,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2258,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2271,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2272,7 +2301,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2313,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2326,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2338,7 +2367,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2379,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2392,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 // CompactReply answers CompactRequest.
@@ -2380,7 +2409,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2421,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2434,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2511,16 +2540,16 @@ const file_actors_proto_rawDesc = "" +
 	"\x05taken\x18\x03 \x01(\bR\x05taken\"T\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\xab\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\x92\x01\n" +
 	"\rArmRetryTimer\x12\x19\n" +
 	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1e\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12*\n" +
-	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\"(\n" +
+	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMsJ\x04\b\x03\x10\x04\")\n" +
+	"\fRetryStopped\x12\x19\n" +
+	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\"1\n" +
 	"\x10SelectCredential\x12\x1d\n" +
@@ -2595,9 +2624,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\")\n" +
-	"\fRetryStopped\x12\x19\n" +
-	"\bchild_id\x18\x01 \x01(\tR\achildId\"\xad\x01\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"\xad\x01\n" +
 	"\fScheduleTask\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
@@ -2607,7 +2634,8 @@ const file_actors_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12\x12\n" +
 	"\x04task\x18\x04 \x01(\tR\x04task\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x19\n" +
-	"\bsleep_ns\x18\x06 \x01(\x03R\asleepNs\"!\n" +
+	"\bsleep_ns\x18\x06 \x01(\x03R\asleepNs\"\x10\n" +
+	"\x0eSchedulerTimer\"!\n" +
 	"\tPassivate\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\"S\n" +
 	"\aTaskDue\x12\x1e\n" +
@@ -2647,7 +2675,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*AttachPrompt)(nil),            // 1: musepi.v1.AttachPrompt
@@ -2668,41 +2696,42 @@ var file_actors_proto_goTypes = []any{
 	(*TurnFinished)(nil),            // 16: musepi.v1.TurnFinished
 	(*ToolsFinished)(nil),           // 17: musepi.v1.ToolsFinished
 	(*ArmRetryTimer)(nil),           // 18: musepi.v1.ArmRetryTimer
-	(*CancelRetryTimer)(nil),        // 19: musepi.v1.CancelRetryTimer
-	(*SelectCredential)(nil),        // 20: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 21: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),   // 22: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 23: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 24: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 25: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 26: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 27: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 28: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 29: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 30: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 31: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 32: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 33: musepi.v1.NextModelReply
-	(*RetryStopped)(nil),            // 34: musepi.v1.RetryStopped
+	(*RetryStopped)(nil),            // 19: musepi.v1.RetryStopped
+	(*CancelRetryTimer)(nil),        // 20: musepi.v1.CancelRetryTimer
+	(*SelectCredential)(nil),        // 21: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
+	(*MarkUsageLimitReached)(nil),   // 23: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 24: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 25: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 26: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 27: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 28: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 29: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 30: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 31: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 32: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 33: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 34: musepi.v1.NextModelReply
 	(*ScheduleTask)(nil),            // 35: musepi.v1.ScheduleTask
-	(*Passivate)(nil),               // 36: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 37: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 38: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 39: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 40: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 41: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 42: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 43: musepi.v1.Entry
-	(*ToolResult)(nil),              // 44: musepi.v1.ToolResult
+	(*SchedulerTimer)(nil),          // 36: musepi.v1.SchedulerTimer
+	(*Passivate)(nil),               // 37: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 38: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 39: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 40: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 41: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 42: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 43: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 44: musepi.v1.Entry
+	(*ToolResult)(nil),              // 45: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	42, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	43, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	43, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	42, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	44, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	43, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	44, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	43, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	45, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	44, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -2723,7 +2752,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

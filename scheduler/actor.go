@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -24,13 +23,15 @@ import (
 // The pending tasks wait in one queue ordered by due time, under one clock
 // timer armed for the earliest: a waiting session costs a queue entry, not
 // a timer of its own, and the tasks due at the same instant go out
-// together when that timer fires.
+// together when that timer fires. The timer only sends the actor
+// SchedulerTimer; the actor delivers what fell due, so all its state is
+// its own goroutine's.
 type Actor struct {
 	clk  clock.Clock
 	wake Wake
 	root *actor.RootContext
+	self *actor.PID
 
-	mu      sync.Mutex // the timer's goroutine delivers what falls due
 	pending pendingTasks
 	// queue holds the pending tasks by due time (nanoseconds from origin),
 	// and the dropped ones until they come up (or are half of it): a drop
@@ -40,11 +41,11 @@ type Actor struct {
 	origin  time.Time
 	timer   clock.Timer // armed for the queue's head while a task is pending
 	armedAt int64
-	fireFn  func() // fire, as a value made once
+	fireFn  func() // the timer's call, as a value made once
 }
 
 // Wake delivers due to the session sessionID, starting its actor again if
-// it left it; it is called from the timer's goroutine.
+// it left it; it is called from the scheduler's Receive.
 type Wake func(sessionID string, due *messages.TaskDue)
 
 // task is a session's scheduled task.
@@ -60,7 +61,7 @@ type task struct {
 // without a sender are dropped) delivers the tasks of sessions by id.
 func New(clk clock.Clock, wake Wake) *Actor {
 	a := &Actor{clk: clk, wake: wake, pending: newPendingTasks(), origin: clk.Now()}
-	a.fireFn = a.fire
+	a.fireFn = func() { track.Send(a.root, a.clk, a.self, timerFired) }
 	return a
 }
 
@@ -71,24 +72,26 @@ func Props(clk clock.Clock, wake Wake, opts ...actor.PropsOption) *actor.Props {
 		append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
-// Receive handles ScheduleTask and Forget.
+// timerFired is the message every scheduler's timer sends: it carries
+// nothing, so one serves them all.
+var timerFired = &messages.SchedulerTimer{}
+
+// Receive handles ScheduleTask, Forget and its timer's SchedulerTimer.
 func (a *Actor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.root = ctx.ActorSystem().Root
+		a.root, a.self = ctx.ActorSystem().Root, ctx.Self()
 	case *messages.ScheduleTask:
 		a.schedule(ctx.Sender(), m)
+	case *messages.SchedulerTimer:
+		a.fire()
 	case *messages.Forget:
-		a.mu.Lock()
 		if t := a.pending.get(m.GetSessionId()); t != nil && (m.GetToken() == 0 || m.GetToken() == t.due.GetToken()) {
 			a.drop(t)
 		}
-		a.mu.Unlock()
 	case *actor.Stopping:
-		a.mu.Lock()
 		a.pending.clear()
 		a.empty()
-		a.mu.Unlock()
 	}
 }
 
@@ -103,16 +106,13 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 	t := &task{session: id, to: session}
 	t.due.Generation, t.due.Task, t.due.Token = gen, m.GetTask(), m.GetToken()
 	delay := time.Duration(m.GetDelayMs())*time.Millisecond + time.Duration(m.GetSleepNs())
-	a.mu.Lock()
 	if p := a.pending.get(id); p != nil {
 		if gen < p.due.GetGeneration() {
-			a.mu.Unlock()
 			return
 		}
 		a.drop(p)
 	}
 	if delay <= 0 { // due now: nothing to queue
-		a.mu.Unlock()
 		a.deliver(t)
 		return
 	}
@@ -122,13 +122,11 @@ func (a *Actor) schedule(session *actor.PID, m *messages.ScheduleTask) {
 	if a.timer == nil || at < a.armedAt {
 		a.arm(at)
 	}
-	a.mu.Unlock()
 }
 
 // drop removes t, pending: it stays in the queue, marked, until it comes
 // up or the queue is compacted; with no task left the timer stops, so an
 // idle scheduler keeps none (a virtual clock then has nothing to fire).
-// Called with mu held.
 func (a *Actor) drop(t *task) {
 	a.pending.remove(t)
 	t.dropped = true
@@ -143,21 +141,21 @@ func (a *Actor) drop(t *task) {
 }
 
 // empty clears the queue, which holds no pending task, and stops the
-// timer. Called with mu held.
+// timer.
 func (a *Actor) empty() {
 	a.queue.Clear()
 	a.dropped = 0
 	a.disarm()
 }
 
-// arm sets the timer for at. Called with mu held.
+// arm sets the timer for at.
 func (a *Actor) arm(at int64) {
 	a.disarm()
 	a.armedAt = at
 	a.timer = a.clk.AfterFunc(a.origin.Add(time.Duration(at)).Sub(a.clk.Now()), a.fireFn)
 }
 
-// disarm stops the timer. Called with mu held.
+// disarm stops the timer.
 func (a *Actor) disarm() {
 	if a.timer != nil {
 		a.timer.Stop()
@@ -167,8 +165,6 @@ func (a *Actor) disarm() {
 
 // fire delivers the tasks due and arms the timer for the next one.
 func (a *Actor) fire() {
-	var due []*task
-	a.mu.Lock()
 	now := int64(a.clk.Now().Sub(a.origin))
 	for a.queue.Len() > 0 && a.queue.Peek().Due <= now {
 		t := a.queue.Pop().Value
@@ -177,7 +173,7 @@ func (a *Actor) fire() {
 			continue
 		}
 		a.pending.remove(t)
-		due = append(due, t)
+		a.deliver(t)
 	}
 	switch {
 	case a.pending.len() == 0:
@@ -192,10 +188,6 @@ func (a *Actor) fire() {
 		if next := a.queue.Peek().Due; a.timer == nil || next != a.armedAt {
 			a.arm(next)
 		}
-	}
-	a.mu.Unlock()
-	for _, t := range due {
-		a.deliver(t)
 	}
 }
 
