@@ -546,6 +546,10 @@ type Stats struct {
 	// BudgetTokens is, per provider, its retry budget's tokens (only with
 	// retry.budget.enabled; see RetryBudget).
 	BudgetTokens map[string]float64
+	// Steps counts the inputs the sessions' cores have taken since the
+	// runtime started, each in one Step: the work of their decisions (a
+	// plain retry attempt takes 2, BenchmarkRetryAttempt).
+	Steps uint64
 }
 
 // Stats counts the runtime's sessions by what they do now (on a runtime of
@@ -553,7 +557,8 @@ type Stats struct {
 // credentials, fallback chains and retry budgets.
 func (rt *Runtime) Stats() Stats {
 	now := rt.cfg.clock.Now()
-	st := Stats{ByPhase: map[string]int{}, CredentialsBlocked: map[string]int{}, BudgetTokens: map[string]float64{}}
+	st := Stats{ByPhase: map[string]int{}, CredentialsBlocked: map[string]int{}, BudgetTokens: map[string]float64{},
+		Steps: rt.deps.Steps()}
 	for _, s := range rt.local() {
 		st.Sessions++
 		st.ByPhase[s.state.Phase()]++

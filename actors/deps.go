@@ -52,14 +52,19 @@ type Deps struct {
 	// actors; its zero value turns it off.
 	Passivation Passivation
 
-	sessions  startedSessions
-	propsOnce sync.Once
-	shared    sharedProps
-	watchOnce sync.Once
-	watch     *watchdog
-	toolsOnce sync.Once
-	tools     []provider.ToolSpec
+	steps      atomic.Uint64 // the inputs the sessions' cores took (Steps)
+	sessions   startedSessions
+	sharedOnce sync.Once
+	built      sharedState
+	watchOnce  sync.Once
+	watch      *watchdog
+	toolsOnce  sync.Once
+	tools      []provider.ToolSpec
 }
+
+// Steps is how many inputs the cores of the sessions took, each in one
+// Step: the work of their decisions.
+func (d *Deps) Steps() uint64 { return d.steps.Load() }
 
 // goroutine runs t on a goroutine of its own (see Goroutines).
 func (d *Deps) goroutine(t dispatch.Task) {
@@ -118,25 +123,30 @@ type Passivation struct {
 	Unhold func(sessionID string)
 }
 
-// sharedProps are the props every session and retry actor of a runtime
-// is spawned from.
-type sharedProps struct {
-	session, retry *actor.Props
+// sharedState is what every session and retry actor of a runtime shares,
+// built once from the Deps on first use.
+type sharedState struct {
+	session, retry *actor.Props    // what they are spawned from
+	credentialed   map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
 }
 
-// props builds the shared props on first use: the actors' own mailbox on
+// shared builds the shared state on first use: the actors' own mailbox on
 // the clock, and the dispatcher if set.
-func (d *Deps) props() *sharedProps {
-	d.propsOnce.Do(func() {
+func (d *Deps) shared() *sharedState {
+	d.sharedOnce.Do(func() {
 		opts := []actor.PropsOption{mailbox.Option(d.Clock)}
 		if d.Dispatcher != nil {
 			opts = append(opts, actor.WithDispatcher(d.Dispatcher))
 		}
-		d.shared.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
-		d.shared.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
+		d.built.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
+		d.built.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
 			append(opts, actor.WithGuardian(retryGuardian{clk: d.Clock}))...)
+		d.built.credentialed = make(map[string]bool, len(d.Credentials))
+		for name, pid := range d.Credentials {
+			d.built.credentialed[name] = pid != nil
+		}
 	})
-	return &d.shared
+	return &d.built
 }
 
 // Tool is a Go function the model may call.

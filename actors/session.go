@@ -156,7 +156,7 @@ type PreparedSession struct {
 // are activated), so a session that is never used costs no actor.
 func StartSession(root *actor.RootContext, deps *Deps, name string, p *PreparedSession) (*actor.PID, error) {
 	deps.sessions.store(name, p)
-	pid, err := root.SpawnNamed(deps.props().session, name)
+	pid, err := root.SpawnNamed(deps.shared().session, name)
 	if err != nil {
 		deps.sessions.remove(name, p)
 	}
@@ -195,7 +195,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.toolsFinished(ctx, m)
 	case *messages.TaskDue:
 		s.wakeAtScheduler = false
-		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration()})
+		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: s.keyFree()})
 	case *messages.Passivate:
 		s.passivate(ctx, m.GetToken())
 	case *messages.CompactionFinished:
@@ -484,6 +484,7 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	s.pending = (*pend)[:0]
 	for next := 0; ; next++ {
 		now := s.deps.Clock.Now()
+		s.deps.steps.Add(1)
 		if !s.stepContained(buf, now, in) {
 			s.deps.Log.Error(chainFailedError, slog.String("session", s.cfg.ID))
 			s.core.Step(buf, now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
@@ -612,7 +613,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	}
 	s.runtime, s.historySeq = r.runtime, r.seq
 	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
-		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned}
+		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned, Credentialed: s.deps.shared().credentialed}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
@@ -655,7 +656,7 @@ func (s *SessionActor) retry(ctx actor.Context) *actor.PID {
 		sys := ctx.ActorSystem()
 		// Named after the session, unique: a child of a previous actor of
 		// the session may still be stopping.
-		pid, err := sys.Root.SpawnNamed(s.deps.props().retry, ctx.Self().Id+retryName+sys.ProcessRegistry.NextId())
+		pid, err := sys.Root.SpawnNamed(s.deps.shared().retry, ctx.Self().Id+retryName+sys.ProcessRegistry.NextId())
 		if err != nil {
 			panic(fmt.Sprintf("spawn the retry child of session %s: %v", s.cfg.ID, err)) // a unique name is never taken
 		}

@@ -102,22 +102,17 @@ func (s *SessionActor) stripTrailingError() {
 	}
 }
 
-// selectCredential asks the provider's credentials actor for a key; a
-// retry keeps its key while it is free, and a provider without
-// credentials needs none.
+// selectCredential asks the provider's credentials actor for a key.
 func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
-	clk := s.deps.Clock
-	prov := providerOf(e.Model)
-	pid := s.deps.Credentials[prov]
-	if pid == nil {
-		s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected})
-		return
-	}
-	if e.Credential != "" && s.deps.Views[prov].Free(e.Credential, clk.Now()) { // a retry keeps its free key
-		s.pending = append(s.pending, session.Input{Kind: session.InCredentialSelected, Credential: e.Credential})
-		return
-	}
-	track.Request(ctx, clk, pid, &messages.SelectCredential{SessionId: s.cfg.ID})
+	track.Request(ctx, s.deps.Clock, s.deps.Credentials[providerOf(e.Model)], &messages.SelectCredential{SessionId: s.cfg.ID})
+}
+
+// keyFree reports whether the key the session holds is free in the
+// node's view of its provider's credentials: a retry then keeps it
+// without asking (the credentials actor would answer the same sticky key).
+func (s *SessionActor) keyFree() bool {
+	cred := s.core.Credential()
+	return cred != "" && s.deps.Views[providerOf(s.core.Model())].Free(cred, s.deps.Clock.Now())
 }
 
 // compactFor compacts the context after an overflow, unless automatic
@@ -164,18 +159,14 @@ func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
 
 // ask sends the core's question to the shared actor that answers it: the
 // credentials actor (a key's usage limit), the fallback actor (the next
-// model) or the retry budget (when to go). Without that actor the answer
-// is the default one: no switch, no fallback, go at the backoff time.
+// model) or the retry budget (when to go). Without a fallback actor or a
+// budget the answer is the default one: no fallback, go at the backoff
+// time.
 func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	switch e.Kind {
 	case session.AskCredentialSwitch:
-		pid := s.deps.Credentials[providerOf(e.Model)]
-		if pid == nil {
-			s.pending = append(s.pending, session.Input{Kind: session.InCredentialReply, Token: e.Token})
-			return
-		}
-		track.Request(ctx, clk, pid, &messages.MarkUsageLimitReached{
+		track.Request(ctx, clk, s.deps.Credentials[providerOf(e.Model)], &messages.MarkUsageLimitReached{
 			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token, Credential: s.core.Credential()})
 	case session.AskFallback:
 		pid := s.deps.Fallbacks[e.Role]

@@ -147,7 +147,7 @@ func retryAttempt(b *testing.B, opts ...musepi.Option) {
 	}
 	done := make(chan error, 1)
 	b.ResetTimer()
-	begins0 := clk.begins.Load()
+	begins0, steps0 := clk.begins.Load(), rt.Stats().Steps
 	go func() {
 		_, err := sess.Prompt(ctx, "hi")
 		done <- err
@@ -165,4 +165,5 @@ func retryAttempt(b *testing.B, opts ...musepi.Option) {
 	turns := int64(b.N + 1)
 	work := clk.begins.Load() - begins0 - turns // one Begin per turn is the stream goroutine
 	b.ReportMetric(float64(work)/float64(b.N), "msgs/attempt")
+	b.ReportMetric(float64(rt.Stats().Steps-steps0-1)/float64(b.N), "steps/attempt") // less the prompt's own
 }

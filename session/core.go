@@ -64,6 +64,11 @@ type Config struct {
 	// Compaction says a compaction hook is installed; without one a context
 	// overflow ends the prompt after compaction_required.
 	Compaction bool
+	// Credentialed names the providers whose credentials actor chooses
+	// each turn's key; a turn on any other provider starts without asking,
+	// and a usage limit there has no sibling key to switch to. Read only:
+	// the sessions of a runtime share one.
+	Credentialed map[string]bool
 }
 
 // Core is one session's lifecycle as a pure state machine. It is not safe
@@ -102,6 +107,12 @@ type Core struct {
 	askPin     bool // the pending fallback ask pins
 	enabled    bool // retry.enabled, as the session last set it
 	compaction bool // Config.Compaction
+
+	credentialed map[string]bool // Config.Credentialed
+	// noSwitch is the chain's answer to a usage limit on a provider
+	// without credentials (no key to switch to), stepped right after the
+	// ask (Kind 0: none).
+	noSwitch retry.Input
 }
 
 // chainBuffers lend the cores a buffer for one step of their retry chain,
@@ -118,7 +129,8 @@ func New(cfg Config, src retry.Source) *Core {
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
 	c := Core{src: src, chain: retry.MakeChain(src), primary: cfg.Model, role: cfg.Role, model: cfg.Model,
-		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction}
+		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction,
+		credentialed: cfg.Credentialed}
 	c.chain.SetSettings(cfg.Settings)
 	if len(cfg.Settings.FallbackChains[cfg.Role]) == 0 {
 		c.chain.NoFallbackChain()
@@ -196,7 +208,7 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InBackoffDone:
 		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
 		if c.state == ContinueScheduled && in.Generation == c.gen {
-			c.continueDue()
+			c.continueDue(in.KeyFree)
 		}
 	case InTimerLost:
 		if c.state == Backoff {
@@ -229,13 +241,7 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InHistoryFailed:
 		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
-		if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
-			sw := c.out.switches.add()
-			*sw = CredentialSwitch{Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}
-			c.emit(EventCredentialSwitch).Switch = sw
-			c.credential = in.Credential
-		}
-		c.stepChain(chainInput(in, now))
+		c.credentialReply(in, now)
 	case InFallbackReply:
 		if in.Switched && c.chain.Phase() == retry.AwaitingFallback {
 			c.primaryUntil = in.CooldownUntil
@@ -244,6 +250,18 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	default:
 		c.stepChain(chainInput(in, now))
 	}
+}
+
+// credentialReply takes the credentials actor's answer to a usage limit:
+// a switch to another key is the session's from now on.
+func (c *Core) credentialReply(in Input, now time.Time) {
+	if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
+		sw := c.out.switches.add()
+		*sw = CredentialSwitch{Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}
+		c.emit(EventCredentialSwitch).Switch = sw
+		c.credential = in.Credential
+	}
+	c.stepChain(chainInput(in, now))
 }
 
 // chainInput maps the inputs the retry chain answers to retry.Input.
@@ -287,15 +305,26 @@ func (c *Core) prompt(historyErr string) {
 	ev := c.emit(EventAgentStart)
 	ev.Generation, ev.PromptStart = c.gen, true
 	c.continuing = false
-	c.selectCredential()
+	c.selectCredential(false)
 }
 
-func (c *Core) selectCredential() {
+// selectCredential chooses the next turn's key: none on a provider
+// without credentials, the key held when keep (a retry's continue whose
+// key is free), else the credentials actor's choice. With a key chosen
+// the turn starts in the same step.
+func (c *Core) selectCredential(keep bool) {
 	c.state = SelectingCredential
-	e := c.add(SelectCredential)
-	e.Model = c.model
-	if c.continuing {
-		e.Credential = c.credential
+	switch {
+	case !c.credentialed[provider(c.model)]:
+		c.credentialSelected("")
+	case keep:
+		c.credentialSelected(c.credential)
+	default:
+		e := c.add(SelectCredential)
+		e.Model = c.model
+		if c.continuing {
+			e.Credential = c.credential
+		}
 	}
 }
 
@@ -365,9 +394,22 @@ func (c *Core) decide(msg *messages.AssistantMessage) {
 }
 
 // stepChain runs one input through the retry chain and carries out its
-// effects. A decision that completes answers the turn's end: agent_end
-// goes out first, saying whether a retry chain continues.
+// effects, and then the answer the core gives the chain itself, if any
+// (noSwitch).
 func (c *Core) stepChain(in retry.Input) {
+	for {
+		c.stepChainOnce(in)
+		if c.noSwitch.Kind == 0 {
+			return
+		}
+		in, c.noSwitch = c.noSwitch, retry.Input{}
+	}
+}
+
+// stepChainOnce runs one input through the retry chain and carries out
+// its effects. A decision that completes answers the turn's end: agent_end
+// goes out first, saying whether a retry chain continues.
+func (c *Core) stepChainOnce(in retry.Input) {
 	buf := chainBuffers.Get().(*[]retry.Effect)
 	defer func() {
 		clear(*buf) // drop what the effects point to
@@ -449,6 +491,10 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 	case retry.ResetProviderSession:
 		c.add(ResetProviderSession).Model = c.model
 	case retry.AskCredentialSwitch:
+		if !c.credentialed[provider(c.model)] { // no sibling key to switch to
+			c.noSwitch = retry.Input{Kind: retry.InputCredentialReply, Now: c.now, Token: e.Token}
+			return false
+		}
 		ask := c.add(AskCredentialSwitch)
 		ask.Model, ask.BlockFor, ask.Token = c.model, e.BlockFor, e.Token
 	case retry.AskModelFallback:
@@ -508,15 +554,18 @@ func (c *Core) WaitingUntil() time.Time {
 	return c.sleepUntil
 }
 
-func (c *Core) continueDue() {
+// continueDue starts a retry's continue; keyFree: the key the session
+// holds is free, so the retry keeps it without asking.
+func (c *Core) continueDue(keyFree bool) {
 	if !c.chain.IsRetrying() {
 		c.settle()
 		return
 	}
+	model := c.model
 	c.maybeRevert()
 	c.emit(EventAgentStart).Generation = c.gen
 	c.continuing = true
-	c.selectCredential()
+	c.selectCredential(keyFree && c.credential != "" && c.model == model)
 }
 
 func (c *Core) abort() {
@@ -716,6 +765,12 @@ func (c *Core) emitFallback(k EventKind, f retry.FallbackEvent) {
 	p := c.out.fallbacks.add()
 	*p = f
 	c.emit(k).Fallback = p
+}
+
+// provider is the provider part of a "provider/model" selector.
+func provider(selector string) string {
+	name, _, _ := retry.SplitModel(selector)
+	return name
 }
 
 func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {

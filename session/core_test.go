@@ -112,6 +112,8 @@ func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
 	// chain (to fake/m2) unless a script sets fallbackChains=none.
 	sc.cfg.Settings.ModelFallback = false
 	sc.cfg.Settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
+	// The provider fake has credentials unless a script sets credentials=none.
+	sc.cfg.Credentialed = map[string]bool{"fake": true}
 	var out strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 		switch {
@@ -162,8 +164,8 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(strings.Fields(kind)), Err: errText}
 	case "tools-done":
 		in = Input{Kind: InToolsDone, Turn: sc.turn}
-	case "backoff-done":
-		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation()}
+	case "backoff-done": // [key-free]: the key held is free in the node's view
+		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation(), KeyFree: arg == "key-free"}
 	case "timer-lost":
 		in = Input{Kind: InTimerLost}
 	case "abort":
@@ -264,6 +266,14 @@ func (sc *script) set(kv string) {
 		s.FallbackChains = nil
 		if role, models, ok := strings.Cut(v, ":"); ok {
 			s.FallbackChains = map[string][]string{role: strings.Split(models, ",")}
+		}
+	case "credentials": // none | provider,provider
+		sc.cfg.Credentialed = nil
+		if v != "none" {
+			sc.cfg.Credentialed = map[string]bool{}
+			for _, p := range strings.Split(v, ",") {
+				sc.cfg.Credentialed[p] = true
+			}
 		}
 	case "maxRetries":
 		s.MaxRetries, _ = strconv.Atoi(v)

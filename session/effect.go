@@ -25,9 +25,10 @@ const (
 	ReplaceContext
 	// SelectCredential asks the credentials actor of Model's provider which
 	// credential the next turn uses; answer with InCredentialSelected. On a
-	// retry's continue, Credential is the key the chain's last attempt
-	// used: while it is not blocked the actor would answer it again (it is
-	// the session's sticky key), so the owner may answer with it at once.
+	// retry's continue, Credential is the key the chain's last attempt used,
+	// which InBackoffDone did not report free. (A provider without
+	// credentials, and a continue whose key is free, start the turn
+	// without asking.)
 	SelectCredential
 	// StartTurn streams turn Turn on Model with Credential; its deltas and
 	// end come back as InTurnDelta and InTurnEnded.
@@ -42,10 +43,9 @@ const (
 	DeliverSteering
 	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
 	Compact
-	// ArmTimer starts the backoff timer Token for Delay; when it fires, the
-	// retry's continue of Generation is scheduled after ContinueDelay (spec 3
-	// step 13: 1 ms, through the post-prompt scheduler) and comes back as
-	// InBackoffDone.
+	// ArmTimer starts the backoff timer Token for Delay; the retry's
+	// continue of Generation follows ContinueDelay after it (spec 3 step 13:
+	// 1 ms) and comes back as InBackoffDone.
 	ArmTimer
 	// CancelTimer stops the backoff timer Token.
 	CancelTimer

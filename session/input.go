@@ -28,7 +28,9 @@ const (
 	InToolsDone
 	// InBackoffDone: the backoff timer Token fired and the continue of
 	// Generation it scheduled is due (the timer's owner schedules it, see
-	// ArmTimer).
+	// ArmTimer). KeyFree: the key the session holds (Core.Credential) is
+	// free now, as the node's view of its credentials shows, so the retry
+	// keeps it without asking the credentials actor.
 	InBackoffDone
 	// InTimerLost: the backoff timer's owner is gone (the retry child
 	// stopped); a core in backoff arms the same timer again for what is
@@ -84,6 +86,7 @@ type Input struct {
 	Enabled    bool
 	Model      string
 
+	KeyFree       bool // InBackoffDone
 	Switched      bool
 	Redeemed      bool // InCredentialReply: the switch spent a banked reset
 	RetryAt       time.Time

@@ -15,6 +15,8 @@ func TestRecordCoversTheCore(t *testing.T) {
 	notAtRest := map[string]string{
 		"role":          "the session's configuration (Config.Role), given again to Resume",
 		"compaction":    "the session's configuration (Config.Compaction), given again to Resume",
+		"credentialed":  "the runtime's configuration (Config.Credentialed), given again to Resume",
+		"noSwitch":      "the chain's answer the core gives itself, within a step",
 		"enabled":       "recorded as AutoRetry",
 		"src":           "the jitter source, given to Resume",
 		"chain":         "recorded as Chain",
@@ -49,7 +51,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 // A record is taken only at rest, and a wire record naming a state, phase
 // or class this program does not know is refused, not guessed.
 func TestRecordRefusals(t *testing.T) {
-	c := New(Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}, nominal{})
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings(), Credentialed: map[string]bool{"fake": true}}, nominal{})
 	c.Step(new(Effects), t0, Input{Kind: InPrompt})
 	if _, err := c.Record(); err == nil || !strings.Contains(err.Error(), "selecting_credential") {
 		t.Errorf("Record while selecting a credential = %v, want an error naming the state", err)
