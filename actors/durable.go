@@ -139,28 +139,14 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 func (s *SessionActor) commitStep(d *durable) {
 	batch, armed := d.batch, d.armed
 	d.batch, d.armed = nil, false
-	var rec *history.Record
-	switch st := s.core.State(); {
-	case st == session.Backoff && armed:
-		r, err := s.core.Record()
-		if err == nil {
-			r.HistorySeq = s.historySeq + uint64(len(batch))
-			var enc history.Record
-			if enc, err = encodeRecord(r); err == nil {
-				rec = &enc
-			}
-		}
-		if err != nil {
-			s.historyFailed(err, len(batch) > 0)
-			return
-		}
-	case st == session.Idle && d.recordKept:
-		rec = &history.Record{}
+	rec, err := s.stepRecord(d, armed, len(batch))
+	if err != nil {
+		s.historyFailed(err, len(batch) > 0)
+		return
 	}
 	if rec == nil && len(batch) == 0 {
 		return
 	}
-	var err error
 	if rec != nil {
 		err = d.records.CommitRecord(*rec, batch...)
 	} else {
@@ -170,18 +156,7 @@ func (s *SessionActor) commitStep(d *durable) {
 		err = s.cfg.History.Sync()
 	}
 	if err != nil {
-		for _, e := range batch {
-			e.Seq = 0
-		}
-		s.deps.Log.Error("commit history and session record", slog.Any("error", err), slog.String("session", s.cfg.ID))
-		if s.core.State() == session.Idle && len(batch) == 0 {
-			// The prompt has settled: only the clearing failed. The record
-			// left is older than the history's answer, so an open takes it
-			// for stale; it is not tried again.
-			d.recordKept = false
-			return
-		}
-		s.historyFailed(err, len(batch) > 0)
+		s.commitFailed(d, batch, err)
 		return
 	}
 	s.historySeq += uint64(len(batch))
@@ -192,6 +167,46 @@ func (s *SessionActor) commitStep(d *durable) {
 		to := batch[len(batch)-1].GetModelChange().GetTo()
 		s.cfg.State.model.Store(&to)
 	}
+}
+
+// stepRecord is the record the step leaves to commit: the core's, encoded,
+// when it armed a backoff timer (after the batch of batched entries); the
+// cleared record when a prompt settled after one was written; else nil.
+func (s *SessionActor) stepRecord(d *durable, armed bool, batched int) (*history.Record, error) {
+	switch st := s.core.State(); {
+	case st == session.Backoff && armed:
+		r, err := s.core.Record()
+		if err != nil {
+			return nil, err
+		}
+		r.HistorySeq = s.historySeq + uint64(batched)
+		enc, err := encodeRecord(r)
+		if err != nil {
+			return nil, err
+		}
+		return &enc, nil
+	case st == session.Idle && d.recordKept:
+		return &history.Record{}, nil
+	}
+	return nil, nil
+}
+
+// commitFailed takes a commit that failed: the batch's entries get no seq,
+// and the prompt ends like after any failed history write, unless only
+// the clearing of a settled prompt's record failed.
+func (s *SessionActor) commitFailed(d *durable, batch []*messages.Entry, err error) {
+	for _, e := range batch {
+		e.Seq = 0
+	}
+	s.deps.Log.Error("commit history and session record", slog.Any("error", err), slog.String("session", s.cfg.ID))
+	if s.core.State() == session.Idle && len(batch) == 0 {
+		// The prompt has settled: only the clearing failed. The record
+		// left is older than the history's answer, so an open takes it
+		// for stale; it is not tried again.
+		d.recordKept = false
+		return
+	}
+	s.historyFailed(err, len(batch) > 0)
 }
 
 // batchModelChange queues a model change entry for commitStep.

@@ -284,6 +284,16 @@ func (s *SessionActor) emit(ev *session.Event) {
 		return
 	}
 	out := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
+	if !setRetryEvent(out, ev) && !s.setTurnEvent(out, ev) {
+		panic(fmt.Sprintf("actors: emit of unknown event %v", ev.Kind))
+	}
+	s.publish(out)
+}
+
+// setRetryEvent sets out's event to ev when ev is one of the retry
+// chain's (its start and end, fallbacks, model and credential switches),
+// and reports whether it was.
+func setRetryEvent(out *messages.SessionEvent, ev *session.Event) bool {
 	switch ev.Kind {
 	case session.EventAutoRetryStart:
 		st := ev.Start
@@ -303,12 +313,6 @@ func (s *SessionActor) emit(ev *session.Event) {
 		out.Event = &messages.SessionEvent_RetryFallbackSucceeded{RetryFallbackSucceeded: &messages.RetryFallbackSucceeded{Model: ev.Fallback.To, Role: ev.Fallback.Role}}
 	case session.EventModelChange:
 		out.Event = &messages.SessionEvent_ModelChange{ModelChange: modelChange(ev.Change)}
-	case session.EventAgentStart:
-		start := &messages.AgentStart{Generation: ev.Generation}
-		if ev.PromptStart {
-			start.User = s.promptUser
-		}
-		out.Event = &messages.SessionEvent_AgentStart{AgentStart: start}
 	case session.EventCredentialSwitch:
 		sw := ev.Switch
 		reason := "usage_limit"
@@ -317,6 +321,23 @@ func (s *SessionActor) emit(ev *session.Event) {
 		}
 		out.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: &messages.CredentialSwitch{
 			Provider: providerOf(sw.Model), From: sw.From, To: sw.To, Reason: reason}}
+	default:
+		return false
+	}
+	return true
+}
+
+// setTurnEvent sets out's event to ev when ev is one of a prompt's and
+// its turns' (start, deltas, ends, settling, compaction), and reports
+// whether it was.
+func (s *SessionActor) setTurnEvent(out *messages.SessionEvent, ev *session.Event) bool {
+	switch ev.Kind {
+	case session.EventAgentStart:
+		start := &messages.AgentStart{Generation: ev.Generation}
+		if ev.PromptStart {
+			start.User = s.promptUser
+		}
+		out.Event = &messages.SessionEvent_AgentStart{AgentStart: start}
 	case session.EventAgentEnd:
 		out.Event = &messages.SessionEvent_AgentEnd{AgentEnd: &messages.AgentEnd{Message: ev.Message, WillRetry: ev.WillRetry}}
 	case session.EventAgentSettled:
@@ -328,7 +349,7 @@ func (s *SessionActor) emit(ev *session.Event) {
 	case session.EventCompactionRequired:
 		out.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: &messages.CompactionRequired{ErrorMessage: ev.Error}}
 	default:
-		panic(fmt.Sprintf("actors: emit of unknown event %v", ev.Kind))
+		return false
 	}
-	s.publish(out)
+	return true
 }

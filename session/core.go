@@ -193,10 +193,7 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InCredentialSelected:
 		c.credentialSelected(in.Credential)
 	case InTurnDelta:
-		if in.Turn == c.turn && c.state == Streaming {
-			ev := c.emit(EventMessageUpdate)
-			ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
-		}
+		c.turnDelta(in)
 	case InTurnEnded:
 		if in.Turn == c.turn && c.state == Streaming {
 			c.turnEnded(in.Message, in.Err)
@@ -206,30 +203,17 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 			c.toolsDone(in.Err)
 		}
 	case InBackoffDone:
-		c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: now, Token: in.Token})
-		if c.state == ContinueScheduled && in.Generation == c.gen {
-			c.continueDue(in.KeyFree)
-		}
+		c.backoffDone(in)
 	case InTimerLost:
-		if c.state == Backoff {
-			c.armTimer(max(c.sleepUntil.Sub(now), 0))
-		}
+		c.timerLost()
 	case InAbort:
 		c.abort()
 	case InEditGuardAbort:
-		if c.state != Idle {
-			c.aborts.EditGuard = true
-			c.failureKind, c.failure = KindAborted, "stream aborted by the streaming-edit guard"
-			c.add(CancelTurn)
-		}
+		c.editGuardAbort()
 	case InSetAutoRetry:
 		c.enabled = in.Enabled
 	case InSetModel:
-		before := c.modelState()
-		c.primary = in.Model
-		c.pinned = false
-		c.switchModel(in.Model, "user")
-		c.beforeChange = before
+		c.setModel(in.Model)
 	case InCompactionDone:
 		if in.Generation == c.gen && c.state == Compacting {
 			c.compactionDone(in.Context, in.Err)
@@ -243,13 +227,61 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InCredentialReply:
 		c.credentialReply(in, now)
 	case InFallbackReply:
-		if in.Switched && c.chain.Phase() == retry.AwaitingFallback {
-			c.primaryUntil = in.CooldownUntil
-		}
-		c.stepChain(chainInput(in, now))
+		c.fallbackReply(in)
 	default:
 		c.stepChain(chainInput(in, now))
 	}
+}
+
+// timerLost arms the backoff timer again, for what is left of it, when
+// its owner is gone.
+func (c *Core) timerLost() {
+	if c.state == Backoff {
+		c.armTimer(max(c.sleepUntil.Sub(c.now), 0))
+	}
+}
+
+// fallbackReply takes the fallback actor's answer: after a switch, the
+// primary may come back when its cooldown ends.
+func (c *Core) fallbackReply(in Input) {
+	if in.Switched && c.chain.Phase() == retry.AwaitingFallback {
+		c.primaryUntil = in.CooldownUntil
+	}
+	c.stepChain(chainInput(in, c.now))
+}
+
+// backoffDone ends the backoff of in.Token and starts the retry's continue.
+func (c *Core) backoffDone(in Input) {
+	c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: c.now, Token: in.Token})
+	if c.state == ContinueScheduled && in.Generation == c.gen {
+		c.continueDue(in.KeyFree)
+	}
+}
+
+// turnDelta passes on what the running turn streamed.
+func (c *Core) turnDelta(in Input) {
+	if in.Turn == c.turn && c.state == Streaming {
+		ev := c.emit(EventMessageUpdate)
+		ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
+	}
+}
+
+// editGuardAbort cancels the running turn for the streaming-edit guard.
+func (c *Core) editGuardAbort() {
+	if c.state != Idle {
+		c.aborts.EditGuard = true
+		c.failureKind, c.failure = KindAborted, "stream aborted by the streaming-edit guard"
+		c.add(CancelTurn)
+	}
+}
+
+// setModel makes the user's model the primary, unpinned, and switches to it.
+func (c *Core) setModel(model string) {
+	before := c.modelState()
+	c.primary = model
+	c.pinned = false
+	c.switchModel(model, "user")
+	c.beforeChange = before
 }
 
 // credentialReply takes the credentials actor's answer to a usage limit:
@@ -467,19 +499,7 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		*start = e.Start
 		c.emit(EventAutoRetryStart).Start = start
 	case retry.EmitEnd:
-		if e.End.Success {
-			c.retryEnd = nil
-		} else {
-			end := e.End
-			c.retryEnd = &end
-		}
-		if !e.End.Success && c.failureKind != KindHistory {
-			c.failure = e.End.FinalError
-			if c.failure == retry.RetryCancelled && c.failureKind == "" {
-				c.failureKind = KindRetryCancelled
-			}
-		}
-		c.emitEnd(e.End)
+		c.chainEnded(e.End)
 	case retry.EmitFallbackApplied:
 		before := c.modelState()
 		c.pinned = c.askPin
@@ -490,18 +510,8 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		c.emitFallback(EventFallbackSucceeded, e.Fallback)
 	case retry.ResetProviderSession:
 		c.add(ResetProviderSession).Model = c.model
-	case retry.AskCredentialSwitch:
-		if !c.credentialed[provider(c.model)] { // no sibling key to switch to
-			c.noSwitch = retry.Input{Kind: retry.InputCredentialReply, Now: c.now, Token: e.Token}
-			return false
-		}
-		ask := c.add(AskCredentialSwitch)
-		ask.Model, ask.BlockFor, ask.Token = c.model, e.BlockFor, e.Token
-	case retry.AskModelFallback:
-		c.askPin = e.Pin
-		ask := c.add(AskFallback)
-		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
-		ask.BlockFor, ask.Pin, ask.Token = e.BlockFor, e.Pin, e.Token
+	case retry.AskCredentialSwitch, retry.AskModelFallback, retry.AskBudget:
+		c.chainAsks(e)
 	case retry.StripTrailingError:
 		c.add(StripTrailingError)
 	case retry.Sleep:
@@ -521,13 +531,51 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 	case retry.RecordOutcome:
 		rec := c.add(RecordOutcome)
 		rec.Model, rec.Success = c.model, e.Success
-	case retry.AskBudget:
-		ask := c.add(AskBudget)
-		ask.Model, ask.Token, ask.Due, ask.Latest = c.model, e.Token, e.Due, e.Latest
 	case retry.DropBudgetHold:
 		c.add(DropBudgetHold).Model = c.model
 	}
 	return false
+}
+
+// chainEnded takes auto_retry_end: a chain that failed is the prompt's
+// failure (unless a history write failed first).
+func (c *Core) chainEnded(end retry.EndEvent) {
+	if end.Success {
+		c.retryEnd = nil
+	} else {
+		kept := end
+		c.retryEnd = &kept
+	}
+	if !end.Success && c.failureKind != KindHistory {
+		c.failure = end.FinalError
+		if c.failure == retry.RetryCancelled && c.failureKind == "" {
+			c.failureKind = KindRetryCancelled
+		}
+	}
+	c.emitEnd(end)
+}
+
+// chainAsks passes the chain's question to the actor that answers it: a
+// usage limit's switch (answered here on a provider without credentials:
+// no key to switch to), the next fallback model, the budget's go.
+func (c *Core) chainAsks(e retry.Effect) {
+	switch e.Kind {
+	case retry.AskCredentialSwitch:
+		if !c.credentialed[provider(c.model)] {
+			c.noSwitch = retry.Input{Kind: retry.InputCredentialReply, Now: c.now, Token: e.Token}
+			return
+		}
+		ask := c.add(AskCredentialSwitch)
+		ask.Model, ask.BlockFor, ask.Token = c.model, e.BlockFor, e.Token
+	case retry.AskModelFallback:
+		c.askPin = e.Pin
+		ask := c.add(AskFallback)
+		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
+		ask.BlockFor, ask.Pin, ask.Token = e.BlockFor, e.Pin, e.Token
+	case retry.AskBudget:
+		ask := c.add(AskBudget)
+		ask.Model, ask.Token, ask.Due, ask.Latest = c.model, e.Token, e.Due, e.Latest
+	}
 }
 
 // armTimer arms the backoff timer for d, its continue scheduled behind it.
