@@ -91,14 +91,8 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cc.Store == nil {
-		return nil, fmt.Errorf("musepi: JoinCluster: no Store (the sessions' histories are shared through it)")
-	}
-	if cc.HandoverTimeout < 0 {
-		return nil, fmt.Errorf("musepi: JoinCluster: negative HandoverTimeout %v", cc.HandoverTimeout)
-	}
-	if cc.HandoverTimeout == 0 {
-		cc.HandoverTimeout = DefaultHandoverTimeout
+	if err := cc.withDefaults(); err != nil {
+		return nil, err
 	}
 	rt, err := newRuntime(append(opts, WithHistoryStore(cc.Store)))
 	if err != nil {
@@ -120,6 +114,39 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if err := ctx.Err(); err != nil { // protoactor's start takes no context
 		return nil, fmt.Errorf("musepi: JoinCluster: %w", errors.Join(err, m.Leave()))
 	}
+	node.start(m)
+	close(node.ready)
+	node.auditPrompts()
+	if err := rt.startTelemetry(); err != nil {
+		_ = rt.Shutdown(context.Background())
+		return nil, fmt.Errorf("musepi: %w", err)
+	}
+	if !cc.Client {
+		rt.startTimers() // a due session claimed here opens wherever the cluster places it
+	}
+	return rt, nil
+}
+
+// withDefaults checks cc's own fields and sets the defaults of those left
+// zero.
+func (cc *ClusterConfig) withDefaults() error {
+	if cc.Store == nil {
+		return fmt.Errorf("musepi: JoinCluster: no Store (the sessions' histories are shared through it)")
+	}
+	if cc.HandoverTimeout < 0 {
+		return fmt.Errorf("musepi: JoinCluster: negative HandoverTimeout %v", cc.HandoverTimeout)
+	}
+	if cc.HandoverTimeout == 0 {
+		cc.HandoverTimeout = DefaultHandoverTimeout
+	}
+	return nil
+}
+
+// start runs the node's runtime on member m: its sessions use the
+// cluster's shared actors, its stats read their views, and the handles
+// hear of the members that leave.
+func (node *clusterNode) start(m *cluster.Member) {
+	rt := node.rt
 	node.member = m
 	rt.system = m.System()
 	rt.start(func(deps *actors.Deps, _ actor.PropsOption) {
@@ -140,16 +167,6 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 			}
 		}
 	})
-	close(node.ready)
-	node.auditPrompts()
-	if err := rt.startTelemetry(); err != nil {
-		_ = rt.Shutdown(context.Background())
-		return nil, fmt.Errorf("musepi: %w", err)
-	}
-	if !cc.Client {
-		rt.startTimers() // a due session claimed here opens wherever the cluster places it
-	}
-	return rt, nil
 }
 
 // clusterConfig is the node's cluster.Config: cc's addresses and

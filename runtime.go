@@ -146,38 +146,12 @@ func newRuntime(opts []Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if err := errors.Join(cfg.optionErrs...); err != nil {
-		return nil, fmt.Errorf("musepi: %w", err)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if err := cfg.settings.Validate(); err != nil {
-		return nil, fmt.Errorf("musepi: %w", err)
-	}
-	for role, chain := range cfg.settings.FallbackChains {
-		for i, m := range chain {
-			if p, _, _ := retry.SplitModel(m); cfg.providers[p] == nil {
-				return nil, fmt.Errorf("musepi: WithRetrySettings: retry.fallbackChains.%s[%d] %q: unknown fallback target: no provider %q (WithProvider)", role, i, m, p)
-			}
-		}
-	}
-	for name, creds := range cfg.creds {
-		seen := map[string]bool{}
-		for i, c := range creds {
-			if c.Name == "" || seen[c.Name] {
-				return nil, fmt.Errorf("musepi: WithProvider(%q): credential %d: empty or duplicate name %q", name, i, c.Name)
-			}
-			seen[c.Name] = true
-		}
-	}
-	store := cfg.store
-	if store == nil && cfg.historyDir != "" {
-		fs, err := history.OpenFileStore(cfg.historyDir, history.WithSync(cfg.historySync), history.WithLogger(cfg.log))
-		if err != nil {
-			return nil, fmt.Errorf("musepi: %w", err)
-		}
-		store = fs
-	}
-	if store == nil {
-		store = history.NewMemoryStore()
+	store, err := cfg.historyStore()
+	if err != nil {
+		return nil, err
 	}
 	if !cfg.seeded {
 		cfg.seed = mrand.Uint64()
@@ -192,6 +166,50 @@ func newRuntime(opts []Option) (*Runtime, error) {
 	rt.allEvents = actors.NewFanout(rt.eventsClock(), cfg.log, cfg.queueLen)
 	rt.sessionEvents = actors.NewFanoutConfig(cfg.clock, cfg.log, cfg.queueLen)
 	return rt, nil
+}
+
+// check reports the options that failed, and settings, fallback chains
+// and credentials that do not fit together.
+func (cfg *runtimeConfig) check() error {
+	if err := errors.Join(cfg.optionErrs...); err != nil {
+		return fmt.Errorf("musepi: %w", err)
+	}
+	if err := cfg.settings.Validate(); err != nil {
+		return fmt.Errorf("musepi: %w", err)
+	}
+	for role, chain := range cfg.settings.FallbackChains {
+		for i, m := range chain {
+			if p, _, _ := retry.SplitModel(m); cfg.providers[p] == nil {
+				return fmt.Errorf("musepi: WithRetrySettings: retry.fallbackChains.%s[%d] %q: unknown fallback target: no provider %q (WithProvider)", role, i, m, p)
+			}
+		}
+	}
+	for name, creds := range cfg.creds {
+		seen := map[string]bool{}
+		for i, c := range creds {
+			if c.Name == "" || seen[c.Name] {
+				return fmt.Errorf("musepi: WithProvider(%q): credential %d: empty or duplicate name %q", name, i, c.Name)
+			}
+			seen[c.Name] = true
+		}
+	}
+	return nil
+}
+
+// historyStore is the store the options name: WithHistoryStore's, a file
+// store in WithHistoryDir's directory, else one in memory.
+func (cfg *runtimeConfig) historyStore() (history.Store, error) {
+	if cfg.store != nil {
+		return cfg.store, nil
+	}
+	if cfg.historyDir != "" {
+		fs, err := history.OpenFileStore(cfg.historyDir, history.WithSync(cfg.historySync), history.WithLogger(cfg.log))
+		if err != nil {
+			return nil, fmt.Errorf("musepi: %w", err)
+		}
+		return fs, nil
+	}
+	return history.NewMemoryStore(), nil
 }
 
 // start makes the deps the sessions share on rt.system: the dispatcher

@@ -92,22 +92,9 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		h.watchers = map[string]*watcher{}
 		h.node.hosted(h.id, ctx.Self())
 	case memberLeft:
-		for key, w := range h.watchers {
-			if w.pid.GetAddress() == m.addr { // nobody there to tell
-				h.unwatch(key)
-			}
-		}
+		h.memberLeft(m.addr)
 	case *messages.SessionOpen:
-		reply := h.open(m)
-		switch {
-		case reply == nil: // the node is leaving: the handle looks again
-			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
-			ctx.Stop(ctx.Self())
-			return
-		case reply.GetError() == "":
-			h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
-		}
-		ctx.Respond(reply)
+		h.openFor(ctx, m)
 	case *messages.SessionWatch:
 		h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
 		ctx.Respond(&messages.Ack{})
@@ -118,14 +105,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(h.s.state.Wire())
 	case *messages.SessionOptions:
-		if h.s != nil {
-			if m.ThinkingLevel != nil {
-				h.s.SetThinkingLevel(provider.ThinkingLevel(m.GetThinkingLevel()))
-			}
-			if m.AutoCompaction != nil {
-				h.s.SetAutoCompaction(m.GetAutoCompaction())
-			}
-		}
+		h.setOptions(m)
 	case *messages.SetAutoRetryRequest:
 		if h.s != nil {
 			// As on one machine: a read right after the write sees it.
@@ -133,17 +113,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		}
 		h.forward(ctx, m)
 	case *messages.SessionClose:
-		if h.s != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
-			if err := h.s.Close(cctx); err != nil {
-				h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
-			}
-			cancel()
-			h.s = nil
-		}
-		h.unwatchAll()
-		h.closer = ctx.Sender()
-		ctx.Stop(ctx.Self())
+		h.close(ctx)
 	case *actor.Stopping:
 		h.handover()
 	case *actor.Stopped:
@@ -159,6 +129,61 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 	default:
 		h.forward(ctx, m)
 	}
+}
+
+// memberLeft stops relaying events to the handles on a node that left:
+// nobody is there to tell.
+func (h *sessionHost) memberLeft(addr string) {
+	for key, w := range h.watchers {
+		if w.pid.GetAddress() == addr {
+			h.unwatch(key)
+		}
+	}
+}
+
+// openFor answers a handle's SessionOpen, and relays the session's events
+// to it once it is open. A node that is leaving answers a dead letter, on
+// which the handle looks the session up again, and the activation stops.
+func (h *sessionHost) openFor(ctx actor.Context, m *messages.SessionOpen) {
+	reply := h.open(m)
+	switch {
+	case reply == nil:
+		ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
+		ctx.Stop(ctx.Self())
+		return
+	case reply.GetError() == "":
+		h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
+	}
+	ctx.Respond(reply)
+}
+
+// setOptions sets the session options a handle changed.
+func (h *sessionHost) setOptions(m *messages.SessionOptions) {
+	if h.s == nil {
+		return
+	}
+	if m.ThinkingLevel != nil {
+		h.s.SetThinkingLevel(provider.ThinkingLevel(m.GetThinkingLevel()))
+	}
+	if m.AutoCompaction != nil {
+		h.s.SetAutoCompaction(m.GetAutoCompaction())
+	}
+}
+
+// close closes the session for a handle's SessionClose and stops the
+// activation; the handle gets its Ack once the activation has stopped.
+func (h *sessionHost) close(ctx actor.Context) {
+	if h.s != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
+		if err := h.s.Close(cctx); err != nil {
+			h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
+		}
+		cancel()
+		h.s = nil
+	}
+	h.unwatchAll()
+	h.closer = ctx.Sender()
+	ctx.Stop(ctx.Self())
 }
 
 // forward hands a handle's message to the session's actor, with its
