@@ -46,7 +46,7 @@ func anthropicStopDetails(c *content) any {
 // stop_details) and message_stop.
 func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 	id := s.letterID("msg_fakellm")
-	b := &stepBuilder{}
+	b := &anthropicBlocks{index: -1}
 	b.add(eventFrame("message_start", obj{"type", "message_start", "message", obj{
 		"id", id, "type", "message", "role", "assistant", "model", req.Model,
 		"content", []any{}, "stop_reason", nil, "stop_sequence", nil, "stop_details", nil,
@@ -55,48 +55,49 @@ func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 	}}))
 	b.add(eventFrame("ping", obj{"type", "ping"}))
 
-	index := -1
-	start := func(block obj) {
-		index++
-		b.add(eventFrame("content_block_start", obj{"type", "content_block_start", "index", index, "content_block", block}))
-	}
-	delta := func(d obj) {
-		b.add(eventFrame("content_block_delta", obj{"type", "content_block_delta", "index", index, "delta", d}))
-	}
-	stop := func() {
-		b.add(eventFrame("content_block_stop", obj{"type", "content_block_stop", "index", index}))
-	}
-
 	if len(c.thinkingC) > 0 {
-		start(obj{"type", "thinking", "thinking", "", "signature", ""})
-		for _, p := range c.thinkingC {
-			delta(obj{"type", "thinking_delta", "thinking", p})
-			b.chunk()
-		}
-		delta(obj{"type", "signature_delta", "signature", signature(id)})
-		stop()
+		b.start(obj{"type", "thinking", "thinking", "", "signature", ""})
+		b.eachChunk(c.thinkingC, func(p string) { b.delta(obj{"type", "thinking_delta", "thinking", p}) })
+		b.delta(obj{"type", "signature_delta", "signature", signature(id)})
+		b.stop()
 	}
 	if len(c.textC) > 0 {
-		start(obj{"type", "text", "text", ""})
-		for _, p := range c.textC {
-			delta(obj{"type", "text_delta", "text", p})
-			b.chunk()
-		}
-		stop()
+		b.start(obj{"type", "text", "text", ""})
+		b.eachChunk(c.textC, func(p string) { b.delta(obj{"type", "text_delta", "text", p}) })
+		b.stop()
 	}
 	if c.tool != nil {
-		start(obj{"type", "tool_use", "id", s.letterID("toolu_fakellm"), "name", c.tool.Name, "input", obj{}})
-		for _, p := range c.argsC {
-			delta(obj{"type", "input_json_delta", "partial_json", p})
-			b.chunk()
-		}
-		stop()
+		b.start(obj{"type", "tool_use", "id", s.letterID("toolu_fakellm"), "name", c.tool.Name, "input", obj{}})
+		b.eachChunk(c.argsC, func(p string) { b.delta(obj{"type", "input_json_delta", "partial_json", p}) })
+		b.stop()
 	}
 	b.add(eventFrame("message_delta", obj{"type", "message_delta",
 		"delta", obj{"stop_reason", anthropicStop[c.stop], "stop_sequence", nil, "stop_details", anthropicStopDetails(c)},
 		"usage", obj{"output_tokens", c.outputTokens()}}))
 	b.add(eventFrame("message_stop", obj{"type", "message_stop"}))
 	return b.finish()
+}
+
+// anthropicBlocks builds a Messages stream, numbering its content blocks.
+type anthropicBlocks struct {
+	stepBuilder
+	index int // the current block's, -1 before the first
+}
+
+// start adds the content_block_start of the next block.
+func (b *anthropicBlocks) start(block obj) {
+	b.index++
+	b.add(eventFrame("content_block_start", obj{"type", "content_block_start", "index", b.index, "content_block", block}))
+}
+
+// delta adds a content_block_delta to the current block.
+func (b *anthropicBlocks) delta(d obj) {
+	b.add(eventFrame("content_block_delta", obj{"type", "content_block_delta", "index", b.index, "delta", d}))
+}
+
+// stop adds the content_block_stop of the current block.
+func (b *anthropicBlocks) stop() {
+	b.add(eventFrame("content_block_stop", obj{"type", "content_block_stop", "index", b.index}))
 }
 
 // anthropicMessage is the whole message of a non-streaming request.

@@ -28,58 +28,73 @@ func chatUsage(req *apiRequest, c *content) obj {
 // chunk (with stop_details and an error object when the scenario says), the
 // usage chunk when stream_options.include_usage is set, and [DONE].
 func (s *Server) chatSteps(req *apiRequest, c *content) steps {
-	id := s.letterID("chatcmpl-fakellm")
-	created := now()
-	head := func() obj {
-		return obj{"id", id, "object", "chat.completion.chunk", "created", created, "model", req.Model,
-			"service_tier", "default", "system_fingerprint", "fp_fakellm"}
-	}
-	choice := func(delta obj, finish any) obj {
-		return obj{"index", 0, "delta", delta, "logprobs", nil, "finish_reason", finish}
-	}
-	frame := func(ch obj, extra ...any) []byte {
-		o := append(head(), "choices", []any{ch})
-		if req.includeUsage() {
-			o = append(o, "usage", nil)
-		}
-		return dataFrame(append(o, extra...))
-	}
-	chunk := func(delta obj, finish any) []byte { return frame(choice(delta, finish)) }
+	k := chatChunks{id: s.letterID("chatcmpl-fakellm"), created: now(), model: req.Model, usage: req.includeUsage()}
 	b := &stepBuilder{}
-	b.add(chunk(obj{"role", "assistant", "content", "", "refusal", nil}, nil))
-	for _, p := range c.thinkingC {
-		b.add(chunk(obj{c.reasoningField, p}, nil))
-		b.chunk()
-	}
-	for _, p := range c.textC {
-		b.add(chunk(obj{"content", p}, nil))
-		b.chunk()
-	}
+	b.add(k.delta(obj{"role", "assistant", "content", "", "refusal", nil}, nil))
+	b.eachChunk(c.thinkingC, func(p string) { b.add(k.delta(obj{c.reasoningField, p}, nil)) })
+	b.eachChunk(c.textC, func(p string) { b.add(k.delta(obj{"content", p}, nil)) })
 	if c.tool != nil {
 		callID := s.letterID("call_fakellm")
 		for i, p := range c.argsC {
-			var call obj
-			if i == 0 {
-				call = obj{"index", 0, "id", callID, "type", "function", "function", obj{"name", c.tool.Name, "arguments", p}}
-			} else {
-				call = obj{"index", 0, "function", obj{"arguments", p}}
-			}
-			b.add(chunk(obj{"tool_calls", []any{call}}, nil))
+			b.add(k.delta(obj{"tool_calls", []any{chatToolCallDelta(i, callID, c.tool.Name, p)}}, nil))
 			b.chunk()
 		}
 	}
-	finish := c.withStopDetails(choice(obj{}, chatFinish[c.stop]))
+	finish := c.withStopDetails(chatChoice(obj{}, chatFinish[c.stop]))
 	if c.stopError != "" {
-		b.add(frame(finish, "error", chatStopError(c.stopError)))
+		b.add(k.frame(finish, "error", chatStopError(c.stopError)))
 		b.add(doneFrame)
 		return b.finish()
 	}
-	b.add(frame(finish))
-	if req.includeUsage() {
-		b.add(dataFrame(append(head(), "choices", []any{}, "usage", chatUsage(req, c))))
+	b.add(k.frame(finish))
+	if k.usage {
+		b.add(dataFrame(append(k.head(), "choices", []any{}, "usage", chatUsage(req, c))))
 	}
 	b.add(doneFrame)
 	return b.finish()
+}
+
+// chatChunks makes the chat.completion.chunk frames of one stream.
+type chatChunks struct {
+	id      string
+	created int64
+	model   string
+	usage   bool // stream_options.include_usage: every chunk has a "usage" key
+}
+
+// head is a fresh copy of the fields every chunk of the stream starts with.
+func (k chatChunks) head() obj {
+	return obj{"id", k.id, "object", "chat.completion.chunk", "created", k.created, "model", k.model,
+		"service_tier", "default", "system_fingerprint", "fp_fakellm"}
+}
+
+// frame is the chunk with the one choice ch, then the extra key-value
+// pairs.
+func (k chatChunks) frame(ch obj, extra ...any) []byte {
+	o := append(k.head(), "choices", []any{ch})
+	if k.usage {
+		o = append(o, "usage", nil)
+	}
+	return dataFrame(append(o, extra...))
+}
+
+// delta is the chunk whose choice carries delta and finish.
+func (k chatChunks) delta(delta obj, finish any) []byte {
+	return k.frame(chatChoice(delta, finish))
+}
+
+// chatChoice is a streamed choice: its delta and finish_reason.
+func chatChoice(delta obj, finish any) obj {
+	return obj{"index", 0, "delta", delta, "logprobs", nil, "finish_reason", finish}
+}
+
+// chatToolCallDelta is the tool_calls entry of the i-th piece of the
+// arguments; the first one also gives the call's id, type and name.
+func chatToolCallDelta(i int, callID, name, args string) obj {
+	if i == 0 {
+		return obj{"index", 0, "id", callID, "type", "function", "function", obj{"name", name, "arguments", args}}
+	}
+	return obj{"index", 0, "function", obj{"arguments", args}}
 }
 
 // chatCompletion is the whole chat.completion of a non-streaming request
@@ -226,66 +241,86 @@ func (s *Server) responsesSteps(req *apiRequest, c *content) (steps, string) {
 	id := s.responseID()
 	ids := s.newRespIDs()
 	created := now()
-	b := &stepBuilder{}
-	seq := 0
-	ev := func(typ string, fields ...any) {
-		o := append(obj{"type", typ}, fields...)
-		o = append(o, "sequence_number", seq)
-		seq++
-		b.add(eventFrame(typ, o))
-	}
-	ev("response.created", "response", responseObject(req, c, id, created, nil))
-	ev("response.in_progress", "response", responseObject(req, c, id, created, nil))
+	e := &responsesEvents{}
+	e.event("response.created", "response", responseObject(req, c, id, created, nil))
+	e.event("response.in_progress", "response", responseObject(req, c, id, created, nil))
 
 	final := responsesOutput(c, ids)
 	index := -1
 	if c.thinking != "" {
 		index++
-		item := ids.reasoning
-		ev("response.output_item.added", "output_index", index, "item", obj{"id", item, "type", "reasoning", "summary", []any{}})
-		ev("response.reasoning_summary_part.added", "item_id", item, "output_index", index, "summary_index", 0,
-			"part", obj{"type", "summary_text", "text", ""})
-		for _, p := range c.thinkingC {
-			ev("response.reasoning_summary_text.delta", "item_id", item, "output_index", index, "summary_index", 0, "delta", p)
-			b.chunk()
-		}
-		ev("response.reasoning_summary_text.done", "item_id", item, "output_index", index, "summary_index", 0, "text", c.thinking)
-		ev("response.reasoning_summary_part.done", "item_id", item, "output_index", index, "summary_index", 0,
-			"part", obj{"type", "summary_text", "text", c.thinking})
-		ev("response.output_item.done", "output_index", index, "item", final[index])
+		e.reasoning(index, ids.reasoning, c, final[index])
 	}
 	if c.text != "" {
 		index++
-		item := ids.message
-		ev("response.output_item.added", "output_index", index, "item",
-			obj{"id", item, "type", "message", "status", "in_progress", "content", []any{}, "role", "assistant"})
-		ev("response.content_part.added", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(""))
-		for _, p := range c.textC {
-			ev("response.output_text.delta", "item_id", item, "output_index", index, "content_index", 0,
-				"delta", p, "logprobs", []any{})
-			b.chunk()
-		}
-		ev("response.output_text.done", "item_id", item, "output_index", index, "content_index", 0,
-			"text", c.text, "logprobs", []any{})
-		ev("response.content_part.done", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(c.text))
-		ev("response.output_item.done", "output_index", index, "item", final[index])
+		e.message(index, ids.message, c, final[index])
 	}
 	if c.tool != nil {
 		index++
-		item := ids.function
-		ev("response.output_item.added", "output_index", index, "item", functionItem(ids, c.tool, "", "in_progress"))
-		for _, p := range c.argsC {
-			ev("response.function_call_arguments.delta", "item_id", item, "output_index", index, "delta", p)
-			b.chunk()
-		}
-		ev("response.function_call_arguments.done", "item_id", item, "output_index", index, "name", c.tool.Name, "arguments", c.args)
-		ev("response.output_item.done", "output_index", index, "item", final[index])
+		e.functionCall(index, ids, c, final[index])
 	}
 	done := responseObject(req, c, id, created, final)
 	if incompleteReason(c.stop) != "" {
-		ev("response.incomplete", "response", done)
+		e.event("response.incomplete", "response", done)
 	} else {
-		ev("response.completed", "response", done)
+		e.event("response.completed", "response", done)
 	}
-	return b.finish(), id
+	return e.finish(), id
+}
+
+// responsesEvents builds a Responses stream, numbering its events.
+type responsesEvents struct {
+	stepBuilder
+	seq int
+}
+
+// event adds the event typ with fields, then its sequence_number.
+func (e *responsesEvents) event(typ string, fields ...any) {
+	o := append(obj{"type", typ}, fields...)
+	o = append(o, "sequence_number", e.seq)
+	e.seq++
+	e.add(eventFrame(typ, o))
+}
+
+// reasoning streams the reasoning item at index: its summary part with
+// the thinking deltas, then the finished item done.
+func (e *responsesEvents) reasoning(index int, item string, c *content, done any) {
+	e.event("response.output_item.added", "output_index", index, "item", obj{"id", item, "type", "reasoning", "summary", []any{}})
+	e.event("response.reasoning_summary_part.added", "item_id", item, "output_index", index, "summary_index", 0,
+		"part", obj{"type", "summary_text", "text", ""})
+	e.eachChunk(c.thinkingC, func(p string) {
+		e.event("response.reasoning_summary_text.delta", "item_id", item, "output_index", index, "summary_index", 0, "delta", p)
+	})
+	e.event("response.reasoning_summary_text.done", "item_id", item, "output_index", index, "summary_index", 0, "text", c.thinking)
+	e.event("response.reasoning_summary_part.done", "item_id", item, "output_index", index, "summary_index", 0,
+		"part", obj{"type", "summary_text", "text", c.thinking})
+	e.event("response.output_item.done", "output_index", index, "item", done)
+}
+
+// message streams the message item at index: its output_text part with
+// the text deltas, then the finished item done.
+func (e *responsesEvents) message(index int, item string, c *content, done any) {
+	e.event("response.output_item.added", "output_index", index, "item",
+		obj{"id", item, "type", "message", "status", "in_progress", "content", []any{}, "role", "assistant"})
+	e.event("response.content_part.added", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(""))
+	e.eachChunk(c.textC, func(p string) {
+		e.event("response.output_text.delta", "item_id", item, "output_index", index, "content_index", 0,
+			"delta", p, "logprobs", []any{})
+	})
+	e.event("response.output_text.done", "item_id", item, "output_index", index, "content_index", 0,
+		"text", c.text, "logprobs", []any{})
+	e.event("response.content_part.done", "item_id", item, "output_index", index, "content_index", 0, "part", outputText(c.text))
+	e.event("response.output_item.done", "output_index", index, "item", done)
+}
+
+// functionCall streams the function_call item at index: the arguments
+// deltas, then the finished item done.
+func (e *responsesEvents) functionCall(index int, ids respIDs, c *content, done any) {
+	item := ids.function
+	e.event("response.output_item.added", "output_index", index, "item", functionItem(ids, c.tool, "", "in_progress"))
+	e.eachChunk(c.argsC, func(p string) {
+		e.event("response.function_call_arguments.delta", "item_id", item, "output_index", index, "delta", p)
+	})
+	e.event("response.function_call_arguments.done", "item_id", item, "output_index", index, "name", c.tool.Name, "arguments", c.args)
+	e.event("response.output_item.done", "output_index", index, "item", done)
 }

@@ -592,6 +592,7 @@ var respondFields = []string{
 	"reasoning_field", "stop_details", "stop_error", "cut_after", "stall_ms", "stall_after", "chunk_delay_ms",
 }
 
+// decodeRespond reads the respond object at path.
 func decodeRespond(path string, raw json.RawMessage) (*Respond, error) {
 	o, err := readObject(path, raw, respondFields...)
 	if err != nil {
@@ -619,46 +620,72 @@ func decodeRespond(path string, raw json.RawMessage) (*Respond, error) {
 		o.intField("stall_ms", &r.StallMs),
 		o.intField("stall_after", &r.StallAfter),
 		o.intField("chunk_delay_ms", &r.ChunkDelayMs),
+		o.optionalInt("cut_after", &r.CutAfter),
 	} {
 		if e != nil {
 			return nil, e
 		}
 	}
-	if o.has("cut_after") {
-		var n int
-		if err := o.intField("cut_after", &n); err != nil {
-			return nil, err
-		}
-		r.CutAfter = &n
-	}
 	if tc, ok := o.fields["tool_call"]; ok {
-		to, err := readObject(path+".tool_call", tc, "name", "arguments")
-		if err != nil {
+		if r.ToolCall, err = decodeToolCall(path+".tool_call", tc); err != nil {
 			return nil, err
-		}
-		r.ToolCall = &ToolCall{}
-		if err := to.str("name", &r.ToolCall.Name); err != nil {
-			return nil, err
-		}
-		if a, ok := to.fields["arguments"]; ok {
-			a = bytes.TrimSpace(a)
-			switch {
-			case len(a) > 0 && a[0] == '"':
-				if err := json.Unmarshal(a, &r.ToolCall.Arguments); err != nil {
-					return nil, errAt(path+".tool_call.arguments", "%v", err)
-				}
-			case len(a) > 0 && a[0] == '{':
-				var buf bytes.Buffer
-				if err := json.Compact(&buf, a); err != nil {
-					return nil, errAt(path+".tool_call.arguments", "%v", err)
-				}
-				r.ToolCall.Arguments = buf.String()
-			default:
-				return nil, errAt(path+".tool_call.arguments", "must be an object or a string holding one, got %s", describeJSON(a))
-			}
 		}
 	}
 	return r, nil
+}
+
+// optionalInt reads an int that may be left out: dst stays nil when the
+// field is absent and points to the value otherwise.
+func (o *object) optionalInt(name string, dst **int) error {
+	if !o.has(name) {
+		return nil
+	}
+	var n int
+	if err := o.intField(name, &n); err != nil {
+		return err
+	}
+	*dst = &n
+	return nil
+}
+
+// decodeToolCall reads the tool_call object at path.
+func decodeToolCall(path string, raw json.RawMessage) (*ToolCall, error) {
+	o, err := readObject(path, raw, "name", "arguments")
+	if err != nil {
+		return nil, err
+	}
+	tc := &ToolCall{}
+	if err := o.str("name", &tc.Name); err != nil {
+		return nil, err
+	}
+	if a, ok := o.fields["arguments"]; ok {
+		if tc.Arguments, err = decodeArguments(path+".arguments", a); err != nil {
+			return nil, err
+		}
+	}
+	return tc, nil
+}
+
+// decodeArguments reads tool_call.arguments at path: a string is taken
+// verbatim, an object becomes its compact JSON text.
+func decodeArguments(path string, raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) > 0 && raw[0] == '"':
+		var args string
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return "", errAt(path, "%v", err)
+		}
+		return args, nil
+	case len(raw) > 0 && raw[0] == '{':
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return "", errAt(path, "%v", err)
+		}
+		return buf.String(), nil
+	default:
+		return "", errAt(path, "must be an object or a string holding one, got %s", describeJSON(raw))
+	}
 }
 
 // Validate checks a scenario built in Go the same way ParseScenario checks
@@ -770,23 +797,11 @@ func (r *Respond) validateValues(path string) error {
 	if r.Chunks > maxChunks {
 		return errAt(path+".chunks", "must be at most %d, got %d", maxChunks, r.Chunks)
 	}
-	for name, v := range r.Headers {
-		if !validHeaderName(name) {
-			return errAt(path+".headers", "invalid header name %q", name)
-		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return errAt(path+".headers."+name, "value must not contain CR, LF or NUL")
-		}
+	if err := r.validateHeaders(path); err != nil {
+		return err
 	}
-	if r.Stop != "" {
-		if _, ok := stopNames[r.Stop]; !ok {
-			names := make([]string, 0, len(stopNames))
-			for k := range stopNames {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			return errAt(path+".stop", "unknown stop %q (want %s)", r.Stop, strings.Join(names, ", "))
-		}
+	if err := r.validateStop(path); err != nil {
+		return err
 	}
 	switch r.ReasoningField {
 	case "", "reasoning_content", "reasoning":
@@ -797,6 +812,41 @@ func (r *Respond) validateValues(path string) error {
 		return errAt(path+".tool_call.name", "required")
 	}
 	return nil
+}
+
+// validateHeaders checks that each header has a valid name and a value
+// without CR, LF or NUL.
+func (r *Respond) validateHeaders(path string) error {
+	for name, v := range r.Headers {
+		if !validHeaderName(name) {
+			return errAt(path+".headers", "invalid header name %q", name)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return errAt(path+".headers."+name, "value must not contain CR, LF or NUL")
+		}
+	}
+	return nil
+}
+
+// validateStop checks that the stop, when set, is one of stopNames.
+func (r *Respond) validateStop(path string) error {
+	if r.Stop == "" {
+		return nil
+	}
+	if _, ok := stopNames[r.Stop]; !ok {
+		return errAt(path+".stop", "unknown stop %q (want %s)", r.Stop, strings.Join(stopSpellings(), ", "))
+	}
+	return nil
+}
+
+// stopSpellings are the accepted "stop" values, sorted.
+func stopSpellings() []string {
+	names := make([]string, 0, len(stopNames))
+	for k := range stopNames {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // validateCombination checks the fields of the respond against each

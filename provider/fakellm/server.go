@@ -129,15 +129,9 @@ func (s *Server) Close() error {
 
 // ServeHTTP routes the API endpoints and /stats.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		w.Header().Set("Connection", "close")
-		http.Error(w, "fakellm: server closed", http.StatusServiceUnavailable)
+	if !s.admit(w) {
 		return
 	}
-	s.handlers.Add(1)
-	s.mu.Unlock()
 	defer s.handlers.Done()
 
 	// The request ends when the client goes away or the server closes.
@@ -147,38 +141,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	path := strings.TrimSuffix(r.URL.Path, "/")
-	var api string
-	switch path {
-	case "/v1/chat/completions", "/chat/completions":
-		api = APIOpenAIChat
-	case "/v1/responses", "/responses":
-		api = APIOpenAIResponses
-	case "/v1/messages", "/messages":
-		api = APIAnthropic
-	case "/stats":
-		if r.Method != http.MethodGet {
-			methodNotAllowed(w, http.MethodGet)
-			return
-		}
-		writeJSON(w, http.StatusOK, s.Stats())
+	if s.serveControl(w, r, path) {
 		return
-	case "/stats/reset":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, http.MethodPost)
-			return
-		}
-		s.ResetStats()
-		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-		return
-	case "/clock/reset":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, http.MethodPost)
-			return
-		}
-		s.ResetClock()
-		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-		return
-	default:
+	}
+	api := apiAt(path)
+	if api == "" {
 		s.writeError(w, APIOpenAIChat, errSpec{status: http.StatusNotFound, typ: "invalid_request_error",
 			code: "unknown_url", msg: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)}, nil)
 		return
@@ -190,6 +157,70 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.handleAPI(ctx, w, r, api)
+}
+
+// admit counts a request among the running handlers, or answers 503 and
+// reports false once the server is closed.
+func (s *Server) admit(w http.ResponseWriter) bool {
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.handlers.Add(1)
+	}
+	s.mu.Unlock()
+	if closed {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "fakellm: server closed", http.StatusServiceUnavailable)
+	}
+	return !closed
+}
+
+// apiAt is the API served at path (without a trailing slash), or "" for
+// none.
+func apiAt(path string) string {
+	switch path {
+	case "/v1/chat/completions", "/chat/completions":
+		return APIOpenAIChat
+	case "/v1/responses", "/responses":
+		return APIOpenAIResponses
+	case "/v1/messages", "/messages":
+		return APIAnthropic
+	}
+	return ""
+}
+
+// serveControl answers the control endpoints (/stats, /stats/reset,
+// /clock/reset); false when path is none of them.
+func (s *Server) serveControl(w http.ResponseWriter, r *http.Request, path string) bool {
+	switch path {
+	case "/stats":
+		if allowMethod(w, r, http.MethodGet) {
+			writeJSON(w, http.StatusOK, s.Stats())
+		}
+	case "/stats/reset":
+		if allowMethod(w, r, http.MethodPost) {
+			s.ResetStats()
+			writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		}
+	case "/clock/reset":
+		if allowMethod(w, r, http.MethodPost) {
+			s.ResetClock()
+			writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// allowMethod reports whether r uses method, answering 405 when it does
+// not.
+func allowMethod(w http.ResponseWriter, r *http.Request, method string) bool {
+	if r.Method != method {
+		methodNotAllowed(w, method)
+		return false
+	}
+	return true
 }
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {
@@ -361,17 +392,24 @@ func (s *Server) choose(req *apiRequest) (*Respond, string) {
 	if sc == nil {
 		sc = &Scenario{}
 	}
-	elapsed := time.Since(s.start).Milliseconds()
-	var chosen *Respond
-	label := labelDefault
+	chosen, label := s.matchRule(sc, req, time.Since(s.start).Milliseconds())
+	if chosen == nil {
+		chosen, label = sc.Default, labelDefault
+		if chosen == nil {
+			chosen = &Respond{}
+		}
+	}
+	return withContent(chosen, sc.Default), label
+}
+
+// matchRule is the respond and label of the first rule of sc that answers
+// req at elapsed ms, counting it against its "first" limit; nil when none
+// does. The caller holds s.mu.
+func (s *Server) matchRule(sc *Scenario, req *apiRequest, elapsed int64) (*Respond, string) {
 	for i := range sc.Rules {
 		rule := &sc.Rules[i]
 		m := &rule.Match
-		if m.API != "" && m.API != req.api ||
-			m.Key != "" && m.Key != req.key ||
-			m.Model != "" && m.Model != req.Model ||
-			elapsed < m.FromMs ||
-			m.ToMs > 0 && elapsed >= m.ToMs {
+		if !m.matches(req, elapsed) {
 			continue
 		}
 		if m.First > 0 {
@@ -380,37 +418,50 @@ func (s *Server) choose(req *apiRequest) (*Respond, string) {
 			}
 			s.firstUsed[i]++
 		}
-		chosen = &rule.Respond
-		label = rule.Name
-		if label == "" {
-			label = fmt.Sprintf("rules[%d]", i)
-		}
-		break
+		return &rule.Respond, rule.label(i)
 	}
-	def := sc.Default
-	if chosen == nil {
-		chosen = def
-		if chosen == nil {
-			chosen = &Respond{}
-		}
+	return nil, ""
+}
+
+// matches reports whether req, elapsed ms into the run, fits every field
+// of the match but First.
+func (m *Match) matches(req *apiRequest, elapsed int64) bool {
+	return (m.API == "" || m.API == req.api) &&
+		(m.Key == "" || m.Key == req.key) &&
+		(m.Model == "" || m.Model == req.Model) &&
+		elapsed >= m.FromMs &&
+		(m.ToMs <= 0 || elapsed < m.ToMs)
+}
+
+// label is the rule's name in the stats: its Name, else "rules[<i>]".
+func (rule *Rule) label(i int) string {
+	if rule.Name == "" {
+		return fmt.Sprintf("rules[%d]", i)
 	}
-	if chosen.kind() == kindStream && !chosen.hasContent() {
-		c := *chosen
-		switch {
-		case def != nil && def.kind() == kindStream && def.hasContent():
-			c.Text, c.Thinking, c.ToolCall, c.Refusal = def.Text, def.Thinking, def.ToolCall, def.Refusal
-			if c.Stop == "" {
-				c.Stop = def.Stop
-			}
-			if c.Chunks == 0 {
-				c.Chunks = def.Chunks
-			}
-		default:
-			c.Text = DefaultText
-		}
-		chosen = &c
+	return rule.Name
+}
+
+// withContent is resp, or for a stream without content a copy that says
+// what the default stream says (DefaultText when the default says
+// nothing).
+func withContent(resp, def *Respond) *Respond {
+	if resp.kind() != kindStream || resp.hasContent() {
+		return resp
 	}
-	return chosen, label
+	c := *resp
+	switch {
+	case def != nil && def.kind() == kindStream && def.hasContent():
+		c.Text, c.Thinking, c.ToolCall, c.Refusal = def.Text, def.Thinking, def.ToolCall, def.Refusal
+		if c.Stop == "" {
+			c.Stop = def.Stop
+		}
+		if c.Chunks == 0 {
+			c.Chunks = def.Chunks
+		}
+	default:
+		c.Text = DefaultText
+	}
+	return &c
 }
 
 // checkPrevious reports whether a Responses previous_response_id is known;

@@ -165,6 +165,15 @@ func (b *stepBuilder) chunk() {
 	b.cur = nil
 }
 
+// eachChunk makes one content chunk of each piece: emit adds the piece's
+// frames, then the step ends.
+func (b *stepBuilder) eachChunk(pieces []string, emit func(piece string)) {
+	for _, p := range pieces {
+		emit(p)
+		b.chunk()
+	}
+}
+
 func (b *stepBuilder) finish() steps {
 	b.out = append(b.out, b.cur)
 	b.cur = nil
