@@ -52,21 +52,9 @@ type translator struct {
 
 // event handles one session event, writing its lines.
 func (t *translator) event(ev event) {
-	base := func(typ string) map[string]any {
-		return map[string]any{"type": typ, "sessionId": ev.SessionID}
-	}
 	switch p := ev.Payload.(type) {
 	case *messages.AgentStart:
-		t.s.lastRunEnded(false)
-		t.run = nil
-		t.s.retryWaitOver()
-		start := base("agent_start")
-		start["generation"] = p.GetGeneration()
-		t.s.writeLine(start)
-		if p.GetUser() != nil {
-			t.openTurn(ev)
-			t.message(ev, userJSON(p.GetUser()))
-		}
+		t.agentStart(ev, p)
 	case *messages.SteeringDelivered:
 		t.closeTurn(ev) // the turn whose tools ran
 		t.openTurn(ev)
@@ -76,29 +64,11 @@ func (t *translator) event(ev event) {
 	case *messages.MessageEnd:
 		t.assistantEnd(ev, p.GetMessage())
 	case *messages.ToolExecutionStart:
-		c := p.GetCall()
-		line := base("tool_execution_start")
-		line["toolCallId"], line["toolName"], line["args"] = c.GetId(), c.GetName(), arguments(c.GetArgumentsJson())
-		t.s.writeLine(line)
+		t.toolStart(ev, p.GetCall())
 	case *messages.ToolExecutionEnd:
-		r := p.GetResult()
-		line := base("tool_execution_end")
-		line["toolCallId"], line["toolName"], line["isError"] = r.GetToolCallId(), r.GetName(), r.GetIsError()
-		line["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": r.GetOutput()}}, "details": map[string]any{}}
-		t.s.writeLine(line)
-		msg := toolResultJSON(r)
-		t.message(ev, msg)
-		t.results = append(t.results, msg)
+		t.toolEnd(ev, p.GetResult())
 	case *messages.AgentEnd:
-		t.closeTurn(ev)
-		end := base("agent_end")
-		end["messages"] = append([]any{}, t.run...)
-		end["willRetry"] = p.GetWillRetry()
-		t.run = nil
-		if !p.GetWillRetry() {
-			t.s.lastRunEnded(true) // before the line: a client may answer it at once
-		}
-		t.s.writeLine(end)
+		t.agentEnd(ev, p)
 	case *messages.AutoRetryStart:
 		t.s.retryWaiting(p.GetAttempt(), ev.Time.Add(time.Duration(p.GetDelayMs())*time.Millisecond))
 		t.passThrough(ev)
@@ -108,6 +78,59 @@ func (t *translator) event(ev event) {
 	default:
 		t.passThrough(ev)
 	}
+}
+
+// baseLine is the start of a line of type typ about ev's session.
+func baseLine(ev event, typ string) map[string]any {
+	return map[string]any{"type": typ, "sessionId": ev.SessionID}
+}
+
+// agentStart writes agent_start, starting a new run, and opens the first
+// turn with the user's message when the run has one.
+func (t *translator) agentStart(ev event, p *messages.AgentStart) {
+	t.s.lastRunEnded(false)
+	t.run = nil
+	t.s.retryWaitOver()
+	start := baseLine(ev, "agent_start")
+	start["generation"] = p.GetGeneration()
+	t.s.writeLine(start)
+	if p.GetUser() != nil {
+		t.openTurn(ev)
+		t.message(ev, userJSON(p.GetUser()))
+	}
+}
+
+// toolStart writes tool_execution_start of call c.
+func (t *translator) toolStart(ev event, c *messages.ToolCall) {
+	line := baseLine(ev, "tool_execution_start")
+	line["toolCallId"], line["toolName"], line["args"] = c.GetId(), c.GetName(), arguments(c.GetArgumentsJson())
+	t.s.writeLine(line)
+}
+
+// toolEnd writes tool_execution_end of result r, then r as a toolResult
+// message, which the turn's tool results keep.
+func (t *translator) toolEnd(ev event, r *messages.ToolResult) {
+	line := baseLine(ev, "tool_execution_end")
+	line["toolCallId"], line["toolName"], line["isError"] = r.GetToolCallId(), r.GetName(), r.GetIsError()
+	line["result"] = map[string]any{"content": []any{map[string]any{"type": "text", "text": r.GetOutput()}}, "details": map[string]any{}}
+	t.s.writeLine(line)
+	msg := toolResultJSON(r)
+	t.message(ev, msg)
+	t.results = append(t.results, msg)
+}
+
+// agentEnd closes the open turn and writes agent_end with the run's
+// messages.
+func (t *translator) agentEnd(ev event, p *messages.AgentEnd) {
+	t.closeTurn(ev)
+	end := baseLine(ev, "agent_end")
+	end["messages"] = append([]any{}, t.run...)
+	end["willRetry"] = p.GetWillRetry()
+	t.run = nil
+	if !p.GetWillRetry() {
+		t.s.lastRunEnded(true) // before the line: a client may answer it at once
+	}
+	t.s.writeLine(end)
 }
 
 // passThrough writes one of MusePi's own events: its fields, "type" and

@@ -329,33 +329,12 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		m.open = -1
 	case musepi.AgentEnd:
 		m.open = -1
-		// The error of a turn that will be retried is shown here, before
-		// retry_fallback_applied and auto_retry_start: the cause comes
-		// before what is done about it. A turn not retried ends the prompt,
-		// whose error finish shows.
-		if p.WillRetry && p.Message != nil {
-			if e := firstLine(p.Message.ErrorMessage); e != "" {
-				m.add(noticeEntry, "⚠ "+e)
-			}
-		}
+		m.showRetriedError(p)
 	case musepi.AutoRetryStart:
-		m.retrySeq++
-		m.retry = &retryState{
-			attempt:  p.Attempt,
-			max:      p.MaxAttempts,
-			deadline: m.now().Add(p.Delay),
-			seq:      m.retrySeq,
-			held:     p.BudgetDelay > 0,
-		}
+		m.startRetry(p)
 		return m, m.tickCmd()
 	case musepi.AutoRetryEnd:
-		m.retry = nil
-		if p.Success {
-			m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", p.Attempt, plural(p.Attempt, "retry", "retries")))
-		} else {
-			m.retryFailed = true
-			m.add(errorEntry, retryFailedLine(p.Attempt, p.FinalError))
-		}
+		m.endRetry(p)
 	case musepi.RetryFallbackApplied:
 		m.modelName = p.To
 		m.add(noticeEntry, fmt.Sprintf("⇄ Model fallback: %s → %s", p.From, p.To))
@@ -369,6 +348,43 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.Count))
 	}
 	return m, nil
+}
+
+// showRetriedError shows the error of a turn that will be retried. It
+// comes before retry_fallback_applied and auto_retry_start: the cause comes
+// before what is done about it. A turn not retried ends the prompt, whose
+// error finish shows.
+func (m *model) showRetriedError(p musepi.AgentEnd) {
+	if p.WillRetry && p.Message != nil {
+		if e := firstLine(p.Message.ErrorMessage); e != "" {
+			m.add(noticeEntry, "⚠ "+e)
+		}
+	}
+}
+
+// startRetry opens the retry line of an auto_retry_start, whose countdown
+// tickCmd then redraws.
+func (m *model) startRetry(p musepi.AutoRetryStart) {
+	m.retrySeq++
+	m.retry = &retryState{
+		attempt:  p.Attempt,
+		max:      p.MaxAttempts,
+		deadline: m.now().Add(p.Delay),
+		seq:      m.retrySeq,
+		held:     p.BudgetDelay > 0,
+	}
+}
+
+// endRetry closes the retry line at auto_retry_end and shows how the chain
+// ended: recovered, or the failure line.
+func (m *model) endRetry(p musepi.AutoRetryEnd) {
+	m.retry = nil
+	if p.Success {
+		m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", p.Attempt, plural(p.Attempt, "retry", "retries")))
+	} else {
+		m.retryFailed = true
+		m.add(errorEntry, retryFailedLine(p.Attempt, p.FinalError))
+	}
 }
 
 // finish ends the running prompt: the answer if none streamed, or its error.

@@ -35,38 +35,48 @@ func Run(ctx context.Context, s *musepi.Session, in io.Reader, out io.Writer) er
 		settled = make(chan struct{}, 1)
 	)
 	start := func(text string) {
-		// Drop a settle signal left over from an earlier prompt.
-		select {
-		case <-settled:
-		default:
-		}
+		drainSettled(settled) // left over from an earlier prompt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			msg, err := s.Prompt(ctx, text)
-			// agent_settled is the prompt's last event; once the
-			// subscriber has handed it to the program, every earlier
-			// event (auto_retry_end, ...) is in the UI too.
-			timer := time.NewTimer(settleWait)
-			defer timer.Stop()
-			select {
-			case <-settled:
-			case <-timer.C:
-			case <-ctx.Done():
-			}
+			awaitSettled(ctx, settled)
 			p.Send(promptDoneMsg{msg: msg, err: err})
 		}()
 	}
 
-	m := newModel(s, start, s.Model())
-	p = tea.NewProgram(m,
+	p = newProgram(newModel(s, start, s.Model()), in, out)
+	unsubscribe := forwardEvents(s, p, settled)
+	defer unsubscribe()
+	stopQuitting := quitWhenDone(ctx, p)
+
+	final, err := p.Run()
+	stopQuitting()
+	cancel() // a prompt still running returns (aborted)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("tui: %w", err)
+	}
+	writeTranscript(out, final)
+	return nil
+}
+
+// newProgram is the full-screen program of m, reading keys from in and
+// drawing on out.
+func newProgram(m model, in io.Reader, out io.Writer) *tea.Program {
+	return tea.NewProgram(m,
 		tea.WithInput(in),
 		tea.WithOutput(out),
 		tea.WithAltScreen(),
 		tea.WithoutSignalHandler(), // the caller's ctx carries the signals
 	)
+}
 
-	unsubscribe := s.Subscribe(func(ev musepi.Event) {
+// forwardEvents sends s's events to p from the subscriber goroutine and
+// signals settled once an agent_settled was handed over; it returns the
+// unsubscribe function.
+func forwardEvents(s *musepi.Session, p *tea.Program, settled chan<- struct{}) (unsubscribe func()) {
+	return s.Subscribe(func(ev musepi.Event) {
 		p.Send(eventMsg{ev: ev})
 		if _, ok := ev.(musepi.AgentSettled); ok {
 			select {
@@ -75,8 +85,33 @@ func Run(ctx context.Context, s *musepi.Session, in io.Reader, out io.Writer) er
 			}
 		}
 	})
-	defer unsubscribe()
+}
 
+// drainSettled drops a pending settle signal, if any.
+func drainSettled(settled <-chan struct{}) {
+	select {
+	case <-settled:
+	default:
+	}
+}
+
+// awaitSettled waits until the subscriber has handed the prompt's
+// agent_settled to the program (its last event: every earlier one,
+// auto_retry_end, ..., is then in the UI too), at most settleWait or until
+// ctx ends.
+func awaitSettled(ctx context.Context, settled <-chan struct{}) {
+	timer := time.NewTimer(settleWait)
+	defer timer.Stop()
+	select {
+	case <-settled:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// quitWhenDone asks p to quit when ctx ends, until the returned stop is
+// called.
+func quitWhenDone(ctx context.Context, p *tea.Program) (stop func()) {
 	finished := make(chan struct{})
 	go func() {
 		select {
@@ -85,18 +120,15 @@ func Run(ctx context.Context, s *musepi.Session, in io.Reader, out io.Writer) er
 		case <-finished:
 		}
 	}()
+	return func() { close(finished) }
+}
 
-	final, err := p.Run()
-	close(finished)
-	cancel() // a prompt still running returns (aborted)
-	wg.Wait()
-	if err != nil {
-		return fmt.Errorf("tui: %w", err)
-	}
+// writeTranscript writes the transcript of the program's final model to
+// out, if there is one.
+func writeTranscript(out io.Writer, final tea.Model) {
 	if fm, ok := final.(model); ok {
 		if t := fm.transcript(fm.width); t != "" {
 			fmt.Fprintln(out, t)
 		}
 	}
-	return nil
 }

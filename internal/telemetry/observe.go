@@ -44,36 +44,15 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 		t.stopWaiting(ctx, s)
 		s.trace.runStarted(t.tracer, s.id, e.AgentStart, at)
 	case *messages.SessionEvent_AgentEnd:
-		msg := e.AgentEnd.GetMessage()
-		class := retry.Classify(msg, retry.AbortState{User: !e.AgentEnd.GetWillRetry()})
-		if class == retry.UsageLimit {
-			t.in.usageLimits.Add(ctx, 1, labels("provider", orUnknown(msg.GetProvider()), "model", orUnknown(msg.GetModel())))
-		}
-		if s != nil {
-			s.provider, s.model = orUnknown(msg.GetProvider()), orUnknown(msg.GetModel())
-			s.trace.runEnded(msg, class, at)
-		}
+		t.agentEnded(ctx, s, e.AgentEnd, at)
 	case *messages.SessionEvent_AutoRetryStart:
 		t.retryStarted(ctx, s, e.AutoRetryStart)
 	case *messages.SessionEvent_AutoRetryEnd:
-		end := e.AutoRetryEnd
-		t.in.chains.Add(ctx, 1, labels("outcome", chainOutcome(end)))
-		if s != nil {
-			t.stopWaiting(ctx, s)
-			s.trace.chainEnded(end, chainOutcome(end), at)
-		}
+		t.retryEnded(ctx, s, e.AutoRetryEnd, at)
 	case *messages.SessionEvent_CredentialSwitch:
-		sw := e.CredentialSwitch
-		t.in.credSwitches.Add(ctx, 1, labels("provider", sw.GetProvider(), "reason", sw.GetReason()))
-		if s != nil {
-			s.trace.switched(viaCredential, attribute.String(AttrCredentialTo, sw.GetTo()))
-		}
+		t.credentialSwitched(ctx, s, e.CredentialSwitch)
 	case *messages.SessionEvent_RetryFallbackApplied:
-		f := e.RetryFallbackApplied
-		t.in.fallbackApplied.Add(ctx, 1, labels("role", f.GetRole(), "from", f.GetFrom(), "to", f.GetTo()))
-		if s != nil {
-			s.trace.switched(viaFallback, attribute.String(AttrFallbackTo, f.GetTo()))
-		}
+		t.fallbackApplied(ctx, s, e.RetryFallbackApplied)
 	case *messages.SessionEvent_RetryFallbackSucceeded:
 		f := e.RetryFallbackSucceeded
 		t.in.fallbackSucceeded.Add(ctx, 1, labels("role", f.GetRole(), "model", f.GetModel()))
@@ -86,19 +65,60 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 			s.trace.decided(DecisionCompaction)
 		}
 	case *messages.SessionEvent_AgentSettled:
-		st := e.AgentSettled
-		outcome := "failure"
-		if st.GetSuccess() {
-			outcome = "success"
-		}
-		t.in.prompts.Add(ctx, 1, labels("outcome", outcome))
-		if s != nil {
-			t.stopWaiting(ctx, s)
-			s.trace.settled(at, st.GetSuccess(), st.GetError())
-			delete(t.sessions, s.id)
-		}
+		t.promptSettled(ctx, s, e.AgentSettled, at)
 	case *messages.SessionEvent_EventsLost:
 		t.in.eventsLost.Add(ctx, int64(e.EventsLost.GetCount()))
+	}
+}
+
+// agentEnded records an agent_end: a usage limit it hit, and the provider
+// and model of the turn for the attempts that retry it.
+func (t *Telemetry) agentEnded(ctx context.Context, s *sessionTrack, end *messages.AgentEnd, at time.Time) {
+	msg := end.GetMessage()
+	class := retry.Classify(msg, retry.AbortState{User: !end.GetWillRetry()})
+	if class == retry.UsageLimit {
+		t.in.usageLimits.Add(ctx, 1, labels("provider", orUnknown(msg.GetProvider()), "model", orUnknown(msg.GetModel())))
+	}
+	if s != nil {
+		s.provider, s.model = orUnknown(msg.GetProvider()), orUnknown(msg.GetModel())
+		s.trace.runEnded(msg, class, at)
+	}
+}
+
+// retryEnded records an auto_retry_end: the retry chain's outcome, and the
+// session no longer waiting.
+func (t *Telemetry) retryEnded(ctx context.Context, s *sessionTrack, end *messages.AutoRetryEnd, at time.Time) {
+	t.in.chains.Add(ctx, 1, labels("outcome", chainOutcome(end)))
+	if s != nil {
+		t.stopWaiting(ctx, s)
+		s.trace.chainEnded(end, chainOutcome(end), at)
+	}
+}
+
+// credentialSwitched records a credential_switch.
+func (t *Telemetry) credentialSwitched(ctx context.Context, s *sessionTrack, sw *messages.CredentialSwitch) {
+	t.in.credSwitches.Add(ctx, 1, labels("provider", sw.GetProvider(), "reason", sw.GetReason()))
+	if s != nil {
+		s.trace.switched(viaCredential, attribute.String(AttrCredentialTo, sw.GetTo()))
+	}
+}
+
+// fallbackApplied records a retry_fallback_applied.
+func (t *Telemetry) fallbackApplied(ctx context.Context, s *sessionTrack, f *messages.RetryFallbackApplied) {
+	t.in.fallbackApplied.Add(ctx, 1, labels("role", f.GetRole(), "from", f.GetFrom(), "to", f.GetTo()))
+	if s != nil {
+		s.trace.switched(viaFallback, attribute.String(AttrFallbackTo, f.GetTo()))
+	}
+}
+
+// promptSettled records an agent_settled: the prompt's outcome. The
+// session's track ends with it.
+func (t *Telemetry) promptSettled(ctx context.Context, s *sessionTrack, st *messages.AgentSettled, at time.Time) {
+	t.in.prompts.Add(ctx, 1, labels("outcome", promptOutcome(st)))
+	if s != nil {
+		t.stopWaiting(ctx, s)
+		s.trace.settled(at, st.GetSuccess(), st.GetError())
+		delete(t.sessions, s.id)
 	}
 }
 
@@ -139,6 +159,14 @@ func chainOutcome(end *messages.AutoRetryEnd) string {
 		return "cancelled"
 	case end.GetFinalError() == session.ShutdownError:
 		return "shutdown"
+	}
+	return "failure"
+}
+
+// promptOutcome is the outcome label of an agent_settled.
+func promptOutcome(st *messages.AgentSettled) string {
+	if st.GetSuccess() {
+		return "success"
 	}
 	return "failure"
 }

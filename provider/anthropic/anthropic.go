@@ -33,6 +33,7 @@ import (
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -102,19 +103,13 @@ func (p *Provider) ResetSession(string) {}
 // Stream sends one turn and streams its output. See the package comment for
 // how outcomes map to the returned message, which is never nil.
 func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (out *messages.AssistantMessage) {
-	inCallback := false // a panic of the caller's onDelta is the caller's
-	acc := newAccumulator(func(d provider.Delta) {
-		if onDelta != nil {
-			inCallback = true
-			onDelta(d)
-			inCallback = false
-		}
-	})
+	cb := &callerCallback{onDelta: onDelta} // a panic of the caller's onDelta is the caller's
+	acc := newAccumulator(cb.call)
 	defer func() {
 		// Never panic on odd input or output: a panic of the adapter or the
 		// SDK becomes an error message.
 		if r := recover(); r != nil {
-			if inCallback {
+			if cb.running {
 				panic(r)
 			}
 			out = p.finish(req, &messages.AssistantMessage{
@@ -133,12 +128,8 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		return p.finish(req, provider.Failure(0, err.Error(), nil))
 	}
 
-	reqCtx := ctx
-	if p.cfg.RequestTimeout > 0 {
-		var cancel context.CancelFunc
-		reqCtx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		defer cancel()
-	}
+	reqCtx, cancel := p.requestContext(ctx)
+	defer cancel()
 
 	var resp *http.Response
 	stream := p.client.Messages.NewStreaming(reqCtx, params,
@@ -148,28 +139,64 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 	)
 	defer stream.Close()
 
+	readStream(stream, acc)
+	if err := stream.Err(); err != nil {
+		return p.finish(req, p.failure(ctx, reqCtx, err, acc, resp))
+	}
+	if !acc.complete() {
+		return p.finish(req, incomplete(ctx, acc, resp))
+	}
+	return p.finish(req, acc.result())
+}
+
+// callerCallback is the caller's onDelta (nil for none), remembering
+// whether a call of it is running: a panic there is the caller's.
+type callerCallback struct {
+	onDelta func(provider.Delta)
+	running bool
+}
+
+// call hands d to the caller's onDelta, if any.
+func (c *callerCallback) call(d provider.Delta) {
+	if c.onDelta != nil {
+		c.running = true
+		c.onDelta(d)
+		c.running = false
+	}
+}
+
+// requestContext is ctx bounded by Config.RequestTimeout, if set, and its
+// cancel function.
+func (p *Provider) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.cfg.RequestTimeout > 0 {
+		return context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	}
+	return ctx, func() {}
+}
+
+// readStream feeds the stream's events to acc until the message stops or
+// the stream ends.
+func readStream(stream *ssestream.Stream[sdk.MessageStreamEventUnion], acc *accumulator) {
 	for stream.Next() {
 		acc.handle(stream.Current())
 		if acc.done() {
 			break
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return p.finish(req, p.failure(ctx, reqCtx, err, acc, resp))
+}
+
+// incomplete is the message of a stream whose body ended cleanly before the
+// message did: an abort when ctx, the caller's context, ended, else an
+// interrupted stream (a proxy or server closed it early).
+func incomplete(ctx context.Context, acc *accumulator, resp *http.Response) *messages.AssistantMessage {
+	if ctx.Err() != nil {
+		return provider.Aborted(acc.content())
 	}
-	if !acc.complete() {
-		if ctx.Err() != nil {
-			return p.finish(req, provider.Aborted(acc.content()))
-		}
-		// The body ended cleanly but the message did not: a proxy or server
-		// closed the stream early.
-		text := "stream closed before message_start"
-		if acc.started {
-			text = "stream closed before message_stop: unexpected EOF"
-		}
-		return p.finish(req, interrupted(acc, text, statusOf(resp), headersOf(resp)))
+	text := "stream closed before message_start"
+	if acc.started {
+		text = "stream closed before message_stop: unexpected EOF"
 	}
-	return p.finish(req, acc.result())
+	return interrupted(acc, text, statusOf(resp), headersOf(resp))
 }
 
 // finish stamps the fields every result carries.

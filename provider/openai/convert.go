@@ -48,59 +48,93 @@ const noResult = "No result provided"
 // pending call is dropped.
 func itemsOf(entries []*messages.Entry) []item {
 	var out []item
-	pending := map[string]bool{}
-	var order []string
-	flush := func(at int) {
-		for _, id := range order {
-			if pending[id] {
-				out = append(out, item{kind: itemToolResult, from: at, callID: id, output: noResult})
-			}
-		}
-		clear(pending)
-		order = order[:0]
-	}
+	pending := pendingCalls{open: map[string]bool{}}
 	for i, e := range entries {
 		switch {
 		case e.GetUser() != nil:
-			flush(i)
+			out = append(out, pending.flush(i)...)
 			out = append(out, item{kind: itemUser, from: i, text: e.GetUser().GetText()})
 		case e.GetAssistant() != nil:
-			a := e.GetAssistant()
-			switch a.GetStopReason() {
-			case messages.StopReason_STOP_REASON_ERROR, messages.StopReason_STOP_REASON_ABORTED:
+			it, ok := assistantItem(i, e.GetAssistant())
+			if !ok {
 				continue
 			}
-			var texts []string
-			var calls []*messages.ToolCall
-			for _, b := range a.GetContent() {
-				if t := b.GetText().GetText(); t != "" {
-					texts = append(texts, t)
-				}
-				if c := b.GetToolCall(); c != nil && c.GetId() != "" {
-					calls = append(calls, c)
-				}
-			}
-			if len(texts) == 0 && len(calls) == 0 {
-				continue
-			}
-			flush(i)
-			out = append(out, item{kind: itemAssistant, from: i, text: strings.Join(texts, "\n"), calls: calls})
-			for _, c := range calls {
-				if !pending[c.GetId()] {
-					pending[c.GetId()] = true
-					order = append(order, c.GetId())
-				}
-			}
+			out = append(out, pending.flush(i)...)
+			out = append(out, it)
+			pending.add(it.calls)
 		case e.GetToolResult() != nil:
 			r := e.GetToolResult()
-			if !pending[r.GetToolCallId()] {
+			if !pending.answer(r.GetToolCallId()) {
 				continue
 			}
-			pending[r.GetToolCallId()] = false
 			out = append(out, item{kind: itemToolResult, from: i, callID: r.GetToolCallId(), output: r.GetOutput()})
 		}
 	}
-	flush(len(entries))
+	return append(out, pending.flush(len(entries))...)
+}
+
+// assistantItem is the item of assistant message a, entry i: its text and
+// tool calls. It is false for a turn that failed or was aborted, and for
+// one with neither text nor tool calls.
+func assistantItem(i int, a *messages.AssistantMessage) (item, bool) {
+	switch a.GetStopReason() {
+	case messages.StopReason_STOP_REASON_ERROR, messages.StopReason_STOP_REASON_ABORTED:
+		return item{}, false
+	}
+	var texts []string
+	var calls []*messages.ToolCall
+	for _, b := range a.GetContent() {
+		if t := b.GetText().GetText(); t != "" {
+			texts = append(texts, t)
+		}
+		if c := b.GetToolCall(); c != nil && c.GetId() != "" {
+			calls = append(calls, c)
+		}
+	}
+	if len(texts) == 0 && len(calls) == 0 {
+		return item{}, false
+	}
+	return item{kind: itemAssistant, from: i, text: strings.Join(texts, "\n"), calls: calls}, true
+}
+
+// pendingCalls are the tool calls of the last assistant message, in call
+// order, and whether each still awaits its result.
+type pendingCalls struct {
+	open  map[string]bool
+	order []string
+}
+
+// add makes calls pending, each id once.
+func (p *pendingCalls) add(calls []*messages.ToolCall) {
+	for _, c := range calls {
+		if !p.open[c.GetId()] {
+			p.open[c.GetId()] = true
+			p.order = append(p.order, c.GetId())
+		}
+	}
+}
+
+// answer reports whether call id awaits its result, which it then no
+// longer does.
+func (p *pendingCalls) answer(id string) bool {
+	if !p.open[id] {
+		return false
+	}
+	p.open[id] = false
+	return true
+}
+
+// flush ends the pending calls: it returns a noResult item, placed before
+// entry at, for each one still unanswered.
+func (p *pendingCalls) flush(at int) []item {
+	var out []item
+	for _, id := range p.order {
+		if p.open[id] {
+			out = append(out, item{kind: itemToolResult, from: at, callID: id, output: noResult})
+		}
+	}
+	clear(p.open)
+	p.order = p.order[:0]
 	return out
 }
 
