@@ -97,7 +97,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 			delete(a.holders, m.GetSessionId())
 		}
 	case *messages.RetryBudgetOutcome:
-		a.record(ctx, m.GetSuccess())
+		a.report(ctx, m.GetSuccess())
 		a.view.publish(a)
 	case *messages.RetryBudgetStatsRequest:
 		var st retry.BudgetStats
@@ -130,12 +130,12 @@ func (a *CredentialsActor) admit(ctx actor.Context, m *messages.RetryBudgetReque
 	return grant
 }
 
-// record counts an outcome and sends the releases it frees.
-func (a *CredentialsActor) record(ctx actor.Context, success bool) {
+// report counts an outcome and sends the releases it frees.
+func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 	if a.budget == nil {
 		return
 	}
-	for _, h := range a.budget.Record(a.clk.Now(), success) {
+	for _, h := range a.budget.Report(a.clk.Now(), success) {
 		if pid := a.holders[h.Holder]; pid != nil {
 			delete(a.holders, h.Holder)
 			track.Send(ctx, a.clk, pid, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})

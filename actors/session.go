@@ -299,7 +299,7 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 	if msg.GetModel() == "" {
 		msg.Model = modelName
 	}
-	err := s.record(true, assistantEntry(msg)...)
+	err := s.writeHistory(true, assistantEntry(msg)...)
 	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 }
 
@@ -316,7 +316,7 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 		r.TimestampMs = now
 		entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
 	}
-	err := s.record(true, entries...)
+	err := s.writeHistory(true, entries...)
 	for _, r := range m.GetResults() {
 		s.emitWire(func(ev *messages.SessionEvent) {
 			ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
@@ -335,12 +335,12 @@ func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.Compact
 	s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
 }
 
-// setModel switches the session's model, once checked and recorded.
+// setModel switches the session's model, once checked and written to the history.
 func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
 	ack := s.checkModel(model)
 	if ack.GetError() == "" {
 		if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: model}); err != nil {
-			ack.Error = err.Error() // not recorded: the model stays as it was
+			ack.Error = err.Error() // not written: the model stays as it was
 		}
 	}
 	return ack
@@ -391,8 +391,8 @@ func (s *SessionActor) exited(ctx actor.Context) {
 }
 
 // prompt records a new prompt in the history (a session that is idle),
-// tells a sender that asked for it that the prompt is recorded, and hands
-// it to the core; a prompt that cannot be recorded ends at once with the
+// tells a sender that asked for it that the prompt is written, and hands
+// it to the core; a prompt that cannot be written ends at once with the
 // error.
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	if s.compactWaiter != nil {
@@ -410,18 +410,18 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	}
 	user, entry := userEntry(m.GetText(), s.deps.Clock.Now().UnixMilli())
 	s.promptUser = user
-	err := s.record(true, entry...)
+	err := s.writeHistory(true, entry...)
 	if err == "" && m.GetAck() {
 		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
 	}
 	s.step(ctx, session.Input{Kind: session.InPrompt, Err: err})
 }
 
-// record appends entries (to the runtime context too when toRuntime) and
+// writeHistory appends entries (to the runtime context too when toRuntime) and
 // syncs the history, as at the end of a turn; it returns the error text
-// of a write that failed ("" when recorded), keeping the error for the
+// of a write that failed ("" when written), keeping the error for the
 // prompt's result.
-func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string {
+func (s *SessionActor) writeHistory(toRuntime bool, entries ...*messages.Entry) string {
 	if len(entries) == 0 {
 		return ""
 	}
@@ -434,7 +434,7 @@ func (s *SessionActor) record(toRuntime bool, entries ...*messages.Entry) string
 	return ""
 }
 
-// assistantEntry is msg as a batch of one entry for record, in one
+// assistantEntry is msg as a batch of one entry for writeHistory, in one
 // allocation: the entry, its oneof wrapper and the batch's array (what
 // would be three, the last because the history's Append keeps it from
 // the stack). It is the size class the entry and its wrapper take anyway.
@@ -451,7 +451,7 @@ func assistantEntry(msg *messages.AssistantMessage) []*messages.Entry {
 }
 
 // userEntry is a prompt's user message (text, at ms Unix milliseconds)
-// and the message as a batch of one entry for record, in one allocation:
+// and the message as a batch of one entry for writeHistory, in one allocation:
 // what would be four, as for assistantEntry.
 func userEntry(text string, ms int64) (*messages.UserMessage, []*messages.Entry) {
 	e := new(struct {

@@ -45,7 +45,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.resetProviderSession(e.Model)
 	case session.AskCredentialSwitch, session.AskFallback, session.AskBudget:
 		s.ask(ctx, e)
-	case session.RecordOutcome, session.DropBudgetHold, session.ReleaseSession:
+	case session.ReportOutcome, session.DropBudgetHold, session.ReleaseSession:
 		s.tellShared(ctx, e)
 	case session.Settle:
 		s.settle(ctx, e.Result)
@@ -199,7 +199,7 @@ func (s *SessionActor) tellShared(ctx actor.Context, e *session.Effect) {
 	creds, budget := s.deps.Credentials[providerOf(e.Model)], s.deps.Budgets[providerOf(e.Model)]
 	switch {
 	case budget == nil && e.Kind != session.ReleaseSession:
-	case e.Kind == session.RecordOutcome:
+	case e.Kind == session.ReportOutcome:
 		track.Send(ctx, clk, budget, &messages.RetryBudgetOutcome{Success: e.Success})
 	case e.Kind == session.DropBudgetHold:
 		track.Send(ctx, clk, budget, &messages.RetryBudgetDrop{SessionId: s.cfg.ID})

@@ -368,8 +368,8 @@ func (s *SessionActor) deliverSteering() {
 	}
 	for _, text := range s.cfg.Steering() {
 		user := &messages.UserMessage{Text: text, TimestampMs: s.deps.Clock.Now().UnixMilli()}
-		if err := s.record(true, &messages.Entry{Entry: &messages.Entry_User{User: user}}); err != "" {
-			s.deps.Log.Error("steering message not recorded", slog.String("session", s.cfg.ID), slog.String("error", err))
+		if err := s.writeHistory(true, &messages.Entry{Entry: &messages.Entry_User{User: user}}); err != "" {
+			s.deps.Log.Error("steering message not written to the history", slog.String("session", s.cfg.ID), slog.String("error", err))
 			continue
 		}
 		s.emitWire(func(ev *messages.SessionEvent) {

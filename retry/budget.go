@@ -154,10 +154,10 @@ func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest t
 	return at
 }
 
-// Record counts the outcome of one request and returns the held retries
+// Report counts the outcome of one request and returns the held retries
 // to release now (reused by the next call): the oldest one after a
 // success while the budget is spent, all of them when it recovers.
-func (b *Budget) Record(now time.Time, success bool) []Hold {
+func (b *Budget) Report(now time.Time, success bool) []Hold {
 	b.out = b.out[:0]
 	wasOpen := b.Open()
 	if !success {

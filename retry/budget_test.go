@@ -33,7 +33,7 @@ func failures(n int) budgetStep {
 	return budgetStep{fmt.Sprintf("%d failures", n), func(t *testing.T, b *Budget) {
 		t.Helper()
 		for range n {
-			if rel := b.Record(t0, false); len(rel) != 0 {
+			if rel := b.Report(t0, false); len(rel) != 0 {
 				t.Fatalf("a failure released %v", rel)
 			}
 		}
@@ -45,7 +45,7 @@ func failureAt(now int) budgetStep {
 	return budgetStep{fmt.Sprintf("failure at %dms", now), func(t *testing.T, b *Budget) {
 		t.Helper()
 		held := b.Held()
-		if rel := b.Record(at(now), false); len(rel) != 0 {
+		if rel := b.Report(at(now), false); len(rel) != 0 {
 			t.Fatalf("a failure released %v", rel)
 		}
 		if b.Held() != held {
@@ -58,7 +58,7 @@ func failureAt(now int) budgetStep {
 func success(now int, want ...Hold) budgetStep {
 	return budgetStep{fmt.Sprintf("success at %dms", now), func(t *testing.T, b *Budget) {
 		t.Helper()
-		got := append([]Hold(nil), b.Record(at(now), true)...)
+		got := append([]Hold(nil), b.Report(at(now), true)...)
 		if len(got) == 0 && len(want) == 0 {
 			return
 		}
@@ -179,7 +179,7 @@ func TestBudgetTokens(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := NewBudget(tt.settings)
 			for _, o := range tt.outcomes {
-				b.Record(t0, o == 'S')
+				b.Report(t0, o == 'S')
 			}
 			if math.Abs(b.Tokens()-tt.tokens) > 1e-9 || b.Open() != tt.open {
 				t.Errorf("after %q: tokens=%v open=%t, want %v %t", tt.outcomes, b.Tokens(), b.Open(), tt.tokens, tt.open)

@@ -176,9 +176,9 @@ func (c *Chain) turnEnded(in Input) {
 	if c.settings.Budget.Enabled && c.settings.Enabled {
 		switch {
 		case class == Success:
-			c.emit(Effect{Kind: RecordOutcome, Success: true})
+			c.emit(Effect{Kind: ReportOutcome, Success: true})
 		case class.LoadsProvider():
-			c.emit(Effect{Kind: RecordOutcome})
+			c.emit(Effect{Kind: ReportOutcome})
 		}
 	}
 	switch {

@@ -10,7 +10,7 @@ import (
 )
 
 // budgetScript is a script for a chain with the retry budget on: it renders
-// record_outcome, ask_budget and the budget part of auto_retry_start, and
+// report_outcome, ask_budget and the budget part of auto_retry_start, and
 // fills in the token of budget grants and releases.
 type budgetScript struct {
 	*script
@@ -57,8 +57,8 @@ func (sc *budgetScript) render(effects []Effect) []string {
 	out := make([]string, 0, len(effects))
 	for _, e := range effects {
 		switch e.Kind {
-		case RecordOutcome:
-			out = append(out, fmt.Sprintf("record_outcome success=%t", e.Success))
+		case ReportOutcome:
+			out = append(out, fmt.Sprintf("report_outcome success=%t", e.Success))
 		case AskBudget:
 			latest := "none"
 			if !e.Latest.IsZero() {
@@ -109,14 +109,14 @@ func TestChainBudgetAsksBeforeTheRetry(t *testing.T) {
 	}
 	sc := newBudgetScript(t, halfJitter)
 	sc.step(fail(unavailable, 503),
-		"record_outcome success=false",
+		"report_outcome success=false",
 		"open_lifecycle",
 		askLine(backoff(1)))
 	if sc.c.Phase() != AwaitingBudget || !sc.c.IsRetrying() || sc.c.Attempt() != 1 {
 		t.Fatalf("phase=%s retrying=%t attempt=%d; want awaiting_budget, true, 1", sc.c.Phase(), sc.c.IsRetrying(), sc.c.Attempt())
 	}
-	if AwaitingBudget.String() != "awaiting_budget" || RecordOutcome.String() != "record_outcome" || AskBudget.String() != "ask_budget" {
-		t.Errorf("names: %s, %s, %s", AwaitingBudget, RecordOutcome, AskBudget)
+	if AwaitingBudget.String() != "awaiting_budget" || ReportOutcome.String() != "report_outcome" || AskBudget.String() != "ask_budget" {
+		t.Errorf("names: %s, %s, %s", AwaitingBudget, ReportOutcome, AskBudget)
 	}
 
 	t.Run("the ask carries exact times and the chain's token", func(t *testing.T) {
@@ -148,13 +148,13 @@ func TestChainBudgetLatest(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc := newBudgetScript(t, halfJitter, func(s *Settings) { s.MaxDelay = tt.maxDelay })
-			sc.step(tt.msg, "record_outcome success=false", "open_lifecycle", tt.want)
+			sc.step(tt.msg, "report_outcome success=false", "open_lifecycle", tt.want)
 		})
 	}
 	t.Run("a hint above maxDelayMs still fails fast, without asking", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
 		sc.step(fail("429 Too Many Requests", 429, "retry-after", "600"),
-			"record_outcome success=false",
+			"report_outcome success=false",
 			"open_lifecycle",
 			`auto_retry_end success=false attempt=1 error="provider asked for 600000 ms, more than retry.maxDelayMs (300000 ms): 429 Too Many Requests"`,
 			"close_lifecycle")
@@ -177,7 +177,7 @@ func TestChainBudgetGrant(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sc := newBudgetScript(t, halfJitter)
-			sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+			sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 			sc.step(grant(tt.at),
 				startLine(1, tt.delay, tt.extra),
 				"strip_trailing_error",
@@ -188,7 +188,7 @@ func TestChainBudgetGrant(t *testing.T) {
 			sc.step(grant(tt.at)) // a second grant is out of phase
 			sc.step(sleepDone, "schedule_continue 1ms gen=1")
 			sc.step(ok(),
-				"record_outcome success=true",
+				"report_outcome success=true",
 				"auto_retry_end success=true attempt=1",
 				"close_lifecycle")
 		})
@@ -196,7 +196,7 @@ func TestChainBudgetGrant(t *testing.T) {
 
 	t.Run("a stale grant is ignored", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 		stale := grant(t0)
 		stale.Token = sc.ask + 1
 		sc.step(stale)
@@ -214,12 +214,12 @@ func TestChainBudgetGrant(t *testing.T) {
 	})
 	t.Run("the next attempt asks again with its own backoff", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 		first := sc.ask
 		sc.step(grant(t0.Add(b1)), startLine(1, b1, 0), "strip_trailing_error", "sleep "+b1.String())
 		sc.step(sleepDone, "schedule_continue 1ms gen=1")
 		sc.now = sc.now.Add(time.Second)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", askLine(backoff(2)))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", askLine(backoff(2)))
 		if sc.ask == first {
 			t.Fatalf("the second ask reuses token %d", first)
 		}
@@ -231,20 +231,20 @@ func TestChainBudgetGrant(t *testing.T) {
 	})
 	t.Run("abort_retry while waiting for the budget: the hold it may make is dropped, the grant is then stale", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 		sc.step(abortRetry, "drop_budget_hold", `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle")
 		sc.step(grant(t0.Add(b1)))
 	})
 	t.Run("global abort while waiting for the budget", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 		sc.step(abortAll, "drop_budget_hold", `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle", "abort_stream")
 		sc.step(grant(t0.Add(b1)))
 	})
 	t.Run("a turn ending while waiting for the budget makes the grant stale", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
-		sc.step(ok(), "drop_budget_hold", "record_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
+		sc.step(ok(), "drop_budget_hold", "report_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
 		sc.step(grant(t0.Add(b1)))
 	})
 }
@@ -255,7 +255,7 @@ func heldRetry(t *testing.T, extra time.Duration) *budgetScript {
 	t.Helper()
 	sc := newBudgetScript(t, halfJitter)
 	b1 := backoff(1)
-	sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(b1))
+	sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(b1))
 	sc.step(grant(t0.Add(b1+extra)), startLine(1, b1+extra, extra), "strip_trailing_error", "sleep "+(b1+extra).String())
 	return sc
 }
@@ -275,7 +275,7 @@ func TestChainBudgetRelease(t *testing.T) {
 		}
 		sc.now = t0.Add(time.Second)
 		sc.step(sleepDone, "schedule_continue 1ms gen=1")
-		sc.step(ok(), "record_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
+		sc.step(ok(), "report_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
 	})
 	t.Run("a release already past sleeps 0", func(t *testing.T) {
 		sc := heldRetry(t, 2*time.Second)
@@ -297,7 +297,7 @@ func TestChainBudgetRelease(t *testing.T) {
 	})
 	t.Run("not held (granted early): ignored", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter)
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(backoff(1)))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(backoff(1)))
 		sc.step(grant(t0), startLine(1, backoff(1), 0), "strip_trailing_error", "sleep "+backoff(1).String())
 		sc.step(release(t0))
 	})
@@ -308,13 +308,13 @@ func TestChainBudgetRelease(t *testing.T) {
 	})
 	t.Run("after the turn ended: ignored", func(t *testing.T) {
 		sc := heldRetry(t, 2*time.Second)
-		sc.step(ok(), "cancel_sleep", "drop_budget_hold", "record_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
+		sc.step(ok(), "cancel_sleep", "drop_budget_hold", "report_outcome success=true", "auto_retry_end success=true attempt=1", "close_lifecycle")
 		sc.step(release(t0))
 	})
 	t.Run("after the turn ended with another failure: ignored, even once sleeping again", func(t *testing.T) {
 		sc := heldRetry(t, 2*time.Second)
 		held := sc.ask
-		sc.step(fail(unavailable, 503), "cancel_sleep", "drop_budget_hold", "record_outcome success=false", askLine(backoff(2)))
+		sc.step(fail(unavailable, 503), "cancel_sleep", "drop_budget_hold", "report_outcome success=false", askLine(backoff(2)))
 		old := release(t0)
 		old.Token = held
 		sc.step(old)
@@ -326,7 +326,7 @@ func TestChainBudgetRelease(t *testing.T) {
 	t.Run("after the turn ended with another failure: ignored, even once sleeping unheld", func(t *testing.T) {
 		sc := heldRetry(t, 2*time.Second)
 		held := sc.ask
-		sc.step(fail(unavailable, 503), "cancel_sleep", "drop_budget_hold", "record_outcome success=false", askLine(backoff(2)))
+		sc.step(fail(unavailable, 503), "cancel_sleep", "drop_budget_hold", "report_outcome success=false", askLine(backoff(2)))
 		sc.step(grant(t0.Add(backoff(2))), startLine(2, backoff(2), 0), "strip_trailing_error", "sleep "+backoff(2).String())
 		old := release(t0)
 		old.Token = held
@@ -338,7 +338,7 @@ func TestChainBudgetRelease(t *testing.T) {
 		sc.step(abortRetry, "cancel_sleep", "drop_budget_hold", `auto_retry_end success=false attempt=1 error="Retry cancelled"`, "close_lifecycle")
 		sc.step(release(t0))
 		// nor by the next chain's unheld sleep
-		sc.step(fail(unavailable, 503), "record_outcome success=false", "open_lifecycle", askLine(backoff(1)))
+		sc.step(fail(unavailable, 503), "report_outcome success=false", "open_lifecycle", askLine(backoff(1)))
 		sc.step(grant(t0.Add(backoff(1))), startLine(1, backoff(1), 0), "strip_trailing_error", "sleep "+backoff(1).String())
 		old := release(t0)
 		old.Token = held
@@ -361,11 +361,11 @@ func TestChainBudgetRecordsOutcomes(t *testing.T) {
 		in     Input
 		want   []string
 	}{
-		{"success with no chain open", nil, ok(), []string{"record_outcome success=true"}},
+		{"success with no chain open", nil, ok(), []string{"report_outcome success=true"}},
 		{"transient failure", nil, fail("overloaded_error", 529),
-			[]string{"record_outcome success=false", "open_lifecycle", askLine(backoff(1))}},
+			[]string{"report_outcome success=false", "open_lifecycle", askLine(backoff(1))}},
 		{"rate limit", nil, fail("429 Too Many Requests", 429),
-			[]string{"record_outcome success=false", "open_lifecycle", askLine(backoff(1))}},
+			[]string{"report_outcome success=false", "open_lifecycle", askLine(backoff(1))}},
 		{"not retryable", nil, fail("401 invalid x-api-key", 401), nil},
 		{"context overflow", nil, fail("prompt is too long: 230500 tokens > 200000 maximum", 400), []string{"route_to_compaction"}},
 		{"usage limit", nil, fail("You exceeded your current quota (insufficient_quota)", 429),
@@ -384,7 +384,7 @@ func TestChainBudgetRecordsOutcomes(t *testing.T) {
 		{"retry disabled: success", func(s *Settings) { s.Enabled = false }, ok(), nil},
 		{"retry disabled: transient failure", func(s *Settings) { s.Enabled = false }, fail(unavailable, 503), nil},
 		{"max retries 0: the failure is recorded, the chain ends", func(s *Settings) { s.MaxRetries = 0 }, fail(unavailable, 503),
-			[]string{"record_outcome success=false", "open_lifecycle", `auto_retry_end success=false attempt=0 error="503 Service Unavailable"`, "close_lifecycle"}},
+			[]string{"report_outcome success=false", "open_lifecycle", `auto_retry_end success=false attempt=0 error="503 Service Unavailable"`, "close_lifecycle"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -437,7 +437,7 @@ func TestChainBudgetDisabledIsReference(t *testing.T) {
 	do(in, "auto_retry_start 3/10 delay=21s class=usage_limit", "strip_trailing_error", "sleep 21s")
 	do(ok(), "cancel_sleep", "auto_retry_end success=true attempt=3", "close_lifecycle")
 	for _, k := range kinds {
-		if k == RecordOutcome || k == AskBudget {
+		if k == ReportOutcome || k == AskBudget {
 			t.Errorf("budget off: effect %s", k)
 		}
 	}
@@ -468,7 +468,7 @@ func TestChainBudgetSwitchedRetryNotHeld(t *testing.T) {
 	fallbackAsk := fmt.Sprintf("ask_model_fallback cooldown=%s pin=false", cooldown)
 	t.Run("model fallback switched: no ask", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter, func(s *Settings) { s.ModelFallback = true })
-		sc.step(fail("overloaded_error", 529), "record_outcome success=false", "open_lifecycle", fallbackAsk)
+		sc.step(fail("overloaded_error", 529), "report_outcome success=false", "open_lifecycle", fallbackAsk)
 		sc.step(fbReply("anthropic/opus", "anthropic/sonnet", "default"),
 			"retry_fallback_applied anthropic/opus -> anthropic/sonnet (default)",
 			"auto_retry_start 1/10 delay=0s budget=0s class=transient",
@@ -477,7 +477,7 @@ func TestChainBudgetSwitchedRetryNotHeld(t *testing.T) {
 	})
 	t.Run("model fallback not switched: asked", func(t *testing.T) {
 		sc := newBudgetScript(t, halfJitter, func(s *Settings) { s.ModelFallback = true })
-		sc.step(fail("overloaded_error", 529), "record_outcome success=false", "open_lifecycle", fallbackAsk)
+		sc.step(fail("overloaded_error", 529), "report_outcome success=false", "open_lifecycle", fallbackAsk)
 		sc.step(fbReply("", "", ""), askLine(backoff(1)))
 	})
 }
@@ -510,8 +510,8 @@ func (sim *budgetSim) step(name string, in Input) {
 	effects := append([]Effect(nil), sim.chains[name].Step(in)...)
 	for _, e := range effects {
 		switch e.Kind {
-		case RecordOutcome:
-			for _, h := range append([]Hold(nil), sim.b.Record(in.Now, e.Success)...) {
+		case ReportOutcome:
+			for _, h := range append([]Hold(nil), sim.b.Report(in.Now, e.Success)...) {
 				sim.step(h.Holder, Input{Kind: InputBudgetRelease, Now: in.Now, Token: h.Token, At: h.At})
 			}
 		case AskBudget:

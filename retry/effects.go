@@ -100,9 +100,9 @@ const (
 	RouteToCompaction
 	// AbortStream: abort the active LLM stream (after the retry was cancelled).
 	AbortStream
-	// RecordOutcome: tell the provider's retry budget that a request
+	// ReportOutcome: tell the provider's retry budget that a request
 	// succeeded (Success) or failed retryably.
-	RecordOutcome
+	ReportOutcome
 	// AskBudget: ask the provider's retry budget when the retry due at Due
 	// may go out (never after Latest, when set); answer with
 	// InputBudgetGrant and Token. A later InputBudgetRelease with the same
@@ -129,7 +129,7 @@ var effectNames = [...]string{
 	ScheduleContinue:      "schedule_continue",
 	RouteToCompaction:     "route_to_compaction",
 	AbortStream:           "abort_stream",
-	RecordOutcome:         "record_outcome",
+	ReportOutcome:         "report_outcome",
 	AskBudget:             "ask_budget",
 	DropBudgetHold:        "drop_budget_hold",
 }

@@ -170,7 +170,7 @@ func (c *Core) Credential() string { return c.credential }
 
 // AwaitsTurn reports whether the session waits for the end of turn (its
 // stream), and AwaitsTools whether it waits for turn's tools: what they
-// bring is recorded only then.
+// bring is written to the history only then.
 func (c *Core) AwaitsTurn(turn uint64) bool { return turn == c.turn && c.state == Streaming }
 
 // AwaitsTools reports whether the session waits for the tools of turn.
@@ -315,7 +315,7 @@ func chainInput(in Input, now time.Time) retry.Input {
 	return r
 }
 
-// prompt starts a prompt the owner has recorded (historyErr: it could
+// prompt starts a prompt the owner has written to the history (historyErr: it could
 // not, and the prompt ends at once with that error).
 func (c *Core) prompt(historyErr string) {
 	if c.state != Idle {
@@ -380,12 +380,12 @@ func (c *Core) startTurn() {
 	e.Turn, e.Model, e.Credential = c.turn, c.model, c.credential
 }
 
-// turnEnded takes a turn's message, which the owner has recorded
+// turnEnded takes a turn's message, which the owner has written
 // (historyErr: it could not).
 func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.last = msg
 	c.emit(EventMessageEnd).Message = msg
-	c.recordFailed(historyErr)
+	c.endOnFailedWrite(historyErr)
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
 		if !c.chain.IsRetrying() {
 			c.runTools(calls)
@@ -406,9 +406,9 @@ func (c *Core) runTools(calls []*messages.ToolCall) {
 }
 
 // toolsDone takes the results of a turn's tools, which the owner has
-// recorded (historyErr: it could not).
+// written to the history (historyErr: it could not).
 func (c *Core) toolsDone(historyErr string) {
-	c.recordFailed(historyErr)
+	c.endOnFailedWrite(historyErr)
 	if c.aborts.User {
 		c.decide(c.last)
 		return
@@ -528,8 +528,8 @@ func (c *Core) chainEffect(e retry.Effect) (compact bool) {
 		return true
 	case retry.AbortStream:
 		c.add(CancelTurn)
-	case retry.RecordOutcome:
-		rec := c.add(RecordOutcome)
+	case retry.ReportOutcome:
+		rec := c.add(ReportOutcome)
 		rec.Model, rec.Success = c.model, e.Success
 	case retry.DropBudgetHold:
 		c.add(DropBudgetHold).Model = c.model
@@ -695,10 +695,10 @@ func (c *Core) modelState() ModelState {
 	return ModelState{Model: c.model, Primary: c.primary, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
 }
 
-// recordFailed ends the prompt when the owner could not record what the
+// endOnFailedWrite ends the prompt when the owner could not write what the
 // input brought (historyErr non-empty): an open retry chain ends, and the
 // turn settles as under a user abort, nothing retried.
-func (c *Core) recordFailed(historyErr string) {
+func (c *Core) endOnFailedWrite(historyErr string) {
 	if historyErr == "" {
 		return
 	}
@@ -721,7 +721,7 @@ func (c *Core) historyFailed(err string, revert bool) {
 	if c.state == Idle {
 		return
 	}
-	c.recordFailed(err)
+	c.endOnFailedWrite(err)
 	if c.state == SelectingCredential {
 		c.settle()
 	}
@@ -758,7 +758,7 @@ func (c *Core) settle() {
 	c.add(Settle).Result = res
 }
 
-// switchModel changes the model in use and records a model_change.
+// switchModel changes the model in use and appends a model_change.
 func (c *Core) switchModel(to, reason string) {
 	if to == c.model {
 		return

@@ -355,8 +355,8 @@ func (sc *script) render(e *Effect) string {
 	case AskBudget:
 		sc.token = e.Token
 		return fmt.Sprintf("ask-budget %s due=+%s", e.Model, e.Due.Sub(sc.now))
-	case RecordOutcome:
-		return fmt.Sprintf("record-outcome %s success=%t", e.Model, e.Success)
+	case ReportOutcome:
+		return fmt.Sprintf("report-outcome %s success=%t", e.Model, e.Success)
 	case Compact:
 		return "compact gen=" + strconv.FormatUint(e.Generation, 10)
 	case Settle, RejectPrompt:

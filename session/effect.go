@@ -16,7 +16,8 @@ const (
 	Emit EffectKind = iota + 1
 	// AppendModelChange persists Change (history only, never sent to a
 	// model). The conversation itself (prompts, messages, tool results) is
-	// recorded by the owner as it arrives, before the core is told.
+	// written to the history by the owner as it arrives, before the core
+	// is told.
 	AppendModelChange
 	// StripTrailingError removes the trailing assistant error from the
 	// runtime context; it stays in the history.
@@ -63,9 +64,9 @@ const (
 	// Due may go out (never after Latest, when set); answer with
 	// InBudgetGrant and Token.
 	AskBudget
-	// RecordOutcome tells Model's provider's retry budget that a request
+	// ReportOutcome tells Model's provider's retry budget that a request
 	// succeeded (Success) or failed retryably.
-	RecordOutcome
+	ReportOutcome
 	// DropBudgetHold tells Model's provider's retry budget to forget the
 	// retry it holds for the session.
 	DropBudgetHold
@@ -86,7 +87,7 @@ var effectNames = [...]string{
 	RunTools: "run-tools", DeliverSteering: "deliver-steering", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
 	ResetProviderSession: "reset-provider-session",
 	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
-	RecordOutcome: "record-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
+	ReportOutcome: "report-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
 	Settle: "settle", RejectPrompt: "reject-prompt",
 }
 

@@ -11,7 +11,7 @@ type InputKind uint8
 
 // The inputs a Core takes. Each names the Input fields it reads.
 const (
-	// InPrompt: a new user prompt, which the owner recorded in the history
+	// InPrompt: a new user prompt, which the owner wrote to the history
 	// if the session was idle (Err: the write that failed; the prompt then
 	// ends at once with it).
 	InPrompt InputKind = iota + 1
@@ -20,11 +20,12 @@ const (
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
-	// InTurnEnded: turn Turn ended with Message, which the owner recorded
+	// InTurnEnded: turn Turn ended with Message, which the owner wrote to
+	// the history
 	// (Err: the write that failed; nothing more of the prompt is tried).
 	InTurnEnded
-	// InToolsDone: the tools of turn Turn ran; the owner recorded their
-	// results (Err: the write that failed).
+	// InToolsDone: the tools of turn Turn ran; the owner wrote their
+	// results to the history (Err: the write that failed).
 	InToolsDone
 	// InBackoffDone: the backoff timer Token fired and the continue of
 	// Generation it scheduled is due (the timer's owner schedules it, see
