@@ -143,32 +143,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RequestTimeout < 0 || c.RequestAttempts < 0 {
 		return c, fmt.Errorf("%w: negative RequestTimeout or RequestAttempts", ErrConfig)
 	}
-	seen := map[string]bool{}
-	for _, p := range c.Providers {
-		if p.Name == "" {
-			return c, fmt.Errorf("%w: a provider has no name", ErrConfig)
-		}
-		if seen[p.Name] {
-			return c, fmt.Errorf("%w: provider %q twice", ErrConfig, p.Name)
-		}
-		seen[p.Name] = true
-		names := map[string]bool{}
-		for _, cr := range p.Credentials {
-			if cr.Name == "" || names[cr.Name] {
-				return c, fmt.Errorf("%w: provider %q: credential names must be unique and not empty", ErrConfig, p.Name)
-			}
-			names[cr.Name] = true
-		}
-		if p.Budget.Enabled {
-			if err := p.Budget.Validate(); err != nil {
-				return c, fmt.Errorf("%w: provider %q: %w", ErrConfig, p.Name, err)
-			}
-		}
+	if err := checkProviders(c.Providers); err != nil {
+		return c, err
 	}
-	for role, chain := range c.FallbackChains {
-		if role == "" || len(chain) == 0 {
-			return c, fmt.Errorf("%w: fallback chain %q is empty or has no role", ErrConfig, role)
-		}
+	if err := checkFallbackChains(c.FallbackChains); err != nil {
+		return c, err
 	}
 	if c.Host == "" {
 		c.Host = DefaultHost
@@ -183,4 +162,51 @@ func (c Config) withDefaults() (Config, error) {
 		c.RequestAttempts = DefaultRequestAttempts
 	}
 	return c, nil
+}
+
+// checkProviders fails unless every provider has a name of its own and
+// valid settings.
+func checkProviders(providers []Provider) error {
+	seen := map[string]bool{}
+	for _, p := range providers {
+		if p.Name == "" {
+			return fmt.Errorf("%w: a provider has no name", ErrConfig)
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("%w: provider %q twice", ErrConfig, p.Name)
+		}
+		seen[p.Name] = true
+		if err := p.check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check fails unless the provider's credential names are unique and not
+// empty, and its budget, when enabled, is valid.
+func (p Provider) check() error {
+	names := map[string]bool{}
+	for _, cr := range p.Credentials {
+		if cr.Name == "" || names[cr.Name] {
+			return fmt.Errorf("%w: provider %q: credential names must be unique and not empty", ErrConfig, p.Name)
+		}
+		names[cr.Name] = true
+	}
+	if p.Budget.Enabled {
+		if err := p.Budget.Validate(); err != nil {
+			return fmt.Errorf("%w: provider %q: %w", ErrConfig, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// checkFallbackChains fails unless every chain has a role and a model.
+func checkFallbackChains(chains map[string][]string) error {
+	for role, chain := range chains {
+		if role == "" || len(chain) == 0 {
+			return fmt.Errorf("%w: fallback chain %q is empty or has no role", ErrConfig, role)
+		}
+	}
+	return nil
 }

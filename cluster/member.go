@@ -68,40 +68,17 @@ func Start(cfg Config) (m *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h := slog.Handler(slog.DiscardHandler)
-	if cfg.Logger != nil {
-		h = cfg.Logger.Handler()
-	}
-	logger := slog.New(loglevel.AtLeast(loglevel.Demoted(h, slog.LevelDebug, connectionChurn...), slog.LevelWarn)).With("lib", "protoactor")
-	m = &Member{cfg: cfg, log: logger, own: slog.New(h), views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
-		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
-	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	m = newMember(cfg)
 	provider, closeExtra, err := cfg.Membership.start(m)
 	if err != nil {
 		m.system.Shutdown()
 		return nil, err
 	}
 	m.closeExtra = closeExtra
-	remoteOpts := cfg.remoteSecurity()
-	if cfg.AdvertiseHost != "" {
-		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(cfg.AdvertiseHost))
-		provider = advertised{provider}
-	}
-	ccfg := protocluster.Configure(cfg.Name, provider, disthash.New(), remote.Configure(cfg.Host, cfg.Port, remoteOpts...),
-		protocluster.WithKinds(m.kinds()...))
-	m.cluster = protocluster.New(m.system, ccfg)
+	m.cluster = protocluster.New(m.system, m.clusterConfig(provider))
 	m.system.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*protocluster.ClusterTopology); ok {
-			addrs := make([]string, 0, len(t.GetMembers()))
-			ids := make(map[string][]string, len(t.GetMembers()))
-			for _, mem := range t.GetMembers() {
-				addrs = append(addrs, mem.Address())
-				ids[mem.Address()] = append(ids[mem.Address()], mem.GetId())
-			}
-			m.mu.Lock()
-			m.members, m.ids = addrs, ids
-			m.mu.Unlock()
-			m.logTopology(t)
+			m.setTopology(t)
 		}
 	})
 	if err := m.startMember(); err != nil {
@@ -118,6 +95,47 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// newMember is the member cfg describes, with its loggers and its actor
+// system, before it joins the cluster.
+func newMember(cfg Config) *Member {
+	h := slog.Handler(slog.DiscardHandler)
+	if cfg.Logger != nil {
+		h = cfg.Logger.Handler()
+	}
+	logger := slog.New(loglevel.AtLeast(loglevel.Demoted(h, slog.LevelDebug, connectionChurn...), slog.LevelWarn)).With("lib", "protoactor")
+	m := &Member{cfg: cfg, log: logger, own: slog.New(h), views: newViews(cfg), born: time.Now(), gone: make(chan struct{}),
+		credentials: map[string]*actor.PID{}, fallbacks: map[string]*actor.PID{}}
+	m.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
+	return m
+}
+
+// clusterConfig is protoactor's configuration of the member, which finds
+// the others through provider.
+func (m *Member) clusterConfig(provider protocluster.ClusterProvider) *protocluster.Config {
+	remoteOpts := m.cfg.remoteSecurity()
+	if m.cfg.AdvertiseHost != "" {
+		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(m.cfg.AdvertiseHost))
+		provider = advertised{provider}
+	}
+	return protocluster.Configure(m.cfg.Name, provider, disthash.New(), remote.Configure(m.cfg.Host, m.cfg.Port, remoteOpts...),
+		protocluster.WithKinds(m.kinds()...))
+}
+
+// setTopology keeps the members' addresses and ids of a topology event,
+// and logs the change.
+func (m *Member) setTopology(t *protocluster.ClusterTopology) {
+	addrs := make([]string, 0, len(t.GetMembers()))
+	ids := make(map[string][]string, len(t.GetMembers()))
+	for _, mem := range t.GetMembers() {
+		addrs = append(addrs, mem.Address())
+		ids[mem.Address()] = append(ids[mem.Address()], mem.GetId())
+	}
+	m.mu.Lock()
+	m.members, m.ids = addrs, ids
+	m.mu.Unlock()
+	m.logTopology(t)
 }
 
 // connectionChurn are protoactor's lines about connections to members

@@ -40,25 +40,53 @@ func CheckTLS(cfg *tls.Config, host string) error {
 	case cfg.ClientCAs == nil:
 		return errors.New("no ClientCAs (the cluster CA, which verifies the other members' client certificates)")
 	}
-	chain := cfg.Certificates[0].Certificate
-	if len(chain) == 0 {
-		return errors.New("Certificates[0] holds no certificate")
+	leaf, intermediates, err := parseCertificate(cfg.Certificates[0])
+	if err != nil {
+		return err
 	}
-	leaf := cfg.Certificates[0].Leaf
+	if err := verifyUsages(cfg, leaf, intermediates); err != nil {
+		return err
+	}
+	name := cfg.ServerName
+	if name == "" {
+		name = host
+	}
+	if name != "" {
+		if err := leaf.VerifyHostname(name); err != nil {
+			return fmt.Errorf("this node's certificate (%s) is not valid for %s, the name the other members verify when they dial it: %w", leaf.Subject, name, err)
+		}
+	}
+	return nil
+}
+
+// parseCertificate returns the leaf of cert, this node's certificate, and
+// a pool of the intermediates its chain carries.
+func parseCertificate(cert tls.Certificate) (*x509.Certificate, *x509.CertPool, error) {
+	chain := cert.Certificate
+	if len(chain) == 0 {
+		return nil, nil, errors.New("Certificates[0] holds no certificate")
+	}
+	leaf := cert.Leaf
 	if leaf == nil {
 		var err error
 		if leaf, err = x509.ParseCertificate(chain[0]); err != nil {
-			return fmt.Errorf("this node's certificate: %w", err)
+			return nil, nil, fmt.Errorf("this node's certificate: %w", err)
 		}
 	}
 	intermediates := x509.NewCertPool()
 	for _, der := range chain[1:] {
 		c, err := x509.ParseCertificate(der)
 		if err != nil {
-			return fmt.Errorf("this node's certificate chain: %w", err)
+			return nil, nil, fmt.Errorf("this node's certificate chain: %w", err)
 		}
 		intermediates.AddCert(c)
 	}
+	return leaf, intermediates, nil
+}
+
+// verifyUsages fails unless leaf, with intermediates, verifies as a server
+// against cfg.RootCAs and as a client against cfg.ClientCAs.
+func verifyUsages(cfg *tls.Config, leaf *x509.Certificate, intermediates *x509.CertPool) error {
 	for _, check := range []struct {
 		roots *x509.CertPool
 		usage x509.ExtKeyUsage
@@ -70,15 +98,6 @@ func CheckTLS(cfg *tls.Config, host string) error {
 		opts := x509.VerifyOptions{Roots: check.roots, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{check.usage}}
 		if _, err := leaf.Verify(opts); err != nil {
 			return fmt.Errorf("this node's certificate (%s) does not verify as %s: %w", leaf.Subject, check.as, err)
-		}
-	}
-	name := cfg.ServerName
-	if name == "" {
-		name = host
-	}
-	if name != "" {
-		if err := leaf.VerifyHostname(name); err != nil {
-			return fmt.Errorf("this node's certificate (%s) is not valid for %s, the name the other members verify when they dial it: %w", leaf.Subject, name, err)
 		}
 	}
 	return nil

@@ -179,51 +179,84 @@ func decodeCluster(t *table) *Cluster {
 // cluster checks the [cluster] table.
 func (v *validator) cluster(c *Cluster) {
 	const at = "cluster"
-	switch {
-	case strings.TrimSpace(c.Name) == "":
-		v.add(at+".name", "required (the cluster's name, the same on every node)")
-	case strings.ContainsAny(c.Name, "/@"):
-		v.add(at+".name", "must not contain '/' or '@', got %q", c.Name)
-	default:
-		v.plain(at+".name", "cluster name", c.Name)
-	}
+	v.clusterName(c.Name)
 	hostOK := v.host(at+".host", c.Host)
-	dialed := c.Host // what the other members dial, and check the certificate against
-	if c.AdvertiseAddress != "" {
-		dialed = ""
-		if host, ok := v.hostPort(at+".advertise_address", c.AdvertiseAddress); ok {
-			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-				v.add(at+".advertise_address", "must be an address other nodes can reach, not %q", c.AdvertiseAddress)
-			} else {
-				dialed = host
-			}
-		}
-	} else if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
-		v.add(at+".advertise_address", "required when host is %q (other nodes cannot reach that address)", c.Host)
-		dialed = ""
-	}
+	dialed := v.advertised(c)
 	v.port(at+".port", c.Port, true)
 	v.clusterTLS(c, hostOK, dialed)
+	v.clusterMembership(c)
+	v.clusterDatabase(c)
+	v.noLocalHistory()
+	if c.NodeName != "" {
+		v.plain(at+".node_name", "node name", c.NodeName)
+	}
+	v.clusterTimeouts(c)
+}
+
+// clusterName checks the cluster's name: required, without '/' or '@'.
+func (v *validator) clusterName(name string) {
+	const key = "cluster.name"
+	switch {
+	case strings.TrimSpace(name) == "":
+		v.add(key, "required (the cluster's name, the same on every node)")
+	case strings.ContainsAny(name, "/@"):
+		v.add(key, "must not contain '/' or '@', got %q", name)
+	default:
+		v.plain(key, "cluster name", name)
+	}
+}
+
+// advertised checks advertise_address and returns the host the other
+// members dial, and check the certificate against ("" when unknown).
+func (v *validator) advertised(c *Cluster) string {
+	const key = "cluster.advertise_address"
+	if c.AdvertiseAddress == "" {
+		if ip := net.ParseIP(c.Host); ip != nil && ip.IsUnspecified() {
+			v.add(key, "required when host is %q (other nodes cannot reach that address)", c.Host)
+			return ""
+		}
+		return c.Host
+	}
+	host, ok := v.hostPort(key, c.AdvertiseAddress)
+	if !ok {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		v.add(key, "must be an address other nodes can reach, not %q", c.AdvertiseAddress)
+		return ""
+	}
+	return host
+}
+
+// clusterMembership checks membership and the table of the kind it names.
+func (v *validator) clusterMembership(c *Cluster) {
 	switch c.Membership {
 	case MembershipEtcd:
 		v.etcd(c)
 	case MembershipAutomanaged:
 		v.automanaged(c)
 	case "":
-		v.add(at+".membership", `required ("etcd" or "automanaged")`)
+		v.add("cluster.membership", `required ("etcd" or "automanaged")`)
 	default:
-		v.add(at+".membership", `unknown membership %q (want "etcd" or "automanaged")`, c.Membership)
+		v.add("cluster.membership", `unknown membership %q (want "etcd" or "automanaged")`, c.Membership)
 	}
-	v.clusterDatabase(c)
+}
+
+// noLocalHistory reports the top-level history keys, which a [cluster]
+// table replaces with its database.
+func (v *validator) noLocalHistory() {
 	for key, set := range map[string]bool{"history_dir": v.c.HistoryDir != "", "history_sync": v.c.HistorySync != "",
 		"history_database": v.c.HistoryDatabase != "", "history_lease_ms": v.c.HistoryLease != 0} {
 		if set {
 			v.add(key, "not with a [cluster] table: the cluster keeps session histories in its database (cluster.database_url, cluster.lease_ms)")
 		}
 	}
-	if c.NodeName != "" {
-		v.plain(at+".node_name", "node name", c.NodeName)
-	}
+}
+
+// clusterTimeouts checks lease_ms, handover_timeout_ms, leave_timeout_ms
+// and write_retry_ms.
+func (v *validator) clusterTimeouts(c *Cluster) {
+	const at = "cluster"
 	if c.Lease < pgstore.MinLease {
 		v.add(at+".lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.Lease.Milliseconds())
 	}

@@ -75,6 +75,8 @@ func decode(root map[string]any) (*Config, []Problem) {
 	return c, d.probs
 }
 
+// decodeProvider reads the table name of [providers]; false when it is
+// missing or not a table.
 func decodeProvider(parent *table, name string) (Provider, bool) {
 	t, ok := parent.sub(name)
 	if !ok {
@@ -91,38 +93,10 @@ func decodeProvider(parent *table, name string) (Provider, bool) {
 		p.MaxTokens = maxTokens
 	}
 	if pt, ok := t.sub("prices"); ok {
-		p.Prices = map[string]Price{}
-		for _, model := range pt.keys() {
-			mt, ok := pt.sub(model)
-			if !ok {
-				continue
-			}
-			var pr Price
-			mt.number("input", &pr.Input)
-			mt.number("output", &pr.Output)
-			mt.number("cache_read", &pr.CacheRead)
-			mt.number("cache_write", &pr.CacheWrite)
-			mt.done(nil)
-			p.Prices[model] = pr
-		}
-		pt.done(nil) // every key was read above
+		p.Prices = decodePrices(pt)
 	}
 	if creds, ok := t.tables("credentials"); creds != nil {
-		p.Credentials = make([]Credential, 0, len(creds))
-		for _, ct := range creds {
-			if ct == nil {
-				continue
-			}
-			var cr Credential
-			ct.str("name", &cr.Name)
-			ct.str("api_key_env", &cr.APIKeyEnv)
-			ct.count("banked_resets", &cr.BankedResets)
-			ct.done(map[string]string{
-				"api_key": "unknown key: API keys are never read from the file; " +
-					"put the key in an environment variable and name it in api_key_env",
-			})
-			p.Credentials = append(p.Credentials, cr)
-		}
+		p.Credentials = decodeCredentials(creds)
 		if !ok {
 			p.Credentials = nil // not validated further: its problems are reported
 		}
@@ -132,6 +106,48 @@ func decodeProvider(parent *table, name string) (Provider, bool) {
 			"add a [[" + t.path + ".credentials]] table whose api_key_env names an environment variable",
 	})
 	return p, true
+}
+
+// decodePrices reads a provider's [prices] table: one table of prices per
+// model.
+func decodePrices(pt *table) map[string]Price {
+	prices := map[string]Price{}
+	for _, model := range pt.keys() {
+		mt, ok := pt.sub(model)
+		if !ok {
+			continue
+		}
+		var pr Price
+		mt.number("input", &pr.Input)
+		mt.number("output", &pr.Output)
+		mt.number("cache_read", &pr.CacheRead)
+		mt.number("cache_write", &pr.CacheWrite)
+		mt.done(nil)
+		prices[model] = pr
+	}
+	pt.done(nil) // every key was read above
+	return prices
+}
+
+// decodeCredentials reads a provider's [[credentials]] tables, skipping
+// the elements that are not tables.
+func decodeCredentials(creds []*table) []Credential {
+	out := make([]Credential, 0, len(creds))
+	for _, ct := range creds {
+		if ct == nil {
+			continue
+		}
+		var cr Credential
+		ct.str("name", &cr.Name)
+		ct.str("api_key_env", &cr.APIKeyEnv)
+		ct.count("banked_resets", &cr.BankedResets)
+		ct.done(map[string]string{
+			"api_key": "unknown key: API keys are never read from the file; " +
+				"put the key in an environment variable and name it in api_key_env",
+		})
+		out = append(out, cr)
+	}
+	return out
 }
 
 func decodeRetry(t *table, s *retry.Settings) {

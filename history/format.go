@@ -51,7 +51,6 @@ type scan struct {
 // those that decode, whatever their seq: for check and repair).
 func parse(data []byte, all bool) *scan {
 	sc := &scan{}
-	var lastSeq uint64
 	line := 0
 	for off := 0; off < len(data); {
 		line++
@@ -67,43 +66,63 @@ func parse(data []byte, all bool) *scan {
 			continue
 		}
 		if isHeader(text) {
-			v, err := parseHeader(text)
-			switch {
-			case err != nil:
-			case line != 1:
-				err = errors.New("format header after the first line")
-			default:
-				sc.version = v
-			}
-			if err != nil {
-				sc.problems = append(sc.problems, Problem{line, err})
-				if !all || v > FormatVersion {
-					return sc
-				}
-			}
-			continue
-		}
-		e := &messages.Entry{}
-		if err := unmarshal.Unmarshal(legacyTimestamps(text), e); err != nil {
-			sc.problems = append(sc.problems, Problem{line, fmt.Errorf("not a history entry: %v", err)})
-			if !all {
+			if sc.header(text, line, all) {
 				return sc
 			}
 			continue
 		}
-		if e.GetSeq() != lastSeq+1 {
-			// Kept in all mode: repair renumbers it.
-			sc.problems = append(sc.problems, Problem{line, fmt.Errorf("seq %d where %d was expected", e.GetSeq(), lastSeq+1)})
-			if !all {
-				return sc
-			}
+		if sc.entry(text, line, all) {
+			return sc
 		}
-		lastSeq = e.GetSeq()
-		sc.entries = append(sc.entries, e)
-		sc.lines = append(sc.lines, line)
-		sc.raw = append(sc.raw, text)
 	}
 	return sc
+}
+
+// header reads a format header found at line, recording its version or
+// its problem, and reports whether parse must stop there.
+func (sc *scan) header(text []byte, line int, all bool) (stop bool) {
+	v, err := parseHeader(text)
+	switch {
+	case err != nil:
+	case line != 1:
+		err = errors.New("format header after the first line")
+	default:
+		sc.version = v
+	}
+	if err == nil {
+		return false
+	}
+	sc.problems = append(sc.problems, Problem{line, err})
+	return !all || v > FormatVersion
+}
+
+// entry reads the entry at line, recording it or its problem, and reports
+// whether parse must stop there.
+func (sc *scan) entry(text []byte, line int, all bool) (stop bool) {
+	e := &messages.Entry{}
+	if err := unmarshal.Unmarshal(legacyTimestamps(text), e); err != nil {
+		sc.problems = append(sc.problems, Problem{line, fmt.Errorf("not a history entry: %v", err)})
+		return !all
+	}
+	if want := sc.lastSeq() + 1; e.GetSeq() != want {
+		// Kept in all mode: repair renumbers it.
+		sc.problems = append(sc.problems, Problem{line, fmt.Errorf("seq %d where %d was expected", e.GetSeq(), want)})
+		if !all {
+			return true
+		}
+	}
+	sc.entries = append(sc.entries, e)
+	sc.lines = append(sc.lines, line)
+	sc.raw = append(sc.raw, text)
+	return false
+}
+
+// lastSeq is the seq of the last entry read, 0 before the first.
+func (sc *scan) lastSeq() uint64 {
+	if len(sc.entries) == 0 {
+		return 0
+	}
+	return sc.entries[len(sc.entries)-1].GetSeq()
 }
 
 // isHeader reports whether a line is a format header: an object with a

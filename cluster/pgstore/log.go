@@ -62,13 +62,31 @@ func (s *Store) open(ctx context.Context, session string, force bool) (*Log, []*
 	case !history.ValidSessionID(session):
 		return nil, nil, fail(history.ErrBadSessionID)
 	}
-	var (
-		prev    holder
-		epoch   int64
-		entries []*messages.Entry
-	)
 	gen := s.leaseGen.Load() // before the claim: a lapse after it makes Hold re-claim
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	prev, epoch, entries, err := s.takeEpoch(ctx, session, force)
+	if err != nil {
+		var he *history.Error
+		if errors.As(err, &he) {
+			he.Op = "open"
+			return nil, nil, he
+		}
+		return nil, nil, fail(err)
+	}
+	if prev.held {
+		s.log.Info("took the session over", slog.String("session", session), slog.String("from", prev.owner), slog.Int64("from_epoch", prev.epoch), slog.Bool("forced", force), slog.Int64("epoch", epoch))
+	}
+	var last uint64
+	if n := len(entries); n > 0 {
+		last = entries[n-1].GetSeq()
+	}
+	return &Log{store: s, session: session, epoch: epoch, seq: last, leaseGen: gen}, entries, nil
+}
+
+// takeEpoch claims session for this node under a new epoch and loads its
+// entries, in one transaction; prev is the holder it found. It fails with
+// history.ErrLocked while a live node holds the session, unless force.
+func (s *Store) takeEpoch(ctx context.Context, session string, force bool) (prev holder, epoch int64, entries []*messages.Entry, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO musepi_sessions (session_id) VALUES ($1) ON CONFLICT DO NOTHING", session); err != nil {
 			return err
 		}
@@ -88,22 +106,7 @@ func (s *Store) open(ctx context.Context, session string, force bool) (*Log, []*
 		entries, err = loadEntries(ctx, tx, session)
 		return err // invalid content rolls the new epoch back: nothing is written
 	})
-	if err != nil {
-		var he *history.Error
-		if errors.As(err, &he) {
-			he.Op = "open"
-			return nil, nil, he
-		}
-		return nil, nil, fail(err)
-	}
-	if prev.held {
-		s.log.Info("took the session over", slog.String("session", session), slog.String("from", prev.owner), slog.Int64("from_epoch", prev.epoch), slog.Bool("forced", force), slog.Int64("epoch", epoch))
-	}
-	var last uint64
-	if n := len(entries); n > 0 {
-		last = entries[n-1].GetSeq()
-	}
-	return &Log{store: s, session: session, epoch: epoch, seq: last, leaseGen: gen}, entries, nil
+	return prev, epoch, entries, err
 }
 
 // loadEntries reads a session's history, oldest first. An entry that does
@@ -216,14 +219,37 @@ func (l *Log) commit(ctx context.Context, timeout time.Duration, rec *Record, en
 	if err := checkSeq(l.seq, entries); err != nil {
 		return fail(err)
 	}
-	seqs, raws := make([]int64, len(entries)), make([][]byte, len(entries))
+	seqs, raws, err := encodeEntries(entries)
+	if err != nil {
+		return fail(err)
+	}
+	if err := l.write(ctx, timeout, rec, seqs, raws); err != nil {
+		return fail(err)
+	}
+	if n := len(entries); n > 0 {
+		l.seq = entries[n-1].GetSeq()
+	}
+	return nil
+}
+
+// encodeEntries returns the seqs of entries and their encodings, for a
+// write's batch.
+func encodeEntries(entries []*messages.Entry) (seqs []int64, raws [][]byte, err error) {
+	seqs, raws = make([]int64, len(entries)), make([][]byte, len(entries))
 	for i, e := range entries {
 		b, err := proto.Marshal(e)
 		if err != nil {
-			return fail(fmt.Errorf("encode seq %d: %w", e.GetSeq(), err))
+			return nil, nil, fmt.Errorf("encode seq %d: %w", e.GetSeq(), err)
 		}
 		seqs[i], raws[i] = int64(e.GetSeq()), b
 	}
+	return seqs, raws, nil
+}
+
+// write runs a write's batch, trying it again after a transient error
+// until it gets through, ctx ends or the Store's write retry has passed
+// since the first failure (see Commit). l.mu is held.
+func (l *Log) write(ctx context.Context, timeout time.Duration, rec *Record, seqs []int64, raws [][]byte) error {
 	var failed time.Time // when the first attempt failed
 	for attempt := 1; ; attempt++ {
 		err := l.send(ctx, timeout, l.batch(rec, seqs, raws, attempt > 1))
@@ -231,10 +257,10 @@ func (l *Log) commit(ctx context.Context, timeout time.Duration, rec *Record, en
 			if attempt > 1 {
 				l.store.outageOver()
 			}
-			break
+			return nil
 		}
 		if !Transient(err) || ctx.Err() != nil || l.store.writeRetry == 0 {
-			return fail(l.writeError(err))
+			return l.writeError(err)
 		}
 		if attempt == 1 {
 			failed = time.Now()
@@ -242,16 +268,12 @@ func (l *Log) commit(ctx context.Context, timeout time.Duration, rec *Record, en
 		}
 		left := l.store.writeRetry - time.Since(failed)
 		if left <= 0 {
-			return fail(fmt.Errorf("the database failed for %s (%d attempts): %w", time.Since(failed).Round(time.Millisecond), attempt, err))
+			return fmt.Errorf("the database failed for %s (%d attempts): %w", time.Since(failed).Round(time.Millisecond), attempt, err)
 		}
 		if perr := l.store.pause(ctx, min(l.store.retryDelay(attempt), left)); perr != nil {
-			return fail(fmt.Errorf("%w; the last attempt failed: %v", perr, err))
+			return fmt.Errorf("%w; the last attempt failed: %v", perr, err)
 		}
 	}
-	if n := len(entries); n > 0 {
-		l.seq = entries[n-1].GetSeq()
-	}
-	return nil
 }
 
 // batch is a write's statements: the fence, the record's, the entries'.
