@@ -101,7 +101,7 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 	if _, ok := rt.cfg.clock.(clock.Real); !ok {
 		return nil, fmt.Errorf("musepi: JoinCluster: WithClock: cluster mode runs on the wall clock")
 	}
-	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*Session{}, hosts: map[string]*actor.PID{}}
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
 	rt.cluster = node
 	ccfg := rt.clusterConfig(cc)
 	if !cc.Client {
@@ -201,7 +201,7 @@ type clusterNode struct {
 	ready  chan struct{} // closed once the runtime can host sessions
 
 	mu      sync.Mutex
-	handles map[string]*Session
+	handles map[string]*remoteSession
 	hosts   map[string]*actor.PID // the session kind's activations here, by session id
 	leaving context.Context       // Shutdown's, while the node leaves
 	audit   *time.Timer           // the next auditPrompts
@@ -216,8 +216,8 @@ const auditEvery = time.Second
 // (remoteSession.audit), then runs again in auditEvery until shutdown.
 func (n *clusterNode) auditPrompts() {
 	now, grace := time.Now(), n.leftGrace()
-	for _, s := range n.sessions() {
-		s.remote.audit(now, grace, n.member.Listed)
+	for _, r := range n.remotes() {
+		r.audit(now, grace, n.member.Listed)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -254,53 +254,65 @@ func (n *clusterNode) handle(ctx context.Context, cfg sessionConfig, settings re
 		n.mu.Unlock()
 		return nil, fmt.Errorf("musepi: session %q is already open on this node", cfg.id)
 	}
-	s := newHandle(n, cfg, settings)
-	n.handles[cfg.id] = s
+	r := newHandle(n, cfg, settings)
+	n.handles[cfg.id] = r
 	n.mu.Unlock()
-	if err := s.remote.connect(ctx); err != nil {
-		n.forget(s)
-		s.remote.release()
+	if err := r.connect(ctx); err != nil {
+		n.forget(r)
+		r.release()
 		return nil, err
 	}
-	return s, nil
+	return r.s, nil
 }
 
-// letGo drops the handle s, leaving its session open at its activation.
-func (n *clusterNode) letGo(s *Session) {
-	s.remote.release()
-	n.forget(s)
+// letGo drops the handle r, leaving its session open at its activation.
+func (n *clusterNode) letGo(r *remoteSession) {
+	r.release()
+	n.forget(r)
 }
 
-func (n *clusterNode) forget(s *Session) {
+// letGoOf drops the handle of session id, if it is open here.
+func (n *clusterNode) letGoOf(id string) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.handles[s.id] == s {
-		delete(n.handles, s.id)
+	r := n.handles[id]
+	n.mu.Unlock()
+	if r != nil {
+		n.letGo(r)
 	}
 }
 
-func (n *clusterNode) sessions() []*Session {
+// forget drops the handle r from the node's handles.
+func (n *clusterNode) forget(r *remoteSession) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]*Session, 0, len(n.handles))
-	for _, s := range n.handles {
-		out = append(out, s)
+	if n.handles[r.s.id] == r {
+		delete(n.handles, r.s.id)
+	}
+}
+
+// remotes are the node's handles.
+func (n *clusterNode) remotes() []*remoteSession {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*remoteSession, 0, len(n.handles))
+	for _, r := range n.handles {
+		out = append(out, r)
 	}
 	return out
 }
 
 // watch has the handles' activations relay events if anyone listens.
 func (n *clusterNode) watch() {
-	for _, s := range n.sessions() {
-		s.remote.watch()
+	for _, r := range n.remotes() {
+		r.watch()
 	}
 }
 
 // left tells the handles whose session was hosted at addr that its node
 // left the cluster, and the activations here to drop the handles there.
 func (n *clusterNode) left(addr string) {
-	for _, s := range n.sessions() {
-		s.remote.hostLeft(addr)
+	for _, r := range n.remotes() {
+		r.hostLeft(addr)
 	}
 	n.mu.Lock()
 	hosts := make([]*actor.PID, 0, len(n.hosts))
@@ -351,8 +363,8 @@ func (n *clusterNode) handoverContext() (context.Context, context.CancelFunc) {
 // prompt waiting on one fails with ErrShutdown), the node leaves, and the
 // sessions it hosts are handed over (see sessionHost).
 func (n *clusterNode) shutdown(ctx context.Context) error {
-	for _, s := range n.sessions() {
-		n.letGo(s)
+	for _, r := range n.remotes() {
+		n.letGo(r)
 	}
 	n.mu.Lock()
 	n.leaving, n.stopped = ctx, true

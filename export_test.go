@@ -6,4 +6,4 @@ var FromWireEntries = fromWireEntries
 
 // HasActor reports whether the session's actor runs (false once it has
 // passivated, or before its first message).
-func HasActor(s *Session) bool { return s.pid.Load() != nil }
+func HasActor(s *Session) bool { return s.local.pid.Load() != nil }

@@ -22,11 +22,12 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 	if _, err := s.Messages(context.Background()); err != nil { // starts the actor
 		t.Fatal(err)
 	}
-	running := s.pid.Load()
-	if !s.hold() {
+	l := &s.local
+	running := l.pid.Load()
+	if !l.hold() {
 		t.Fatal("hold refused")
 	}
-	if s.hold() {
+	if l.hold() {
 		t.Error("a second hold accepted")
 	}
 	var got []*actor.PID
@@ -38,11 +39,11 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("delivered %d messages while holding", len(got))
 	}
-	if s.passivated() {
+	if l.passivated() {
 		t.Fatal("passivated with messages held")
 	}
-	if len(got) != 2 || got[0] != running || got[1] != running || s.pid.Load() != running || s.holding {
-		t.Fatalf("held messages went to %v (actor %v, still holding %t)", got, running, s.holding)
+	if len(got) != 2 || got[0] != running || got[1] != running || l.pid.Load() != running || l.holding {
+		t.Fatalf("held messages went to %v (actor %v, still holding %t)", got, running, l.holding)
 	}
 }
 

@@ -400,6 +400,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open f
 		return nil, fmt.Errorf("musepi: session %q is already running", cfg.id)
 	}
 	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
+	s.local.s, s.at = s, &s.local
 	s.events.Init(rt.sessionEvents)
 	log, entries, err := open()
 	if err != nil {
@@ -409,7 +410,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open f
 	if rt.cluster != nil {
 		all = nil // the handles relay the events to their runtimes' subscribers
 	}
-	s.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
+	s.local.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
 		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: &s.events, AllEvents: all, State: s.state,
 		Steering: cfg.steering,
 	})
@@ -418,15 +419,15 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open f
 		return nil, fmt.Errorf("musepi: start session %s: %w", cfg.id, err)
 	}
 	rt.sessions[cfg.id] = s
-	if s.prepared.Resumes() {
+	if s.local.prepared.Resumes() {
 		// Its retry chain goes on from its record: its actor starts now and
 		// arms the chain's timer.
-		s.start.Lock()
-		pid, err := s.actorLocked()
-		s.start.Unlock()
+		s.local.start.Lock()
+		pid, err := s.local.actorLocked()
+		s.local.start.Unlock()
 		if err != nil {
 			delete(rt.sessions, cfg.id)
-			_ = s.prepared.Drop()
+			_ = s.local.prepared.Drop()
 			return nil, err
 		}
 		track.Send(rt.system.Root, rt.cfg.clock, pid, &messages.ResumeChain{})
@@ -468,15 +469,15 @@ func (rt *Runtime) passivation() actors.Passivation {
 		After: rt.cfg.passivate,
 		Hold: func(id string) bool {
 			s := rt.lookup(id)
-			return s != nil && s.hold()
+			return s != nil && s.local.hold()
 		},
 		Passivated: func(id string) bool {
 			s := rt.lookup(id)
-			return s != nil && s.passivated()
+			return s != nil && s.local.passivated()
 		},
 		Unhold: func(id string) {
 			if s := rt.lookup(id); s != nil {
-				s.unhold()
+				s.local.unhold()
 			}
 		},
 	}
@@ -492,7 +493,10 @@ func (rt *Runtime) forget(id string) {
 // JoinCluster: the sessions opened through it, wherever they are hosted).
 func (rt *Runtime) Sessions() []*Session {
 	if rt.cluster != nil {
-		out := rt.cluster.sessions()
+		var out []*Session
+		for _, r := range rt.cluster.remotes() {
+			out = append(out, r.s)
+		}
 		slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.id, b.id) })
 		return out
 	}
@@ -517,8 +521,11 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 	if rt.cluster != nil {
 		rt.cluster.mu.Lock()
 		defer rt.cluster.mu.Unlock()
-		s, ok := rt.cluster.handles[id]
-		return s, ok
+		r, ok := rt.cluster.handles[id]
+		if !ok {
+			return nil, false
+		}
+		return r.s, true
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -22,20 +21,45 @@ import (
 // Session is one conversation running as an actor. Its methods are safe for
 // concurrent use.
 type Session struct {
-	id       string
-	rt       *Runtime
-	pid      atomic.Pointer[actor.PID] // the session's actor, while it runs
-	start    sync.Mutex                // guards the fields below, and every delivery to the actor
-	prepared *actors.PreparedSession   // what starts it (again, after it passivated)
-	runs     int                       // actors started, for their names
-	holding  bool                      // the actor passivates: messages are held
-	held     []func(*actor.PID)        // the deliveries held, in order
-	closed   bool
-	state    *actors.SessionState
-	events   actors.Fanout // the session's subscribers
-	// remote links a handle of a cluster runtime to the session's
-	// activation, on whichever node hosts it (nil: the session runs here).
-	remote *remoteSession
+	id     string
+	rt     *Runtime
+	state  *actors.SessionState
+	events actors.Fanout // the session's subscribers
+	// at is where the session runs: its actor in this runtime (&local),
+	// or, for a handle of a cluster runtime, its activation on whichever
+	// node hosts it (a *remoteSession).
+	at    runner
+	local localActor
+}
+
+// runner is where a session runs, and how its messages get there.
+type runner interface {
+	// prompt sends req; its reply (and PromptAccepted) go to p.
+	prompt(req *messages.PromptRequest, p *promptCall)
+	// deliver runs send with the session's actor, starting it (or opening
+	// the session at its activation) if need be; it fails once the session
+	// is closed.
+	deliver(send func(*actor.PID)) error
+	// asked records that a request's future went to the actor to (within
+	// deliver's send), and answered that it came back.
+	asked(future, to *actor.PID)
+	answered(future *actor.PID)
+	// again reports whether a request that got a dead letter from to goes
+	// again: the session's activation moved, and the next delivery finds
+	// the new one.
+	again(to *actor.PID) bool
+	// state is the session's state as callers read it now.
+	state() *actors.SessionState
+	// setOptions passes on options the caller set in the session's state.
+	setOptions(*messages.SessionOptions)
+	// watch has the session's events relayed while anyone listens.
+	watch()
+	// isClosed reports whether the session was closed here.
+	isClosed() bool
+	// close stops the session; closeHere closes it here after it was
+	// handed over, leaving its state to the runtime that opens it next.
+	close(ctx context.Context) error
+	closeHere(ctx context.Context) error
 }
 
 // Errors a Prompt may return, wrapped in a *PromptError; test with errors.Is.
@@ -180,21 +204,7 @@ func (s *Session) submit(ctx context.Context, text string, accepted func(error),
 		defer p.sending.Done()
 		p.stopWatch = context.AfterFunc(ctx, p.cancelled)
 	}
-	req := &messages.PromptRequest{Text: text, Ack: accepted != nil}
-	if s.remote != nil {
-		if err := s.remote.prompt(req, p); err != nil {
-			p.replied(nil, err)
-		}
-		return
-	}
-	reply := p.register(s.rt.system, p)
-	err := s.deliver(func(pid *actor.PID) {
-		s.rt.cfg.clock.Begin()
-		s.rt.system.Root.RequestWithCustomSender(pid, req, reply)
-	})
-	if err != nil { // closed meanwhile, or the actor could not start
-		s.rt.system.Root.Stop(reply)
-	}
+	s.at.prompt(&messages.PromptRequest{Text: text, Ack: accepted != nil}, p)
 }
 
 // admit checks that the session takes a prompt now, and counts it in
@@ -206,10 +216,7 @@ func (s *Session) admit(ctx context.Context, text string) error {
 	if err := s.rt.CheckPrompt(text); err != nil {
 		return err
 	}
-	s.start.Lock()
-	closed := s.closed
-	s.start.Unlock()
-	if closed {
+	if s.at.isClosed() {
 		return fmt.Errorf("musepi: prompt on session %s: %w", s.id, s.closedError())
 	}
 	limits := s.rt.cfg.limits
@@ -334,22 +341,7 @@ func (s *Session) HandOver(ctx context.Context) error {
 	if e := res.(*messages.Ack).GetError(); e != "" {
 		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
 	}
-	return s.stopActor(ctx)
-}
-
-// stopActor closes the session here and stops its actor, which ends its
-// chain unless it is leaving (handed over, or its history taken by
-// another activation); it waits until the actor has stopped.
-func (s *Session) stopActor(ctx context.Context) error {
-	s.start.Lock()
-	s.closed = true
-	pid := s.pid.Load()
-	s.start.Unlock()
-	s.rt.forget(s.id)
-	if pid != nil {
-		return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
-	}
-	return nil
+	return s.at.closeHere(ctx)
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
@@ -391,94 +383,8 @@ func (s *Session) send(msg proto.Message) {
 	_ = s.deliver(func(pid *actor.PID) { track.Send(s.rt.system.Root, s.rt.cfg.clock, pid, msg) })
 }
 
-// deliver runs send with the session's actor, starting it if it is not
-// running (the first message, or one after the session passivated);
-// while the actor passivates, send is held and runs once that ends. It
-// fails once the session is closed.
-func (s *Session) deliver(send func(*actor.PID)) error {
-	if s.remote != nil {
-		return s.remote.deliver(send)
-	}
-	s.start.Lock()
-	defer s.start.Unlock()
-	if s.closed {
-		return s.closedError()
-	}
-	if s.holding {
-		s.held = append(s.held, send)
-		return nil
-	}
-	pid, err := s.actorLocked()
-	if err != nil {
-		return err
-	}
-	send(pid)
-	return nil
-}
-
-// actorLocked returns the session's actor, starting it if it is not
-// running; s.start is held.
-func (s *Session) actorLocked() (*actor.PID, error) {
-	if pid := s.pid.Load(); pid != nil {
-		return pid, nil
-	}
-	s.runs++
-	name := "session-" + s.id + "#" + strconv.Itoa(s.runs)
-	pid, err := actors.StartSession(s.rt.system.Root, s.rt.deps, name, s.prepared)
-	if err != nil {
-		return nil, fmt.Errorf("musepi: start session %s: %w", s.id, err)
-	}
-	s.pid.Store(pid)
-	return pid, nil
-}
-
-// hold starts holding the messages sent to the session (its actor
-// passivates); false when it is closed or holding already.
-func (s *Session) hold() bool {
-	s.start.Lock()
-	defer s.start.Unlock()
-	if s.closed || s.holding {
-		return false
-	}
-	s.holding = true
-	return true
-}
-
-// passivated takes the state of an actor that passivates: with nothing
-// held meanwhile, the session has no actor until its next message (true);
-// otherwise the held messages go to the actor, which stays (false).
-func (s *Session) passivated() bool {
-	s.start.Lock()
-	defer s.start.Unlock()
-	if !s.holding {
-		return false
-	}
-	if len(s.held) > 0 || s.closed {
-		s.releaseLocked()
-		return false
-	}
-	s.holding = false
-	s.pid.Store(nil)
-	return true
-}
-
-// unhold delivers the held messages: the actor stays.
-func (s *Session) unhold() {
-	s.start.Lock()
-	defer s.start.Unlock()
-	s.releaseLocked()
-}
-
-// releaseLocked stops holding and delivers what was held to the running
-// actor, in order; s.start is held.
-func (s *Session) releaseLocked() {
-	held := s.held
-	s.holding, s.held = false, nil
-	pid := s.pid.Load()
-	for _, send := range held {
-		send(pid)
-	}
-}
+// deliver runs send with the session's actor (see runner.deliver).
+func (s *Session) deliver(send func(*actor.PID)) error { return s.at.deliver(send) }
 
 // Abort cancels a pending retry backoff first, then the active stream; the
 // running Prompt returns ErrAborted.
@@ -521,10 +427,8 @@ func (s *Session) Generation() uint64 { return s.st().Generation() }
 // thinking budget).
 func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
 	s.state.SetThinkingLevel(level)
-	if s.remote != nil {
-		l := string(level)
-		s.send(&messages.SessionOptions{ThinkingLevel: &l})
-	}
+	l := string(level)
+	s.at.setOptions(&messages.SessionOptions{ThinkingLevel: &l})
 }
 
 // ThinkingLevel is the session's thinking level.
@@ -560,9 +464,7 @@ func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
 // ends the prompt.
 func (s *Session) SetAutoCompaction(on bool) {
 	s.state.SetAutoCompaction(on)
-	if s.remote != nil {
-		s.send(&messages.SessionOptions{AutoCompaction: &on})
-	}
+	s.at.setOptions(&messages.SessionOptions{AutoCompaction: &on})
 }
 
 // AutoCompaction reports whether a compaction hook is configured and runs
@@ -616,9 +518,7 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 		var to *actor.PID
 		err := s.deliver(func(pid *actor.PID) {
 			to = pid
-			if s.remote != nil {
-				s.remote.asked(f.PID(), pid)
-			}
+			s.at.asked(f.PID(), pid)
 			s.rt.cfg.clock.Begin()
 			s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
 		})
@@ -627,11 +527,8 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 			return nil, err
 		}
 		res, err := waitResult(ctx, f)
-		if s.remote != nil {
-			s.remote.answered(f.PID())
-		}
-		if errors.Is(err, actor.ErrDeadLetter) && s.remote != nil && try < openAttempts {
-			s.remote.stale(to) // the activation was gone: look it up again
+		s.at.answered(f.PID())
+		if errors.Is(err, actor.ErrDeadLetter) && try < openAttempts && s.at.again(to) {
 			continue
 		}
 		if errors.Is(err, actor.ErrDeadLetter) {
@@ -647,12 +544,7 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 // st is the state callers read without asking the actor: its own, or
 // for a handle of a session hosted elsewhere, its mirror as the hosting
 // node reports it now.
-func (s *Session) st() *actors.SessionState {
-	if s.remote != nil {
-		return s.remote.state()
-	}
-	return s.state
-}
+func (s *Session) st() *actors.SessionState { return s.at.state() }
 
 // closedError is why a call reached no session: the runtime was shut down
 // (ErrRuntimeClosed), or the session was closed (ErrSessionClosed).
@@ -671,13 +563,10 @@ func (s *Session) closedError() error {
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
 	unsub := s.events.Subscribe(goEvents(fn))
-	if s.remote == nil {
-		return unsub
-	}
-	s.remote.watch() // the activation relays the events while anyone listens
+	s.at.watch() // a cluster's activation relays the events while anyone listens
 	return func() {
 		unsub()
-		s.remote.watch()
+		s.at.watch()
 	}
 }
 
@@ -691,36 +580,4 @@ func goEvents(fn func(Event)) func(*messages.SessionEvent) {
 }
 
 // Close stops the session; a waiting Prompt returns ErrShutdown.
-func (s *Session) Close(ctx context.Context) error {
-	if s.remote != nil {
-		return s.remote.close(ctx)
-	}
-	defer s.rt.forget(s.id)
-	s.start.Lock()
-	if s.closed {
-		s.start.Unlock()
-		return nil
-	}
-	if s.holding {
-		s.releaseLocked() // the actor stays, and stops now
-	}
-	pid := s.pid.Load()
-	if pid == nil && s.prepared.Passivated() {
-		// It passivated with a prompt waiting: its actor settles it.
-		var err error
-		if pid, err = s.actorLocked(); err != nil {
-			s.start.Unlock()
-			return err
-		}
-	}
-	s.closed = true
-	prepared := s.prepared
-	s.start.Unlock()
-	if pid == nil { // never started: only its history to close
-		if err := prepared.Drop(); err != nil {
-			return fmt.Errorf("musepi: close session %s: %w", s.id, err)
-		}
-		return nil
-	}
-	return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
-}
+func (s *Session) Close(ctx context.Context) error { return s.at.close(ctx) }

@@ -410,7 +410,7 @@ func (h *sessionHost) handover() {
 			// Another activation has the session: nothing to hand over.
 			// Its actor stops without ending the chain (and may have
 			// stopped already, when it found this out first).
-			err := s.stopActor(hctx)
+			err := s.local.closeHere(hctx)
 			cancel()
 			if err != nil {
 				h.node.rt.cfg.log.Warn("stop a session another node has taken", slog.Any("error", err), slog.String("session", h.id))

@@ -42,7 +42,7 @@ type remoteSession struct {
 const openAttempts = 5
 
 // newHandle is a handle of session cfg.id on node n, not yet connected.
-func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Session {
+func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *remoteSession {
 	rt := n.rt
 	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
 	s.events.Init(rt.sessionEvents)
@@ -51,8 +51,8 @@ func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *Sess
 		open: &messages.SessionOpen{Model: cfg.model, Role: cfg.role, Settings: settings.Proto()}}
 	r.relay, _ = rt.system.ProcessRegistry.Add(&relayProcess{r: r}, "session-relay"+rt.system.ProcessRegistry.NextId())
 	r.open.WatcherAddress, r.open.WatcherId = r.relay.GetAddress(), r.relay.GetId()
-	s.remote = r
-	return s
+	s.at = r
+	return r
 }
 
 // connect opens the session at its activation, until ctx ends.
@@ -302,7 +302,7 @@ func (r *remoteSession) release() {
 // closed. It waits at most for one hand-over and a request more. Closing a
 // released handle does nothing.
 func (r *remoteSession) close(ctx context.Context) error {
-	defer r.node.forget(r.s)
+	defer r.node.forget(r)
 	r.mu.Lock()
 	gone := r.gone
 	r.mu.Unlock()
@@ -356,14 +356,41 @@ type pendingPrompt struct {
 	once         sync.Once
 }
 
-// prompt sends req to the session's activation; caller gets the reply
-// as from a reply address of this runtime. A prompt that reaches no
-// session (the activation was gone: a dead letter) is sent again to the
-// new one; one whose node leaves while it waits ends with ErrHostLeft.
-func (r *remoteSession) prompt(req *messages.PromptRequest, caller replier) error {
+// prompt sends req to the session's activation; p gets the reply as
+// from a reply address of this runtime. A prompt that reaches no session
+// (the activation was gone: a dead letter) is sent again to the new one;
+// one whose node leaves while it waits ends with ErrHostLeft.
+func (r *remoteSession) prompt(req *messages.PromptRequest, p *promptCall) {
 	req.Ack = true // the generation tells which prompt a handover orphaned
-	p := &pendingPrompt{r: r, req: req, caller: caller}
-	return p.send()
+	pending := &pendingPrompt{r: r, req: req, caller: p}
+	if err := pending.send(); err != nil {
+		p.replied(nil, err)
+	}
+}
+
+// again forgets the activation to, which answered a request with a dead
+// letter (it was gone): the request goes again, and finds the new one.
+func (r *remoteSession) again(to *actor.PID) bool {
+	r.stale(to)
+	return true
+}
+
+// setOptions passes the options to the activation, which sets them on
+// the session it hosts.
+func (r *remoteSession) setOptions(o *messages.SessionOptions) { r.s.send(o) }
+
+// isClosed reports whether the handle was released.
+func (r *remoteSession) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gone
+}
+
+// closeHere releases the handle of a session handed over: it goes on
+// where it is opened next.
+func (r *remoteSession) closeHere(context.Context) error {
+	r.node.letGo(r)
+	return nil
 }
 
 func (p *pendingPrompt) send() error {

@@ -1,0 +1,196 @@
+package musepi
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/messages"
+)
+
+// localActor runs a session as an actor of its runtime: started by the
+// session's first message, stopped when it passivates, and started again
+// by the next message.
+type localActor struct {
+	s        *Session
+	pid      atomic.Pointer[actor.PID] // the session's actor, while it runs
+	start    sync.Mutex                // guards the fields below, and every delivery to the actor
+	prepared *actors.PreparedSession   // what starts it (again, after it passivated)
+	runs     int                       // actors started, for their names
+	holding  bool                      // the actor passivates: messages are held
+	held     []func(*actor.PID)        // the deliveries held, in order
+	closed   bool
+}
+
+// prompt sends req with p's reply address as the sender.
+func (l *localActor) prompt(req *messages.PromptRequest, p *promptCall) {
+	rt := l.s.rt
+	reply := p.register(rt.system, p)
+	err := l.deliver(func(pid *actor.PID) {
+		rt.cfg.clock.Begin()
+		rt.system.Root.RequestWithCustomSender(pid, req, reply)
+	})
+	if err != nil { // closed meanwhile, or the actor could not start
+		rt.system.Root.Stop(reply)
+	}
+}
+
+// deliver runs send with the session's actor, starting it if it is not
+// running (the first message, or one after the session passivated);
+// while the actor passivates, send is held and runs once that ends. It
+// fails once the session is closed.
+func (l *localActor) deliver(send func(*actor.PID)) error {
+	l.start.Lock()
+	defer l.start.Unlock()
+	if l.closed {
+		return l.s.closedError()
+	}
+	if l.holding {
+		l.held = append(l.held, send)
+		return nil
+	}
+	pid, err := l.actorLocked()
+	if err != nil {
+		return err
+	}
+	send(pid)
+	return nil
+}
+
+// actorLocked returns the session's actor, starting it if it is not
+// running; l.start is held.
+func (l *localActor) actorLocked() (*actor.PID, error) {
+	if pid := l.pid.Load(); pid != nil {
+		return pid, nil
+	}
+	l.runs++
+	name := "session-" + l.s.id + "#" + strconv.Itoa(l.runs)
+	pid, err := actors.StartSession(l.s.rt.system.Root, l.s.rt.deps, name, l.prepared)
+	if err != nil {
+		return nil, fmt.Errorf("musepi: start session %s: %w", l.s.id, err)
+	}
+	l.pid.Store(pid)
+	return pid, nil
+}
+
+// A local actor's requests need no bookkeeping, and a dead letter means
+// the session is gone: nothing is asked again.
+func (l *localActor) asked(_, _ *actor.PID)       {}
+func (l *localActor) answered(*actor.PID)         {}
+func (l *localActor) again(*actor.PID) bool       { return false }
+func (l *localActor) watch()                      {}
+func (l *localActor) state() *actors.SessionState { return l.s.state }
+
+// setOptions does nothing more: the actor reads the options from the
+// session's state.
+func (l *localActor) setOptions(*messages.SessionOptions) {}
+
+// isClosed reports whether the session was closed.
+func (l *localActor) isClosed() bool {
+	l.start.Lock()
+	defer l.start.Unlock()
+	return l.closed
+}
+
+// hold starts holding the messages sent to the session (its actor
+// passivates); false when it is closed or holding already.
+func (l *localActor) hold() bool {
+	l.start.Lock()
+	defer l.start.Unlock()
+	if l.closed || l.holding {
+		return false
+	}
+	l.holding = true
+	return true
+}
+
+// passivated takes the state of an actor that passivates: with nothing
+// held meanwhile, the session has no actor until its next message (true);
+// otherwise the held messages go to the actor, which stays (false).
+func (l *localActor) passivated() bool {
+	l.start.Lock()
+	defer l.start.Unlock()
+	if !l.holding {
+		return false
+	}
+	if len(l.held) > 0 || l.closed {
+		l.releaseLocked()
+		return false
+	}
+	l.holding = false
+	l.pid.Store(nil)
+	return true
+}
+
+// unhold delivers the held messages: the actor stays.
+func (l *localActor) unhold() {
+	l.start.Lock()
+	defer l.start.Unlock()
+	l.releaseLocked()
+}
+
+// releaseLocked stops holding and delivers what was held to the running
+// actor, in order; l.start is held.
+func (l *localActor) releaseLocked() {
+	held := l.held
+	l.holding, l.held = false, nil
+	pid := l.pid.Load()
+	for _, send := range held {
+		send(pid)
+	}
+}
+
+// close stops the session's actor (a waiting Prompt returns ErrShutdown)
+// and waits until it has stopped; a session never started only closes its
+// history.
+func (l *localActor) close(ctx context.Context) error {
+	s := l.s
+	defer s.rt.forget(s.id)
+	l.start.Lock()
+	if l.closed {
+		l.start.Unlock()
+		return nil
+	}
+	if l.holding {
+		l.releaseLocked() // the actor stays, and stops now
+	}
+	pid := l.pid.Load()
+	if pid == nil && l.prepared.Passivated() {
+		// It passivated with a prompt waiting: its actor settles it.
+		var err error
+		if pid, err = l.actorLocked(); err != nil {
+			l.start.Unlock()
+			return err
+		}
+	}
+	l.closed = true
+	prepared := l.prepared
+	l.start.Unlock()
+	if pid == nil { // never started: only its history to close
+		if err := prepared.Drop(); err != nil {
+			return fmt.Errorf("musepi: close session %s: %w", s.id, err)
+		}
+		return nil
+	}
+	return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
+}
+
+// closeHere closes the session here and stops its actor, which ends its
+// chain unless it is leaving (handed over, or its history taken by
+// another activation); it waits until the actor has stopped.
+func (l *localActor) closeHere(ctx context.Context) error {
+	l.start.Lock()
+	l.closed = true
+	pid := l.pid.Load()
+	l.start.Unlock()
+	l.s.rt.forget(l.s.id)
+	if pid != nil {
+		return waitFuture(ctx, l.s.rt.system.Root.StopFuture(pid))
+	}
+	return nil
+}
