@@ -12,7 +12,7 @@ import (
 )
 
 // RetryActor is the child of a session that owns its backoff timer: on
-// ArmRetryTimer, sent by the session, it arms one clock timer for the
+// ArmRetryTimer, which names the session, it arms one clock timer for the
 // wait and the retry's continue that follows it (spec 3: delayMs 1), which
 // sends the session TaskDue when both have passed; on CancelRetryTimer (an
 // abort) it stops the timer. A plain attempt so costs one message to the
@@ -33,15 +33,16 @@ const retryName = "/retry"
 // stopped, not restarted, and its session told (RetryStopped, counted on
 // the clock before the panicked message stops counting, so a virtual
 // clock does not move meanwhile); the session then starts a new one from
-// its core's state (InTimerLost). The session is the sender of the
-// message that panicked: every message a retry child gets comes from it.
+// its core's state (InTimerLost). The session is the one the
+// ArmRetryTimer that panicked names (a panic on any other message leaves
+// no timer armed to lose).
 type retryGuardian struct{ clk clock.Clock }
 
 // HandleFailure tells the child's session and stops the child.
 func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, message interface{}) {
 	sys.Logger().Error("retry child panicked; stopping it", slog.String("child", child.GetId()), slog.Any("reason", reason))
-	if session := actor.UnwrapEnvelopeSender(message); session != nil {
-		track.Send(sys.Root, g.clk, session, &messages.RetryStopped{ChildId: child.GetId()})
+	if arm, ok := actor.UnwrapEnvelopeMessage(message).(*messages.ArmRetryTimer); ok && arm.GetSession() != nil {
+		track.Send(sys.Root, g.clk, arm.GetSession(), &messages.RetryStopped{ChildId: child.GetId()})
 	}
 	supervisor.StopChildren(child)
 }
@@ -51,7 +52,7 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.ArmRetryTimer:
 		a.stop()
-		clk, root, session := a.deps.Clock, ctx.ActorSystem().Root, ctx.Sender()
+		clk, root, session := a.deps.Clock, ctx.ActorSystem().Root, m.GetSession()
 		due := &messages.TaskDue{Generation: m.GetGeneration(), Task: "continue", Token: m.GetToken()}
 		wait := time.Duration(m.GetDelayNs()) + time.Duration(m.GetContinueDelayMs())*time.Millisecond
 		a.token = m.GetToken()

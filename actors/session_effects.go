@@ -142,8 +142,8 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 		}
 		return
 	}
-	track.Request(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
-		Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds()})
+	track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
+		Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds(), Session: ctx.Self()})
 }
 
 // cancelTimer takes back the backoff from whoever holds it.
@@ -153,7 +153,7 @@ func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
 		s.wakeAtScheduler = false
 		track.Send(ctx, s.deps.Clock, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
 	case s.retryPID != nil: // no child yet: no timer to cancel
-		track.Request(ctx, s.deps.Clock, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
 	}
 }
 

@@ -7,6 +7,7 @@
 package messages
 
 import (
+	actor "github.com/asynkron/protoactor-go/actor"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -982,16 +983,16 @@ func (x *ToolsFinished) GetResults() []*ToolResult {
 	return nil
 }
 
-// ArmRetryTimer asks the session's retry actor, from the session (the
-// sender), to start the backoff of token: after delay_ns and then
-// continue_delay_ms (the retry's continue), its timer sends the session
-// TaskDue for generation.
+// ArmRetryTimer asks the session's retry actor to start the backoff of
+// token: after delay_ns and then continue_delay_ms (the retry's continue),
+// its timer sends the session TaskDue for generation.
 type ArmRetryTimer struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	DelayNs         int64                  `protobuf:"varint,1,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
 	Token           uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	Generation      uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	ContinueDelayMs int64                  `protobuf:"varint,5,opt,name=continue_delay_ms,json=continueDelayMs,proto3" json:"continue_delay_ms,omitempty"`
+	Session         *actor.PID             `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"` // the session actor
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1052,6 +1053,13 @@ func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
 		return x.ContinueDelayMs
 	}
 	return 0
+}
+
+func (x *ArmRetryTimer) GetSession() *actor.PID {
+	if x != nil {
+		return x.Session
+	}
+	return nil
 }
 
 // RetryStopped tells a session its retry child panicked and was stopped
@@ -2476,7 +2484,7 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
+	"\factors.proto\x12\tmusepi.v1\x1a\vactor.proto\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
 	"\x03ack\x18\x02 \x01(\bR\x03ack\"z\n" +
@@ -2540,14 +2548,16 @@ const file_actors_proto_rawDesc = "" +
 	"\x05taken\x18\x03 \x01(\bR\x05taken\"T\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\x92\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\xb8\x01\n" +
 	"\rArmRetryTimer\x12\x19\n" +
 	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12*\n" +
-	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMsJ\x04\b\x03\x10\x04\")\n" +
+	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\x12$\n" +
+	"\asession\x18\x06 \x01(\v2\n" +
+	".actor.PIDR\asessionJ\x04\b\x03\x10\x04\")\n" +
 	"\fRetryStopped\x12\x19\n" +
 	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
@@ -2723,6 +2733,7 @@ var file_actors_proto_goTypes = []any{
 	(*AssistantMessage)(nil),        // 43: musepi.v1.AssistantMessage
 	(*Entry)(nil),                   // 44: musepi.v1.Entry
 	(*ToolResult)(nil),              // 45: musepi.v1.ToolResult
+	(*actor.PID)(nil),               // 46: actor.PID
 }
 var file_actors_proto_depIdxs = []int32{
 	43, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
@@ -2731,12 +2742,13 @@ var file_actors_proto_depIdxs = []int32{
 	44, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
 	43, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
 	45, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	44, // 6: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	46, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
+	44, // 7: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
