@@ -78,17 +78,30 @@ type Ratio struct {
 // Report is everything a storm run writes: the table, the JSON file and
 // the plot are renderings of it.
 type Report struct {
-	Command       string        `json:"command"`
-	Mode          string        `json:"mode"` // "virtual" or "real"
-	Sessions      int           `json:"sessions"`
-	GoVersion     string        `json:"go_version"`
-	CPUs          int           `json:"cpus"`
-	Started       time.Time     `json:"started"`
-	OutageStartMs int64         `json:"outage_start_ms"` // from the start of the run
-	OutageEndMs   int64         `json:"outage_end_ms"`
-	Scenario      string        `json:"scenario"` // one-line description
-	Systems       []System      `json:"systems"`
-	Ratios        []Ratio       `json:"ratios"`
-	Notes         []string      `json:"notes,omitempty"`
-	Elapsed       time.Duration `json:"elapsed_ns"`
+	Command       string         `json:"command"`
+	Mode          string         `json:"mode"` // "virtual" or "real"
+	Sessions      int            `json:"sessions"`
+	GoVersion     string         `json:"go_version"`
+	CPUs          int            `json:"cpus"`
+	Started       time.Time      `json:"started"`
+	OutageStartMs int64          `json:"outage_start_ms"` // from the start of the run
+	OutageEndMs   int64          `json:"outage_end_ms"`
+	Scenario      string         `json:"scenario"` // one-line description
+	Systems       []System       `json:"systems"`
+	Ratios        []Ratio        `json:"ratios"`
+	Targets       []TargetResult `json:"targets"` // the mode's targets, checked (none in cluster mode)
+	Notes         []string       `json:"notes,omitempty"`
+	Elapsed       time.Duration  `json:"elapsed_ns"`
+}
+
+// Combined is what -mode both writes: its runs, the virtual run's report
+// then the real run's (each as its mode alone writes it), and the targets
+// of both.
+type Combined struct {
+	Command string         `json:"command"`
+	Mode    string         `json:"mode"` // "both"
+	Started time.Time      `json:"started"`
+	Runs    []*Report      `json:"runs"`
+	Targets []TargetResult `json:"targets"` // the runs' targets, in order
+	Elapsed time.Duration  `json:"elapsed_ns"`
 }

@@ -4,10 +4,18 @@
 // the floor (protoactor-go's raw message cost), the peer (a goroutine per
 // session with cenkalti/backoff/v5) and MusePi — and writes storm.md,
 // storm.json and storm.svg into -out (default: a new temporary folder).
-// See bench/README.md.
+// Each run checks the project's performance targets of its mode (issue 27,
+// the targets table of targets.go) against what it measured: storm.json's
+// targets list (mode, name, measured, bound, comparison, met) and
+// storm.md's Targets table. -mode both runs the virtual run and then the
+// real run, each as its mode alone would with the same flags (a flag left
+// unset keeps each mode's default), and writes one storm.json (its runs
+// and the targets of both), one storm.md and each run's plot,
+// storm-virtual.svg and storm-real.svg. See bench/README.md.
 //
 //	go run ./bench/storm                         # virtual clock, 100,000 sessions
 //	go run ./bench/storm -mode real              # wall clock, fakellm over loopback, 10,000 sessions
+//	go run ./bench/storm -mode both -quiet       # both runs, one after the other, and every target
 //	go run ./bench/storm -mode real -budget both # retry budget on vs off
 package main
 
@@ -24,6 +32,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -86,13 +95,54 @@ type options struct {
 	heapProfile string
 	nodes       int
 	database    string
+	// runs are -mode both's runs, in bothModes' order, each with the
+	// options its mode alone would have (nil in the other modes).
+	runs []*options
 }
 
+// bothModes are the modes -mode both runs, in order.
+var bothModes = []string{"virtual", "real"}
+
+// parseFlags parses the command's flags. With -mode both, the options'
+// runs are parsed from the same flags as if -mode named their mode, so
+// that a flag left unset keeps each mode's own default.
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	return parseFlagsAs(args, stderr, "")
+}
+
+// parseFlagsAs is parseFlags with -mode taken to be mode, unless mode is
+// empty.
+func parseFlagsAs(args []string, stderr io.Writer, mode string) (*options, error) {
 	o := &options{}
+	fs := newFlagSet(o, stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if mode != "" {
+		o.mode = mode
+	}
+	if o.mode == "both" {
+		return withRuns(o, args)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := applyModeDefaults(o, set); err != nil {
+		return nil, err
+	}
+	if err := validate(o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// newFlagSet defines the command's flags, stored into o.
+func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider), real (wall clock, OpenAI SDK, fakellm over loopback) or cluster (real, MusePi on one node then on -nodes nodes)")
+	fs.StringVar(&o.mode, "mode", "virtual", "virtual (virtual clock, in-process provider), real (wall clock, OpenAI SDK, fakellm over loopback), both (virtual, then real, with the same flags; one storm.json and storm.md) or cluster (real, MusePi on one node then on -nodes nodes)")
 	fs.IntVar(&o.nodes, "nodes", 3, "cluster mode: the nodes of the cluster contender")
 	fs.StringVar(&o.database, "database", "", "cluster mode: PostgreSQL URL the nodes share (each run makes a database of its own); empty: a private server (initdb and postgres, run as the postgres user when root)")
 	fs.IntVar(&o.sessions, "sessions", 0, "sessions (default 100000 virtual, 10000 real)")
@@ -109,18 +159,40 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.maxDelay, "max-delay", 5*time.Minute, "retry.maxDelayMs")
 	fs.DurationVar(&o.passivate, "passivate-after", musepi.DefaultPassivateAfter, "MusePi's WithPassivateAfter: sessions in a backoff at least this long leave their actors (0: never)")
 	fs.Uint64Var(&o.seed, "seed", 1, "jitter seed")
-	fs.StringVar(&o.out, "out", "", "output folder for storm.md, storm.json, storm.svg (default: a new temporary folder, printed at the end)")
+	fs.StringVar(&o.out, "out", "", "output folder for storm.md, storm.json, storm.svg (-mode both: storm-virtual.svg and storm-real.svg) (default: a new temporary folder, printed at the end)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender>")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (-mode both: one per mode, suffixed .virtual and .real)")
+	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender> (-mode both: .<mode>.<contender>)")
+	return fs
+}
+
+// withRuns fills in the runs of o, the options of -mode both parsed from
+// args: each mode's options parsed from the same args, their profiles
+// suffixed with the mode so that the real run does not overwrite the
+// virtual run's.
+func withRuns(o *options, args []string) (*options, error) {
+	for _, mode := range bothModes {
+		r, err := parseFlagsAs(args, io.Discard, mode)
+		if err != nil {
+			return nil, fmt.Errorf("-mode both, %s run: %w", mode, err)
+		}
+		r.cpuProfile, r.heapProfile = suffixed(r.cpuProfile, mode), suffixed(r.heapProfile, mode)
+		o.runs = append(o.runs, r)
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	return o, nil
+}
+
+// suffixed is path with "."+suffix appended, or "" when path is empty.
+func suffixed(path, suffix string) string {
+	if path == "" {
+		return ""
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return path + "." + suffix
+}
+
+// applyModeDefaults gives the flags whose default depends on the mode,
+// among those not set (the names in set), their mode's default.
+func applyModeDefaults(o *options, set map[string]bool) error {
 	sessions, outage := 100_000, 40*time.Second
 	switch o.mode {
 	case "virtual":
@@ -134,7 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.contenders = "musepi,cluster"
 		}
 	default:
-		return nil, fmt.Errorf("-mode must be virtual, real or cluster, got %q", o.mode)
+		return fmt.Errorf("-mode must be virtual, real, both or cluster, got %q", o.mode)
 	}
 	if !set["sessions"] {
 		o.sessions = sessions
@@ -142,43 +214,124 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if !set["outage"] {
 		o.outage = outage
 	}
+	return nil
+}
+
+// validate checks the values of the flags of one mode's run.
+func validate(o *options) error {
 	switch {
 	case o.sessions < 1:
-		return nil, fmt.Errorf("-sessions must be 1 or more, got %d", o.sessions)
+		return fmt.Errorf("-sessions must be 1 or more, got %d", o.sessions)
 	case o.outage <= 0:
-		return nil, fmt.Errorf("-outage must be above 0, got %v", o.outage)
+		return fmt.Errorf("-outage must be above 0, got %v", o.outage)
 	case o.outageStart < 0:
-		return nil, fmt.Errorf("-outage-start must not be negative, got %v", o.outageStart)
+		return fmt.Errorf("-outage-start must not be negative, got %v", o.outageStart)
 	case o.nodes < 1:
-		return nil, fmt.Errorf("-nodes must be 1 or more, got %d", o.nodes)
+		return fmt.Errorf("-nodes must be 1 or more, got %d", o.nodes)
 	case o.ramp < 0:
-		return nil, fmt.Errorf("-ramp must not be negative, got %v", o.ramp)
+		return fmt.Errorf("-ramp must not be negative, got %v", o.ramp)
 	case o.provider != "fakellm" && o.provider != "inprocess":
-		return nil, fmt.Errorf("-provider must be fakellm or inprocess, got %q", o.provider)
+		return fmt.Errorf("-provider must be fakellm or inprocess, got %q", o.provider)
 	case o.budget != "off" && o.budget != "on" && o.budget != "both":
-		return nil, fmt.Errorf("-budget must be off, on or both, got %q", o.budget)
+		return fmt.Errorf("-budget must be off, on or both, got %q", o.budget)
 	}
 	for _, c := range strings.Split(o.contenders, ",") {
 		switch {
 		case c == "cluster" && o.mode == "virtual":
-			return nil, fmt.Errorf("-contenders: cluster runs on the wall clock (-mode real or cluster)")
+			return fmt.Errorf("-contenders: cluster runs on the wall clock (-mode real or cluster)")
 		case c != "floor" && c != "peer" && c != "musepi" && c != "cluster":
-			return nil, fmt.Errorf("-contenders: unknown contender %q (floor, peer, musepi, cluster)", c)
+			return fmt.Errorf("-contenders: unknown contender %q (floor, peer, musepi, cluster)", c)
 		}
 	}
-	return o, nil
+	return nil
 }
 
-// run parses the flags, runs the contenders and writes the outputs; the
-// table goes to stdout, progress and notices to stderr.
+// run parses the flags, runs the contenders (with -mode both, the virtual
+// run's, then the real run's) and writes the outputs; the table goes to
+// stdout, progress and notices to stderr.
 func run(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	mix, err := parseMix(o.mix)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	command := "go run ./bench/storm " + strings.Join(args, " ")
+	if o.mode == "both" {
+		c, err := measureBoth(ctx, o, command, stderr)
+		if err != nil {
+			return err
+		}
+		return publish(o.out, combinedFiles(c), stdout, stderr)
+	}
+	r, err := measure(ctx, o, command, stderr)
 	if err != nil {
 		return err
+	}
+	return publish(o.out, reportFiles(r), stdout, stderr)
+}
+
+// measureBoth runs each of o's runs in turn, each as its mode would run
+// alone, and gathers their reports and targets.
+func measureBoth(ctx context.Context, o *options, command string, stderr io.Writer) (*Combined, error) {
+	c := &Combined{Command: command, Mode: o.mode, Started: time.Now(), Targets: []TargetResult{}}
+	for i, ro := range o.runs {
+		if i > 0 {
+			// The run before left its heap to the runtime: handed back to
+			// the system now, it costs the next run no scavenging, as in a
+			// process of its own.
+			debug.FreeOSMemory()
+		}
+		r, err := measure(ctx, ro, command, stderr)
+		if err != nil {
+			return nil, fmt.Errorf("%s run: %w", ro.mode, err)
+		}
+		c.Runs = append(c.Runs, r)
+		c.Targets = append(c.Targets, r.Targets...)
+	}
+	c.Elapsed = time.Since(c.Started)
+	return c, nil
+}
+
+// measure runs the contenders of one mode's run (o's mode: virtual, real
+// or cluster) and reports what they measured, the ratios and the targets.
+func measure(ctx context.Context, o *options, command string, stderr io.Writer) (*Report, error) {
+	sc, settings, err := scenarioOf(o)
+	if err != nil {
+		return nil, err
+	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
+	e := newEnv(o, sc, settings, stderr)
+	stopProvider, err := prepareProvider(ctx, e, o)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProvider()
+	report := &Report{
+		Command: command, Mode: o.mode, Sessions: o.sessions,
+		GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0), Started: time.Now(),
+		OutageStartMs: sc.OutageStart.Milliseconds(), OutageEndMs: (sc.OutageStart + sc.OutageLen).Milliseconds(),
+		Scenario: sc.String(),
+	}
+	if report.Systems, err = runContenders(ctx, e, o); err != nil {
+		return nil, err
+	}
+	report.Ratios = ratios(report.Systems)
+	report.Targets = checkTargets(report.Mode, report.Systems)
+	report.Notes = notes(o)
+	report.Elapsed = time.Since(report.Started)
+	return report, nil
+}
+
+// scenarioOf is the scenario and the retry settings o asks for.
+func scenarioOf(o *options) (*Scenario, retry.Settings, error) {
+	mix, err := parseMix(o.mix)
+	if err != nil {
+		return nil, retry.Settings{}, err
 	}
 	sc := &Scenario{OutageStart: o.outageStart, OutageLen: o.outage, Mix: mix, UsageLimit: o.usageLimit, Ramp: o.ramp}
 	settings := retry.DefaultSettings()
@@ -186,22 +339,34 @@ func run(args []string, stdout, stderr io.Writer) error {
 	settings.ModelFallback = false
 	settings.Budget.Enabled = true // validated here; each MusePi run sets it on or off
 	if err := settings.Validate(); err != nil {
-		return err
+		return nil, retry.Settings{}, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
+	return sc, settings, nil
+}
 
+// startCPUProfile starts a CPU profile written to path, and returns what
+// stops it; with an empty path, nothing is profiled.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// newEnv is the env the contenders of o's run share, its provider not yet
+// prepared (prepareProvider).
+func newEnv(o *options, sc *Scenario, settings retry.Settings, stderr io.Writer) *env {
 	mode := o.mode
 	if mode == "cluster" {
 		mode = "real"
@@ -215,6 +380,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return newProgress(w, fmt.Sprintf("%-18s", label), total)
 	}
+	return e
+}
+
+// prepareProvider sets e.newRun for o's mode and provider: the scenario
+// in process on the virtual or the wall clock, or the fake server (a
+// child process) over loopback. It returns what stops the fake server.
+func prepareProvider(ctx context.Context, e *env, o *options) (stop func(), err error) {
+	sc := e.scenario
 	switch {
 	case o.mode == "virtual":
 		e.newRun = func() (clock.Clock, provider.Provider, *recorder, func(), error) {
@@ -233,72 +406,91 @@ func run(args []string, stdout, stderr io.Writer) error {
 		raiseFileLimit()
 		srv, err := startFakeLLM(ctx, sc)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer srv.stop()
 		e.newRun = srv.newRun
+		return srv.stop, nil
 	}
+	return func() {}, nil
+}
 
-	report := &Report{
-		Command: "go run ./bench/storm " + strings.Join(args, " "), Mode: o.mode, Sessions: o.sessions,
-		GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0), Started: time.Now(),
-		OutageStartMs: sc.OutageStart.Milliseconds(), OutageEndMs: (sc.OutageStart + sc.OutageLen).Milliseconds(),
-		Scenario: sc.String(),
-	}
-	for _, c := range strings.Split(o.contenders, ",") {
-		var systems []System
-		switch c {
-		case "floor":
-			s, err := runFloor(ctx, e, msgsPerAttempt, o.sessions*o.maxRetries)
-			if err != nil {
-				return err
-			}
-			systems = append(systems, s)
-		case "peer":
-			s, err := runPeer(ctx, e)
-			if err != nil {
-				return err
-			}
-			systems = append(systems, s)
-		case "musepi":
-			for _, on := range budgetRuns(o.budget) {
-				s, err := runMusePi(ctx, e, on, 0)
-				if err != nil {
-					return err
-				}
-				systems = append(systems, s)
-			}
-		case "cluster":
-			if e.db == nil {
-				db, err := startClusterDB(ctx, o.database)
-				if err != nil {
-					return err
-				}
-				defer db.stop()
-				e.db = db
-			}
-			for _, on := range budgetRuns(o.budget) {
-				s, err := runMusePi(ctx, e, on, o.nodes)
-				if err != nil {
-					return err
-				}
-				systems = append(systems, s)
-			}
+// runContenders runs o's contenders in order on e and returns what each
+// measured; the cluster contender's database is stopped when they are
+// done.
+func runContenders(ctx context.Context, e *env, o *options) ([]System, error) {
+	defer func() {
+		if e.db != nil {
+			e.db.stop()
 		}
-		report.Systems = append(report.Systems, systems...)
+	}()
+	var systems []System
+	for _, c := range strings.Split(o.contenders, ",") {
+		s, err := runContender(ctx, e, o, c)
+		if err != nil {
+			return nil, err
+		}
+		systems = append(systems, s...)
 	}
-	report.Ratios = ratios(report.Systems)
-	report.Notes = notes(o)
-	report.Elapsed = time.Since(report.Started)
-	dir, err := outputDir(o.out)
+	return systems, nil
+}
+
+// runContender runs the contender named name: one system, or MusePi's
+// once per budget setting.
+func runContender(ctx context.Context, e *env, o *options, name string) ([]System, error) {
+	switch name {
+	case "floor":
+		s, err := runFloor(ctx, e, msgsPerAttempt, o.sessions*o.maxRetries)
+		return []System{s}, err
+	case "peer":
+		s, err := runPeer(ctx, e)
+		return []System{s}, err
+	case "musepi":
+		return runMusePis(ctx, e, o.budget, 0)
+	case "cluster":
+		if e.db == nil {
+			db, err := startClusterDB(ctx, o.database)
+			if err != nil {
+				return nil, err
+			}
+			e.db = db
+		}
+		return runMusePis(ctx, e, o.budget, o.nodes)
+	}
+	return nil, fmt.Errorf("unknown contender %q", name)
+}
+
+// runMusePis runs MusePi (on nodes nodes; 0: one runtime, not a cluster)
+// once per setting of budget.
+func runMusePis(ctx context.Context, e *env, budget string, nodes int) ([]System, error) {
+	var systems []System
+	for _, on := range budgetRuns(budget) {
+		s, err := runMusePi(ctx, e, on, nodes)
+		if err != nil {
+			return nil, err
+		}
+		systems = append(systems, s)
+	}
+	return systems, nil
+}
+
+// publish writes files into the folder out names (outputDir), says where
+// on stderr, and writes the first of them, storm.md, to stdout.
+func publish(out string, files []outputFile, stdout, stderr io.Writer) error {
+	dir, err := outputDir(out)
 	if err != nil {
 		return err
 	}
-	if err := writeOutputs(dir, report); err != nil {
+	if err := writeFiles(dir, files); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "wrote %s, storm.json and storm.svg\n", filepath.Join(dir, "storm.md"))
-	return writeMarkdown(stdout, report)
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.name
+	}
+	names[0] = filepath.Join(dir, names[0])
+	last := len(names) - 1
+	fmt.Fprintf(stderr, "wrote %s and %s\n", strings.Join(names[:last], ", "), names[last])
+	return files[0].render(stdout)
 }
 
 // outputDir is the folder the outputs go to: out when -out was given,

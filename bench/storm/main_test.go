@@ -85,9 +85,33 @@ func TestParseFlags(t *testing.T) {
 			})},
 		{name: "cluster in virtual mode", args: []string{"-contenders", "cluster"}, errHas: "cluster runs on the wall clock"},
 		{name: "no nodes", args: []string{"-mode", "cluster", "-nodes", "0"}, errHas: "-nodes must be 1 or more, got 0"},
+		{name: "both defaults", args: []string{"-mode", "both"},
+			want: with(func(o *options) {
+				o.mode = "both"
+				o.runs = []*options{
+					with(func(o *options) { o.mode, o.sessions, o.outage = "virtual", 100_000, 40*time.Second }),
+					with(func(o *options) { o.mode, o.sessions, o.outage = "real", 10_000, 10*time.Second }),
+				}
+			})},
+		{name: "both with flags set", args: []string{"-mode", "both", "-sessions", "500", "-quiet", "-out", "x", "-cpuprofile", "cpu.prof"},
+			want: with(func(o *options) {
+				o.mode, o.sessions, o.quiet, o.out, o.cpuProfile = "both", 500, true, "x", "cpu.prof"
+				o.runs = []*options{
+					with(func(o *options) {
+						o.mode, o.sessions, o.outage, o.quiet, o.out, o.cpuProfile = "virtual", 500, 40*time.Second, true, "x", "cpu.prof.virtual"
+					}),
+					with(func(o *options) {
+						o.mode, o.sessions, o.outage, o.quiet, o.out, o.cpuProfile = "real", 500, 10*time.Second, true, "x", "cpu.prof.real"
+					}),
+				}
+			})},
+		{name: "both with a cluster contender", args: []string{"-mode", "both", "-contenders", "musepi,cluster"},
+			errHas: "-mode both, virtual run: -contenders: cluster runs on the wall clock"},
+		{name: "both with bad sessions", args: []string{"-mode", "both", "-sessions", "0"},
+			errHas: "-mode both, virtual run: -sessions must be 1 or more, got 0"},
 		{name: "budget on", args: []string{"-budget", "on"},
 			want: with(func(o *options) { o.mode, o.sessions, o.outage, o.budget = "virtual", 100_000, 40*time.Second, "on" })},
-		{name: "bad mode", args: []string{"-mode", "wall"}, errHas: `-mode must be virtual, real or cluster, got "wall"`},
+		{name: "bad mode", args: []string{"-mode", "wall"}, errHas: `-mode must be virtual, real, both or cluster, got "wall"`},
 		{name: "zero sessions", args: []string{"-sessions", "0"}, errHas: "-sessions must be 1 or more, got 0"},
 		{name: "negative sessions", args: []string{"-sessions", "-5"}, errHas: "-sessions must be 1 or more, got -5"},
 		{name: "non-numeric sessions", args: []string{"-sessions", "many"}, errHas: "-sessions"},
@@ -257,6 +281,7 @@ func TestRunVirtual(t *testing.T) {
 	if got := ratios(r.Systems); !reflect.DeepEqual(r.Ratios, got) {
 		t.Errorf("ratios %v, want ratios(systems) = %v", r.Ratios, got)
 	}
+	checkTargetsOf(t, r, 6)
 	md, err := os.ReadFile(filepath.Join(dir, "storm.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +289,70 @@ func TestRunVirtual(t *testing.T) {
 	if !strings.Contains(string(md), "| Figure | floor | peer | musepi |") {
 		t.Errorf("storm.md has no table for floor, peer, musepi:\n%s", md)
 	}
+}
+
+// checkTargetsOf checks that r's targets are its mode's, checked on its
+// systems, n of them.
+func checkTargetsOf(t *testing.T, r *Report, n int) {
+	t.Helper()
+	if want := checkTargets(r.Mode, r.Systems); len(r.Targets) != n || !reflect.DeepEqual(r.Targets, want) {
+		t.Errorf("%s run: %d targets %+v, want the %d of checkTargets(mode, systems) = %+v", r.Mode, len(r.Targets), r.Targets, n, want)
+	}
+}
+
+// -mode both end to end, small: the virtual run, then the real run (the
+// fake LLM in a child process, see TestMain), one storm.json with both.
+func TestRunBoth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the real run runs on the wall clock")
+	}
+	defer goleak.VerifyNone(t)
+	dir := filepath.Join(t.TempDir(), "out")
+	const sessions = 100
+	args := []string{"-mode", "both", "-sessions", fmt.Sprint(sessions), "-outage", "1s", "-contenders", "musepi", "-quiet", "-out", dir}
+	var stdout strings.Builder
+	if err := run(args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"storm.md", "storm.json", "storm-virtual.svg", "storm-real.svg"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v (size %v)", name, err, fi)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "storm.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Combined
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatalf("storm.json: %v", err)
+	}
+	if len(c.Runs) != 2 || c.Runs[0].Mode != "virtual" || c.Runs[1].Mode != "real" || c.Mode != "both" {
+		t.Fatalf("mode %q, runs %d (%+v); want both: virtual, then real", c.Mode, len(c.Runs), c.Runs)
+	}
+	var targets []TargetResult
+	for i, r := range c.Runs {
+		checkNothingLost(t, r, sessions, "musepi")
+		if got, want := systemNames(r), []string{"musepi"}; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s run: systems %v, want %v", r.Mode, got, want)
+		}
+		checkTargetsOf(t, r, []int{6, 5}[i])
+		targets = append(targets, r.Targets...)
+	}
+	if _, ok := c.Runs[1].Systems[0].Figures["lateness_p99_ms"]; !ok {
+		t.Errorf("real run: MusePi has no lateness (not run on the wall clock?)")
+	}
+	if !reflect.DeepEqual(c.Targets, targets) {
+		t.Errorf("targets %+v, want the runs' %+v", c.Targets, targets)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "storm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != string(md) {
+		t.Errorf("stdout is not storm.md:\n%s", stdout.String())
+	}
+	checkOrder(t, string(md), "## virtual mode", "## real mode", "## Targets")
 }
 
 func TestRunBadFlags(t *testing.T) {

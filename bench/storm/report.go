@@ -15,32 +15,76 @@ import (
 )
 
 // writeMarkdown renders r as a Markdown document: a header block, one
-// table with a row per figure and a column per system, then the ratios
-// and notes when there are any.
+// table with a row per figure and a column per system, then the ratios,
+// the targets and the notes when there are any.
 func writeMarkdown(w io.Writer, r *Report) error {
 	var b bytes.Buffer
 	b.WriteString("# Retry storm benchmark\n\n")
 	fmt.Fprintf(&b, "- Command: %s\n", codeSpan(r.Command))
-	fmt.Fprintf(&b, "- Mode: %s\n", r.Mode)
-	fmt.Fprintf(&b, "- Sessions: %s\n", formatNumber(float64(r.Sessions)))
-	fmt.Fprintf(&b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
-	fmt.Fprintf(&b, "- Scenario: %s\n", r.Scenario)
-	fmt.Fprintf(&b, "- Outage: %s s – %s s\n",
-		formatNumber(float64(r.OutageStartMs)/1000), formatNumber(float64(r.OutageEndMs)/1000))
-	fmt.Fprintf(&b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
+	writeRunMarkdown(&b, r, "##")
+	writeTargets(&b, r.Targets, "##")
+	writeNotes(&b, r, "##")
+	_, err := w.Write(b.Bytes())
+	return err
+}
 
+// writeCombinedMarkdown renders c as a Markdown document: a header block,
+// each run's section (its header block, table, ratios and notes) one after
+// the other, then the targets of both.
+func writeCombinedMarkdown(w io.Writer, c *Combined) error {
+	var b bytes.Buffer
+	b.WriteString("# Retry storm benchmark\n\n")
+	fmt.Fprintf(&b, "- Command: %s\n", codeSpan(c.Command))
+	modes := make([]string, len(c.Runs))
+	for i, r := range c.Runs {
+		modes[i] = r.Mode
+	}
+	fmt.Fprintf(&b, "- Modes: %s, one run after the other\n", strings.Join(modes, ", "))
+	fmt.Fprintf(&b, "- Elapsed: %s s\n", formatNumber(c.Elapsed.Seconds()))
+	for _, r := range c.Runs {
+		fmt.Fprintf(&b, "\n## %s mode\n\n", r.Mode)
+		writeRunMarkdown(&b, r, "###")
+		writeNotes(&b, r, "###")
+	}
+	writeTargets(&b, c.Targets, "##")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// writeRunMarkdown writes r's header lines but the command, its figure
+// table and its ratios, under headings of level heading ("##").
+func writeRunMarkdown(b *bytes.Buffer, r *Report, heading string) {
+	fmt.Fprintf(b, "- Mode: %s\n", r.Mode)
+	fmt.Fprintf(b, "- Sessions: %s\n", formatNumber(float64(r.Sessions)))
+	fmt.Fprintf(b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
+	fmt.Fprintf(b, "- Scenario: %s\n", r.Scenario)
+	fmt.Fprintf(b, "- Outage: %s s – %s s\n",
+		formatNumber(float64(r.OutageStartMs)/1000), formatNumber(float64(r.OutageEndMs)/1000))
+	fmt.Fprintf(b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
+	writeFigureTable(b, r.Systems)
+	if len(r.Ratios) > 0 {
+		fmt.Fprintf(b, "\n%s Ratios\n\n| Ratio | Value |\n|---|--:|\n", heading)
+		for _, q := range r.Ratios {
+			fmt.Fprintf(b, "| %s | %s× |\n", mdCell(q.Label), formatRatio(q.Value))
+		}
+	}
+}
+
+// writeFigureTable writes the table of systems' figures: a row per figure
+// some system has, a column per system.
+func writeFigureTable(b *bytes.Buffer, systems []System) {
 	b.WriteString("| Figure |")
-	for _, s := range r.Systems {
-		fmt.Fprintf(&b, " %s |", mdCell(s.Name))
+	for _, s := range systems {
+		fmt.Fprintf(b, " %s |", mdCell(s.Name))
 	}
 	b.WriteString("\n|---|")
-	for range r.Systems {
+	for range systems {
 		b.WriteString("--:|")
 	}
 	b.WriteString("\n")
 	for _, f := range figures {
-		cells, present := make([]string, len(r.Systems)), false
-		for i, s := range r.Systems {
+		cells, present := make([]string, len(systems)), false
+		for i, s := range systems {
 			v, ok := s.Figures[f.Key]
 			if !ok {
 				cells[i] = "—"
@@ -55,34 +99,67 @@ func writeMarkdown(w io.Writer, r *Report) error {
 		if f.Unit != "" {
 			label += " (" + f.Unit + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s |\n", mdCell(label), strings.Join(cells, " | "))
+		fmt.Fprintf(b, "| %s | %s |\n", mdCell(label), strings.Join(cells, " | "))
 	}
+}
 
-	if len(r.Ratios) > 0 {
-		b.WriteString("\n## Ratios\n\n| Ratio | Value |\n|---|--:|\n")
-		for _, q := range r.Ratios {
-			fmt.Fprintf(&b, "| %s | %s× |\n", mdCell(q.Label), formatRatio(q.Value))
-		}
+// writeTargets writes the targets table under a heading of level heading,
+// a row per target: its name and mode, the measured value, the bound and
+// whether it is met (and why not, when a figure is missing); nothing when
+// there are no targets.
+func writeTargets(b *bytes.Buffer, targets []TargetResult, heading string) {
+	if len(targets) == 0 {
+		return
 	}
+	fmt.Fprintf(b, "\n%s Targets\n\n| Target | Measured | Bound | Met |\n|---|--:|--:|---|\n", heading)
+	for _, t := range targets {
+		measured, met := "—", "no"
+		if t.Measured != nil {
+			measured = formatRatio(*t.Measured)
+		}
+		if t.Met {
+			met = "yes"
+		}
+		if t.Missing != "" {
+			met += " (" + t.Missing + ")"
+		}
+		fmt.Fprintf(b, "| %s (%s) | %s | %s %s | %s |\n",
+			mdCell(t.Name), t.Mode, measured, comparisonSign(t.Comparison), formatRatio(t.Bound), mdCell(met))
+	}
+}
+
+// comparisonSign is the sign c is written with in a table: ≤ or ≥.
+func comparisonSign(c comparison) string {
+	switch c {
+	case atMost:
+		return "≤"
+	case atLeast:
+		return "≥"
+	}
+	return string(c)
+}
+
+// writeNotes writes the notes of r and of its systems under a heading of
+// level heading; nothing when there are none.
+func writeNotes(b *bytes.Buffer, r *Report, heading string) {
 	notes := slices.Clone(r.Notes)
 	for _, s := range r.Systems {
 		notes = append(notes, s.Notes...)
 	}
-	if len(notes) > 0 {
-		b.WriteString("\n## Notes\n\n")
-		for _, n := range notes {
-			fmt.Fprintf(&b, "- %s\n", n)
-		}
+	if len(notes) == 0 {
+		return
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	fmt.Fprintf(b, "\n%s Notes\n\n", heading)
+	for _, n := range notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
 }
 
-// writeJSON writes r as indented JSON.
-func writeJSON(w io.Writer, r *Report) error {
+// writeJSON writes v (a *Report or a *Combined) as indented JSON.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return enc.Encode(v)
 }
 
 // SVG layout, in pixels.
@@ -207,34 +284,57 @@ func writeSVG(w io.Writer, r *Report) error {
 	return err
 }
 
-// writeOutputs creates dir and writes storm.md, storm.json and storm.svg
-// into it.
-func writeOutputs(dir string, r *Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+// outputFile is one file of a run's outputs: its name and what renders
+// it.
+type outputFile struct {
+	name   string
+	render func(io.Writer) error
+}
+
+// reportFiles are the outputs of a run of one mode: storm.md, storm.json
+// and storm.svg.
+func reportFiles(r *Report) []outputFile {
+	return []outputFile{
+		{"storm.md", func(w io.Writer) error { return writeMarkdown(w, r) }},
+		{"storm.json", func(w io.Writer) error { return writeJSON(w, r) }},
+		{"storm.svg", func(w io.Writer) error { return writeSVG(w, r) }},
 	}
-	for _, out := range []struct {
-		name  string
-		write func(io.Writer, *Report) error
-	}{
-		{"storm.md", writeMarkdown},
-		{"storm.json", writeJSON},
-		{"storm.svg", writeSVG},
-	} {
-		if err := writeFile(filepath.Join(dir, out.name), r, out.write); err != nil {
-			return fmt.Errorf("%s: %w", out.name, err)
+}
+
+// combinedFiles are the outputs of -mode both: storm.md and storm.json
+// for both runs, and each run's plot, storm-<mode>.svg (their time scales
+// differ).
+func combinedFiles(c *Combined) []outputFile {
+	files := []outputFile{
+		{"storm.md", func(w io.Writer) error { return writeCombinedMarkdown(w, c) }},
+		{"storm.json", func(w io.Writer) error { return writeJSON(w, c) }},
+	}
+	for _, r := range c.Runs {
+		files = append(files, outputFile{"storm-" + r.Mode + ".svg", func(w io.Writer) error { return writeSVG(w, r) }})
+	}
+	return files
+}
+
+// writeFiles creates dir and writes files into it.
+func writeFiles(dir string, files []outputFile) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output folder: %w", err)
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.render); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	return nil
 }
 
-// writeFile creates path and renders r into it with write.
-func writeFile(path string, r *Report, write func(io.Writer, *Report) error) error {
+// writeFile creates path and renders into it with render.
+func writeFile(path string, render func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := write(f, r); err != nil {
+	if err := render(f); err != nil {
 		f.Close()
 		return err
 	}

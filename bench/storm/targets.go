@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// comparison is how a measured value must relate to its target's bound.
+type comparison string
+
+// The comparisons a target makes.
+const (
+	atMost  comparison = "<="
+	atLeast comparison = ">="
+)
+
+// holds reports whether v meets bound by c; false for a comparison it
+// does not know.
+func (c comparison) holds(v, bound float64) bool {
+	switch c {
+	case atMost:
+		return v <= bound
+	case atLeast:
+		return v >= bound
+	}
+	return false
+}
+
+// target is one performance target: a figure of MusePi's, its own or
+// over the same figure of the floor or the peer in the same run, and the
+// bound it must meet.
+type target struct {
+	mode   string // the mode it applies to: "virtual" or "real"
+	label  string // what the figure is, e.g. "CPU per attempt"
+	key    string // the figure's Figure.Key
+	versus string // "floor" or "peer": a ratio to its figure; empty: MusePi's own figure
+	cmp    comparison
+	bound  float64
+}
+
+// targets are the project's performance targets, set in issue 27 (the
+// storm's goals for the runtime): each mode's bounds on the figures the
+// storm measures. Most are ratios to the floor or the peer measured in
+// the same run, so that the speed of the shared host cancels out.
+var targets = []target{
+	{"virtual", "CPU per attempt", "cpu_us_per_attempt", "floor", atMost, 1.5},
+	{"virtual", "retry attempts per wall-second", "attempts_per_second", "floor", atLeast, 0.67},
+	{"virtual", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 0.9},
+	{"virtual", "peak heap + goroutine stacks", "peak_memory_mb", "peer", atMost, 1.0},
+	{"virtual", "prompts lost", "prompts_lost", "", atMost, 0},
+	{"virtual", "lockstep index", "lockstep_index", "", atMost, 1.5},
+	{"real", "CPU per attempt", "cpu_us_per_attempt", "peer", atMost, 0.9},
+	{"real", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 1.0},
+	{"real", "first-wave p99 wake-up lateness", "first_wave_lateness_p99_ms", "peer", atMost, 1.0},
+	{"real", "max wake-up lateness", "lateness_max_ms", "peer", atMost, 2.0},
+	{"real", "prompts lost", "prompts_lost", "", atMost, 0},
+}
+
+// TargetResult is one target checked on one MusePi system of a run.
+type TargetResult struct {
+	Mode       string     `json:"mode"`       // "virtual" or "real"
+	Name       string     `json:"name"`       // "CPU per attempt, musepi / floor"
+	System     string     `json:"system"`     // the MusePi system checked
+	Measured   *float64   `json:"measured"`   // null when a figure is missing
+	Comparison comparison `json:"comparison"` // "<=" or ">="
+	Bound      float64    `json:"bound"`
+	Met        bool       `json:"met"`
+	Missing    string     `json:"missing,omitempty"` // why there is no measured value
+}
+
+// checkTargets checks the targets of mode on every single-node MusePi
+// system of systems; a target whose figures are missing is not met. Its
+// list is empty, not nil, when no target applies to mode (cluster mode).
+func checkTargets(mode string, systems []System) []TargetResult {
+	byName := map[string]System{}
+	for _, s := range systems {
+		byName[s.Name] = s
+	}
+	out := []TargetResult{}
+	for _, name := range targetSystems(systems) {
+		for _, t := range targets {
+			if t.mode == mode {
+				out = append(out, t.check(name, byName))
+			}
+		}
+	}
+	return out
+}
+
+// targetSystems are the names of the systems the targets are checked on:
+// the single-node MusePi systems ("musepi", or "musepi-budget-off" and
+// "musepi-budget-on"), or "musepi" when the run has none, so that every
+// target is still reported (as not met).
+func targetSystems(systems []System) []string {
+	var names []string
+	for _, s := range systems {
+		if strings.HasPrefix(s.Name, "musepi") && !strings.HasPrefix(s.Name, "musepi-cluster-") {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) == 0 {
+		return []string{"musepi"}
+	}
+	return names
+}
+
+// check checks t on the system named system, by the figures of byName.
+func (t target) check(system string, byName map[string]System) TargetResult {
+	r := TargetResult{Mode: t.mode, Name: t.name(system), System: system, Comparison: t.cmp, Bound: t.bound}
+	v, missing := t.measure(system, byName)
+	if missing != "" {
+		r.Missing = missing
+		return r
+	}
+	r.Measured, r.Met = &v, t.cmp.holds(v, t.bound)
+	return r
+}
+
+// name is t's name for system: "CPU per attempt, musepi / floor", or
+// "prompts lost, musepi" for a figure of its own.
+func (t target) name(system string) string {
+	if t.versus == "" {
+		return t.label + ", " + system
+	}
+	return fmt.Sprintf("%s, %s / %s", t.label, system, t.versus)
+}
+
+// measure is t's measured value for system: its figure, or its figure
+// over the one of t.versus. When it cannot be had, missing says why.
+func (t target) measure(system string, byName map[string]System) (v float64, missing string) {
+	v, ok := byName[system].Figures[t.key]
+	if !ok {
+		return 0, fmt.Sprintf("%s has no %s", system, t.key)
+	}
+	if t.versus == "" {
+		return v, ""
+	}
+	d, ok := byName[t.versus].Figures[t.key]
+	switch {
+	case !ok:
+		return 0, fmt.Sprintf("%s has no %s", t.versus, t.key)
+	case d <= 0:
+		return 0, fmt.Sprintf("%s's %s is %s: no ratio", t.versus, t.key, formatNumber(d))
+	}
+	return v / d, ""
+}
