@@ -26,6 +26,12 @@ type nominal struct{}
 
 func (nominal) Float64() float64 { return 1 }
 
+// fixedJitter is a jitter source giving r forever (set jitter=r): 0 gives
+// 75 % of the nominal delays, 0.5 gives 87.5 %.
+type fixedJitter float64
+
+func (r fixedJitter) Float64() float64 { return float64(r) }
+
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 
 func TestScripts(t *testing.T) {
@@ -86,10 +92,18 @@ type script struct {
 	t     *testing.T
 	core  *Core
 	cfg   Config
+	src   retry.Source // the jitter source (nominal unless set jitter=r)
 	now   time.Time
 	token uint64 // of the last timer or ask
 	turn  uint64 // of the last turn started
 	buf   Effects
+	// The tokens of the last ask-budget and the last arm-timer, and those
+	// a script kept by name (keep-token NAME), for token=REF[+N].
+	ask, timer uint64
+	kept       map[string]uint64
+	// showBudget: ask-budget shows its latest instant, auto_retry_start
+	// the part of its delay the budget added (set showBudget=true).
+	showBudget bool
 	// resume: after each input that leaves the core at rest, go on with a
 	// core resumed from its Record (TestScriptsResumedAtRest).
 	resume  bool
@@ -107,13 +121,7 @@ func runScript(t *testing.T, text string) string {
 // input that leaves the core at rest with a core resumed from its record;
 // it also says how often it did.
 func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
-	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()}, resume: resume}
-	// Model fallback is off unless a script sets it; the default role has a
-	// chain (to fake/m2) unless a script sets fallbackChains=none.
-	sc.cfg.Settings.ModelFallback = false
-	sc.cfg.Settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
-	// The provider fake has credentials unless a script sets credentials=none.
-	sc.cfg.Credentialed = map[string]bool{"fake": true}
+	sc := newScript(t, resume)
 	var out strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
 		switch {
@@ -129,24 +137,77 @@ func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
 	return out.String(), sc.resumed
 }
 
-// input runs one command and renders the effects.
+// newScript is a script's core before its first input, with the
+// scripts' defaults.
+func newScript(t *testing.T, resume bool) *script {
+	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()},
+		src: nominal{}, resume: resume, kept: map[string]uint64{}}
+	// Model fallback is off unless a script sets it; the default role has a
+	// chain (to fake/m2) unless a script sets fallbackChains=none.
+	sc.cfg.Settings.ModelFallback = false
+	sc.cfg.Settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
+	// The provider fake has credentials unless a script sets credentials=none.
+	sc.cfg.Credentialed = map[string]bool{"fake": true}
+	return sc
+}
+
+// input runs one command and renders the effects. Commands answering a
+// token (backoff-done, credential-reply, fallback-reply, budget-grant,
+// budget-release) take token=REF[+N] to answer another one: REF is ask
+// (the last ask-budget's), timer (the last arm-timer's), last (the last
+// timer's or ask's) or a name keep-token gave; +N adds N.
 func (sc *script) input(line string) []string {
 	sc.t.Helper()
 	cmd, arg, _ := strings.Cut(line, " ")
 	args := strings.Fields(arg)
+	token, tokenSet := uint64(0), false
+	if cmd != "set" {
+		var rest []string
+		for _, a := range args {
+			if ref, ok := strings.CutPrefix(a, "token="); ok {
+				token, tokenSet = sc.tokenRef(ref), true
+				continue
+			}
+			rest = append(rest, a)
+		}
+		args = rest
+	}
+	tokenOr := func(dflt uint64) uint64 {
+		if tokenSet {
+			return token
+		}
+		return dflt
+	}
 	var in Input
-	switch cmd {
-	case "set": // settings and config, before the first prompt: key=value ...
+	if cmd == "set" { // settings and config, before the first prompt: key=value ...
+		if sc.core != nil {
+			sc.t.Fatalf("%s: set after the core started", line)
+		}
 		for _, kv := range args {
 			sc.set(kv)
 		}
 		return nil
+	}
+	if sc.core == nil {
+		sc.core = New(sc.cfg, sc.src)
+	}
+	switch cmd {
 	case "advance":
 		d, err := time.ParseDuration(arg)
 		if err != nil {
 			sc.t.Fatalf("advance %q: %v", arg, err)
 		}
 		sc.now = sc.now.Add(d)
+		return nil
+	case "keep-token": // NAME [REF]: remember a token (REF as in token=, last unless given)
+		ref := "last"
+		if len(args) == 2 {
+			ref = args[1]
+		}
+		if len(args) == 0 || len(args) > 2 {
+			sc.t.Fatalf("%s: want keep-token NAME [REF]", line)
+		}
+		sc.kept[args[0]] = sc.tokenRef(ref)
 		return nil
 	case "prompt": // recorded by the owner
 		in = Input{Kind: InPrompt}
@@ -165,7 +226,8 @@ func (sc *script) input(line string) []string {
 	case "tools-done":
 		in = Input{Kind: InToolsDone, Turn: sc.turn}
 	case "backoff-done": // [key-free]: the key held is free in the node's view
-		in = Input{Kind: InBackoffDone, Token: sc.token, Generation: sc.core.Generation(), KeyFree: arg == "key-free"}
+		in = Input{Kind: InBackoffDone, Token: tokenOr(sc.token), Generation: sc.core.Generation(),
+			KeyFree: len(args) > 0 && args[0] == "key-free"}
 	case "timer-lost":
 		in = Input{Kind: InTimerLost}
 	case "abort":
@@ -179,7 +241,7 @@ func (sc *script) input(line string) []string {
 	case "set-model":
 		in = Input{Kind: InSetModel, Model: arg}
 	case "credential-reply": // "switched KEY" | "none [retry-at=+20s]"
-		in = Input{Kind: InCredentialReply, Token: sc.token}
+		in = Input{Kind: InCredentialReply, Token: tokenOr(sc.token)}
 		if len(args) > 0 && args[0] == "switched" {
 			in.Switched, in.Credential = true, args[1]
 		}
@@ -189,17 +251,22 @@ func (sc *script) input(line string) []string {
 			}
 		}
 	case "fallback-reply": // "FROM TO [until=+60s]" | "none"
-		in = Input{Kind: InFallbackReply, Token: sc.token, Role: sc.cfg.Role}
-		if len(args) >= 2 {
-			in.Switched, in.From, in.To = true, args[0], args[1]
-		}
+		in = Input{Kind: InFallbackReply, Token: tokenOr(sc.token), Role: sc.cfg.Role}
+		var models []string
 		for _, a := range args {
 			if v, ok := strings.CutPrefix(a, "until="); ok {
 				in.CooldownUntil = sc.at(v)
+			} else {
+				models = append(models, a)
 			}
 		}
-	case "budget-grant":
-		in = Input{Kind: InBudgetGrant, Token: sc.token, At: sc.at(arg)}
+		if len(models) >= 2 {
+			in.Switched, in.From, in.To = true, models[0], models[1]
+		}
+	case "budget-grant": // AT (+2s: after now)
+		in = Input{Kind: InBudgetGrant, Token: tokenOr(sc.token), At: sc.at(sc.arg(args))}
+	case "budget-release": // AT: the held retry of the last ask-budget may go out then
+		in = Input{Kind: InBudgetRelease, Token: tokenOr(sc.ask), At: sc.at(sc.arg(args))}
 	case "compaction-done":
 		in = Input{Kind: InCompactionDone, Generation: sc.core.Generation()}
 		if arg != "ok" {
@@ -213,9 +280,6 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InHistoryFailed, Err: arg, RevertModel: true}
 	default:
 		sc.t.Fatalf("unknown command %q", line)
-	}
-	if sc.core == nil {
-		sc.core = New(sc.cfg, nominal{})
 	}
 	sc.buf.Reset()
 	sc.core.Step(&sc.buf, sc.now, in)
@@ -242,7 +306,7 @@ func (sc *script) input(line string) []string {
 		if rec, err = RecordFromWire(&w); err != nil {
 			sc.t.Fatal(err)
 		}
-		if sc.core, err = Resume(sc.cfg, nominal{}, rec); err != nil {
+		if sc.core, err = Resume(sc.cfg, sc.src, rec); err != nil {
 			sc.t.Fatalf("Resume: %v", err)
 		}
 		sc.resumed++
@@ -281,12 +345,56 @@ func (sc *script) set(kv string) {
 		s.Budget.Enabled = v == "true"
 	case "maxDelay":
 		s.MaxDelay, _ = time.ParseDuration(v)
+	case "baseDelay":
+		s.BaseDelay, _ = time.ParseDuration(v)
+	case "jitter": // the jitter source gives v forever
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			sc.t.Fatalf("jitter %q: %v", v, err)
+		}
+		sc.src = fixedJitter(r)
+	case "showBudget":
+		sc.showBudget = v == "true"
 	default:
 		sc.t.Fatalf("unknown setting %q", kv)
 	}
 }
 
-// at reads "+20s" as an instant after the script's now.
+// tokenRef is the token ref names: ask, timer, last or a kept name, with
+// an optional +N.
+func (sc *script) tokenRef(ref string) uint64 {
+	name, plus, _ := strings.Cut(ref, "+")
+	var n uint64
+	if plus != "" {
+		var err error
+		if n, err = strconv.ParseUint(plus, 10, 64); err != nil {
+			sc.t.Fatalf("token=%s: %v", ref, err)
+		}
+	}
+	switch name {
+	case "ask":
+		return sc.ask + n
+	case "timer":
+		return sc.timer + n
+	case "last":
+		return sc.token + n
+	}
+	tok, ok := sc.kept[name]
+	if !ok {
+		sc.t.Fatalf("token=%s: no token kept as %q", ref, name)
+	}
+	return tok + n
+}
+
+// arg is a command's one argument.
+func (sc *script) arg(args []string) string {
+	if len(args) != 1 {
+		sc.t.Fatalf("want one argument, got %q", args)
+	}
+	return args[0]
+}
+
+// at reads "+20s" (or "-1m") as an instant relative to the script's now.
 func (sc *script) at(v string) time.Time {
 	d, err := time.ParseDuration(strings.TrimPrefix(v, "+"))
 	if err != nil {
@@ -296,10 +404,32 @@ func (sc *script) at(v string) time.Time {
 }
 
 // message builds a turn's message: "stop TEXT", "tool-use NAME",
-// "error STATUS TEXT...", "refusal TEXT...", "aborted".
+// "error STATUS [MOD...] TEXT...", "refusal [MOD...] TEXT...", "aborted".
+// The MODs before an error's or refusal's text: header:NAME=VALUE (a
+// response header), output:text or output:tool-call (what the turn had
+// streamed before it failed), details:TYPE (a refusal's stop details type,
+// sensitive unless set).
 func (sc *script) message(args []string) *messages.AssistantMessage {
 	if len(args) == 0 {
 		sc.t.Fatal("turn-end needs a kind")
+	}
+	switch args[0] {
+	case "error", "refusal":
+		first := 1
+		if args[0] == "error" {
+			first = 2
+		}
+		if len(args) < first {
+			sc.t.Fatalf("turn-end %s: too few arguments", args[0])
+		}
+		m, details := sc.failure(args[0], args[first:])
+		if args[0] == "error" {
+			status, _ := strconv.Atoi(args[1])
+			m.HttpStatus = int32(status)
+		} else {
+			m.StopDetails = &messages.StopDetails{Type: details}
+		}
+		return m
 	}
 	rest := strings.Join(args[1:], " ")
 	switch args[0] {
@@ -309,13 +439,6 @@ func (sc *script) message(args []string) *messages.AssistantMessage {
 	case "tool-use":
 		return &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_TOOL_USE,
 			Content: []*messages.ContentBlock{{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: "call_1", Name: rest}}}}}
-	case "error":
-		status, _ := strconv.Atoi(args[1])
-		return &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR, HttpStatus: int32(status),
-			ErrorMessage: strings.Join(args[2:], " ")}
-	case "refusal":
-		return &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: rest,
-			StopDetails: &messages.StopDetails{Type: retry.StopDetailSensitive}}
 	case "aborted":
 		return &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ABORTED, ErrorMessage: retry.AbortSentinel}
 	}
@@ -323,11 +446,43 @@ func (sc *script) message(args []string) *messages.AssistantMessage {
 	return nil
 }
 
+// failure builds a failed turn's message from its MODs and text (see
+// message); it returns the stop details type the MODs gave.
+func (sc *script) failure(kind string, args []string) (*messages.AssistantMessage, string) {
+	m := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR}
+	details := retry.StopDetailSensitive
+	for len(args) > 0 {
+		k, v, _ := strings.Cut(args[0], ":")
+		switch {
+		case k == "header" && strings.Contains(v, "="):
+			name, value, _ := strings.Cut(v, "=")
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[name] = value
+		case k == "output" && v == "text":
+			m.Content = append(m.Content, &messages.ContentBlock{Block: &messages.ContentBlock_Text{Text: &messages.TextBlock{Text: "partial"}}})
+		case k == "output" && v == "tool-call":
+			m.Content = append(m.Content, &messages.ContentBlock{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: "call_1", Name: "ls"}}})
+		case k == "details" && kind == "refusal" && v != "":
+			details = v
+		default:
+			m.ErrorMessage = strings.Join(args, " ")
+			return m, details
+		}
+		args = args[1:]
+	}
+	return m, details
+}
+
 // render writes one effect as a line; it remembers the tokens and turns
 // later inputs answer.
 func (sc *script) render(e *Effect) string {
 	switch e.Kind {
 	case Emit:
+		if e.Event.Kind == EventAutoRetryStart && sc.showBudget {
+			return "emit " + renderEvent(e.Event) + " budget=" + e.Event.Start.BudgetDelay.String()
+		}
 		return "emit " + renderEvent(e.Event)
 	case AppendModelChange:
 		return fmt.Sprintf("append-model-change %s -> %s (%s)", e.Change.From, e.Change.To, e.Change.Reason)
@@ -344,7 +499,7 @@ func (sc *script) render(e *Effect) string {
 	case RunTools:
 		return fmt.Sprintf("run-tools %d calls=%d", e.Turn, len(e.Calls))
 	case ArmTimer:
-		sc.token = e.Token
+		sc.token, sc.timer = e.Token, e.Token
 		return fmt.Sprintf("arm-timer %s then continue %s gen=%d", e.Delay, e.ContinueDelay, e.Generation)
 	case AskCredentialSwitch:
 		sc.token = e.Token
@@ -353,8 +508,20 @@ func (sc *script) render(e *Effect) string {
 		sc.token = e.Token
 		return fmt.Sprintf("ask-fallback %s primary=%s role=%s cooldown=%s pin=%t", e.Model, e.Primary, e.Role, e.BlockFor, e.Pin)
 	case AskBudget:
-		sc.token = e.Token
-		return fmt.Sprintf("ask-budget %s due=+%s", e.Model, e.Due.Sub(sc.now))
+		sc.token, sc.ask = e.Token, e.Token
+		s := fmt.Sprintf("ask-budget %s due=+%s", e.Model, e.Due.Sub(sc.now))
+		if sc.showBudget {
+			if e.Latest.IsZero() {
+				return s + " latest=none"
+			}
+			return s + " latest=+" + e.Latest.Sub(sc.now).String()
+		}
+		return s
+	case CancelTimer:
+		if e.Token != sc.timer {
+			sc.t.Errorf("cancel-timer %d: the timer armed last is %d", e.Token, sc.timer)
+		}
+		return e.Kind.String()
 	case ReportOutcome:
 		return fmt.Sprintf("report-outcome %s success=%t", e.Model, e.Success)
 	case Compact:
