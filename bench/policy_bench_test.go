@@ -6,6 +6,7 @@ import (
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
 // half is a jitter source that always draws 0.5 (a jitter factor of 0.875).
@@ -74,11 +75,12 @@ func BenchmarkClassify(b *testing.B) {
 	}
 }
 
-// BenchmarkChainStep: one op is one retry attempt through a retry.Chain: the
-// retryable TurnEnded, then the replies the chain asks for (sleep done, and
-// credential or model-fallback replies if it asks), up to ScheduleContinue.
-// Model fallback is off and MaxRetries is huge, so the chain never ends.
-func BenchmarkChainStep(b *testing.B) {
+// BenchmarkCoreAttempt: one op is one retry attempt through a
+// session.Core, the decision alone (no actor, no message): the failed
+// turn's end, which backs off, and the backoff's end, which starts the
+// next turn. Model fallback is off, the provider has no credentials and
+// MaxRetries is huge, so the chain never ends.
+func BenchmarkCoreAttempt(b *testing.B) {
 	s := retry.DefaultSettings()
 	s.ModelFallback = false
 	s.MaxRetries = 1 << 30
@@ -90,45 +92,35 @@ func BenchmarkChainStep(b *testing.B) {
 		{"429_retry_after_header", failedTurn("429 Too Many Requests", 429, "retry-after", "3")},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := retry.NewChain(half{})
-			turn := retry.TurnEnded(benchNow, s, bc.msg, retry.AbortState{}, 1)
-			attempt := func() {
-				effects := c.Step(turn)
-				for {
-					in, ok := replyTo(b, effects)
-					if !ok {
-						break
+			c := session.New(session.Config{Model: "p/m", Role: "default", Settings: s}, half{})
+			var out session.Effects
+			step := func(in session.Input) (turn, token uint64) {
+				out.Reset()
+				c.Step(&out, benchNow, in)
+				for _, e := range out.List() {
+					switch e.Kind {
+					case session.StartTurn:
+						turn = e.Turn
+					case session.ArmTimer:
+						token = e.Token
 					}
-					effects = c.Step(in)
 				}
-				if len(effects) == 0 || effects[len(effects)-1].Kind != retry.ScheduleContinue {
-					b.Fatalf("attempt %d did not end in schedule_continue: %v", c.Attempt(), effects)
+				return turn, token
+			}
+			turn, _ := step(session.Input{Kind: session.InPrompt})
+			attempt := func() {
+				_, token := step(session.Input{Kind: session.InTurnEnded, Turn: turn, Message: bc.msg})
+				if turn, _ = step(session.Input{Kind: session.InBackoffDone, Token: token, Generation: c.Generation()}); turn == 0 {
+					b.Fatalf("attempt %d started no turn (state %s)", c.Generation(), c.State())
 				}
 			}
-			attempt() // opens the lifecycle; the loop measures steady-state attempts
+			attempt() // opens the chain; the loop measures steady-state attempts
 			b.ReportAllocs()
 			for b.Loop() {
 				attempt()
 			}
 		})
 	}
-}
-
-// replyTo is the input that answers the request or timer among effects, if any.
-func replyTo(b *testing.B, effects []retry.Effect) (retry.Input, bool) {
-	for _, e := range effects {
-		switch e.Kind {
-		case retry.Sleep:
-			return retry.Input{Kind: retry.InputSleepDone, Token: e.Token}, true
-		case retry.AskModelFallback:
-			return retry.Input{Kind: retry.InputFallbackReply, Token: e.Token}, true
-		case retry.AskCredentialSwitch:
-			return retry.Input{Kind: retry.InputCredentialReply, Now: benchNow, Token: e.Token}, true
-		case retry.EmitEnd:
-			b.Fatalf("the chain ended: %+v", e.End)
-		}
-	}
-	return retry.Input{}, false
 }
 
 // BenchmarkParseHint: one op is one retry.ParseHint of a failed response's
@@ -164,7 +156,7 @@ func BenchmarkParseHint(b *testing.B) {
 // BenchmarkFailureText: one op is what a retry attempt reads from a failed
 // turn's error text and headers, for the retry storm's error kinds (the
 // texts bench/storm's provider reports): retry.Classify, retry.ParseHint and
-// retry.LimitWait, as retry.Chain calls them.
+// retry.LimitWait, as the session core calls them.
 func BenchmarkFailureText(b *testing.B) {
 	for _, bc := range []struct {
 		name  string

@@ -314,7 +314,7 @@ func (x *RecordModelState) GetPrimaryUntilUnixNano() int64 {
 	return 0
 }
 
-// RecordChain is a retry chain's state (retry.ChainState).
+// RecordChain is a retry chain's state (session.ChainRecord).
 type RecordChain struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Phase           string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`

@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// t0 is the budget tests' start.
+var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
 // at is t0 plus n milliseconds: the budget tests' clock.
 func at(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 

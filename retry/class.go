@@ -3,6 +3,7 @@ package retry
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/musepi/musepi/messages"
 )
@@ -81,7 +82,8 @@ type AbortState struct {
 	EditGuard bool // the streaming-edit guard aborted the stream
 }
 
-func (a AbortState) any() bool { return a.User || a.Dispose || a.EditGuard }
+// Any reports whether any deliberate abort is set.
+func (a AbortState) Any() bool { return a.User || a.Dispose || a.EditGuard }
 
 // Classify says what the policy does with msg, the last assistant message of
 // a turn. A nil message is NotRetryable. Classification never panics.
@@ -192,7 +194,27 @@ func ProviderText(text string, status int) string {
 }
 
 func isReasonlessAbort(msg *messages.AssistantMessage, aborts AbortState) bool {
-	return msg.GetErrorMessage() == AbortSentinel && !aborts.any() && !HasObservableOutput(msg)
+	return msg.GetErrorMessage() == AbortSentinel && !aborts.Any() && !HasObservableOutput(msg)
+}
+
+// Reading reads one failed turn for a decision: its class, the provider's
+// hint and a limit's reason estimate, with the error text read once for
+// all three. The zero value is ready; use one per message.
+type Reading struct{ r reading }
+
+// Classify is Classify on the reading.
+func (rd *Reading) Classify(msg *messages.AssistantMessage, aborts AbortState) Class {
+	return classify(msg, aborts, &rd.r)
+}
+
+// Hint is ParseHint on the reading.
+func (rd *Reading) Hint(headers map[string]string, text string, now time.Time) (Hint, bool) {
+	return parseHint(headers, text, now, &rd.r)
+}
+
+// LimitWait is LimitWait on the reading.
+func (rd *Reading) LimitWait(text string, status int, r float64) (LimitReason, time.Duration) {
+	return limitWait(rd.r.of(text), status, r)
 }
 
 // reading is a failed turn's error text as the policy reads it, once for
@@ -222,3 +244,13 @@ func (r *reading) of(text string) *reading {
 // provider is the provider part of the text read, for a message of HTTP
 // status status (see ProviderText).
 func (r *reading) provider(status int) string { return ProviderText(r.text, status) }
+
+// ParseClass is the Class named name (Class.String), false for none.
+func ParseClass(name string) (Class, bool) {
+	for c, n := range classNames {
+		if n == name {
+			return Class(c), true
+		}
+	}
+	return 0, false
+}

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"sync"
 	"time"
 
 	"github.com/musepi/musepi/messages"
@@ -44,10 +43,6 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// continueDelay is the delay of the continue a retry schedules after its
-// backoff sleep (spec 3 step 13).
-const continueDelay = time.Millisecond
-
 // Config is a session's own configuration.
 type Config struct {
 	Model string // primary "provider/model"
@@ -71,11 +66,13 @@ type Config struct {
 	Credentialed map[string]bool
 }
 
-// Core is one session's lifecycle as a pure state machine. It is not safe
-// for concurrent use: an actor owns it.
+// Core is one session's lifecycle as a pure state machine, its retry
+// chain included: one Step takes every input and returns every effect. It
+// is not safe for concurrent use: an actor owns it.
 type Core struct {
-	src   retry.Source
-	chain retry.Chain // holds the settings: Config.Settings, with Enabled as of the last turn's end
+	src      retry.Source
+	settings retry.Settings // Config.Settings (Enabled is enabled)
+	ch       ChainRecord    // the retry chain of the running prompt
 
 	primary string // the primary "provider/model" (Config.Model, or what the user set)
 	role    string // model role for fallback chains
@@ -109,15 +106,15 @@ type Core struct {
 	compaction bool // Config.Compaction
 
 	credentialed map[string]bool // Config.Credentialed
-	// noSwitch is the chain's answer to a usage limit on a provider
-	// without credentials (no key to switch to), stepped right after the
-	// ask (Kind 0: none).
-	noSwitch retry.Input
+	// noFallbackChain: the session's role has no fallback chain, so model
+	// fallback has nothing to switch to and is never asked.
+	noFallbackChain bool
+	// noSwitch: a usage limit on a provider without credentials has no key
+	// to switch to, answered right after the step that found it.
+	noSwitch bool
+	// compactNext: the step's decision routes the turn to compaction.
+	compactNext bool
 }
-
-// chainBuffers lend the cores a buffer for one step of their retry chain,
-// so an idle session keeps none.
-var chainBuffers = sync.Pool{New: func() any { return new([]retry.Effect) }}
 
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
@@ -128,13 +125,9 @@ func New(cfg Config, src retry.Source) *Core {
 // Make is New as a value, for an owner that embeds its core (one
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
-	c := Core{src: src, chain: retry.MakeChain(src), primary: cfg.Model, role: cfg.Role, model: cfg.Model,
+	c := Core{src: src, settings: cfg.Settings, primary: cfg.Model, role: cfg.Role, model: cfg.Model,
 		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction,
-		credentialed: cfg.Credentialed}
-	c.chain.SetSettings(cfg.Settings)
-	if len(cfg.Settings.FallbackChains[cfg.Role]) == 0 {
-		c.chain.NoFallbackChain()
-	}
+		credentialed: cfg.Credentialed, noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
 	if cfg.InUse != "" {
 		c.model = cfg.InUse
 	}
@@ -160,7 +153,7 @@ func (c *Core) State() State { return c.state }
 func (c *Core) Busy() bool { return c.state != Idle }
 
 // IsRetrying reports whether the retry lifecycle is open.
-func (c *Core) IsRetrying() bool { return c.chain.IsRetrying() }
+func (c *Core) IsRetrying() bool { return c.ch.Phase != ChainIdle }
 
 // Model is the "provider/model" in use.
 func (c *Core) Model() string { return c.model }
@@ -225,11 +218,23 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InHistoryFailed:
 		c.historyFailed(in.Err, in.RevertModel)
 	case InCredentialReply:
-		c.credentialReply(in, now)
+		c.credentialReply(in)
 	case InFallbackReply:
 		c.fallbackReply(in)
-	default:
-		c.stepChain(chainInput(in, now))
+	case InBudgetGrant:
+		c.chainStep(func() {
+			if c.ch.Phase == AwaitingBudget && in.Token == c.ch.Token {
+				c.budgetGranted(in.At)
+			}
+		})
+	case InBudgetRelease:
+		c.chainStep(func() {
+			if c.ch.Phase == Sleeping && c.ch.HeldToken != 0 && in.Token == c.ch.HeldToken {
+				c.budgetReleased(in.At)
+			}
+		})
+	case InAbortRetry:
+		c.chainStep(c.abortRetry)
 	}
 }
 
@@ -244,15 +249,20 @@ func (c *Core) timerLost() {
 // fallbackReply takes the fallback actor's answer: after a switch, the
 // primary may come back when its cooldown ends.
 func (c *Core) fallbackReply(in Input) {
-	if in.Switched && c.chain.Phase() == retry.AwaitingFallback {
+	asked := c.ch.Phase == AwaitingFallback
+	if in.Switched && asked {
 		c.primaryUntil = in.CooldownUntil
 	}
-	c.stepChain(chainInput(in, c.now))
+	c.chainStep(func() {
+		if asked && in.Token == c.ch.Token {
+			c.fallbackReplied(in)
+		}
+	})
 }
 
 // backoffDone ends the backoff of in.Token and starts the retry's continue.
 func (c *Core) backoffDone(in Input) {
-	c.stepChain(retry.Input{Kind: retry.InputSleepDone, Now: c.now, Token: in.Token})
+	c.chainStep(func() { c.sleepDone(in.Token) })
 	if c.state == ContinueScheduled && in.Generation == c.gen {
 		c.continueDue(in.KeyFree)
 	}
@@ -286,33 +296,19 @@ func (c *Core) setModel(model string) {
 
 // credentialReply takes the credentials actor's answer to a usage limit:
 // a switch to another key is the session's from now on.
-func (c *Core) credentialReply(in Input, now time.Time) {
-	if in.Switched && c.chain.Phase() == retry.AwaitingCredential {
+func (c *Core) credentialReply(in Input) {
+	asked := c.ch.Phase == AwaitingCredential
+	if in.Switched && asked {
 		sw := c.out.switches.add()
 		*sw = CredentialSwitch{Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}
 		c.emit(EventCredentialSwitch).Switch = sw
 		c.credential = in.Credential
 	}
-	c.stepChain(chainInput(in, now))
-}
-
-// chainInput maps the inputs the retry chain answers to retry.Input.
-func chainInput(in Input, now time.Time) retry.Input {
-	r := retry.Input{Now: now, Token: in.Token, Switched: in.Switched, RetryAt: in.RetryAt,
-		From: in.From, To: in.To, Role: in.Role, At: in.At}
-	switch in.Kind {
-	case InAbortRetry:
-		r.Kind = retry.InputAbortRetry
-	case InCredentialReply:
-		r.Kind = retry.InputCredentialReply
-	case InFallbackReply:
-		r.Kind = retry.InputFallbackReply
-	case InBudgetGrant:
-		r.Kind = retry.InputBudgetGrant
-	case InBudgetRelease:
-		r.Kind = retry.InputBudgetRelease
-	}
-	return r
+	c.chainStep(func() {
+		if asked && in.Token == c.ch.Token {
+			c.credentialReplied(in.Switched, in.RetryAt)
+		}
+	})
 }
 
 // prompt starts a prompt the owner has written to the history (historyErr: it could
@@ -366,7 +362,7 @@ func (c *Core) credentialSelected(cred string) {
 		return
 	}
 	c.credential = cred
-	if c.aborts.User || (c.continuing && !c.chain.IsRetrying()) {
+	if c.aborts.User || (c.continuing && !c.IsRetrying()) {
 		c.settle() // aborted, or the retry was cancelled, while the credential was chosen
 		return
 	}
@@ -387,7 +383,7 @@ func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.emit(EventMessageEnd).Message = msg
 	c.endOnFailedWrite(historyErr)
 	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
-		if !c.chain.IsRetrying() {
+		if !c.IsRetrying() {
 			c.runTools(calls)
 			return
 		}
@@ -417,167 +413,6 @@ func (c *Core) toolsDone(historyErr string) {
 	c.startTurn()
 }
 
-// decide hands the turn's last message to the retry chain (agent_end).
-func (c *Core) decide(msg *messages.AssistantMessage) {
-	c.state = Deciding
-	settings := c.chain.Settings()
-	settings.Enabled = c.enabled
-	c.stepChain(retry.TurnEnded(c.now, settings, msg, c.aborts, c.gen))
-}
-
-// stepChain runs one input through the retry chain and carries out its
-// effects, and then the answer the core gives the chain itself, if any
-// (noSwitch).
-func (c *Core) stepChain(in retry.Input) {
-	for {
-		c.stepChainOnce(in)
-		if c.noSwitch.Kind == 0 {
-			return
-		}
-		in, c.noSwitch = c.noSwitch, retry.Input{}
-	}
-}
-
-// stepChainOnce runs one input through the retry chain and carries out
-// its effects. A decision that completes answers the turn's end: agent_end
-// goes out first, saying whether a retry chain continues.
-func (c *Core) stepChainOnce(in retry.Input) {
-	buf := chainBuffers.Get().(*[]retry.Effect)
-	defer func() {
-		clear(*buf) // drop what the effects point to
-		chainBuffers.Put(buf)
-	}()
-	*buf = c.chain.AppendStep((*buf)[:0], in)
-	phase := c.chain.Phase()
-	decided := c.state == Deciding && phase != retry.AwaitingCredential && phase != retry.AwaitingFallback && phase != retry.AwaitingBudget
-	calls := c.toolsAfterEnd
-	if decided {
-		c.toolsAfterEnd = nil
-		if calls == nil {
-			ev := c.emit(EventAgentEnd)
-			ev.Message, ev.WillRetry = c.last, phase == retry.Sleeping
-		}
-	}
-	compact := false
-	for _, e := range *buf {
-		compact = c.chainEffect(e) || compact
-	}
-	switch {
-	case decided && calls != nil && c.aborts.User:
-		c.decide(c.last) // aborted before the tools ran
-	case decided && calls != nil:
-		c.runTools(calls)
-	case compact:
-		c.compact()
-	case c.state == Deciding || c.state == Backoff || c.state == ContinueScheduled:
-		c.follow(phase)
-	}
-}
-
-// follow moves a session waiting on its retry chain to the chain's phase,
-// settling when the chain is over.
-func (c *Core) follow(phase retry.Phase) {
-	switch phase {
-	case retry.AwaitingCredential, retry.AwaitingFallback, retry.AwaitingBudget:
-		c.state = Deciding
-	case retry.Sleeping:
-		c.state = Backoff
-	case retry.AwaitingTurn:
-		// ScheduleContinue set ContinueScheduled.
-	default:
-		c.settle()
-	}
-}
-
-// chainEffect carries out one effect of the retry chain; it reports a
-// context overflow routed to compaction.
-func (c *Core) chainEffect(e retry.Effect) (compact bool) {
-	switch e.Kind {
-	case retry.EmitStart:
-		c.attempt = e.Start.Attempt
-		start := c.out.starts.add()
-		*start = e.Start
-		c.emit(EventAutoRetryStart).Start = start
-	case retry.EmitEnd:
-		c.chainEnded(e.End)
-	case retry.EmitFallbackApplied:
-		before := c.modelState()
-		c.pinned = c.askPin
-		c.switchModel(e.Fallback.To, "fallback")
-		c.beforeChange = before
-		c.emitFallback(EventFallbackApplied, e.Fallback)
-	case retry.EmitFallbackSucceeded:
-		c.emitFallback(EventFallbackSucceeded, e.Fallback)
-	case retry.ResetProviderSession:
-		c.add(ResetProviderSession).Model = c.model
-	case retry.AskCredentialSwitch, retry.AskModelFallback, retry.AskBudget:
-		c.chainAsks(e)
-	case retry.StripTrailingError:
-		c.add(StripTrailingError)
-	case retry.Sleep:
-		c.state = Backoff
-		c.sleepUntil, c.sleepToken = c.now.Add(e.Delay), e.Token
-		c.armTimer(e.Delay)
-	case retry.CancelSleep:
-		c.add(CancelTimer).Token = e.Token
-	case retry.ScheduleContinue:
-		// Armed with the backoff timer: its owner scheduled the continue
-		// when the timer fired, and InBackoffDone says it is due.
-		c.state = ContinueScheduled
-	case retry.RouteToCompaction:
-		return true
-	case retry.AbortStream:
-		c.add(CancelTurn)
-	case retry.ReportOutcome:
-		rec := c.add(ReportOutcome)
-		rec.Model, rec.Success = c.model, e.Success
-	case retry.DropBudgetHold:
-		c.add(DropBudgetHold).Model = c.model
-	}
-	return false
-}
-
-// chainEnded takes auto_retry_end: a chain that failed is the prompt's
-// failure (unless a history write failed first).
-func (c *Core) chainEnded(end retry.EndEvent) {
-	if end.Success {
-		c.retryEnd = nil
-	} else {
-		kept := end
-		c.retryEnd = &kept
-	}
-	if !end.Success && c.failureKind != KindHistory {
-		c.failure = end.FinalError
-		if c.failure == retry.RetryCancelled && c.failureKind == "" {
-			c.failureKind = KindRetryCancelled
-		}
-	}
-	c.emitEnd(end)
-}
-
-// chainAsks passes the chain's question to the actor that answers it: a
-// usage limit's switch (answered here on a provider without credentials:
-// no key to switch to), the next fallback model, the budget's go.
-func (c *Core) chainAsks(e retry.Effect) {
-	switch e.Kind {
-	case retry.AskCredentialSwitch:
-		if !c.credentialed[provider(c.model)] {
-			c.noSwitch = retry.Input{Kind: retry.InputCredentialReply, Now: c.now, Token: e.Token}
-			return
-		}
-		ask := c.add(AskCredentialSwitch)
-		ask.Model, ask.BlockFor, ask.Token = c.model, e.BlockFor, e.Token
-	case retry.AskModelFallback:
-		c.askPin = e.Pin
-		ask := c.add(AskFallback)
-		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
-		ask.BlockFor, ask.Pin, ask.Token = e.BlockFor, e.Pin, e.Token
-	case retry.AskBudget:
-		ask := c.add(AskBudget)
-		ask.Model, ask.Token, ask.Due, ask.Latest = c.model, e.Token, e.Due, e.Latest
-	}
-}
-
 // armTimer arms the backoff timer for d, its continue scheduled behind it.
 func (c *Core) armTimer(d time.Duration) {
 	e := c.add(ArmTimer)
@@ -605,7 +440,7 @@ func (c *Core) WaitingUntil() time.Time {
 // continueDue starts a retry's continue; keyFree: the key the session
 // holds is free, so the retry keeps it without asking.
 func (c *Core) continueDue(keyFree bool) {
-	if !c.chain.IsRetrying() {
+	if !c.IsRetrying() {
 		c.settle()
 		return
 	}
@@ -622,7 +457,14 @@ func (c *Core) abort() {
 	}
 	c.aborts.User = true
 	c.failureKind = KindAborted
-	c.stepChain(retry.Input{Kind: retry.InputAbort, Now: c.now})
+	c.chainStep(c.abortAll)
+}
+
+// abortAll is the global abort's part of the chain: it cancels the retry,
+// then the stream.
+func (c *Core) abortAll() {
+	c.abortRetry()
+	c.add(CancelTurn)
 }
 
 // compact runs the compaction hook on a context overflow; without one the
@@ -659,9 +501,9 @@ func (c *Core) compactionDone(context []*messages.Entry, err string) {
 func (c *Core) stop() {
 	c.aborts.Dispose = true
 	c.add(CancelTurn)
-	if c.chain.IsRetrying() {
+	if c.IsRetrying() {
 		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError})
-		c.chain = retry.MakeChain(c.src)
+		c.ch = ChainRecord{}
 	}
 	c.add(ReleaseSession).Model = c.model
 	if c.state != Idle {
@@ -678,10 +520,10 @@ func (c *Core) stop() {
 // chain ends with auto_retry_end{success:false}, and a running prompt
 // settles with reason (a turn or tools still running are cancelled).
 func (c *Core) chainFailed(reason string) {
-	if c.chain.IsRetrying() {
+	if c.IsRetrying() {
 		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: reason})
 	}
-	c.chain = retry.MakeChain(c.src)
+	c.ch = ChainRecord{}
 	c.toolsAfterEnd = nil
 	if c.state == Idle {
 		return
@@ -706,7 +548,7 @@ func (c *Core) endOnFailedWrite(historyErr string) {
 		c.failureKind, c.failure = KindHistory, historyErr
 	}
 	c.aborts.User = true
-	c.stepChain(retry.Input{Kind: retry.InputAbort, Now: c.now})
+	c.chainStep(c.abortAll)
 }
 
 // historyFailed ends the running prompt because its history could not be
@@ -775,7 +617,7 @@ func (c *Core) switchModel(to, reason string) {
 // cooldown is over, unless the fallback is pinned. It runs before each new
 // prompt and each scheduled continue.
 func (c *Core) maybeRevert() {
-	if c.model == c.primary || c.pinned || c.chain.Settings().FallbackRevertPolicy != retry.RevertCooldownExpiry {
+	if c.model == c.primary || c.pinned || c.settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
 		return
 	}
 	if c.now.Before(c.primaryUntil) {
@@ -795,9 +637,16 @@ func (c *Core) add(k EffectKind) *Effect {
 // emit adds the publication of an event of kind k to the step's effects
 // and returns the event, to be filled in place.
 func (c *Core) emit(k EventKind) *Event {
+	return c.emitAt(len(c.out.list), k)
+}
+
+// emitAt is emit with the publication placed at index i of the step's
+// effects, before those from i on.
+func (c *Core) emitAt(i int, k EventKind) *Event {
 	ev := c.out.events.add()
 	ev.Kind = k
-	c.add(Emit).Event = ev
+	e := c.out.list.insert(i)
+	e.Kind, e.Event = Emit, ev
 	return ev
 }
 

@@ -588,3 +588,67 @@ func diff(want, got string) string {
 	}
 	return ""
 }
+
+// A plain retry attempt — the failed turn's end, then the backoff's end —
+// allocates nothing in the core once its Effects has grown: the chain's
+// state is the core's, and effects and events are written in place.
+func TestCoreAttemptAllocs(t *testing.T) {
+	s := retry.DefaultSettings()
+	s.MaxRetries = 1 << 30
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: s}, nominal{})
+	failed := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
+		ErrorMessage: "503 Service Unavailable", HttpStatus: 503}
+	var out Effects
+	step := func(in Input) (turn, token uint64) {
+		out.Reset()
+		c.Step(&out, t0, in)
+		for _, e := range out.List() {
+			switch e.Kind {
+			case StartTurn:
+				turn = e.Turn
+			case ArmTimer:
+				token = e.Token
+			}
+		}
+		return turn, token
+	}
+	turn, _ := step(Input{Kind: InPrompt})
+	attempt := func() {
+		_, token := step(Input{Kind: InTurnEnded, Turn: turn, Message: failed})
+		turn, _ = step(Input{Kind: InBackoffDone, Token: token, Generation: c.Generation()})
+	}
+	attempt() // grows the Effects
+	if n := testing.AllocsPerRun(100, attempt); n != 0 {
+		t.Errorf("a retry attempt allocates %v times in the core; want 0", n)
+	}
+	if turn == 0 || c.State() != Streaming {
+		t.Fatalf("the attempts did not start turns: state %s", c.State())
+	}
+}
+
+// The chain's attempt counter stops at its bound rather than overflow: a
+// chain that has counted 2^31-1 attempts counts its next failure as the
+// same attempt (and backs off the capped 8 s).
+func TestChainAttemptNeverOverflows(t *testing.T) {
+	s := retry.DefaultSettings()
+	s.MaxRetries, s.ModelFallback = maxAttempt, false
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: s}, nominal{})
+	var out Effects
+	c.Step(&out, t0, Input{Kind: InPrompt})
+	c.ch.Phase, c.ch.Attempt = AwaitingTurn, maxAttempt // as after 2^31-1 failed attempts
+	out.Reset()
+	c.Step(&out, t0, Input{Kind: InTurnEnded, Turn: 1, Message: &messages.AssistantMessage{
+		StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "503 Service Unavailable", HttpStatus: 503}})
+	if c.ch.Attempt != maxAttempt {
+		t.Fatalf("attempt = %d, want it held at %d", c.ch.Attempt, maxAttempt)
+	}
+	for _, e := range out.List() {
+		if e.Kind == Emit && e.Event.Kind == EventAutoRetryStart {
+			if st := e.Event.Start; st.Attempt != maxAttempt || st.Delay != 8*time.Second {
+				t.Fatalf("auto_retry_start attempt %d delay %s, want %d after 8s", st.Attempt, st.Delay, maxAttempt)
+			}
+			return
+		}
+	}
+	t.Fatal("no auto_retry_start")
+}

@@ -176,6 +176,16 @@ func (s *slab[T]) add() *T {
 	return &(*s)[n]
 }
 
+// insert adds a zero value at index i, moving the values from i on up
+// one, and returns it.
+func (s *slab[T]) insert(i int) *T {
+	s.add()
+	copy((*s)[i+1:], (*s)[i:len(*s)-1])
+	var zero T
+	(*s)[i] = zero
+	return &(*s)[i]
+}
+
 func (s *slab[T]) reset() {
 	clear(*s)
 	*s = (*s)[:0]

@@ -37,7 +37,7 @@ type Record struct {
 	SleepUntil time.Time // when the backoff ends (in backoff)
 	SleepToken uint64
 	Aborts     retry.AbortState
-	Chain      retry.ChainState
+	Chain      ChainRecord
 
 	// How the prompt stands so far: its last message and, once a chain
 	// failed, why.
@@ -66,7 +66,7 @@ func (c *Core) Record() (Record, error) {
 		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.enabled, Role: c.role,
 		Primary: c.primary, Model: c.model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil, Credential: c.credential,
 		Before:  c.beforeChange,
-		Attempt: c.attempt, SleepUntil: c.sleepUntil, SleepToken: c.sleepToken, Aborts: c.aborts, Chain: c.chain.State(),
+		Attempt: c.attempt, SleepUntil: c.sleepUntil, SleepToken: c.sleepToken, Aborts: c.aborts, Chain: c.chainRecord(),
 		Last: c.last, Failure: c.failure, FailureKind: c.failureKind, RetryEnd: c.retryEnd,
 	}, nil
 }
@@ -88,7 +88,15 @@ func Resume(cfg Config, src retry.Source, r Record) (*Core, error) {
 	c.model, c.pinned, c.primaryUntil, c.credential = r.Model, r.Pinned, r.PrimaryUntil, r.Credential
 	c.beforeChange = r.Before
 	c.attempt, c.sleepUntil, c.sleepToken, c.aborts = r.Attempt, r.SleepUntil, r.SleepToken, r.Aborts
-	c.chain.SetState(r.Chain)
+	c.ch = r.Chain
 	c.last, c.failure, c.failureKind, c.retryEnd = r.Last, r.Failure, r.FailureKind, r.RetryEnd
 	return c, nil
+}
+
+// chainRecord is the chain's state, with the instant of the core's last
+// step.
+func (c *Core) chainRecord() ChainRecord {
+	r := c.ch
+	r.Now = c.now
+	return r
 }

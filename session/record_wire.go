@@ -42,7 +42,7 @@ func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 		return Record{}, fmt.Errorf("session record: unknown state %q", w.GetState())
 	}
 	wc := w.GetChain()
-	phase, ok := retry.ParsePhase(wc.GetPhase())
+	phase, ok := ParseChainPhase(wc.GetPhase())
 	if !ok {
 		return Record{}, fmt.Errorf("session record: unknown chain phase %q", wc.GetPhase())
 	}
@@ -59,7 +59,7 @@ func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 			PrimaryUntil: fromUnixNano(wb.GetPrimaryUntilUnixNano())},
 		Attempt: int(w.GetAttempt()), SleepUntil: fromUnixNano(w.GetSleepUntilUnixNano()), SleepToken: w.GetSleepToken(),
 		Aborts: retry.AbortState{User: w.GetAbortUser(), Dispose: w.GetAbortDispose(), EditGuard: w.GetAbortEditGuard()},
-		Chain: retry.ChainState{
+		Chain: ChainRecord{
 			Phase: phase, Attempt: int(wc.GetAttempt()), Started: wc.GetStarted(), Token: wc.GetToken(), Generation: wc.GetGeneration(),
 			Now: fromUnixNano(wc.GetNowUnixNano()), HeldToken: wc.GetHeldToken(), AskedAt: fromUnixNano(wc.GetAskedAtUnixNano()),
 			Class: class, ErrText: wc.GetErrText(), Delay: time.Duration(wc.GetDelayNs()), Wait: time.Duration(wc.GetWaitNs()),

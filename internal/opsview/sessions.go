@@ -9,7 +9,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster/pgstore"
-	"github.com/musepi/musepi/retry"
+	"github.com/musepi/musepi/session"
 )
 
 // How a session is held (Session.Hold).
@@ -86,7 +86,7 @@ func phase(rec *pgstore.Record) (string, int) {
 		return "idle", 0 // cleared when its prompt settled
 	}
 	state := r.State.String()
-	if r.Chain.Phase != retry.Idle {
+	if r.Chain.Phase != session.ChainIdle {
 		state += ": " + r.Chain.Phase.String()
 	}
 	return state, r.Attempt

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/cluster/pgstore"
-	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
 )
 
@@ -33,8 +32,8 @@ func record(t *testing.T, rec session.Record) *pgstore.Record {
 func TestSessions(t *testing.T) {
 	due := now.Add(2100 * time.Millisecond)
 	claim := now.Add(time.Second)
-	backoff := func(p retry.Phase, attempt int) session.Record {
-		return session.Record{State: session.Backoff, Attempt: attempt, SleepUntil: due, Chain: retry.ChainState{Phase: p, Attempt: attempt}}
+	backoff := func(p session.ChainPhase, attempt int) session.Record {
+		return session.Record{State: session.Backoff, Attempt: attempt, SleepUntil: due, Chain: session.ChainRecord{Phase: p, Attempt: attempt}}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -48,12 +47,12 @@ func TestSessions(t *testing.T) {
 			pgstore.SessionState{ID: "b", Epoch: 2, Owner: "n1#1", OwnerLive: true, Record: &pgstore.Record{Data: []byte{}}},
 			Session{ID: "b", Epoch: 2, Owner: "n1#1", Hold: Released, Phase: "idle"}},
 		{"sleeping in a backoff, its owner's lease expired, claimed",
-			pgstore.SessionState{ID: "c", Epoch: 3, Owner: "n2#2", Held: true, Record: record(t, backoff(retry.Sleeping, 2)),
+			pgstore.SessionState{ID: "c", Epoch: 3, Owner: "n2#2", Held: true, Record: record(t, backoff(session.Sleeping, 2)),
 				ClaimedBy: "n1#1", ClaimUntil: claim},
 			Session{ID: "c", Epoch: 3, Owner: "n2#2", Hold: Expired, Phase: "backoff: sleeping", Attempt: 2, Due: &due,
 				ClaimedBy: "n1#1", ClaimUntil: &claim}},
 		{"awaiting the budget, a claim that ran out",
-			pgstore.SessionState{ID: "d", Epoch: 1, Owner: "n1#1", Held: true, OwnerLive: true, Record: record(t, backoff(retry.AwaitingBudget, 1)),
+			pgstore.SessionState{ID: "d", Epoch: 1, Owner: "n1#1", Held: true, OwnerLive: true, Record: record(t, backoff(session.AwaitingBudget, 1)),
 				ClaimedBy: "n2#2", ClaimUntil: now.Add(-time.Second)},
 			Session{ID: "d", Epoch: 1, Owner: "n1#1", Hold: Held, Phase: "backoff: awaiting_budget", Attempt: 1, Due: &due}},
 		{"an idle record",

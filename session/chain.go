@@ -1,0 +1,476 @@
+package session
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/retry"
+)
+
+// ChainPhase is where the retry chain of a session's prompt stands (spec
+// 3): every phase but ChainIdle means the chain is open, from the first
+// retryable failure until it ends.
+type ChainPhase uint8
+
+// The phases of a retry chain.
+const (
+	ChainIdle          ChainPhase = iota // no chain open
+	AwaitingCredential                   // asked the credentials actor to switch
+	AwaitingFallback                     // asked the model-fallback actor to switch
+	AwaitingBudget                       // asked the provider's retry budget when the retry may go
+	Sleeping                             // the backoff sleep is running
+	AwaitingTurn                         // continue scheduled; waiting for the turn to end
+)
+
+var phaseNames = [...]string{"idle", "awaiting_credential", "awaiting_fallback", "awaiting_budget", "sleeping", "awaiting_turn"}
+
+func (p ChainPhase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return "unknown"
+}
+
+// asking reports whether the chain waits for another actor's answer.
+func (p ChainPhase) asking() bool {
+	return p == AwaitingCredential || p == AwaitingFallback || p == AwaitingBudget
+}
+
+// ParseChainPhase is the phase named name (ChainPhase.String), false for
+// none.
+func ParseChainPhase(name string) (ChainPhase, bool) {
+	for p, n := range phaseNames {
+		if n == name {
+			return ChainPhase(p), true
+		}
+	}
+	return 0, false
+}
+
+// ChainRecord is a retry chain's state as plain values, the part of a
+// Record that lets another process go on with the chain where it stood
+// (the same attempt, the same token).
+type ChainRecord struct {
+	Phase      ChainPhase
+	Attempt    int
+	Started    bool   // auto_retry_start was emitted in this chain
+	Token      uint64 // of the request or timer the chain waits for
+	Generation uint64 // prompt generation of the failing turn
+	Now        time.Time
+
+	HeldToken uint64    // the budget ask whose release may still move the sleep
+	AskedAt   time.Time // when the budget was asked
+
+	// The attempt being decided.
+	Class    retry.Class
+	ErrText  string
+	Delay    time.Duration
+	Wait     time.Duration
+	Cooldown time.Duration
+	Switched bool
+
+	FallbackApplied bool
+	FallbackModel   string
+	FallbackRole    string
+}
+
+// continueDelay is the delay of the continue a retry schedules after its
+// backoff sleep (spec 3 step 13).
+const continueDelay = time.Millisecond
+
+// maxAttempt bounds the chain's counter so it never overflows.
+const maxAttempt = 1<<31 - 1
+
+// chainStep runs one input of the retry chain (step), then what the
+// decision it completes calls for: agent_end first, saying whether the
+// chain goes on; the tools of a tool-use turn; compaction; or the state
+// that follows the chain's phase. A usage limit on a provider without
+// credentials is answered right after, as its own step (noSwitch).
+func (c *Core) chainStep(step func()) {
+	for {
+		c.chainStepOnce(step)
+		if !c.noSwitch {
+			return
+		}
+		c.noSwitch = false
+		step = func() { c.credentialReplied(false, time.Time{}) }
+	}
+}
+
+// chainStepOnce is one step of chainStep.
+func (c *Core) chainStepOnce(step func()) {
+	deciding := c.state == Deciding
+	mark := len(c.out.list) // agent_end goes before what the step adds
+	c.compactNext = false
+	step()
+	phase := c.ch.Phase
+	decided := deciding && !phase.asking()
+	calls := c.toolsAfterEnd
+	if decided {
+		c.toolsAfterEnd = nil
+		if calls == nil {
+			ev := c.emitAt(mark, EventAgentEnd)
+			ev.Message, ev.WillRetry = c.last, phase == Sleeping
+		}
+	}
+	switch {
+	case decided && calls != nil && c.aborts.User:
+		c.decide(c.last) // aborted before the tools ran
+	case decided && calls != nil:
+		c.runTools(calls)
+	case c.compactNext:
+		c.compact()
+	case c.state == Deciding || c.state == Backoff || c.state == ContinueScheduled:
+		c.follow(phase)
+	}
+}
+
+// follow moves a session waiting on its retry chain to the chain's phase,
+// settling when the chain is over.
+func (c *Core) follow(phase ChainPhase) {
+	switch phase {
+	case AwaitingCredential, AwaitingFallback, AwaitingBudget:
+		c.state = Deciding
+	case Sleeping:
+		c.state = Backoff
+	case AwaitingTurn:
+		// sleepDone set ContinueScheduled.
+	default:
+		c.settle()
+	}
+}
+
+// decide hands the turn's last message to the retry chain (agent_end).
+func (c *Core) decide(msg *messages.AssistantMessage) {
+	c.state = Deciding
+	c.chainStep(func() { c.turnDecided(msg) })
+}
+
+// turnDecided is the chain's part of a turn's end: the outcome for the
+// budget, then success, a retry (spec 3 steps 1-8) or the end.
+func (c *Core) turnDecided(msg *messages.AssistantMessage) {
+	ch := &c.ch
+	ch.Generation = c.gen
+	if ch.Phase == Sleeping {
+		c.add(CancelTimer).Token = ch.Token
+	}
+	ch.Token++ // a turn ended: any reply or timer still in flight is stale
+	c.dropHold()
+	if ch.Phase != ChainIdle {
+		ch.Phase = AwaitingTurn
+	}
+	var rd retry.Reading // the error text, read once for the whole decision
+	class := rd.Classify(msg, c.aborts)
+	if class.Retryable() && c.aborts.Any() {
+		// A deliberate abort (user, dispose, edit guard) settles the turn,
+		// whatever error the stream ended with while it was being aborted.
+		class = retry.NotRetryable
+	}
+	if c.settings.Budget.Enabled && c.enabled {
+		switch {
+		case class == retry.Success:
+			c.reportOutcome(true)
+		case class.LoadsProvider():
+			c.reportOutcome(false)
+		}
+	}
+	switch {
+	case class == retry.Success:
+		if ch.Phase != ChainIdle {
+			if ch.FallbackApplied {
+				c.emitFallback(EventFallbackSucceeded, retry.FallbackEvent{To: ch.FallbackModel, Role: ch.FallbackRole})
+			}
+			c.endChain(true, ch.Attempt, "")
+		}
+	case class.Retryable():
+		c.retryable(msg, class, &rd)
+	default:
+		if ch.Phase != ChainIdle {
+			c.endChain(false, ch.Attempt, retry.FinalError(msg))
+		}
+		if class == retry.ContextOverflow {
+			c.compactNext = true
+		}
+	}
+}
+
+// reportOutcome tells the provider's retry budget how a request went.
+func (c *Core) reportOutcome(success bool) {
+	e := c.add(ReportOutcome)
+	e.Model, e.Success = c.model, success
+}
+
+// retryable runs steps 1-8 of the flow; it continues in
+// credentialReplied, fallbackReplied and decideDelay.
+func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *retry.Reading) {
+	ch, s := &c.ch, &c.settings
+	if !c.enabled {
+		if ch.Phase != ChainIdle {
+			c.endChain(false, ch.Attempt, retry.FinalError(msg))
+		}
+		return
+	}
+	if ch.Attempt < maxAttempt {
+		ch.Attempt++
+	}
+	if ch.Phase == ChainIdle {
+		ch.Phase = AwaitingTurn
+	}
+	ch.Class = class
+	ch.ErrText = retry.FinalError(msg)
+	if ch.Attempt > s.MaxRetries {
+		c.endChain(false, ch.Attempt-1, ch.ErrText)
+		return
+	}
+	ch.Switched = false
+	ch.Delay = retry.Backoff(ch.Attempt, s.BaseDelay, c.src.Float64())
+	hint, hasHint := rd.Hint(msg.GetHeaders(), ch.ErrText, c.now)
+	_, estimate := rd.LimitWait(ch.ErrText, int(msg.GetHttpStatus()), c.src.Float64())
+	ch.Cooldown = estimate
+	if hasHint {
+		ch.Cooldown = hint.Delay
+	}
+	switch class {
+	case retry.StaleReplay:
+		c.add(ResetProviderSession).Model = c.model
+		ch.Delay = 0
+	case retry.UsageLimit:
+		ch.Wait = ch.Cooldown
+		ch.Phase = AwaitingCredential
+		c.askCredentialSwitch(ch.Wait)
+		return
+	default:
+		if hasHint {
+			ch.Delay = max(ch.Delay, hint.Delay)
+		}
+	}
+	c.askFallback()
+}
+
+// askCredentialSwitch asks the credentials actor to switch from the
+// session's key, blocked for blockFor; a provider without credentials has
+// no key to switch to, and the core answers so itself (noSwitch).
+func (c *Core) askCredentialSwitch(blockFor time.Duration) {
+	if !c.credentialed[provider(c.model)] {
+		c.noSwitch = true
+		return
+	}
+	ask := c.add(AskCredentialSwitch)
+	ask.Model, ask.BlockFor, ask.Token = c.model, blockFor, c.ch.Token
+}
+
+// credentialReplied takes the credentials actor's answer: switched, or
+// when the earliest blocked sibling frees up (zero: none).
+func (c *Core) credentialReplied(switched bool, retryAt time.Time) {
+	ch := &c.ch
+	if switched {
+		ch.Switched = true
+		ch.Delay = 0
+	} else {
+		wait := ch.Wait
+		if !retryAt.IsZero() {
+			wait = min(wait, retryAt.Add(time.Second).Sub(c.now))
+		}
+		ch.Delay = max(ch.Delay, wait)
+	}
+	c.askFallback()
+}
+
+// askFallback is step 8: without a credential switch, ask for the next model.
+func (c *Core) askFallback() {
+	ch := &c.ch
+	if !ch.Switched && c.settings.ModelFallback && !c.noFallbackChain && ch.Class.AllowsModelFallback() {
+		ch.Phase = AwaitingFallback
+		pin := ch.Class == retry.ClassifierRefusal
+		cooldown := ch.Cooldown
+		if pin {
+			cooldown = 0
+		}
+		c.askPin = pin
+		ask := c.add(AskFallback)
+		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
+		ask.BlockFor, ask.Pin, ask.Token = cooldown, pin, ch.Token
+		return
+	}
+	if ch.Class == retry.ClassifierRefusal {
+		c.endRefusal()
+		return
+	}
+	c.decideDelay()
+}
+
+// fallbackReplied takes the model-fallback actor's answer: a switch
+// applies the fallback model.
+func (c *Core) fallbackReplied(in Input) {
+	ch := &c.ch
+	if !in.Switched {
+		if ch.Class == retry.ClassifierRefusal {
+			c.endRefusal()
+			return
+		}
+		c.decideDelay()
+		return
+	}
+	ch.Switched = true
+	ch.Delay = 0
+	ch.FallbackApplied = true
+	ch.FallbackModel, ch.FallbackRole = in.To, in.Role
+	before := c.modelState()
+	c.pinned = c.askPin
+	c.switchModel(in.To, "fallback")
+	c.beforeChange = before
+	c.emitFallback(EventFallbackApplied, retry.FallbackEvent{From: in.From, To: in.To, Role: in.Role})
+	c.decideDelay()
+}
+
+// decideDelay runs steps 9-12: the max-delay fail-fast, then start and
+// sleep.
+func (c *Core) decideDelay() {
+	ch, s := &c.ch, &c.settings
+	if !ch.Switched && s.MaxDelay > 0 && ch.Delay > s.MaxDelay {
+		c.endChain(false, ch.Attempt, fmt.Sprintf("provider asked for %d ms, more than retry.maxDelayMs (%d ms): %s",
+			ch.Delay.Milliseconds(), s.MaxDelay.Milliseconds(), ch.ErrText))
+		return
+	}
+	if s.Budget.Enabled && !ch.Switched && ch.Class != retry.StaleReplay {
+		// Step 10a (beyond the reference policy): the provider's retry
+		// budget may hold the retry back; a switched retry is a first
+		// attempt on another credential or model and is not held, nor is
+		// a stale replay, which is not the provider failing under load.
+		ch.Phase = AwaitingBudget
+		ch.AskedAt = c.now
+		ask := c.add(AskBudget)
+		ask.Model, ask.Token, ask.Due = c.model, ch.Token, c.now.Add(ch.Delay)
+		if s.MaxDelay > 0 {
+			ask.Latest = c.now.Add(s.MaxDelay)
+		}
+		return
+	}
+	c.startRetry(0, ch.Delay)
+}
+
+// budgetGranted takes the budget's answer: the retry goes out at at.
+func (c *Core) budgetGranted(at time.Time) {
+	ch := &c.ch
+	due := ch.AskedAt.Add(ch.Delay)
+	if at.Before(due) {
+		at = due // never before the backoff
+	}
+	extra := at.Sub(due)
+	if extra > 0 {
+		ch.HeldToken = ch.Token
+	}
+	c.startRetry(extra, max(at.Sub(c.now), 0))
+}
+
+// dropHold tells the budget that a held retry (or one it is being asked
+// about, which it may hold) will not go out after all, so that a release
+// is not spent on it.
+func (c *Core) dropHold() {
+	if c.ch.HeldToken != 0 || c.ch.Phase == AwaitingBudget {
+		c.ch.HeldToken = 0
+		c.add(DropBudgetHold).Model = c.model
+	}
+}
+
+// budgetReleased moves a held retry's sleep to end at at (the budget
+// recovered before the retry's slot).
+func (c *Core) budgetReleased(at time.Time) {
+	ch := &c.ch
+	ch.HeldToken = 0
+	c.add(CancelTimer).Token = ch.Token
+	ch.Token++
+	c.sleep(max(at.Sub(c.now), 0))
+}
+
+// startRetry runs steps 11-12: auto_retry_start, then the backoff sleep
+// for sleep. The event's delay counts from the decision, extra of it
+// added by the budget.
+func (c *Core) startRetry(extra, sleep time.Duration) {
+	ch := &c.ch
+	ch.Started = true
+	ch.Delay += extra
+	c.attempt = ch.Attempt
+	start := c.out.starts.add()
+	*start = retry.StartEvent{Attempt: ch.Attempt, MaxAttempts: c.settings.MaxRetries, Delay: ch.Delay,
+		ErrorMessage: ch.ErrText, Class: ch.Class, BudgetDelay: extra}
+	c.emit(EventAutoRetryStart).Start = start
+	c.add(StripTrailingError)
+	ch.Token++
+	c.sleep(sleep)
+}
+
+// sleep starts the backoff sleep of the chain's token for d.
+func (c *Core) sleep(d time.Duration) {
+	c.ch.Phase = Sleeping
+	c.state = Backoff
+	c.sleepUntil, c.sleepToken = c.now.Add(d), c.ch.Token
+	c.armTimer(d)
+}
+
+// sleepDone ends the backoff sleep of token: the retry's continue is due
+// (the timer's owner scheduled it behind the sleep).
+func (c *Core) sleepDone(token uint64) {
+	if c.ch.Phase != Sleeping || token != c.ch.Token {
+		return
+	}
+	c.ch.HeldToken = 0 // the held retry goes out now: nothing left to drop
+	c.ch.Phase = AwaitingTurn
+	c.state = ContinueScheduled
+}
+
+// endRefusal ends a chain whose classifier refusal found no fallback
+// model: silently if no attempt of this chain was started, else reporting
+// the last started attempt.
+func (c *Core) endRefusal() {
+	if !c.ch.Started {
+		c.resetChain()
+		return
+	}
+	c.endChain(false, c.ch.Attempt-1, c.ch.ErrText)
+}
+
+// abortRetry cancels the chain (abort_retry, or the global abort).
+func (c *Core) abortRetry() {
+	switch c.ch.Phase {
+	case ChainIdle:
+		return
+	case Sleeping:
+		c.add(CancelTimer).Token = c.ch.Token
+	}
+	c.dropHold()
+	c.endChain(false, c.ch.Attempt, retry.RetryCancelled)
+}
+
+// endChain emits auto_retry_end and closes the chain; a chain that failed
+// is the prompt's failure (unless a history write failed first).
+func (c *Core) endChain(success bool, attempt int, finalError string) {
+	end := retry.EndEvent{Success: success, Attempt: attempt, FinalError: finalError, Class: c.ch.Class}
+	if success {
+		c.retryEnd = nil
+	} else {
+		c.retryEnd = &end
+	}
+	if !success && c.failureKind != KindHistory {
+		c.failure = finalError
+		if c.failure == retry.RetryCancelled && c.failureKind == "" {
+			c.failureKind = KindRetryCancelled
+		}
+	}
+	c.emitEnd(end)
+	c.resetChain()
+}
+
+// resetChain closes the chain: the counter goes back to 0, and any reply
+// or timer still in flight is stale.
+func (c *Core) resetChain() {
+	ch := &c.ch
+	ch.Phase = ChainIdle
+	ch.Attempt = 0
+	ch.Started = false
+	ch.FallbackApplied = false
+	ch.FallbackModel, ch.FallbackRole = "", ""
+	ch.ErrText = ""
+	ch.Token++
+}
