@@ -100,28 +100,28 @@ func (c *Core) chainStep(step func()) {
 
 // chainStepOnce is one step of chainStep.
 func (c *Core) chainStepOnce(step func()) {
-	deciding := c.state == Deciding
+	deciding := c.r.State == Deciding
 	mark := len(c.out.list) // agent_end goes before what the step adds
 	c.compactNext = false
 	step()
-	phase := c.ch.Phase
+	phase := c.r.Chain.Phase
 	decided := deciding && !phase.asking()
 	calls := c.toolsAfterEnd
 	if decided {
 		c.toolsAfterEnd = nil
 		if calls == nil {
 			ev := c.emitAt(mark, EventAgentEnd)
-			ev.Message, ev.WillRetry = c.last, phase == Sleeping
+			ev.Message, ev.WillRetry = c.r.Last, phase == Sleeping
 		}
 	}
 	switch {
-	case decided && calls != nil && c.aborts.User:
-		c.decide(c.last) // aborted before the tools ran
+	case decided && calls != nil && c.r.Aborts.User:
+		c.decide(c.r.Last) // aborted before the tools ran
 	case decided && calls != nil:
 		c.runTools(calls)
 	case c.compactNext:
 		c.compact()
-	case c.state == Deciding || c.state == Backoff || c.state == ContinueScheduled:
+	case c.r.State == Deciding || c.r.State == Backoff || c.r.State == ContinueScheduled:
 		c.follow(phase)
 	}
 }
@@ -131,9 +131,9 @@ func (c *Core) chainStepOnce(step func()) {
 func (c *Core) follow(phase ChainPhase) {
 	switch phase {
 	case AwaitingCredential, AwaitingFallback, AwaitingBudget:
-		c.state = Deciding
+		c.r.State = Deciding
 	case Sleeping:
-		c.state = Backoff
+		c.r.State = Backoff
 	case AwaitingTurn:
 		// sleepDone set ContinueScheduled.
 	default:
@@ -143,15 +143,15 @@ func (c *Core) follow(phase ChainPhase) {
 
 // decide hands the turn's last message to the retry chain (agent_end).
 func (c *Core) decide(msg *messages.AssistantMessage) {
-	c.state = Deciding
+	c.r.State = Deciding
 	c.chainStep(func() { c.turnDecided(msg) })
 }
 
 // turnDecided is the chain's part of a turn's end: the outcome for the
 // budget, then success, a retry (spec 3 steps 1-8) or the end.
 func (c *Core) turnDecided(msg *messages.AssistantMessage) {
-	ch := &c.ch
-	ch.Generation = c.gen
+	ch := &c.r.Chain
+	ch.Generation = c.r.Generation
 	if ch.Phase == Sleeping {
 		c.add(CancelTimer).Token = ch.Token
 	}
@@ -161,13 +161,13 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 		ch.Phase = AwaitingTurn
 	}
 	var rd retry.Reading // the error text, read once for the whole decision
-	class := rd.Classify(msg, c.aborts)
-	if class.Retryable() && c.aborts.Any() {
+	class := rd.Classify(msg, c.r.Aborts)
+	if class.Retryable() && c.r.Aborts.Any() {
 		// A deliberate abort (user, dispose, edit guard) settles the turn,
 		// whatever error the stream ended with while it was being aborted.
 		class = retry.NotRetryable
 	}
-	if c.settings.Budget.Enabled && c.enabled {
+	if c.settings.Budget.Enabled && c.r.AutoRetry {
 		switch {
 		case class == retry.Success:
 			c.reportOutcome(true)
@@ -198,14 +198,14 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 // reportOutcome tells the provider's retry budget how a request went.
 func (c *Core) reportOutcome(success bool) {
 	e := c.add(ReportOutcome)
-	e.Model, e.Success = c.model, success
+	e.Model, e.Success = c.r.Model, success
 }
 
 // retryable runs steps 1-8 of the flow; it continues in
 // credentialReplied, fallbackReplied and decideDelay.
 func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *retry.Reading) {
-	ch, s := &c.ch, &c.settings
-	if !c.enabled {
+	ch, s := &c.r.Chain, &c.settings
+	if !c.r.AutoRetry {
 		if ch.Phase != ChainIdle {
 			c.endChain(false, ch.Attempt, retry.FinalError(msg))
 		}
@@ -233,7 +233,7 @@ func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *
 	}
 	switch class {
 	case retry.StaleReplay:
-		c.add(ResetProviderSession).Model = c.model
+		c.add(ResetProviderSession).Model = c.r.Model
 		ch.Delay = 0
 	case retry.UsageLimit:
 		ch.Wait = ch.Cooldown
@@ -252,18 +252,18 @@ func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *
 // session's key, blocked for blockFor; a provider without credentials has
 // no key to switch to, and the core answers so itself (noSwitch).
 func (c *Core) askCredentialSwitch(blockFor time.Duration) {
-	if !c.credentialed[provider(c.model)] {
+	if !c.credentialed[provider(c.r.Model)] {
 		c.noSwitch = true
 		return
 	}
 	ask := c.add(AskCredentialSwitch)
-	ask.Model, ask.BlockFor, ask.Token = c.model, blockFor, c.ch.Token
+	ask.Model, ask.BlockFor, ask.Token = c.r.Model, blockFor, c.r.Chain.Token
 }
 
 // credentialReplied takes the credentials actor's answer: switched, or
 // when the earliest blocked sibling frees up (zero: none).
 func (c *Core) credentialReplied(switched bool, retryAt time.Time) {
-	ch := &c.ch
+	ch := &c.r.Chain
 	if switched {
 		ch.Switched = true
 		ch.Delay = 0
@@ -279,7 +279,7 @@ func (c *Core) credentialReplied(switched bool, retryAt time.Time) {
 
 // askFallback is step 8: without a credential switch, ask for the next model.
 func (c *Core) askFallback() {
-	ch := &c.ch
+	ch := &c.r.Chain
 	if !ch.Switched && c.settings.ModelFallback && !c.noFallbackChain && ch.Class.AllowsModelFallback() {
 		ch.Phase = AwaitingFallback
 		pin := ch.Class == retry.ClassifierRefusal
@@ -289,7 +289,7 @@ func (c *Core) askFallback() {
 		}
 		c.askPin = pin
 		ask := c.add(AskFallback)
-		ask.Model, ask.Primary, ask.Role = c.model, c.primary, c.role
+		ask.Model, ask.Primary, ask.Role = c.r.Model, c.r.Primary, c.r.Role
 		ask.BlockFor, ask.Pin, ask.Token = cooldown, pin, ch.Token
 		return
 	}
@@ -303,7 +303,7 @@ func (c *Core) askFallback() {
 // fallbackReplied takes the model-fallback actor's answer: a switch
 // applies the fallback model.
 func (c *Core) fallbackReplied(in Input) {
-	ch := &c.ch
+	ch := &c.r.Chain
 	if !in.Switched {
 		if ch.Class == retry.ClassifierRefusal {
 			c.endRefusal()
@@ -317,9 +317,9 @@ func (c *Core) fallbackReplied(in Input) {
 	ch.FallbackApplied = true
 	ch.FallbackModel, ch.FallbackRole = in.To, in.Role
 	before := c.modelState()
-	c.pinned = c.askPin
+	c.r.Pinned = c.askPin
 	c.switchModel(in.To, "fallback")
-	c.beforeChange = before
+	c.r.Before = before
 	c.emitFallback(EventFallbackApplied, retry.FallbackEvent{From: in.From, To: in.To, Role: in.Role})
 	c.decideDelay()
 }
@@ -327,7 +327,7 @@ func (c *Core) fallbackReplied(in Input) {
 // decideDelay runs steps 9-12: the max-delay fail-fast, then start and
 // sleep.
 func (c *Core) decideDelay() {
-	ch, s := &c.ch, &c.settings
+	ch, s := &c.r.Chain, &c.settings
 	if !ch.Switched && s.MaxDelay > 0 && ch.Delay > s.MaxDelay {
 		c.endChain(false, ch.Attempt, fmt.Sprintf("provider asked for %d ms, more than retry.maxDelayMs (%d ms): %s",
 			ch.Delay.Milliseconds(), s.MaxDelay.Milliseconds(), ch.ErrText))
@@ -341,7 +341,7 @@ func (c *Core) decideDelay() {
 		ch.Phase = AwaitingBudget
 		ch.AskedAt = c.now
 		ask := c.add(AskBudget)
-		ask.Model, ask.Token, ask.Due = c.model, ch.Token, c.now.Add(ch.Delay)
+		ask.Model, ask.Token, ask.Due = c.r.Model, ch.Token, c.now.Add(ch.Delay)
 		if s.MaxDelay > 0 {
 			ask.Latest = c.now.Add(s.MaxDelay)
 		}
@@ -352,7 +352,7 @@ func (c *Core) decideDelay() {
 
 // budgetGranted takes the budget's answer: the retry goes out at at.
 func (c *Core) budgetGranted(at time.Time) {
-	ch := &c.ch
+	ch := &c.r.Chain
 	due := ch.AskedAt.Add(ch.Delay)
 	if at.Before(due) {
 		at = due // never before the backoff
@@ -368,16 +368,16 @@ func (c *Core) budgetGranted(at time.Time) {
 // about, which it may hold) will not go out after all, so that a release
 // is not spent on it.
 func (c *Core) dropHold() {
-	if c.ch.HeldToken != 0 || c.ch.Phase == AwaitingBudget {
-		c.ch.HeldToken = 0
-		c.add(DropBudgetHold).Model = c.model
+	if c.r.Chain.HeldToken != 0 || c.r.Chain.Phase == AwaitingBudget {
+		c.r.Chain.HeldToken = 0
+		c.add(DropBudgetHold).Model = c.r.Model
 	}
 }
 
 // budgetReleased moves a held retry's sleep to end at at (the budget
 // recovered before the retry's slot).
 func (c *Core) budgetReleased(at time.Time) {
-	ch := &c.ch
+	ch := &c.r.Chain
 	ch.HeldToken = 0
 	c.add(CancelTimer).Token = ch.Token
 	ch.Token++
@@ -388,10 +388,10 @@ func (c *Core) budgetReleased(at time.Time) {
 // for sleep. The event's delay counts from the decision, extra of it
 // added by the budget.
 func (c *Core) startRetry(extra, sleep time.Duration) {
-	ch := &c.ch
+	ch := &c.r.Chain
 	ch.Started = true
 	ch.Delay += extra
-	c.attempt = ch.Attempt
+	c.r.Attempt = ch.Attempt
 	start := c.out.starts.add()
 	*start = retry.StartEvent{Attempt: ch.Attempt, MaxAttempts: c.settings.MaxRetries, Delay: ch.Delay,
 		ErrorMessage: ch.ErrText, Class: ch.Class, BudgetDelay: extra}
@@ -403,59 +403,59 @@ func (c *Core) startRetry(extra, sleep time.Duration) {
 
 // sleep starts the backoff sleep of the chain's token for d.
 func (c *Core) sleep(d time.Duration) {
-	c.ch.Phase = Sleeping
-	c.state = Backoff
-	c.sleepUntil, c.sleepToken = c.now.Add(d), c.ch.Token
+	c.r.Chain.Phase = Sleeping
+	c.r.State = Backoff
+	c.r.SleepUntil, c.r.SleepToken = c.now.Add(d), c.r.Chain.Token
 	c.armTimer(d)
 }
 
 // sleepDone ends the backoff sleep of token: the retry's continue is due
 // (the timer's owner scheduled it behind the sleep).
 func (c *Core) sleepDone(token uint64) {
-	if c.ch.Phase != Sleeping || token != c.ch.Token {
+	if c.r.Chain.Phase != Sleeping || token != c.r.Chain.Token {
 		return
 	}
-	c.ch.HeldToken = 0 // the held retry goes out now: nothing left to drop
-	c.ch.Phase = AwaitingTurn
-	c.state = ContinueScheduled
+	c.r.Chain.HeldToken = 0 // the held retry goes out now: nothing left to drop
+	c.r.Chain.Phase = AwaitingTurn
+	c.r.State = ContinueScheduled
 }
 
 // endRefusal ends a chain whose classifier refusal found no fallback
 // model: silently if no attempt of this chain was started, else reporting
 // the last started attempt.
 func (c *Core) endRefusal() {
-	if !c.ch.Started {
+	if !c.r.Chain.Started {
 		c.resetChain()
 		return
 	}
-	c.endChain(false, c.ch.Attempt-1, c.ch.ErrText)
+	c.endChain(false, c.r.Chain.Attempt-1, c.r.Chain.ErrText)
 }
 
 // abortRetry cancels the chain (abort_retry, or the global abort).
 func (c *Core) abortRetry() {
-	switch c.ch.Phase {
+	switch c.r.Chain.Phase {
 	case ChainIdle:
 		return
 	case Sleeping:
-		c.add(CancelTimer).Token = c.ch.Token
+		c.add(CancelTimer).Token = c.r.Chain.Token
 	}
 	c.dropHold()
-	c.endChain(false, c.ch.Attempt, retry.RetryCancelled)
+	c.endChain(false, c.r.Chain.Attempt, retry.RetryCancelled)
 }
 
 // endChain emits auto_retry_end and closes the chain; a chain that failed
 // is the prompt's failure (unless a history write failed first).
 func (c *Core) endChain(success bool, attempt int, finalError string) {
-	end := retry.EndEvent{Success: success, Attempt: attempt, FinalError: finalError, Class: c.ch.Class}
+	end := retry.EndEvent{Success: success, Attempt: attempt, FinalError: finalError, Class: c.r.Chain.Class}
 	if success {
-		c.retryEnd = nil
+		c.r.RetryEnd = nil
 	} else {
-		c.retryEnd = &end
+		c.r.RetryEnd = &end
 	}
-	if !success && c.failureKind != KindHistory {
-		c.failure = finalError
-		if c.failure == retry.RetryCancelled && c.failureKind == "" {
-			c.failureKind = KindRetryCancelled
+	if !success && c.r.FailureKind != KindHistory {
+		c.r.Failure = finalError
+		if c.r.Failure == retry.RetryCancelled && c.r.FailureKind == "" {
+			c.r.FailureKind = KindRetryCancelled
 		}
 	}
 	c.emitEnd(end)
@@ -465,7 +465,7 @@ func (c *Core) endChain(success bool, attempt int, finalError string) {
 // resetChain closes the chain: the counter goes back to 0, and any reply
 // or timer still in flight is stale.
 func (c *Core) resetChain() {
-	ch := &c.ch
+	ch := &c.r.Chain
 	ch.Phase = ChainIdle
 	ch.Attempt = 0
 	ch.Started = false

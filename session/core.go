@@ -67,53 +67,27 @@ type Config struct {
 }
 
 // Core is one session's lifecycle as a pure state machine, its retry
-// chain included: one Step takes every input and returns every effect. It
-// is not safe for concurrent use: an actor owns it.
+// chain included: one Step takes every input and returns every effect. Its
+// state is its Record, defined once: what a core at rest persists is what
+// it runs on. It is not safe for concurrent use: an actor owns it.
 type Core struct {
-	src      retry.Source
-	settings retry.Settings // Config.Settings (Enabled is enabled)
-	ch       ChainRecord    // the retry chain of the running prompt
+	r Record // the session's state (Record's fields say what each is)
 
-	primary string // the primary "provider/model" (Config.Model, or what the user set)
-	role    string // model role for fallback chains
+	// The session's configuration, given again when it is resumed.
+	src             retry.Source
+	settings        retry.Settings  // Config.Settings (Enabled is r.AutoRetry)
+	compaction      bool            // Config.Compaction
+	credentialed    map[string]bool // Config.Credentialed
+	noFallbackChain bool            // the role has no fallback chain: fallback is never asked
 
-	gen  uint64 // prompt generation
-	turn uint64 // id of the last turn started
-
-	model         string     // "provider/model" in use
-	beforeChange  ModelState // what the last model change replaced, to undo it
-	primaryUntil  time.Time
-	credential    string
-	attempt       int                  // of the last auto_retry_start of the open chain
-	sleepUntil    time.Time            // when the backoff timer fires (in backoff)
-	sleepToken    uint64               // the backoff timer's token
+	// What lives within a prompt's turns and decisions, never at rest.
+	now           time.Time
+	out           *Effects             // the step's, while it runs
 	toolsAfterEnd []*messages.ToolCall // a tool-use turn's calls, run once its decision is applied
-
-	last        *messages.AssistantMessage
-	failure     string
-	failureKind ErrorKind
-	retryEnd    *retry.EndEvent // the prompt's last chain, ended without success
-
-	now time.Time
-	out *Effects // the step's, while it runs
-
-	state      State
-	aborts     retry.AbortState
-	continuing bool // the turn being started is a retry's continue
-	pinned     bool // the fallback model is pinned (refusal)
-	askPin     bool // the pending fallback ask pins
-	enabled    bool // retry.enabled, as the session last set it
-	compaction bool // Config.Compaction
-
-	credentialed map[string]bool // Config.Credentialed
-	// noFallbackChain: the session's role has no fallback chain, so model
-	// fallback has nothing to switch to and is never asked.
-	noFallbackChain bool
-	// noSwitch: a usage limit on a provider without credentials has no key
-	// to switch to, answered right after the step that found it.
-	noSwitch bool
-	// compactNext: the step's decision routes the turn to compaction.
-	compactNext bool
+	continuing    bool                 // the turn being started is a retry's continue
+	askPin        bool                 // the pending fallback ask pins
+	noSwitch      bool                 // a usage limit with no key to switch to, answered after the step
+	compactNext   bool                 // the step's decision routes the turn to compaction
 }
 
 // New returns an idle core drawing retry jitter from src.
@@ -125,11 +99,12 @@ func New(cfg Config, src retry.Source) *Core {
 // Make is New as a value, for an owner that embeds its core (one
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
-	c := Core{src: src, settings: cfg.Settings, primary: cfg.Model, role: cfg.Role, model: cfg.Model,
-		pinned: cfg.Pinned, primaryUntil: cfg.PrimaryUntil, enabled: cfg.Settings.Enabled, compaction: cfg.Compaction,
-		credentialed: cfg.Credentialed, noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
+	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed,
+		noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
+	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
+	c.r.Pinned, c.r.PrimaryUntil, c.r.AutoRetry = cfg.Pinned, cfg.PrimaryUntil, cfg.Settings.Enabled
 	if cfg.InUse != "" {
-		c.model = cfg.InUse
+		c.r.Model = cfg.InUse
 	}
 	return c
 }
@@ -147,33 +122,33 @@ func (c *Core) Snapshot(snap *Snapshot) { snap.core = *c }
 func (c *Core) Restore(snap *Snapshot) { *c = snap.core }
 
 // State reports what the session is doing.
-func (c *Core) State() State { return c.state }
+func (c *Core) State() State { return c.r.State }
 
 // Busy reports whether a prompt runs.
-func (c *Core) Busy() bool { return c.state != Idle }
+func (c *Core) Busy() bool { return c.r.State != Idle }
 
 // IsRetrying reports whether the retry lifecycle is open.
-func (c *Core) IsRetrying() bool { return c.ch.Phase != ChainIdle }
+func (c *Core) IsRetrying() bool { return c.r.Chain.Phase != ChainIdle }
 
 // Model is the "provider/model" in use.
-func (c *Core) Model() string { return c.model }
+func (c *Core) Model() string { return c.r.Model }
 
 // Credential is the credential the last turn used.
-func (c *Core) Credential() string { return c.credential }
+func (c *Core) Credential() string { return c.r.Credential }
 
 // AwaitsTurn reports whether the session waits for the end of turn (its
 // stream), and AwaitsTools whether it waits for turn's tools: what they
 // bring is written to the history only then.
-func (c *Core) AwaitsTurn(turn uint64) bool { return turn == c.turn && c.state == Streaming }
+func (c *Core) AwaitsTurn(turn uint64) bool { return turn == c.r.Turn && c.r.State == Streaming }
 
 // AwaitsTools reports whether the session waits for the tools of turn.
-func (c *Core) AwaitsTools(turn uint64) bool { return turn == c.turn && c.state == RunningTools }
+func (c *Core) AwaitsTools(turn uint64) bool { return turn == c.r.Turn && c.r.State == RunningTools }
 
 // Generation is the current prompt generation.
-func (c *Core) Generation() uint64 { return c.gen }
+func (c *Core) Generation() uint64 { return c.r.Generation }
 
 // AutoRetryEnabled reports retry.enabled.
-func (c *Core) AutoRetryEnabled() bool { return c.enabled }
+func (c *Core) AutoRetryEnabled() bool { return c.r.AutoRetry }
 
 // Step feeds in at now and adds the effects to carry out, in order, to
 // out. The effects must be executed before the next Step.
@@ -188,11 +163,11 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InTurnDelta:
 		c.turnDelta(in)
 	case InTurnEnded:
-		if in.Turn == c.turn && c.state == Streaming {
+		if in.Turn == c.r.Turn && c.r.State == Streaming {
 			c.turnEnded(in.Message, in.Err)
 		}
 	case InToolsDone:
-		if in.Turn == c.turn && c.state == RunningTools {
+		if in.Turn == c.r.Turn && c.r.State == RunningTools {
 			c.toolsDone(in.Err)
 		}
 	case InBackoffDone:
@@ -204,11 +179,11 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InEditGuardAbort:
 		c.editGuardAbort()
 	case InSetAutoRetry:
-		c.enabled = in.Enabled
+		c.r.AutoRetry = in.Enabled
 	case InSetModel:
 		c.setModel(in.Model)
 	case InCompactionDone:
-		if in.Generation == c.gen && c.state == Compacting {
+		if in.Generation == c.r.Generation && c.r.State == Compacting {
 			c.compactionDone(in.Context, in.Err)
 		}
 	case InStop:
@@ -223,13 +198,13 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		c.fallbackReply(in)
 	case InBudgetGrant:
 		c.chainStep(func() {
-			if c.ch.Phase == AwaitingBudget && in.Token == c.ch.Token {
+			if c.r.Chain.Phase == AwaitingBudget && in.Token == c.r.Chain.Token {
 				c.budgetGranted(in.At)
 			}
 		})
 	case InBudgetRelease:
 		c.chainStep(func() {
-			if c.ch.Phase == Sleeping && c.ch.HeldToken != 0 && in.Token == c.ch.HeldToken {
+			if c.r.Chain.Phase == Sleeping && c.r.Chain.HeldToken != 0 && in.Token == c.r.Chain.HeldToken {
 				c.budgetReleased(in.At)
 			}
 		})
@@ -241,20 +216,20 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 // timerLost arms the backoff timer again, for what is left of it, when
 // its owner is gone.
 func (c *Core) timerLost() {
-	if c.state == Backoff {
-		c.armTimer(max(c.sleepUntil.Sub(c.now), 0))
+	if c.r.State == Backoff {
+		c.armTimer(max(c.r.SleepUntil.Sub(c.now), 0))
 	}
 }
 
 // fallbackReply takes the fallback actor's answer: after a switch, the
 // primary may come back when its cooldown ends.
 func (c *Core) fallbackReply(in Input) {
-	asked := c.ch.Phase == AwaitingFallback
+	asked := c.r.Chain.Phase == AwaitingFallback
 	if in.Switched && asked {
-		c.primaryUntil = in.CooldownUntil
+		c.r.PrimaryUntil = in.CooldownUntil
 	}
 	c.chainStep(func() {
-		if asked && in.Token == c.ch.Token {
+		if asked && in.Token == c.r.Chain.Token {
 			c.fallbackReplied(in)
 		}
 	})
@@ -263,14 +238,14 @@ func (c *Core) fallbackReply(in Input) {
 // backoffDone ends the backoff of in.Token and starts the retry's continue.
 func (c *Core) backoffDone(in Input) {
 	c.chainStep(func() { c.sleepDone(in.Token) })
-	if c.state == ContinueScheduled && in.Generation == c.gen {
+	if c.r.State == ContinueScheduled && in.Generation == c.r.Generation {
 		c.continueDue(in.KeyFree)
 	}
 }
 
 // turnDelta passes on what the running turn streamed.
 func (c *Core) turnDelta(in Input) {
-	if in.Turn == c.turn && c.state == Streaming {
+	if in.Turn == c.r.Turn && c.r.State == Streaming {
 		ev := c.emit(EventMessageUpdate)
 		ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
 	}
@@ -278,9 +253,9 @@ func (c *Core) turnDelta(in Input) {
 
 // editGuardAbort cancels the running turn for the streaming-edit guard.
 func (c *Core) editGuardAbort() {
-	if c.state != Idle {
-		c.aborts.EditGuard = true
-		c.failureKind, c.failure = KindAborted, "stream aborted by the streaming-edit guard"
+	if c.r.State != Idle {
+		c.r.Aborts.EditGuard = true
+		c.r.FailureKind, c.r.Failure = KindAborted, "stream aborted by the streaming-edit guard"
 		c.add(CancelTurn)
 	}
 }
@@ -288,24 +263,24 @@ func (c *Core) editGuardAbort() {
 // setModel makes the user's model the primary, unpinned, and switches to it.
 func (c *Core) setModel(model string) {
 	before := c.modelState()
-	c.primary = model
-	c.pinned = false
+	c.r.Primary = model
+	c.r.Pinned = false
 	c.switchModel(model, "user")
-	c.beforeChange = before
+	c.r.Before = before
 }
 
 // credentialReply takes the credentials actor's answer to a usage limit:
 // a switch to another key is the session's from now on.
 func (c *Core) credentialReply(in Input) {
-	asked := c.ch.Phase == AwaitingCredential
+	asked := c.r.Chain.Phase == AwaitingCredential
 	if in.Switched && asked {
 		sw := c.out.switches.add()
-		*sw = CredentialSwitch{Model: c.model, From: c.credential, To: in.Credential, Redeemed: in.Redeemed}
+		*sw = CredentialSwitch{Model: c.r.Model, From: c.r.Credential, To: in.Credential, Redeemed: in.Redeemed}
 		c.emit(EventCredentialSwitch).Switch = sw
-		c.credential = in.Credential
+		c.r.Credential = in.Credential
 	}
 	c.chainStep(func() {
-		if asked && in.Token == c.ch.Token {
+		if asked && in.Token == c.r.Chain.Token {
 			c.credentialReplied(in.Switched, in.RetryAt)
 		}
 	})
@@ -314,24 +289,24 @@ func (c *Core) credentialReply(in Input) {
 // prompt starts a prompt the owner has written to the history (historyErr: it could
 // not, and the prompt ends at once with that error).
 func (c *Core) prompt(historyErr string) {
-	if c.state != Idle {
+	if c.r.State != Idle {
 		res := c.out.results.add()
-		*res = Result{Generation: c.gen, ErrorKind: KindBusy,
+		*res = Result{Generation: c.r.Generation, ErrorKind: KindBusy,
 			Error: "a prompt is already running; abort it or wait for it to settle"}
 		c.add(RejectPrompt).Result = res
 		return
 	}
-	c.gen++
-	c.aborts = retry.AbortState{}
-	c.last, c.failure, c.failureKind, c.retryEnd = nil, "", "", nil
+	c.r.Generation++
+	c.r.Aborts = retry.AbortState{}
+	c.r.Last, c.r.Failure, c.r.FailureKind, c.r.RetryEnd = nil, "", "", nil
 	if historyErr != "" {
-		c.failureKind, c.failure = KindHistory, historyErr
+		c.r.FailureKind, c.r.Failure = KindHistory, historyErr
 		c.settle()
 		return
 	}
 	c.maybeRevert()
 	ev := c.emit(EventAgentStart)
-	ev.Generation, ev.PromptStart = c.gen, true
+	ev.Generation, ev.PromptStart = c.r.Generation, true
 	c.continuing = false
 	c.selectCredential(false)
 }
@@ -341,28 +316,28 @@ func (c *Core) prompt(historyErr string) {
 // key is free), else the credentials actor's choice. With a key chosen
 // the turn starts in the same step.
 func (c *Core) selectCredential(keep bool) {
-	c.state = SelectingCredential
+	c.r.State = SelectingCredential
 	switch {
-	case !c.credentialed[provider(c.model)]:
+	case !c.credentialed[provider(c.r.Model)]:
 		c.credentialSelected("")
 	case keep:
-		c.credentialSelected(c.credential)
+		c.credentialSelected(c.r.Credential)
 	default:
 		e := c.add(SelectCredential)
-		e.Model = c.model
+		e.Model = c.r.Model
 		if c.continuing {
-			e.Credential = c.credential
+			e.Credential = c.r.Credential
 		}
 	}
 }
 
 func (c *Core) credentialSelected(cred string) {
-	if c.state != SelectingCredential {
-		c.credential = cred
+	if c.r.State != SelectingCredential {
+		c.r.Credential = cred
 		return
 	}
-	c.credential = cred
-	if c.aborts.User || (c.continuing && !c.IsRetrying()) {
+	c.r.Credential = cred
+	if c.r.Aborts.User || (c.continuing && !c.IsRetrying()) {
 		c.settle() // aborted, or the retry was cancelled, while the credential was chosen
 		return
 	}
@@ -370,19 +345,19 @@ func (c *Core) credentialSelected(cred string) {
 }
 
 func (c *Core) startTurn() {
-	c.turn++
-	c.state = Streaming
+	c.r.Turn++
+	c.r.State = Streaming
 	e := c.add(StartTurn)
-	e.Turn, e.Model, e.Credential = c.turn, c.model, c.credential
+	e.Turn, e.Model, e.Credential = c.r.Turn, c.r.Model, c.r.Credential
 }
 
 // turnEnded takes a turn's message, which the owner has written
 // (historyErr: it could not).
 func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
-	c.last = msg
+	c.r.Last = msg
 	c.emit(EventMessageEnd).Message = msg
 	c.endOnFailedWrite(historyErr)
-	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.aborts.User {
+	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.r.Aborts.User {
 		if !c.IsRetrying() {
 			c.runTools(calls)
 			return
@@ -396,17 +371,17 @@ func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 }
 
 func (c *Core) runTools(calls []*messages.ToolCall) {
-	c.state = RunningTools
+	c.r.State = RunningTools
 	e := c.add(RunTools)
-	e.Turn, e.Calls = c.turn, calls
+	e.Turn, e.Calls = c.r.Turn, calls
 }
 
 // toolsDone takes the results of a turn's tools, which the owner has
 // written to the history (historyErr: it could not).
 func (c *Core) toolsDone(historyErr string) {
 	c.endOnFailedWrite(historyErr)
-	if c.aborts.User {
-		c.decide(c.last)
+	if c.r.Aborts.User {
+		c.decide(c.r.Last)
 		return
 	}
 	c.add(DeliverSteering)
@@ -416,25 +391,25 @@ func (c *Core) toolsDone(historyErr string) {
 // armTimer arms the backoff timer for d, its continue scheduled behind it.
 func (c *Core) armTimer(d time.Duration) {
 	e := c.add(ArmTimer)
-	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.sleepToken, continueDelay, c.gen
+	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.r.SleepToken, continueDelay, c.r.Generation
 }
 
 // BackoffToken is the token of the backoff timer while the session is in
 // backoff (0 otherwise).
 func (c *Core) BackoffToken() uint64 {
-	if c.state != Backoff {
+	if c.r.State != Backoff {
 		return 0
 	}
-	return c.sleepToken
+	return c.r.SleepToken
 }
 
 // WaitingUntil is when the backoff timer fires, while the session is in
 // backoff (the zero time otherwise).
 func (c *Core) WaitingUntil() time.Time {
-	if c.state != Backoff {
+	if c.r.State != Backoff {
 		return time.Time{}
 	}
-	return c.sleepUntil
+	return c.r.SleepUntil
 }
 
 // continueDue starts a retry's continue; keyFree: the key the session
@@ -444,19 +419,19 @@ func (c *Core) continueDue(keyFree bool) {
 		c.settle()
 		return
 	}
-	model := c.model
+	model := c.r.Model
 	c.maybeRevert()
-	c.emit(EventAgentStart).Generation = c.gen
+	c.emit(EventAgentStart).Generation = c.r.Generation
 	c.continuing = true
-	c.selectCredential(keyFree && c.credential != "" && c.model == model)
+	c.selectCredential(keyFree && c.r.Credential != "" && c.r.Model == model)
 }
 
 func (c *Core) abort() {
-	if c.state == Idle {
+	if c.r.State == Idle {
 		return
 	}
-	c.aborts.User = true
-	c.failureKind = KindAborted
+	c.r.Aborts.User = true
+	c.r.FailureKind = KindAborted
 	c.chainStep(c.abortAll)
 }
 
@@ -470,28 +445,28 @@ func (c *Core) abortAll() {
 // compact runs the compaction hook on a context overflow; without one the
 // prompt ends with the overflow error after compaction_required.
 func (c *Core) compact() {
-	c.emit(EventCompactionRequired).Error = c.last.GetErrorMessage()
+	c.emit(EventCompactionRequired).Error = c.r.Last.GetErrorMessage()
 	if !c.compaction {
-		c.failureKind, c.failure = KindContextOverflow, c.last.GetErrorMessage()
+		c.r.FailureKind, c.r.Failure = KindContextOverflow, c.r.Last.GetErrorMessage()
 		c.settle()
 		return
 	}
-	c.state = Compacting
+	c.r.State = Compacting
 	e := c.add(Compact)
-	e.Generation, e.Failed = c.gen, c.last
+	e.Generation, e.Failed = c.r.Generation, c.r.Last
 }
 
 func (c *Core) compactionDone(context []*messages.Entry, err string) {
-	if err != "" || c.aborts.User {
-		c.failureKind, c.failure = KindContextOverflow, err
-		if c.failure == "" {
-			c.failure = c.last.GetErrorMessage()
+	if err != "" || c.r.Aborts.User {
+		c.r.FailureKind, c.r.Failure = KindContextOverflow, err
+		if c.r.Failure == "" {
+			c.r.Failure = c.r.Last.GetErrorMessage()
 		}
 		c.settle()
 		return
 	}
 	c.add(ReplaceContext).Context = context
-	c.emit(EventAgentStart).Generation = c.gen
+	c.emit(EventAgentStart).Generation = c.r.Generation
 	c.startTurn()
 }
 
@@ -499,19 +474,19 @@ func (c *Core) compactionDone(context []*messages.Entry, err string) {
 // with auto_retry_end{success:false}, and a running prompt settles with a
 // shutdown error.
 func (c *Core) stop() {
-	c.aborts.Dispose = true
+	c.r.Aborts.Dispose = true
 	c.add(CancelTurn)
 	if c.IsRetrying() {
-		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: ShutdownError})
-		c.ch = ChainRecord{}
+		c.emitEnd(retry.EndEvent{Attempt: c.r.Attempt, FinalError: ShutdownError})
+		c.r.Chain = ChainRecord{}
 	}
-	c.add(ReleaseSession).Model = c.model
-	if c.state != Idle {
-		c.state = Idle
+	c.add(ReleaseSession).Model = c.r.Model
+	if c.r.State != Idle {
+		c.r.State = Idle
 		ev := c.emit(EventAgentSettled)
-		ev.Generation, ev.Error = c.gen, ShutdownError
+		ev.Generation, ev.Error = c.r.Generation, ShutdownError
 		res := c.out.results.add()
-		*res = Result{Generation: c.gen, Message: c.last, ErrorKind: KindShutdown, Error: ShutdownError}
+		*res = Result{Generation: c.r.Generation, Message: c.r.Last, ErrorKind: KindShutdown, Error: ShutdownError}
 		c.add(Settle).Result = res
 	}
 }
@@ -521,20 +496,20 @@ func (c *Core) stop() {
 // settles with reason (a turn or tools still running are cancelled).
 func (c *Core) chainFailed(reason string) {
 	if c.IsRetrying() {
-		c.emitEnd(retry.EndEvent{Attempt: c.attempt, FinalError: reason})
+		c.emitEnd(retry.EndEvent{Attempt: c.r.Attempt, FinalError: reason})
 	}
-	c.ch = ChainRecord{}
+	c.r.Chain = ChainRecord{}
 	c.toolsAfterEnd = nil
-	if c.state == Idle {
+	if c.r.State == Idle {
 		return
 	}
 	c.add(CancelTurn)
-	c.failureKind, c.failure = KindFailed, reason
+	c.r.FailureKind, c.r.Failure = KindFailed, reason
 	c.settle()
 }
 
 func (c *Core) modelState() ModelState {
-	return ModelState{Model: c.model, Primary: c.primary, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
+	return ModelState{Model: c.r.Model, Primary: c.r.Primary, Pinned: c.r.Pinned, PrimaryUntil: c.r.PrimaryUntil}
 }
 
 // endOnFailedWrite ends the prompt when the owner could not write what the
@@ -544,10 +519,10 @@ func (c *Core) endOnFailedWrite(historyErr string) {
 	if historyErr == "" {
 		return
 	}
-	if c.failureKind != KindHistory {
-		c.failureKind, c.failure = KindHistory, historyErr
+	if c.r.FailureKind != KindHistory {
+		c.r.FailureKind, c.r.Failure = KindHistory, historyErr
 	}
-	c.aborts.User = true
+	c.r.Aborts.User = true
 	c.chainStep(c.abortAll)
 }
 
@@ -557,58 +532,58 @@ func (c *Core) endOnFailedWrite(historyErr string) {
 // that could not be written is undone first.
 func (c *Core) historyFailed(err string, revert bool) {
 	if revert {
-		b := c.beforeChange
-		c.model, c.primary, c.pinned, c.primaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
+		b := c.r.Before
+		c.r.Model, c.r.Primary, c.r.Pinned, c.r.PrimaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
 	}
-	if c.state == Idle {
+	if c.r.State == Idle {
 		return
 	}
 	c.endOnFailedWrite(err)
-	if c.state == SelectingCredential {
+	if c.r.State == SelectingCredential {
 		c.settle()
 	}
 }
 
 // settle answers the prompt once nothing of it is left.
 func (c *Core) settle() {
-	c.state = Idle
+	c.r.State = Idle
 	res := c.out.results.add()
-	res.Generation, res.Message = c.gen, c.last
+	res.Generation, res.Message = c.r.Generation, c.r.Last
 	switch {
-	case c.failureKind != "":
-		res.ErrorKind, res.Error = c.failureKind, c.failure
+	case c.r.FailureKind != "":
+		res.ErrorKind, res.Error = c.r.FailureKind, c.r.Failure
 		if res.Error == "" {
-			res.Error = string(c.failureKind)
+			res.Error = string(c.r.FailureKind)
 		}
-		if c.failureKind == KindAborted && c.failure == "" {
+		if c.r.FailureKind == KindAborted && c.r.Failure == "" {
 			res.Error = "prompt aborted"
 		}
-	case c.last == nil:
+	case c.r.Last == nil:
 		res.ErrorKind, res.Error = KindFailed, "no assistant message"
-	case isFailure(c.last):
-		res.ErrorKind, res.Error = KindFailed, c.failure
+	case isFailure(c.r.Last):
+		res.ErrorKind, res.Error = KindFailed, c.r.Failure
 		if res.Error == "" {
-			res.Error = c.last.GetErrorMessage()
+			res.Error = c.r.Last.GetErrorMessage()
 		}
 	}
 	if res.Error != "" {
-		res.Retry = c.retryEnd
+		res.Retry = c.r.RetryEnd
 	}
 	ev := c.emit(EventAgentSettled)
-	ev.Generation, ev.Success, ev.Error = c.gen, res.Error == "", res.Error
-	c.aborts.User, c.aborts.EditGuard = false, false
+	ev.Generation, ev.Success, ev.Error = c.r.Generation, res.Error == "", res.Error
+	c.r.Aborts.User, c.r.Aborts.EditGuard = false, false
 	c.add(Settle).Result = res
 }
 
 // switchModel changes the model in use and appends a model_change.
 func (c *Core) switchModel(to, reason string) {
-	if to == c.model {
+	if to == c.r.Model {
 		return
 	}
-	c.beforeChange = c.modelState()
+	c.r.Before = c.modelState()
 	change := c.out.changes.add()
-	*change = ModelChange{From: c.model, To: to, Role: c.role, Reason: reason, Pinned: c.pinned, PrimaryUntil: c.primaryUntil}
-	c.model = to
+	*change = ModelChange{From: c.r.Model, To: to, Role: c.r.Role, Reason: reason, Pinned: c.r.Pinned, PrimaryUntil: c.r.PrimaryUntil}
+	c.r.Model = to
 	c.add(AppendModelChange).Change = change
 	c.emit(EventModelChange).Change = change
 }
@@ -617,13 +592,13 @@ func (c *Core) switchModel(to, reason string) {
 // cooldown is over, unless the fallback is pinned. It runs before each new
 // prompt and each scheduled continue.
 func (c *Core) maybeRevert() {
-	if c.model == c.primary || c.pinned || c.settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
+	if c.r.Model == c.r.Primary || c.r.Pinned || c.settings.FallbackRevertPolicy != retry.RevertCooldownExpiry {
 		return
 	}
-	if c.now.Before(c.primaryUntil) {
+	if c.now.Before(c.r.PrimaryUntil) {
 		return
 	}
-	c.switchModel(c.primary, "revert")
+	c.switchModel(c.r.Primary, "revert")
 }
 
 // add adds an effect of kind k to the step's effects and returns it, to

@@ -635,12 +635,12 @@ func TestChainAttemptNeverOverflows(t *testing.T) {
 	c := New(Config{Model: "fake/m1", Role: "default", Settings: s}, nominal{})
 	var out Effects
 	c.Step(&out, t0, Input{Kind: InPrompt})
-	c.ch.Phase, c.ch.Attempt = AwaitingTurn, maxAttempt // as after 2^31-1 failed attempts
+	c.r.Chain.Phase, c.r.Chain.Attempt = AwaitingTurn, maxAttempt // as after 2^31-1 failed attempts
 	out.Reset()
 	c.Step(&out, t0, Input{Kind: InTurnEnded, Turn: 1, Message: &messages.AssistantMessage{
 		StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "503 Service Unavailable", HttpStatus: 503}})
-	if c.ch.Attempt != maxAttempt {
-		t.Fatalf("attempt = %d, want it held at %d", c.ch.Attempt, maxAttempt)
+	if c.r.Chain.Attempt != maxAttempt {
+		t.Fatalf("attempt = %d, want it held at %d", c.r.Chain.Attempt, maxAttempt)
 	}
 	for _, e := range out.List() {
 		if e.Kind == Emit && e.Event.Kind == EventAutoRetryStart {

@@ -59,44 +59,27 @@ type ModelState struct {
 // backoff. In any other state work is in flight (a turn, tools, an ask to
 // another actor) that a record could not carry, and it fails.
 func (c *Core) Record() (Record, error) {
-	if c.state != Idle && c.state != Backoff {
-		return Record{}, fmt.Errorf("session: no record while %s: only an idle session or one in backoff is at rest", c.state)
+	if c.r.State != Idle && c.r.State != Backoff {
+		return Record{}, fmt.Errorf("session: no record while %s: only an idle session or one in backoff is at rest", c.r.State)
 	}
-	return Record{
-		State: c.state, Generation: c.gen, Turn: c.turn, AutoRetry: c.enabled, Role: c.role,
-		Primary: c.primary, Model: c.model, Pinned: c.pinned, PrimaryUntil: c.primaryUntil, Credential: c.credential,
-		Before:  c.beforeChange,
-		Attempt: c.attempt, SleepUntil: c.sleepUntil, SleepToken: c.sleepToken, Aborts: c.aborts, Chain: c.chainRecord(),
-		Last: c.last, Failure: c.failure, FailureKind: c.failureKind, RetryEnd: c.retryEnd,
-	}, nil
+	r := c.r
+	r.Chain.Now = c.now
+	return r, nil
 }
 
-// Resume returns a core standing where r stood, with cfg's settings (its
-// model fields are r's, and its role too when r names one) and jitter
-// from src. A record of a state not at rest fails.
+// Resume returns a core standing where r stood, with cfg's settings and
+// jitter from src (its role is r's when r names one). A record of a state
+// not at rest fails.
 func Resume(cfg Config, src retry.Source, r Record) (*Core, error) {
 	if r.State != Idle && r.State != Backoff {
 		return nil, fmt.Errorf("session: cannot resume a record in state %s", r.State)
 	}
-	cfg.Model = r.Primary
-	cfg.Settings.Enabled = r.AutoRetry
 	if r.Role != "" {
 		cfg.Role = r.Role
 	}
 	c := New(cfg, src)
-	c.state, c.gen, c.turn = r.State, r.Generation, r.Turn
-	c.model, c.pinned, c.primaryUntil, c.credential = r.Model, r.Pinned, r.PrimaryUntil, r.Credential
-	c.beforeChange = r.Before
-	c.attempt, c.sleepUntil, c.sleepToken, c.aborts = r.Attempt, r.SleepUntil, r.SleepToken, r.Aborts
-	c.ch = r.Chain
-	c.last, c.failure, c.failureKind, c.retryEnd = r.Last, r.Failure, r.FailureKind, r.RetryEnd
+	role := c.r.Role
+	c.r = r
+	c.r.Role = role
 	return c, nil
-}
-
-// chainRecord is the chain's state, with the instant of the core's last
-// step.
-func (c *Core) chainRecord() ChainRecord {
-	r := c.ch
-	r.Now = c.now
-	return r
 }
