@@ -128,6 +128,7 @@ type Passivation struct {
 type sharedState struct {
 	session, retry *actor.Props    // what they are spawned from
 	credentialed   map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
+	budgeted       map[string]bool // the providers with a retry budget (session.Config.Budgeted)
 }
 
 // shared builds the shared state on first use: the actors' own mailbox on
@@ -141,12 +142,19 @@ func (d *Deps) shared() *sharedState {
 		d.built.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
 		d.built.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
 			append(opts, actor.WithGuardian(retryGuardian{clk: d.Clock}))...)
-		d.built.credentialed = make(map[string]bool, len(d.Credentials))
-		for name, pid := range d.Credentials {
-			d.built.credentialed[name] = pid != nil
-		}
+		d.built.credentialed = present(d.Credentials)
+		d.built.budgeted = present(d.Budgets)
 	})
 	return &d.built
+}
+
+// present is the names that pids has a PID for.
+func present(pids map[string]*actor.PID) map[string]bool {
+	out := make(map[string]bool, len(pids))
+	for name, pid := range pids {
+		out[name] = pid != nil
+	}
+	return out
 }
 
 // Tool is a Go function the model may call.

@@ -159,9 +159,10 @@ func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
 
 // ask sends the core's question to the shared actor that answers it: the
 // credentials actor (a key's usage limit), the fallback actor (the next
-// model) or the retry budget (when to go). Without a fallback actor or a
-// budget the answer is the default one: no fallback, go at the backoff
-// time.
+// model) or the retry budget (when to go). The core asks only the actors
+// there are (Config.Credentialed, Config.Budgeted, the role's fallback
+// chain); a role's chain without its fallback actor, which the runtime
+// never makes, is answered with no switch.
 func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	switch e.Kind {
@@ -178,16 +179,11 @@ func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 			SessionId: s.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
 			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:
-		pid := s.deps.Budgets[providerOf(e.Model)]
-		if pid == nil {
-			s.pending = append(s.pending, session.Input{Kind: session.InBudgetGrant, Token: e.Token, At: e.Due})
-			return
-		}
 		req := &messages.RetryBudgetRequest{SessionId: s.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano()}
 		if !e.Latest.IsZero() {
 			req.LatestUnixNano = e.Latest.UnixNano()
 		}
-		track.Request(ctx, clk, pid, req)
+		track.Request(ctx, clk, s.deps.Budgets[providerOf(e.Model)], req)
 	}
 }
 

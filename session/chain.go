@@ -167,7 +167,7 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 		// whatever error the stream ended with while it was being aborted.
 		class = retry.NotRetryable
 	}
-	if c.settings.Budget.Enabled && c.r.AutoRetry {
+	if c.budgetOn() && c.r.AutoRetry {
 		switch {
 		case class == retry.Success:
 			c.reportOutcome(true)
@@ -193,6 +193,12 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 			c.compactNext = true
 		}
 	}
+}
+
+// budgetOn reports whether the retry budget is on for the model in use:
+// retry.budget on, and its provider has a budget.
+func (c *Core) budgetOn() bool {
+	return c.settings.Budget.Enabled && c.budgeted[provider(c.r.Model)]
 }
 
 // reportOutcome tells the provider's retry budget how a request went.
@@ -333,7 +339,7 @@ func (c *Core) decideDelay() {
 			ch.Delay.Milliseconds(), s.MaxDelay.Milliseconds(), ch.ErrText))
 		return
 	}
-	if s.Budget.Enabled && !ch.Switched && ch.Class != retry.StaleReplay {
+	if c.budgetOn() && !ch.Switched && ch.Class != retry.StaleReplay {
 		// Step 10a (beyond the reference policy): the provider's retry
 		// budget may hold the retry back; a switched retry is a first
 		// attempt on another credential or model and is not held, nor is

@@ -64,6 +64,10 @@ type Config struct {
 	// and a usage limit there has no sibling key to switch to. Read only:
 	// the sessions of a runtime share one.
 	Credentialed map[string]bool
+	// Budgeted names the providers with a retry budget: with
+	// retry.budget on, a retry on any other provider goes at its backoff
+	// time without asking, and reports no outcomes. Read only, shared.
+	Budgeted map[string]bool
 }
 
 // Core is one session's lifecycle as a pure state machine, its retry
@@ -78,6 +82,7 @@ type Core struct {
 	settings        retry.Settings  // Config.Settings (Enabled is r.AutoRetry)
 	compaction      bool            // Config.Compaction
 	credentialed    map[string]bool // Config.Credentialed
+	budgeted        map[string]bool // Config.Budgeted
 	noFallbackChain bool            // the role has no fallback chain: fallback is never asked
 
 	// What lives within a prompt's turns and decisions, never at rest.
@@ -99,7 +104,7 @@ func New(cfg Config, src retry.Source) *Core {
 // Make is New as a value, for an owner that embeds its core (one
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
-	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed,
+	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
 		noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
 	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
 	c.r.Pinned, c.r.PrimaryUntil, c.r.AutoRetry = cfg.Pinned, cfg.PrimaryUntil, cfg.Settings.Enabled

@@ -148,6 +148,7 @@ func newScript(t *testing.T, resume bool) *script {
 	sc.cfg.Settings.FallbackChains = map[string][]string{"default": {"fake/m2"}}
 	// The provider fake has credentials unless a script sets credentials=none.
 	sc.cfg.Credentialed = map[string]bool{"fake": true}
+	sc.cfg.Budgeted = map[string]bool{"fake": true} // used with budget=true
 	return sc
 }
 
