@@ -50,8 +50,6 @@ type runner interface {
 	again(to *actor.PID) bool
 	// state is the session's state as callers read it now.
 	state() *actors.SessionState
-	// setOptions passes on options the caller set in the session's state.
-	setOptions(*messages.SessionOptions)
 	// watch has the session's events relayed while anyone listens.
 	watch()
 	// isClosed reports whether the session was closed here.
@@ -400,11 +398,16 @@ func (s *Session) GuardAbort() { s.send(&messages.AbortRequest{EditGuard: true})
 func (s *Session) AbortRetry() { s.send(&messages.AbortRetryRequest{}) }
 
 // SetAutoRetryEnabled writes retry.enabled. Switched off mid-chain, the
-// backoff in progress finishes and the next error ends the chain.
+// backoff in progress finishes and the next error ends the chain. It
+// returns once the session has applied it (a read right after sees it).
 func (s *Session) SetAutoRetryEnabled(enabled bool) {
-	s.state.SetAutoRetry(enabled)
-	s.send(&messages.SetAutoRetryRequest{Enabled: enabled})
+	s.apply(&messages.SetAutoRetryRequest{Enabled: enabled})
 }
+
+// apply sends a setting to the session and waits until the session has
+// applied and published it; a closed session takes none. The session owns
+// what callers read of its state: they never write it.
+func (s *Session) apply(setting proto.Message) { _, _ = s.ask(context.Background(), setting) }
 
 // AutoRetryEnabled reads retry.enabled as the session last applied it.
 func (s *Session) AutoRetryEnabled() bool { return s.st().AutoRetryEnabled() }
@@ -426,9 +429,8 @@ func (s *Session) Generation() uint64 { return s.st().Generation() }
 // provider maps it to its own setting (OpenAI reasoning effort, Anthropic
 // thinking budget).
 func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
-	s.state.SetThinkingLevel(level)
 	l := string(level)
-	s.at.setOptions(&messages.SessionOptions{ThinkingLevel: &l})
+	s.apply(&messages.SessionOptions{ThinkingLevel: &l})
 }
 
 // ThinkingLevel is the session's thinking level.
@@ -463,8 +465,7 @@ func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
 // (the default) or off: off, an overflow emits compaction_required and
 // ends the prompt.
 func (s *Session) SetAutoCompaction(on bool) {
-	s.state.SetAutoCompaction(on)
-	s.at.setOptions(&messages.SessionOptions{AutoCompaction: &on})
+	s.apply(&messages.SessionOptions{AutoCompaction: &on})
 }
 
 // AutoCompaction reports whether a compaction hook is configured and runs

@@ -15,7 +15,6 @@ import (
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -104,14 +103,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 			break
 		}
 		ctx.Respond(h.s.state.Wire())
-	case *messages.SessionOptions:
-		h.setOptions(m)
-	case *messages.SetAutoRetryRequest:
-		if h.s != nil {
-			// As on one machine: a read right after the write sees it.
-			h.s.state.SetAutoRetry(m.GetEnabled())
-		}
-		h.forward(ctx, m)
+
 	case *messages.SessionClose:
 		h.close(ctx)
 	case *actor.Stopping:
@@ -155,19 +147,6 @@ func (h *sessionHost) openFor(ctx actor.Context, m *messages.SessionOpen) {
 		h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
 	}
 	ctx.Respond(reply)
-}
-
-// setOptions sets the session options a handle changed.
-func (h *sessionHost) setOptions(m *messages.SessionOptions) {
-	if h.s == nil {
-		return
-	}
-	if m.ThinkingLevel != nil {
-		h.s.SetThinkingLevel(provider.ThinkingLevel(m.GetThinkingLevel()))
-	}
-	if m.AutoCompaction != nil {
-		h.s.SetAutoCompaction(m.GetAutoCompaction())
-	}
 }
 
 // close closes the session for a handle's SessionClose and stops the

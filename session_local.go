@@ -86,10 +86,6 @@ func (l *localActor) again(*actor.PID) bool       { return false }
 func (l *localActor) watch()                      {}
 func (l *localActor) state() *actors.SessionState { return l.s.state }
 
-// setOptions does nothing more: the actor reads the options from the
-// session's state.
-func (l *localActor) setOptions(*messages.SessionOptions) {}
-
 // isClosed reports whether the session was closed.
 func (l *localActor) isClosed() bool {
 	l.start.Lock()

@@ -375,10 +375,6 @@ func (r *remoteSession) again(to *actor.PID) bool {
 	return true
 }
 
-// setOptions passes the options to the activation, which sets them on
-// the session it hosts.
-func (r *remoteSession) setOptions(o *messages.SessionOptions) { r.s.send(o) }
-
 // isClosed reports whether the handle was released.
 func (r *remoteSession) isClosed() bool {
 	r.mu.Lock()

@@ -201,7 +201,9 @@ type SessionConfig struct {
 	Steering func() []string
 }
 
-// SessionState mirrors what callers may read without asking the actor.
+// SessionState mirrors what callers may read without asking the actor:
+// the actor publishes it, and callers only read it (a handle's mirror of a
+// session hosted elsewhere is set from the hosting actor's, SetWire).
 type SessionState struct {
 	autoRetry  atomic.Bool
 	retrying   atomic.Bool
@@ -215,15 +217,12 @@ type SessionState struct {
 	noAutoComp atomic.Bool // auto-compaction switched off
 }
 
-// SetAutoCompaction switches running the compaction hook on context
-// overflow on (the default) or off (overflow then ends the prompt).
-func (s *SessionState) SetAutoCompaction(on bool) { s.noAutoComp.Store(!on) }
-
 // AutoCompaction reports whether the hook runs on context overflow.
 func (s *SessionState) AutoCompaction() bool { return !s.noAutoComp.Load() }
 
-// SetThinkingLevel sets the thinking level the session's next turns ask for.
-func (s *SessionState) SetThinkingLevel(l provider.ThinkingLevel) { s.thinking.Store(&l) }
+// setThinkingLevel publishes the thinking level the session's next turns
+// ask for.
+func (s *SessionState) setThinkingLevel(l provider.ThinkingLevel) { s.thinking.Store(&l) }
 
 // ThinkingLevel is the thinking level of the session's turns.
 func (s *SessionState) ThinkingLevel() provider.ThinkingLevel {
@@ -238,10 +237,6 @@ func (s *SessionState) Init(model string, autoRetry bool) {
 	s.model.Store(&model)
 	s.autoRetry.Store(autoRetry)
 }
-
-// SetAutoRetry records retry.enabled as the caller just set it, so that a
-// read right after the write sees it.
-func (s *SessionState) SetAutoRetry(enabled bool) { s.autoRetry.Store(enabled) }
 
 // AutoRetryEnabled reports retry.enabled.
 func (s *SessionState) AutoRetryEnabled() bool { return s.autoRetry.Load() }
@@ -299,9 +294,9 @@ func (s *SessionState) SetWire(w *messages.SessionStateReply) {
 	s.generation.Store(w.GetGeneration())
 	model := w.GetModel()
 	s.model.Store(&model)
-	s.SetThinkingLevel(provider.ThinkingLevel(w.GetThinkingLevel()))
+	s.setThinkingLevel(provider.ThinkingLevel(w.GetThinkingLevel()))
 	s.compacting.Store(w.GetCompacting())
-	s.SetAutoCompaction(w.GetAutoCompaction())
+	s.noAutoComp.Store(!w.GetAutoCompaction())
 }
 
 func providerOf(selector string) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
 )
@@ -208,6 +209,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(s.messages(m.GetHistory()))
 	case *messages.RetryStopped:
 		s.retryStopped(ctx, m)
+	case *messages.SessionOptions:
+		s.setOptions(ctx, m)
 	case *actor.Stopping:
 		s.stopping(ctx)
 	case *actor.Restarting: // after a panic: the next instance starts its own child
@@ -567,6 +570,21 @@ func (s *SessionActor) tryStep(out *session.Effects, now time.Time, in session.I
 	}()
 	s.core.Step(out, now, in)
 	return true
+}
+
+// setOptions applies the options a caller set (the thinking level of the
+// next turns, compaction on overflow) and publishes them; a caller that
+// asked gets an Ack once they are.
+func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions) {
+	if m.ThinkingLevel != nil {
+		s.cfg.State.setThinkingLevel(provider.ThinkingLevel(m.GetThinkingLevel()))
+	}
+	if m.AutoCompaction != nil {
+		s.cfg.State.noAutoComp.Store(!m.GetAutoCompaction())
+	}
+	if ctx.Sender() != nil {
+		ctx.Respond(&messages.Ack{})
+	}
 }
 
 // publishState mirrors what callers read without asking the actor.
