@@ -34,42 +34,32 @@ const chainFailedError = "retry chain failed repeatedly (panics while stepping i
 // own goroutines, backoffs through its retry child and its scheduler,
 // asks to the credentials, fallback and budget actors).
 type SessionActor struct {
+	// asleep is the session's state that outlives the actor when the
+	// session waits without it (passivated); the fields below are rebuilt
+	// by each actor or empty at rest.
+	asleep
+
 	deps  *Deps
 	entry *PreparedSession // under its name in deps, while it lives
 	cfg   *SessionConfig
-	core  session.Core
 
 	retryPID *actor.PID
-
-	runtime    []*messages.Entry
-	historySeq uint64
-	eventSeq   uint64
-	waiter     *actor.PID  // the Prompt call's future
-	running    *runContext // of the turn or tools running, until they finish (nil: none)
+	running  *runContext // of the turn or tools running, until they finish (nil: none)
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
-	// historyErr is the history write that failed and ends the prompt;
-	// stepHistoryErr the one that failed in the step being carried out.
-	historyErr     *history.Error
+	// stepHistoryErr is the history write that failed in the step being
+	// carried out (historyErr: the one that ends the prompt).
 	stepHistoryErr *history.Error
 
-	// dur is the state of durable chains, attach and hand-over (nil until
-	// one is used: a session on a store without records rarely needs it).
-	dur *durable
-
-	promptUser    *messages.UserMessage // the prompt running, for its agent_start
-	turnModel     string                // "provider/model" of the turn running
-	compactWaiter *actor.PID            // the caller of a manual compaction in progress
+	compactWaiter *actor.PID // the caller of a manual compaction in progress
 
 	stopped bool // Stopping was received
 	// passivating: the actor stops because the session left it while it
-	// waits (its state lives on in entry.passivated); wakeAtScheduler: the
-	// session's backoff is its scheduler's (by session id), not its retry
-	// child's.
-	passivating, wakeAtScheduler bool
-	listening                    bool // someone subscribes to the events, as the step running found
-	revertModel                  bool
+	// waits (its state lives on in entry.passivated).
+	passivating bool
+	listening   bool // someone subscribes to the events, as the step running found
+	revertModel bool
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -149,7 +139,30 @@ type PreparedSession struct {
 	resumed *resumed
 	// passivated is the state of a session that left its actors while it
 	// waited (nil otherwise); the next actor takes it up.
-	passivated *SessionActor
+	passivated *asleep
+}
+
+// asleep is what a session keeps while it waits out a backoff without its
+// actors: what its next actor goes on from. The rest of an actor is
+// rebuilt as at any start (its configuration, from its PreparedSession)
+// or is empty at rest, with no turn, tools, compaction or step running
+// (TestAsleepKeepsTheActor).
+type asleep struct {
+	core       session.Core
+	runtime    []*messages.Entry
+	historySeq uint64
+	eventSeq   uint64
+	waiter     *actor.PID // the Prompt call's future
+	// historyErr is the history write that failed and ends the prompt.
+	historyErr *history.Error
+	// dur is the state of durable chains, attach and hand-over (nil until
+	// one is used: a session on a store without records rarely needs it).
+	dur        *durable
+	promptUser *messages.UserMessage // the prompt running, for its agent_start
+	turnModel  string                // "provider/model" of the turn running
+	// wakeAtScheduler: the session's backoff is its scheduler's (by
+	// session id), not its retry child's.
+	wakeAtScheduler bool
 }
 
 // StartSession spawns the prepared session p under name; a runtime starts
@@ -609,15 +622,14 @@ func (st *SessionState) publish(c *session.Core, compacting bool) {
 
 func (s *SessionActor) started(ctx actor.Context) {
 	entry := s.deps.sessions.load(ctx.Self().Id)
-	if old := entry.passivated; old != nil { // the session comes back from waiting
+	s.entry = entry
+	s.cfg = s.entry.cfg
+	if a := entry.passivated; a != nil { // the session comes back from waiting
 		entry.passivated = nil
-		*s = *old
-		s.retryPID, s.stopped, s.passivating, s.pending = nil, false, false, nil
+		s.asleep = *a
 		s.publishState()
 		return
 	}
-	s.entry = entry
-	s.cfg = s.entry.cfg
 	r := s.entry.resumed
 	s.entry.resumed = nil
 	restarted := r == nil
@@ -632,7 +644,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.runtime, s.historySeq = r.runtime, r.seq
 	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
-		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted}
+		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted, PassivateAfter: s.deps.Passivation.After}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
@@ -788,14 +800,6 @@ func isFailure(m *messages.AssistantMessage) bool {
 	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
 }
 
-// passivates reports whether the backoff e arms is long enough, and the
-// session free enough, to leave its actors while it waits: no budget can
-// release it early, no compaction waits for it.
-func (s *SessionActor) passivates(e *session.Effect) bool {
-	p := s.deps.Passivation
-	return p.After > 0 && e.Delay >= p.After && s.compactWaiter == nil && s.deps.Budgets[providerOf(s.core.Model())] == nil
-}
-
 // passivate ends a passivation the session asked for (see Passivation):
 // when the marker of token comes the session, if it still waits out that
 // backoff, gives its state to its root and stops.
@@ -805,7 +809,7 @@ func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
 		p.Unhold(s.cfg.ID)
 		return
 	}
-	kept := *s // the next actor's, untouched by this one as it stops
+	kept := s.asleep // the next actor's, untouched by this one as it stops
 	s.entry.passivated = &kept
 	if !p.Passivated(s.cfg.ID) {
 		s.entry.passivated = nil

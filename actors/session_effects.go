@@ -126,14 +126,15 @@ func (s *SessionActor) compactFor(ctx actor.Context, e *session.Effect) {
 	s.compact(ctx, e.Generation, e.Failed, false)
 }
 
-// armTimer hands a backoff to the retry child, or, for a session that
-// may passivate while it waits, to the scheduler, which wakes it by id.
+// armTimer hands a backoff to the retry child, or, for a backoff the
+// session waits out without its actors (Passivate), to the scheduler,
+// which wakes it by id.
 func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	if s.dur != nil {
 		s.dur.armed = true
 	}
-	if s.passivates(e) {
+	if e.Passivate {
 		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
 			SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
 		s.wakeAtScheduler = true

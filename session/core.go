@@ -64,6 +64,10 @@ type Config struct {
 	// and a usage limit there has no sibling key to switch to. Read only:
 	// the sessions of a runtime share one.
 	Credentialed map[string]bool
+	// PassivateAfter is the shortest backoff the session waits out
+	// without its actors (passivated): its timer then wakes it by id (0:
+	// never).
+	PassivateAfter time.Duration
 	// Budgeted names the providers with a retry budget: with
 	// retry.budget on, a retry on any other provider goes at its backoff
 	// time without asking, and reports no outcomes. Read only, shared.
@@ -83,6 +87,7 @@ type Core struct {
 	compaction      bool            // Config.Compaction
 	credentialed    map[string]bool // Config.Credentialed
 	budgeted        map[string]bool // Config.Budgeted
+	passivateAfter  time.Duration   // Config.PassivateAfter
 	noFallbackChain bool            // the role has no fallback chain: fallback is never asked
 
 	// What lives within a prompt's turns and decisions, never at rest.
@@ -105,6 +110,7 @@ func New(cfg Config, src retry.Source) *Core {
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
+		passivateAfter: cfg.PassivateAfter,
 		noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
 	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
 	c.r.Pinned, c.r.PrimaryUntil, c.r.AutoRetry = cfg.Pinned, cfg.PrimaryUntil, cfg.Settings.Enabled
@@ -397,6 +403,9 @@ func (c *Core) toolsDone(historyErr string) {
 func (c *Core) armTimer(d time.Duration) {
 	e := c.add(ArmTimer)
 	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.r.SleepToken, continueDelay, c.r.Generation
+	// A long wait is spent without actors, unless a budget may release
+	// the retry early (its release goes to the actor).
+	e.Passivate = c.passivateAfter > 0 && d >= c.passivateAfter && !c.budgetOn()
 }
 
 // BackoffToken is the token of the backoff timer while the session is in

@@ -340,6 +340,8 @@ func (sc *script) set(kv string) {
 				sc.cfg.Credentialed[p] = true
 			}
 		}
+	case "passivateAfter":
+		sc.cfg.PassivateAfter, _ = time.ParseDuration(v)
 	case "maxRetries":
 		s.MaxRetries, _ = strconv.Atoi(v)
 	case "budget":
@@ -501,7 +503,11 @@ func (sc *script) render(e *Effect) string {
 		return fmt.Sprintf("run-tools %d calls=%d", e.Turn, len(e.Calls))
 	case ArmTimer:
 		sc.token, sc.timer = e.Token, e.Token
-		return fmt.Sprintf("arm-timer %s then continue %s gen=%d", e.Delay, e.ContinueDelay, e.Generation)
+		line := fmt.Sprintf("arm-timer %s then continue %s gen=%d", e.Delay, e.ContinueDelay, e.Generation)
+		if e.Passivate {
+			line += " passivate"
+		}
+		return line
 	case AskCredentialSwitch:
 		sc.token = e.Token
 		return fmt.Sprintf("ask-credential-switch %s block=%s", e.Model, e.BlockFor)

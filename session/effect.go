@@ -46,7 +46,8 @@ const (
 	Compact
 	// ArmTimer starts the backoff timer Token for Delay; the retry's
 	// continue of Generation follows ContinueDelay after it (spec 3 step 13:
-	// 1 ms) and comes back as InBackoffDone.
+	// 1 ms) and comes back as InBackoffDone. With Passivate the session
+	// waits without its actors: the timer wakes it by its id.
 	ArmTimer
 	// CancelTimer stops the backoff timer Token.
 	CancelTimer
@@ -104,6 +105,7 @@ func (k EffectKind) String() string {
 type Effect struct {
 	Kind          EffectKind
 	Pin           bool
+	Passivate     bool
 	Success       bool
 	Turn          uint64
 	Token         uint64
