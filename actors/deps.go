@@ -129,6 +129,7 @@ type sharedState struct {
 	session, retry *actor.Props    // what they are spawned from
 	credentialed   map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
 	budgeted       map[string]bool // the providers with a retry budget (session.Config.Budgeted)
+	fallbackRoles  map[string]bool // the roles with a model-fallback actor (session.Config.FallbackRoles)
 }
 
 // shared builds the shared state on first use: the actors' own mailbox on
@@ -144,6 +145,7 @@ func (d *Deps) shared() *sharedState {
 			append(opts, actor.WithGuardian(retryGuardian{clk: d.Clock}))...)
 		d.built.credentialed = present(d.Credentials)
 		d.built.budgeted = present(d.Budgets)
+		d.built.fallbackRoles = present(d.Fallbacks)
 	})
 	return &d.built
 }

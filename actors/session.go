@@ -644,7 +644,8 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.runtime, s.historySeq = r.runtime, r.seq
 	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
-		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted, PassivateAfter: s.deps.Passivation.After}
+		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
+		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}

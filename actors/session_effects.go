@@ -161,9 +161,7 @@ func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
 // ask sends the core's question to the shared actor that answers it: the
 // credentials actor (a key's usage limit), the fallback actor (the next
 // model) or the retry budget (when to go). The core asks only the actors
-// there are (Config.Credentialed, Config.Budgeted, the role's fallback
-// chain); a role's chain without its fallback actor, which the runtime
-// never makes, is answered with no switch.
+// there are (session.Config's Credentialed, FallbackRoles, Budgeted).
 func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	switch e.Kind {
@@ -171,12 +169,7 @@ func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 		track.Request(ctx, clk, s.deps.Credentials[providerOf(e.Model)], &messages.MarkUsageLimitReached{
 			SessionId: s.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token, Credential: s.core.Credential()})
 	case session.AskFallback:
-		pid := s.deps.Fallbacks[e.Role]
-		if pid == nil {
-			s.pending = append(s.pending, session.Input{Kind: session.InFallbackReply, Token: e.Token, From: e.Model, Role: e.Role})
-			return
-		}
-		track.Request(ctx, clk, pid, &messages.NextModelRequest{
+		track.Request(ctx, clk, s.deps.Fallbacks[e.Role], &messages.NextModelRequest{
 			SessionId: s.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
 			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:

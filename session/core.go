@@ -68,6 +68,10 @@ type Config struct {
 	// without its actors (passivated): its timer then wakes it by id (0:
 	// never).
 	PassivateAfter time.Duration
+	// FallbackRoles names the roles with a model-fallback actor (a
+	// fallback chain); a session whose role has none never asks for a
+	// fallback model. Read only, shared.
+	FallbackRoles map[string]bool
 	// Budgeted names the providers with a retry budget: with
 	// retry.budget on, a retry on any other provider goes at its backoff
 	// time without asking, and reports no outcomes. Read only, shared.
@@ -88,7 +92,7 @@ type Core struct {
 	credentialed    map[string]bool // Config.Credentialed
 	budgeted        map[string]bool // Config.Budgeted
 	passivateAfter  time.Duration   // Config.PassivateAfter
-	noFallbackChain bool            // the role has no fallback chain: fallback is never asked
+	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
 
 	// What lives within a prompt's turns and decisions, never at rest.
 	now           time.Time
@@ -110,8 +114,8 @@ func New(cfg Config, src retry.Source) *Core {
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
-		passivateAfter: cfg.PassivateAfter,
-		noFallbackChain: len(cfg.Settings.FallbackChains[cfg.Role]) == 0}
+		passivateAfter:  cfg.PassivateAfter,
+		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
 	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
 	c.r.Pinned, c.r.PrimaryUntil, c.r.AutoRetry = cfg.Pinned, cfg.PrimaryUntil, cfg.Settings.Enabled
 	if cfg.InUse != "" {

@@ -190,6 +190,10 @@ func (sc *script) input(line string) []string {
 		return nil
 	}
 	if sc.core == nil {
+		sc.cfg.FallbackRoles = map[string]bool{}
+		for role, chain := range sc.cfg.Settings.FallbackChains {
+			sc.cfg.FallbackRoles[role] = len(chain) > 0
+		}
 		sc.core = New(sc.cfg, sc.src)
 	}
 	switch cmd {

@@ -25,7 +25,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 		"credentialed":    "the runtime's configuration (Config.Credentialed), given again to Resume",
 		"budgeted":        "the runtime's configuration (Config.Budgeted), given again to Resume",
 		"passivateAfter":  "the runtime's configuration (Config.PassivateAfter), given again to Resume",
-		"noFallbackChain": "the session's configuration (Config.Settings' fallback chains), given again to Resume",
+		"noFallbackChain": "the runtime's configuration (Config.FallbackRoles), given again to Resume",
 		"now":             "the instant of the step running",
 		"out":             "the effects of the step running",
 		"toolsAfterEnd":   "the calls of a tool-use turn, run within its decision",
