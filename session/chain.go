@@ -356,6 +356,18 @@ func (c *Core) decideDelay() {
 	c.startRetry(0, ch.Delay)
 }
 
+// budgetAnswer takes what the budget answers the chain's ask (a grant),
+// or later for a retry it held (a release), unless it answers another ask.
+func (c *Core) budgetAnswer(in Input) {
+	ch := &c.r.Chain
+	switch {
+	case in.Kind == InBudgetGrant && ch.Phase == AwaitingBudget && in.Token == ch.Token:
+		c.budgetGranted(in.At)
+	case in.Kind == InBudgetRelease && ch.Phase == Sleeping && ch.HeldToken != 0 && in.Token == ch.HeldToken:
+		c.budgetReleased(in.At)
+	}
+}
+
 // budgetGranted takes the budget's answer: the retry goes out at at.
 func (c *Core) budgetGranted(at time.Time) {
 	ch := &c.r.Chain

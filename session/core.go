@@ -211,18 +211,8 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		c.credentialReply(in)
 	case InFallbackReply:
 		c.fallbackReply(in)
-	case InBudgetGrant:
-		c.chainStep(func() {
-			if c.r.Chain.Phase == AwaitingBudget && in.Token == c.r.Chain.Token {
-				c.budgetGranted(in.At)
-			}
-		})
-	case InBudgetRelease:
-		c.chainStep(func() {
-			if c.r.Chain.Phase == Sleeping && c.r.Chain.HeldToken != 0 && in.Token == c.r.Chain.HeldToken {
-				c.budgetReleased(in.At)
-			}
-		})
+	case InBudgetGrant, InBudgetRelease:
+		c.chainStep(func() { c.budgetAnswer(in) })
 	case InAbortRetry:
 		c.chainStep(c.abortRetry)
 	}
