@@ -19,7 +19,8 @@ type watchdog struct {
 
 	mu    sync.Mutex
 	turns turnList    // the turns streaming
-	timer clock.Timer // armed while turns is not empty
+	timer clock.Timer // made on first use, reset for each check
+	armed bool        // the timer runs: turns is not empty
 }
 
 // turnList is a doubly linked list of turns through their prev and next
@@ -68,9 +69,19 @@ func (w *watchdog) add(t *turnRun) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.turns.add(t)
+	if !w.armed {
+		w.arm()
+	}
+}
+
+// arm runs the timer for the next check; w.mu is held.
+func (w *watchdog) arm() {
+	w.armed = true
 	if w.timer == nil {
 		w.timer = w.clk.AfterFunc(w.period(), w.check)
+		return
 	}
+	w.timer.Reset(w.period())
 }
 
 // remove stops watching t; with no stream left the timer stops, so an
@@ -79,9 +90,9 @@ func (w *watchdog) remove(t *turnRun) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.turns.remove(t)
-	if w.turns.n == 0 && w.timer != nil {
+	if w.turns.n == 0 && w.armed {
 		w.timer.Stop()
-		w.timer = nil
+		w.armed = false
 	}
 }
 
@@ -99,9 +110,9 @@ func (w *watchdog) doCheck() {
 		}
 		t = next
 	}
-	w.timer = nil
+	w.armed = false
 	if w.turns.n > 0 {
-		w.timer = w.clk.AfterFunc(w.period(), w.check)
+		w.arm()
 	}
 	w.mu.Unlock()
 	for _, t := range stalled {

@@ -25,6 +25,11 @@ type Clock interface {
 type Timer interface {
 	// Stop prevents the call; it reports whether it stopped a pending call.
 	Stop() bool
+	// Reset makes the call happen d from now (once), stopped or fired
+	// before or not, and reports whether it was pending: the same timer
+	// serves again, with no new one to allocate. A call already under way
+	// may still finish.
+	Reset(d time.Duration) bool
 }
 
 // Real is the wall clock. Begin and End cost nothing.

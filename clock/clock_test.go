@@ -553,3 +553,69 @@ func TestVirtualManyStoppedTimers(t *testing.T) {
 		t.Errorf("Pending = %d after the run, want 0", n)
 	}
 }
+
+// Reset moves a timer to a new deadline, whatever it was doing: pending
+// (its old deadline goes), stopped, or fired (it fires again). It reports
+// whether the timer was pending, and the timer fires once per Reset.
+func TestVirtualTimerReset(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		before  func(v *clock.Virtual, tm clock.Timer) // what happens to the timer (armed for 2s) first
+		reset   time.Duration
+		pending bool // Reset's answer
+		want    []string
+	}{
+		{"pending, to later", func(*clock.Virtual, clock.Timer) {}, 5 * time.Second, true, []string{"t@5s"}},
+		{"pending, to earlier", func(*clock.Virtual, clock.Timer) {}, time.Second, true, []string{"t@1s"}},
+		{"pending, to the same time", func(*clock.Virtual, clock.Timer) {}, 2 * time.Second, true, []string{"t@2s"}},
+		{"stopped", func(_ *clock.Virtual, tm clock.Timer) { tm.Stop() }, 3 * time.Second, false, []string{"t@3s"}},
+		{"fired", func(v *clock.Virtual, _ clock.Timer) { _ = v.Advance(context.Background(), 2*time.Second) }, time.Second,
+			false, []string{"t@2s", "t@3s"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v, l := newLog()
+			tm := v.AfterFunc(2*time.Second, l.fn("t"))
+			tt.before(v, tm)
+			if got := tm.Reset(tt.reset); got != tt.pending {
+				t.Errorf("Reset = %t, want %t", got, tt.pending)
+			}
+			if n := v.Pending(); n != 1 {
+				t.Errorf("Pending after Reset = %d, want 1", n)
+			}
+			if err := v.RunUntilIdle(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.got(); !slices.Equal(got, tt.want) {
+				t.Errorf("fired %v, want %v", got, tt.want)
+			}
+			if n := v.Pending(); n != 0 {
+				t.Errorf("Pending = %d after run", n)
+			}
+		})
+	}
+}
+
+// A timer reset by an earlier timer of the same batch fires at its new
+// deadline, not in the batch; many resets leave one pending timer.
+func TestVirtualTimerResetInBatch(t *testing.T) {
+	v, l := newLog()
+	v.SetResolution(time.Second)
+	var b clock.Timer
+	v.AfterFunc(time.Second, func() { l.add("a"); b.Reset(10 * time.Second) })
+	b = v.AfterFunc(1500*time.Millisecond, l.fn("b"))
+	if err := v.RunUntilIdle(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The batch stands at its latest deadline (1.5s): b, reset from there,
+	// fires 10 s later.
+	if got := l.got(); !slices.Equal(got, []string{"a@1.5s", "b@11.5s"}) {
+		t.Errorf("fired %v, want [a@1.5s b@11.5s]", got)
+	}
+	c := v.AfterFunc(time.Hour, func() {})
+	for i := range 1000 {
+		c.Reset(time.Duration(i+1) * time.Minute)
+	}
+	if n := v.Pending(); n != 1 {
+		t.Errorf("Pending after 1000 resets = %d, want 1", n)
+	}
+}

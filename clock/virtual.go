@@ -18,10 +18,11 @@ type Virtual struct {
 	now  time.Time
 	busy int
 	// timers are ordered by their deadline's offset from origin.
-	timers timeheap.Heap[*virtualTimer]
-	// stopped counts the timers stopped while in the heap: they stay there
-	// until they come up (or the heap is compacted), so that Stop costs no
-	// heap operation.
+	timers timeheap.Heap[timerRef]
+	// stopped counts the stale entries of the heap (timers stopped, or
+	// reset to another deadline, while in it): they stay there until they
+	// come up (or the heap is compacted), so that Stop and Reset cost no
+	// heap removal.
 	stopped int
 	batch   time.Duration // see SetResolution
 	origin  time.Time     // the start
@@ -58,10 +59,15 @@ func (v *Virtual) Now() time.Time {
 func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	at := v.now.Add(max(d, 0))
-	t := &virtualTimer{v: v, at: at, f: f}
-	v.timers.Push(int64(at.Sub(v.origin)), t)
+	t := &virtualTimer{v: v, f: f}
+	v.push(t, d)
 	return t
+}
+
+// push puts t in the heap, pending at Now()+d; v.mu is held.
+func (v *Virtual) push(t *virtualTimer, d time.Duration) {
+	t.at, t.state = v.now.Add(max(d, 0)), pending
+	v.timers.Push(int64(t.at.Sub(v.origin)), timerRef{t, t.gen})
 }
 
 // Begin records work in flight.
@@ -155,21 +161,22 @@ func (v *Virtual) RunUntilIdle(ctx context.Context) error {
 func (v *Virtual) fireNext(until time.Time) bool {
 	v.mu.Lock()
 	v.dropStopped()
-	if v.timers.Len() == 0 || (!until.IsZero() && v.timers.Peek().Value.at.After(until)) {
+	if v.timers.Len() == 0 || (!until.IsZero() && v.timers.Peek().Value.t.at.After(until)) {
 		v.mu.Unlock()
 		return false
 	}
-	last := v.timers.Peek().Value.at.Add(v.batch)
+	last := v.timers.Peek().Value.t.at.Add(v.batch)
 	if !until.IsZero() && last.After(until) {
 		last = until
 	}
 	var due []*virtualTimer // the first is live: dropStopped cleared the top
-	for v.timers.Len() > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers.Peek().Value.at.After(last))) {
-		t := v.timers.Pop().Value
-		if t.state == stopped {
+	for v.timers.Len() > 0 && (len(due) == 0 || (v.batch > 0 && !v.timers.Peek().Value.t.at.After(last))) {
+		ref := v.timers.Pop().Value
+		if ref.stale() {
 			v.stopped--
 			continue
 		}
+		t := ref.t
 		t.state = firing
 		if t.at.After(v.now) {
 			v.now = t.at
@@ -181,8 +188,10 @@ func (v *Virtual) fireNext(until time.Time) bool {
 	defer v.End()
 	for _, t := range due {
 		v.mu.Lock()
-		run := t.state == firing // not stopped by an earlier timer of the batch
-		t.state = fired
+		run := t.state == firing // not stopped or reset by an earlier timer of the batch
+		if run {
+			t.state = fired
+		}
 		v.mu.Unlock()
 		if run {
 			t.f()
@@ -194,12 +203,12 @@ func (v *Virtual) fireNext(until time.Time) bool {
 // dropStopped pops the stopped timers off the top of the heap, and
 // rebuilds it without them once they are half of it; v.mu is held.
 func (v *Virtual) dropStopped() {
-	for v.timers.Len() > 0 && v.timers.Peek().Value.state == stopped {
+	for v.timers.Len() > 0 && v.timers.Peek().Value.stale() {
 		v.timers.Pop()
 		v.stopped--
 	}
 	if v.stopped > 64 && v.stopped*2 > v.timers.Len() {
-		v.timers.Keep(func(t *virtualTimer) bool { return t.state != stopped })
+		v.timers.Keep(func(r timerRef) bool { return !r.stale() })
 		v.stopped = 0
 	}
 }
@@ -216,9 +225,35 @@ type virtualTimer struct {
 	v     *Virtual
 	at    time.Time
 	state int
+	gen   uint32 // its heap entries' generation: a Reset makes the older stale
 	f     func()
 }
 
+// timerRef is a heap entry's timer, of the generation it was pushed with.
+type timerRef struct {
+	t   *virtualTimer
+	gen uint32
+}
+
+// stale reports whether the entry no longer stands for its timer: the
+// timer was stopped, or reset to another deadline. v.mu is held.
+func (r timerRef) stale() bool { return r.gen != r.t.gen || r.t.state != pending }
+
+// Reset makes the timer fire d from now, once.
+func (t *virtualTimer) Reset(d time.Duration) bool {
+	v := t.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	was := t.state == pending
+	if was {
+		v.stopped++ // its entry goes stale
+	}
+	t.gen++
+	v.push(t, d)
+	return was
+}
+
+// Stop prevents the call, if it is still to come.
 func (t *virtualTimer) Stop() bool {
 	t.v.mu.Lock()
 	defer t.v.mu.Unlock()

@@ -281,11 +281,10 @@ func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onD
 }
 
 // latenessClock is the wall clock measuring how late each timer of the
-// runtime wakes: from its deadline to its callback. The backoffs wait in
-// the schedulers' queues, each scheduler's timer armed for its earliest
-// task, whose lateness it so measures; the other tasks it delivers fell due
-// after that one, so they are no later (and the stream watchdog adds a
-// check now and then).
+// runtime wakes: from its deadline to its callback. Each backoff is its
+// retry child's timer (a passivating session's waits in its scheduler's
+// queue, under a timer armed for the earliest task, whose lateness it so
+// measures), and the stream watchdog adds a check now and then.
 type latenessClock struct {
 	clock.Real
 	rec          *recorder
@@ -294,10 +293,44 @@ type latenessClock struct {
 
 // AfterFunc arms a wall-clock timer, measuring its lateness.
 func (c *latenessClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	now := time.Now()
-	due, first := now.Add(d), now.Before(c.firstWaveEnd)
-	return time.AfterFunc(d, func() {
+	t := &latenessTimer{c: c}
+	t.arm(d)
+	t.Timer = time.AfterFunc(d, func() {
+		due, first := t.deadline()
 		c.rec.lateness(time.Since(due), first)
 		f()
 	})
+	return t
+}
+
+// latenessTimer is a timer of latenessClock: its deadline moves with each
+// Reset.
+type latenessTimer struct {
+	*time.Timer
+	c     *latenessClock
+	mu    sync.Mutex
+	due   time.Time
+	first bool // armed in the first wave
+}
+
+// arm records the deadline of a timer armed now for d.
+func (t *latenessTimer) arm(d time.Duration) {
+	now := time.Now()
+	t.mu.Lock()
+	t.due, t.first = now.Add(d), now.Before(t.c.firstWaveEnd)
+	t.mu.Unlock()
+}
+
+// deadline is when the timer is due, and whether it was armed in the
+// first wave.
+func (t *latenessTimer) deadline() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.due, t.first
+}
+
+// Reset moves the deadline, then the timer.
+func (t *latenessTimer) Reset(d time.Duration) bool {
+	t.arm(d)
+	return t.Timer.Reset(d)
 }
