@@ -2,7 +2,6 @@ package musepi
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,64 +9,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	protocluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/retry"
 )
-
-// ClusterConfig is how a runtime joins a cluster (JoinCluster). Every node
-// of a cluster has the same Name and the same providers, credentials,
-// fallback chains and budget (the options of JoinCluster).
-type ClusterConfig struct {
-	// Name is the cluster's name; required, without '/' or '@'.
-	Name string
-	// Host is the address the node's remote (gRPC) server binds to;
-	// default cluster.DefaultHost (loopback). Any other host needs TLS or
-	// Insecure.
-	Host string
-	// Port is the remote server's port; 0 picks a free one.
-	Port int
-	// AdvertiseHost is the host:port the other nodes reach this one at,
-	// when it is not Host:Port; empty: Host:Port. A node that cannot
-	// connect to it itself is refused (cluster.Config.AdvertiseHost).
-	AdvertiseHost string
-	// Membership finds the other nodes: cluster.Etcd, cluster.Automanaged
-	// or cluster.InProcess. Required.
-	Membership cluster.Membership
-	// TLS, if set, is the node's mutual TLS with the other members (and
-	// clients): this node's certificate, and the cluster CA as RootCAs and
-	// ClientCAs; see cluster.Config.TLS for what the certificate must hold.
-	TLS *tls.Config
-	// Insecure lets a node without TLS bind a non-loopback Host
-	// (cluster.Config.Insecure).
-	Insecure bool
-	// Store is the shared durable state: the sessions' histories, their
-	// activation epochs, the credential blocks and model cooldowns.
-	// Required; Runtime.Shutdown closes it.
-	Store *pgstore.Store
-	// Client makes the node a member that hosts no activations (no
-	// sessions, no shared actors): what `musepi rpc --cluster` uses to
-	// reach sessions hosted by the others.
-	Client bool
-	// HandoverTimeout bounds how long a session that moves (its node
-	// leaves, or the cluster's topology moves it) waits for a turn in
-	// flight to end before it is stopped anyway, and how long its new
-	// activation waits for the old one to release its history before it
-	// takes it over; default DefaultHandoverTimeout.
-	HandoverTimeout time.Duration
-	// ViewURL is where the node serves the members it sees over HTTP for
-	// operators (`musepi node --metrics-addr` serves it), published with
-	// its member key in etcd next to its Store's node id
-	// (cluster.MemberInfo); "" for none.
-	ViewURL string
-}
-
-// DefaultHandoverTimeout is ClusterConfig.HandoverTimeout's default.
-const DefaultHandoverTimeout = 10 * time.Second
 
 // ErrHostLeft is what a prompt fails with when the node hosting its
 // session left while the prompt ran, and the session's new activation
@@ -75,44 +22,52 @@ const DefaultHandoverTimeout = 10 * time.Second
 // prompt was taken, or in a turn before any backoff).
 var ErrHostLeft = errors.New("musepi: the node hosting the session left during the prompt")
 
-// JoinCluster starts a runtime that is a node of a cluster on
-// protoactor-go's cluster: it hosts the sessions the identity lookup
-// places on it (the session kind, cluster.SessionKind), and the shared
-// credentials and fallback actors (unless cc.Client). opts are NewRuntime's;
-// the providers, credentials, fallback chains and retry budget they set
-// configure the shared actors. Its NewSession reaches a session wherever
-// it is hosted. Cluster mode runs on the wall clock: WithClock is refused.
+func init() {
+	hosting.Join = func(ctx context.Context, cfg hosting.Config, opts any) (any, error) {
+		return joinCluster(ctx, cfg, opts.([]Option))
+	}
+	hosting.MemberOf = func(rt any) hosting.Member {
+		if r, ok := rt.(*Runtime); ok && r != nil && r.cluster != nil {
+			return r.cluster.member
+		}
+		return nil
+	}
+}
+
+// joinCluster starts a runtime that is a node of a cluster (package
+// cluster's Join): it hosts the sessions the cluster places on it, and
+// the shared credentials and fallback actors (unless cfg.Client). opts
+// are NewRuntime's; the providers, credentials, fallback chains and retry
+// budget they set configure the shared actors. Its NewSession reaches a
+// session wherever it is hosted. Cluster mode runs on the wall clock:
+// WithClock is refused.
 //
-// ctx bounds the start: protoactor's part of it (about a second, and the
-// membership's registration) takes no context, so a ctx that ends during
-// it makes the node leave again once it is done, and JoinCluster fails
-// with ctx's error.
-func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtime, error) {
+// ctx bounds the start: the member's start takes no context, so a ctx
+// that ends during it makes the node leave again once it is done, and
+// joinCluster fails with ctx's error.
+func joinCluster(ctx context.Context, cfg hosting.Config, opts []Option) (*Runtime, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := cc.withDefaults(); err != nil {
-		return nil, err
-	}
-	rt, err := newRuntime(append(opts, WithHistoryStore(cc.Store)))
+	rt, err := newRuntime(append(opts, WithHistoryStore(cfg.Store)))
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := rt.cfg.clock.(clock.Real); !ok {
-		return nil, fmt.Errorf("musepi: JoinCluster: WithClock: cluster mode runs on the wall clock")
+		return nil, fmt.Errorf("musepi: join a cluster: WithClock: cluster mode runs on the wall clock")
 	}
-	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
+	node := &clusterNode{rt: rt, cc: cfg, ready: make(chan struct{}), handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
 	rt.cluster = node
-	ccfg := rt.clusterConfig(cc)
-	if !cc.Client {
-		ccfg.Sessions = actor.PropsFromProducer(func() actor.Actor { return &sessionHost{node: node} })
+	var sessions *actor.Props
+	if !cfg.Client {
+		sessions = actor.PropsFromProducer(func() actor.Actor { return &sessionHost{node: node} })
 	}
-	m, err := cluster.Start(ccfg)
+	m, err := cfg.Start(rt.clusterSettings(), sessions)
 	if err != nil {
-		return nil, fmt.Errorf("musepi: JoinCluster: %w", err)
+		return nil, fmt.Errorf("musepi: join a cluster: %w", err)
 	}
-	if err := ctx.Err(); err != nil { // protoactor's start takes no context
-		return nil, fmt.Errorf("musepi: JoinCluster: %w", errors.Join(err, m.Leave()))
+	if err := ctx.Err(); err != nil { // the member's start takes no context
+		return nil, fmt.Errorf("musepi: join a cluster: %w", errors.Join(err, m.Leave()))
 	}
 	node.start(m)
 	close(node.ready)
@@ -121,31 +76,16 @@ func JoinCluster(ctx context.Context, cc ClusterConfig, opts ...Option) (*Runtim
 		_ = rt.Shutdown(context.Background())
 		return nil, fmt.Errorf("musepi: %w", err)
 	}
-	if !cc.Client {
+	if !cfg.Client {
 		rt.startTimers() // a due session claimed here opens wherever the cluster places it
 	}
 	return rt, nil
 }
 
-// withDefaults checks cc's own fields and sets the defaults of those left
-// zero.
-func (cc *ClusterConfig) withDefaults() error {
-	if cc.Store == nil {
-		return fmt.Errorf("musepi: JoinCluster: no Store (the sessions' histories are shared through it)")
-	}
-	if cc.HandoverTimeout < 0 {
-		return fmt.Errorf("musepi: JoinCluster: negative HandoverTimeout %v", cc.HandoverTimeout)
-	}
-	if cc.HandoverTimeout == 0 {
-		cc.HandoverTimeout = DefaultHandoverTimeout
-	}
-	return nil
-}
-
 // start runs the node's runtime on member m: its sessions use the
 // cluster's shared actors, its stats read their views, and the handles
 // hear of the members that leave.
-func (node *clusterNode) start(m *cluster.Member) {
+func (node *clusterNode) start(m hosting.Member) {
 	rt := node.rt
 	node.member = m
 	rt.system = m.System()
@@ -160,29 +100,22 @@ func (node *clusterNode) start(m *cluster.Member) {
 			}
 		}
 	})
-	m.System().EventStream.Subscribe(func(evt any) {
-		if t, ok := evt.(*protocluster.ClusterTopology); ok {
-			for _, left := range t.GetLeft() {
-				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
-			}
-		}
+	m.OnLeft(func(addr string) {
+		go node.left(addr) // the handles may be opening a session: not on the event stream
 	})
 }
 
-// clusterConfig is the node's cluster.Config: cc's addresses and
-// membership, the runtime's providers, credentials, budget and fallback
-// chains as the shared actors' settings.
-func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
+// clusterSettings are the runtime's providers, credentials, budget and
+// fallback chains as the cluster's shared actors' settings.
+func (rt *Runtime) clusterSettings() hosting.Settings {
 	cfg := rt.cfg
-	out := cluster.Config{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseHost,
-		Membership: cc.Membership, TLS: cc.TLS, Insecure: cc.Insecure, Client: cc.Client, Blocks: cc.Store, Logger: cfg.log,
-		FallbackChains: cfg.settings.FallbackChains, Info: cluster.MemberInfo{StoreNode: cc.Store.Node(), ViewURL: cc.ViewURL}}
+	out := hosting.Settings{Log: cfg.log, FallbackChains: cfg.settings.FallbackChains}
 	for _, name := range rt.providerNames() {
 		creds := cfg.creds[name]
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		p := cluster.Provider{Name: name, Credentials: actorCredentials(creds), AutoRedeem: cfg.autoRedeem}
+		p := hosting.Provider{Name: name, Credentials: actorCredentials(creds), AutoRedeem: cfg.autoRedeem}
 		if cfg.settings.Budget.Enabled {
 			p.Budget = cfg.settings.Budget
 		}
@@ -196,8 +129,8 @@ func (rt *Runtime) clusterConfig(cc ClusterConfig) cluster.Config {
 // anywhere; the sessions it hosts are the runtime's sessions).
 type clusterNode struct {
 	rt     *Runtime
-	cc     ClusterConfig
-	member *cluster.Member
+	cc     hosting.Config
+	member hosting.Member
 	ready  chan struct{} // closed once the runtime can host sessions
 
 	mu      sync.Mutex
@@ -379,7 +312,7 @@ func (n *clusterNode) shutdown(ctx context.Context) error {
 }
 
 // ClusterDropped is closed once the cluster has dropped this node (see
-// cluster.Member.Dropped): its process was paused, or cut off from the
+// package cluster's Member.Dropped): its process was paused, or cut off from the
 // membership service, past its lease there. Its sessions stop acting; the
 // runtime must be shut down, and a new one join in its place. nil (never
 // ready) for a runtime of NewRuntime.
@@ -391,7 +324,7 @@ func (rt *Runtime) ClusterDropped() <-chan struct{} {
 }
 
 // ClusterMembers are the addresses of the cluster's members as this node
-// last saw them, itself included (nil: not a runtime of JoinCluster).
+// last saw them, itself included (nil: not a runtime of cluster.Join).
 func (rt *Runtime) ClusterMembers() []string {
 	if rt.cluster == nil {
 		return nil

@@ -55,7 +55,7 @@ type Runtime struct {
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
 	timers        *timers                            // claims due sessions (a TimerStore); nil otherwise
 
-	// cluster is the runtime's part in a cluster (JoinCluster; nil: one
+	// cluster is the runtime's part in a cluster (cluster.Join; nil: one
 	// machine). The sessions map then holds the sessions it hosts.
 	cluster *clusterNode
 
@@ -323,7 +323,7 @@ func (rt *Runtime) CheckPrompt(text string) error {
 	return nil
 }
 
-// NewSession starts a session. On a runtime of JoinCluster it creates or
+// NewSession starts a session. On a runtime of cluster.Join it creates or
 // reaches the session wherever the cluster hosts it (see docs/cluster.md).
 func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
 	if err := ctx.Err(); err != nil {
@@ -490,7 +490,7 @@ func (rt *Runtime) forget(id string) {
 }
 
 // Sessions returns the runtime's open sessions, by id (on a runtime of
-// JoinCluster: the sessions opened through it, wherever they are hosted).
+// cluster.Join: the sessions opened through it, wherever they are hosted).
 func (rt *Runtime) Sessions() []*Session {
 	if rt.cluster != nil {
 		var out []*Session
@@ -515,7 +515,7 @@ func (rt *Runtime) local() []*Session {
 	return out
 }
 
-// Session returns the open session with id (on a runtime of JoinCluster:
+// Session returns the open session with id (on a runtime of cluster.Join:
 // its handle, if opened through this runtime).
 func (rt *Runtime) Session(id string) (*Session, bool) {
 	if rt.cluster != nil {
@@ -534,7 +534,7 @@ func (rt *Runtime) Session(id string) (*Session, bool) {
 }
 
 // Subscribe calls fn with the events of every session of the runtime
-// (Event.SessionID says whose; on a runtime of JoinCluster, the sessions
+// (Event.SessionID says whose; on a runtime of cluster.Join, the sessions
 // opened through it), each session's in order, from a goroutine
 // of its own, with the same bounded delivery as Session.Subscribe: a slow
 // fn never blocks a session, and falling behind it misses deltas first,
@@ -578,7 +578,7 @@ type Stats struct {
 }
 
 // Stats counts the runtime's sessions by what they do now (on a runtime of
-// JoinCluster: the sessions this node hosts), and reads the state of its
+// cluster.Join: the sessions this node hosts), and reads the state of its
 // credentials, fallback chains and retry budgets.
 func (rt *Runtime) Stats() Stats {
 	now := rt.cfg.clock.Now()
@@ -617,7 +617,7 @@ func (rt *Runtime) Stats() Stats {
 // the runtime's actors, and closes the history store. It waits for the
 // actors to stop until ctx ends.
 //
-// On a runtime of JoinCluster it is a graceful leave: its handles let go
+// On a runtime of cluster.Join it is a graceful leave: its handles let go
 // of their sessions (a Prompt waiting through one returns ErrShutdown),
 // the node leaves the cluster, and each session it hosts is handed over:
 // once at rest (idle, or waiting out a backoff; a turn in flight is let

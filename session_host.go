@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	protocluster "github.com/asynkron/protoactor-go/cluster"
 
-	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 )
@@ -87,7 +85,7 @@ type watcher struct {
 func (h *sessionHost) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		h.id = protocluster.GetClusterIdentity(ctx).GetIdentity()
+		h.id = h.node.member.Identity(ctx)
 		h.watchers = map[string]*watcher{}
 		h.node.hosted(h.id, ctx.Self())
 	case memberLeft:
@@ -257,10 +255,10 @@ func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 	deadline := time.Now().Add(h.node.cc.HandoverTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
-		log, entries, err := store.OpenContext(ctx, h.id)
+		log, entries, err := store.OpenLog(ctx, h.id)
 		if errors.Is(err, history.ErrLocked) && time.Now().After(deadline) {
 			h.node.rt.cfg.log.Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
-			log, entries, err = store.Takeover(ctx, h.id)
+			log, entries, err = store.TakeoverLog(ctx, h.id)
 		}
 		cancel()
 		switch {
@@ -278,8 +276,8 @@ func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 // and of its database lease; when not sure of its membership it asks the
 // database; once the cluster has dropped the node, never.
 type heldLog struct {
-	*pgstore.Log
-	member *cluster.Member
+	hosting.Log
+	member hosting.Member
 }
 
 // errDropped is why a session of a node the cluster dropped does not act.
@@ -298,10 +296,10 @@ func (l heldLog) Taken() bool {
 
 // Hold tells whether the session is still this activation's before it
 // acts for it. A node not sure of its membership first waits (at most a
-// request timeout) until it knows where it stands (cluster.Member.Settle):
+// request timeout) until it knows where it stands (Member.Settle):
 // one resumed after a pause learns that the cluster dropped it, rather
 // than re-claiming a session that another node is taking over. A dropped
-// node holds nothing; a sure one asks its lease (pgstore.Log.Hold), one
+// node holds nothing; a sure one asks its lease (Log.Hold), one
 // still not sure asks the database.
 func (l heldLog) Hold(ctx context.Context) error {
 	if !l.member.Sure() {

@@ -10,7 +10,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -88,7 +87,6 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 // fail (the topology changing, an activation on a node that leaves) are
 // tried again until twice the handover timeout and 5 s more have passed.
 func (r *remoteSession) openLocked(ctx context.Context) error {
-	res := r.node.member.Resolver()
 	// One open waits at most for the new activation to take the history
 	// over; a request lost in the mailbox of an activation that was
 	// stopping costs one such wait, then the lookup goes again.
@@ -104,7 +102,7 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
 			}
 		}
-		pid := res.Get(cluster.SessionKind, r.s.id)
+		pid := r.node.member.Session(r.s.id)
 		if pid == nil {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
@@ -114,13 +112,13 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
 		}
 		if err != nil {
-			res.Forget(cluster.SessionKind, r.s.id, pid)
+			r.node.member.ForgetSession(r.s.id, pid)
 			last = err
 			continue
 		}
 		opened, ok := reply.(*messages.SessionOpened)
 		if !ok {
-			res.Forget(cluster.SessionKind, r.s.id, pid)
+			r.node.member.ForgetSession(r.s.id, pid)
 			last = fmt.Errorf("unexpected reply %T", reply)
 			continue
 		}
@@ -161,7 +159,7 @@ func (r *remoteSession) stale(pid *actor.PID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pid != nil && (pid == nil || r.pid.Equal(pid)) {
-		r.node.member.Resolver().Forget(cluster.SessionKind, r.s.id, r.pid)
+		r.node.member.ForgetSession(r.s.id, r.pid)
 		r.pid = nil
 	}
 }

@@ -93,7 +93,7 @@ type Config struct {
 	FallbackChains map[string][]string
 
 	// Sessions, if set, are the props of the session kind's activation
-	// (the root package's JoinCluster sets them); nil: the node hosts no
+	// (Join sets them); nil: the node hosts no
 	// sessions.
 	Sessions *actor.Props
 	// Client makes the node a member that hosts no activations: it

@@ -62,7 +62,7 @@ func promptThroughRestart(t *testing.T, down time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: clusterName(t),
+	rt, err := cluster.Join(context.Background(), cluster.JoinConfig{Name: clusterName(t),
 		Membership: cluster.InProcess(test.NewInMemAgent()), Store: store},
 		musepi.WithProvider("fake", openai.New(openai.Config{BaseURL: base + "/v1"}), musepi.Credential{Name: "k", APIKey: "key"}))
 	if err != nil {

@@ -33,20 +33,20 @@ func TestJoinClusterRefuses(t *testing.T) {
 	llm := musepi.WithProvider("p", provider.NewScripted())
 	for _, tc := range []struct {
 		name string
-		cc   musepi.ClusterConfig
+		cc   cluster.JoinConfig
 		opts []musepi.Option
 		want string
 	}{
-		{"no store", musepi.ClusterConfig{Name: "c", Membership: mb}, []musepi.Option{llm}, "no Store"},
-		{"negative handover timeout", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused, HandoverTimeout: -time.Second},
+		{"no store", cluster.JoinConfig{Name: "c", Membership: mb}, []musepi.Option{llm}, "no Store"},
+		{"negative handover timeout", cluster.JoinConfig{Name: "c", Membership: mb, Store: unused, HandoverTimeout: -time.Second},
 			[]musepi.Option{llm}, "negative HandoverTimeout"},
-		{"a virtual clock", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused},
+		{"a virtual clock", cluster.JoinConfig{Name: "c", Membership: mb, Store: unused},
 			[]musepi.Option{llm, musepi.WithClock(clock.NewVirtual(time.Unix(0, 0)))}, "wall clock"},
-		{"an invalid option", musepi.ClusterConfig{Name: "c", Membership: mb, Store: unused},
+		{"an invalid option", cluster.JoinConfig{Name: "c", Membership: mb, Store: unused},
 			[]musepi.Option{musepi.WithProvider("", nil)}, "WithProvider"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt, err := musepi.JoinCluster(context.Background(), tc.cc, tc.opts...)
+			rt, err := cluster.Join(context.Background(), tc.cc, tc.opts...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				if rt != nil {
 					_ = rt.Shutdown(context.Background())
@@ -126,7 +126,7 @@ func joinNode(tb testing.TB, url, clusterName, node string, agent *test.InMemAge
 	}
 	settings := retry.DefaultSettings()
 	settings.BaseDelay = 1500 * time.Millisecond
-	rt, err := musepi.JoinCluster(context.Background(), musepi.ClusterConfig{Name: clusterName, Membership: cluster.InProcess(agent),
+	rt, err := cluster.Join(context.Background(), cluster.JoinConfig{Name: clusterName, Membership: cluster.InProcess(agent),
 		Store: store, HandoverTimeout: 3 * time.Second, Client: client},
 		musepi.WithProvider("p", llm, musepi.Credential{Name: "A", APIKey: "key-a"}, musepi.Credential{Name: "B", APIKey: "key-b"}),
 		musepi.WithRetrySettings(settings))

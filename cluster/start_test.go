@@ -107,7 +107,7 @@ func TestJoinClusterStopsAtItsContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	rt, err := musepi.JoinCluster(ctx, musepi.ClusterConfig{Name: clusterName(t), Membership: cluster.InProcess(agent), Store: store},
+	rt, err := cluster.Join(ctx, cluster.JoinConfig{Name: clusterName(t), Membership: cluster.InProcess(agent), Store: store},
 		musepi.WithProvider("p", provider.NewScripted()))
 	took := time.Since(start)
 	if err == nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore"
 )
@@ -84,7 +83,7 @@ type Cluster struct {
 	// HandoverTimeout ("handover_timeout_ms") bounds how long a session
 	// that moves waits for its turn in flight, and how long its new
 	// activation waits for the old one to let go of its history; default
-	// musepi.DefaultHandoverTimeout.
+	// cluster.DefaultHandoverTimeout.
 	HandoverTimeout time.Duration
 	// LeaveTimeout ("leave_timeout_ms") bounds a graceful leave (SIGTERM):
 	// handing the node's sessions over and leaving the membership. Default
@@ -133,7 +132,7 @@ type ClusterAutomanaged struct {
 // defaults.
 func decodeCluster(t *table) *Cluster {
 	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
-		HandoverTimeout: musepi.DefaultHandoverTimeout, WriteRetry: pgstore.DefaultWriteRetry,
+		HandoverTimeout: cluster.DefaultHandoverTimeout, WriteRetry: pgstore.DefaultWriteRetry,
 		Etcd:        ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
 		Automanaged: ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
 	t.str("name", &c.Name)
@@ -471,20 +470,20 @@ func (c *Cluster) Database() string {
 	return c.DatabaseURL
 }
 
-// ClusterConfig is the musepi.ClusterConfig of the [cluster] table: its
+// ClusterConfig is the cluster.JoinConfig of the [cluster] table: its
 // name, addresses, membership, handover bound, and TLS, whose files it
 // reads now (after validating the whole configuration again, like
 // RuntimeOptions). The caller sets Store, and Client for a client member.
-func (c *Config) ClusterConfig() (musepi.ClusterConfig, error) {
+func (c *Config) ClusterConfig() (cluster.JoinConfig, error) {
 	if c.Cluster == nil {
-		return musepi.ClusterConfig{}, errors.New("config: no [cluster] table")
+		return cluster.JoinConfig{}, errors.New("config: no [cluster] table")
 	}
 	ld, probs := c.check()
 	if err := newError(c.File, probs); err != nil {
-		return musepi.ClusterConfig{}, err
+		return cluster.JoinConfig{}, err
 	}
 	cc := c.Cluster
-	return musepi.ClusterConfig{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseAddress,
+	return cluster.JoinConfig{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseAddress,
 		Membership: cc.membership(ld.etcdTLS), TLS: ld.clusterTLS, Insecure: cc.Insecure,
 		HandoverTimeout: cc.HandoverTimeout}, nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster"
 )
 
 // etcdCluster is a valid [cluster] table with etcd membership that the
@@ -43,7 +43,7 @@ func TestClusterTable(t *testing.T) {
 		}
 		want := &Cluster{Name: "dev", Host: "127.0.0.1", Port: 7001, Membership: "etcd",
 			DatabaseURL: "postgres://musepi@127.0.0.1:5432/musepi?sslmode=disable",
-			Lease:       15 * time.Second, HandoverTimeout: musepi.DefaultHandoverTimeout, LeaveTimeout: 30 * time.Second,
+			Lease:       15 * time.Second, HandoverTimeout: cluster.DefaultHandoverTimeout, LeaveTimeout: 30 * time.Second,
 			WriteRetry:  30 * time.Second,
 			Etcd:        ClusterEtcd{Endpoints: []string{"http://127.0.0.1:2379"}, Prefix: "/musepi", DialTimeout: 5 * time.Second},
 			Automanaged: ClusterAutomanaged{Refresh: time.Second}}

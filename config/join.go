@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore"
 )
 
@@ -53,7 +54,7 @@ func (c *Config) Join(ctx context.Context, client bool, viewURL string, log *slo
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	join.Store, join.ViewURL = store, viewURL
-	rt, err := musepi.JoinCluster(ctx, join, rtOpts...)
+	rt, err := cluster.Join(ctx, join, rtOpts...)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())
 	}

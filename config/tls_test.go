@@ -113,7 +113,7 @@ func TestClusterTLSValidation(t *testing.T) {
 }
 
 // TestClusterTLSAccepted: what the TLS rules let through, and the
-// musepi.ClusterConfig it makes.
+// cluster.JoinConfig it makes.
 func TestClusterTLSAccepted(t *testing.T) {
 	t.Setenv(testKeyEnv, "sk-test")
 	ca := testcert.NewCA(t, "cluster CA")

@@ -109,9 +109,9 @@ func startStormCluster(ctx context.Context, db *clusterDB, n int, prov provider.
 		if err != nil {
 			return nil, fmt.Errorf("cluster mode: node %d: %w", i+1, err)
 		}
-		cc := musepi.ClusterConfig{Name: "storm", Host: cluster.DefaultHost, Port: ports[i], Store: st,
+		cc := cluster.JoinConfig{Name: "storm", Host: cluster.DefaultHost, Port: ports[i], Store: st,
 			Membership: cluster.Automanaged(cluster.AutomanagedConfig{Port: ports[n+i], Peers: peers})}
-		rt, err := musepi.JoinCluster(ctx, cc, opts(c.via.node(prov, i))...)
+		rt, err := cluster.Join(ctx, cc, opts(c.via.node(prov, i))...)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("cluster mode: node %d: %w", i+1, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/internal/opsview"
 )
@@ -233,7 +234,7 @@ func report(ctx context.Context, rt *musepi.Runtime) {
 			fmt.Fprintf(stderr, "musepi node: members (%d): %s\n", len(addrs), strings.Join(addrs, ", "))
 			members = addrs
 		}
-		if p := rt.ClusterPropagation(); p.Count != propagated {
+		if p := cluster.MemberOf(rt).Propagation(); p.Count != propagated {
 			fmt.Fprintf(stderr, "musepi node: block propagation to this node: %d changes, mean %s, max %s\n",
 				p.Count, p.Mean.Round(time.Microsecond), p.Max.Round(time.Microsecond))
 			propagated = p.Count
