@@ -49,12 +49,23 @@ var ErrNoGo = errors.New("testbin: no go tool on PATH")
 func BuildAll(ctx context.Context, dir string) error {
 	err := build(ctx, dir, All)
 	if err != nil {
-		if werr := os.WriteFile(filepath.Join(dir, failedFile), []byte(err.Error()), 0o644); werr != nil {
+		if werr := writeMarker(dir, failedFile, []byte(err.Error())); werr != nil {
 			return errors.Join(err, werr)
 		}
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, readyFile), nil, 0o644)
+	return writeMarker(dir, readyFile, nil)
+}
+
+// writeMarker writes the marker file name in dir with content, whole: it
+// appears under its name only once written (a rename), so a waiting test
+// never reads it half written.
+func writeMarker(dir, name string, content []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, content, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
 }
 
 // build runs one `go build` of pkgs into dir, within buildTimeout.

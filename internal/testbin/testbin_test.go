@@ -32,7 +32,7 @@ func TestSetWaitsForTheRunnersBuild(t *testing.T) {
 			t.Setenv(Env, dir)
 			if tc.marker != "" {
 				time.AfterFunc(100*time.Millisecond, func() {
-					_ = os.WriteFile(filepath.Join(dir, tc.marker), []byte(tc.content), 0o644)
+					_ = writeMarker(dir, tc.marker, []byte(tc.content))
 				})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
