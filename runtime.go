@@ -27,6 +27,7 @@ import (
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/loglevel"
 	"github.com/musepi/musepi/internal/plaintext"
+	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -671,7 +672,7 @@ func (rt *Runtime) RetryBudget(ctx context.Context, providerName string) (retry.
 	if pid == nil {
 		return retry.BudgetStats{}, fmt.Errorf("musepi: provider %q has no retry budget (retry.budget.enabled is off, or no such provider)", providerName)
 	}
-	res, err := waitResult(ctx, track.RequestFuture(rt.system.Root, rt.cfg.clock, pid, &messages.RetryBudgetStatsRequest{}, -1))
+	res, err := reply.Wait(ctx, track.RequestFuture(rt.system.Root, rt.cfg.clock, pid, &messages.RetryBudgetStatsRequest{}, -1))
 	if err != nil {
 		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: %w", providerName, err)
 	}
@@ -684,27 +685,8 @@ func (rt *Runtime) RetryBudget(ctx context.Context, providerName string) (retry.
 
 // waitFuture waits for f until ctx ends.
 func waitFuture(ctx context.Context, f *actor.Future) error {
-	_, err := waitResult(ctx, f)
+	_, err := reply.Wait(ctx, f)
 	return err
-}
-
-// waitResult waits for f's result until ctx ends.
-func waitResult(ctx context.Context, f *actor.Future) (interface{}, error) {
-	type result struct {
-		res interface{}
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := f.Result()
-		done <- result{res, err}
-	}()
-	select {
-	case r := <-done:
-		return r.res, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }
 
 func newID() string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -230,7 +231,7 @@ func (s *Session) admit(ctx context.Context, text string) error {
 // (a prompt that waits out an outage keeps it, and each object it keeps
 // costs the collector mark work on every cycle).
 type promptCall struct {
-	replyAddress
+	reply.Address
 	s        *Session
 	ctx      context.Context
 	done     func(*AssistantMessage, error)
@@ -247,7 +248,7 @@ type promptCall struct {
 
 // replied takes the session's reply, unless ctx ended first: the watch
 // finishes the prompt with ctx.Err() then.
-func (p *promptCall) replied(res interface{}, err error) {
+func (p *promptCall) Replied(res interface{}, err error) {
 	if p.stopWatch != nil && !p.stopWatch() {
 		return
 	}
@@ -255,7 +256,7 @@ func (p *promptCall) replied(res interface{}, err error) {
 }
 
 // acceptedAt takes the session's PromptAccepted: the prompt is recorded.
-func (p *promptCall) acceptedAt(uint64) { p.accept(nil) }
+func (p *promptCall) AcceptedAt(uint64) { p.accept(nil) }
 
 // cancelled is the watch on ctx, which ended before the reply came: the
 // prompt is aborted and finishes with ctx.Err().
@@ -300,7 +301,7 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 		err error
 	}
 	done := make(chan outcome, 1)
-	reply := newReplyAddress(s.rt.system, replyFunc(func(res interface{}, err error) {
+	reply := reply.New(s.rt.system, reply.Func(func(res interface{}, err error) {
 		msg, err := s.result(res, err)
 		done <- outcome{msg, err}
 	}))
@@ -344,7 +345,7 @@ func (s *Session) HandOver(ctx context.Context) error {
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
 func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) {
-	if errors.Is(err, errNoSession) {
+	if errors.Is(err, reply.ErrNoSession) {
 		err = s.closedError()
 	}
 	if err != nil {
@@ -527,7 +528,7 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 			s.rt.system.Root.Stop(f.PID())
 			return nil, err
 		}
-		res, err := waitResult(ctx, f)
+		res, err := reply.Wait(ctx, f)
 		s.at.answered(f.PID())
 		if errors.Is(err, actor.ErrDeadLetter) && try < openAttempts && s.at.again(to) {
 			continue

@@ -30,7 +30,7 @@ type localActor struct {
 // prompt sends req with p's reply address as the sender.
 func (l *localActor) prompt(req *messages.PromptRequest, p *promptCall) {
 	rt := l.s.rt
-	reply := p.register(rt.system, p)
+	reply := p.Register(rt.system, p)
 	err := l.deliver(func(pid *actor.PID) {
 		rt.cfg.clock.Begin()
 		rt.system.Root.RequestWithCustomSender(pid, req, reply)

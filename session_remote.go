@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -107,7 +108,7 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
 		}
-		reply, err := waitResult(ctx, r.node.rt.system.Root.RequestFuture(pid, r.open, wait))
+		reply, err := reply.Wait(ctx, r.node.rt.system.Root.RequestFuture(pid, r.open, wait))
 		if ctx.Err() != nil {
 			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
 		}
@@ -340,7 +341,7 @@ func (r *remoteSession) state() *actors.SessionState {
 type pendingPrompt struct {
 	r      *remoteSession
 	req    *messages.PromptRequest
-	caller replier // takes the result, and the PromptAccepted
+	caller reply.Replier // takes the result, and the PromptAccepted
 
 	mu           sync.Mutex
 	to           *actor.PID // the activation it went to
@@ -362,7 +363,7 @@ func (r *remoteSession) prompt(req *messages.PromptRequest, p *promptCall) {
 	req.Ack = true // the generation tells which prompt a handover orphaned
 	pending := &pendingPrompt{r: r, req: req, caller: p}
 	if err := pending.send(); err != nil {
-		p.replied(nil, err)
+		p.Replied(nil, err)
 	}
 }
 
@@ -391,7 +392,7 @@ func (p *pendingPrompt) send() error {
 	p.mu.Lock()
 	p.tries++
 	p.mu.Unlock()
-	reply := newReplyAddress(p.r.node.rt.system, p)
+	reply := reply.New(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
 		p.sentTo(pid, reply)
 		p.r.node.rt.system.Root.RequestWithCustomSender(pid, p.req, reply)
@@ -412,11 +413,11 @@ func (p *pendingPrompt) sentTo(pid, reply *actor.PID) {
 	p.r.pending[p] = struct{}{}
 }
 
-func (p *pendingPrompt) acceptedAt(gen uint64) {
+func (p *pendingPrompt) AcceptedAt(gen uint64) {
 	p.mu.Lock()
 	p.gen = gen
 	p.mu.Unlock()
-	p.caller.acceptedAt(gen)
+	p.caller.AcceptedAt(gen)
 }
 
 func (p *pendingPrompt) generation() uint64 {
@@ -428,7 +429,7 @@ func (p *pendingPrompt) generation() uint64 {
 // replied takes the reply address's result: a dead letter before the
 // session took the prompt means it reached no session, and it goes again;
 // a prompt whose activation is gone attaches to the new one.
-func (p *pendingPrompt) replied(res interface{}, err error) {
+func (p *pendingPrompt) Replied(res interface{}, err error) {
 	p.mu.Lock()
 	lost, attaching, to, gen, tries := p.lost, p.attaching, p.to, p.gen, p.tries
 	p.mu.Unlock()
@@ -436,7 +437,7 @@ func (p *pendingPrompt) replied(res interface{}, err error) {
 	r.mu.Lock()
 	delete(r.pending, p)
 	r.mu.Unlock()
-	deadLetter := errors.Is(err, errNoSession)
+	deadLetter := errors.Is(err, reply.ErrNoSession)
 	if handedOver(res) { // the session moved with the prompt waiting in a backoff
 		lost, gen = true, max(gen, res.(*messages.PromptResult).GetGeneration())
 		p.mu.Lock()
@@ -475,7 +476,7 @@ func (p *pendingPrompt) attach() {
 	p.lost, p.attaching = false, true
 	gen, gaveUp := p.gen, p.reply
 	p.mu.Unlock()
-	reply := newReplyAddress(p.r.node.rt.system, p)
+	reply := reply.New(p.r.node.rt.system, p)
 	err := p.r.deliver(func(pid *actor.PID) {
 		p.sentTo(pid, reply)
 		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
@@ -512,7 +513,7 @@ func (p *pendingPrompt) lose() {
 }
 
 func (p *pendingPrompt) finish(res interface{}, err error) {
-	p.once.Do(func() { p.caller.replied(res, err) })
+	p.once.Do(func() { p.caller.Replied(res, err) })
 }
 
 // relayProcess is a handle's address for its activation: the session's
