@@ -6,5 +6,5 @@ func (rt *Runtime) ClusterAddress() string {
 	if rt.cluster == nil {
 		return ""
 	}
-	return rt.cluster.member.Address()
+	return rt.cluster.Member().Address()
 }

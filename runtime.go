@@ -25,6 +25,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/dispatch"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/internal/loglevel"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/internal/reply"
@@ -58,7 +59,7 @@ type Runtime struct {
 
 	// cluster is the runtime's part in a cluster (cluster.Join; nil: one
 	// machine). The sessions map then holds the sessions it hosts.
-	cluster *clusterNode
+	cluster hosting.Node
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -342,7 +343,12 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, err
 	}
 	if rt.cluster != nil {
-		return rt.cluster.handle(ctx, cfg, *settings)
+		h, err := rt.cluster.Handle(ctx, hosting.HandleRequest{ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: *settings,
+			Steering: cfg.steering != nil, Takeover: cfg.open != nil})
+		if err != nil {
+			return nil, err
+		}
+		return h.(*Session), nil
 	}
 	open := func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) }
 	if cfg.open != nil {
@@ -495,8 +501,8 @@ func (rt *Runtime) forget(id string) {
 func (rt *Runtime) Sessions() []*Session {
 	if rt.cluster != nil {
 		var out []*Session
-		for _, r := range rt.cluster.remotes() {
-			out = append(out, r.s)
+		for _, h := range rt.cluster.Handles() {
+			out = append(out, h.(*Session))
 		}
 		slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.id, b.id) })
 		return out
@@ -520,13 +526,11 @@ func (rt *Runtime) local() []*Session {
 // its handle, if opened through this runtime).
 func (rt *Runtime) Session(id string) (*Session, bool) {
 	if rt.cluster != nil {
-		rt.cluster.mu.Lock()
-		defer rt.cluster.mu.Unlock()
-		r, ok := rt.cluster.handles[id]
+		h, ok := rt.cluster.HandleOf(id)
 		if !ok {
 			return nil, false
 		}
-		return r.s, true
+		return h.(*Session), true
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -545,10 +549,10 @@ func (rt *Runtime) Subscribe(fn func(Event)) (unsubscribe func()) {
 	if rt.cluster == nil {
 		return unsub
 	}
-	rt.cluster.watch() // the handles' activations relay events while anyone listens
+	rt.cluster.Watch() // the handles' activations relay events while anyone listens
 	return func() {
 		unsub()
-		rt.cluster.watch()
+		rt.cluster.Watch()
 	}
 }
 
@@ -636,7 +640,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.stopTimers() // it opens sessions: stopped before they are listed
 	var errs []error
 	if rt.cluster != nil {
-		if err := rt.cluster.shutdown(ctx); err != nil {
+		if err := rt.cluster.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

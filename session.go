@@ -12,6 +12,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -28,37 +29,9 @@ type Session struct {
 	events actors.Fanout // the session's subscribers
 	// at is where the session runs: its actor in this runtime (&local),
 	// or, for a handle of a cluster runtime, its activation on whichever
-	// node hosts it (a *remoteSession).
-	at    runner
+	// node hosts it (package cluster's runner).
+	at    hosting.Runner
 	local localActor
-}
-
-// runner is where a session runs, and how its messages get there.
-type runner interface {
-	// prompt sends req; its reply (and PromptAccepted) go to p.
-	prompt(req *messages.PromptRequest, p *promptCall)
-	// deliver runs send with the session's actor, starting it (or opening
-	// the session at its activation) if need be; it fails once the session
-	// is closed.
-	deliver(send func(*actor.PID)) error
-	// asked records that a request's future went to the actor to (within
-	// deliver's send), and answered that it came back.
-	asked(future, to *actor.PID)
-	answered(future *actor.PID)
-	// again reports whether a request that got a dead letter from to goes
-	// again: the session's activation moved, and the next delivery finds
-	// the new one.
-	again(to *actor.PID) bool
-	// state is the session's state as callers read it now.
-	state() *actors.SessionState
-	// watch has the session's events relayed while anyone listens.
-	watch()
-	// isClosed reports whether the session was closed here.
-	isClosed() bool
-	// close stops the session; closeHere closes it here after it was
-	// handed over, leaving its state to the runtime that opens it next.
-	close(ctx context.Context) error
-	closeHere(ctx context.Context) error
 }
 
 // Errors a Prompt may return, wrapped in a *PromptError; test with errors.Is.
@@ -203,7 +176,7 @@ func (s *Session) submit(ctx context.Context, text string, accepted func(error),
 		defer p.sending.Done()
 		p.stopWatch = context.AfterFunc(ctx, p.cancelled)
 	}
-	s.at.prompt(&messages.PromptRequest{Text: text, Ack: accepted != nil}, p)
+	s.at.Prompt(&messages.PromptRequest{Text: text, Ack: accepted != nil}, p)
 }
 
 // admit checks that the session takes a prompt now, and counts it in
@@ -215,7 +188,7 @@ func (s *Session) admit(ctx context.Context, text string) error {
 	if err := s.rt.CheckPrompt(text); err != nil {
 		return err
 	}
-	if s.at.isClosed() {
+	if s.at.IsClosed() {
 		return fmt.Errorf("musepi: prompt on session %s: %w", s.id, s.closedError())
 	}
 	limits := s.rt.cfg.limits
@@ -340,7 +313,7 @@ func (s *Session) HandOver(ctx context.Context) error {
 	if e := res.(*messages.Ack).GetError(); e != "" {
 		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
 	}
-	return s.at.closeHere(ctx)
+	return s.at.CloseHere(ctx)
 }
 
 // result turns the session's reply to a PromptRequest into Prompt's results.
@@ -383,7 +356,7 @@ func (s *Session) send(msg proto.Message) {
 }
 
 // deliver runs send with the session's actor (see runner.deliver).
-func (s *Session) deliver(send func(*actor.PID)) error { return s.at.deliver(send) }
+func (s *Session) deliver(send func(*actor.PID)) error { return s.at.Deliver(send) }
 
 // Abort cancels a pending retry backoff first, then the active stream; the
 // running Prompt returns ErrAborted.
@@ -520,7 +493,7 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 		var to *actor.PID
 		err := s.deliver(func(pid *actor.PID) {
 			to = pid
-			s.at.asked(f.PID(), pid)
+			s.at.Asked(f.PID(), pid)
 			s.rt.cfg.clock.Begin()
 			s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
 		})
@@ -529,8 +502,8 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 			return nil, err
 		}
 		res, err := reply.Wait(ctx, f)
-		s.at.answered(f.PID())
-		if errors.Is(err, actor.ErrDeadLetter) && try < openAttempts && s.at.again(to) {
+		s.at.Answered(f.PID())
+		if errors.Is(err, actor.ErrDeadLetter) && try < hosting.OpenAttempts && s.at.Again(to) {
 			continue
 		}
 		if errors.Is(err, actor.ErrDeadLetter) {
@@ -546,7 +519,7 @@ func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, erro
 // st is the state callers read without asking the actor: its own, or
 // for a handle of a session hosted elsewhere, its mirror as the hosting
 // node reports it now.
-func (s *Session) st() *actors.SessionState { return s.at.state() }
+func (s *Session) st() *actors.SessionState { return s.at.State() }
 
 // closedError is why a call reached no session: the runtime was shut down
 // (ErrRuntimeClosed), or the session was closed (ErrSessionClosed).
@@ -565,10 +538,10 @@ func (s *Session) closedError() error {
 // WithEventQueueLen). The returned function unsubscribes.
 func (s *Session) Subscribe(fn func(Event)) (unsubscribe func()) {
 	unsub := s.events.Subscribe(goEvents(fn))
-	s.at.watch() // a cluster's activation relays the events while anyone listens
+	s.at.Watch() // a cluster's activation relays the events while anyone listens
 	return func() {
 		unsub()
-		s.at.watch()
+		s.at.Watch()
 	}
 }
 
@@ -582,4 +555,4 @@ func goEvents(fn func(Event)) func(*messages.SessionEvent) {
 }
 
 // Close stops the session; a waiting Prompt returns ErrShutdown.
-func (s *Session) Close(ctx context.Context) error { return s.at.close(ctx) }
+func (s *Session) Close(ctx context.Context) error { return s.at.Close(ctx) }

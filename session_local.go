@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -27,11 +28,11 @@ type localActor struct {
 	closed   bool
 }
 
-// prompt sends req with p's reply address as the sender.
-func (l *localActor) prompt(req *messages.PromptRequest, p *promptCall) {
+// Prompt sends req with p's reply address as the sender.
+func (l *localActor) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
 	rt := l.s.rt
 	reply := p.Register(rt.system, p)
-	err := l.deliver(func(pid *actor.PID) {
+	err := l.Deliver(func(pid *actor.PID) {
 		rt.cfg.clock.Begin()
 		rt.system.Root.RequestWithCustomSender(pid, req, reply)
 	})
@@ -40,11 +41,11 @@ func (l *localActor) prompt(req *messages.PromptRequest, p *promptCall) {
 	}
 }
 
-// deliver runs send with the session's actor, starting it if it is not
+// Deliver runs send with the session's actor, starting it if it is not
 // running (the first message, or one after the session passivated);
 // while the actor passivates, send is held and runs once that ends. It
 // fails once the session is closed.
-func (l *localActor) deliver(send func(*actor.PID)) error {
+func (l *localActor) Deliver(send func(*actor.PID)) error {
 	l.start.Lock()
 	defer l.start.Unlock()
 	if l.closed {
@@ -80,14 +81,14 @@ func (l *localActor) actorLocked() (*actor.PID, error) {
 
 // A local actor's requests need no bookkeeping, and a dead letter means
 // the session is gone: nothing is asked again.
-func (l *localActor) asked(_, _ *actor.PID)       {}
-func (l *localActor) answered(*actor.PID)         {}
-func (l *localActor) again(*actor.PID) bool       { return false }
-func (l *localActor) watch()                      {}
-func (l *localActor) state() *actors.SessionState { return l.s.state }
+func (l *localActor) Asked(_, _ *actor.PID)       {}
+func (l *localActor) Answered(*actor.PID)         {}
+func (l *localActor) Again(*actor.PID) bool       { return false }
+func (l *localActor) Watch()                      {}
+func (l *localActor) State() *actors.SessionState { return l.s.state }
 
-// isClosed reports whether the session was closed.
-func (l *localActor) isClosed() bool {
+// IsClosed reports whether the session was closed.
+func (l *localActor) IsClosed() bool {
 	l.start.Lock()
 	defer l.start.Unlock()
 	return l.closed
@@ -141,10 +142,10 @@ func (l *localActor) releaseLocked() {
 	}
 }
 
-// close stops the session's actor (a waiting Prompt returns ErrShutdown)
+// Close stops the session's actor (a waiting Prompt returns ErrShutdown)
 // and waits until it has stopped; a session never started only closes its
 // history.
-func (l *localActor) close(ctx context.Context) error {
+func (l *localActor) Close(ctx context.Context) error {
 	s := l.s
 	defer s.rt.forget(s.id)
 	l.start.Lock()
@@ -176,10 +177,10 @@ func (l *localActor) close(ctx context.Context) error {
 	return waitFuture(ctx, s.rt.system.Root.StopFuture(pid))
 }
 
-// closeHere closes the session here and stops its actor, which ends its
+// CloseHere closes the session here and stops its actor, which ends its
 // chain unless it is leaving (handed over, or its history taken by
 // another activation); it waits until the actor has stopped.
-func (l *localActor) closeHere(ctx context.Context) error {
+func (l *localActor) CloseHere(ctx context.Context) error {
 	l.start.Lock()
 	l.closed = true
 	pid := l.pid.Load()

@@ -106,7 +106,7 @@ func (rt *Runtime) wakeDue(ctx context.Context, d history.DueRecord) error {
 	if err == nil && rt.cluster != nil {
 		// Opened at its activation, wherever the cluster placed it, which
 		// goes on without this node's handle.
-		rt.cluster.letGoOf(s.id)
+		rt.cluster.LetGo(s.id)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,6 +79,9 @@ const DefaultHandoverTimeout = 10 * time.Second
 // it makes the node leave again once it is done, and Join fails with
 // ctx's error.
 func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Runtime, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if cc.Store == nil {
 		return nil, fmt.Errorf("cluster: Join: no Store (the sessions' histories are shared through it)")
 	}
@@ -87,19 +91,35 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if cc.HandoverTimeout == 0 {
 		cc.HandoverTimeout = DefaultHandoverTimeout
 	}
-	start := func(s hosting.Settings, sessions *actor.Props) (hosting.Member, error) {
-		m, err := Start(cc.config(s, sessions))
-		if err != nil {
-			return nil, err
-		}
-		return joined{m}, nil
-	}
-	rt, err := hosting.Join(ctx, hosting.Config{Store: sharedStore{cc.Store}, HandoverTimeout: cc.HandoverTimeout,
-		Client: cc.Client, Start: start}, opts)
+	store := sharedStore{cc.Store}
+	rt, err := hosting.NewRuntime(store, opts)
 	if err != nil {
 		return nil, err
 	}
-	return rt.(*musepi.Runtime), nil
+	node := &clusterNode{rt: rt, cc: cc, store: store, ready: make(chan struct{}),
+		handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
+	var sessions *actor.Props
+	if !cc.Client {
+		sessions = actor.PropsFromProducer(func() actor.Actor { return &sessionHost{node: node} })
+	}
+	m, err := Start(cc.config(rt.Settings(), sessions))
+	if err != nil {
+		return nil, fmt.Errorf("musepi: join a cluster: %w", err)
+	}
+	if err := ctx.Err(); err != nil { // protoactor's start takes no context
+		return nil, fmt.Errorf("musepi: join a cluster: %w", errors.Join(err, m.Leave()))
+	}
+	node.member = joined{m}
+	rt.Attach(node, node.member)
+	node.member.OnLeft(func(addr string) {
+		go node.left(addr) // the handles may be opening a session: not on the event stream
+	})
+	close(node.ready)
+	node.auditPrompts()
+	if err := rt.Serve(cc.Client); err != nil {
+		return nil, err
+	}
+	return rt.Public().(*musepi.Runtime), nil
 }
 
 // config is the member's Config: cc's addresses and membership, with the
@@ -119,7 +139,11 @@ func (cc JoinConfig) config(s hosting.Settings, sessions *actor.Props) Config {
 // MemberOf is the member of a runtime of Join (nil for any other
 // runtime): its propagation figures, its view of the shared actors.
 func MemberOf(rt *musepi.Runtime) *Member {
-	if j, ok := hosting.MemberOf(rt).(joined); ok {
+	node := hosting.NodeOf(rt)
+	if node == nil {
+		return nil
+	}
+	if j, ok := node.Member().(joined); ok {
 		return j.Member
 	}
 	return nil

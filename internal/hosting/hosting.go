@@ -3,7 +3,9 @@
 // needs of its membership and of the shared store, as interfaces, so that
 // package musepi links no cluster code (protoactor's cluster, etcd, gRPC,
 // PostgreSQL) and an embedder who never joins a cluster links none either.
-// Package cluster implements Member and Store; package musepi sets Join.
+// Package cluster implements Member, Store and Node; package musepi
+// implements Runtime, Runner (for its own sessions), Handle and Local,
+// and sets NewRuntime and NodeOf.
 package hosting
 
 import (
@@ -12,9 +14,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/retry"
 )
@@ -91,29 +95,155 @@ type Provider struct {
 }
 
 // Settings are what a runtime's options say of the cluster's shared
-// actors, for the member it starts.
+// actors, for the member its node starts (Runtime.Settings).
 type Settings struct {
 	Log            *slog.Logger
 	FallbackChains map[string][]string
 	Providers      []Provider
 }
 
-// Config is how a runtime joins a cluster.
-type Config struct {
-	Store           Store
-	HandoverTimeout time.Duration
-	// Client: the node hosts no activations.
-	Client bool
-	// Start starts the node's member with the runtime's settings; sessions
-	// makes the session kind's activations (nil for a client).
-	Start func(s Settings, sessions *actor.Props) (Member, error)
+// Runtime is a runtime as its cluster node drives it: package musepi
+// implements it, package cluster's node uses it.
+type Runtime interface {
+	// Public is the *musepi.Runtime.
+	Public() any
+	// Settings are what its options say of the cluster's shared actors.
+	Settings() Settings
+	// Attach runs the runtime on node, a member of the cluster: its actors
+	// on the member's system, its sessions on the cluster's shared actors.
+	Attach(node Node, m Member)
+	// Serve starts what the runtime serves once it is a node: telemetry,
+	// and (unless client) the durable timers of the sessions it may host.
+	Serve(client bool) error
+	System() *actor.ActorSystem
+	Log() *slog.Logger
+	// Closed reports whether the runtime was shut down.
+	Closed() bool
+	// AllEvents are the subscribers to every session's events.
+	AllEvents() *actors.Fanout
+	// NewHandle is the session id as its caller here sees it, wherever it
+	// runs: through r.
+	NewHandle(id, model string, autoRetry bool, r Runner) Handle
+	// Open hosts session id here, as req configures it, on the history
+	// that open returns; it fails with musepi.ErrRuntimeClosed once the
+	// runtime is shut down.
+	Open(id string, req *messages.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (Local, error)
 }
 
-// Join starts a runtime (a *musepi.Runtime, returned as any) that joins a
-// cluster as cfg says, with the options opts (a []musepi.Option); package
-// musepi sets it.
-var Join func(ctx context.Context, cfg Config, opts any) (any, error)
+// Node is a runtime's part in its cluster: package cluster implements it,
+// the runtime calls it.
+type Node interface {
+	// Handle opens the runtime's handle of a session, wherever the
+	// cluster hosts it; it returns the *musepi.Session.
+	Handle(ctx context.Context, req HandleRequest) (any, error)
+	// Handles are the handles' sessions (*musepi.Session values).
+	Handles() []any
+	// HandleOf is the handle's session of id, if one is open here.
+	HandleOf(id string) (any, bool)
+	// LetGo drops the handle of id, leaving the session open where it is.
+	LetGo(id string)
+	// Watch has the handles' activations relay events while anyone
+	// listens.
+	Watch()
+	// Shutdown leaves the cluster.
+	Shutdown(ctx context.Context) error
+	// Member is the node's membership.
+	Member() Member
+}
 
-// MemberOf is the member of a runtime of Join (nil for another); package
-// musepi sets it.
-var MemberOf func(rt any) Member
+// HandleRequest is what a runtime's NewSession asks of a handle.
+type HandleRequest struct {
+	ID, Model, Role string
+	Settings        retry.Settings
+	// Steering and Takeover: the session was configured with WithSteering
+	// or WithTakeover, which a cluster refuses.
+	Steering, Takeover bool
+}
+
+// Prompt is a prompt sent to a session and not yet answered: its reply's
+// taker, and a reply address it can hold itself.
+type Prompt interface {
+	reply.Replier
+	Register(system *actor.ActorSystem, to reply.Replier) *actor.PID
+}
+
+// Runner is where a session runs, and how its messages get there: its
+// actor in this runtime, or its activation on whichever node hosts it.
+type Runner interface {
+	// Prompt sends req; its reply (and PromptAccepted) go to p.
+	Prompt(req *messages.PromptRequest, p Prompt)
+	// Deliver runs send with the session's actor, starting it (or opening
+	// the session at its activation) if need be; it fails once the
+	// session is closed.
+	Deliver(send func(*actor.PID)) error
+	// Asked records that a request's future went to the actor to (within
+	// Deliver's send), and Answered that it came back.
+	Asked(future, to *actor.PID)
+	Answered(future *actor.PID)
+	// Again reports whether a request that got a dead letter from to goes
+	// again: the session's activation moved, and the next delivery finds
+	// the new one.
+	Again(to *actor.PID) bool
+	// State is the session's state as callers read it now.
+	State() *actors.SessionState
+	// Watch has the session's events relayed while anyone listens.
+	Watch()
+	// IsClosed reports whether the session was closed here.
+	IsClosed() bool
+	// Close stops the session; CloseHere closes it here after it was
+	// handed over, leaving its state to the runtime that opens it next.
+	Close(ctx context.Context) error
+	CloseHere(ctx context.Context) error
+}
+
+// Handle is a session's handle as its Runner uses it.
+type Handle interface {
+	ID() string
+	// Public is the *musepi.Session.
+	Public() any
+	// Publish gives ev to the session's subscribers; Listening reports
+	// whether it has any.
+	Publish(ev *messages.SessionEvent)
+	Listening() bool
+	// State is the handle's mirror of the session's state.
+	State() *actors.SessionState
+	// ClosedError is why a call reached no session.
+	ClosedError() error
+	// Ask sends a request and waits for the reply until ctx ends; Send
+	// sends a message.
+	Ask(ctx context.Context, msg proto.Message) (any, error)
+	Send(msg proto.Message)
+}
+
+// Local is a session this runtime hosts, as the cluster's activation of it
+// uses it.
+type Local interface {
+	// Deliver runs send with the session's actor.
+	Deliver(send func(*actor.PID)) error
+	// Subscribe relays the session's events to fn until it unsubscribes;
+	// Flush waits until the events so far have reached the subscribers.
+	Subscribe(fn func(*messages.SessionEvent)) (unsubscribe func())
+	Flush(ctx context.Context) error
+	Busy() bool
+	// StateWire is the session's state as a handle mirrors it.
+	StateWire() *messages.SessionStateReply
+	// HandOver hands the session over (musepi.Session.HandOver), Close
+	// closes it, CloseHere closes it here without ending its chain (its
+	// history is another activation's).
+	HandOver(ctx context.Context) error
+	Close(ctx context.Context) error
+	CloseHere(ctx context.Context) error
+}
+
+// OpenAttempts bounds how often a message that found its session's
+// activation gone (a dead letter) is sent again.
+const OpenAttempts = 5
+
+// NewRuntime starts a runtime of the options opts (a []musepi.Option) on
+// store, for a node of a cluster: on the wall clock (WithClock is
+// refused), its actors not started until Attach. Package musepi sets it.
+var NewRuntime func(store history.Store, opts any) (Runtime, error)
+
+// NodeOf is the node of a runtime (a *musepi.Runtime) that joined a
+// cluster, nil for another; package musepi sets it.
+var NodeOf func(rt any) Node

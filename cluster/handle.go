@@ -1,4 +1,4 @@
-package musepi
+package cluster
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
 )
 
@@ -24,7 +25,7 @@ import (
 // it up again. The relay receives the session's events (while anyone
 // subscribes) and SessionMoved when the activation hands the session over.
 type remoteSession struct {
-	s     *Session
+	s     hosting.Handle
 	node  *clusterNode
 	open  *messages.SessionOpen
 	relay *actor.PID
@@ -37,21 +38,14 @@ type remoteSession struct {
 	gone    bool                      // released: the handle is closed
 }
 
-// openAttempts bounds how often a message that found its activation gone
-// (a dead letter) is sent again.
-const openAttempts = 5
-
-// newHandle is a handle of session cfg.id on node n, not yet connected.
-func newHandle(n *clusterNode, cfg sessionConfig, settings retry.Settings) *remoteSession {
-	rt := n.rt
-	s := &Session{id: cfg.id, rt: rt, state: &actors.SessionState{}}
-	s.events.Init(rt.sessionEvents)
-	s.state.Init(cfg.model, settings.Enabled)
-	r := &remoteSession{s: s, node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
-		open: &messages.SessionOpen{Model: cfg.model, Role: cfg.role, Settings: settings.Proto()}}
-	r.relay, _ = rt.system.ProcessRegistry.Add(&relayProcess{r: r}, "session-relay"+rt.system.ProcessRegistry.NextId())
+// newHandle is a handle of session req.ID on node n, not yet connected.
+func newHandle(n *clusterNode, req hosting.HandleRequest) *remoteSession {
+	r := &remoteSession{node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
+		open: &messages.SessionOpen{Model: req.Model, Role: req.Role, Settings: req.Settings.Proto()}}
+	r.s = n.rt.NewHandle(req.ID, req.Model, req.Settings.Enabled, r)
+	reg := n.rt.System().ProcessRegistry
+	r.relay, _ = reg.Add(&relayProcess{r: r}, "session-relay"+reg.NextId())
 	r.open.WatcherAddress, r.open.WatcherId = r.relay.GetAddress(), r.relay.GetId()
-	s.at = r
 	return r
 }
 
@@ -62,7 +56,7 @@ func (r *remoteSession) connect(ctx context.Context) error {
 
 // deliver runs send with the open activation, looking it up and opening
 // the session there first if need be.
-func (r *remoteSession) deliver(send func(*actor.PID)) error {
+func (r *remoteSession) Deliver(send func(*actor.PID)) error {
 	return r.deliverContext(context.Background(), send)
 }
 
@@ -71,7 +65,7 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gone {
-		return r.s.closedError()
+		return r.s.ClosedError()
 	}
 	if r.pid == nil {
 		if err := r.openLocked(ctx); err != nil {
@@ -100,54 +94,54 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			select {
 			case <-time.After(min(time.Duration(try)*50*time.Millisecond, 250*time.Millisecond)):
 			case <-ctx.Done():
-				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
 			}
 		}
-		pid := r.node.member.Session(r.s.id)
+		pid := r.node.member.Session(r.s.ID())
 		if pid == nil {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
 		}
-		reply, err := reply.Wait(ctx, r.node.rt.system.Root.RequestFuture(pid, r.open, wait))
+		reply, err := reply.Wait(ctx, r.node.rt.System().Root.RequestFuture(pid, r.open, wait))
 		if ctx.Err() != nil {
-			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, ctx.Err())
+			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
 		}
 		if err != nil {
-			r.node.member.ForgetSession(r.s.id, pid)
+			r.node.member.ForgetSession(r.s.ID(), pid)
 			last = err
 			continue
 		}
 		opened, ok := reply.(*messages.SessionOpened)
 		if !ok {
-			r.node.member.ForgetSession(r.s.id, pid)
+			r.node.member.ForgetSession(r.s.ID(), pid)
 			last = fmt.Errorf("unexpected reply %T", reply)
 			continue
 		}
 		if e := opened.GetError(); e != "" {
-			return fmt.Errorf("musepi: open session %s: %s", r.s.id, e)
+			return fmt.Errorf("musepi: open session %s: %s", r.s.ID(), e)
 		}
 		r.pid, r.events = pid, r.open.Events
 		return nil
 	}
-	return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.id, last)
+	return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), last)
 }
 
 // listening reports whether anyone on this node reads the session's
 // events: its handle's subscribers or the runtime's.
 func (r *remoteSession) listening() bool {
-	return r.s.events.HasSubscribers() || r.node.rt.allEvents.HasSubscribers()
+	return r.s.Listening() || r.node.rt.AllEvents().HasSubscribers()
 }
 
 // watch makes the activation relay events if anyone listens, and stop if
 // nobody does.
-func (r *remoteSession) watch() {
+func (r *remoteSession) Watch() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	on := r.listening()
 	if r.pid == nil || r.gone || on == r.events {
 		return
 	}
-	_, err := r.node.rt.system.Root.RequestFuture(r.pid, &messages.SessionWatch{
+	_, err := r.node.rt.System().Root.RequestFuture(r.pid, &messages.SessionWatch{
 		WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId(), Events: on}, r.node.member.RequestTimeout()).Result()
 	if err == nil {
 		r.events = on
@@ -160,7 +154,7 @@ func (r *remoteSession) stale(pid *actor.PID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pid != nil && (pid == nil || r.pid.Equal(pid)) {
-		r.node.member.ForgetSession(r.s.id, r.pid)
+		r.node.member.ForgetSession(r.s.ID(), r.pid)
 		r.pid = nil
 	}
 }
@@ -184,10 +178,10 @@ func (r *remoteSession) hostLeft(addr string) {
 
 // asked records that the request of future went to the activation to;
 // r.mu is held (in deliver).
-func (r *remoteSession) asked(future, to *actor.PID) { r.asks[future] = to }
+func (r *remoteSession) Asked(future, to *actor.PID) { r.asks[future] = to }
 
 // answered forgets the request of future.
-func (r *remoteSession) answered(future *actor.PID) {
+func (r *remoteSession) Answered(future *actor.PID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.asks, future)
@@ -207,7 +201,7 @@ func (r *remoteSession) redirectAsks(from *actor.PID) {
 	}
 	r.mu.Unlock()
 	for _, f := range futures {
-		r.node.rt.system.Root.Send(f, &actor.DeadLetterResponse{Target: from})
+		r.node.rt.System().Root.Send(f, &actor.DeadLetterResponse{Target: from})
 	}
 }
 
@@ -229,7 +223,7 @@ func (r *remoteSession) moved(from *actor.PID) {
 		p.mu.Lock()
 		reply := p.reply
 		p.mu.Unlock()
-		r.node.rt.system.ProcessRegistry.Remove(reply)
+		r.node.rt.System().ProcessRegistry.Remove(reply)
 		if err := p.send(); err != nil {
 			p.finish(nil, err)
 		}
@@ -243,7 +237,7 @@ func (r *remoteSession) moved(from *actor.PID) {
 // answer, or the request itself, may be lost with the connection). Each
 // attaches to the session's new activation, which resumed its retry
 // chain from its record (see pendingPrompt.attach), or ends with
-// ErrHostLeft when the session had not acknowledged it. listed is
+// musepi.ErrHostLeft when the session had not acknowledged it. listed is
 // cluster.Member.Listed.
 func (r *remoteSession) audit(now time.Time, grace time.Duration, listed func(ids []string) bool) {
 	r.mu.Lock()
@@ -282,15 +276,15 @@ func (r *remoteSession) release() {
 	r.pending = map[*pendingPrompt]struct{}{}
 	r.mu.Unlock()
 	if pid != nil && r.events {
-		r.node.rt.system.Root.Send(pid, &messages.SessionWatch{WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId()})
+		r.node.rt.System().Root.Send(pid, &messages.SessionWatch{WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId()})
 	}
-	r.node.rt.system.ProcessRegistry.Remove(r.relay)
+	r.node.rt.System().ProcessRegistry.Remove(r.relay)
 	for p := range pending {
 		p.finish(&messages.PromptResult{ErrorKind: string(session.KindShutdown), Error: actors.ShutdownError}, nil)
 		p.mu.Lock()
 		reply := p.reply
 		p.mu.Unlock()
-		r.node.rt.system.ProcessRegistry.Remove(reply)
+		r.node.rt.System().ProcessRegistry.Remove(reply)
 	}
 }
 
@@ -300,7 +294,7 @@ func (r *remoteSession) release() {
 // again, since the activation holds the session's history until it is
 // closed. It waits at most for one hand-over and a request more. Closing a
 // released handle does nothing.
-func (r *remoteSession) close(ctx context.Context) error {
+func (r *remoteSession) Close(ctx context.Context) error {
 	defer r.node.forget(r)
 	r.mu.Lock()
 	gone := r.gone
@@ -310,10 +304,10 @@ func (r *remoteSession) close(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.node.cc.HandoverTimeout+r.node.member.RequestTimeout())
 	defer cancel()
-	_, err := r.s.ask(ctx, &messages.SessionClose{})
+	_, err := r.s.Ask(ctx, &messages.SessionClose{})
 	r.release()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) { // ask names the session in its other errors
-		return fmt.Errorf("musepi: close session %s: %w", r.s.id, err)
+		return fmt.Errorf("musepi: close session %s: %w", r.s.ID(), err)
 	}
 	return err
 }
@@ -321,19 +315,19 @@ func (r *remoteSession) close(ctx context.Context) error {
 // state refreshes the handle's mirror of the session's state from the
 // activation (bounded by the cluster's request timeout; on failure the
 // mirror keeps what it last knew).
-func (r *remoteSession) state() *actors.SessionState {
-	f := actor.NewFuture(r.node.rt.system, r.node.member.RequestTimeout())
-	if err := r.deliver(func(pid *actor.PID) {
-		r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.SessionStateRequest{}, f.PID())
+func (r *remoteSession) State() *actors.SessionState {
+	f := actor.NewFuture(r.node.rt.System(), r.node.member.RequestTimeout())
+	if err := r.Deliver(func(pid *actor.PID) {
+		r.node.rt.System().Root.RequestWithCustomSender(pid, &messages.SessionStateRequest{}, f.PID())
 	}); err != nil {
-		return r.s.state
+		return r.s.State()
 	}
 	if res, err := f.Result(); err == nil {
 		if w, ok := res.(*messages.SessionStateReply); ok {
-			r.s.state.SetWire(w)
+			r.s.State().SetWire(w)
 		}
 	}
-	return r.s.state
+	return r.s.State()
 }
 
 // pendingPrompt is a prompt sent to the session's activation and not yet
@@ -358,8 +352,8 @@ type pendingPrompt struct {
 // prompt sends req to the session's activation; p gets the reply as
 // from a reply address of this runtime. A prompt that reaches no session
 // (the activation was gone: a dead letter) is sent again to the new one;
-// one whose node leaves while it waits ends with ErrHostLeft.
-func (r *remoteSession) prompt(req *messages.PromptRequest, p *promptCall) {
+// one whose node leaves while it waits ends with musepi.ErrHostLeft.
+func (r *remoteSession) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
 	req.Ack = true // the generation tells which prompt a handover orphaned
 	pending := &pendingPrompt{r: r, req: req, caller: p}
 	if err := pending.send(); err != nil {
@@ -369,13 +363,13 @@ func (r *remoteSession) prompt(req *messages.PromptRequest, p *promptCall) {
 
 // again forgets the activation to, which answered a request with a dead
 // letter (it was gone): the request goes again, and finds the new one.
-func (r *remoteSession) again(to *actor.PID) bool {
+func (r *remoteSession) Again(to *actor.PID) bool {
 	r.stale(to)
 	return true
 }
 
 // isClosed reports whether the handle was released.
-func (r *remoteSession) isClosed() bool {
+func (r *remoteSession) IsClosed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.gone
@@ -383,7 +377,7 @@ func (r *remoteSession) isClosed() bool {
 
 // closeHere releases the handle of a session handed over: it goes on
 // where it is opened next.
-func (r *remoteSession) closeHere(context.Context) error {
+func (r *remoteSession) CloseHere(context.Context) error {
 	r.node.letGo(r)
 	return nil
 }
@@ -392,13 +386,13 @@ func (p *pendingPrompt) send() error {
 	p.mu.Lock()
 	p.tries++
 	p.mu.Unlock()
-	reply := reply.New(p.r.node.rt.system, p)
-	err := p.r.deliver(func(pid *actor.PID) {
+	reply := reply.New(p.r.node.rt.System(), p)
+	err := p.r.Deliver(func(pid *actor.PID) {
 		p.sentTo(pid, reply)
-		p.r.node.rt.system.Root.RequestWithCustomSender(pid, p.req, reply)
+		p.r.node.rt.System().Root.RequestWithCustomSender(pid, p.req, reply)
 	})
 	if err != nil {
-		p.r.node.rt.system.Root.Stop(reply)
+		p.r.node.rt.System().Root.Stop(reply)
 	}
 	return err
 }
@@ -444,9 +438,9 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 		p.gen = gen
 		p.mu.Unlock()
 	}
-	hostLeft := fmt.Errorf("%w (its activation at %s)", ErrHostLeft, to.GetAddress())
+	hostLeft := fmt.Errorf("%w (its activation at %s)", musepi.ErrHostLeft, to.GetAddress())
 	switch {
-	case (lost || attaching && deadLetter) && gen != 0 && tries < openAttempts:
+	case (lost || attaching && deadLetter) && gen != 0 && tries < hosting.OpenAttempts:
 		r.stale(to)
 		// Not on the goroutine that delivered the reply: that may be the
 		// remote's reader from the node the new open must hear from.
@@ -455,7 +449,7 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 		p.finish(nil, hostLeft)
 	case attaching && isNoPrompt(res):
 		p.finish(nil, fmt.Errorf("%w; its new activation has no record of it", hostLeft))
-	case deadLetter && gen == 0 && tries < openAttempts:
+	case deadLetter && gen == 0 && tries < hosting.OpenAttempts:
 		r.stale(to)
 		go func() {
 			if serr := p.send(); serr != nil {
@@ -476,14 +470,14 @@ func (p *pendingPrompt) attach() {
 	p.lost, p.attaching = false, true
 	gen, gaveUp := p.gen, p.reply
 	p.mu.Unlock()
-	reply := reply.New(p.r.node.rt.system, p)
-	err := p.r.deliver(func(pid *actor.PID) {
+	reply := reply.New(p.r.node.rt.System(), p)
+	err := p.r.Deliver(func(pid *actor.PID) {
 		p.sentTo(pid, reply)
-		p.r.node.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
+		p.r.node.rt.System().Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
 			ReplacesAddress: gaveUp.GetAddress(), ReplacesId: gaveUp.GetId()}, reply)
 	})
 	if err != nil {
-		p.r.node.rt.system.Root.Stop(reply)
+		p.r.node.rt.System().Root.Stop(reply)
 		p.finish(nil, err)
 	}
 }
@@ -509,7 +503,7 @@ func (p *pendingPrompt) lose() {
 	p.lost = true
 	reply := p.reply
 	p.mu.Unlock()
-	p.r.node.rt.system.Root.Stop(reply) // replied, with lost set
+	p.r.node.rt.System().Root.Stop(reply) // replied, with lost set
 }
 
 func (p *pendingPrompt) finish(res interface{}, err error) {
@@ -525,8 +519,8 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 	_, msg, sender := actor.UnwrapEnvelope(message)
 	switch m := msg.(type) {
 	case *messages.SessionEvent:
-		p.r.s.events.Publish(m)
-		p.r.node.rt.allEvents.Publish(m)
+		p.r.s.Publish(m)
+		p.r.node.rt.AllEvents().Publish(m)
 	case *messages.SessionMoved:
 		// Not on the remote's reader: moving on may open the session
 		// elsewhere, and wait for replies this reader delivers.

@@ -1,4 +1,4 @@
-package musepi
+package cluster
 
 import (
 	"slices"
@@ -6,7 +6,17 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/internal/hosting"
 )
+
+// onlySystem is a runtime of which a test needs its actor system only.
+type onlySystem struct {
+	hosting.Runtime
+	system *actor.ActorSystem
+}
+
+func (r onlySystem) System() *actor.ActorSystem { return r.system }
 
 // A handle carries on a waiting prompt once none of the members that were
 // at its activation's address when it was sent has been listed for the
@@ -33,7 +43,7 @@ func TestAuditCarriesOnPromptsOfLeftMembers(t *testing.T) {
 	system := actor.NewActorSystem()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &remoteSession{node: &clusterNode{rt: &Runtime{system: system}}, pending: map[*pendingPrompt]struct{}{}}
+			r := &remoteSession{node: &clusterNode{rt: onlySystem{system: system}}, pending: map[*pendingPrompt]struct{}{}}
 			p := &pendingPrompt{r: r, to: actor.NewPID("127.0.0.1:7003", "session"), incarnations: []string{"n3-a"},
 				goneSince: tc.goneSince, reply: actor.NewFuture(system, -1).PID()}
 			r.pending[p] = struct{}{}

@@ -1,4 +1,4 @@
-package musepi
+package cluster
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/retry"
 )
 
 // sessionHost is the session kind's activation (identity: the session
@@ -23,11 +23,11 @@ import (
 // the handles' messages with their senders, so replies go straight back
 // to the handles. It relays the session's events to the handles that
 // listen. When it stops (its node leaves, or the topology moves the
-// session) it hands the session over: see Session.handover.
+// session) it hands the session over: see handover.
 type sessionHost struct {
 	node     *clusterNode
 	id       string
-	s        *Session
+	s        hosting.Local
 	watchers map[string]*watcher // by the watcher's address and id
 	closer   *actor.PID          // the SessionClose's sender, answered once stopped
 	log      heldLog             // the session's history, once open
@@ -100,7 +100,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
 			break
 		}
-		ctx.Respond(h.s.state.Wire())
+		ctx.Respond(h.s.StateWire())
 
 	case *messages.SessionClose:
 		h.close(ctx)
@@ -153,7 +153,7 @@ func (h *sessionHost) close(ctx actor.Context) {
 	if h.s != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
 		if err := h.s.Close(cctx); err != nil {
-			h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
+			h.node.rt.Log().Warn("close session", slog.Any("error", err), slog.String("session", h.id))
 		}
 		cancel()
 		h.s = nil
@@ -175,7 +175,7 @@ func (h *sessionHost) forward(ctx actor.Context, msg interface{}) {
 		}
 		return
 	}
-	err := h.s.deliver(func(pid *actor.PID) {
+	err := h.s.Deliver(func(pid *actor.PID) {
 		if sender == nil {
 			ctx.Send(pid, msg)
 			return
@@ -199,30 +199,15 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	}
 	<-h.node.ready
 	rt := h.node.rt
-	rt.mu.Lock()
-	closed := rt.closed
-	rt.mu.Unlock()
-	if closed {
+	if rt.Closed() {
 		return nil
-	}
-	cfg := sessionConfig{id: h.id, model: m.GetModel(), role: m.GetRole()}
-	if m.GetSettings() != nil {
-		settings, err := retry.SettingsFromProto(m.GetSettings())
-		if err != nil {
-			return &messages.SessionOpened{Error: err.Error()}
-		}
-		cfg.settings = &settings
-	}
-	settings, err := rt.checkSession(cfg)
-	if err != nil {
-		return &messages.SessionOpened{Error: err.Error()}
 	}
 	log, entries, err := h.openHistory()
 	if err != nil {
 		return &messages.SessionOpened{Error: fmt.Sprintf("open session %s: %v", h.id, err)}
 	}
 	used := false
-	s, err := rt.openLocal(cfg, settings, func() (history.Log, []*messages.Entry, error) {
+	s, err := rt.Open(h.id, m, func() (history.Log, []*messages.Entry, error) {
 		used = true
 		return log, entries, nil
 	})
@@ -230,7 +215,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		if !used {
 			_ = log.Close()
 		}
-		if errors.Is(err, ErrRuntimeClosed) {
+		if errors.Is(err, musepi.ErrRuntimeClosed) {
 			return nil
 		}
 		return &messages.SessionOpened{Error: err.Error()}
@@ -238,7 +223,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	h.s, h.log = s, log
 	if s.Busy() { // its prompt resumed from the record: keep its events for the caller
 		b := &eventBacklog{send: h.relay}
-		b.unsubscribe = s.events.Subscribe(b.add)
+		b.unsubscribe = s.Subscribe(b.add)
 		h.backlog = b
 	}
 	return &messages.SessionOpened{}
@@ -251,13 +236,13 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 // lookup placed it here, so its holder has left the cluster or is stuck,
 // and fencing keeps a stale holder from writing.
 func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
-	store := h.node.cc.Store
+	store := h.node.store
 	deadline := time.Now().Add(h.node.cc.HandoverTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
 		log, entries, err := store.OpenLog(ctx, h.id)
 		if errors.Is(err, history.ErrLocked) && time.Now().After(deadline) {
-			h.node.rt.cfg.log.Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
+			h.node.rt.Log().Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
 			log, entries, err = store.TakeoverLog(ctx, h.id)
 		}
 		cancel()
@@ -325,7 +310,7 @@ func (h *sessionHost) relay(pid *actor.PID, ev *messages.SessionEvent) {
 	if h.log.Taken() {
 		return
 	}
-	h.node.rt.system.Root.Send(pid, ev)
+	h.node.rt.System().Root.Send(pid, ev)
 }
 
 // watch registers a handle's relay, relaying the session's events to it
@@ -345,7 +330,7 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 		w.unsubscribe = h.backlog.relayTo(w.pid)
 		h.backlog = nil
 	case events && w.unsubscribe == nil:
-		w.unsubscribe = h.s.events.Subscribe(func(ev *messages.SessionEvent) { h.relay(w.pid, ev) })
+		w.unsubscribe = h.s.Subscribe(func(ev *messages.SessionEvent) { h.relay(w.pid, ev) })
 	case !events && w.unsubscribe != nil:
 		w.unsubscribe()
 		w.unsubscribe = nil
@@ -387,10 +372,10 @@ func (h *sessionHost) handover() {
 			// Another activation has the session: nothing to hand over.
 			// Its actor stops without ending the chain (and may have
 			// stopped already, when it found this out first).
-			err := s.local.closeHere(hctx)
+			err := s.CloseHere(hctx)
 			cancel()
 			if err != nil {
-				h.node.rt.cfg.log.Warn("stop a session another node has taken", slog.Any("error", err), slog.String("session", h.id))
+				h.node.rt.Log().Warn("stop a session another node has taken", slog.Any("error", err), slog.String("session", h.id))
 			}
 			return
 		}
@@ -399,14 +384,14 @@ func (h *sessionHost) handover() {
 			// The events of the turn that ended before the hand-over
 			// (agent_settled among them) go to the handles before the
 			// node can leave.
-			_ = s.events.Flush(hctx)
+			_ = s.Flush(hctx)
 		}
 		cancel()
 		if err != nil {
-			h.node.rt.cfg.log.Warn("hand the session over; closing it", slog.Any("error", err), slog.String("session", h.id))
+			h.node.rt.Log().Warn("hand the session over; closing it", slog.Any("error", err), slog.String("session", h.id))
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			if err := s.Close(cctx); err != nil {
-				h.node.rt.cfg.log.Warn("close session", slog.Any("error", err), slog.String("session", h.id))
+				h.node.rt.Log().Warn("close session", slog.Any("error", err), slog.String("session", h.id))
 			}
 			cancel()
 		}
