@@ -165,5 +165,7 @@ func retryAttempt(b *testing.B, opts ...musepi.Option) {
 	turns := int64(b.N + 1)
 	work := clk.begins.Load() - begins0 - turns // one Begin per turn is the stream goroutine
 	b.ReportMetric(float64(work)/float64(b.N), "msgs/attempt")
-	b.ReportMetric(float64(rt.Stats().Steps-steps0-1)/float64(b.N), "steps/attempt") // less the prompt's own
+	// Less the prompt's own step and the last turn's end, after which
+	// nothing is retried: b.N attempts of a turn's end and a backoff's end.
+	b.ReportMetric(float64(rt.Stats().Steps-steps0-2)/float64(b.N), "steps/attempt")
 }
