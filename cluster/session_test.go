@@ -25,7 +25,7 @@ import (
 // sessionScenarios is how many scenarios TestSessionKind's child runs.
 const sessionScenarios = 9
 
-// TestJoinClusterRefuses: what JoinCluster refuses, before it starts a
+// TestJoinClusterRefuses: what Join refuses, before it starts a
 // member.
 func TestJoinClusterRefuses(t *testing.T) {
 	mb := cluster.InProcess(test.NewInMemAgent())
@@ -51,14 +51,14 @@ func TestJoinClusterRefuses(t *testing.T) {
 				if rt != nil {
 					_ = rt.Shutdown(context.Background())
 				}
-				t.Fatalf("JoinCluster = %v; want an error about %q", err, tc.want)
+				t.Fatalf("Join = %v; want an error about %q", err, tc.want)
 			}
 		})
 	}
 }
 
 // TestSessionKind runs the session kind's scenarios on 3 runtimes of
-// JoinCluster in one process (protoactor's in-process provider), in a
+// Join in one process (protoactor's in-process provider), in a
 // child process judged like TestSharedActors', over a private PostgreSQL.
 func TestSessionKind(t *testing.T) {
 	switch os.Getenv(childEnv) {
@@ -115,7 +115,7 @@ func TestSessionKind(t *testing.T) {
 	}
 }
 
-// joinNode starts a runtime of JoinCluster on the in-process membership
+// joinNode starts a runtime of Join on the in-process membership
 // agent, with provider "p" (keys A and B) played by llm and a 1.5 s base
 // delay, its history in the database at url.
 func joinNode(tb testing.TB, url, clusterName, node string, agent *test.InMemAgent, llm *provider.Scripted, client bool) *musepi.Runtime {
