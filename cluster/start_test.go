@@ -94,7 +94,7 @@ func TestStartChecksTheAdvertisedAddress(t *testing.T) {
 
 // TestJoinClusterStopsAtItsContext: a context that ends during
 // protoactor's start (which takes none, and lasts about a second) makes
-// JoinCluster leave again and fail with the context's error: the node is
+// Join leave again and fail with the context's error: the node is
 // not left registered, and no goroutine is left.
 func TestJoinClusterStopsAtItsContext(t *testing.T) {
 	url := pgtest.Start(t).NewDatabase(t)
@@ -112,15 +112,15 @@ func TestJoinClusterStopsAtItsContext(t *testing.T) {
 	took := time.Since(start)
 	if err == nil {
 		_ = rt.Shutdown(context.Background())
-		t.Fatalf("JoinCluster succeeded after %s with a context of 300 ms", took)
+		t.Fatalf("Join succeeded after %s with a context of 300 ms", took)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("JoinCluster = %v; want the context's error", err)
+		t.Errorf("Join = %v; want the context's error", err)
 	}
 	if members := agent.GetStatusHealth(); len(members) != 0 {
 		t.Errorf("the node is still registered: %v", members)
 	}
-	t.Logf("JoinCluster returned %s after it began (the context ended at 300 ms): %v", took.Round(time.Millisecond), err)
+	t.Logf("Join returned %s after it began (the context ended at 300 ms): %v", took.Round(time.Millisecond), err)
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
