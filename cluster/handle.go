@@ -97,7 +97,7 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
 			}
 		}
-		pid := r.node.member.Session(r.s.ID())
+		pid := r.node.member.Resolver().Get(SessionKind, r.s.ID())
 		if pid == nil {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
@@ -107,13 +107,13 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
 		}
 		if err != nil {
-			r.node.member.ForgetSession(r.s.ID(), pid)
+			r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
 			last = err
 			continue
 		}
 		opened, ok := reply.(*messages.SessionOpened)
 		if !ok {
-			r.node.member.ForgetSession(r.s.ID(), pid)
+			r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
 			last = fmt.Errorf("unexpected reply %T", reply)
 			continue
 		}
@@ -154,7 +154,7 @@ func (r *remoteSession) stale(pid *actor.PID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pid != nil && (pid == nil || r.pid.Equal(pid)) {
-		r.node.member.ForgetSession(r.s.ID(), r.pid)
+		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), r.pid)
 		r.pid = nil
 	}
 }

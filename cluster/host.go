@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	protocluster "github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
@@ -85,7 +87,7 @@ type watcher struct {
 func (h *sessionHost) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		h.id = h.node.member.Identity(ctx)
+		h.id = protocluster.GetClusterIdentity(ctx).GetIdentity()
 		h.watchers = map[string]*watcher{}
 		h.node.hosted(h.id, ctx.Self())
 	case memberLeft:
@@ -236,14 +238,14 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 // lookup placed it here, so its holder has left the cluster or is stuck,
 // and fencing keeps a stale holder from writing.
 func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
-	store := h.node.store
+	store := h.node.cc.Store
 	deadline := time.Now().Add(h.node.cc.HandoverTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
-		log, entries, err := store.OpenLog(ctx, h.id)
+		log, entries, err := store.OpenContext(ctx, h.id)
 		if errors.Is(err, history.ErrLocked) && time.Now().After(deadline) {
 			h.node.rt.Log().Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
-			log, entries, err = store.TakeoverLog(ctx, h.id)
+			log, entries, err = store.Takeover(ctx, h.id)
 		}
 		cancel()
 		switch {
@@ -261,8 +263,8 @@ func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 // and of its database lease; when not sure of its membership it asks the
 // database; once the cluster has dropped the node, never.
 type heldLog struct {
-	hosting.Log
-	member hosting.Member
+	*pgstore.Log
+	member *Member
 }
 
 // errDropped is why a session of a node the cluster dropped does not act.
@@ -284,7 +286,7 @@ func (l heldLog) Taken() bool {
 // request timeout) until it knows where it stands (Member.Settle):
 // one resumed after a pause learns that the cluster dropped it, rather
 // than re-claiming a session that another node is taking over. A dropped
-// node holds nothing; a sure one asks its lease (Log.Hold), one
+// node holds nothing; a sure one asks its lease (pgstore.Log.Hold), one
 // still not sure asks the database.
 func (l heldLog) Hold(ctx context.Context) error {
 	if !l.member.Sure() {

@@ -13,7 +13,6 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/internal/hosting"
-	"github.com/musepi/musepi/messages"
 )
 
 // JoinConfig is how a runtime joins a cluster (Join). Every node of a
@@ -91,12 +90,11 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if cc.HandoverTimeout == 0 {
 		cc.HandoverTimeout = DefaultHandoverTimeout
 	}
-	store := sharedStore{cc.Store}
-	rt, err := hosting.NewRuntime(store, opts)
+	rt, err := hosting.NewRuntime(cc.Store, opts)
 	if err != nil {
 		return nil, err
 	}
-	node := &clusterNode{rt: rt, cc: cc, store: store, ready: make(chan struct{}),
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}),
 		handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
 	var sessions *actor.Props
 	if !cc.Client {
@@ -109,10 +107,14 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if err := ctx.Err(); err != nil { // protoactor's start takes no context
 		return nil, fmt.Errorf("musepi: join a cluster: %w", errors.Join(err, m.Leave()))
 	}
-	node.member = joined{m}
-	rt.Attach(node, node.member)
-	node.member.OnLeft(func(addr string) {
-		go node.left(addr) // the handles may be opening a session: not on the event stream
+	node.member = m
+	rt.Attach(node, m)
+	m.System().EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*protocluster.ClusterTopology); ok {
+			for _, left := range t.GetLeft() {
+				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
+			}
+		}
 	})
 	close(node.ready)
 	node.auditPrompts()
@@ -139,61 +141,8 @@ func (cc JoinConfig) config(s hosting.Settings, sessions *actor.Props) Config {
 // MemberOf is the member of a runtime of Join (nil for any other
 // runtime): its propagation figures, its view of the shared actors.
 func MemberOf(rt *musepi.Runtime) *Member {
-	node := hosting.NodeOf(rt)
-	if node == nil {
-		return nil
-	}
-	if j, ok := node.Member().(joined); ok {
-		return j.Member
+	if node, ok := hosting.NodeOf(rt).(*clusterNode); ok {
+		return node.member
 	}
 	return nil
-}
-
-// joined is a Member as the runtime of Join uses it.
-type joined struct{ *Member }
-
-// Session looks up the session kind's activation of id.
-func (j joined) Session(id string) *actor.PID { return j.Resolver().Get(SessionKind, id) }
-
-// ForgetSession drops the activation of id as last looked up.
-func (j joined) ForgetSession(id string, stale *actor.PID) {
-	j.Resolver().Forget(SessionKind, id, stale)
-}
-
-// Identity is the identity of the activation whose context ctx is.
-func (j joined) Identity(ctx actor.Context) string {
-	return protocluster.GetClusterIdentity(ctx).GetIdentity()
-}
-
-// OnLeft calls fn with each member that leaves, from the topology events.
-func (j joined) OnLeft(fn func(addr string)) {
-	j.System().EventStream.Subscribe(func(evt any) {
-		if t, ok := evt.(*protocluster.ClusterTopology); ok {
-			for _, left := range t.GetLeft() {
-				fn(left.Address())
-			}
-		}
-	})
-}
-
-// sharedStore is the cluster's store as the runtime of Join opens its
-// sessions' histories in it.
-type sharedStore struct{ *pgstore.Store }
-
-// OpenLog opens session's history, taking a new epoch.
-func (s sharedStore) OpenLog(ctx context.Context, session string) (hosting.Log, []*messages.Entry, error) {
-	l, entries, err := s.OpenContext(ctx, session)
-	if err != nil {
-		return nil, nil, err
-	}
-	return l, entries, nil
-}
-
-// TakeoverLog takes session's history over from its holder.
-func (s sharedStore) TakeoverLog(ctx context.Context, session string) (hosting.Log, []*messages.Entry, error) {
-	l, entries, err := s.Takeover(ctx, session)
-	if err != nil {
-		return nil, nil, err
-	}
-	return l, entries, nil
 }

@@ -19,8 +19,7 @@ import (
 type clusterNode struct {
 	rt     hosting.Runtime
 	cc     JoinConfig
-	store  sharedStore
-	member hosting.Member
+	member *Member
 	ready  chan struct{} // closed once the runtime can host sessions
 
 	mu      sync.Mutex

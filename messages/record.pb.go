@@ -322,7 +322,6 @@ type RecordChain struct {
 	Started         bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`
 	Token           uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	Generation      uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
-	NowUnixNano     int64                  `protobuf:"varint,6,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	HeldToken       uint64                 `protobuf:"varint,7,opt,name=held_token,json=heldToken,proto3" json:"held_token,omitempty"`
 	AskedAtUnixNano int64                  `protobuf:"varint,8,opt,name=asked_at_unix_nano,json=askedAtUnixNano,proto3" json:"asked_at_unix_nano,omitempty"`
 	Class           string                 `protobuf:"bytes,9,opt,name=class,proto3" json:"class,omitempty"`
@@ -399,13 +398,6 @@ func (x *RecordChain) GetToken() uint64 {
 func (x *RecordChain) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
-	}
-	return 0
-}
-
-func (x *RecordChain) GetNowUnixNano() int64 {
-	if x != nil {
-		return x.NowUnixNano
 	}
 	return 0
 }
@@ -598,7 +590,7 @@ const file_record_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x16\n" +
 	"\x06pinned\x18\x03 \x01(\bR\x06pinned\x125\n" +
-	"\x17primary_until_unix_nano\x18\x04 \x01(\x03R\x14primaryUntilUnixNano\"\x96\x04\n" +
+	"\x17primary_until_unix_nano\x18\x04 \x01(\x03R\x14primaryUntilUnixNano\"\xf8\x03\n" +
 	"\vRecordChain\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x18\n" +
@@ -606,8 +598,7 @@ const file_record_proto_rawDesc = "" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
-	"generation\x12\"\n" +
-	"\rnow_unix_nano\x18\x06 \x01(\x03R\vnowUnixNano\x12\x1d\n" +
+	"generation\x12\x1d\n" +
 	"\n" +
 	"held_token\x18\a \x01(\x04R\theldToken\x12+\n" +
 	"\x12asked_at_unix_nano\x18\b \x01(\x03R\x0faskedAtUnixNano\x12\x14\n" +
@@ -621,7 +612,7 @@ const file_record_proto_rawDesc = "" +
 	"\bswitched\x18\x0e \x01(\bR\bswitched\x12)\n" +
 	"\x10fallback_applied\x18\x0f \x01(\bR\x0ffallbackApplied\x12%\n" +
 	"\x0efallback_model\x18\x10 \x01(\tR\rfallbackModel\x12#\n" +
-	"\rfallback_role\x18\x11 \x01(\tR\ffallbackRole\"{\n" +
+	"\rfallback_role\x18\x11 \x01(\tR\ffallbackRoleJ\x04\b\x06\x10\a\"{\n" +
 	"\x0eRecordRetryEnd\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +

@@ -57,7 +57,6 @@ type ChainRecord struct {
 	Started    bool   // auto_retry_start was emitted in this chain
 	Token      uint64 // of the request or timer the chain waits for
 	Generation uint64 // prompt generation of the failing turn
-	Now        time.Time
 
 	HeldToken uint64    // the budget ask whose release may still move the sleep
 	AskedAt   time.Time // when the budget was asked

@@ -62,9 +62,7 @@ func (c *Core) Record() (Record, error) {
 	if c.r.State != Idle && c.r.State != Backoff {
 		return Record{}, fmt.Errorf("session: no record while %s: only an idle session or one in backoff is at rest", c.r.State)
 	}
-	r := c.r
-	r.Chain.Now = c.now
-	return r, nil
+	return c.r, nil
 }
 
 // Resume returns a core standing where r stood, with cfg's settings and

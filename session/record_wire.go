@@ -21,7 +21,7 @@ func (r Record) Wire() *messages.SessionRecord {
 		AbortUser: r.Aborts.User, AbortDispose: r.Aborts.Dispose, AbortEditGuard: r.Aborts.EditGuard,
 		Chain: &messages.RecordChain{
 			Phase: c.Phase.String(), Attempt: int32(c.Attempt), Started: c.Started, Token: c.Token, Generation: c.Generation,
-			NowUnixNano: unixNano(c.Now), HeldToken: c.HeldToken, AskedAtUnixNano: unixNano(c.AskedAt),
+			HeldToken: c.HeldToken, AskedAtUnixNano: unixNano(c.AskedAt),
 			Class: c.Class.String(), ErrText: c.ErrText, DelayNs: int64(c.Delay), WaitNs: int64(c.Wait), CooldownNs: int64(c.Cooldown),
 			Switched: c.Switched, FallbackApplied: c.FallbackApplied, FallbackModel: c.FallbackModel, FallbackRole: c.FallbackRole,
 		},
@@ -61,7 +61,7 @@ func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 		Aborts: retry.AbortState{User: w.GetAbortUser(), Dispose: w.GetAbortDispose(), EditGuard: w.GetAbortEditGuard()},
 		Chain: ChainRecord{
 			Phase: phase, Attempt: int(wc.GetAttempt()), Started: wc.GetStarted(), Token: wc.GetToken(), Generation: wc.GetGeneration(),
-			Now: fromUnixNano(wc.GetNowUnixNano()), HeldToken: wc.GetHeldToken(), AskedAt: fromUnixNano(wc.GetAskedAtUnixNano()),
+			HeldToken: wc.GetHeldToken(), AskedAt: fromUnixNano(wc.GetAskedAtUnixNano()),
 			Class: class, ErrText: wc.GetErrText(), Delay: time.Duration(wc.GetDelayNs()), Wait: time.Duration(wc.GetWaitNs()),
 			Cooldown: time.Duration(wc.GetCooldownNs()), Switched: wc.GetSwitched(),
 			FallbackApplied: wc.GetFallbackApplied(), FallbackModel: wc.GetFallbackModel(), FallbackRole: wc.GetFallbackRole(),
