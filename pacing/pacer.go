@@ -1,0 +1,297 @@
+package pacing
+
+import (
+	"slices"
+	"time"
+
+	"github.com/musepi/musepi/provider/ratelimit"
+)
+
+// Pacer is the budgets of one provider's credentials and the calls that
+// wait for them. It is not safe for concurrent use: an actor owns it.
+type Pacer struct {
+	creds   []credential
+	waiting []waiter // in release order: priority, then arrival
+	seq     uint64   // arrivals so far
+}
+
+// credential is one credential's budget.
+type credential struct {
+	name     string
+	buckets  [numKinds]bucket
+	inflight [numKinds]float64 // reserved by calls not settled yet
+}
+
+// waiter is a call that waits for a budget.
+type waiter struct {
+	id       string // the caller's, unique among the waiters
+	priority Priority
+	seq      uint64
+	prefer   string // its credential, kept when it fits
+	need     Need
+}
+
+// Grant is a reservation made: the call may go out on Credential.
+type Grant struct {
+	ID         string
+	Credential string
+	// Switched says Credential is not the one the call preferred: the
+	// preferred one had no room, this one had the most.
+	Switched bool
+}
+
+// Decision is what Reserve decided: a Grant, or a wait.
+type Decision struct {
+	Grant
+	// Wait, above 0, says the call waits: Release grants it once a budget
+	// has room; Wait is how long that should take, for the call's
+	// Credential and Limit, at the rates known now.
+	Wait  time.Duration
+	Limit Kind
+}
+
+// New returns the pacer of the credentials names, each with its
+// configured limits (limits[name]; missing: none) full at now.
+func New(names []string, limits map[string]Limits, now time.Time) *Pacer {
+	p := &Pacer{creds: make([]credential, len(names))}
+	for i, name := range names {
+		p.creds[i].name = name
+		for k := range Kind(numKinds) {
+			p.creds[i].buckets[k].configure(limits[name].perMinute(k), now)
+		}
+	}
+	return p
+}
+
+// Reserve reserves need for call id (of priority, preferring credential
+// prefer): on prefer when it has room, else on the credential with the most
+// room; when none has room, or when calls of the same or a higher priority
+// already wait, the call waits.
+func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer string, need Need) Decision {
+	p.advance(now)
+	if !p.queuedAtOrAbove(priority) {
+		if g, ok := p.fit(prefer, need); ok {
+			g.ID = id
+			return Decision{Grant: g}
+		}
+	}
+	p.seq++
+	w := waiter{id: id, priority: priority, seq: p.seq, prefer: prefer, need: need}
+	at, _ := slices.BinarySearchFunc(p.waiting, w, func(a, b waiter) int {
+		if a.priority != b.priority {
+			return int(a.priority) - int(b.priority)
+		}
+		return int(a.seq) - int(b.seq)
+	})
+	p.waiting = slices.Insert(p.waiting, at, w)
+	d := Decision{Grant: Grant{ID: id, Credential: prefer}}
+	d.Credential, d.Wait, d.Limit = p.soonest(need, prefer)
+	d.Wait = max(d.Wait, time.Nanosecond)
+	return d
+}
+
+// queuedAtOrAbove reports whether a call of priority or a more urgent one
+// waits.
+func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
+	return len(p.waiting) > 0 && p.waiting[0].priority <= priority
+}
+
+// fit reserves need on prefer when it has room, else on the credential
+// with the most room; false when none has room.
+func (p *Pacer) fit(prefer string, need Need) (Grant, bool) {
+	best, bestRoom := -1, 0.0
+	for i := range p.creds {
+		c := &p.creds[i]
+		if !c.fits(need) {
+			continue
+		}
+		if c.name == prefer {
+			best = i
+			break
+		}
+		if room := c.room(need); best < 0 || room > bestRoom {
+			best, bestRoom = i, room
+		}
+	}
+	if best < 0 {
+		return Grant{}, false
+	}
+	c := &p.creds[best]
+	c.reserve(need)
+	return Grant{Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
+}
+
+// soonest is the credential where need fits first (prefer on a tie), how
+// long that takes and the kind it waits for.
+func (p *Pacer) soonest(need Need, prefer string) (string, time.Duration, Kind) {
+	name, wait, limit := prefer, time.Duration(-1), ratelimit.Requests
+	for i := range p.creds {
+		c := &p.creds[i]
+		w, k := c.wait(need)
+		if wait < 0 || w < wait || (w == wait && c.name == prefer) {
+			name, wait, limit = c.name, w, k
+		}
+	}
+	return name, max(wait, 0), limit
+}
+
+// Release grants the waiting calls that now fit, in priority order; it
+// stops at the first that does not, so that no call passes one of a more
+// urgent priority, or an earlier one of its own.
+func (p *Pacer) Release(now time.Time) []Grant {
+	p.advance(now)
+	var out []Grant
+	for len(p.waiting) > 0 {
+		w := p.waiting[0]
+		g, ok := p.fit(w.prefer, w.need)
+		if !ok {
+			break
+		}
+		g.ID = w.id
+		out = append(out, g)
+		p.waiting = slices.Delete(p.waiting, 0, 1)
+	}
+	return out
+}
+
+// NextRelease is when the first waiting call should fit (false: none
+// waits).
+func (p *Pacer) NextRelease(now time.Time) (time.Time, bool) {
+	if len(p.waiting) == 0 {
+		return time.Time{}, false
+	}
+	p.advance(now)
+	_, wait, _ := p.soonest(p.waiting[0].need, p.waiting[0].prefer)
+	return now.Add(max(wait, time.Millisecond)), true
+}
+
+// Cancel forgets the waiting call id; false when it does not wait.
+func (p *Pacer) Cancel(id string) bool {
+	i := slices.IndexFunc(p.waiting, func(w waiter) bool { return w.id == id })
+	if i < 0 {
+		return false
+	}
+	p.waiting = slices.Delete(p.waiting, i, i+1)
+	return true
+}
+
+// Waiting is how many calls wait, by priority.
+func (p *Pacer) Waiting() [3]int {
+	var n [3]int
+	for _, w := range p.waiting {
+		n[min(int(w.priority), 2)]++
+	}
+	return n
+}
+
+// Settle ends a granted call on credential: what it reserved (need) comes
+// back, less what it used (a failed call that was sent spends its request
+// and the tokens reported, often none).
+func (p *Pacer) Settle(now time.Time, credential string, need Need, used Usage) {
+	c := p.credential(credential)
+	if c == nil {
+		return
+	}
+	for k := range Kind(numKinds) {
+		// What was taken: a limit learnt while the call was out took nothing.
+		b := &c.buckets[k]
+		b.advance(now)
+		taken := min(b.capped(need.of(k)), c.inflight[k])
+		c.inflight[k] -= taken
+		b.give(taken - used.of(k))
+	}
+}
+
+// Observe takes the limits a response on credential announced (its call
+// settled first).
+func (p *Pacer) Observe(now time.Time, credential string, s ratelimit.Snapshot) {
+	c := p.credential(credential)
+	if c == nil {
+		return
+	}
+	for k := range Kind(numKinds) {
+		if l, ok := s.Get(k); ok {
+			c.buckets[k].observe(l, c.inflight[k], now)
+		}
+	}
+}
+
+// Remaining is what credential has left of kind k now (false: no limit
+// known).
+func (p *Pacer) Remaining(now time.Time, credential string, k Kind) (float64, bool) {
+	c := p.credential(credential)
+	if c == nil || !c.buckets[k].known() {
+		return 0, false
+	}
+	c.buckets[k].advance(now)
+	return c.buckets[k].level, true
+}
+
+// Paced reports whether any credential has a limit known.
+func (p *Pacer) Paced() bool {
+	for i := range p.creds {
+		for k := range p.creds[i].buckets {
+			if p.creds[i].buckets[k].known() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (p *Pacer) credential(name string) *credential {
+	for i := range p.creds {
+		if p.creds[i].name == name {
+			return &p.creds[i]
+		}
+	}
+	return nil
+}
+
+func (p *Pacer) advance(now time.Time) {
+	for i := range p.creds {
+		for k := range p.creds[i].buckets {
+			p.creds[i].buckets[k].advance(now)
+		}
+	}
+}
+
+// fits reports whether need fits every limit of c now.
+func (c *credential) fits(need Need) bool {
+	for k := range c.buckets {
+		if c.buckets[k].wait(need.of(Kind(k))) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// room is the least share left of any of c's limits after need.
+func (c *credential) room(need Need) float64 {
+	room := 1.0
+	for k := range c.buckets {
+		room = min(room, c.buckets[k].headroom(need.of(Kind(k))))
+	}
+	return room
+}
+
+// wait is how long until need fits c, and the kind that takes longest.
+func (c *credential) wait(need Need) (time.Duration, Kind) {
+	var longest time.Duration
+	limit := ratelimit.Requests
+	for k := range c.buckets {
+		if w := c.buckets[k].wait(need.of(Kind(k))); w > longest {
+			longest, limit = w, Kind(k)
+		}
+	}
+	return longest, limit
+}
+
+// reserve takes need from every limit of c.
+func (c *credential) reserve(need Need) {
+	for k := range c.buckets {
+		b := &c.buckets[k]
+		b.take(need.of(Kind(k)))
+		c.inflight[k] += b.capped(need.of(Kind(k)))
+	}
+}

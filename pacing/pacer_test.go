@@ -1,0 +1,228 @@
+package pacing
+
+import (
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/provider/ratelimit"
+)
+
+var t0 = time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func TestReserveChoosesAndWaits(t *testing.T) {
+	limits := map[string]Limits{"a": {RPM: 60, TPM: 6000}, "b": {RPM: 60, TPM: 6000}}
+	small := Need{Input: 100, Output: 100}
+	tests := []struct {
+		name   string
+		before func(p *Pacer) // spends budget first
+		prefer string
+		need   Need
+		want   Decision
+	}{
+		{"the preferred key when it has room", nil, "a", small,
+			Decision{Grant: Grant{ID: "s", Credential: "a"}}},
+		{"the key with the most room when the preferred has none",
+			func(p *Pacer) { p.Reserve(t0, "x", Normal, "a", Need{Input: 5900}) }, "a", small,
+			Decision{Grant: Grant{ID: "s", Credential: "b", Switched: true}}},
+		{"most room, not the first free",
+			func(p *Pacer) {
+				p.creds[0].buckets[ratelimit.Tokens].level = 500 // a: little room, b: full
+			}, "", small,
+			Decision{Grant: Grant{ID: "s", Credential: "b"}}},
+		{"a wait for the key that refills first, naming the limit",
+			func(p *Pacer) {
+				p.Reserve(t0, "x", Normal, "a", Need{Input: 5950})
+				p.Reserve(t0, "y", Normal, "b", Need{Input: 5900})
+			}, "a", small,
+			// b lacks 100 tokens at 100 tokens/s: 1 s; a lacks 150: 1.5 s.
+			Decision{Grant: Grant{ID: "s", Credential: "b"}, Wait: time.Second, Limit: ratelimit.Tokens}},
+		{"a call larger than the window goes once the bucket is full", nil, "a", Need{Input: 9000},
+			Decision{Grant: Grant{ID: "s", Credential: "a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New([]string{"a", "b"}, limits, t0)
+			if tt.before != nil {
+				tt.before(p)
+			}
+			if got := p.Reserve(t0, "s", Normal, tt.prefer, tt.need); got != tt.want {
+				t.Errorf("Reserve = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnconfiguredKeysNeverWait(t *testing.T) {
+	p := New([]string{"a"}, nil, t0)
+	for i := range 1000 {
+		if d := p.Reserve(t0, "s", Normal, "a", Need{Input: 1e6}); d.Wait != 0 {
+			t.Fatalf("call %d waits %v with no limit known", i, d.Wait)
+		}
+	}
+	if p.Paced() {
+		t.Error("Paced with no limit known")
+	}
+}
+
+func TestReleaseGoesByPriorityThenArrival(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60}}, t0) // one request a second
+	p.Reserve(t0, "first", Normal, "a", Need{})                    // takes the bucket's 60
+	for range 59 {
+		p.Reserve(t0, "fill", Normal, "a", Need{})
+	}
+	for _, c := range []struct {
+		id string
+		p  Priority
+	}{{"low-1", Low}, {"normal-1", Normal}, {"high-1", High}, {"low-2", Low}, {"high-2", High}, {"normal-2", Normal}} {
+		if d := p.Reserve(t0, c.id, c.p, "a", Need{}); d.Wait <= 0 {
+			t.Fatalf("%s did not wait", c.id)
+		}
+	}
+	if got := p.Waiting(); got != [3]int{2, 2, 2} {
+		t.Errorf("Waiting = %v, want [2 2 2]", got)
+	}
+	var order []string
+	now := t0
+	for range 6 {
+		next, ok := p.NextRelease(now)
+		if !ok {
+			t.Fatal("nothing to release while calls wait")
+		}
+		now = next
+		for _, g := range p.Release(now) {
+			order = append(order, g.ID)
+		}
+	}
+	want := []string{"high-1", "high-2", "normal-1", "normal-2", "low-1", "low-2"}
+	if len(order) != len(want) {
+		t.Fatalf("released %v, want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("released %v, want %v", order, want)
+		}
+	}
+}
+
+func TestNewCallsQueueBehindWaitersOfTheirPriority(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0) // 100 tokens a second
+	p.Reserve(t0, "big", Normal, "a", Need{Input: 6000})
+	if d := p.Reserve(t0, "waits", Normal, "a", Need{Input: 500}); d.Wait != 5*time.Second {
+		t.Fatalf("waits: %+v, want a 5 s wait", d)
+	}
+	// 1 s later 100 tokens are back: enough for a small call, but the
+	// earlier normal call waits for more, so a normal call queues...
+	if d := p.Reserve(at(1000), "small-normal", Normal, "a", Need{Input: 50}); d.Wait == 0 {
+		t.Error("a normal call passed a waiting normal call")
+	}
+	// ...while a high-priority one, with no high call waiting, goes.
+	if d := p.Reserve(at(1000), "small-high", High, "a", Need{Input: 50}); d.Wait != 0 {
+		t.Errorf("a high call waited behind normal ones: %+v", d)
+	}
+}
+
+func TestCancelForgetsTheWaiter(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 1}}, t0)
+	p.Reserve(t0, "x", Normal, "a", Need{})
+	p.Reserve(t0, "y", Normal, "a", Need{})
+	if !p.Cancel("y") {
+		t.Fatal("Cancel of a waiting call = false")
+	}
+	if p.Cancel("y") {
+		t.Error("Cancel twice = true")
+	}
+	if _, ok := p.NextRelease(t0); ok {
+		t.Error("a release is due with nothing waiting")
+	}
+	if got := p.Release(at(60_000)); len(got) != 0 {
+		t.Errorf("released a cancelled call: %v", got)
+	}
+}
+
+func TestSettleReturnsWhatWasNotUsed(t *testing.T) {
+	tests := []struct {
+		name string
+		used Usage
+		want float64 // tokens left afterwards
+	}{
+		{"used all it reserved", Usage{Sent: true, Input: 1000, Output: 1000}, 4000},
+		{"used less: the rest comes back", Usage{Sent: true, Input: 1000, Output: 200}, 4800},
+		{"never sent: all comes back", Usage{}, 6000},
+		{"used more than it reserved", Usage{Sent: true, Input: 3000, Output: 1000}, 2000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60, TPM: 6000}}, t0)
+			need := Need{Input: 1000, Output: 1000}
+			p.Reserve(t0, "s", Normal, "a", need)
+			p.Settle(t0, "a", need, tt.used)
+			if got, _ := p.Remaining(t0, "a", ratelimit.Tokens); got != tt.want {
+				t.Errorf("tokens left = %v, want %v", got, tt.want)
+			}
+			wantReq := 59.0
+			if !tt.used.Sent {
+				wantReq = 60
+			}
+			if got, _ := p.Remaining(t0, "a", ratelimit.Requests); got != wantReq {
+				t.Errorf("requests left = %v, want %v", got, wantReq)
+			}
+		})
+	}
+}
+
+func TestObserveCorrectsTheBudget(t *testing.T) {
+	snap := func(kind Kind, l ratelimit.Limit) ratelimit.Snapshot {
+		var s ratelimit.Snapshot
+		s.Set(kind, l)
+		return s
+	}
+	tests := []struct {
+		name      string
+		limits    Limits
+		announced ratelimit.Snapshot
+		inflight  Need // reserved by another call still out
+		later     time.Duration
+		want      float64 // requests left later
+	}{
+		{"headers seed an unconfigured key",
+			Limits{}, snap(ratelimit.Requests, ratelimit.Limit{Limit: 600, Remaining: 10, Reset: at(59_000), HasLimit: true, HasRemaining: true}),
+			Need{}, 0, 10}, // the call out reserved nothing: no limit was known
+		{"the refill reaches the limit at the reset",
+			Limits{}, snap(ratelimit.Requests, ratelimit.Limit{Limit: 600, Remaining: 0, Reset: at(60_000), HasLimit: true, HasRemaining: true}),
+			Need{}, 30 * time.Second, 300},
+		{"headers override the configured limit",
+			Limits{RPM: 60}, snap(ratelimit.Requests, ratelimit.Limit{Limit: 6000, Remaining: 6000, HasLimit: true, HasRemaining: true}),
+			Need{}, 0, 6000 - 1},
+		{"a remaining count alone",
+			Limits{RPM: 60}, snap(ratelimit.Requests, ratelimit.Limit{Remaining: 5, HasRemaining: true}),
+			Need{}, 0, 5 - 1},
+		{"a limit alone keeps the level",
+			Limits{RPM: 60}, snap(ratelimit.Requests, ratelimit.Limit{Limit: 120, HasLimit: true}),
+			Need{}, 0, 58},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New([]string{"a"}, map[string]Limits{"a": tt.limits}, t0)
+			p.Reserve(t0, "other", Normal, "a", tt.inflight) // still out
+			p.Reserve(t0, "s", Normal, "a", Need{})
+			p.Settle(t0, "a", Need{}, Usage{Sent: true})
+			p.Observe(t0, "a", tt.announced)
+			if got, _ := p.Remaining(t0.Add(tt.later), "a", ratelimit.Requests); got != tt.want {
+				t.Errorf("requests left = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]Priority{"high": High, "": Normal, "normal": Normal, "low": Low} {
+		if got, err := ParsePriority(in); err != nil || got != want {
+			t.Errorf("ParsePriority(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParsePriority("urgent"); err == nil {
+		t.Error("ParsePriority(urgent): no error")
+	}
+}
