@@ -458,17 +458,24 @@ func (x *StopDetails) GetFields() map[string]string {
 
 // AssistantMessage is what one turn produced.
 type AssistantMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Content       []*ContentBlock        `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
-	StopReason    StopReason             `protobuf:"varint,2,opt,name=stop_reason,json=stopReason,proto3,enum=musepi.v1.StopReason" json:"stop_reason,omitempty"`
-	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	StopDetails   *StopDetails           `protobuf:"bytes,4,opt,name=stop_details,json=stopDetails,proto3" json:"stop_details,omitempty"`
-	HttpStatus    int32                  `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`                                                  // 0 when the provider gave none
-	Headers       map[string]string      `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // response headers; names as received
-	Provider      string                 `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model         string                 `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
-	TimestampMs   int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds (pi's "timestamp")
-	Usage         *Usage                 `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`                              // token counts, when the provider reported them
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Content      []*ContentBlock        `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
+	StopReason   StopReason             `protobuf:"varint,2,opt,name=stop_reason,json=stopReason,proto3,enum=musepi.v1.StopReason" json:"stop_reason,omitempty"`
+	ErrorMessage string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	StopDetails  *StopDetails           `protobuf:"bytes,4,opt,name=stop_details,json=stopDetails,proto3" json:"stop_details,omitempty"`
+	HttpStatus   int32                  `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`                                                  // 0 when the provider gave none
+	Headers      map[string]string      `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // response headers; names as received
+	Provider     string                 `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model        string                 `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
+	TimestampMs  int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds (pi's "timestamp")
+	Usage        *Usage                 `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`                              // token counts, when the provider reported them
+	// The rate-limit state the response's headers announced for the
+	// credential that made the call, parsed (raw headers stay in headers, and
+	// only on failures); set on success and failure alike, unset when there
+	// was no response or it announced none. Transient: it feeds the pacing of
+	// the credential and is no part of the conversation, so the session core
+	// may drop it before the message is written to history.
+	RateLimits    *RateLimits `protobuf:"bytes,11,opt,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +580,147 @@ func (x *AssistantMessage) GetUsage() *Usage {
 	return nil
 }
 
+func (x *AssistantMessage) GetRateLimits() *RateLimits {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+// RateLimits is what one response announced of each kind of rate limit of
+// a credential (package provider/ratelimit reads it from the headers; see
+// there for which values are ignored). A kind it said nothing usable about
+// is unset.
+type RateLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Requests      *RateLimit             `protobuf:"bytes,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	Tokens        *RateLimit             `protobuf:"bytes,2,opt,name=tokens,proto3" json:"tokens,omitempty"` // input and output tokens together
+	InputTokens   *RateLimit             `protobuf:"bytes,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens  *RateLimit             `protobuf:"bytes,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimits) Reset() {
+	*x = RateLimits{}
+	mi := &file_assistant_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimits) ProtoMessage() {}
+
+func (x *RateLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_assistant_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimits.ProtoReflect.Descriptor instead.
+func (*RateLimits) Descriptor() ([]byte, []int) {
+	return file_assistant_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RateLimits) GetRequests() *RateLimit {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *RateLimits) GetTokens() *RateLimit {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *RateLimits) GetInputTokens() *RateLimit {
+	if x != nil {
+		return x.InputTokens
+	}
+	return nil
+}
+
+func (x *RateLimits) GetOutputTokens() *RateLimit {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return nil
+}
+
+// RateLimit is one kind of rate limit: its window's capacity, what remained
+// of it, and when it refills.
+type RateLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Limit         *int64                 `protobuf:"varint,1,opt,name=limit,proto3,oneof" json:"limit,omitempty"`                            // above 0; unset when not announced
+	Remaining     *int64                 `protobuf:"varint,2,opt,name=remaining,proto3,oneof" json:"remaining,omitempty"`                    // 0 or more; unset when not announced
+	ResetUnixMs   int64                  `protobuf:"varint,3,opt,name=reset_unix_ms,json=resetUnixMs,proto3" json:"reset_unix_ms,omitempty"` // when the window refills, Unix milliseconds; 0 when not announced
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_assistant_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_assistant_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_assistant_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RateLimit) GetLimit() int64 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+func (x *RateLimit) GetRemaining() int64 {
+	if x != nil && x.Remaining != nil {
+		return *x.Remaining
+	}
+	return 0
+}
+
+func (x *RateLimit) GetResetUnixMs() int64 {
+	if x != nil {
+		return x.ResetUnixMs
+	}
+	return 0
+}
+
 // Usage is the token count of one turn, as the provider reported it.
 type Usage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -586,7 +734,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_assistant_proto_msgTypes[7]
+	mi := &file_assistant_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +746,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_assistant_proto_msgTypes[7]
+	mi := &file_assistant_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +759,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_assistant_proto_rawDescGZIP(), []int{7}
+	return file_assistant_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Usage) GetInput() int64 {
@@ -653,7 +801,7 @@ type UserMessage struct {
 
 func (x *UserMessage) Reset() {
 	*x = UserMessage{}
-	mi := &file_assistant_proto_msgTypes[8]
+	mi := &file_assistant_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +813,7 @@ func (x *UserMessage) String() string {
 func (*UserMessage) ProtoMessage() {}
 
 func (x *UserMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_assistant_proto_msgTypes[8]
+	mi := &file_assistant_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +826,7 @@ func (x *UserMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserMessage.ProtoReflect.Descriptor instead.
 func (*UserMessage) Descriptor() ([]byte, []int) {
-	return file_assistant_proto_rawDescGZIP(), []int{8}
+	return file_assistant_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UserMessage) GetText() string {
@@ -709,7 +857,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_assistant_proto_msgTypes[9]
+	mi := &file_assistant_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +869,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_assistant_proto_msgTypes[9]
+	mi := &file_assistant_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +882,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_assistant_proto_rawDescGZIP(), []int{9}
+	return file_assistant_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolResult) GetToolCallId() string {
@@ -799,7 +947,7 @@ const file_assistant_proto_rawDesc = "" +
 	"\x06fields\x18\x02 \x03(\v2\".musepi.v1.StopDetails.FieldsEntryR\x06fields\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
 	"\x10AssistantMessage\x121\n" +
 	"\acontent\x18\x01 \x03(\v2\x17.musepi.v1.ContentBlockR\acontent\x126\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x15.musepi.v1.StopReasonR\n" +
@@ -813,10 +961,25 @@ const file_assistant_proto_rawDesc = "" +
 	"\x05model\x18\b \x01(\tR\x05model\x12\x1f\n" +
 	"\ftimestamp_ms\x18\t \x01(\x03R\ttimestamp\x12&\n" +
 	"\x05usage\x18\n" +
-	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x1a:\n" +
+	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x126\n" +
+	"\vrate_limits\x18\v \x01(\v2\x15.musepi.v1.RateLimitsR\n" +
+	"rateLimits\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +
+	"\n" +
+	"RateLimits\x120\n" +
+	"\brequests\x18\x01 \x01(\v2\x14.musepi.v1.RateLimitR\brequests\x12,\n" +
+	"\x06tokens\x18\x02 \x01(\v2\x14.musepi.v1.RateLimitR\x06tokens\x127\n" +
+	"\finput_tokens\x18\x03 \x01(\v2\x14.musepi.v1.RateLimitR\vinputTokens\x129\n" +
+	"\routput_tokens\x18\x04 \x01(\v2\x14.musepi.v1.RateLimitR\foutputTokens\"\x85\x01\n" +
+	"\tRateLimit\x12\x19\n" +
+	"\x05limit\x18\x01 \x01(\x03H\x00R\x05limit\x88\x01\x01\x12!\n" +
+	"\tremaining\x18\x02 \x01(\x03H\x01R\tremaining\x88\x01\x01\x12\"\n" +
+	"\rreset_unix_ms\x18\x03 \x01(\x03R\vresetUnixMsB\b\n" +
+	"\x06_limitB\f\n" +
+	"\n" +
+	"_remaining\"u\n" +
 	"\x05Usage\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\x03R\x05input\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\x03R\x06output\x12\x1d\n" +
@@ -857,7 +1020,7 @@ func file_assistant_proto_rawDescGZIP() []byte {
 }
 
 var file_assistant_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_assistant_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_assistant_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_assistant_proto_goTypes = []any{
 	(StopReason)(0),               // 0: musepi.v1.StopReason
 	(*TextBlock)(nil),             // 1: musepi.v1.TextBlock
@@ -867,28 +1030,35 @@ var file_assistant_proto_goTypes = []any{
 	(*ContentBlock)(nil),          // 5: musepi.v1.ContentBlock
 	(*StopDetails)(nil),           // 6: musepi.v1.StopDetails
 	(*AssistantMessage)(nil),      // 7: musepi.v1.AssistantMessage
-	(*Usage)(nil),                 // 8: musepi.v1.Usage
-	(*UserMessage)(nil),           // 9: musepi.v1.UserMessage
-	(*ToolResult)(nil),            // 10: musepi.v1.ToolResult
-	nil,                           // 11: musepi.v1.StopDetails.FieldsEntry
-	nil,                           // 12: musepi.v1.AssistantMessage.HeadersEntry
+	(*RateLimits)(nil),            // 8: musepi.v1.RateLimits
+	(*RateLimit)(nil),             // 9: musepi.v1.RateLimit
+	(*Usage)(nil),                 // 10: musepi.v1.Usage
+	(*UserMessage)(nil),           // 11: musepi.v1.UserMessage
+	(*ToolResult)(nil),            // 12: musepi.v1.ToolResult
+	nil,                           // 13: musepi.v1.StopDetails.FieldsEntry
+	nil,                           // 14: musepi.v1.AssistantMessage.HeadersEntry
 }
 var file_assistant_proto_depIdxs = []int32{
 	1,  // 0: musepi.v1.ContentBlock.text:type_name -> musepi.v1.TextBlock
 	2,  // 1: musepi.v1.ContentBlock.thinking:type_name -> musepi.v1.ThinkingBlock
 	3,  // 2: musepi.v1.ContentBlock.redacted_thinking:type_name -> musepi.v1.RedactedThinkingBlock
 	4,  // 3: musepi.v1.ContentBlock.tool_call:type_name -> musepi.v1.ToolCall
-	11, // 4: musepi.v1.StopDetails.fields:type_name -> musepi.v1.StopDetails.FieldsEntry
+	13, // 4: musepi.v1.StopDetails.fields:type_name -> musepi.v1.StopDetails.FieldsEntry
 	5,  // 5: musepi.v1.AssistantMessage.content:type_name -> musepi.v1.ContentBlock
 	0,  // 6: musepi.v1.AssistantMessage.stop_reason:type_name -> musepi.v1.StopReason
 	6,  // 7: musepi.v1.AssistantMessage.stop_details:type_name -> musepi.v1.StopDetails
-	12, // 8: musepi.v1.AssistantMessage.headers:type_name -> musepi.v1.AssistantMessage.HeadersEntry
-	8,  // 9: musepi.v1.AssistantMessage.usage:type_name -> musepi.v1.Usage
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 8: musepi.v1.AssistantMessage.headers:type_name -> musepi.v1.AssistantMessage.HeadersEntry
+	10, // 9: musepi.v1.AssistantMessage.usage:type_name -> musepi.v1.Usage
+	8,  // 10: musepi.v1.AssistantMessage.rate_limits:type_name -> musepi.v1.RateLimits
+	9,  // 11: musepi.v1.RateLimits.requests:type_name -> musepi.v1.RateLimit
+	9,  // 12: musepi.v1.RateLimits.tokens:type_name -> musepi.v1.RateLimit
+	9,  // 13: musepi.v1.RateLimits.input_tokens:type_name -> musepi.v1.RateLimit
+	9,  // 14: musepi.v1.RateLimits.output_tokens:type_name -> musepi.v1.RateLimit
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_assistant_proto_init() }
@@ -902,13 +1072,14 @@ func file_assistant_proto_init() {
 		(*ContentBlock_RedactedThinking)(nil),
 		(*ContentBlock_ToolCall)(nil),
 	}
+	file_assistant_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_assistant_proto_rawDesc), len(file_assistant_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
