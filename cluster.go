@@ -76,7 +76,7 @@ func (n nodeRuntime) Settings() hosting.Settings {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		p := hosting.Provider{Name: name, Credentials: actorCredentials(creds), AutoRedeem: cfg.autoRedeem}
+		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing}
 		if cfg.settings.Budget.Enabled {
 			p.Budget = cfg.settings.Budget
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -28,7 +29,15 @@ type Credential struct {
 	// BankedResets is how many usage-limit resets this credential may
 	// spend when no sibling credential is free (only with WithAutoRedeem).
 	BankedResets int
+	// RateLimits are the credential's per-minute limits, which pace its
+	// turns until the provider's responses announce the limits (and for
+	// servers that announce none). None: the provider's (WithRateLimits).
+	RateLimits RateLimits
 }
+
+// RateLimits are a credential's per-minute rate limits (0: none):
+// requests, tokens, input tokens and output tokens.
+type RateLimits = pacing.Limits
 
 // Tool is a Go function the model may call (WithTools).
 type Tool struct {
@@ -70,6 +79,8 @@ type runtimeConfig struct {
 	providers   map[string]provider.Provider
 	creds       map[string][]Credential
 	autoRedeem  bool
+	pacing      bool                  // WithPacing (default on)
+	rateLimits  map[string]RateLimits // WithRateLimits, by provider
 	settings    retry.Settings
 	store       history.Store
 	historyDir  string
@@ -145,6 +156,30 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 		}
 		c.providers[name] = p
 		c.creds[name] = append([]Credential(nil), creds...)
+	}
+}
+
+// WithPacing turns pacing on or off (default on): each turn on a
+// provider with credentials first reserves a request, its estimated input
+// tokens and its output bound from its key's rate limits, which configured
+// limits (RateLimits) seed and the provider's rate-limit headers correct;
+// a turn that fits no key waits (a rate_limit_wait event) until a budget
+// refills, in priority order (WithPriority). Without limits known, turns
+// go at once.
+func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on } }
+
+// WithRateLimits sets the per-minute limits of provider's credentials that
+// set none of their own (Credential.RateLimits).
+func WithRateLimits(provider string, l RateLimits) Option {
+	return func(c *runtimeConfig) {
+		if l.RPM < 0 || l.TPM < 0 || l.InputTPM < 0 || l.OutputTPM < 0 {
+			c.refuse(fmt.Sprintf("WithRateLimits(%q)", provider), "negative limit")
+			return
+		}
+		if c.rateLimits == nil {
+			c.rateLimits = map[string]RateLimits{}
+		}
+		c.rateLimits[provider] = l
 	}
 }
 

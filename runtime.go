@@ -139,6 +139,7 @@ func newRuntime(opts []Option) (*Runtime, error) {
 		providers:   map[string]provider.Provider{},
 		creds:       map[string][]Credential{},
 		settings:    retry.DefaultSettings(),
+		pacing:      true,
 		streamIdle:  DefaultStreamIdleTimeout,
 		passivate:   DefaultPassivateAfter,
 		timerPoll:   DefaultTimerPoll,
@@ -259,10 +260,11 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		actorCreds := actorCredentials(creds)
+		actorCreds := cfg.actorCredentials(name)
 		view := actors.NewCredentialsView(actorCreds)
 		rt.credViews[name] = view
-		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, cfg.autoRedeem, cfg.settings.Budget, view, onPool))
+		policy := actors.CredentialsPolicy{AutoRedeem: cfg.autoRedeem, Budget: cfg.settings.Budget, Pacing: cfg.pacing}
+		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, policy, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
 			deps.Budgets[name] = pid
@@ -286,11 +288,18 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 	}
 }
 
-// actorCredentials are creds as the credentials actor holds them.
-func actorCredentials(creds []Credential) []actors.Credential {
+// actorCredentials are provider's credentials as its credentials actor
+// holds them: a credential without rate limits of its own takes the
+// provider's (WithRateLimits).
+func (c *runtimeConfig) actorCredentials(provider string) []actors.Credential {
+	creds := c.creds[provider]
 	out := make([]actors.Credential, len(creds))
-	for i, c := range creds {
-		out[i] = actors.Credential{Name: c.Name, APIKey: c.APIKey, BankedResets: c.BankedResets}
+	for i, cr := range creds {
+		limits := cr.RateLimits
+		if !limits.Any() {
+			limits = c.rateLimits[provider]
+		}
+		out[i] = actors.Credential{Name: cr.Name, APIKey: cr.APIKey, BankedResets: cr.BankedResets, Limits: limits}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -19,6 +20,21 @@ type Credential struct {
 	// BankedResets is how many usage-limit resets this credential may spend
 	// (only with auto-redeem on).
 	BankedResets int
+	// Limits are the credential's configured rate limits, which pace its
+	// calls until its responses announce theirs (none: the headers only).
+	Limits pacing.Limits
+}
+
+// CredentialsPolicy is how a provider's credentials actor spends its keys.
+type CredentialsPolicy struct {
+	// AutoRedeem: a usage limit with no free sibling spends a banked reset.
+	AutoRedeem bool
+	// Budget, enabled (valid settings), makes the actor the provider's
+	// retry budget.
+	Budget retry.BudgetSettings
+	// Pacing: turns reserve their need from the keys' rate-limit budgets
+	// (configured limits and announced ones) before they go out.
+	Pacing bool
 }
 
 // credentialState is a credential and how long it is blocked.
@@ -40,17 +56,18 @@ type CredentialsActor struct {
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
 
+	pacing *pacingState // nil: pacing off
+
 	view *CredentialsView // written after each change (nil: none)
 }
 
-// CredentialsProps spawns the credentials actor of one provider. With
-// autoRedeem, a usage limit with no free sibling spends a banked reset.
-// An enabled budget (valid settings) makes it the provider's retry budget.
-// view, if not nil, mirrors the blocked credentials and the budget's
-// tokens. opts are added to the props (a dispatcher, say).
-func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView, opts ...actor.PropsOption) *actor.Props {
+// CredentialsProps spawns the credentials actor of one provider, which
+// spends creds as policy says. view, if not nil, mirrors the blocked
+// credentials, the budget's tokens and whether the keys are paced. opts
+// are added to the props (a dispatcher, say).
+func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView, opts ...actor.PropsOption) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
-		return NewCredentialsActor(clk, creds, autoRedeem, budget, view)
+		return NewCredentialsActor(clk, creds, policy, view)
 	}, append([]actor.PropsOption{mailbox.Option(clk)}, opts...)...)
 }
 
@@ -58,15 +75,18 @@ func CredentialsProps(clk clock.Clock, creds []Credential, autoRedeem bool, budg
 // spawns, for a caller that builds its own props (a cluster kind). Its keys
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
-func NewCredentialsActor(clk clock.Clock, creds []Credential, autoRedeem bool, budget retry.BudgetSettings, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: autoRedeem, view: view}
+func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
+	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: policy.AutoRedeem, view: view}
 	for _, c := range creds {
 		until, _ := view.Until(c.Name)
 		a.creds = append(a.creds, credentialState{Credential: c, blockedUntil: until})
 	}
-	if budget.Enabled {
-		a.budget = retry.NewBudget(budget)
+	if policy.Budget.Enabled {
+		a.budget = retry.NewBudget(policy.Budget)
 		a.holders = map[string]*actor.PID{}
+	}
+	if policy.Pacing && len(creds) > 0 {
+		a.pacing = newPacingState(clk.Now(), creds)
 	}
 	view.publish(a)
 	return a
@@ -77,12 +97,21 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, autoRedeem bool, b
 func (a *CredentialsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SelectCredential:
-		respond(ctx, a.clk, &messages.CredentialSelected{Credential: a.selectFor(m.GetSessionId())})
+		a.selectCredential(ctx, m)
+	case *messages.PacingSettle:
+		a.settlePacing(ctx, m)
+	case *messages.PacingCancel:
+		a.cancelPacing(ctx, m.GetSessionId(), m.GetToken())
+	case *messages.PacingTick:
+		a.releasePacing(ctx)
+	case *actor.Stopping:
+		a.pacing.stop()
 	case *messages.MarkUsageLimitReached:
 		reply := a.markLimited(m)
 		a.view.publish(a) // before the answer: the sessions read it
 		respond(ctx, a.clk, reply)
 	case *messages.ReleaseSession:
+		a.cancelPacing(ctx, m.GetSessionId(), 0)
 		delete(a.sticky, m.GetSessionId())
 		if a.budget != nil {
 			a.budget.Forget(m.GetSessionId())
@@ -210,6 +239,9 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 		current = i
 	}
 	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
+	if a.pacing != nil {
+		a.pacing.pacer.Block(a.creds[current].Name, a.creds[current].blockedUntil)
+	}
 	if i := a.firstFree(now, current); i >= 0 {
 		a.sticky[m.GetSessionId()] = i
 		reply.Switched, reply.Credential = true, a.creds[i].Name
@@ -221,6 +253,9 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 			if a.creds[i].BankedResets > 0 {
 				a.creds[i].BankedResets--
 				a.creds[i].blockedUntil = time.Time{}
+				if a.pacing != nil {
+					a.pacing.pacer.Block(a.creds[i].Name, time.Time{})
+				}
 				a.sticky[m.GetSessionId()] = i
 				reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
 				return reply

@@ -6,7 +6,6 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/retry"
 )
 
 // A usage limit blocks the key the session names, even when the actor
@@ -28,7 +27,7 @@ func TestUsageLimitBlocksTheNamedKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clock.NewVirtual(time.Unix(0, 0))
 			view := NewCredentialsView(creds)
-			a := NewCredentialsActor(clk, creds, false, retry.BudgetSettings{}, view)
+			a := NewCredentialsActor(clk, creds, CredentialsPolicy{}, view)
 			r := a.markLimited(&messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 60_000, Token: 1, Credential: tc.credential})
 			if !r.GetSwitched() || r.GetCredential() != tc.wantSwitch {
 				t.Fatalf("reply %v; want a switch to %s", r, tc.wantSwitch)

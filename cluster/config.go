@@ -46,6 +46,9 @@ type Provider struct {
 	// Budget is the provider's retry budget, one for the whole cluster
 	// (Enabled false: none).
 	Budget retry.BudgetSettings
+	// Pacing paces the provider's turns against its keys' rate limits
+	// (configured and announced), one budget for the whole cluster.
+	Pacing bool
 }
 
 // Config is one node's configuration. Name, Providers and FallbackChains

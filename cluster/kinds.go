@@ -121,7 +121,8 @@ func (a *credentialsActivation) Receive(ctx actor.Context) {
 				a.view.Set(name, until)
 			}
 		})
-		a.inner = actors.NewCredentialsActor(clock.Real{}, a.provider.Credentials, a.provider.AutoRedeem, a.provider.Budget, a.view)
+		a.inner = actors.NewCredentialsActor(clock.Real{}, a.provider.Credentials,
+			actors.CredentialsPolicy{AutoRedeem: a.provider.AutoRedeem, Budget: a.provider.Budget, Pacing: a.provider.Pacing}, a.view)
 		a.last = before
 		a.changed()
 		return

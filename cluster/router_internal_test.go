@@ -12,7 +12,6 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
-	"github.com/musepi/musepi/retry"
 )
 
 // lookups answers the PIDs it is given, one per Get (the last one
@@ -123,7 +122,7 @@ func TestRouterFindsTheNewActivation(t *testing.T) {
 	}
 	creds := []actors.Credential{{Name: "A"}, {Name: "B"}}
 	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return actors.NewCredentialsActor(clock.Real{}, creds, false, retry.BudgetSettings{}, actors.NewCredentialsView(creds))
+		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{}, actors.NewCredentialsView(creds))
 	}))
 	l := &lookups{pids: []*actor.PID{dead, live}}
 	pid := newTestRouter(t, sys, CredentialsKind, l, actors.NewCredentialsView(creds))

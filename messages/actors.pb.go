@@ -1155,9 +1155,18 @@ func (x *CancelRetryTimer) GetToken() uint64 {
 }
 
 // SelectCredential asks which credential a session uses (session-sticky).
+// With pace set, the turn also reserves its need from the credential's
+// rate-limit budget: the answer may be a switch to the key with the most
+// room, or a wait that a PacingGrant ends.
 type SelectCredential struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Pace          bool                   `protobuf:"varint,2,opt,name=pace,proto3" json:"pace,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`                                   // the reservation's, echoed in the answers
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`                             // pacing.Priority: 0 high, 1 normal, 2 low
+	Credential    string                 `protobuf:"bytes,5,opt,name=credential,proto3" json:"credential,omitempty"`                          // the key the session holds ("": none yet)
+	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`    // the turn's estimated input
+	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"` // its output bound (max_tokens)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,10 +1208,56 @@ func (x *SelectCredential) GetSessionId() string {
 	return ""
 }
 
+func (x *SelectCredential) GetPace() bool {
+	if x != nil {
+		return x.Pace
+	}
+	return false
+}
+
+func (x *SelectCredential) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SelectCredential) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *SelectCredential) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *SelectCredential) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *SelectCredential) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
 // CredentialSelected answers SelectCredential.
 type CredentialSelected struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Credential    string                 `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"` // empty when the provider has none
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Switched      bool                   `protobuf:"varint,3,opt,name=switched,proto3" json:"switched,omitempty"`           // pacing: the held key had no room, this one had the most
+	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // pacing: above 0, no key has room; a PacingGrant follows
+	Limit         string                 `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`                  // pacing: the limit waited for (requests, tokens, input_tokens, output_tokens)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1244,6 +1299,290 @@ func (x *CredentialSelected) GetCredential() string {
 	return ""
 }
 
+func (x *CredentialSelected) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *CredentialSelected) GetSwitched() bool {
+	if x != nil {
+		return x.Switched
+	}
+	return false
+}
+
+func (x *CredentialSelected) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *CredentialSelected) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+// PacingGrant ends a session's pacing wait: its turn may go out on
+// credential.
+type PacingGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Credential    string                 `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	Switched      bool                   `protobuf:"varint,4,opt,name=switched,proto3" json:"switched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PacingGrant) Reset() {
+	*x = PacingGrant{}
+	mi := &file_actors_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PacingGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PacingGrant) ProtoMessage() {}
+
+func (x *PacingGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
+func (*PacingGrant) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PacingGrant) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PacingGrant) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *PacingGrant) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *PacingGrant) GetSwitched() bool {
+	if x != nil {
+		return x.Switched
+	}
+	return false
+}
+
+// PacingSettle ends a turn's reservation (token) with what it used, and
+// brings the limits its response announced.
+type PacingSettle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Credential    string                 `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	Sent          bool                   `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                                  // the request went out
+	InputTokens   int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"` // used, as the provider reported
+	OutputTokens  int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Limits        *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"` // announced by the response (absent: none)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PacingSettle) Reset() {
+	*x = PacingSettle{}
+	mi := &file_actors_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PacingSettle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PacingSettle) ProtoMessage() {}
+
+func (x *PacingSettle) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
+func (*PacingSettle) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PacingSettle) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PacingSettle) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *PacingSettle) GetSent() bool {
+	if x != nil {
+		return x.Sent
+	}
+	return false
+}
+
+func (x *PacingSettle) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetLimits() *RateLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// PacingTick is a credentials actor's release timer firing: the turns that
+// wait for its keys' budgets may fit now.
+type PacingTick struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PacingTick) Reset() {
+	*x = PacingTick{}
+	mi := &file_actors_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PacingTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PacingTick) ProtoMessage() {}
+
+func (x *PacingTick) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
+func (*PacingTick) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{25}
+}
+
+// PacingCancel drops a session's reservation: waiting, or granted and never
+// used.
+type PacingCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PacingCancel) Reset() {
+	*x = PacingCancel{}
+	mi := &file_actors_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PacingCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PacingCancel) ProtoMessage() {}
+
+func (x *PacingCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
+func (*PacingCancel) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PacingCancel) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PacingCancel) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 // MarkUsageLimitReached marks the session's credential limited for
 // block_for_ms and asks for another.
 type MarkUsageLimitReached struct {
@@ -1258,7 +1597,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1609,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1622,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1328,7 +1667,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1679,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1692,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1402,7 +1741,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1753,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1766,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1451,7 +1790,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1802,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1815,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1521,7 +1860,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1872,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1885,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1581,7 +1920,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1932,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1945,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1625,7 +1964,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1976,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1989,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1666,7 +2005,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +2017,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +2030,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1734,7 +2073,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +2085,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +2098,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1793,7 +2132,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2144,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2157,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1845,7 +2184,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2196,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2209,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -1937,7 +2276,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2288,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2301,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2025,7 +2364,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2376,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2389,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2105,7 +2444,7 @@ type SchedulerTimer struct {
 
 func (x *SchedulerTimer) Reset() {
 	*x = SchedulerTimer{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2456,7 @@ func (x *SchedulerTimer) String() string {
 func (*SchedulerTimer) ProtoMessage() {}
 
 func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2469,7 @@ func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
 func (*SchedulerTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 // Passivate is the marker a session sends itself once its root holds new
@@ -2145,7 +2484,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2496,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2509,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2192,7 +2531,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2543,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2556,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2254,7 +2593,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2605,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2618,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2309,7 +2648,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2660,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2673,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2375,7 +2714,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2726,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2739,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 // CompactReply answers CompactRequest.
@@ -2417,7 +2756,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2768,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2781,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2561,14 +2900,51 @@ const file_actors_proto_rawDesc = "" +
 	"\fRetryStopped\x12\x19\n" +
 	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"1\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"\xdf\x01\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"4\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04pace\x18\x02 \x01(\bR\x04pace\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x05 \x01(\tR\n" +
+	"credential\x12!\n" +
+	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\"\x95\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
-	"credential\"\x8e\x01\n" +
+	"credential\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
+	"\bswitched\x18\x03 \x01(\bR\bswitched\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\tR\x05limit\"~\n" +
+	"\vPacingGrant\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\x12\x1a\n" +
+	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xee\x01\n" +
+	"\fPacingSettle\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\x12\x12\n" +
+	"\x04sent\x18\x04 \x01(\bR\x04sent\x12!\n" +
+	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12-\n" +
+	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\"\f\n" +
+	"\n" +
+	"PacingTick\"C\n" +
+	"\fPacingCancel\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\x8e\x01\n" +
 	"\x15MarkUsageLimitReached\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
@@ -2685,7 +3061,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*AttachPrompt)(nil),            // 1: musepi.v1.AttachPrompt
@@ -2710,45 +3086,51 @@ var file_actors_proto_goTypes = []any{
 	(*CancelRetryTimer)(nil),        // 20: musepi.v1.CancelRetryTimer
 	(*SelectCredential)(nil),        // 21: musepi.v1.SelectCredential
 	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
-	(*MarkUsageLimitReached)(nil),   // 23: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 24: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 25: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 26: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 27: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 28: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 29: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 30: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 31: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 32: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 33: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 34: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 35: musepi.v1.ScheduleTask
-	(*SchedulerTimer)(nil),          // 36: musepi.v1.SchedulerTimer
-	(*Passivate)(nil),               // 37: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 38: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 39: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 40: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 41: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 42: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 43: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 44: musepi.v1.Entry
-	(*ToolResult)(nil),              // 45: musepi.v1.ToolResult
-	(*actor.PID)(nil),               // 46: actor.PID
+	(*PacingGrant)(nil),             // 23: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),            // 24: musepi.v1.PacingSettle
+	(*PacingTick)(nil),              // 25: musepi.v1.PacingTick
+	(*PacingCancel)(nil),            // 26: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 27: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 28: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 29: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 30: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 31: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 32: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 33: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 34: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 35: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 36: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 37: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 38: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 39: musepi.v1.ScheduleTask
+	(*SchedulerTimer)(nil),          // 40: musepi.v1.SchedulerTimer
+	(*Passivate)(nil),               // 41: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 42: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 43: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 44: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 45: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 46: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 47: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 48: musepi.v1.Entry
+	(*ToolResult)(nil),              // 49: musepi.v1.ToolResult
+	(*actor.PID)(nil),               // 50: actor.PID
+	(*RateLimits)(nil),              // 51: musepi.v1.RateLimits
 }
 var file_actors_proto_depIdxs = []int32{
-	43, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	47, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	44, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	43, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	45, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	46, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
-	44, // 7: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	48, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	47, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	49, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	50, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
+	51, // 7: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	48, // 8: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -2764,7 +3146,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -20,6 +20,7 @@ type credential struct {
 	name     string
 	buckets  [numKinds]bucket
 	inflight [numKinds]float64 // reserved by calls not settled yet
+	blocked  time.Time         // until when the key refuses (a usage limit)
 }
 
 // waiter is a call that waits for a budget.
@@ -70,7 +71,7 @@ func New(names []string, limits map[string]Limits, now time.Time) *Pacer {
 func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer string, need Need) Decision {
 	p.advance(now)
 	if !p.queuedAtOrAbove(priority) {
-		if g, ok := p.fit(prefer, need); ok {
+		if g, ok := p.fit(now, prefer, need); ok {
 			g.ID = id
 			return Decision{Grant: g}
 		}
@@ -85,7 +86,7 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	})
 	p.waiting = slices.Insert(p.waiting, at, w)
 	d := Decision{Grant: Grant{ID: id, Credential: prefer}}
-	d.Credential, d.Wait, d.Limit = p.soonest(need, prefer)
+	d.Credential, d.Wait, d.Limit = p.soonest(now, need, prefer)
 	d.Wait = max(d.Wait, time.Nanosecond)
 	return d
 }
@@ -96,13 +97,13 @@ func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
 	return len(p.waiting) > 0 && p.waiting[0].priority <= priority
 }
 
-// fit reserves need on prefer when it has room, else on the credential
-// with the most room; false when none has room.
-func (p *Pacer) fit(prefer string, need Need) (Grant, bool) {
+// fit reserves need on prefer when it has room, else on the unblocked
+// credential with the most room; false when none has room.
+func (p *Pacer) fit(now time.Time, prefer string, need Need) (Grant, bool) {
 	best, bestRoom := -1, 0.0
 	for i := range p.creds {
 		c := &p.creds[i]
-		if !c.fits(need) {
+		if !c.fits(need) || (c.name != prefer && c.blocked.After(now)) {
 			continue
 		}
 		if c.name == prefer {
@@ -121,12 +122,15 @@ func (p *Pacer) fit(prefer string, need Need) (Grant, bool) {
 	return Grant{Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
 }
 
-// soonest is the credential where need fits first (prefer on a tie), how
-// long that takes and the kind it waits for.
-func (p *Pacer) soonest(need Need, prefer string) (string, time.Duration, Kind) {
+// soonest is the unblocked credential (or prefer) where need fits first
+// (prefer on a tie), how long that takes and the kind it waits for.
+func (p *Pacer) soonest(now time.Time, need Need, prefer string) (string, time.Duration, Kind) {
 	name, wait, limit := prefer, time.Duration(-1), ratelimit.Requests
 	for i := range p.creds {
 		c := &p.creds[i]
+		if c.name != prefer && c.blocked.After(now) {
+			continue
+		}
 		w, k := c.wait(need)
 		if wait < 0 || w < wait || (w == wait && c.name == prefer) {
 			name, wait, limit = c.name, w, k
@@ -143,7 +147,7 @@ func (p *Pacer) Release(now time.Time) []Grant {
 	var out []Grant
 	for len(p.waiting) > 0 {
 		w := p.waiting[0]
-		g, ok := p.fit(w.prefer, w.need)
+		g, ok := p.fit(now, w.prefer, w.need)
 		if !ok {
 			break
 		}
@@ -161,7 +165,7 @@ func (p *Pacer) NextRelease(now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	p.advance(now)
-	_, wait, _ := p.soonest(p.waiting[0].need, p.waiting[0].prefer)
+	_, wait, _ := p.soonest(now, p.waiting[0].need, p.waiting[0].prefer)
 	return now.Add(max(wait, time.Millisecond)), true
 }
 
@@ -173,6 +177,14 @@ func (p *Pacer) Cancel(id string) bool {
 	}
 	p.waiting = slices.Delete(p.waiting, i, i+1)
 	return true
+}
+
+// Block keeps calls off credential until until (a usage limit), unless
+// it is the one they hold.
+func (p *Pacer) Block(credential string, until time.Time) {
+	if c := p.credential(credential); c != nil {
+		c.blocked = until
+	}
 }
 
 // Waiting is how many calls wait, by priority.

@@ -226,3 +226,16 @@ func TestParsePriority(t *testing.T) {
 		t.Error("ParsePriority(urgent): no error")
 	}
 }
+
+func TestBlockedKeysAreNotSwitchedTo(t *testing.T) {
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 1}, "b": {RPM: 60}}, t0)
+	p.Block("b", at(60_000)) // a usage limit on b
+	p.Reserve(t0, "x", Normal, "a", Need{})
+	if d := p.Reserve(t0, "s", Normal, "a", Need{}); d.Wait == 0 || d.Credential != "a" {
+		t.Errorf("Reserve = %+v; want a wait on a (b is blocked)", d)
+	}
+	p.Block("b", time.Time{})
+	if got := p.Release(t0); len(got) != 1 || got[0].Credential != "b" || !got[0].Switched {
+		t.Errorf("Release = %+v; want s switched to b once it is free", got)
+	}
+}

@@ -46,6 +46,7 @@ type Provider struct {
 	Credentials []actors.Credential
 	AutoRedeem  bool
 	Budget      retry.BudgetSettings // Enabled false: none
+	Pacing      bool                 // turns reserve their need from the keys' rate limits
 }
 
 // Settings are what a runtime's options say of the cluster's shared

@@ -1,0 +1,173 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/internal/track"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
+	"github.com/musepi/musepi/provider/ratelimit"
+)
+
+// pacingState is a credentials actor's pacing: the budgets of its keys,
+// the turns they granted and not yet settled, the turns that wait, and the
+// timer that releases them.
+type pacingState struct {
+	pacer   *pacing.Pacer
+	granted map[string]reservation // session -> its turn's reservation
+	waiting map[string]reservation // session -> its waiting turn
+	timer   clock.Timer            // the next release, while turns wait
+	due     time.Time              // when timer fires
+}
+
+// reservation is one turn's: its token, the key and what it reserved,
+// and who waits for it (waiting turns).
+type reservation struct {
+	token      uint64
+	credential string
+	need       pacing.Need
+	waiter     *actor.PID
+}
+
+func newPacingState(now time.Time, creds []Credential) *pacingState {
+	names := make([]string, len(creds))
+	limits := map[string]pacing.Limits{}
+	for i, c := range creds {
+		names[i] = c.Name
+		limits[c.Name] = c.Limits
+	}
+	return &pacingState{pacer: pacing.New(names, limits, now),
+		granted: map[string]reservation{}, waiting: map[string]reservation{}}
+}
+
+// stop stops the release timer (nil: pacing off).
+func (p *pacingState) stop() {
+	if p != nil && p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+// selectCredential answers SelectCredential: the session's key, and with
+// pacing, the reservation of its turn's need: granted on that key or the
+// one with the most room, or a wait that a PacingGrant ends.
+func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.SelectCredential) {
+	session := m.GetSessionId()
+	name := a.selectFor(session)
+	reply := &messages.CredentialSelected{Credential: name, Token: m.GetToken()}
+	p := a.pacing
+	if p == nil || !m.GetPace() {
+		respond(ctx, a.clk, reply)
+		return
+	}
+	a.cancelPacing(ctx, session, 0) // a turn of the session's left unsettled (a lost answer)
+	now := a.clk.Now()
+	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens()}
+	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), 2)), name, need)
+	r := reservation{token: m.GetToken(), credential: d.Credential, need: need}
+	if d.Wait > 0 {
+		r.waiter = ctx.Sender()
+		p.waiting[session] = r
+		reply.Credential, reply.WaitMs, reply.Limit = d.Credential, max(d.Wait.Milliseconds(), 1), d.Limit.String()
+		a.armRelease(ctx)
+	} else {
+		p.granted[session] = r
+		a.keep(session, d.Grant)
+		reply.Credential, reply.Switched = d.Credential, d.Switched
+	}
+	a.view.publish(a)
+	respond(ctx, a.clk, reply)
+}
+
+// keep makes a granted key the session's sticky one.
+func (a *CredentialsActor) keep(session string, g pacing.Grant) {
+	if i := a.indexOf(g.Credential); i >= 0 {
+		a.sticky[session] = i
+	}
+}
+
+// settlePacing ends a turn's reservation with what it used and takes the
+// limits its response announced, then releases the turns that fit now.
+func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSettle) {
+	p := a.pacing
+	if p == nil {
+		return
+	}
+	now := a.clk.Now()
+	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
+		delete(p.granted, m.GetSessionId())
+		p.pacer.Settle(now, r.credential, r.need,
+			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens()})
+	}
+	if l := m.GetLimits(); l != nil {
+		p.pacer.Observe(now, m.GetCredential(), ratelimit.FromProto(l))
+	}
+	a.releasePacing(ctx)
+}
+
+// cancelPacing drops the session's reservation of token (0: any): a
+// waiting turn leaves the queue, a granted one never sent gives back what
+// it reserved.
+func (a *CredentialsActor) cancelPacing(ctx actor.Context, session string, token uint64) {
+	p := a.pacing
+	if p == nil {
+		return
+	}
+	if r, ok := p.waiting[session]; ok && (token == 0 || r.token == token) {
+		delete(p.waiting, session)
+		p.pacer.Cancel(session)
+	}
+	if r, ok := p.granted[session]; ok && (token == 0 || r.token == token) {
+		delete(p.granted, session)
+		p.pacer.Settle(a.clk.Now(), r.credential, r.need, pacing.Usage{})
+	}
+	a.releasePacing(ctx)
+}
+
+// releasePacing grants the waiting turns that fit now, in priority order,
+// and arms the timer for the next.
+func (a *CredentialsActor) releasePacing(ctx actor.Context) {
+	p := a.pacing
+	if p == nil || len(p.waiting) == 0 {
+		return
+	}
+	for _, g := range p.pacer.Release(a.clk.Now()) {
+		r, ok := p.waiting[g.ID]
+		if !ok {
+			continue
+		}
+		delete(p.waiting, g.ID)
+		waiter := r.waiter
+		r.credential, r.waiter = g.Credential, nil
+		p.granted[g.ID] = r
+		a.keep(g.ID, g)
+		if waiter != nil {
+			track.Send(ctx, a.clk, waiter, &messages.PacingGrant{SessionId: g.ID, Token: r.token,
+				Credential: g.Credential, Switched: g.Switched})
+		}
+	}
+	a.armRelease(ctx)
+	a.view.publish(a)
+}
+
+// armRelease arms the release timer for the first waiting turn, unless it
+// is armed for then already; with none waiting it stops it.
+func (a *CredentialsActor) armRelease(ctx actor.Context) {
+	p := a.pacing
+	now := a.clk.Now()
+	next, ok := p.pacer.NextRelease(now)
+	if !ok {
+		p.stop()
+		return
+	}
+	if p.timer != nil && p.due.Equal(next) {
+		return
+	}
+	p.stop()
+	clk, root, self := a.clk, ctx.ActorSystem().Root, ctx.Self()
+	p.due = next
+	p.timer = clk.AfterFunc(next.Sub(now), func() { track.Send(root, clk, self, &messages.PacingTick{}) })
+}
