@@ -17,7 +17,7 @@ import (
 //
 // The types are AgentStart, MessageUpdate, MessageEnd, AgentEnd,
 // AgentSettled, AutoRetryStart, AutoRetryEnd, RetryFallbackApplied,
-// RetryFallbackSucceeded, ModelChanged, CredentialSwitch,
+// RetryFallbackSucceeded, ModelChanged, CredentialSwitch, RateLimitWait,
 // CompactionRequired, ToolExecutionStart, ToolExecutionEnd,
 // SteeringDelivered and EventsLost. Every one embeds an EventHeader.
 type Event interface {
@@ -135,7 +135,22 @@ type CredentialSwitch struct {
 	EventHeader
 	Provider string
 	From, To string // credential names
-	Reason   string // "usage_limit", or "usage_limit_redeemed" when a banked reset was spent
+	// Reason is "usage_limit", "usage_limit_redeemed" when a banked reset
+	// was spent, or "pacing" when the key held had no room for the turn
+	// and this one had the most.
+	Reason string
+}
+
+// RateLimitWait: a turn waits for its key's rate-limit budget (pacing)
+// instead of going out to be refused; it goes once the budget has room,
+// after about Delay. It is not a retry (no attempt counts); Abort and
+// AbortRetry cancel it.
+type RateLimitWait struct {
+	EventHeader
+	Delay      time.Duration
+	Provider   string
+	Credential string // the key's name, never the key
+	Limit      string // "requests", "tokens", "input_tokens" or "output_tokens"
 }
 
 // CompactionRequired: the context overflowed the model's window and no
@@ -202,6 +217,9 @@ func (ModelChanged) Type() string { return "model_change" }
 
 // Type returns "credential_switch".
 func (CredentialSwitch) Type() string { return "credential_switch" }
+
+// Type returns "rate_limit_wait".
+func (RateLimitWait) Type() string { return "rate_limit_wait" }
 
 // Type returns "compaction_required".
 func (CompactionRequired) Type() string { return "compaction_required" }

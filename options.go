@@ -371,6 +371,7 @@ type sessionConfig struct {
 	role     string
 	settings *retry.Settings
 	steering func() []string
+	priority Priority
 	open     func(ctx context.Context, id string) (history.Log, []*messages.Entry, error)
 }
 
@@ -404,6 +405,24 @@ func WithRole(role string) SessionOption { return func(c *sessionConfig) { c.rol
 // WithSessionID names the session (default: random). Reusing the id of a
 // session whose history is stored resumes that history.
 func WithSessionID(id string) SessionOption { return func(c *sessionConfig) { c.id = id } }
+
+// Priority orders a session's turns among those waiting for a rate-limit
+// budget (pacing): all waiting turns of a higher priority go before any of
+// a lower one, and within a priority the first to wait goes first, so a
+// low-priority background agent never holds back an interactive one.
+type Priority = pacing.Priority
+
+// The priorities (default Normal).
+const (
+	High   = pacing.High
+	Normal = pacing.Normal
+	Low    = pacing.Low
+)
+
+// WithPriority sets the session's priority for pacing (default Normal).
+func WithPriority(p Priority) SessionOption {
+	return func(c *sessionConfig) { c.priority = p }
+}
 
 // WithSteering gives the session a source of steering messages: after a
 // turn's tool calls have run, before the next turn, the session calls next

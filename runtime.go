@@ -236,6 +236,12 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 		StreamIdleTimeout: cfg.streamIdle,
 		MaxResponseBytes:  cfg.maxResponse,
 	}
+	if cfg.pacing {
+		deps.Paced = map[string]bool{}
+		for name := range cfg.providers {
+			deps.Paced[name] = true
+		}
+	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool
 	deps.Goroutines = dispatch.NewSpawner(maxWaitingGoroutines)
@@ -374,6 +380,9 @@ func (rt *Runtime) checkSession(cfg sessionConfig) (*retry.Settings, error) {
 	if strings.TrimSpace(cfg.role) == "" {
 		return nil, fmt.Errorf("musepi: WithRole: empty role")
 	}
+	if cfg.priority > Low {
+		return nil, fmt.Errorf("musepi: WithPriority(%d): want High, Normal or Low", cfg.priority)
+	}
 	if !history.ValidSessionID(cfg.id) {
 		return nil, fmt.Errorf("musepi: session id %q: use 1-128 letters, digits, '-', '_' or '.'", cfg.id)
 	}
@@ -428,7 +437,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open f
 	}
 	s.local.prepared, err = actors.PrepareSession(rt.deps, actors.SessionConfig{
 		ID: cfg.id, History: log, Restored: entries, Model: cfg.model, Role: cfg.role, Settings: settings, Events: &s.events, AllEvents: all, State: s.state,
-		Steering: cfg.steering,
+		Steering: cfg.steering, Priority: cfg.priority,
 	})
 	if err != nil {
 		log.Close()

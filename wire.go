@@ -220,6 +220,10 @@ func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
 	case *messages.SessionEvent_CredentialSwitch:
 		s := e.CredentialSwitch
 		return CredentialSwitch{EventHeader: h, Provider: s.GetProvider(), From: s.GetFrom(), To: s.GetTo(), Reason: s.GetReason()}, true
+	case *messages.SessionEvent_RateLimitWait:
+		w := e.RateLimitWait
+		return RateLimitWait{EventHeader: h, Delay: time.Duration(w.GetDelayMs()) * time.Millisecond, Provider: w.GetProvider(),
+			Credential: w.GetCredential(), Limit: w.GetLimit()}, true
 	case *messages.SessionEvent_CompactionRequired:
 		return CompactionRequired{EventHeader: h, ErrorMessage: e.CompactionRequired.GetErrorMessage()}, true
 	case *messages.SessionEvent_ToolExecutionStart:

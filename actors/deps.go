@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -27,6 +28,7 @@ type Deps struct {
 	Credentials map[string]*actor.PID        // credentials actor by provider name
 	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
+	Paced       map[string]bool              // providers whose credentials actor paces turns (session.Config.Paced)
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
 	Providers   map[string]provider.Provider // by provider name
@@ -130,6 +132,7 @@ type sharedState struct {
 	credentialed   map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
 	budgeted       map[string]bool // the providers with a retry budget (session.Config.Budgeted)
 	fallbackRoles  map[string]bool // the roles with a model-fallback actor (session.Config.FallbackRoles)
+	paced          map[string]bool // the providers whose turns are paced (session.Config.Paced)
 }
 
 // shared builds the shared state on first use: the actors' own mailbox on
@@ -146,6 +149,10 @@ func (d *Deps) shared() *sharedState {
 		d.built.credentialed = present(d.Credentials)
 		d.built.budgeted = present(d.Budgets)
 		d.built.fallbackRoles = present(d.Fallbacks)
+		d.built.paced = map[string]bool{}
+		for name, on := range d.Paced {
+			d.built.paced[name] = on && d.Credentials[name] != nil
+		}
 	})
 	return &d.built
 }
@@ -201,6 +208,9 @@ type SessionConfig struct {
 	// Steering, when set, gives the steering messages to add after a
 	// turn's tool results, before the next turn (see musepi.WithSteering).
 	Steering func() []string
+	// Priority orders the session's turns among those that wait for a
+	// rate-limit budget (pacing).
+	Priority pacing.Priority
 }
 
 // SessionState mirrors what callers may read without asking the actor:

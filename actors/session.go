@@ -257,7 +257,11 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 		// what is left of it (at once when it is past due).
 		return session.Input{Kind: session.InTimerLost}, false, true
 	case *messages.CredentialSelected:
-		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential()}, false, true
+		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
+			Switched: m.GetSwitched(), Wait: time.Duration(m.GetWaitMs()) * time.Millisecond, Limit: m.GetLimit()}, false, true
+	case *messages.PacingGrant:
+		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
+			Switched: m.GetSwitched()}, false, true
 	case *messages.TurnDelta:
 		return session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()}, false, true
 	case *messages.UsageLimitReply:
@@ -338,7 +342,7 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 			ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
 		})
 	}
-	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err})
+	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err, KeyFree: s.keyFree()})
 }
 
 // compactionFinished hands an automatic compaction's outcome to the core;
@@ -645,7 +649,8 @@ func (s *SessionActor) started(ctx actor.Context) {
 	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
 		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
-		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After}
+		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After,
+		Paced: s.deps.shared().paced}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}

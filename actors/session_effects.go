@@ -9,6 +9,7 @@ import (
 
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/session"
 )
 
@@ -27,6 +28,10 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.runtime = e.Context
 	case session.SelectCredential:
 		s.selectCredential(ctx, e)
+	case session.SettleReservation:
+		s.settleReservation(ctx, e)
+	case session.CancelReservation:
+		s.tellCredentials(ctx, e.Model, &messages.PacingCancel{SessionId: s.cfg.ID, Token: e.Token})
 	case session.StartTurn:
 		s.startTurn(ctx, e.Turn, e.Model, e.Credential)
 	case session.CancelTurn:
@@ -102,17 +107,48 @@ func (s *SessionActor) stripTrailingError() {
 	}
 }
 
-// selectCredential asks the provider's credentials actor for a key.
+// selectCredential asks the provider's credentials actor for a key; a
+// paced turn reserves its need with it: its estimated input and its
+// output bound, at the session's priority.
 func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
-	track.Request(ctx, s.deps.Clock, s.deps.Credentials[providerOf(e.Model)], &messages.SelectCredential{SessionId: s.cfg.ID})
+	m := &messages.SelectCredential{SessionId: s.cfg.ID}
+	if e.Pace {
+		prov := providerOf(e.Model)
+		m.Pace, m.Token, m.Priority, m.Credential = true, e.Token, int32(s.cfg.Priority), s.core.Credential()
+		m.InputTokens, m.OutputTokens = pacing.EstimateInput(s.runtime), pacing.OutputBound(s.deps.Providers[prov])
+	}
+	track.Request(ctx, s.deps.Clock, s.deps.Credentials[providerOf(e.Model)], m)
+}
+
+// settleReservation tells the credentials actor what a paced turn used
+// and the limits its response announced: nothing to tell when it reserved
+// nothing and its response announced none.
+func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
+	last := e.Message
+	if e.Token == 0 && last.GetRateLimits() == nil {
+		return
+	}
+	u := last.GetUsage()
+	s.tellCredentials(ctx, e.Model, &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
+		Sent: last.GetHttpStatus() != 0 || !isFailure(last), InputTokens: u.GetInput(), OutputTokens: u.GetOutput(),
+		Limits: last.GetRateLimits()})
+}
+
+// tellCredentials sends msg to model's provider's credentials actor.
+func (s *SessionActor) tellCredentials(ctx actor.Context, model string, msg proto.Message) {
+	if pid := s.deps.Credentials[providerOf(model)]; pid != nil {
+		track.Send(ctx, s.deps.Clock, pid, msg)
+	}
 }
 
 // keyFree reports whether the key the session holds is free in the
-// node's view of its provider's credentials: a retry then keeps it
-// without asking (the credentials actor would answer the same sticky key).
+// node's view of its provider's credentials, and unpaced (no rate limit
+// known): a retry then keeps it without asking (the credentials actor
+// would answer the same sticky key, with nothing to reserve).
 func (s *SessionActor) keyFree() bool {
 	cred := s.core.Credential()
-	return cred != "" && s.deps.Views[providerOf(s.core.Model())].Free(cred, s.deps.Clock.Now())
+	view := s.deps.Views[providerOf(s.core.Model())]
+	return cred != "" && view.Free(cred, s.deps.Clock.Now()) && !view.Paced()
 }
 
 // compactFor compacts the context after an overflow, unless automatic
@@ -305,12 +341,12 @@ func setRetryEvent(out *messages.SessionEvent, ev *session.Event) bool {
 		out.Event = &messages.SessionEvent_ModelChange{ModelChange: modelChange(ev.Change)}
 	case session.EventCredentialSwitch:
 		sw := ev.Switch
-		reason := "usage_limit"
-		if sw.Redeemed {
-			reason = "usage_limit_redeemed"
-		}
 		out.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: &messages.CredentialSwitch{
-			Provider: providerOf(sw.Model), From: sw.From, To: sw.To, Reason: reason}}
+			Provider: providerOf(sw.Model), From: sw.From, To: sw.To, Reason: sw.Reason}}
+	case session.EventRateLimitWait:
+		w := ev.Wait
+		out.Event = &messages.SessionEvent_RateLimitWait{RateLimitWait: &messages.RateLimitWait{
+			DelayMs: w.Delay.Milliseconds(), Provider: providerOf(w.Model), Credential: w.Credential, Limit: w.Limit}}
 	default:
 		return false
 	}

@@ -19,6 +19,9 @@ type CredentialsView struct {
 	mu     sync.Mutex
 	budget bool
 	tokens float64
+
+	paced   atomic.Bool     // a rate limit of a key is known: turns reserve
+	waiting [3]atomic.Int64 // turns waiting for a budget, by priority
 }
 
 // NewCredentialsView returns the view of a credentials actor holding creds.
@@ -40,6 +43,12 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 			ns = c.blockedUntil.UnixNano()
 		}
 		v.until[i].Store(ns)
+	}
+	if p := a.pacing; p != nil {
+		v.paced.Store(p.pacer.Paced())
+		for i, n := range p.pacer.Waiting() {
+			v.waiting[i].Store(int64(n))
+		}
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -171,4 +180,19 @@ func (v *CooldownView) all() map[string]time.Time {
 		out[sel] = until
 	}
 	return out
+}
+
+// Paced reports whether a rate limit of one of the keys is known, so that
+// turns reserve before they go out.
+func (v *CredentialsView) Paced() bool { return v != nil && v.paced.Load() }
+
+// Waiting is how many turns wait for a rate-limit budget, by priority.
+func (v *CredentialsView) Waiting() [3]int64 {
+	var n [3]int64
+	if v != nil {
+		for i := range n {
+			n[i] = v.waiting[i].Load()
+		}
+	}
+	return n
 }

@@ -822,7 +822,7 @@ type CredentialSwitch struct {
 	Provider      string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	From          string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`     // credential name
 	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`         // credential name
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // "usage_limit", or "usage_limit_redeemed" when a banked reset was spent
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // "usage_limit", "usage_limit_redeemed" when a banked reset was spent, or "pacing" when the key held had no room for the turn
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -956,6 +956,7 @@ type SessionEvent struct {
 	//	*SessionEvent_ToolExecutionEnd
 	//	*SessionEvent_CredentialSwitch
 	//	*SessionEvent_SteeringDelivered
+	//	*SessionEvent_RateLimitWait
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1163,6 +1164,15 @@ func (x *SessionEvent) GetSteeringDelivered() *SteeringDelivered {
 	return nil
 }
 
+func (x *SessionEvent) GetRateLimitWait() *RateLimitWait {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_RateLimitWait); ok {
+			return x.RateLimitWait
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -1231,6 +1241,10 @@ type SessionEvent_SteeringDelivered struct {
 	SteeringDelivered *SteeringDelivered `protobuf:"bytes,25,opt,name=steering_delivered,json=steeringDelivered,proto3,oneof"`
 }
 
+type SessionEvent_RateLimitWait struct {
+	RateLimitWait *RateLimitWait `protobuf:"bytes,26,opt,name=rate_limit_wait,json=rateLimitWait,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -1262,6 +1276,80 @@ func (*SessionEvent_ToolExecutionEnd) isSessionEvent_Event() {}
 func (*SessionEvent_CredentialSwitch) isSessionEvent_Event() {}
 
 func (*SessionEvent_SteeringDelivered) isSessionEvent_Event() {}
+
+func (*SessionEvent_RateLimitWait) isSessionEvent_Event() {}
+
+// RateLimitWait is emitted when a turn waits for its key's rate-limit
+// budget (pacing) instead of going out to be refused: it goes once the
+// budget has room, after about delay_ms. Not a retry: no attempt counts.
+// abort and abort_retry cancel it.
+type RateLimitWait struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DelayMs       int64                  `protobuf:"varint,1,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	Provider      string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	Credential    string                 `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"` // the key it waits for (a name, never the key)
+	Limit         string                 `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`           // "requests", "tokens", "input_tokens" or "output_tokens"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimitWait) Reset() {
+	*x = RateLimitWait{}
+	mi := &file_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimitWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimitWait) ProtoMessage() {}
+
+func (x *RateLimitWait) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimitWait.ProtoReflect.Descriptor instead.
+func (*RateLimitWait) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RateLimitWait) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *RateLimitWait) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RateLimitWait) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *RateLimitWait) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
 
 var File_events_proto protoreflect.FileDescriptor
 
@@ -1333,7 +1421,8 @@ const file_events_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"?\n" +
 	"\x11SteeringDelivered\x12*\n" +
-	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\xd0\t\n" +
+	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\x94\n" +
+	"\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1358,8 +1447,16 @@ const file_events_proto_rawDesc = "" +
 	"\x14tool_execution_start\x18\x16 \x01(\v2\x1d.musepi.v1.ToolExecutionStartH\x00R\x12toolExecutionStart\x12K\n" +
 	"\x12tool_execution_end\x18\x17 \x01(\v2\x1b.musepi.v1.ToolExecutionEndH\x00R\x10toolExecutionEnd\x12J\n" +
 	"\x11credential_switch\x18\x18 \x01(\v2\x1b.musepi.v1.CredentialSwitchH\x00R\x10credentialSwitch\x12M\n" +
-	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDeliveredB\a\n" +
-	"\x05eventB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDelivered\x12B\n" +
+	"\x0frate_limit_wait\x18\x1a \x01(\v2\x18.musepi.v1.RateLimitWaitH\x00R\rrateLimitWaitB\a\n" +
+	"\x05event\"|\n" +
+	"\rRateLimitWait\x12\x19\n" +
+	"\bdelay_ms\x18\x01 \x01(\x03R\adelayMs\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x03 \x01(\tR\n" +
+	"credential\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limitB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_events_proto_rawDescOnce sync.Once
@@ -1373,7 +1470,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_events_proto_goTypes = []any{
 	(*AutoRetryStart)(nil),         // 0: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 1: musepi.v1.AutoRetryEnd
@@ -1392,18 +1489,19 @@ var file_events_proto_goTypes = []any{
 	(*CredentialSwitch)(nil),       // 14: musepi.v1.CredentialSwitch
 	(*SteeringDelivered)(nil),      // 15: musepi.v1.SteeringDelivered
 	(*SessionEvent)(nil),           // 16: musepi.v1.SessionEvent
-	(*UserMessage)(nil),            // 17: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 18: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 19: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 20: musepi.v1.ToolResult
+	(*RateLimitWait)(nil),          // 17: musepi.v1.RateLimitWait
+	(*UserMessage)(nil),            // 18: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 19: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 20: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 21: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
-	17, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	18, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	18, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	19, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	20, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	17, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	18, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	19, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	19, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	20, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	21, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	18, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
 	0,  // 6: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
 	1,  // 7: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
 	2,  // 8: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
@@ -1420,11 +1518,12 @@ var file_events_proto_depIdxs = []int32{
 	13, // 19: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
 	14, // 20: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
 	15, // 21: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	17, // 22: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1451,6 +1550,7 @@ func file_events_proto_init() {
 		(*SessionEvent_ToolExecutionEnd)(nil),
 		(*SessionEvent_CredentialSwitch)(nil),
 		(*SessionEvent_SteeringDelivered)(nil),
+		(*SessionEvent_RateLimitWait)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1458,7 +1558,7 @@ func file_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

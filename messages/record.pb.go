@@ -50,6 +50,7 @@ type SessionRecord struct {
 	RetryEnd             *RecordRetryEnd        `protobuf:"bytes,21,opt,name=retry_end,json=retryEnd,proto3" json:"retry_end,omitempty"`        // unset: no chain ended without success
 	Role                 string                 `protobuf:"bytes,22,opt,name=role,proto3" json:"role,omitempty"`                                // the session's model role for fallback chains
 	HistorySeq           uint64                 `protobuf:"varint,23,opt,name=history_seq,json=historySeq,proto3" json:"history_seq,omitempty"` // the seq of the history's last entry when the record was taken
+	Reservation          uint64                 `protobuf:"varint,24,opt,name=reservation,proto3" json:"reservation,omitempty"`                 // the token of the turn's rate-limit reservation (0: none)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -241,6 +242,13 @@ func (x *SessionRecord) GetRole() string {
 func (x *SessionRecord) GetHistorySeq() uint64 {
 	if x != nil {
 		return x.HistorySeq
+	}
+	return 0
+}
+
+func (x *SessionRecord) GetReservation() uint64 {
+	if x != nil {
+		return x.Reservation
 	}
 	return 0
 }
@@ -552,7 +560,7 @@ var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xb1\x06\n" +
+	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xd3\x06\n" +
 	"\rSessionRecord\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1e\n" +
 	"\n" +
@@ -585,7 +593,8 @@ const file_record_proto_rawDesc = "" +
 	"\tretry_end\x18\x15 \x01(\v2\x19.musepi.v1.RecordRetryEndR\bretryEnd\x12\x12\n" +
 	"\x04role\x18\x16 \x01(\tR\x04role\x12\x1f\n" +
 	"\vhistory_seq\x18\x17 \x01(\x04R\n" +
-	"historySeq\"\x91\x01\n" +
+	"historySeq\x12 \n" +
+	"\vreservation\x18\x18 \x01(\x04R\vreservation\"\x91\x01\n" +
 	"\x10RecordModelState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x16\n" +

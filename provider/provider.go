@@ -75,3 +75,9 @@ func Failure(status int, text string, headers map[string]string) *messages.Assis
 		Headers:      headers,
 	}
 }
+
+// OutputBounded is a provider that says the output bound (max_tokens) of
+// its turns, which pacing reserves from its keys' token limits.
+type OutputBounded interface {
+	MaxOutputTokens() int64
+}

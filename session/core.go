@@ -76,6 +76,11 @@ type Config struct {
 	// retry.budget on, a retry on any other provider goes at its backoff
 	// time without asking, and reports no outcomes. Read only, shared.
 	Budgeted map[string]bool
+	// Paced names the providers whose credentials actor paces turns (see
+	// pacing.go): every turn there reserves its need when it asks for its
+	// key, unless the key held is free and unpaced as the node's view
+	// shows (KeyFree). Read only, shared.
+	Paced map[string]bool
 }
 
 // Core is one session's lifecycle as a pure state machine, its retry
@@ -91,6 +96,7 @@ type Core struct {
 	compaction      bool            // Config.Compaction
 	credentialed    map[string]bool // Config.Credentialed
 	budgeted        map[string]bool // Config.Budgeted
+	pacedProviders  map[string]bool // Config.Paced
 	passivateAfter  time.Duration   // Config.PassivateAfter
 	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
 
@@ -114,6 +120,7 @@ func New(cfg Config, src retry.Source) *Core {
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
+		pacedProviders:  cfg.Paced,
 		passivateAfter:  cfg.PassivateAfter,
 		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
 	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
@@ -174,7 +181,7 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	case InPrompt:
 		c.prompt(in.Err)
 	case InCredentialSelected:
-		c.credentialSelected(in.Credential)
+		c.credentialAnswer(in)
 	case InTurnDelta:
 		c.turnDelta(in)
 	case InTurnEnded:
@@ -183,7 +190,7 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		}
 	case InToolsDone:
 		if in.Turn == c.r.Turn && c.r.State == RunningTools {
-			c.toolsDone(in.Err)
+			c.toolsDone(in.Err, in.KeyFree)
 		}
 	case InBackoffDone:
 		c.backoffDone(in)
@@ -215,6 +222,9 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		c.chainStep(func() { c.budgetAnswer(in) })
 	case InAbortRetry:
 		c.chainStep(c.abortRetry)
+		if c.pacingWait() {
+			c.endPacingWait()
+		}
 	}
 }
 
@@ -280,7 +290,10 @@ func (c *Core) credentialReply(in Input) {
 	asked := c.r.Chain.Phase == AwaitingCredential
 	if in.Switched && asked {
 		sw := c.out.switches.add()
-		*sw = CredentialSwitch{Model: c.r.Model, From: c.r.Credential, To: in.Credential, Redeemed: in.Redeemed}
+		*sw = CredentialSwitch{Model: c.r.Model, From: c.r.Credential, To: in.Credential, Reason: SwitchUsageLimit}
+		if in.Redeemed {
+			sw.Reason = SwitchRedeemed
+		}
 		c.emit(EventCredentialSwitch).Switch = sw
 		c.r.Credential = in.Credential
 	}
@@ -333,6 +346,9 @@ func (c *Core) selectCredential(keep bool) {
 		if c.continuing {
 			e.Credential = c.r.Credential
 		}
+		if c.paced() {
+			e.Pace, e.Token = true, c.r.Turn+1
+		}
 	}
 }
 
@@ -359,6 +375,7 @@ func (c *Core) startTurn() {
 // turnEnded takes a turn's message, which the owner has written
 // (historyErr: it could not).
 func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
+	c.settleReservation(c.r.Model, msg)
 	c.r.Last = msg
 	c.emit(EventMessageEnd).Message = msg
 	c.endOnFailedWrite(historyErr)
@@ -382,14 +399,20 @@ func (c *Core) runTools(calls []*messages.ToolCall) {
 }
 
 // toolsDone takes the results of a turn's tools, which the owner has
-// written to the history (historyErr: it could not).
-func (c *Core) toolsDone(historyErr string) {
+// written to the history (historyErr: it could not); the next turn
+// starts, on a paced provider once it has reserved (unless keyFree).
+func (c *Core) toolsDone(historyErr string, keyFree bool) {
 	c.endOnFailedWrite(historyErr)
 	if c.r.Aborts.User {
 		c.decide(c.r.Last)
 		return
 	}
 	c.add(DeliverSteering)
+	if c.paced() && !keyFree {
+		c.continuing = false
+		c.selectCredential(false)
+		return
+	}
 	c.startTurn()
 }
 
@@ -441,6 +464,9 @@ func (c *Core) abort() {
 	c.r.Aborts.User = true
 	c.r.FailureKind = KindAborted
 	c.chainStep(c.abortAll)
+	if c.pacingWait() {
+		c.endPacingWait()
+	}
 }
 
 // abortAll is the global abort's part of the chain: it cancels the retry,
@@ -489,6 +515,7 @@ func (c *Core) stop() {
 		c.r.Chain = ChainRecord{}
 	}
 	c.add(ReleaseSession).Model = c.r.Model
+	c.r.Reservation = 0 // released with the session
 	if c.r.State != Idle {
 		c.r.State = Idle
 		ev := c.emit(EventAgentSettled)

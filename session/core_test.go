@@ -99,8 +99,9 @@ type script struct {
 	buf   Effects
 	// The tokens of the last ask-budget and the last arm-timer, and those
 	// a script kept by name (keep-token NAME), for token=REF[+N].
-	ask, timer uint64
-	kept       map[string]uint64
+	ask, timer  uint64
+	reservation uint64 // the token of the last paced select-credential
+	kept        map[string]uint64
 	// showBudget: ask-budget shows its latest instant, auto_retry_start
 	// the part of its delay the budget added (set showBudget=true).
 	showBudget bool
@@ -218,8 +219,8 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InPrompt}
 	case "prompt-unrecorded": // the owner could not record it
 		in = Input{Kind: InPrompt, Err: arg}
-	case "credential":
-		in = Input{Kind: InCredentialSelected, Credential: arg}
+	case "credential": // KEY [paced [switched] [wait=DUR limit=KIND] [token=REF]]
+		in = sc.credential(args)
 	case "delta":
 		kind, text, _ := strings.Cut(arg, " ")
 		in = Input{Kind: InTurnDelta, Turn: sc.turn, DeltaKind: kind, Delta: text}
@@ -228,8 +229,8 @@ func (sc *script) input(line string) []string {
 	case "turn-end-unrecorded": // the owner could not record the message: "KIND ... | ERROR"
 		kind, errText, _ := strings.Cut(arg, " | ")
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(strings.Fields(kind)), Err: errText}
-	case "tools-done":
-		in = Input{Kind: InToolsDone, Turn: sc.turn}
+	case "tools-done": // [key-free]
+		in = Input{Kind: InToolsDone, Turn: sc.turn, KeyFree: len(args) > 0 && args[0] == "key-free"}
 	case "backoff-done": // [key-free]: the key held is free in the node's view
 		in = Input{Kind: InBackoffDone, Token: tokenOr(sc.token), Generation: sc.core.Generation(),
 			KeyFree: len(args) > 0 && args[0] == "key-free"}
@@ -342,6 +343,14 @@ func (sc *script) set(kv string) {
 			sc.cfg.Credentialed = map[string]bool{}
 			for _, p := range strings.Split(v, ",") {
 				sc.cfg.Credentialed[p] = true
+			}
+		}
+	case "paced": // none | provider,provider
+		sc.cfg.Paced = nil
+		if v != "none" {
+			sc.cfg.Paced = map[string]bool{}
+			for _, p := range strings.Split(v, ",") {
+				sc.cfg.Paced[p] = true
 			}
 		}
 	case "passivateAfter":
@@ -494,10 +503,19 @@ func (sc *script) render(e *Effect) string {
 	case AppendModelChange:
 		return fmt.Sprintf("append-model-change %s -> %s (%s)", e.Change.From, e.Change.To, e.Change.Reason)
 	case SelectCredential:
+		line := fmt.Sprintf("%s %s", e.Kind, e.Model)
 		if e.Credential != "" {
-			return fmt.Sprintf("%s %s keep=%s", e.Kind, e.Model, e.Credential)
+			line += " keep=" + e.Credential
 		}
-		return fmt.Sprintf("%s %s", e.Kind, e.Model)
+		if e.Pace {
+			sc.reservation = e.Token
+			line += fmt.Sprintf(" pace token=%d", e.Token)
+		}
+		return line
+	case SettleReservation:
+		return fmt.Sprintf("%s %s credential=%s token=%d", e.Kind, e.Model, e.Credential, e.Token)
+	case CancelReservation:
+		return fmt.Sprintf("%s %s token=%d", e.Kind, e.Model, e.Token)
 	case ResetProviderSession, DropBudgetHold, ReleaseSession:
 		return fmt.Sprintf("%s %s", e.Kind, e.Model)
 	case StartTurn:
@@ -578,6 +596,12 @@ func renderEvent(ev *Event) string {
 		return fmt.Sprintf("model_change %s -> %s (%s)", ev.Change.From, ev.Change.To, ev.Change.Reason)
 	case EventCompactionRequired:
 		return fmt.Sprintf("compaction_required %q", ev.Error)
+	case EventCredentialSwitch:
+		if r := ev.Switch.Reason; r != SwitchUsageLimit {
+			return fmt.Sprintf("credential_switch %s -> %s (%s)", ev.Switch.From, ev.Switch.To, r)
+		}
+	case EventRateLimitWait:
+		return fmt.Sprintf("rate_limit_wait %s credential=%s limit=%s delay=%s", ev.Wait.Model, ev.Wait.Credential, ev.Wait.Limit, ev.Wait.Delay)
 	}
 	return ev.Kind.String()
 }
@@ -662,4 +686,40 @@ func TestChainAttemptNeverOverflows(t *testing.T) {
 		}
 	}
 	t.Fatal("no auto_retry_start")
+}
+
+// credential reads a credentials actor's answer: "KEY", or for a paced
+// ask "KEY paced [switched] [wait=DUR limit=KIND] [token=REF]" (the token of
+// the last paced select-credential unless token= says another).
+func (sc *script) credential(args []string) Input {
+	in := Input{Kind: InCredentialSelected}
+	if len(args) == 0 {
+		return in
+	}
+	in.Credential = args[0]
+	for _, a := range args[1:] {
+		switch k, v, _ := strings.Cut(a, "="); k {
+		case "paced":
+			in.Token = sc.reservation
+		case "switched":
+			in.Switched = true
+		case "wait":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				sc.t.Fatalf("wait=%s: %v", v, err)
+			}
+			in.Wait = d
+		case "limit":
+			in.Limit = v
+		case "token":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				sc.t.Fatalf("token=%s: %v", v, err)
+			}
+			in.Token = n
+		default:
+			sc.t.Fatalf("credential: unknown %q", a)
+		}
+	}
+	return in
 }

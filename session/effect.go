@@ -29,8 +29,17 @@ const (
 	// retry's continue, Credential is the key the chain's last attempt used,
 	// which InBackoffDone did not report free. (A provider without
 	// credentials, and a continue whose key is free, start the turn
-	// without asking.)
+	// without asking.) With Pace, the turn also reserves its need from the
+	// key's rate limits, as reservation Token; the answer may be a wait,
+	// then a grant, both InCredentialSelected with Token.
 	SelectCredential
+	// SettleReservation ends reservation Token (0: none) of the turn that
+	// ended on Model with Credential in Message: what it used goes to the
+	// budget, with the limits its response announced.
+	SettleReservation
+	// CancelReservation drops reservation Token on Model's provider: a
+	// pacing wait ended by an abort, or a grant no turn takes.
+	CancelReservation
 	// StartTurn streams turn Turn on Model with Credential; its deltas and
 	// end come back as InTurnDelta and InTurnEnded.
 	StartTurn
@@ -84,7 +93,8 @@ const (
 var effectNames = [...]string{
 	Emit: "emit", AppendModelChange: "append-model-change",
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
-	SelectCredential: "select-credential", StartTurn: "start-turn", CancelTurn: "cancel-turn",
+	SelectCredential: "select-credential", SettleReservation: "settle-reservation",
+	CancelReservation: "cancel-reservation", StartTurn: "start-turn", CancelTurn: "cancel-turn",
 	RunTools: "run-tools", DeliverSteering: "deliver-steering", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
 	ResetProviderSession: "reset-provider-session",
 	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
@@ -104,6 +114,7 @@ func (k EffectKind) String() string {
 // the Effects that holds it, and are valid until that is Reset.
 type Effect struct {
 	Kind          EffectKind
+	Pace          bool
 	Pin           bool
 	Passivate     bool
 	Success       bool
@@ -122,6 +133,7 @@ type Effect struct {
 	Calls         []*messages.ToolCall
 	Context       []*messages.Entry
 	Failed        *messages.AssistantMessage
+	Message       *messages.AssistantMessage // SettleReservation: the turn's
 	Event         *Event
 	Change        *ModelChange
 	Result        *Result
@@ -138,6 +150,7 @@ type Effects struct {
 	ends      slab[retry.EndEvent]
 	fallbacks slab[retry.FallbackEvent]
 	switches  slab[CredentialSwitch]
+	waits     slab[RateLimitWait]
 	changes   slab[ModelChange]
 	results   slab[Result]
 }
@@ -155,6 +168,7 @@ func (o *Effects) Reset() {
 	o.ends.reset()
 	o.fallbacks.reset()
 	o.switches.reset()
+	o.waits.reset()
 	o.changes.reset()
 	o.results.reset()
 }
@@ -219,6 +233,7 @@ const (
 	EventModelChange
 	EventCompactionRequired
 	EventCredentialSwitch
+	EventRateLimitWait
 )
 
 var eventNames = [...]string{
@@ -227,6 +242,7 @@ var eventNames = [...]string{
 	EventAutoRetryEnd: "auto_retry_end", EventFallbackApplied: "retry_fallback_applied",
 	EventFallbackSucceeded: "retry_fallback_succeeded", EventModelChange: "model_change",
 	EventCompactionRequired: "compaction_required", EventCredentialSwitch: "credential_switch",
+	EventRateLimitWait: "rate_limit_wait",
 }
 
 func (k EventKind) String() string {
@@ -253,6 +269,7 @@ type Event struct {
 	Fallback    *retry.FallbackEvent       // retry_fallback_applied / _succeeded
 	Change      *ModelChange               // model_change
 	Switch      *CredentialSwitch          // credential_switch
+	Wait        *RateLimitWait             // rate_limit_wait
 }
 
 // CredentialSwitch is a move to another credential of the model's
@@ -260,8 +277,15 @@ type Event struct {
 type CredentialSwitch struct {
 	Model    string // "provider/model" in use
 	From, To string
-	Redeemed bool // the switch spent a banked reset
+	Reason   string // SwitchUsageLimit, SwitchRedeemed or SwitchPacing
 }
+
+// Why a session moved to another credential.
+const (
+	SwitchUsageLimit = "usage_limit"          // its key hit a usage limit
+	SwitchRedeemed   = "usage_limit_redeemed" // ... and the switch spent a banked reset
+	SwitchPacing     = "pacing"               // its key had no room for the turn; this one had the most
+)
 
 // ErrorKind says how a prompt ended without an answer.
 type ErrorKind string

@@ -16,7 +16,10 @@ const (
 	// ends at once with it).
 	InPrompt InputKind = iota + 1
 	// InCredentialSelected: the credentials actor chose Credential for the
-	// turn about to start ("" for a provider without credentials).
+	// turn about to start ("" for a provider without credentials). With a
+	// Token, it answers a paced SelectCredential: Wait above 0 says the
+	// turn waits (for Limit) until a grant (Wait 0) comes; Switched says
+	// the key held had no room.
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
@@ -25,7 +28,8 @@ const (
 	// (Err: the write that failed; nothing more of the prompt is tried).
 	InTurnEnded
 	// InToolsDone: the tools of turn Turn ran; the owner wrote their
-	// results to the history (Err: the write that failed).
+	// results to the history (Err: the write that failed). KeyFree: as
+	// for InBackoffDone, the next turn keeps its key without asking.
 	InToolsDone
 	// InBackoffDone: the backoff timer Token fired and the continue of
 	// Generation it scheduled is due (the timer's owner schedules it, see
@@ -87,7 +91,9 @@ type Input struct {
 	Enabled    bool
 	Model      string
 
-	KeyFree       bool // InBackoffDone
+	KeyFree       bool // InBackoffDone, InToolsDone
+	Wait          time.Duration
+	Limit         string
 	Switched      bool
 	Redeemed      bool // InCredentialReply: the switch spent a banked reset
 	RetryAt       time.Time

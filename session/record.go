@@ -30,6 +30,10 @@ type Record struct {
 	Pinned       bool
 	PrimaryUntil time.Time
 	Credential   string
+	// Reservation is the token of the turn's rate-limit reservation, from
+	// when the credentials actor answered a paced ask until the turn ends
+	// (0: none).
+	Reservation uint64
 	// Before is what the last model change replaced, to undo it.
 	Before ModelState
 

@@ -24,6 +24,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 		"compaction":      "the session's configuration (Config.Compaction), given again to Resume",
 		"credentialed":    "the runtime's configuration (Config.Credentialed), given again to Resume",
 		"budgeted":        "the runtime's configuration (Config.Budgeted), given again to Resume",
+		"pacedProviders":  "the runtime's configuration (Config.Paced), given again to Resume",
 		"passivateAfter":  "the runtime's configuration (Config.PassivateAfter), given again to Resume",
 		"noFallbackChain": "the runtime's configuration (Config.FallbackRoles), given again to Resume",
 		"now":             "the instant of the step running",

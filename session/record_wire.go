@@ -14,7 +14,7 @@ func (r Record) Wire() *messages.SessionRecord {
 	w := &messages.SessionRecord{
 		State: r.State.String(), Generation: r.Generation, Turn: r.Turn, AutoRetry: r.AutoRetry,
 		Primary: r.Primary, Model: r.Model, Pinned: r.Pinned, PrimaryUntilUnixNano: unixNano(r.PrimaryUntil),
-		Credential: r.Credential,
+		Credential: r.Credential, Reservation: r.Reservation,
 		Before: &messages.RecordModelState{Model: r.Before.Model, Primary: r.Before.Primary, Pinned: r.Before.Pinned,
 			PrimaryUntilUnixNano: unixNano(r.Before.PrimaryUntil)},
 		Attempt: int32(r.Attempt), SleepUntilUnixNano: unixNano(r.SleepUntil), SleepToken: r.SleepToken,
@@ -54,7 +54,7 @@ func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 	r := Record{
 		State: state, Generation: w.GetGeneration(), Turn: w.GetTurn(), AutoRetry: w.GetAutoRetry(),
 		Primary: w.GetPrimary(), Model: w.GetModel(), Pinned: w.GetPinned(), PrimaryUntil: fromUnixNano(w.GetPrimaryUntilUnixNano()),
-		Credential: w.GetCredential(),
+		Credential: w.GetCredential(), Reservation: w.GetReservation(),
 		Before: ModelState{Model: wb.GetModel(), Primary: wb.GetPrimary(), Pinned: wb.GetPinned(),
 			PrimaryUntil: fromUnixNano(wb.GetPrimaryUntilUnixNano())},
 		Attempt: int(w.GetAttempt()), SleepUntil: fromUnixNano(w.GetSleepUntilUnixNano()), SleepToken: w.GetSleepToken(),

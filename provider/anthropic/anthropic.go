@@ -76,6 +76,9 @@ type Provider struct {
 
 var _ provider.Provider = (*Provider)(nil)
 
+// MaxOutputTokens is the max_tokens every turn sends (provider.OutputBounded).
+func (p *Provider) MaxOutputTokens() int64 { return p.cfg.MaxTokens }
+
 // New returns a Provider for cfg. The SDK client is built without the SDK's
 // environment defaults (no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or profile
 // files are read): the credential comes with each request, as Request.APIKey.

@@ -102,6 +102,10 @@ type Provider struct {
 	epochs   map[string]uint64 // bumped by ResetSession
 }
 
+// MaxOutputTokens is the output bound every turn sends (0: none sent)
+// (provider.OutputBounded).
+func (p *Provider) MaxOutputTokens() int64 { return p.cfg.MaxTokens }
+
 var _ provider.Provider = (*Provider)(nil)
 
 // New returns a provider for cfg.

@@ -1,0 +1,113 @@
+package musepi_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi"
+)
+
+// pacedHarness is a harness whose provider "p" has one key, A, limited to
+// one request a minute, and answers every call.
+func pacedHarness(t *testing.T, opts ...musepi.Option) *harness {
+	t.Helper()
+	h := newHarnessCreds(t, []musepi.Credential{{Name: "A", APIKey: "key-a", RateLimits: musepi.RateLimits{RPM: 1}}}, opts...)
+	h.p.SetDefault(answer("ok"))
+	return h
+}
+
+func TestPacingWaitsInsteadOfBeingRefused(t *testing.T) {
+	h := pacedHarness(t)
+	first, _ := h.session()
+	h.run()
+	if r := h.settle(h.prompt(first, "spends the minute's request")); r.err != nil {
+		t.Fatal(r.err)
+	}
+	s, rec := h.session()
+	ch := h.prompt(s, "waits for the next")
+	h.advance(30 * time.Second)
+	if !pending(ch) {
+		t.Fatal("the second prompt went out within the minute")
+	}
+	h.run()
+	if r := h.settle(ch); r.err != nil {
+		t.Fatalf("the paced prompt failed: %v", r.err)
+	}
+	var waits []musepi.RateLimitWait
+	for _, e := range rec.events {
+		if w, ok := e.(musepi.RateLimitWait); ok {
+			waits = append(waits, w)
+		}
+		if e.Type() == "auto_retry_start" {
+			t.Errorf("a pacing wait counted as a retry: %v", e)
+		}
+	}
+	if len(waits) != 1 || waits[0].Provider != "p" || waits[0].Credential != "A" || waits[0].Limit != "requests" ||
+		waits[0].Delay != time.Minute {
+		t.Errorf("rate_limit_wait events %+v; want one of 1m on p/A for requests", waits)
+	}
+	if n := len(h.p.Calls()); n != 2 {
+		t.Errorf("%d provider calls; want 2 (no refused one)", n)
+	}
+}
+
+func TestPacingReleasesByPriority(t *testing.T) {
+	h := pacedHarness(t)
+	first, _ := h.session()
+	h.run()
+	h.settle(h.prompt(first, "spends the minute's request"))
+	var order []string
+	var chans []<-chan result
+	for _, p := range []struct {
+		name string
+		prio musepi.Priority
+	}{{"low", musepi.Low}, {"normal", musepi.Normal}, {"high", musepi.High}} {
+		s, _ := h.session(musepi.WithPriority(p.prio), musepi.WithSessionID(p.name))
+		chans = append(chans, h.prompt(s, p.name))
+	}
+	h.run()
+	for _, c := range h.p.Calls()[1:] {
+		order = append(order, c.SessionID)
+	}
+	for _, ch := range chans {
+		if r := h.settle(ch); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if fmt.Sprint(order) != "[high normal low]" {
+		t.Errorf("calls went out in order %v; want [high normal low]", order)
+	}
+}
+
+func TestAbortEndsAPacingWait(t *testing.T) {
+	for _, how := range []string{"abort", "abort_retry"} {
+		t.Run(how, func(t *testing.T) {
+			h := pacedHarness(t)
+			first, _ := h.session()
+			h.run()
+			h.settle(h.prompt(first, "spends the minute's request"))
+			s, _ := h.session()
+			ch := h.prompt(s, "waits")
+			h.advance(time.Second)
+			if how == "abort" {
+				s.Abort()
+			} else {
+				s.AbortRetry()
+			}
+			if r := h.settle(ch); r.err == nil {
+				t.Fatal("the aborted prompt succeeded")
+			}
+			if n := len(h.p.Calls()); n != 1 {
+				t.Errorf("%d provider calls; want 1 (the aborted turn never went out)", n)
+			}
+		})
+	}
+}
+
+func TestWithPriorityRefusesUnknownPriorities(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.rt.NewSession(t.Context(), musepi.WithModel("p/m"), musepi.WithPriority(musepi.Low+1)); err == nil {
+		t.Error("NewSession with an unknown priority: no error")
+	}
+}
