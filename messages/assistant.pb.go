@@ -594,7 +594,7 @@ func (x *AssistantMessage) GetRateLimits() *RateLimits {
 type RateLimits struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Requests      *RateLimit             `protobuf:"bytes,1,opt,name=requests,proto3" json:"requests,omitempty"`
-	Tokens        *RateLimit             `protobuf:"bytes,2,opt,name=tokens,proto3" json:"tokens,omitempty"` // input and output tokens together
+	Tokens        *RateLimit             `protobuf:"bytes,2,opt,name=tokens,proto3" json:"tokens,omitempty"` // OpenAI: input and output; Anthropic: the most restrictive token limit
 	InputTokens   *RateLimit             `protobuf:"bytes,3,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
 	OutputTokens  *RateLimit             `protobuf:"bytes,4,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -17,10 +17,10 @@
 // Header values are never trusted; each field is read on its own and
 // ignored when it is unusable:
 //
-//   - a limit must be a base-10 integer above 0, a remaining count one at
-//     or above 0 (surrounding spaces allowed); an absent, empty, negative
-//     ("-1", as some compatible servers send), zero limit, fractional or
-//     otherwise unparsable value is ignored;
+//   - a limit must be a base-10 integer above 0, a remaining count a
+//     base-10 integer of 0 or more (surrounding spaces allowed); anything
+//     else is ignored: absent, empty, negative ("-1", as some compatible
+//     servers send), fractional, too large or otherwise unparsable;
 //   - a reset is ignored when unparsable, negative ("-1s") or before now (an
 //     instant already past, or a clock skewed against the server's); "0s"
 //     is now;
@@ -48,7 +48,7 @@ type Kind uint8
 // The kinds of limit, in the order Kinds lists them.
 const (
 	Requests     Kind = iota // requests per window
-	Tokens                   // tokens per window, input and output together
+	Tokens                   // tokens per window (OpenAI: input and output; Anthropic: the most restrictive token limit)
 	InputTokens              // input tokens per window
 	OutputTokens             // output tokens per window
 	numKinds
