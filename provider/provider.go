@@ -40,8 +40,11 @@ type Delta struct {
 // and returns the final assistant message; it never returns nil. Failures
 // are messages with StopReason ERROR (HTTP status, headers, error text set);
 // when ctx is cancelled by the caller the stream stops at once and the
-// message has StopReason ABORTED. Implementations are safe for concurrent
-// use by many sessions.
+// message has StopReason ABORTED. A message whose call got an HTTP response
+// carries in RateLimits the limits the response's headers announced
+// (RateLimitsOf), on success and failure alike; it is transient, for the
+// credential's pacing, and not part of the conversation. Implementations
+// are safe for concurrent use by many sessions.
 type Provider interface {
 	Stream(ctx context.Context, req Request, onDelta func(Delta)) *messages.AssistantMessage
 	// ResetSession drops any state cached for the session (such as an OpenAI

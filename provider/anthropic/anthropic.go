@@ -21,6 +21,10 @@
 //     continue (stop_reason refusal, category <category>)";
 //   - the caller's cancellation returns provider.Aborted at once, while
 //     Config.RequestTimeout gives an error reading "context deadline exceeded".
+//
+// Every message of a call that got a response, success or failure, carries
+// in RateLimits the anthropic-ratelimit-* limits its headers announced, read
+// when the headers arrived (provider.RateLimitsOf).
 package anthropic
 
 import (
@@ -108,6 +112,7 @@ func (p *Provider) ResetSession(string) {}
 func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (out *messages.AssistantMessage) {
 	cb := &callerCallback{onDelta: onDelta} // a panic of the caller's onDelta is the caller's
 	acc := newAccumulator(cb.call)
+	var limits *messages.RateLimits // what the response's headers announced
 	defer func() {
 		// Never panic on odd input or output: a panic of the adapter or the
 		// SDK becomes an error message.
@@ -121,6 +126,7 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 				ErrorMessage: fmt.Sprintf("anthropic provider: internal error: %v", r),
 			})
 		}
+		out.RateLimits = limits
 	}()
 	if ctx.Err() != nil {
 		return p.finish(req, provider.Aborted(nil))
@@ -141,6 +147,8 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		option.WithResponseInto(&resp),
 	)
 	defer stream.Close()
+	// The SDK returns the stream once the headers have arrived.
+	limits = provider.RateLimitsOf(resp, time.Now())
 
 	readStream(stream, acc)
 	if err := stream.Err(); err != nil {

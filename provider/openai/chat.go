@@ -82,6 +82,7 @@ func (p *Provider) streamChat(t *turn, req provider.Request) *messages.Assistant
 	}
 	stream := p.client.Chat.Completions.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
 	defer stream.Close()
+	t.received()
 
 	s := &chatState{byIndex: map[int64]*chatCall{}}
 	for stream.Next() {

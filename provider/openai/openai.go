@@ -29,6 +29,10 @@
 // sends with it; its error text is the error message sent with it on the
 // same chunk, verbatim, else the stop details' explanation, else a default.
 //
+// Every message of a call that got a response, success or failure, carries
+// in RateLimits the x-ratelimit-* limits its headers announced, read when
+// the headers arrived (provider.RateLimitsOf).
+//
 // Failures follow the retry policy's needs: an HTTP error keeps its status,
 // its headers (lower-case names, first value) and "<status> <status text>:
 // <provider message> (code: ..., type: ...)"; a network error keeps Go's
@@ -131,6 +135,7 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 	if onDelta == nil {
 		onDelta = func(provider.Delta) {}
 	}
+	t := &turn{callerCtx: ctx, reqCtx: ctx, timeout: p.cfg.RequestTimeout, onDelta: onDelta}
 	defer func() {
 		if r := recover(); r != nil {
 			msg = provider.Failure(0, fmt.Sprintf("openai provider: internal error: %v", r), nil)
@@ -140,12 +145,12 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		}
 		msg.Provider = ProviderName
 		msg.Model = req.Model
+		msg.RateLimits = t.limits
 		provider.ValidUTF8(msg)
 	}()
 	if ctx.Err() != nil {
 		return provider.Aborted(nil)
 	}
-	t := &turn{callerCtx: ctx, reqCtx: ctx, timeout: p.cfg.RequestTimeout, onDelta: onDelta}
 	if p.cfg.RequestTimeout > 0 {
 		var cancel context.CancelFunc
 		t.reqCtx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
@@ -183,8 +188,15 @@ type turn struct {
 	reqCtx    context.Context // callerCtx plus Config.RequestTimeout
 	timeout   time.Duration
 	onDelta   func(provider.Delta)
-	res       *http.Response  // the HTTP response, once there is one
-	usage     *messages.Usage // the token counts the stream reported
+	res       *http.Response       // the HTTP response, once there is one
+	usage     *messages.Usage      // the token counts the stream reported
+	limits    *messages.RateLimits // what the response's headers announced
+}
+
+// received reads the rate limits of the response, if any, once the call has
+// returned: the SDK returns a stream as soon as the headers arrive.
+func (t *turn) received() {
+	t.limits = provider.RateLimitsOf(t.res, time.Now())
 }
 
 func (t *turn) text(s string) {

@@ -218,6 +218,7 @@ func (p *Provider) streamResponses(t *turn, req provider.Request) *messages.Assi
 	}
 	stream := p.client.Responses.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
 	defer stream.Close()
+	t.received()
 
 	s := &respState{byID: map[string]*respItem{}, byIndex: map[int64]*respItem{}}
 	for stream.Next() {
