@@ -1,11 +1,14 @@
 package musepi_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 )
 
 // pacedHarness is a harness whose provider "p" has one key, A, limited to
@@ -109,5 +112,48 @@ func TestWithPriorityRefusesUnknownPriorities(t *testing.T) {
 	h := newHarness(t)
 	if _, err := h.rt.NewSession(t.Context(), musepi.WithModel("p/m"), musepi.WithPriority(musepi.Low+1)); err == nil {
 		t.Error("NewSession with an unknown priority: no error")
+	}
+}
+
+// announcing answers every call, announcing that the key has no request
+// left for a minute (as a response's rate-limit headers say).
+type announcing struct{ clk interface{ Now() time.Time } }
+
+func (p announcing) Stream(context.Context, provider.Request, func(provider.Delta)) *messages.AssistantMessage {
+	m := provider.Text("ok")
+	limit, remaining := int64(1), int64(0)
+	m.RateLimits = &messages.RateLimits{Requests: &messages.RateLimit{Limit: &limit, Remaining: &remaining,
+		ResetUnixMs: p.clk.Now().Add(time.Minute).UnixMilli()}}
+	return m
+}
+
+func (announcing) ResetSession(string) {}
+
+func TestPacingLearnsTheLimitsResponsesAnnounce(t *testing.T) {
+	h := newHarness(t) // its clock; the runtime is one with provider "a"
+	ann := announcing{clk: h.clk}
+	rt, err := musepi.NewRuntime(musepi.WithClock(h.clk), musepi.WithProvider("a", ann, musepi.Credential{Name: "A", APIKey: "key-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+	h.rt = rt
+	first, _ := h.session(musepi.WithModel("a/m"))
+	h.run()
+	if r := h.settle(h.prompt(first, "learns the limit")); r.err != nil {
+		t.Fatal(r.err)
+	}
+	s, rec := h.session(musepi.WithModel("a/m"))
+	ch := h.prompt(s, "waits for the refill")
+	h.advance(30 * time.Second)
+	if !pending(ch) {
+		t.Fatal("the second prompt went out although the response said no request was left")
+	}
+	h.run()
+	if r := h.settle(ch); r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got := rec.lines("rate_limit_wait"); len(got) != 1 {
+		t.Errorf("rate_limit_wait events %v; want one", got)
 	}
 }

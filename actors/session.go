@@ -160,6 +160,10 @@ type asleep struct {
 	dur        *durable
 	promptUser *messages.UserMessage // the prompt running, for its agent_start
 	turnModel  string                // "provider/model" of the turn running
+	// turnLimits are the rate limits the ended turn's response announced,
+	// taken off its message (they are no part of the conversation) for the
+	// step that settles its reservation.
+	turnLimits *messages.RateLimits
 	// wakeAtScheduler: the session's backoff is its scheduler's (by
 	// session id), not its retry child's.
 	wakeAtScheduler bool
@@ -319,8 +323,10 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 	if msg.GetModel() == "" {
 		msg.Model = modelName
 	}
+	s.turnLimits, msg.RateLimits = msg.GetRateLimits(), nil
 	err := s.writeHistory(true, assistantEntry(msg)...)
 	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
+	s.turnLimits = nil
 }
 
 // toolsFinished records the tool results, tells the subscribers, and steps

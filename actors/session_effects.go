@@ -125,13 +125,13 @@ func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
 // nothing and its response announced none.
 func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 	last := e.Message
-	if e.Token == 0 && last.GetRateLimits() == nil {
+	if e.Token == 0 && s.turnLimits == nil {
 		return
 	}
 	u := last.GetUsage()
 	s.tellCredentials(ctx, e.Model, &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), InputTokens: u.GetInput(), OutputTokens: u.GetOutput(),
-		Limits: last.GetRateLimits()})
+		Limits: s.turnLimits})
 }
 
 // tellCredentials sends msg to model's provider's credentials actor.
