@@ -24,7 +24,8 @@ type Server struct {
 	mu        sync.Mutex
 	sc        *Scenario
 	firstUsed map[int]int // rule index -> requests it answered under "first"
-	start     time.Time
+	clock     func() time.Time
+	start     time.Time       // the clock's origin: from_ms/to_ms and by_window count from it
 	known     map[string]bool // Responses ids issued and not forgotten
 	stats     statsState
 
@@ -46,6 +47,7 @@ func New(sc *Scenario) *Server {
 	s := &Server{
 		sc:        sc,
 		firstUsed: map[int]int{},
+		clock:     time.Now,
 		start:     time.Now(),
 		known:     map[string]bool{},
 		closeCtx:  ctx,
@@ -70,9 +72,32 @@ func (s *Server) SetScenario(sc *Scenario) {
 func (s *Server) ResetClock() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.start = time.Now()
+	s.resetClock()
+}
+
+// resetClock is ResetClock; the caller holds s.mu.
+func (s *Server) resetClock() {
+	s.start = s.clock()
 	s.stats.windows = map[int64]*Window{}
 }
+
+// SetClock makes now the server's clock (time.Now by default) and restarts
+// it as ResetClock does. Time windows and by_window stats read it, so tests
+// can move time without sleeping; delays, stalls and timeouts still take
+// real time. now must be safe for concurrent use; nil restores time.Now.
+func (s *Server) SetClock(now func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clock = now
+	s.resetClock()
+}
+
+// elapsedMs is the time on the server's clock since its origin, in ms; the
+// caller holds s.mu.
+func (s *Server) elapsedMs() int64 { return s.clock().Sub(s.start).Milliseconds() }
 
 // Start listens on addr ("127.0.0.1:0" when empty) and serves in the
 // background. It returns the base URL, such as "http://127.0.0.1:41234"
@@ -392,7 +417,7 @@ func (s *Server) choose(req *apiRequest) (*Respond, string) {
 	if sc == nil {
 		sc = &Scenario{}
 	}
-	chosen, label := s.matchRule(sc, req, time.Since(s.start).Milliseconds())
+	chosen, label := s.matchRule(sc, req, s.elapsedMs())
 	if chosen == nil {
 		chosen, label = sc.Default, labelDefault
 		if chosen == nil {

@@ -3,7 +3,6 @@ package fakellm
 import (
 	"sort"
 	"strconv"
-	"time"
 )
 
 // WindowMs is the width of a Stats.ByWindow bucket.
@@ -64,7 +63,7 @@ func (s *Server) record(req *apiRequest, rule string, status int, failed bool) {
 	st.byAPI[req.api]++
 	st.byRule[rule]++
 	st.byStatus[strconv.Itoa(status)]++
-	t := time.Since(s.start).Milliseconds() / WindowMs * WindowMs
+	t := s.elapsedMs() / WindowMs * WindowMs
 	w := st.windows[t]
 	if w == nil {
 		w = &Window{TMs: t}
