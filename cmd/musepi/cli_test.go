@@ -73,6 +73,10 @@ func TestCLIConventions(t *testing.T) {
 		{"fakellm extra", 2, `musepi fakellm: unexpected argument "extra"`},
 		{"fakellm --scenario $MISSING", 1, "musepi fakellm: open $MISSING: no such file or directory"},
 		{"fakellm --listen no-port", 1, "musepi fakellm: --listen: listen tcp: address no-port: missing port in address"},
+		{"fakellm --rpm -1", 2, "musepi fakellm: --rpm must be 0 (no limit) to 1000000000, got -1"},
+		{"fakellm --tpm 1000000001", 2, "musepi fakellm: --tpm must be 0 (no limit) to 1000000000, got 1000000001"},
+		{"fakellm --tpm x", 2, `musepi fakellm: invalid value "x" for flag -tpm: parse error`},
+		{"fakellm --rpm 5 --scenario $MISSING", 1, "musepi fakellm: open $MISSING: no such file or directory"},
 
 		{"history", 2, "musepi history: missing command"},
 		{"history check", 2, "musepi history check: missing FILE"},

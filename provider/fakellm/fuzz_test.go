@@ -45,6 +45,7 @@ func FuzzScenario(f *testing.F) {
 		`{"default": {"forget_previous": true, "cut_after": 0, "stall_ms": 1, "stall_after": 1, "chunk_delay_ms": 1}}`,
 		"{\"rules\":[{\"name\":\"\u00e9\",\"respond\":{\"text\":\"\\ud800\\u0000\"}}]}",
 		`{"rules": [{"respond": {"cut_after": -0}}]}`,
+		`{"limits": [{"key": "k", "model": "m", "rpm": 1}, {"key": "k", "tpm": 1000000000}, {"rpm": 600, "tpm": 200000}]}`,
 		// Invalid.
 		``,
 		` `,
@@ -69,6 +70,10 @@ func FuzzScenario(f *testing.F) {
 		`{"default": {"headers": {"x-a": "1\r\n"}}}`,
 		`{"rules": [], "rules": 5}`,
 		`{"default": {"text": "a", "text": 1}}`,
+		`{"limits": {}}`,
+		`{"limits": [{}]}`,
+		`{"limits": [{"rpm": 1}, {"key": "k", "rpm": 2}]}`,
+		`{"limits": [{"rpm": -1, "tpm": 1e3}]}`,
 		"\xef\xbb\xbf{}",
 		"{\"default\": {\"text\": \"\xff\"}}",
 	} {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,4 +321,28 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 		t.Fatalf("reading body: %v", err)
 	}
 	return b
+}
+
+// testClock is a clock for Server.SetClock that moves only when told.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{now: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+// Now is the clock's time (the func handed to SetClock).
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }

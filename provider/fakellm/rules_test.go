@@ -79,6 +79,31 @@ func TestAPIRule(t *testing.T) {
 	}
 }
 
+// TestSetClock: with an injected clock the windows and by_window follow
+// it, not the wall clock.
+func TestSetClock(t *testing.T) {
+	ts := startJSON(t, `{"rules": [{"name": "early", "match": {"to_ms": 60000}, "respond": {"status": 503}}]}`)
+	clk := newTestClock()
+	ts.srv.SetClock(clk.Now)
+	if got := ts.call(req{api: APIOpenAIChat}).status; got != 503 {
+		t.Errorf("t=0: status %d, want 503", got)
+	}
+	clk.Advance(time.Minute)
+	if got := ts.call(req{api: APIOpenAIChat}).status; got != 200 {
+		t.Errorf("t=1m: status %d, want 200", got)
+	}
+	st := ts.srv.Stats()
+	want := []Window{{TMs: 0, Requests: 1, Errors: 1}, {TMs: 60000, Requests: 1}}
+	if !reflect.DeepEqual(st.ByWindow, want) {
+		t.Errorf("by_window %+v, want %+v", st.ByWindow, want)
+	}
+	// SetClock restarts the clock; nil goes back to the wall clock.
+	ts.srv.SetClock(nil)
+	if got := ts.call(req{api: APIOpenAIChat}).status; got != 503 {
+		t.Errorf("after SetClock(nil): status %d, want 503", got)
+	}
+}
+
 func TestTimeWindow(t *testing.T) {
 	ts := startJSON(t, `{"rules": [
 		{"name": "early", "match": {"from_ms": 0, "to_ms": 200}, "respond": {"status": 503}},
@@ -260,6 +285,7 @@ func TestStats(t *testing.T) {
 		ByAPI:    map[string]int64{APIAnthropic: 2, APIOpenAIChat: 2, APIOpenAIResponses: 1},
 		ByRule:   map[string]int64{"limited": 2, "rules[1]": 1, "cut": 1, "default": 1},
 		ByStatus: map[string]int64{"429": 2, "200": 3},
+		ByLimit:  map[string]int64{},
 	}
 	got := st
 	got.ByWindow, got.Active = nil, 0 // a cut stream's handler may still be unwinding

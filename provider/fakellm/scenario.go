@@ -26,10 +26,12 @@ const DefaultText = "Hello from fakellm"
 
 // Scenario is a fault-injection script: rules tried in order, the first
 // matching rule answers, otherwise Default does. A nil or empty Default
-// streams DefaultText. A Scenario is read-only once handed to a Server.
+// streams DefaultText. Limits are rate limits the answers that would
+// succeed must fit in. A Scenario is read-only once handed to a Server.
 type Scenario struct {
 	Rules   []Rule   `json:"rules,omitempty"`
 	Default *Respond `json:"default,omitempty"`
+	Limits  []Limit  `json:"limits,omitempty"`
 }
 
 // Rule is one scripted answer for the requests it matches.
@@ -510,7 +512,7 @@ func (o *object) stringMap(name string, dst *map[string]string) error {
 }
 
 func decodeScenario(data []byte) (*Scenario, error) {
-	top, err := readObject("", data, "rules", "default")
+	top, err := readObject("", data, "rules", "default", "limits")
 	if err != nil {
 		var se *ScenarioError
 		if errors.As(err, &se) && se.Path == "" {
@@ -543,7 +545,39 @@ func decodeScenario(data []byte) (*Scenario, error) {
 		}
 		sc.Default = d
 	}
+	if raw, ok := top.fields["limits"]; ok {
+		if sc.Limits, err = decodeLimits(raw); err != nil {
+			return nil, err
+		}
+	}
 	return sc, nil
+}
+
+// decodeLimits reads the limits array.
+func decodeLimits(raw json.RawMessage) ([]Limit, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, errAt("limits", "must be an array, got %s", describeJSON(raw))
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, errAt("limits", "%v", err)
+	}
+	out := make([]Limit, 0, len(items))
+	for i, item := range items {
+		o, err := readObject(fmt.Sprintf("limits[%d]", i), item, "key", "model", "rpm", "tpm")
+		if err != nil {
+			return nil, err
+		}
+		var l Limit
+		for _, e := range []error{o.str("key", &l.Key), o.str("model", &l.Model), o.integer("rpm", &l.RPM), o.integer("tpm", &l.TPM)} {
+			if e != nil {
+				return nil, e
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 func decodeRule(path string, raw json.RawMessage) (Rule, error) {
@@ -719,7 +753,7 @@ func (sc *Scenario) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return validateLimits(sc.Limits)
 }
 
 var apiNames = []string{APIOpenAIChat, APIOpenAIResponses, APIAnthropic}

@@ -24,8 +24,10 @@ type Server struct {
 	mu        sync.Mutex
 	sc        *Scenario
 	firstUsed map[int]int // rule index -> requests it answered under "first"
-	start     time.Time
+	clock     func() time.Time
+	start     time.Time       // the clock's origin: from_ms/to_ms and by_window count from it
 	known     map[string]bool // Responses ids issued and not forgotten
+	limits    map[limitKey]*limitState
 	stats     statsState
 
 	ids    atomic.Uint64 // for every generated id
@@ -46,8 +48,10 @@ func New(sc *Scenario) *Server {
 	s := &Server{
 		sc:        sc,
 		firstUsed: map[int]int{},
+		clock:     time.Now,
 		start:     time.Now(),
 		known:     map[string]bool{},
+		limits:    map[limitKey]*limitState{},
 		closeCtx:  ctx,
 		closeFn:   cancel,
 	}
@@ -56,23 +60,51 @@ func New(sc *Scenario) *Server {
 }
 
 // SetScenario swaps the scenario at run time; the "first" counters start
-// over. Requests already being answered keep their old answer. A hand-built
-// scenario should pass Validate first.
+// over and the rate-limit buckets start full. Requests already being
+// answered keep their old answer. A hand-built scenario should pass
+// Validate first.
 func (s *Server) SetScenario(sc *Scenario) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sc = sc
 	s.firstUsed = map[int]int{}
+	s.limits = map[limitKey]*limitState{}
 }
 
-// ResetClock restarts the time windows (from_ms/to_ms) at 0 and clears the
-// per-window stats, whose t_ms counts from the same origin.
+// ResetClock restarts the time windows (from_ms/to_ms) at 0, clears the
+// per-window stats, whose t_ms counts from the same origin, and fills
+// every rate-limit bucket.
 func (s *Server) ResetClock() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.start = time.Now()
-	s.stats.windows = map[int64]*Window{}
+	s.resetClock()
 }
+
+// resetClock is ResetClock; the caller holds s.mu.
+func (s *Server) resetClock() {
+	s.start = s.clock()
+	s.stats.windows = map[int64]*Window{}
+	s.limits = map[limitKey]*limitState{}
+}
+
+// SetClock makes now the server's clock (time.Now by default) and restarts
+// it as ResetClock does. Time windows, by_window stats and the rate-limit
+// buckets read it, so tests can move time without sleeping; delays, stalls
+// and timeouts still take real time. now must be safe for concurrent use;
+// nil restores time.Now.
+func (s *Server) SetClock(now func() time.Time) {
+	if now == nil {
+		now = time.Now
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clock = now
+	s.resetClock()
+}
+
+// elapsedMs is the time on the server's clock since its origin, in ms; the
+// caller holds s.mu.
+func (s *Server) elapsedMs() int64 { return s.clock().Sub(s.start).Milliseconds() }
 
 // Start listens on addr ("127.0.0.1:0" when empty) and serves in the
 // background. It returns the base URL, such as "http://127.0.0.1:41234"
@@ -245,7 +277,11 @@ type apiRequest struct {
 	PreviousResponseID string `json:"previous_response_id"`
 	Store              *bool  `json:"store"`
 	MaxTokens          *int64 `json:"max_tokens"`
-	StreamOptions      *struct {
+	// The output limits of Chat (max_tokens is its older name) and
+	// Responses, for the rate limits.
+	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	MaxOutputTokens     *int64 `json:"max_output_tokens"`
+	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 
@@ -269,8 +305,9 @@ func apiKey(r *http.Request, api string) string {
 
 // Labels for requests no rule answered.
 const (
-	labelDefault = "default"
-	labelInvalid = "(invalid)"
+	labelDefault   = "default"
+	labelInvalid   = "(invalid)"
+	labelRateLimit = "(rate_limit)"
 )
 
 // handleAPI answers one request of api: a request the real API would
@@ -283,30 +320,80 @@ func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.R
 		s.reject(w, req, spec)
 		return
 	}
-	resp, label := s.choose(req)
-	errOut, streamErr := s.outcome(req, resp)
-	status, failed := http.StatusOK, false
-	switch {
-	case errOut != nil:
-		status, failed = errOut.status, errOut.status >= 400
-	case streamErr != nil, resp.CutAfter != nil:
-		failed = true
+	a := s.decide(req)
+	status, failed := a.status()
+	s.record(req, a.label, status, failed)
+	if a.grant != nil {
+		defer s.settle(a.grant, a.outputTokens())
 	}
-	s.record(req, label, status, failed)
+	for k, v := range a.rateHeaders {
+		w.Header().Set(k, v)
+	}
 
+	resp := a.resp
 	if resp.DelayMs > 0 && !sleep(ctx, ms(resp.DelayMs)) {
 		return
 	}
 	switch {
-	case errOut != nil:
-		s.writeError(w, api, *errOut, resp.Headers)
-	case streamErr != nil:
-		s.writeStreamError(w, api, *streamErr, resp.Headers)
+	case a.errOut != nil:
+		s.writeError(w, api, *a.errOut, resp.Headers)
+	case a.streamErr != nil:
+		s.writeStreamError(w, api, *a.streamErr, resp.Headers)
 	case req.Stream:
 		s.writeStream(ctx, w, req, resp)
 	default:
 		s.writeFull(ctx, w, req, resp)
 	}
+}
+
+// answer is how the server answers one request, decided before anything
+// of it is sent.
+type answer struct {
+	resp              *Respond
+	label             string   // the stats' rule label
+	errOut, streamErr *errSpec // an HTTP error, an in-stream error (nil: none)
+	// rateHeaders are the rate-limit headers (and a refusal's retry
+	// hints); the respond's own headers are set after them and win.
+	rateHeaders map[string]string
+	grant       *rateGrant // what the rate limits took, settled once answered
+}
+
+// decide chooses the answer to req. The scenario decides first (its
+// rules, then the stale-response check); an answer that would succeed
+// must then fit in the rate limits, or becomes their 429. Errors take
+// nothing from the buckets.
+func (s *Server) decide(req *apiRequest) *answer {
+	resp, label := s.choose(req)
+	a := &answer{resp: resp, label: label}
+	a.errOut, a.streamErr = s.outcome(req, resp)
+	if a.errOut != nil || a.streamErr != nil {
+		a.rateHeaders = s.peekRate(req)
+		return a
+	}
+	var refused *errSpec
+	a.grant, refused, a.rateHeaders = s.takeRate(req)
+	if refused != nil {
+		a.resp, a.label, a.errOut = &Respond{}, labelRateLimit, refused
+	}
+	return a
+}
+
+// status is the answer's HTTP status, and whether the stats count it as
+// an error.
+func (a *answer) status() (int, bool) {
+	switch {
+	case a.errOut != nil:
+		return a.errOut.status, a.errOut.status >= 400
+	case a.streamErr != nil, a.resp.CutAfter != nil:
+		return http.StatusOK, true
+	}
+	return http.StatusOK, false
+}
+
+// outputTokens is the output the answer's usage reports.
+func (a *answer) outputTokens() int {
+	c := planContent(a.resp)
+	return c.outputTokens()
 }
 
 // readRequest reads the request's body into req and checks it as the real API
@@ -380,7 +467,7 @@ func tooLargeType(api string) string {
 // reject answers a request that failed the server's own checks.
 func (s *Server) reject(w http.ResponseWriter, req *apiRequest, e errSpec) {
 	s.record(req, labelInvalid, e.status, true)
-	s.writeError(w, req.api, e, nil)
+	s.writeError(w, req.api, e, s.peekRate(req))
 }
 
 // choose picks the answer for req: the first matching rule, else the
@@ -392,7 +479,7 @@ func (s *Server) choose(req *apiRequest) (*Respond, string) {
 	if sc == nil {
 		sc = &Scenario{}
 	}
-	chosen, label := s.matchRule(sc, req, time.Since(s.start).Milliseconds())
+	chosen, label := s.matchRule(sc, req, s.elapsedMs())
 	if chosen == nil {
 		chosen, label = sc.Default, labelDefault
 		if chosen == nil {

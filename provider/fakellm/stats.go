@@ -3,7 +3,6 @@ package fakellm
 import (
 	"sort"
 	"strconv"
-	"time"
 )
 
 // WindowMs is the width of a Stats.ByWindow bucket.
@@ -24,11 +23,16 @@ type Stats struct {
 	ByModel map[string]int64 `json:"by_model"`
 	ByAPI   map[string]int64 `json:"by_api"`
 	// ByRule counts by the rule that answered: its name, "rules[<i>]"
-	// when unnamed, "default", or "(invalid)".
+	// when unnamed, "default", "(invalid)", or "(rate_limit)" for the
+	// 429s of the scenario's rate limits.
 	ByRule map[string]int64 `json:"by_rule"`
 	// ByStatus counts by HTTP status ("200", "429", ...); in-stream errors
 	// and cut streams count as "200".
 	ByStatus map[string]int64 `json:"by_status"`
+	// ByLimit counts the 429s of the scenario's rate limits (the rule
+	// "(rate_limit)") by the limit that refused: LimitRequests or
+	// LimitTokens.
+	ByLimit map[string]int64 `json:"by_limit"`
 	// ByWindow holds the non-empty 100 ms buckets in time order; T is the
 	// bucket's start in ms since the clock started (or ResetClock).
 	ByWindow []Window `json:"by_window"`
@@ -44,13 +48,15 @@ type Window struct {
 type statsState struct {
 	total, errors                           int64
 	byKey, byModel, byAPI, byRule, byStatus map[string]int64
+	byLimit                                 map[string]int64
 	windows                                 map[int64]*Window
 }
 
 func (st *statsState) reset() {
 	*st = statsState{
 		byKey: map[string]int64{}, byModel: map[string]int64{}, byAPI: map[string]int64{},
-		byRule: map[string]int64{}, byStatus: map[string]int64{}, windows: map[int64]*Window{},
+		byRule: map[string]int64{}, byStatus: map[string]int64{}, byLimit: map[string]int64{},
+		windows: map[int64]*Window{},
 	}
 }
 
@@ -64,7 +70,7 @@ func (s *Server) record(req *apiRequest, rule string, status int, failed bool) {
 	st.byAPI[req.api]++
 	st.byRule[rule]++
 	st.byStatus[strconv.Itoa(status)]++
-	t := time.Since(s.start).Milliseconds() / WindowMs * WindowMs
+	t := s.elapsedMs() / WindowMs * WindowMs
 	w := st.windows[t]
 	if w == nil {
 		w = &Window{TMs: t}
@@ -92,7 +98,7 @@ func (s *Server) Stats() Stats {
 	out := Stats{
 		Total: st.total, Active: s.active.Load(), Errors: st.errors,
 		ByKey: cp(st.byKey), ByModel: cp(st.byModel), ByAPI: cp(st.byAPI),
-		ByRule: cp(st.byRule), ByStatus: cp(st.byStatus),
+		ByRule: cp(st.byRule), ByStatus: cp(st.byStatus), ByLimit: cp(st.byLimit),
 		ByWindow: make([]Window, 0, len(st.windows)),
 	}
 	for _, w := range st.windows {
