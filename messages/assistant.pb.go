@@ -467,8 +467,9 @@ type AssistantMessage struct {
 	Headers       map[string]string      `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // response headers; names as received
 	Provider      string                 `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
 	Model         string                 `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
-	TimestampMs   int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"` // Unix milliseconds (pi's "timestamp")
-	Usage         *Usage                 `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`                              // token counts, when the provider reported them
+	TimestampMs   int64                  `protobuf:"varint,9,opt,name=timestamp_ms,json=timestamp,proto3" json:"timestamp_ms,omitempty"`         // Unix milliseconds (pi's "timestamp")
+	Usage         *Usage                 `protobuf:"bytes,10,opt,name=usage,proto3" json:"usage,omitempty"`                                      // token counts, when the provider reported them
+	ResponseModel string                 `protobuf:"bytes,11,opt,name=response_model,json=responseModel,proto3" json:"response_model,omitempty"` // the model the response named ("gpt-4o-2024-08-06"); "" when it named none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +572,13 @@ func (x *AssistantMessage) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *AssistantMessage) GetResponseModel() string {
+	if x != nil {
+		return x.ResponseModel
+	}
+	return ""
 }
 
 // Usage is the token count of one turn, as the provider reported it.
@@ -799,7 +807,7 @@ const file_assistant_proto_rawDesc = "" +
 	"\x06fields\x18\x02 \x03(\v2\".musepi.v1.StopDetails.FieldsEntryR\x06fields\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x04\n" +
 	"\x10AssistantMessage\x121\n" +
 	"\acontent\x18\x01 \x03(\v2\x17.musepi.v1.ContentBlockR\acontent\x126\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x15.musepi.v1.StopReasonR\n" +
@@ -813,7 +821,8 @@ const file_assistant_proto_rawDesc = "" +
 	"\x05model\x18\b \x01(\tR\x05model\x12\x1f\n" +
 	"\ftimestamp_ms\x18\t \x01(\x03R\ttimestamp\x12&\n" +
 	"\x05usage\x18\n" +
-	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x1a:\n" +
+	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x12%\n" +
+	"\x0eresponse_model\x18\v \x01(\tR\rresponseModel\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +

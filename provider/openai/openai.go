@@ -181,6 +181,7 @@ type turn struct {
 	onDelta   func(provider.Delta)
 	res       *http.Response  // the HTTP response, once there is one
 	usage     *messages.Usage // the token counts the stream reported
+	model     string          // the model the response named
 }
 
 func (t *turn) text(s string) {
@@ -205,7 +206,8 @@ func (t *turn) success(content []*messages.ContentBlock, reason messages.StopRea
 	if t.res != nil && t.res.StatusCode >= 200 && t.res.StatusCode < 300 {
 		status = int32(t.res.StatusCode)
 	}
-	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status, Usage: t.usage}
+	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status, Usage: t.usage,
+		ResponseModel: t.model}
 }
 
 // setUsage records the stream's token counts; input counts every prompt
