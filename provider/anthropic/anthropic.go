@@ -74,7 +74,11 @@ type Provider struct {
 	client sdk.Client
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var _ provider.GenAINamer = (*Provider)(nil)
+
+// GenAIProviderName is "anthropic", OpenTelemetry's gen_ai.provider.name
+// of the Anthropic Messages API.
+func (p *Provider) GenAIProviderName() string { return ProviderName }
 
 // New returns a Provider for cfg. The SDK client is built without the SDK's
 // environment defaults (no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or profile

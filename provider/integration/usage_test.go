@@ -12,7 +12,7 @@ import (
 // Every adapter fills the message's usage from the token counts fakellm
 // streams (Chat Completions' usage chunk, the completed response,
 // Anthropic's message_start and message_delta) and its response model from
-// the model the response names.
+// the model the response names; each says its family (gen_ai.provider.name).
 func TestUsageAndResponseModel(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, &fakellm.Scenario{Default: &fakellm.Respond{Text: "Hello there, how are you?", Chunks: 3}})
@@ -31,6 +31,13 @@ func TestUsageAndResponseModel(t *testing.T) {
 			}
 			if got := msg.GetResponseModel(); got != "model-u" {
 				t.Errorf("response model %q, want the model fakellm named, model-u", got)
+			}
+			family := "openai"
+			if k == anthropicAPI {
+				family = "anthropic"
+			}
+			if got := provider.GenAIProviderName(p); got != family {
+				t.Errorf("gen_ai.provider.name %q, want %q", got, family)
 			}
 		})
 	}

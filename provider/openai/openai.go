@@ -102,7 +102,12 @@ type Provider struct {
 	epochs   map[string]uint64 // bumped by ResetSession
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var _ provider.GenAINamer = (*Provider)(nil)
+
+// GenAIProviderName is "openai", OpenTelemetry's gen_ai.provider.name of
+// the OpenAI API: also for an OpenAI-compatible server at another
+// BaseURL, whose requests and responses are OpenAI's.
+func (p *Provider) GenAIProviderName() string { return ProviderName }
 
 // New returns a provider for cfg.
 func New(cfg Config) *Provider {
