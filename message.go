@@ -32,6 +32,9 @@ type AssistantMessage struct {
 	Provider    string            // the provider that answered
 	Model       string            // the model id within the provider
 	Time        time.Time         // when the turn ended (zero: unknown)
+	// ResponseModel is the model the provider's response named
+	// ("gpt-4o-2024-08-06" for "gpt-4o"; "": it named none).
+	ResponseModel string
 	// Usage is the turn's token count (nil: the provider reported none).
 	Usage *Usage
 }

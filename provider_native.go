@@ -13,6 +13,12 @@ import (
 // A failure is a message with StopReasonError, its ErrorMessage the
 // provider's own text and HTTPStatus and Headers as received (the retry
 // policy classifies them); when ctx ends it returns StopReasonAborted.
+//
+// A Provider that knows whose API it speaks may also have a method
+// GenAIProviderName() string, returning that provider as OpenTelemetry's
+// GenAI semantic conventions name it ("openai", "aws.bedrock", ...): the
+// runtime's metrics and traces report it as gen_ai.provider.name, and
+// "_OTHER" for a provider without it.
 type Provider interface {
 	Stream(ctx context.Context, req ProviderRequest, onDelta func(Delta)) *AssistantMessage
 	// ResetSession drops anything cached for the session (a stateful
@@ -76,3 +82,12 @@ func (n nativeProvider) Stream(ctx context.Context, req provider.Request, onDelt
 }
 
 func (n nativeProvider) ResetSession(sessionID string) { n.p.ResetSession(sessionID) }
+
+// GenAIProviderName is the custom provider's, if it has the method ("":
+// it does not say).
+func (n nativeProvider) GenAIProviderName() string {
+	if g, ok := n.p.(interface{ GenAIProviderName() string }); ok {
+		return g.GenAIProviderName()
+	}
+	return ""
+}

@@ -19,8 +19,10 @@ import (
 
 // WithMeterProvider records the runtime's metrics with mp: retry attempts,
 // backoffs, chains, usage limits, credential switches, fallbacks, retry
-// budgets, sessions by state, provider calls (README, "Operating MusePi",
-// lists them). Default: no metrics, and nothing is measured.
+// budgets, sessions by state, provider calls, and OpenTelemetry's GenAI
+// client metrics gen_ai.client.operation.duration and
+// gen_ai.client.token.usage (README, "Operating MusePi", lists them).
+// Default: no metrics, and nothing is measured.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *runtimeConfig) {
 		if mp == nil {
@@ -32,8 +34,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithTracerProvider records one trace per prompt with tp: a span for the
-// prompt and a child span per attempt carrying its classification and the
-// decision that followed. Default: no traces.
+// prompt and a child client span per attempt carrying its classification,
+// the decision that followed and the GenAI conventions' attributes
+// (gen_ai.provider.name, ...). Default: no traces.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *runtimeConfig) {
 		if tp == nil {

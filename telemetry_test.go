@@ -178,6 +178,10 @@ func metricLines(t *testing.T, reader *sdkmetric.ManualReader, names ...string) 
 				for _, p := range d.DataPoints {
 					line(m.Name, p.Attributes, fmt.Sprintf("count=%d sum=%g", p.Count, p.Sum))
 				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					line(m.Name, p.Attributes, fmt.Sprintf("count=%d sum=%d", p.Count, p.Sum))
+				}
 			default:
 				t.Fatalf("metric %s: unexpected data %T", m.Name, m.Data)
 			}
@@ -299,6 +303,59 @@ func TestMetricsRetryBudget(t *testing.T) {
 		"musepi.retry.budget.held provider=q = 0",
 		fmt.Sprintf("musepi.retry.budget.tokens provider=p = %g", st.Tokens),
 		"musepi.retry.budget.tokens provider=q = 2",
+	)
+}
+
+// bedrock is a custom provider on the Go types that says whose API it
+// speaks: a 503 first, then an answer with its usage and response model.
+type bedrock struct{ calls atomic.Int32 }
+
+func (p *bedrock) Stream(context.Context, musepi.ProviderRequest, func(musepi.Delta)) *musepi.AssistantMessage {
+	if p.calls.Add(1) == 1 {
+		return &musepi.AssistantMessage{StopReason: musepi.StopReasonError, HTTPStatus: 503, ErrorMessage: "503 Service Unavailable"}
+	}
+	return &musepi.AssistantMessage{StopReason: musepi.StopReasonStop, Content: []musepi.Block{musepi.TextBlock{Text: "Hello"}},
+		ResponseModel: "m1-v2", Usage: &musepi.Usage{Input: 10, CacheRead: 2, Output: 5}}
+}
+
+func (p *bedrock) ResetSession(string) {}
+
+func (p *bedrock) GenAIProviderName() string { return "aws.bedrock" }
+
+// The GenAI conventions' metrics and attempt span attributes name the
+// provider by the family it says (a custom provider's GenAIProviderName),
+// _OTHER when it says none, never by its configured name; the usage and
+// response model of a custom provider's message reach them.
+func TestMetricsGenAI(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h, reader := meteredHarness(t, nil, musepi.WithCustomProvider("g", &bedrock{}), musepi.WithTracerProvider(tp))
+	s, _ := h.session(musepi.WithModel("g/m1"))
+	expectAnswer(t, h.runPrompt(s, "hi"), "Hello")
+	s2, _ := h.session()
+	h.p.SetScript(s2.ID(), answer("from p"))
+	expectAnswer(t, h.runPrompt(s2, "hi"), "from p")
+
+	const bedrockM1 = "gen_ai.operation.name=chat gen_ai.provider.name=aws.bedrock gen_ai.request.model=m1"
+	expectLines(t, metricLines(t, reader, "gen_ai.client.operation.duration", "gen_ai.client.token.usage"),
+		"gen_ai.client.operation.duration error.type=503 "+bedrockM1+" = count=1 sum=0",
+		"gen_ai.client.operation.duration gen_ai.operation.name=chat gen_ai.provider.name=_OTHER gen_ai.request.model=m = count=1 sum=0",
+		"gen_ai.client.operation.duration "+bedrockM1+" gen_ai.response.model=m1-v2 = count=1 sum=0",
+		"gen_ai.client.token.usage "+bedrockM1+" gen_ai.response.model=m1-v2 gen_ai.token.type=input = count=1 sum=12",
+		"gen_ai.client.token.usage "+bedrockM1+" gen_ai.response.model=m1-v2 gen_ai.token.type=output = count=1 sum=5",
+	)
+	var lines []string
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "musepi.attempt" {
+			lines = append(lines, sp.SpanKind.String()+" "+spanLine(sp, "musepi.provider", "gen_ai.provider.name",
+				"gen_ai.request.model", "gen_ai.response.model", "error.type"))
+		}
+	}
+	expectLines(t, lines,
+		"client musepi.attempt musepi.provider=g gen_ai.provider.name=aws.bedrock gen_ai.request.model=m1 error.type=503 status=error",
+		"client musepi.attempt musepi.provider=g gen_ai.provider.name=aws.bedrock gen_ai.request.model=m1 gen_ai.response.model=m1-v2",
+		"client musepi.attempt musepi.provider=p gen_ai.provider.name=_OTHER gen_ai.request.model=m",
 	)
 }
 

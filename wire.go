@@ -51,13 +51,14 @@ func fromWireAssistant(m *messages.AssistantMessage) *AssistantMessage {
 		return nil
 	}
 	out := &AssistantMessage{
-		StopReason:   stopReasons[m.GetStopReason()],
-		ErrorMessage: m.GetErrorMessage(),
-		HTTPStatus:   int(m.GetHttpStatus()),
-		Headers:      maps.Clone(m.GetHeaders()), // the actors keep theirs
-		Provider:     m.GetProvider(),
-		Model:        m.GetModel(),
-		Time:         timeFromMs(m.GetTimestampMs()),
+		StopReason:    stopReasons[m.GetStopReason()],
+		ErrorMessage:  m.GetErrorMessage(),
+		HTTPStatus:    int(m.GetHttpStatus()),
+		Headers:       maps.Clone(m.GetHeaders()), // the actors keep theirs
+		Provider:      m.GetProvider(),
+		Model:         m.GetModel(),
+		ResponseModel: m.GetResponseModel(),
+		Time:          timeFromMs(m.GetTimestampMs()),
 	}
 	for _, b := range m.GetContent() {
 		switch b := b.GetBlock().(type) {
@@ -85,13 +86,14 @@ func toWireAssistant(m *AssistantMessage) *messages.AssistantMessage {
 		return nil
 	}
 	out := &messages.AssistantMessage{
-		StopReason:   wireStopReasons[m.StopReason],
-		ErrorMessage: m.ErrorMessage,
-		HttpStatus:   int32(m.HTTPStatus),
-		Headers:      maps.Clone(m.Headers),
-		Provider:     m.Provider,
-		Model:        m.Model,
-		TimestampMs:  msFromTime(m.Time),
+		StopReason:    wireStopReasons[m.StopReason],
+		ErrorMessage:  m.ErrorMessage,
+		HttpStatus:    int32(m.HTTPStatus),
+		Headers:       maps.Clone(m.Headers),
+		Provider:      m.Provider,
+		Model:         m.Model,
+		ResponseModel: m.ResponseModel,
+		TimestampMs:   msFromTime(m.Time),
 	}
 	for _, b := range m.Content {
 		var wb messages.ContentBlock

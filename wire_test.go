@@ -59,7 +59,7 @@ func TestEntriesRoundTrip(t *testing.T) {
 		StopReason: messages.StopReason_STOP_REASON_TOOL_USE, ErrorMessage: "", HttpStatus: 200,
 		StopDetails: &messages.StopDetails{Type: "refusal", Fields: map[string]string{"category": "x"}},
 		Headers:     map[string]string{"retry-after": "3"}, Provider: "p", Model: "m", TimestampMs: 1_700_000_000_000,
-		Usage: &messages.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4},
+		Usage: &messages.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite: 4}, ResponseModel: "m-2026",
 	}
 	entries := []*messages.Entry{
 		{Seq: 1, Entry: &messages.Entry_User{User: &messages.UserMessage{Text: "hi", TimestampMs: 1_700_000_000_000}}},
@@ -71,7 +71,7 @@ func TestEntriesRoundTrip(t *testing.T) {
 	goEntries := fromWireEntries(entries)
 	a := goEntries[1].Assistant
 	if a.Text() != "Hello, world" || a.StopReason != StopReasonToolUse || len(a.ToolCalls()) != 1 || a.ToolCalls()[0].Arguments != `{"dir":"/"}` ||
-		*a.Usage != (Usage{1, 2, 3, 4}) || a.HTTPStatus != 200 || !a.Time.Equal(time.UnixMilli(1_700_000_000_000)) {
+		*a.Usage != (Usage{1, 2, 3, 4}) || a.ResponseModel != "m-2026" || a.HTTPStatus != 200 || !a.Time.Equal(time.UnixMilli(1_700_000_000_000)) {
 		t.Errorf("assistant entry %+v", a)
 	}
 	back := toWireEntries(goEntries)

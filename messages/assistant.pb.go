@@ -476,6 +476,7 @@ type AssistantMessage struct {
 	// the credential and is no part of the conversation, so the session core
 	// may drop it before the message is written to history.
 	RateLimits    *RateLimits `protobuf:"bytes,11,opt,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	ResponseModel string      `protobuf:"bytes,12,opt,name=response_model,json=responseModel,proto3" json:"response_model,omitempty"` // the model the response named ("gpt-4o-2024-08-06"); "" when it named none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +586,13 @@ func (x *AssistantMessage) GetRateLimits() *RateLimits {
 		return x.RateLimits
 	}
 	return nil
+}
+
+func (x *AssistantMessage) GetResponseModel() string {
+	if x != nil {
+		return x.ResponseModel
+	}
+	return ""
 }
 
 // RateLimits is what one response announced of each kind of rate limit of
@@ -947,7 +955,7 @@ const file_assistant_proto_rawDesc = "" +
 	"\x06fields\x18\x02 \x03(\v2\".musepi.v1.StopDetails.FieldsEntryR\x06fields\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd8\x04\n" +
 	"\x10AssistantMessage\x121\n" +
 	"\acontent\x18\x01 \x03(\v2\x17.musepi.v1.ContentBlockR\acontent\x126\n" +
 	"\vstop_reason\x18\x02 \x01(\x0e2\x15.musepi.v1.StopReasonR\n" +
@@ -963,7 +971,8 @@ const file_assistant_proto_rawDesc = "" +
 	"\x05usage\x18\n" +
 	" \x01(\v2\x10.musepi.v1.UsageR\x05usage\x126\n" +
 	"\vrate_limits\x18\v \x01(\v2\x15.musepi.v1.RateLimitsR\n" +
-	"rateLimits\x1a:\n" +
+	"rateLimits\x12%\n" +
+	"\x0eresponse_model\x18\f \x01(\tR\rresponseModel\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +

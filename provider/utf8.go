@@ -39,6 +39,7 @@ func ValidUTF8(msg *messages.AssistantMessage) *messages.AssistantMessage {
 	fix(&msg.ErrorMessage)
 	fix(&msg.Provider)
 	fix(&msg.Model)
+	fix(&msg.ResponseModel)
 	if d := msg.GetStopDetails(); d != nil {
 		fix(&d.Type)
 		d.Fields = validMap(d.Fields)

@@ -19,10 +19,11 @@ func TestValidUTF8(t *testing.T) {
 			{Block: &messages.ContentBlock_RedactedThinking{RedactedThinking: &messages.RedactedThinkingBlock{Data: bad}}},
 			{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: bad, Name: bad, ArgumentsJson: bad}}},
 		},
-		ErrorMessage: "502 Bad Gateway: bad \xff gateway",
-		StopDetails:  &messages.StopDetails{Type: bad, Fields: map[string]string{bad: bad}},
-		Headers:      map[string]string{"x": bad},
-		Model:        "ok",
+		ErrorMessage:  "502 Bad Gateway: bad \xff gateway",
+		StopDetails:   &messages.StopDetails{Type: bad, Fields: map[string]string{bad: bad}},
+		Headers:       map[string]string{"x": bad},
+		Model:         "ok",
+		ResponseModel: bad,
 	}
 	if _, err := protojson.Marshal(ValidUTF8(msg)); err != nil {
 		t.Fatalf("still not storable: %v", err)

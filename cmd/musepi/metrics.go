@@ -36,8 +36,9 @@ type metricsServer struct {
 }
 
 // startMetrics listens on addr (host:port; port 0 picks a free one) and
-// serves /metrics: MusePi's metrics (musepi_*), the Go runtime's and the
-// process's. The runtime records them once given option().
+// serves /metrics: MusePi's metrics (musepi_*, gen_ai_client_*), the Go
+// runtime's and the process's. The runtime records them once given
+// option().
 func startMetrics(addr string) (*metricsServer, error) {
 	reg := prometheus.NewRegistry()
 	if err := errors.Join(reg.Register(collectors.NewGoCollector()),

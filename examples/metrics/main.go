@@ -5,7 +5,7 @@
 //
 //	go run ./examples/metrics                  # prints the metrics at the end
 //	go run ./examples/metrics -hold 1m         # and serves them for a minute:
-//	curl -s http://127.0.0.1:9464/metrics | grep ^musepi_
+//	curl -s http://127.0.0.1:9464/metrics | grep -E '^(musepi|gen_ai)_'
 //
 // The fake server puts key A over its quota (the sessions on it switch to
 // key B) and answers the first two requests on key B with a 503 (retried
@@ -142,7 +142,8 @@ func prompts(ctx context.Context, rt *musepi.Runtime) error {
 	return errors.Join(errs...)
 }
 
-// printMetrics scrapes url and prints MusePi's samples (no histogram buckets).
+// printMetrics scrapes url and prints MusePi's samples, its own and the
+// OpenTelemetry GenAI ones (no histogram buckets).
 func printMetrics(url string, out io.Writer) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get(url)
@@ -153,7 +154,8 @@ func printMetrics(url string, out io.Writer) error {
 	lines := bufio.NewScanner(resp.Body)
 	for lines.Scan() {
 		line := lines.Text()
-		if strings.HasPrefix(line, "musepi_") && !strings.Contains(line, "_bucket{") {
+		ours := strings.HasPrefix(line, "musepi_") || strings.HasPrefix(line, "gen_ai_")
+		if ours && !strings.Contains(line, "_bucket{") {
 			fmt.Fprintln(out, line)
 		}
 	}

@@ -17,7 +17,8 @@ func TestMain(m *testing.M) {
 
 // The example runs and its /metrics shows the team's retries: three
 // prompts answered, the two 503s retried, and each usage limit on key A
-// followed by a switch to key B.
+// followed by a switch to key B; the GenAI conventions' metrics name the
+// OpenAI adapter's family, openai, and count the answers' tokens.
 func TestExample(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -51,5 +52,12 @@ func TestExample(t *testing.T) {
 	switches := value(`musepi_credential_switches_total{provider="demo",reason="usage_limit"}`)
 	if limits == 0 || switches != limits {
 		t.Errorf("usage limits %d, credential switches %d: want each limit switched", limits, switches)
+	}
+	const chat = `gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m1"`
+	if n := value(`gen_ai_client_operation_duration_seconds_count{error_type="503",` + chat + `}`); n != 2 {
+		t.Errorf("GenAI operations failed with 503: %d, want 2", n)
+	}
+	if n := value(`gen_ai_client_token_usage_count{` + chat + `,gen_ai_response_model="m1",gen_ai_token_type="output"}`); n != team {
+		t.Errorf("GenAI output token observations: %d, want one per answer, %d", n, team)
 	}
 }

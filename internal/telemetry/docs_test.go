@@ -67,7 +67,7 @@ func TestDashboardUsesEveryMetric(t *testing.T) {
 		known[m.PrometheusName()] = true
 	}
 	used := map[string]bool{}
-	name := regexp.MustCompile(`musepi_[a-z_]+`)
+	name := regexp.MustCompile(`(?:musepi|gen_ai_client)_[a-z_]+`)
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {
 			for _, n := range name.FindAllString(target.Expr, -1) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
 )
 
 // Kind is the kind of an instrument.
@@ -81,6 +82,12 @@ var (
 		"Provider calls (one streamed turn each), from the request to the end of the stream, by outcome: ok, error or aborted."}
 	RequestErrors = Metric{"musepi.provider.request.errors", Counter, "{request}", []string{"provider", "model", "status"},
 		"Provider calls that failed, by HTTP status (\"none\" when the failure had none: network errors, stalls, refusals)."}
+	GenAIOperationDuration = Metric{genaiconv.ClientOperationDuration{}.Name(), Histogram, genaiconv.ClientOperationDuration{}.Unit(),
+		[]string{AttrGenAIOperation, AttrGenAIProvider, AttrGenAIRequestModel, AttrGenAIResponseModel, AttrErrorType},
+		"OpenTelemetry's GenAI client operation duration: each provider call (one streamed turn), from the request to the end of the stream, with error.type when it failed."}
+	GenAITokenUsage = Metric{genaiconv.ClientTokenUsage{}.Name(), Histogram, genaiconv.ClientTokenUsage{}.Unit(),
+		[]string{AttrGenAIOperation, AttrGenAIProvider, AttrGenAIRequestModel, AttrGenAIResponseModel, AttrGenAITokenType},
+		"OpenTelemetry's GenAI client token usage: the input (cached included) and output tokens of each provider call that reported its usage."}
 	EventsLost = Metric{"musepi.telemetry.events_lost", Counter, "{event}", nil,
 		"Session events the telemetry subscriber missed because it fell behind (events_lost); counters may then be short."}
 )
@@ -88,7 +95,8 @@ var (
 // All lists every metric.
 var All = []*Metric{&RetryAttempts, &RetryBackoff, &RetryWaiting, &RetryChains, &RetryChainsOpen,
 	&UsageLimits, &CredentialSwitches, &FallbacksApplied, &FallbacksSucceeded, &FallbacksReverted,
-	&BudgetTokens, &BudgetHeld, &BudgetDelayed, &Sessions, &Prompts, &RequestDuration, &RequestErrors, &EventsLost}
+	&BudgetTokens, &BudgetHeld, &BudgetDelayed, &Sessions, &Prompts, &RequestDuration, &RequestErrors,
+	&GenAIOperationDuration, &GenAITokenUsage, &EventsLost}
 
 // secondsBuckets are the histogram boundaries of backoffs and provider
 // calls: from 50 ms to the 5 minute retry.maxDelayMs default and beyond.
@@ -100,7 +108,8 @@ type instruments struct {
 	attempts, chains, usageLimits, credSwitches          metric.Int64Counter
 	fallbackApplied, fallbackSucceeded, fallbackReverted metric.Int64Counter
 	prompts, requestErrors, eventsLost                   metric.Int64Counter
-	backoff, requestDuration                             metric.Float64Histogram
+	backoff, requestDuration, genAIDuration              metric.Float64Histogram
+	genAITokens                                          metric.Int64Histogram
 	waiting                                              metric.Int64UpDownCounter
 }
 
@@ -113,9 +122,9 @@ func newInstruments(meter metric.Meter) (*instruments, error) {
 		errs = append(errs, err)
 		return c
 	}
-	histogram := func(m *Metric) metric.Float64Histogram {
+	histogram := func(m *Metric, buckets []float64) metric.Float64Histogram {
 		h, err := meter.Float64Histogram(m.Name, metric.WithUnit(m.Unit), metric.WithDescription(m.Description),
-			metric.WithExplicitBucketBoundaries(secondsBuckets...))
+			metric.WithExplicitBucketBoundaries(buckets...))
 		errs = append(errs, err)
 		return h
 	}
@@ -124,7 +133,11 @@ func newInstruments(meter metric.Meter) (*instruments, error) {
 	in.fallbackApplied, in.fallbackSucceeded = counter(&FallbacksApplied), counter(&FallbacksSucceeded)
 	in.fallbackReverted = counter(&FallbacksReverted)
 	in.requestErrors, in.eventsLost = counter(&RequestErrors), counter(&EventsLost)
-	in.backoff, in.requestDuration = histogram(&RetryBackoff), histogram(&RequestDuration)
+	in.backoff, in.requestDuration = histogram(&RetryBackoff, secondsBuckets), histogram(&RequestDuration, secondsBuckets)
+	in.genAIDuration = histogram(&GenAIOperationDuration, genAIDurationBuckets)
+	tokens, err := meter.Int64Histogram(GenAITokenUsage.Name, metric.WithUnit(GenAITokenUsage.Unit),
+		metric.WithDescription(GenAITokenUsage.Description), metric.WithExplicitBucketBoundaries(genAITokenBuckets...))
+	in.genAITokens, errs = tokens, append(errs, err)
 	waiting, err := meter.Int64UpDownCounter(RetryWaiting.Name, metric.WithUnit(RetryWaiting.Unit),
 		metric.WithDescription(RetryWaiting.Description))
 	in.waiting = waiting

@@ -81,7 +81,7 @@ func (t *Telemetry) agentEnded(ctx context.Context, s *sessionTrack, end *messag
 	}
 	if s != nil {
 		s.provider, s.model = orUnknown(msg.GetProvider()), orUnknown(msg.GetModel())
-		s.trace.runEnded(msg, class, at)
+		s.trace.runEnded(msg, class, t.familyOf(msg.GetProvider()), at)
 	}
 }
 

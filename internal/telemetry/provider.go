@@ -12,20 +12,27 @@ import (
 )
 
 // WrapProvider returns p measured under name: each call's duration by
-// outcome, and its failures by HTTP status. Without a meter provider it
-// returns p itself.
+// outcome, its failures by HTTP status, and the GenAI conventions'
+// duration and token usage. It learns p's gen_ai.provider.name
+// (provider.GenAIProviderName) for the attempt spans of turns on name.
+// Without a meter provider it returns p itself.
 func (t *Telemetry) WrapProvider(name string, p provider.Provider) provider.Provider {
+	family := provider.GenAIProviderName(p)
+	t.mu.Lock()
+	t.families[name] = family
+	t.mu.Unlock()
 	if t.cfg.Meter == nil {
 		return p
 	}
-	return &measured{name: name, next: p, t: t}
+	return &measured{name: name, family: family, next: p, t: t}
 }
 
 // measured is a provider whose calls are measured.
 type measured struct {
-	name string
-	next provider.Provider
-	t    *Telemetry
+	name   string // the configured name
+	family string // gen_ai.provider.name
+	next   provider.Provider
+	t      *Telemetry
 }
 
 // Stream calls the wrapped provider and records the call, also when the
@@ -55,4 +62,19 @@ func (m *measured) record(model string, seconds float64, msg *messages.Assistant
 		outcome = "aborted"
 	}
 	m.t.in.requestDuration.Record(ctx, seconds, metric.WithAttributes(prov, mod, attribute.String("outcome", outcome)))
+	m.recordGenAI(ctx, model, seconds, msg)
+}
+
+// recordGenAI records the call by the GenAI conventions: its duration, and
+// the input and output tokens the provider reported.
+func (m *measured) recordGenAI(ctx context.Context, model string, seconds float64, msg *messages.AssistantMessage) {
+	m.t.in.genAIDuration.Record(ctx, seconds, metric.WithAttributes(genAIAttrs(m.family, model, msg, true)...))
+	u := msg.GetUsage()
+	if u == nil {
+		return
+	}
+	attrs := genAIAttrs(m.family, model, msg, false)
+	n := len(attrs)
+	m.t.in.genAITokens.Record(ctx, inputTokens(u), metric.WithAttributes(append(attrs[:n:n], tokenInput)...))
+	m.t.in.genAITokens.Record(ctx, u.GetOutput(), metric.WithAttributes(append(attrs[:n:n], tokenOutput)...))
 }

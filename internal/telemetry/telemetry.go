@@ -48,6 +48,7 @@ type Telemetry struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[string]*sessionTrack // sessions with a prompt running
+	families map[string]string        // gen_ai.provider.name by configured provider name (WrapProvider)
 }
 
 // New starts recording to cfg.Meter and cfg.Tracer; at least one must be
@@ -56,7 +57,7 @@ func New(cfg Config) (*Telemetry, error) {
 	if cfg.Meter == nil && cfg.Tracer == nil {
 		return nil, errors.New("telemetry: neither a meter provider nor a tracer provider")
 	}
-	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}}
+	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}, families: map[string]string{}}
 	meterProvider := cfg.Meter
 	if meterProvider == nil {
 		meterProvider = metricnoop.NewMeterProvider()

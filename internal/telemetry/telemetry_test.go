@@ -207,6 +207,8 @@ func TestPrometheusNames(t *testing.T) {
 		{&Sessions, "musepi_sessions"},
 		{&BudgetDelayed, "musepi_retry_budget_delayed_total"},
 		{&RequestDuration, "musepi_provider_request_duration_seconds"},
+		{&GenAIOperationDuration, "gen_ai_client_operation_duration_seconds"},
+		{&GenAITokenUsage, "gen_ai_client_token_usage"},
 	} {
 		if got := tc.m.PrometheusName(); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.m.Name, got, tc.want)

@@ -96,14 +96,16 @@ func (p *promptTrace) runStarted(tracer trace.Tracer, sessionID string, st *mess
 			trace.WithAttributes(attribute.String(AttrSessionID, sessionID), attribute.Int64(AttrGeneration, int64(st.GetGeneration()))))
 		p.attempts, p.next = 0, 0
 	}
-	_, span := tracer.Start(p.ctx, SpanAttempt, trace.WithTimestamp(at), trace.WithAttributes(attribute.Int(AttrAttempt, p.next)))
+	_, span := tracer.Start(p.ctx, SpanAttempt, trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.Int(AttrAttempt, p.next), genAIChat))
 	p.attempts++
 	p.next = 0
 	p.run = &attemptSpan{span: span}
 }
 
-// runEnded records how the run ended (agent_end) and the decision known so far.
-func (p *promptTrace) runEnded(msg *messages.AssistantMessage, class retry.Class, at time.Time) {
+// runEnded records how the run ended (agent_end) and the decision known
+// so far; family is the gen_ai.provider.name of the turn's provider.
+func (p *promptTrace) runEnded(msg *messages.AssistantMessage, class retry.Class, family string, at time.Time) {
 	r := p.run
 	if r == nil {
 		return
@@ -112,6 +114,7 @@ func (p *promptTrace) runEnded(msg *messages.AssistantMessage, class retry.Class
 	reason := strings.ToLower(strings.TrimPrefix(msg.GetStopReason().String(), "STOP_REASON_"))
 	r.attrs = append(r.attrs, attribute.String(AttrProvider, orUnknown(msg.GetProvider())),
 		attribute.String(AttrModel, orUnknown(msg.GetModel())), attribute.String(AttrStopReason, reason))
+	r.attrs = append(r.attrs, genAIAttrs(family, msg.GetModel(), msg, true)...)
 	r.class = class.String()
 	if status := msg.GetHttpStatus(); status != 0 {
 		r.attrs = append(r.attrs, attribute.Int(AttrHTTPStatus, int(status)))

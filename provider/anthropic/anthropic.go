@@ -78,7 +78,11 @@ type Provider struct {
 	client sdk.Client
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var _ provider.GenAINamer = (*Provider)(nil)
+
+// GenAIProviderName is "anthropic", OpenTelemetry's gen_ai.provider.name
+// of the Anthropic Messages API.
+func (p *Provider) GenAIProviderName() string { return ProviderName }
 
 // MaxOutputTokens is the max_tokens every turn sends (provider.OutputBounded).
 func (p *Provider) MaxOutputTokens() int64 { return p.cfg.MaxTokens }

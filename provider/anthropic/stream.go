@@ -43,6 +43,7 @@ type accumulator struct {
 	stopReason sdk.StopReason
 	refusal    sdk.RefusalStopDetails
 	usage      *messages.Usage // input counts from message_start, output from message_delta
+	model      string          // the model message_start named
 }
 
 func newAccumulator(onDelta func(provider.Delta)) *accumulator {
@@ -54,6 +55,7 @@ func (a *accumulator) handle(ev sdk.MessageStreamEventUnion) {
 	switch ev.Type {
 	case "message_start":
 		a.started = true
+		a.model = string(ev.Message.Model)
 		u := ev.Message.Usage
 		a.usage = &messages.Usage{Input: u.InputTokens, CacheRead: u.CacheReadInputTokens,
 			CacheWrite: u.CacheCreationInputTokens, Output: u.OutputTokens}
@@ -192,7 +194,7 @@ func (b *block) arguments() string {
 
 // result is the final message of a complete stream.
 func (a *accumulator) result() *messages.AssistantMessage {
-	m := &messages.AssistantMessage{Content: a.content(), HttpStatus: 200, Usage: a.usage}
+	m := &messages.AssistantMessage{Content: a.content(), HttpStatus: 200, Usage: a.usage, ResponseModel: a.model}
 	switch a.stopReason {
 	case sdk.StopReasonToolUse:
 		m.StopReason = messages.StopReason_STOP_REASON_TOOL_USE

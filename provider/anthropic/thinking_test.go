@@ -42,7 +42,8 @@ func TestThinkingLevelIsBudget(t *testing.T) {
 	}
 }
 
-// Usage: input counts from message_start, output from message_delta.
+// Usage: input counts from message_start, output from message_delta; the
+// response model is message_start's.
 func TestUsage(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request, _ *testServer) {
 		writeEvents(w, textStream("end_turn", "ok")...)
@@ -50,5 +51,8 @@ func TestUsage(t *testing.T) {
 	msg, _ := stream(t, newProvider(t, s.URL, Config{}), userRequest("count"))
 	if u := msg.GetUsage(); u.GetInput() != 12 || u.GetOutput() != 15 {
 		t.Errorf("usage = %v, want input 12, output 15", u)
+	}
+	if msg.GetResponseModel() != "claude-test" {
+		t.Errorf("response model %q, want message_start's claude-test", msg.GetResponseModel())
 	}
 }

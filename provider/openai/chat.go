@@ -130,6 +130,9 @@ func (s *chatState) add(t *turn, chunk oai.ChatCompletionChunk) {
 			s.addChoice(t, ch)
 		}
 	}
+	if chunk.Model != "" {
+		t.model = chunk.Model
+	}
 	if chunk.JSON.Usage.Valid() {
 		u := chunk.Usage
 		t.setUsage(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens)

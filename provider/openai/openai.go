@@ -110,7 +110,15 @@ type Provider struct {
 // (provider.OutputBounded).
 func (p *Provider) MaxOutputTokens() int64 { return p.cfg.MaxTokens }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider   = (*Provider)(nil)
+	_ provider.GenAINamer = (*Provider)(nil)
+)
+
+// GenAIProviderName is "openai", OpenTelemetry's gen_ai.provider.name of
+// the OpenAI API: also for an OpenAI-compatible server at another
+// BaseURL, whose requests and responses are OpenAI's.
+func (p *Provider) GenAIProviderName() string { return ProviderName }
 
 // New returns a provider for cfg.
 func New(cfg Config) *Provider {
@@ -190,6 +198,7 @@ type turn struct {
 	onDelta   func(provider.Delta)
 	res       *http.Response       // the HTTP response, once there is one
 	usage     *messages.Usage      // the token counts the stream reported
+	model     string               // the model the response named
 	limits    *messages.RateLimits // what the response's headers announced
 }
 
@@ -221,7 +230,8 @@ func (t *turn) success(content []*messages.ContentBlock, reason messages.StopRea
 	if t.res != nil && t.res.StatusCode >= 200 && t.res.StatusCode < 300 {
 		status = int32(t.res.StatusCode)
 	}
-	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status, Usage: t.usage}
+	return &messages.AssistantMessage{Content: content, StopReason: reason, HttpStatus: status, Usage: t.usage,
+		ResponseModel: t.model}
 }
 
 // setUsage records the stream's token counts; input counts every prompt

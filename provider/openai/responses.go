@@ -251,6 +251,7 @@ func (s *respState) apply(t *turn, ev responses.ResponseStreamEventUnion) (end b
 		if ev.Response.ID != "" {
 			s.id = ev.Response.ID
 		}
+		t.model = firstOf(string(ev.Response.Model), t.model)
 	case "response.output_item.added", "response.output_item.done":
 		s.outputItem(t, ev)
 	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
@@ -281,6 +282,7 @@ func (s *respState) apply(t *turn, ev responses.ResponseStreamEventUnion) (end b
 			t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
 		}
 		s.id = firstOf(r.ID, s.id)
+		t.model = firstOf(string(r.Model), t.model)
 		return true
 	case "error":
 		s.end = ev.Type

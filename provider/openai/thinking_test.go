@@ -55,7 +55,8 @@ func TestThinkingLevelIsReasoningEffort(t *testing.T) {
 
 // Usage comes from the usage chunk (Chat Completions asks for it with
 // stream_options.include_usage) or the completed response; cached input
-// tokens are cacheRead, the rest input.
+// tokens are cacheRead, the rest input. The response model is the
+// chunks' model.
 func TestUsage(t *testing.T) {
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, _ *testServer) {
 		sseHeaders(w)
@@ -69,6 +70,9 @@ func TestUsage(t *testing.T) {
 	m := p.Stream(bg(), request(user(1, "count")), nil)
 	if u := m.GetUsage(); u.GetInput() != 20 || u.GetCacheRead() != 100 || u.GetOutput() != 30 {
 		t.Errorf("usage = %v, want input 20, cacheRead 100, output 30", u)
+	}
+	if m.GetResponseModel() != "gpt-test" {
+		t.Errorf("response model %q, want the chunks' gpt-test", m.GetResponseModel())
 	}
 	opts, _ := srv.body(t, 0)["stream_options"].(map[string]any)
 	if opts["include_usage"] != true {
