@@ -69,7 +69,9 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), 2)), name, need)
 	r := reservation{token: m.GetToken(), credential: d.Credential, need: need}
 	if d.Wait > 0 {
-		r.waiter = ctx.Sender()
+		if r.waiter = m.GetReplyTo(); r.waiter == nil {
+			r.waiter = ctx.Sender()
+		}
 		p.waiting[session] = r
 		reply.Credential, reply.WaitMs, reply.Limit = d.Credential, max(d.Wait.Milliseconds(), 1), d.Limit.String()
 		a.armRelease(ctx)

@@ -28,9 +28,12 @@ import (
 // session switched to the first key the view shows free (as the activation
 // would have; none free: no switch, with the time the earliest frees up);
 // for a selection, the first key the view shows free; no model switch; a
-// budget grant at the requested time (the retry goes ahead unthrottled). Messages with no reply
-// (RetryBudgetOutcome, RetryBudgetDrop, ReleaseSession) go to the current
-// activation once, and are lost if it is gone.
+// budget grant at the requested time (the retry goes ahead unthrottled); a
+// paced selection so goes unpaced. A paced selection that waits names
+// its session as reply_to: the activation's PacingGrant goes there
+// directly. Messages with no reply (RetryBudgetOutcome, RetryBudgetDrop,
+// ReleaseSession, PacingSettle, PacingCancel) go to the current activation
+// once, and are lost if it is gone.
 type router struct {
 	kind, identity string
 	res            lookup
@@ -117,8 +120,8 @@ func (r *router) Receive(ctx actor.Context) {
 	case *messages.ReleaseSession:
 		r.drop(m.GetSessionId())
 		r.tell(ctx, m)
-	case *messages.RetryBudgetOutcome:
-		r.tell(ctx, m)
+	case *messages.RetryBudgetOutcome, *messages.PacingSettle, *messages.PacingCancel:
+		r.tell(ctx, m.(proto.Message))
 	case *actor.Stopping:
 		for _, w := range r.waiting {
 			w.stop()

@@ -58,6 +58,10 @@ type Config struct {
 	// AutoRedeem ("auto_redeem") lets a usage limit spend a credential's
 	// banked reset when no sibling credential is free. Default false.
 	AutoRedeem bool
+	// Pacing ("pacing") paces turns against their keys' rate limits:
+	// configured ones (rpm, tpm, input_tpm, output_tpm) and those the
+	// provider's responses announce. Default true (see musepi.WithPacing).
+	Pacing bool
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
 	HistoryDir string
@@ -140,6 +144,11 @@ type Provider struct {
 	// MaxTokens ("max_tokens") caps the output tokens of a turn; 0 leaves
 	// the provider's default (the server's for openai, 4096 for anthropic).
 	MaxTokens int64
+	// RateLimits ("rpm", "tpm", "input_tpm", "output_tpm") are the
+	// per-minute limits of the provider's credentials that set none of
+	// their own; they pace turns until the provider's responses announce
+	// the limits. Default none.
+	RateLimits musepi.RateLimits
 	// Prices ("prices.MODEL") are model prices in dollars per million
 	// tokens, by model id; the RPC reports the cost of a priced model's
 	// usage. A model without a price costs 0.
@@ -170,6 +179,9 @@ type Credential struct {
 	// BankedResets ("banked_resets") is how many usage-limit resets the
 	// credential may spend when auto_redeem is on. Default 0.
 	BankedResets int
+	// RateLimits ("rpm", "tpm", "input_tpm", "output_tpm") are the
+	// credential's own per-minute limits. Default: the provider's.
+	RateLimits musepi.RateLimits
 }
 
 // Parse decodes and validates a configuration. Its error is an *Error
@@ -342,9 +354,13 @@ func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 		p := c.Providers[name]
 		creds := make([]musepi.Credential, len(p.Credentials))
 		for i, cr := range p.Credentials {
-			creds[i] = musepi.Credential{Name: cr.Name, APIKey: ld.keys[name][i], BankedResets: cr.BankedResets}
+			creds[i] = musepi.Credential{Name: cr.Name, APIKey: ld.keys[name][i], BankedResets: cr.BankedResets,
+				RateLimits: cr.RateLimits}
 		}
 		opts = append(opts, musepi.WithProvider(name, p.build(c.RequestTimeout), creds...))
+		if p.RateLimits.Any() {
+			opts = append(opts, musepi.WithRateLimits(name, p.RateLimits))
+		}
 	}
 	settings := c.Retry
 	if settings.FallbackChains != nil {
@@ -353,7 +369,7 @@ func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 			settings.FallbackChains[role] = slices.Clone(chain)
 		}
 	}
-	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem),
+	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem), musepi.WithPacing(c.Pacing),
 		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithPassivateAfter(c.PassivateAfter),
 		musepi.WithMaxResponseBytes(c.MaxResponseBytes))
 	dir, _ := c.HistoryPath() // checked above

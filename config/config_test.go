@@ -81,10 +81,13 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, pacing, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
-		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, kind, max_tokens, models, prices)", only: true},
+		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, input_tpm, kind, max_tokens, models, output_tpm, prices, rpm, tpm)", only: true},
+		{name: "negative rpm", prov: "[providers.openai]\nkind = \"openai\"\nrpm = -1\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.rpm", msg: "must be 0 or more (a limit per minute; 0: none), got -1", only: true},
+		{name: "credential tpm not an integer", prov: openaiProvider + "  tpm = \"lots\"\n", key: "providers.openai.credentials[0].tpm", msg: "must be an integer", only: true},
+		{name: "pacing not a boolean", top: "default_model = \"openai/gpt-4o\"\npacing = \"off\"", key: "pacing", msg: "must be a boolean (true or false), got a string", only: true},
 		{name: "unknown credential key", prov: openaiProvider + "  banked = 1\n", key: "providers.openai.credentials[0].banked", msg: `did you mean "banked_resets"?`, only: true},
 		{name: "api key in a credential", prov: openaiProvider + "  api_key = \"sk-secret\"\n", key: "providers.openai.credentials[0].api_key", msg: "API keys are never read from the file", only: true},
 		{name: "api key in a provider", prov: "[providers.openai]\nkind = \"openai\"\napi_key = \"sk-secret\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]", key: "providers.openai.api_key", msg: "API keys are never read from the file", only: true},
@@ -339,6 +342,7 @@ func TestExample(t *testing.T) {
 	}
 	want := &Config{
 		DefaultModel:      "openai/gpt-4o",
+		Pacing:            true,
 		HistoryDir:        "~/.local/state/musepi/sessions",
 		HistorySync:       "turn",
 		RequestTimeout:    10 * time.Minute,
@@ -676,9 +680,9 @@ default = ["ant/claude", "resp/gpt"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 providers, retry settings, auto-redeem, stream idle timeout,
-	// passivation, max response bytes, history dir.
-	if len(opts) != 9 {
+	// 3 providers, retry settings, auto-redeem, pacing, stream idle
+	// timeout, passivation, max response bytes, history dir.
+	if len(opts) != 10 {
 		t.Errorf("%d options", len(opts))
 	}
 	rt, err := musepi.NewRuntime(opts...)
@@ -847,5 +851,38 @@ func TestHistoryDatabaseNeedsNewRuntime(t *testing.T) {
 	}
 	if _, err := cfg.NewRuntime(); err == nil || !strings.Contains(err.Error(), "history_database") {
 		t.Errorf("NewRuntime on a closed port = %v, want a history_database error", err)
+	}
+}
+
+func TestRateLimitsAndPacing(t *testing.T) {
+	t.Setenv(testKeyEnv, "sk-test")
+	t.Setenv("MUSEPI_TEST_KEY_2", "sk-test-2")
+	cfg, err := Parse([]byte(`default_model = "openai/gpt-4o"
+pacing = false
+[providers.openai]
+kind = "openai"
+rpm = 600
+tpm = 200000
+  [[providers.openai.credentials]]
+  name = "main"
+  api_key_env = "MUSEPI_TEST_KEY"
+  [[providers.openai.credentials]]
+  name = "small"
+  api_key_env = "MUSEPI_TEST_KEY_2"
+  rpm = 60
+  input_tpm = 1000
+  output_tpm = 500
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Providers["openai"]
+	if cfg.Pacing || p.RateLimits != (musepi.RateLimits{RPM: 600, TPM: 200_000}) ||
+		p.Credentials[0].RateLimits != (musepi.RateLimits{}) ||
+		p.Credentials[1].RateLimits != (musepi.RateLimits{RPM: 60, InputTPM: 1000, OutputTPM: 500}) {
+		t.Errorf("pacing %t, provider %+v, credentials %+v", cfg.Pacing, p.RateLimits, p.Credentials)
+	}
+	if _, err := cfg.RuntimeOptions(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -42,12 +42,13 @@ func parseTOML(data []byte) (root map[string]any, probs []Problem) {
 // left out keep their defaults.
 func decode(root map[string]any) (*Config, []Problem) {
 	d := &decoder{}
-	c := &Config{Retry: retry.DefaultSettings(),
+	c := &Config{Retry: retry.DefaultSettings(), Pacing: true,
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, PassivateAfter: musepi.DefaultPassivateAfter,
 		MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
+	t.boolean("pacing", &c.Pacing)
 	t.str("history_dir", &c.HistoryDir)
 	t.str("history_sync", &c.HistorySync)
 	t.str("history_database", &c.HistoryDatabase)
@@ -92,6 +93,7 @@ func decodeProvider(parent *table, name string) (Provider, bool) {
 	if t.integer("max_tokens", &maxTokens) {
 		p.MaxTokens = maxTokens
 	}
+	p.RateLimits = t.rateLimits()
 	if pt, ok := t.sub("prices"); ok {
 		p.Prices = decodePrices(pt)
 	}
@@ -141,6 +143,7 @@ func decodeCredentials(creds []*table) []Credential {
 		ct.str("name", &cr.Name)
 		ct.str("api_key_env", &cr.APIKeyEnv)
 		ct.count("banked_resets", &cr.BankedResets)
+		cr.RateLimits = ct.rateLimits()
 		ct.done(map[string]string{
 			"api_key": "unknown key: API keys are never read from the file; " +
 				"put the key in an environment variable and name it in api_key_env",
@@ -304,6 +307,24 @@ func (t *table) count(k string, dst *int) bool {
 	}
 	*dst = int(n)
 	return true
+}
+
+// rateLimits reads the per-minute rate limits rpm, tpm, input_tpm and
+// output_tpm (0 or more; absent: 0, none).
+func (t *table) rateLimits() musepi.RateLimits {
+	var l musepi.RateLimits
+	for k, dst := range map[string]*int64{"rpm": &l.RPM, "tpm": &l.TPM, "input_tpm": &l.InputTPM, "output_tpm": &l.OutputTPM} {
+		var n int64
+		if !t.integer(k, &n) {
+			continue
+		}
+		if n < 0 {
+			t.d.add(t.at(k), "must be 0 or more (a limit per minute; 0: none), got %d", n)
+			continue
+		}
+		*dst = n
+	}
+	return l
 }
 
 // maxMillis is the largest number of milliseconds a time.Duration holds.

@@ -1167,6 +1167,7 @@ type SelectCredential struct {
 	Credential    string                 `protobuf:"bytes,5,opt,name=credential,proto3" json:"credential,omitempty"`                          // the key the session holds ("": none yet)
 	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`    // the turn's estimated input
 	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"` // its output bound (max_tokens)
+	ReplyTo       *actor.PID             `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                 // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1248,6 +1249,13 @@ func (x *SelectCredential) GetOutputTokens() int64 {
 		return x.OutputTokens
 	}
 	return 0
+}
+
+func (x *SelectCredential) GetReplyTo() *actor.PID {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
 }
 
 // CredentialSelected answers SelectCredential.
@@ -2900,7 +2908,7 @@ const file_actors_proto_rawDesc = "" +
 	"\fRetryStopped\x12\x19\n" +
 	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"\xdf\x01\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"\x86\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2911,7 +2919,9 @@ const file_actors_proto_rawDesc = "" +
 	"credential\x18\x05 \x01(\tR\n" +
 	"credential\x12!\n" +
 	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
-	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\"\x95\x01\n" +
+	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\x12%\n" +
+	"\breply_to\x18\b \x01(\v2\n" +
+	".actor.PIDR\areplyTo\"\x95\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
@@ -3124,13 +3134,14 @@ var file_actors_proto_depIdxs = []int32{
 	47, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
 	49, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
 	50, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
-	51, // 7: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
-	48, // 8: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	50, // 7: musepi.v1.SelectCredential.reply_to:type_name -> actor.PID
+	51, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	48, // 9: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
