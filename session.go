@@ -407,6 +407,17 @@ func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
 	s.apply(&messages.SessionOptions{ThinkingLevel: &l})
 }
 
+// SetPriority sets the pacing priority of the session's next turns (see
+// WithPriority); it returns once the session applied it. An unknown
+// priority is taken as Low.
+func (s *Session) SetPriority(p Priority) {
+	n := int32(min(p, Low))
+	s.apply(&messages.SessionOptions{Priority: &n})
+}
+
+// Priority is the session's pacing priority.
+func (s *Session) Priority() Priority { return s.st().Priority() }
+
 // ThinkingLevel is the session's thinking level.
 func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.st().ThinkingLevel() }
 

@@ -226,11 +226,15 @@ type SessionState struct {
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
 	thinking   atomic.Pointer[provider.ThinkingLevel]
-	noAutoComp atomic.Bool // auto-compaction switched off
+	noAutoComp atomic.Bool   // auto-compaction switched off
+	priority   atomic.Uint32 // pacing.Priority of the session's turns
 }
 
 // AutoCompaction reports whether the hook runs on context overflow.
 func (s *SessionState) AutoCompaction() bool { return !s.noAutoComp.Load() }
+
+// Priority is the pacing priority of the session's turns.
+func (s *SessionState) Priority() pacing.Priority { return pacing.Priority(s.priority.Load()) }
 
 // setThinkingLevel publishes the thinking level the session's next turns
 // ask for.

@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -86,6 +87,7 @@ var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
+	cfg.State.priority.Store(uint32(cfg.Priority))
 	r := resume(entries, cfg.Model, deps.knownModel)
 	records, _ := cfg.History.(history.RecordLog)
 	clearRecord := false
@@ -604,6 +606,10 @@ func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions)
 	}
 	if m.AutoCompaction != nil {
 		s.cfg.State.noAutoComp.Store(!m.GetAutoCompaction())
+	}
+	if m.Priority != nil {
+		s.cfg.Priority = pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low)))
+		s.cfg.State.priority.Store(uint32(s.cfg.Priority))
 	}
 	if ctx.Sender() != nil {
 		ctx.Respond(&messages.Ack{})

@@ -419,6 +419,7 @@ type SessionOptions struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ThinkingLevel  *string                `protobuf:"bytes,1,opt,name=thinking_level,json=thinkingLevel,proto3,oneof" json:"thinking_level,omitempty"`
 	AutoCompaction *bool                  `protobuf:"varint,2,opt,name=auto_compaction,json=autoCompaction,proto3,oneof" json:"auto_compaction,omitempty"`
+	Priority       *int32                 `protobuf:"varint,3,opt,name=priority,proto3,oneof" json:"priority,omitempty"` // pacing.Priority: 0 high, 1 normal, 2 low
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -465,6 +466,13 @@ func (x *SessionOptions) GetAutoCompaction() bool {
 		return *x.AutoCompaction
 	}
 	return false
+}
+
+func (x *SessionOptions) GetPriority() int32 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
 }
 
 // SessionClose closes the session at its activation, which then stops; it
@@ -543,12 +551,14 @@ const file_session_kind_proto_rawDesc = "" +
 	"compacting\x18\t \x01(\bR\n" +
 	"compacting\x12'\n" +
 	"\x0fauto_compaction\x18\n" +
-	" \x01(\bR\x0eautoCompaction\"\x91\x01\n" +
+	" \x01(\bR\x0eautoCompaction\"\xbf\x01\n" +
 	"\x0eSessionOptions\x12*\n" +
 	"\x0ethinking_level\x18\x01 \x01(\tH\x00R\rthinkingLevel\x88\x01\x01\x12,\n" +
-	"\x0fauto_compaction\x18\x02 \x01(\bH\x01R\x0eautoCompaction\x88\x01\x01B\x11\n" +
+	"\x0fauto_compaction\x18\x02 \x01(\bH\x01R\x0eautoCompaction\x88\x01\x01\x12\x1f\n" +
+	"\bpriority\x18\x03 \x01(\x05H\x02R\bpriority\x88\x01\x01B\x11\n" +
 	"\x0f_thinking_levelB\x12\n" +
-	"\x10_auto_compaction\"\x0e\n" +
+	"\x10_auto_compactionB\v\n" +
+	"\t_priority\"\x0e\n" +
 	"\fSessionCloseB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (

@@ -12,6 +12,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -89,9 +90,20 @@ func (s *Server) prompt(ctx context.Context, line []byte) (any, error) {
 	var c struct {
 		Message           string `json:"message"`
 		StreamingBehavior string `json:"streamingBehavior"`
+		Priority          string `json:"priority"`
 	}
 	if err := decode(line, &c, "message"); err != nil {
 		return nil, err
+	}
+	if c.Priority != "" {
+		p, err := pacing.ParsePriority(c.Priority)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		sess := s.session
+		s.mu.Unlock()
+		sess.SetPriority(p) // from this prompt on
 	}
 	switch c.StreamingBehavior {
 	case "", "steer", "followUp":

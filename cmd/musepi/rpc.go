@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/rpc"
 )
 
@@ -32,6 +33,7 @@ type rpcFlags struct {
 	maxLine     int
 	sessionID   string
 	metricsAddr string
+	priority    string
 }
 
 // setupRPC is "musepi rpc": JSON lines on stdin/stdout (see docs/rpc.md).
@@ -40,10 +42,14 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 	fs.IntVar(&f.maxLine, "max-line", rpc.DefaultMaxLine, "longest accepted input line in bytes (0: the default)")
 	fs.StringVar(&f.sessionID, "session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.BoolVar(&f.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
+	fs.StringVar(&f.priority, "priority", "normal", "the session's pacing priority: high, normal or low (a prompt's \"priority\" changes it)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
 	return func([]string) error {
 		if f.maxLine < 0 {
 			return usagef("--max-line must be 0 (the default, %d) or more, got %d", rpc.DefaultMaxLine, f.maxLine)
+		}
+		if _, err := pacing.ParsePriority(f.priority); err != nil {
+			return usagef("--priority: %v", err)
 		}
 		if err := f.check(fs); err != nil {
 			return err
@@ -63,6 +69,7 @@ func runRPC(f rpcFlags) (err error) {
 		defer closeMetrics(metrics)
 		extra = append(extra, metrics.option())
 	}
+	priority, _ := pacing.ParsePriority(f.priority) // checked in setupRPC
 	su, err := f.open(extra...)
 	if err != nil {
 		return err
@@ -76,7 +83,7 @@ func runRPC(f rpcFlags) (err error) {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	srv := &rpc.Server{
 		Runtime:        su.rt,
-		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(f.sessionID)},
+		SessionOptions: []musepi.SessionOption{musepi.WithModel(su.model), musepi.WithSessionID(f.sessionID), musepi.WithPriority(priority)},
 		Out:            os.Stdout,
 		Log:            f.log,
 		MaxLine:        f.maxLine,

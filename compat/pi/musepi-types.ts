@@ -13,10 +13,12 @@ export interface RetryFallbackSucceeded { type: "retry_fallback_succeeded"; sess
 /** The session's model changed. */
 export interface ModelChange { type: "model_change"; sessionId: string; from: string; to: string; role: string; reason: "fallback" | "revert" | "user"; }
 /** The session moved to another credential of its provider (names, never keys). */
-export interface CredentialSwitch { type: "credential_switch"; sessionId: string; provider: string; from: string; to: string; reason: "usage_limit" | "usage_limit_redeemed"; }
+export interface CredentialSwitch { type: "credential_switch"; sessionId: string; provider: string; from: string; to: string; reason: "usage_limit" | "usage_limit_redeemed" | "pacing"; }
+/** A turn waits for its key's rate-limit budget (pacing): not a retry; abort and abort_retry cancel it. */
+export interface RateLimitWait { type: "rate_limit_wait"; sessionId: string; delayMs: number; provider: string; credential: string; limit: "requests" | "tokens" | "input_tokens" | "output_tokens"; }
 /** The default compaction hook met a context overflow. */
 export interface CompactionRequired { type: "compaction_required"; sessionId: string; errorMessage: string; }
 /** A slow reader lost events. */
 export interface EventsLost { type: "events_lost"; sessionId: string; count: number; }
 
-export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | CompactionRequired | EventsLost;
+export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | RateLimitWait | CompactionRequired | EventsLost;
