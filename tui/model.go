@@ -55,12 +55,14 @@ type entry struct {
 	text string
 }
 
-// retryState is the retry line between auto_retry_start and auto_retry_end.
+// retryState is the retry line between auto_retry_start and auto_retry_end,
+// or the pacing line of a rate_limit_wait until its turn goes out.
 type retryState struct {
 	attempt, max int
 	deadline     time.Time
 	seq          int
-	held         bool // the provider's retry budget extended the delay
+	held         bool   // the provider's retry budget extended the delay
+	pacing       string // a rate_limit_wait's limit and key ("": a retry)
 }
 
 var (
@@ -213,8 +215,15 @@ func (r *retryState) nextTick(now time.Time) time.Duration {
 	return r.deadline.Sub(now) - time.Duration(secs-1)*time.Second
 }
 
-// retryLine is the status line while a retry chain is open.
+// retryLine is the status line while a retry chain is open, or a turn
+// waits for its key's rate-limit budget.
 func (r *retryState) line(now time.Time) string {
+	if r.pacing != "" {
+		if secs := r.remaining(now); secs > 0 {
+			return fmt.Sprintf("Waiting for the rate limit (%s) %ds… (esc to cancel)", r.pacing, secs)
+		}
+		return fmt.Sprintf("Waiting for the rate limit (%s)… (esc to cancel)", r.pacing)
+	}
 	if secs := r.remaining(now); secs > 0 {
 		if r.held {
 			return fmt.Sprintf("Retrying (%d/%d) in %ds, held by the retry budget… (esc to cancel)", r.attempt, r.max, secs)
@@ -318,6 +327,7 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 	case musepi.AgentStart:
 		m.open = -1
 	case musepi.MessageUpdate:
+		m.endPacingWait()
 		switch p.Kind {
 		case "text":
 			m.answered = true
@@ -326,6 +336,7 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 			m.appendDelta(thinkingEntry, p.Delta)
 		}
 	case musepi.MessageEnd:
+		m.endPacingWait()
 		m.open = -1
 	case musepi.AgentEnd:
 		m.open = -1
@@ -335,6 +346,9 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		return m, m.tickCmd()
 	case musepi.AutoRetryEnd:
 		m.endRetry(p)
+	case musepi.RateLimitWait:
+		m.startPacingWait(p)
+		return m, m.tickCmd()
 	case musepi.RetryFallbackApplied:
 		m.modelName = p.To
 		m.add(noticeEntry, fmt.Sprintf("⇄ Model fallback: %s → %s", p.From, p.To))
@@ -372,6 +386,21 @@ func (m *model) startRetry(p musepi.AutoRetryStart) {
 		deadline: m.now().Add(p.Delay),
 		seq:      m.retrySeq,
 		held:     p.BudgetDelay > 0,
+	}
+}
+
+// startPacingWait shows a rate_limit_wait's countdown in the status line
+// until its turn goes out.
+func (m *model) startPacingWait(p musepi.RateLimitWait) {
+	m.retrySeq++
+	m.retry = &retryState{deadline: m.now().Add(p.Delay), seq: m.retrySeq,
+		pacing: fmt.Sprintf("%s on %s", strings.ReplaceAll(p.Limit, "_", " "), p.Credential)}
+}
+
+// endPacingWait closes the pacing line once the turn streams.
+func (m *model) endPacingWait() {
+	if m.retry != nil && m.retry.pacing != "" {
+		m.retry = nil
 	}
 }
 

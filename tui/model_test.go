@@ -457,3 +457,35 @@ func TestViewFitsWindow(t *testing.T) {
 		t.Errorf("page up did not scroll:\n%s", h.view())
 	}
 }
+
+// A rate_limit_wait counts down in the status line like a retry backoff,
+// until its turn streams; esc cancels it (an abort on a first attempt).
+func TestModelPacingWaitCountdown(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	if cmd := h.event(musepi.RateLimitWait{Delay: 2500 * time.Millisecond, Provider: "fake", Credential: "key-a", Limit: "input_tokens"}); cmd == nil {
+		t.Error("rate_limit_wait: no tick scheduled")
+	}
+	for _, s := range []struct {
+		advance time.Duration
+		want    string
+	}{
+		{0, "Waiting for the rate limit (input tokens on key-a) 3s… (esc to cancel)"},
+		{time.Second, "Waiting for the rate limit (input tokens on key-a) 2s… (esc to cancel)"},
+		{2 * time.Second, "Waiting for the rate limit (input tokens on key-a)… (esc to cancel)"},
+	} {
+		h.clock = h.clock.Add(s.advance)
+		h.send(retryTickMsg{seq: h.m.retry.seq})
+		if got := h.statusLine(); !strings.HasSuffix(got, s.want) {
+			t.Errorf("+%v: status %q, want %q", s.advance, got, s.want)
+		}
+	}
+	h.key("esc")
+	if h.ctl.aborts != 1 {
+		t.Errorf("esc during a pacing wait: %d aborts, want 1", h.ctl.aborts)
+	}
+	h.event(musepi.MessageUpdate{Kind: "text", Delta: "hi"})
+	if got := h.statusLine(); strings.Contains(got, "rate limit") {
+		t.Errorf("status %q after the turn streamed; want the pacing line gone", got)
+	}
+}
