@@ -412,10 +412,10 @@ func WithSessionID(id string) SessionOption { return func(c *sessionConfig) { c.
 // low-priority background agent never holds back an interactive one.
 type Priority = pacing.Priority
 
-// The priorities (default Normal).
+// The priorities (the zero value, and the default, is Normal).
 const (
-	High   = pacing.High
 	Normal = pacing.Normal
+	High   = pacing.High
 	Low    = pacing.Low
 )
 

@@ -3,8 +3,12 @@ package musepi_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/messages"
@@ -155,5 +159,41 @@ func TestPacingLearnsTheLimitsResponsesAnnounce(t *testing.T) {
 	}
 	if got := rec.lines("rate_limit_wait"); len(got) != 1 {
 		t.Errorf("rate_limit_wait events %v; want one", got)
+	}
+}
+
+// The metrics and the trace of a pacing wait: the wait's length by limit,
+// what the key has left, the turns waiting, and the attempt span's
+// musepi.pacing.wait_ms.
+func TestPacingMetricsAndTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h, reader := meteredHarness(t, []musepi.Credential{{Name: "A", APIKey: "key-a", RateLimits: musepi.RateLimits{RPM: 1}}},
+		musepi.WithTracerProvider(tp))
+	h.p.SetDefault(answer("ok"))
+	first, _ := h.session()
+	h.run()
+	h.settle(h.prompt(first, "spends the minute's request"))
+	s, _ := h.session()
+	ch := h.prompt(s, "waits")
+	h.advance(time.Second)
+	expectLines(t, metricLines(t, reader, "musepi.pacing.waiting"),
+		"musepi.pacing.waiting priority=high provider=p = 0",
+		"musepi.pacing.waiting priority=low provider=p = 0",
+		"musepi.pacing.waiting priority=normal provider=p = 1")
+	h.run()
+	h.settle(ch)
+	expectLines(t, metricLines(t, reader, "musepi.pacing.wait", "musepi.ratelimit.remaining"),
+		"musepi.pacing.wait limit=requests provider=p = count=1 sum=60",
+		"musepi.ratelimit.remaining credential=A limit=requests provider=p = 0")
+	var waited []string
+	for _, sp := range exp.GetSpans() {
+		if line := spanLine(sp, "musepi.pacing.wait_ms"); strings.Contains(line, "wait_ms") {
+			waited = append(waited, line)
+		}
+	}
+	if len(waited) != 1 || !strings.HasSuffix(waited[0], "musepi.pacing.wait_ms=60000") {
+		t.Errorf("attempt spans with a pacing wait: %v; want one of 60000 ms", waited)
 	}
 }

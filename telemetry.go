@@ -70,6 +70,7 @@ func (rt *Runtime) startTelemetry() error {
 			return telemetry.Snapshot{ByState: st.ByPhase, Retrying: st.Retrying}
 		},
 		Budgets: budgets,
+		Pacing:  rt.pacingStates,
 		Budget: func(ctx context.Context, name string) (retry.BudgetStats, error) {
 			return rt.RetryBudget(ctx, name)
 		},
@@ -151,4 +152,19 @@ func (d *deliveries) wait(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// pacingStates are the providers' pacing as their credentials actors
+// last published it, for the metrics.
+func (rt *Runtime) pacingStates() []telemetry.PacingState {
+	if !rt.cfg.pacing {
+		return nil
+	}
+	var out []telemetry.PacingState
+	for _, name := range rt.providerNames() {
+		if v := rt.credViews[name]; v != nil {
+			out = append(out, telemetry.PacingState{Provider: name, Levels: v.Levels(), Waiting: v.Waiting()})
+		}
+	}
+	return out
 }

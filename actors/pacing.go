@@ -66,7 +66,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	a.cancelPacing(ctx, session, 0) // a turn of the session's left unsettled (a lost answer)
 	now := a.clk.Now()
 	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens()}
-	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), 2)), name, need)
+	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low))), name, need)
 	r := reservation{token: m.GetToken(), credential: d.Credential, need: need}
 	if d.Wait > 0 {
 		if r.waiter = m.GetReplyTo(); r.waiter == nil {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/musepi/musepi/pacing"
 )
 
 // CredentialsView mirrors what a credentials actor holds, for readers
@@ -22,6 +24,7 @@ type CredentialsView struct {
 
 	paced   atomic.Bool     // a rate limit of a key is known: turns reserve
 	waiting [3]atomic.Int64 // turns waiting for a budget, by priority
+	levels  []pacing.Level  // what the keys have left, guarded by mu
 }
 
 // NewCredentialsView returns the view of a credentials actor holding creds.
@@ -44,14 +47,17 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 		}
 		v.until[i].Store(ns)
 	}
+	var levels []pacing.Level
 	if p := a.pacing; p != nil {
 		v.paced.Store(p.pacer.Paced())
 		for i, n := range p.pacer.Waiting() {
 			v.waiting[i].Store(int64(n))
 		}
+		levels = p.pacer.Levels(a.clk.Now())
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.levels = levels
 	if v.budget = a.budget != nil; v.budget {
 		v.tokens = a.budget.Tokens()
 	}
@@ -195,4 +201,15 @@ func (v *CredentialsView) Waiting() [3]int64 {
 		}
 	}
 	return n
+}
+
+// Levels are what the keys had left of each rate limit known, when the
+// actor last published.
+func (v *CredentialsView) Levels() []pacing.Level {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.levels
 }

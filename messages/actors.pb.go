@@ -1163,7 +1163,7 @@ type SelectCredential struct {
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Pace          bool                   `protobuf:"varint,2,opt,name=pace,proto3" json:"pace,omitempty"`
 	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`                                   // the reservation's, echoed in the answers
-	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`                             // pacing.Priority: 0 high, 1 normal, 2 low
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`                             // pacing.Priority: 0 normal, 1 high, 2 low
 	Credential    string                 `protobuf:"bytes,5,opt,name=credential,proto3" json:"credential,omitempty"`                          // the key the session holds ("": none yet)
 	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`    // the turn's estimated input
 	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"` // its output bound (max_tokens)

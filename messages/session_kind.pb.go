@@ -419,7 +419,7 @@ type SessionOptions struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	ThinkingLevel  *string                `protobuf:"bytes,1,opt,name=thinking_level,json=thinkingLevel,proto3,oneof" json:"thinking_level,omitempty"`
 	AutoCompaction *bool                  `protobuf:"varint,2,opt,name=auto_compaction,json=autoCompaction,proto3,oneof" json:"auto_compaction,omitempty"`
-	Priority       *int32                 `protobuf:"varint,3,opt,name=priority,proto3,oneof" json:"priority,omitempty"` // pacing.Priority: 0 high, 1 normal, 2 low
+	Priority       *int32                 `protobuf:"varint,3,opt,name=priority,proto3,oneof" json:"priority,omitempty"` // pacing.Priority: 0 normal, 1 high, 2 low
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }

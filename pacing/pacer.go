@@ -79,8 +79,8 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	p.seq++
 	w := waiter{id: id, priority: priority, seq: p.seq, prefer: prefer, need: need}
 	at, _ := slices.BinarySearchFunc(p.waiting, w, func(a, b waiter) int {
-		if a.priority != b.priority {
-			return int(a.priority) - int(b.priority)
+		if a.priority.Rank() != b.priority.Rank() {
+			return a.priority.Rank() - b.priority.Rank()
 		}
 		return int(a.seq) - int(b.seq)
 	})
@@ -94,7 +94,7 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 // queuedAtOrAbove reports whether a call of priority or a more urgent one
 // waits.
 func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
-	return len(p.waiting) > 0 && p.waiting[0].priority <= priority
+	return len(p.waiting) > 0 && p.waiting[0].priority.Rank() <= priority.Rank()
 }
 
 // fit reserves need on prefer when it has room, else on the unblocked
@@ -187,11 +187,11 @@ func (p *Pacer) Block(credential string, until time.Time) {
 	}
 }
 
-// Waiting is how many calls wait, by priority.
+// Waiting is how many calls wait, by priority: high, normal, low.
 func (p *Pacer) Waiting() [3]int {
 	var n [3]int
 	for _, w := range p.waiting {
-		n[min(int(w.priority), 2)]++
+		n[w.priority.Rank()]++
 	}
 	return n
 }
@@ -237,6 +237,28 @@ func (p *Pacer) Remaining(now time.Time, credential string, k Kind) (float64, bo
 	}
 	c.buckets[k].advance(now)
 	return c.buckets[k].level, true
+}
+
+// Level is what one credential has left of one kind of limit.
+type Level struct {
+	Credential string
+	Kind       Kind
+	Remaining  float64 // below 0 when more was spent than the window holds
+}
+
+// Levels are what each credential has left now of each limit known.
+func (p *Pacer) Levels(now time.Time) []Level {
+	var out []Level
+	for i := range p.creds {
+		c := &p.creds[i]
+		for k := range c.buckets {
+			if b := &c.buckets[k]; b.known() {
+				b.advance(now)
+				out = append(out, Level{Credential: c.name, Kind: Kind(k), Remaining: b.level})
+			}
+		}
+	}
+	return out
 }
 
 // Paced reports whether any credential has a limit known.

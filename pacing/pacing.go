@@ -30,17 +30,29 @@ const numKinds = 4
 
 // Priority orders the calls that wait for a budget: every waiting call
 // of a higher priority goes before any of a lower one; within one
-// priority, first come first served.
+// priority, first come first served. The zero value is Normal.
 type Priority uint8
 
-// The priorities, most urgent first.
+// The priorities.
 const (
-	High Priority = iota
-	Normal
+	Normal Priority = iota
+	High
 	Low
 )
 
-var priorityNames = [...]string{"high", "normal", "low"}
+// Rank is the priority's place in release order: 0 for High, 1 for
+// Normal, 2 for Low (and for a value out of range).
+func (p Priority) Rank() int {
+	switch p {
+	case High:
+		return 0
+	case Normal:
+		return 1
+	}
+	return 2
+}
+
+var priorityNames = [...]string{Normal: "normal", High: "high", Low: "low"}
 
 // String is "high", "normal" or "low".
 func (p Priority) String() string {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -81,3 +82,38 @@ func (t *Telemetry) observe(meter metric.Meter) (metric.Registration, error) {
 
 // budgetFunc reads a provider's retry budget.
 type budgetFunc = func(ctx context.Context, provider string) (retry.BudgetStats, error)
+
+// priorities are the pacing priorities' names, in pacing.Priority order.
+var priorities = [3]string{"high", "normal", "low"}
+
+// observePacing registers the pacing instruments observed at collection:
+// what the keys have left of their rate limits, and the turns waiting.
+func (t *Telemetry) observePacing(meter metric.Meter) (metric.Registration, error) {
+	remaining, err1 := meter.Float64ObservableGauge(RateLimitRemaining.Name, metric.WithUnit(RateLimitRemaining.Unit),
+		metric.WithDescription(RateLimitRemaining.Description))
+	waiting, err2 := meter.Int64ObservableGauge(PacingWaiting.Name, metric.WithUnit(PacingWaiting.Unit),
+		metric.WithDescription(PacingWaiting.Description))
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("telemetry: create instruments: %w", err)
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if t.cfg.Pacing == nil {
+			return nil
+		}
+		for _, p := range t.cfg.Pacing() {
+			for _, l := range p.Levels {
+				o.ObserveFloat64(remaining, l.Remaining, metric.WithAttributes(attribute.String("provider", p.Provider),
+					attribute.String("credential", l.Credential), attribute.String("limit", l.Kind.String())))
+			}
+			for i, n := range p.Waiting {
+				o.ObserveInt64(waiting, n, metric.WithAttributes(attribute.String("provider", p.Provider),
+					attribute.String("priority", priorities[i])))
+			}
+		}
+		return nil
+	}, remaining, waiting)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: register callback: %w", err)
+	}
+	return reg, nil
+}

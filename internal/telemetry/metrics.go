@@ -61,7 +61,7 @@ var (
 	UsageLimits = Metric{"musepi.usage_limits", Counter, "{turn}", []string{"provider", "model"},
 		"Turns that ended in a usage or quota limit (classified usage_limit), whether retried or not."}
 	CredentialSwitches = Metric{"musepi.credential.switches", Counter, "{switch}", []string{"provider", "reason"},
-		"Sessions moved to another credential of their provider (credential_switch), by reason: usage_limit or usage_limit_redeemed."}
+		"Sessions moved to another credential of their provider (credential_switch), by reason: usage_limit, usage_limit_redeemed or pacing."}
 	FallbacksApplied = Metric{"musepi.fallback.applied", Counter, "{fallback}", []string{"role", "from", "to"},
 		"Model fallbacks applied by a retry (retry_fallback_applied)."}
 	FallbacksSucceeded = Metric{"musepi.fallback.succeeded", Counter, "{fallback}", []string{"role", "model"},
@@ -88,6 +88,12 @@ var (
 	GenAITokenUsage = Metric{genaiconv.ClientTokenUsage{}.Name(), Histogram, genaiconv.ClientTokenUsage{}.Unit(),
 		[]string{AttrGenAIOperation, AttrGenAIProvider, AttrGenAIRequestModel, AttrGenAIResponseModel, AttrGenAITokenType},
 		"OpenTelemetry's GenAI client token usage: the input (cached included) and output tokens of each provider call that reported its usage."}
+	RateLimitRemaining = Metric{"musepi.ratelimit.remaining", Gauge, "{unit}", []string{"provider", "credential", "limit"},
+		"What each key has left of each rate limit known (pacing), by limit: requests, tokens, input_tokens, output_tokens; below 0 when more was spent than the window holds."}
+	PacingWait = Metric{"musepi.pacing.wait", Histogram, "s", []string{"provider", "limit"},
+		"How long turns waited for their key's rate-limit budget (from rate_limit_wait until the turn went out), in seconds, by the limit waited for."}
+	PacingWaiting = Metric{"musepi.pacing.waiting", Gauge, "{turn}", []string{"provider", "priority"},
+		"Turns waiting now for a rate-limit budget, by priority: high, normal, low."}
 	EventsLost = Metric{"musepi.telemetry.events_lost", Counter, "{event}", nil,
 		"Session events the telemetry subscriber missed because it fell behind (events_lost); counters may then be short."}
 )
@@ -96,7 +102,7 @@ var (
 var All = []*Metric{&RetryAttempts, &RetryBackoff, &RetryWaiting, &RetryChains, &RetryChainsOpen,
 	&UsageLimits, &CredentialSwitches, &FallbacksApplied, &FallbacksSucceeded, &FallbacksReverted,
 	&BudgetTokens, &BudgetHeld, &BudgetDelayed, &Sessions, &Prompts, &RequestDuration, &RequestErrors,
-	&GenAIOperationDuration, &GenAITokenUsage, &EventsLost}
+	&GenAIOperationDuration, &GenAITokenUsage, &RateLimitRemaining, &PacingWait, &PacingWaiting, &EventsLost}
 
 // secondsBuckets are the histogram boundaries of backoffs and provider
 // calls: from 50 ms to the 5 minute retry.maxDelayMs default and beyond.
@@ -108,7 +114,7 @@ type instruments struct {
 	attempts, chains, usageLimits, credSwitches          metric.Int64Counter
 	fallbackApplied, fallbackSucceeded, fallbackReverted metric.Int64Counter
 	prompts, requestErrors, eventsLost                   metric.Int64Counter
-	backoff, requestDuration, genAIDuration              metric.Float64Histogram
+	backoff, requestDuration, genAIDuration, pacingWait  metric.Float64Histogram
 	genAITokens                                          metric.Int64Histogram
 	waiting                                              metric.Int64UpDownCounter
 }
@@ -135,6 +141,7 @@ func newInstruments(meter metric.Meter) (*instruments, error) {
 	in.requestErrors, in.eventsLost = counter(&RequestErrors), counter(&EventsLost)
 	in.backoff, in.requestDuration = histogram(&RetryBackoff, secondsBuckets), histogram(&RequestDuration, secondsBuckets)
 	in.genAIDuration = histogram(&GenAIOperationDuration, genAIDurationBuckets)
+	in.pacingWait = histogram(&PacingWait, secondsBuckets)
 	tokens, err := meter.Int64Histogram(GenAITokenUsage.Name, metric.WithUnit(GenAITokenUsage.Unit),
 		metric.WithDescription(GenAITokenUsage.Description), metric.WithExplicitBucketBoundaries(genAITokenBuckets...))
 	in.genAITokens, errs = tokens, append(errs, err)

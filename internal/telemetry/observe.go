@@ -21,7 +21,14 @@ type sessionTrack struct {
 	id              string
 	provider, model string // of the last turn that ended (agent_end)
 	waiting         *attribute.Set
+	pacing          *pacingWait // the turn waiting for its key's rate-limit budget
 	trace           promptTrace
+}
+
+// pacingWait is a rate_limit_wait not yet over.
+type pacingWait struct {
+	at              time.Time
+	provider, limit string
 }
 
 // Observe records one session event. It is the runtime-wide subscriber:
@@ -49,6 +56,13 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 		t.retryStarted(ctx, s, e.AutoRetryStart)
 	case *messages.SessionEvent_AutoRetryEnd:
 		t.retryEnded(ctx, s, e.AutoRetryEnd, at)
+	case *messages.SessionEvent_RateLimitWait:
+		if s != nil {
+			w := e.RateLimitWait
+			s.pacing = &pacingWait{at: at, provider: orUnknown(w.GetProvider()), limit: w.GetLimit()}
+		}
+	case *messages.SessionEvent_MessageUpdate, *messages.SessionEvent_MessageEnd:
+		t.pacingEnded(ctx, s, at)
 	case *messages.SessionEvent_CredentialSwitch:
 		t.credentialSwitched(ctx, s, e.CredentialSwitch)
 	case *messages.SessionEvent_RetryFallbackApplied:
@@ -185,4 +199,15 @@ func orUnknown(s string) string {
 		return unknown
 	}
 	return s
+}
+
+// pacingEnded records the end of a pacing wait: the turn went out.
+func (t *Telemetry) pacingEnded(ctx context.Context, s *sessionTrack, at time.Time) {
+	if s == nil || s.pacing == nil {
+		return
+	}
+	d := max(at.Sub(s.pacing.at), 0)
+	t.in.pacingWait.Record(ctx, d.Seconds(), labels("provider", s.pacing.provider, "limit", s.pacing.limit))
+	s.trace.pacingWaited(d)
+	s.pacing = nil
 }

@@ -13,6 +13,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/pacing"
 )
 
 // ScopeName is the instrumentation scope of MusePi's meter and tracer.
@@ -35,6 +36,17 @@ type Config struct {
 	// when metrics are collected.
 	Budgets []string
 	Budget  budgetFunc
+	// Pacing reports the providers' pacing when metrics are collected
+	// (nil: none).
+	Pacing func() []PacingState
+}
+
+// PacingState is what a provider's pacing reports: what its keys have
+// left, and the turns waiting by priority (high, normal, low).
+type PacingState struct {
+	Provider string
+	Levels   []pacing.Level
+	Waiting  [3]int64
 }
 
 // Telemetry records a runtime's metrics and traces. Observe is its event
@@ -43,7 +55,7 @@ type Telemetry struct {
 	cfg    Config
 	in     *instruments
 	tracer trace.Tracer
-	reg    metric.Registration // nil without metrics
+	reg    []metric.Registration // none without metrics
 
 	mu       sync.Mutex
 	closed   bool
@@ -69,8 +81,12 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.in = in
 	if cfg.Meter != nil {
-		if t.reg, err = t.observe(meter); err != nil {
-			return nil, err
+		for _, observe := range []func(metric.Meter) (metric.Registration, error){t.observe, t.observePacing} {
+			reg, err := observe(meter)
+			if err != nil {
+				return nil, err
+			}
+			t.reg = append(t.reg, reg)
 		}
 	}
 	tracerProvider := cfg.Tracer
@@ -97,8 +113,8 @@ func (t *Telemetry) Close() error {
 		delete(t.sessions, id)
 	}
 	t.mu.Unlock()
-	if t.reg != nil {
-		if err := t.reg.Unregister(); err != nil {
+	for _, reg := range t.reg {
+		if err := reg.Unregister(); err != nil {
 			return fmt.Errorf("telemetry: unregister metrics callback: %w", err)
 		}
 	}

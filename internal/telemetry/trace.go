@@ -41,6 +41,7 @@ const (
 	AttrFallbackTo   = "musepi.fallback.to"
 	AttrCredentialTo = "musepi.credential.to"
 	AttrFinalError   = "musepi.retry.final_error" // attempt, when the chain gave up after it
+	AttrPacingWaitMs = "musepi.pacing.wait_ms"    // attempt: how long its turns waited for their key's rate-limit budget
 	EventChainEnd    = "musepi.retry_chain_end"   // prompt span event: auto_retry_end
 )
 
@@ -85,6 +86,7 @@ type attemptSpan struct {
 	via      string
 	attrs    []attribute.KeyValue
 	failure  string
+	pacing   time.Duration // waited for rate-limit budgets
 }
 
 // runStarted opens the prompt's trace (for a new prompt) and a span for the run.
@@ -230,4 +232,13 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// pacingWaited adds a pacing wait of d to the running attempt's span.
+func (p *promptTrace) pacingWaited(d time.Duration) {
+	if p.run == nil {
+		return
+	}
+	p.run.pacing += d
+	p.run.span.SetAttributes(attribute.Int64(AttrPacingWaitMs, p.run.pacing.Milliseconds()))
 }
