@@ -1,6 +1,7 @@
 package pacing
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -87,8 +88,39 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	p.waiting = slices.Insert(p.waiting, at, w)
 	d := Decision{Grant: Grant{ID: id, Credential: prefer}}
 	d.Credential, d.Wait, d.Limit = p.soonest(now, need, prefer)
+	if qw, k := p.queueWait(now, at); qw > d.Wait {
+		d.Wait, d.Limit = qw, k
+	}
 	d.Wait = max(d.Wait, time.Nanosecond)
 	return d
+}
+
+// queueWait estimates how long until the waiting call at index i goes:
+// the needs of the calls before it and its own, against the room and the
+// refill of every unblocked key together; and the kind that takes longest.
+func (p *Pacer) queueWait(now time.Time, i int) (time.Duration, Kind) {
+	var total [numKinds]float64
+	for _, w := range p.waiting[:i+1] {
+		for k := range Kind(numKinds) {
+			total[k] += w.need.of(k)
+		}
+	}
+	var longest time.Duration
+	limit := ratelimit.Requests
+	for k := range Kind(numKinds) {
+		var level, rate float64
+		for c := range p.creds {
+			if b := &p.creds[c].buckets[k]; b.known() && !p.creds[c].blocked.After(now) {
+				level, rate = level+b.level, rate+b.rate
+			}
+		}
+		if short := total[k] - level; short > 0 && rate > 0 {
+			if w := time.Duration(math.Ceil(short / rate * float64(time.Second))); w > longest {
+				longest, limit = w, k
+			}
+		}
+	}
+	return longest, limit
 }
 
 // queuedAtOrAbove reports whether a call of priority or a more urgent one

@@ -1,6 +1,7 @@
 package pacing
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -237,5 +238,25 @@ func TestBlockedKeysAreNotSwitchedTo(t *testing.T) {
 	p.Block("b", time.Time{})
 	if got := p.Release(t0); len(got) != 1 || got[0].Credential != "b" || !got[0].Switched {
 		t.Errorf("Release = %+v; want s switched to b once it is free", got)
+	}
+}
+
+func TestWaitCountsTheCallsAhead(t *testing.T) {
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 60}, "b": {RPM: 60}}, t0) // two keys, a request a second each
+	for range 120 {
+		p.Reserve(t0, "fill", Normal, "a", Need{})
+	}
+	// Both keys are empty and refill 2 requests a second together: the n-th
+	// waiter goes after about n/2 s, and never before its own key refills
+	// (1 s).
+	var waits []time.Duration
+	for i := range 5 {
+		waits = append(waits, p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{}).Wait)
+	}
+	want := []time.Duration{time.Second, time.Second, 1500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond}
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Fatalf("waits %v; want %v", waits, want)
+		}
 	}
 }
