@@ -115,7 +115,7 @@ func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
 	if e.Pace {
 		prov := providerOf(e.Model)
 		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(s.cfg.Priority), s.core.Credential(), ctx.Self()
-		m.InputTokens, m.OutputTokens = pacing.EstimateInput(s.runtime), pacing.OutputBound(s.deps.Providers[prov])
+		m.InputTokens, m.OutputTokens = pacing.EstimateInput(s.runtime, s.deps.toolSpecs()), pacing.OutputBound(s.deps.Providers[prov])
 	}
 	track.Request(ctx, s.deps.Clock, s.deps.Credentials[providerOf(e.Model)], m)
 }

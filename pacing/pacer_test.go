@@ -2,8 +2,12 @@ package pacing
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
 
 	"github.com/musepi/musepi/provider/ratelimit"
 )
@@ -258,5 +262,32 @@ func TestWaitCountsTheCallsAhead(t *testing.T) {
 		if waits[i] != want[i] {
 			t.Fatalf("waits %v; want %v", waits, want)
 		}
+	}
+}
+
+func TestEstimateInput(t *testing.T) {
+	text := func(s string) *messages.Entry {
+		return &messages.Entry{Entry: &messages.Entry_User{User: &messages.UserMessage{Text: s}}}
+	}
+	long := strings.Repeat("word ", 200) // 1000 bytes
+	tests := []struct {
+		name    string
+		context []*messages.Entry
+		tools   []provider.ToolSpec
+		min     int64
+		max     int64
+	}{
+		{"nothing", nil, nil, 0, 0},
+		{"a short prompt: its framing", []*messages.Entry{text("hi")}, nil, 5, 8},
+		{"a long prompt: about a token per 4 bytes", []*messages.Entry{text(long)}, nil, 250, 260},
+		{"tools count", []*messages.Entry{text("hi")}, []provider.ToolSpec{{Name: "ls", SchemaJSON: strings.Repeat("x", 400)}}, 105, 110},
+	}
+	for _, tt := range tests {
+		if got := EstimateInput(tt.context, tt.tools); got < tt.min || got > tt.max {
+			t.Errorf("%s: %d tokens; want %d to %d", tt.name, got, tt.min, tt.max)
+		}
+	}
+	if got := OutputBound(provider.NewScripted()); got != DefaultOutputBound {
+		t.Errorf("OutputBound of a provider that says none = %d; want %d", got, DefaultOutputBound)
 	}
 }
