@@ -12,6 +12,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 )
 
 // lookups answers the PIDs it is given, one per Get (the last one
@@ -180,5 +181,49 @@ func TestRouterPausesBetweenAttempts(t *testing.T) {
 	}
 	if r, ok := got.(*messages.NextModelReply); !ok || !r.GetSwitched() || r.GetTo() != "p/m2" {
 		t.Fatalf("got %v; want the new activation's switch to p/m2", got)
+	}
+}
+
+// TestRouterPacing: a paced selection through the router that has to
+// wait gets its later PacingGrant at its reply_to (the session), not at
+// the router's request future; settles and cancels are passed on.
+func TestRouterPacing(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	creds := []actors.Credential{{Name: "A", Limits: pacing.Limits{RPM: 1}}}
+	view := actors.NewCredentialsView(creds)
+	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{Pacing: true}, view)
+	}))
+	pid := newTestRouter(t, sys, CredentialsKind, &lookups{pids: []*actor.PID{live}}, view)
+	grants := make(chan *messages.PacingGrant, 1)
+	session := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if g, ok := ctx.Message().(*messages.PacingGrant); ok {
+			grants <- g
+		}
+	}))
+	ask := func(s string) *messages.CredentialSelected {
+		got, err := sys.Root.RequestFuture(pid, &messages.SelectCredential{SessionId: s, Pace: true, Token: 1, ReplyTo: session}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*messages.CredentialSelected)
+	}
+	if r := ask("first"); r.GetWaitMs() != 0 {
+		t.Fatalf("first: %v; want a grant", r)
+	}
+	if r := ask("second"); r.GetWaitMs() == 0 {
+		t.Fatalf("second: %v; want a wait (the minute's request is spent)", r)
+	}
+	// The first turn was never sent: cancelling it gives its request back,
+	// and the waiting turn is granted at its session.
+	sys.Root.Send(pid, &messages.PacingCancel{SessionId: "first", Token: 1})
+	select {
+	case g := <-grants:
+		if g.GetSessionId() != "second" || g.GetCredential() != "A" {
+			t.Errorf("grant %v; want second's on A", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PacingGrant reached the session")
 	}
 }
