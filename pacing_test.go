@@ -24,23 +24,38 @@ func pacedHarness(t *testing.T, opts ...musepi.Option) *harness {
 	return h
 }
 
-func TestPacingWaitsInsteadOfBeingRefused(t *testing.T) {
-	h := pacedHarness(t)
-	first, _ := h.session()
+// spend sends one prompt on a new session (with opts) and waits for its
+// answer: it spends the key's request of the minute.
+func spend(t *testing.T, h *harness, opts ...musepi.SessionOption) {
+	t.Helper()
+	first, _ := h.session(opts...)
 	h.run()
 	if r := h.settle(h.prompt(first, "spends the minute's request")); r.err != nil {
 		t.Fatal(r.err)
 	}
-	s, rec := h.session()
-	ch := h.prompt(s, "waits for the next")
+}
+
+// waitsOut sends a prompt on s, checks that it still waits 30 s later (the
+// key has no request left for the minute), then that it is answered once
+// the key refills.
+func waitsOut(t *testing.T, h *harness, s *musepi.Session) {
+	t.Helper()
+	ch := h.prompt(s, "waits for the next request")
 	h.advance(30 * time.Second)
 	if !pending(ch) {
-		t.Fatal("the second prompt went out within the minute")
+		t.Fatal("the prompt went out within the minute")
 	}
 	h.run()
 	if r := h.settle(ch); r.err != nil {
 		t.Fatalf("the paced prompt failed: %v", r.err)
 	}
+}
+
+func TestPacingWaitsInsteadOfBeingRefused(t *testing.T) {
+	h := pacedHarness(t)
+	spend(t, h)
+	s, rec := h.session()
+	waitsOut(t, h, s)
 	var waits []musepi.RateLimitWait
 	for _, e := range rec.events {
 		if w, ok := e.(musepi.RateLimitWait); ok {
@@ -61,9 +76,7 @@ func TestPacingWaitsInsteadOfBeingRefused(t *testing.T) {
 
 func TestPacingReleasesByPriority(t *testing.T) {
 	h := pacedHarness(t)
-	first, _ := h.session()
-	h.run()
-	h.settle(h.prompt(first, "spends the minute's request"))
+	spend(t, h)
 	var order []string
 	var chans []<-chan result
 	for _, p := range []struct {
@@ -91,9 +104,7 @@ func TestAbortEndsAPacingWait(t *testing.T) {
 	for _, how := range []string{"abort", "abort_retry"} {
 		t.Run(how, func(t *testing.T) {
 			h := pacedHarness(t)
-			first, _ := h.session()
-			h.run()
-			h.settle(h.prompt(first, "spends the minute's request"))
+			spend(t, h)
 			s, _ := h.session()
 			ch := h.prompt(s, "waits")
 			h.advance(time.Second)
@@ -142,21 +153,9 @@ func TestPacingLearnsTheLimitsResponsesAnnounce(t *testing.T) {
 	}
 	t.Cleanup(func() { rt.Shutdown(context.Background()) })
 	h.rt = rt
-	first, _ := h.session(musepi.WithModel("a/m"))
-	h.run()
-	if r := h.settle(h.prompt(first, "learns the limit")); r.err != nil {
-		t.Fatal(r.err)
-	}
+	spend(t, h, musepi.WithModel("a/m")) // its answer says no request is left for a minute
 	s, rec := h.session(musepi.WithModel("a/m"))
-	ch := h.prompt(s, "waits for the refill")
-	h.advance(30 * time.Second)
-	if !pending(ch) {
-		t.Fatal("the second prompt went out although the response said no request was left")
-	}
-	h.run()
-	if r := h.settle(ch); r.err != nil {
-		t.Fatal(r.err)
-	}
+	waitsOut(t, h, s)
 	if got := rec.lines("rate_limit_wait"); len(got) != 1 {
 		t.Errorf("rate_limit_wait events %v; want one", got)
 	}
@@ -172,9 +171,7 @@ func TestPacingMetricsAndTrace(t *testing.T) {
 	h, reader := meteredHarness(t, []musepi.Credential{{Name: "A", APIKey: "key-a", RateLimits: musepi.RateLimits{RPM: 1}}},
 		musepi.WithTracerProvider(tp))
 	h.p.SetDefault(answer("ok"))
-	first, _ := h.session()
-	h.run()
-	h.settle(h.prompt(first, "spends the minute's request"))
+	spend(t, h)
 	s, _ := h.session()
 	ch := h.prompt(s, "waits")
 	h.advance(time.Second)
