@@ -73,7 +73,9 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 			r.waiter = ctx.Sender()
 		}
 		p.waiting[session] = r
-		reply.Credential, reply.WaitMs, reply.Limit = d.Credential, max(d.Wait.Milliseconds(), 1), d.Limit.String()
+		// The wait names the key the session holds; the grant says when it
+		// goes out on another (switched).
+		reply.WaitMs, reply.Limit = max(d.Wait.Milliseconds(), 1), d.Limit.String()
 		a.armRelease(ctx)
 	} else {
 		p.granted[session] = r
