@@ -10,4 +10,7 @@
 // package; its messages change with the protocol's version.
 package messages
 
+// record.proto is generated from session.Record first (see
+// internal/genrecord), then every .proto's Go code.
+//go:generate go run ../internal/genrecord ..
 //go:generate sh genproto.sh

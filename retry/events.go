@@ -25,10 +25,10 @@ type StartEvent struct {
 
 // EndEvent is the content of auto_retry_end.
 type EndEvent struct {
-	Success    bool
-	Attempt    int
-	FinalError string // empty on success
-	Class      Class  // of the failure the chain was retrying
+	Success    bool   `wire:"1"`
+	Attempt    int    `wire:"2"`
+	FinalError string `wire:"3"` // empty on success
+	Class      Class  `wire:"4"` // of the failure the chain was retrying
 }
 
 // FallbackEvent is the content of retry_fallback_applied / _succeeded.

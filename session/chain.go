@@ -51,27 +51,29 @@ func ParseChainPhase(name string) (ChainPhase, bool) {
 // ChainRecord is a retry chain's state as plain values, the part of a
 // Record that lets another process go on with the chain where it stood
 // (the same attempt, the same token).
+//
+// wire: reserved 6 now_unix_nano: the chain's last step, which nothing read
 type ChainRecord struct {
-	Phase      ChainPhase
-	Attempt    int
-	Started    bool   // auto_retry_start was emitted in this chain
-	Token      uint64 // of the request or timer the chain waits for
-	Generation uint64 // prompt generation of the failing turn
+	Phase      ChainPhase `wire:"1"`
+	Attempt    int        `wire:"2"`
+	Started    bool       `wire:"3"` // auto_retry_start was emitted in this chain
+	Token      uint64     `wire:"4"` // of the request or timer the chain waits for
+	Generation uint64     `wire:"5"` // prompt generation of the failing turn
 
-	HeldToken uint64    // the budget ask whose release may still move the sleep
-	AskedAt   time.Time // when the budget was asked
+	HeldToken uint64    `wire:"7"` // the budget ask whose release may still move the sleep
+	AskedAt   time.Time `wire:"8"` // when the budget was asked
 
 	// The attempt being decided.
-	Class    retry.Class
-	ErrText  string
-	Delay    time.Duration
-	Wait     time.Duration
-	Cooldown time.Duration
-	Switched bool
+	Class    retry.Class   `wire:"9"`
+	ErrText  string        `wire:"10"`
+	Delay    time.Duration `wire:"11"`
+	Wait     time.Duration `wire:"12"`
+	Cooldown time.Duration `wire:"13"`
+	Switched bool          `wire:"14"`
 
-	FallbackApplied bool
-	FallbackModel   string
-	FallbackRole    string
+	FallbackApplied bool   `wire:"15"`
+	FallbackModel   string `wire:"16"`
+	FallbackRole    string `wire:"17"`
 }
 
 // continueDelay is the delay of the continue a retry schedules after its

@@ -12,51 +12,55 @@ import (
 // values: what a store keeps of a session between its turns, and what a
 // core is resumed from in another actor or on another node (Resume).
 // A resumed core in backoff owes its owner a timer: step it InTimerLost,
-// which arms the backoff again for what is left of it.
+// which arms the backoff again for what is left of it. Its wire form,
+// messages.SessionRecord, is generated from it (the fields' wire tags are
+// their protobuf numbers; see internal/genrecord): enums are their names,
+// instants Unix nanoseconds (0: none), durations nanoseconds.
 type Record struct {
-	State      State // Idle or Backoff
-	Generation uint64
-	Turn       uint64
-	AutoRetry  bool // retry.enabled as the session last set it
-	Role       string
+	State      State  `wire:"1"` // Idle or Backoff
+	Generation uint64 `wire:"2"`
+	Turn       uint64 `wire:"3"`
+	AutoRetry  bool   `wire:"4"` // retry.enabled as the session last set it
+	Role       string `wire:"22"`
 
 	// HistorySeq is the seq of the last history entry when the record was
 	// taken: the owner sets it (the core keeps no history), so that a store
 	// can tell a record from before the history's end.
-	HistorySeq uint64
+	HistorySeq uint64 `wire:"23"`
 
-	Primary      string // the primary "provider/model" (the user may have picked another)
-	Model        string // the model in use
-	Pinned       bool
-	PrimaryUntil time.Time
-	Credential   string
+	Primary      string    `wire:"5"` // the primary "provider/model" (the user may have picked another)
+	Model        string    `wire:"6"` // the model in use
+	Pinned       bool      `wire:"7"`
+	PrimaryUntil time.Time `wire:"8"`
+	Credential   string    `wire:"9"`
 	// Reservation is the token of the turn's rate-limit reservation, from
 	// when the credentials actor answered a paced ask until the turn ends
 	// (0: none).
-	Reservation uint64
+	Reservation uint64 `wire:"24"`
 	// Before is what the last model change replaced, to undo it.
-	Before ModelState
+	Before ModelState `wire:"10"`
 
-	Attempt    int       // of the open chain's last auto_retry_start
-	SleepUntil time.Time // when the backoff ends (in backoff)
-	SleepToken uint64
-	Aborts     retry.AbortState
-	Chain      ChainRecord
+	Attempt    int              `wire:"11"` // of the open chain's last auto_retry_start
+	SleepUntil time.Time        `wire:"12"` // when the backoff ends (in backoff)
+	SleepToken uint64           `wire:"13"`
+	Aborts     retry.AbortState `wire:"14,flat"`
+	Chain      ChainRecord      `wire:"17"`
 
 	// How the prompt stands so far: its last message and, once a chain
 	// failed, why.
-	Last        *messages.AssistantMessage
-	Failure     string
-	FailureKind ErrorKind
-	RetryEnd    *retry.EndEvent
+	Last        *messages.AssistantMessage `wire:"18"`
+	Failure     string                     `wire:"19"`
+	FailureKind ErrorKind                  `wire:"20"`
+	RetryEnd    *retry.EndEvent            `wire:"21"`
 }
 
 // ModelState is the model part of a record: in use, primary, pinning and
 // when the primary may be restored.
 type ModelState struct {
-	Model, Primary string
-	Pinned         bool
-	PrimaryUntil   time.Time
+	Model        string    `wire:"1"`
+	Primary      string    `wire:"2"`
+	Pinned       bool      `wire:"3"`
+	PrimaryUntil time.Time `wire:"4"`
 }
 
 // Record returns the core's state, when it is at rest: idle, or in a
