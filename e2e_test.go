@@ -956,7 +956,6 @@ func TestSetAutoRetryEnabledFalseMidChain(t *testing.T) {
 // AutoRetryEnabled and Model mirror the session's settings from the moment
 // NewSession returns.
 func TestSessionStateReadableAtOnce(t *testing.T) {
-	t.Skip("BUG: right after NewSession, AutoRetryEnabled() is false and Model() is \"\" until the actor has handled Started (SessionState is filled in actors.SessionActor.started, asynchronously)")
 	h := newHarness(t)
 	s, _ := h.session()
 	if !s.AutoRetryEnabled() || s.Model() != "p/m" {
@@ -1103,7 +1102,6 @@ func TestHistorySurvivesReopen(t *testing.T) {
 // Reading History or Messages between prompts must not disturb the session:
 // the next prompt runs as usual on the virtual clock.
 func TestHistoryReadBetweenPrompts(t *testing.T) {
-	t.Skip("BUG: Session.History/Messages (any Session.ask reply) leave the virtual clock busy forever: actors.respond counts the reply to a future with track.Send, which nothing ends, so the next h.run() never goes idle")
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()))
 	s, rec := h.session()
 	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("hello"), answer("second"))
