@@ -52,17 +52,21 @@ func (p *pacingState) stop() {
 }
 
 // selectCredential answers SelectCredential: the session's key, and with
-// pacing, the reservation of its turn's need: granted on that key or the
-// one with the most room, or a wait that a PacingGrant ends.
+// pacing, once a limit is known, the reservation of its turn's need:
+// granted on that key or the one with the most room, or a wait that a
+// PacingGrant ends.
 func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.SelectCredential) {
 	session := m.GetSessionId()
 	name := a.selectFor(session)
-	reply := &messages.CredentialSelected{Credential: name, Token: m.GetToken()}
+	reply := &messages.CredentialSelected{Credential: name}
 	p := a.pacing
-	if p == nil || !m.GetPace() {
+	if p == nil || !m.GetPace() || !p.pacer.Paced() {
+		// Nothing to reserve while no limit is known: the answer has no
+		// token, so the turn holds no reservation and settles none.
 		respond(ctx, a.clk, reply)
 		return
 	}
+	reply.Token = m.GetToken()
 	a.cancelPacing(ctx, session, 0) // a turn of the session's left unsettled (a lost answer)
 	now := a.clk.Now()
 	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens()}
