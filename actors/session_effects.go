@@ -156,10 +156,10 @@ func (s *SessionActor) keyFree() bool {
 func (s *SessionActor) compactFor(ctx actor.Context, e *session.Effect) {
 	if !s.cfg.State.AutoCompaction() {
 		s.pending = append(s.pending, session.Input{Kind: session.InCompactionDone, Generation: e.Generation,
-			Err: e.Failed.GetErrorMessage()})
+			Err: e.Message.GetErrorMessage()})
 		return
 	}
-	s.compact(ctx, e.Generation, e.Failed, false)
+	s.compact(ctx, e.Generation, e.Message, false)
 }
 
 // armTimer hands a backoff to the retry child, or, for a backoff the

@@ -487,7 +487,7 @@ func (c *Core) compact() {
 	}
 	c.r.State = Compacting
 	e := c.add(Compact)
-	e.Generation, e.Failed = c.r.Generation, c.r.Last
+	e.Generation, e.Message = c.r.Generation, c.r.Last
 }
 
 func (c *Core) compactionDone(context []*messages.Entry, err string) {

@@ -51,7 +51,8 @@ const (
 	// prompt to the conversation: after a turn's tool results, before the
 	// next turn.
 	DeliverSteering
-	// Compact runs the compaction hook on Failed; answer with InCompactionDone.
+	// Compact runs the compaction hook on Message, the turn that overflowed;
+	// answer with InCompactionDone.
 	Compact
 	// ArmTimer starts the backoff timer Token for Delay; the retry's
 	// continue of Generation follows ContinueDelay after it (spec 3 step 13:
@@ -132,8 +133,7 @@ type Effect struct {
 	Latest        time.Time
 	Calls         []*messages.ToolCall
 	Context       []*messages.Entry
-	Failed        *messages.AssistantMessage
-	Message       *messages.AssistantMessage // SettleReservation: the turn's
+	Message       *messages.AssistantMessage // Compact: the failed turn's; SettleReservation: the ended turn's
 	Event         *Event
 	Change        *ModelChange
 	Result        *Result
