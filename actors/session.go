@@ -658,7 +658,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 		r = &rr
 	}
 	s.runtime, s.historySeq = r.runtime, r.seq
-	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: *s.cfg.Settings,
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
 		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
 		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After,

@@ -92,7 +92,7 @@ func BenchmarkCoreAttempt(b *testing.B) {
 		{"429_retry_after_header", failedTurn("429 Too Many Requests", 429, "retry-after", "3")},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := session.New(session.Config{Model: "p/m", Role: "default", Settings: s}, half{})
+			c := session.New(session.Config{Model: "p/m", Role: "default", Settings: &s}, half{})
 			var out session.Effects
 			step := func(in session.Input) (turn, token uint64) {
 				out.Reset()

@@ -35,15 +35,18 @@ const (
 // instants Unix nanoseconds (0: none), durations nanoseconds.
 type SessionRecord struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
-	State                string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"` // Idle or Backoff
+	State                string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`                                             // Idle or Backoff The small fields first, packed together (a record is kept per session: padding costs every session).
+	AutoRetry            bool                   `protobuf:"varint,4,opt,name=auto_retry,json=autoRetry,proto3" json:"auto_retry,omitempty"`                   // retry.enabled as the session last set it
+	Pinned               bool                   `protobuf:"varint,7,opt,name=pinned,proto3" json:"pinned,omitempty"`                                          // the model in use is a pinned fallback (never reverted)
+	AbortUser            bool                   `protobuf:"varint,14,opt,name=abort_user,json=abortUser,proto3" json:"abort_user,omitempty"`                  // the user called Abort and the stream has not settled
+	AbortDispose         bool                   `protobuf:"varint,15,opt,name=abort_dispose,json=abortDispose,proto3" json:"abort_dispose,omitempty"`         // the session is being disposed or shut down
+	AbortEditGuard       bool                   `protobuf:"varint,16,opt,name=abort_edit_guard,json=abortEditGuard,proto3" json:"abort_edit_guard,omitempty"` // the streaming-edit guard aborted the stream
 	Generation           uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Turn                 uint64                 `protobuf:"varint,3,opt,name=turn,proto3" json:"turn,omitempty"`
-	AutoRetry            bool                   `protobuf:"varint,4,opt,name=auto_retry,json=autoRetry,proto3" json:"auto_retry,omitempty"` // retry.enabled as the session last set it
 	Role                 string                 `protobuf:"bytes,22,opt,name=role,proto3" json:"role,omitempty"`
 	HistorySeq           uint64                 `protobuf:"varint,23,opt,name=history_seq,json=historySeq,proto3" json:"history_seq,omitempty"` // HistorySeq is the seq of the last history entry when the record was taken: the owner sets it (the core keeps no history), so that a store can tell a record from before the history's end.
 	Primary              string                 `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`                           // the primary "provider/model" (the user may have picked another)
 	Model                string                 `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`                               // the model in use
-	Pinned               bool                   `protobuf:"varint,7,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	PrimaryUntilUnixNano int64                  `protobuf:"varint,8,opt,name=primary_until_unix_nano,json=primaryUntilUnixNano,proto3" json:"primary_until_unix_nano,omitempty"`
 	Credential           string                 `protobuf:"bytes,9,opt,name=credential,proto3" json:"credential,omitempty"`
 	Reservation          uint64                 `protobuf:"varint,24,opt,name=reservation,proto3" json:"reservation,omitempty"`                                             // Reservation is the token of the turn's rate-limit reservation, from when the credentials actor answered a paced ask until the turn ends (0: none).
@@ -51,9 +54,6 @@ type SessionRecord struct {
 	Attempt              int32                  `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`                                                     // of the open chain's last auto_retry_start
 	SleepUntilUnixNano   int64                  `protobuf:"varint,12,opt,name=sleep_until_unix_nano,json=sleepUntilUnixNano,proto3" json:"sleep_until_unix_nano,omitempty"` // when the backoff ends (in backoff)
 	SleepToken           uint64                 `protobuf:"varint,13,opt,name=sleep_token,json=sleepToken,proto3" json:"sleep_token,omitempty"`
-	AbortUser            bool                   `protobuf:"varint,14,opt,name=abort_user,json=abortUser,proto3" json:"abort_user,omitempty"`                  // the user called Abort and the stream has not settled
-	AbortDispose         bool                   `protobuf:"varint,15,opt,name=abort_dispose,json=abortDispose,proto3" json:"abort_dispose,omitempty"`         // the session is being disposed or shut down
-	AbortEditGuard       bool                   `protobuf:"varint,16,opt,name=abort_edit_guard,json=abortEditGuard,proto3" json:"abort_edit_guard,omitempty"` // the streaming-edit guard aborted the stream
 	Chain                *RecordChain           `protobuf:"bytes,17,opt,name=chain,proto3" json:"chain,omitempty"`
 	Last                 *AssistantMessage      `protobuf:"bytes,18,opt,name=last,proto3" json:"last,omitempty"` // How the prompt stands so far: its last message and, once a chain failed, why.
 	Failure              string                 `protobuf:"bytes,19,opt,name=failure,proto3" json:"failure,omitempty"`
@@ -100,6 +100,41 @@ func (x *SessionRecord) GetState() string {
 	return ""
 }
 
+func (x *SessionRecord) GetAutoRetry() bool {
+	if x != nil {
+		return x.AutoRetry
+	}
+	return false
+}
+
+func (x *SessionRecord) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *SessionRecord) GetAbortUser() bool {
+	if x != nil {
+		return x.AbortUser
+	}
+	return false
+}
+
+func (x *SessionRecord) GetAbortDispose() bool {
+	if x != nil {
+		return x.AbortDispose
+	}
+	return false
+}
+
+func (x *SessionRecord) GetAbortEditGuard() bool {
+	if x != nil {
+		return x.AbortEditGuard
+	}
+	return false
+}
+
 func (x *SessionRecord) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
@@ -112,13 +147,6 @@ func (x *SessionRecord) GetTurn() uint64 {
 		return x.Turn
 	}
 	return 0
-}
-
-func (x *SessionRecord) GetAutoRetry() bool {
-	if x != nil {
-		return x.AutoRetry
-	}
-	return false
 }
 
 func (x *SessionRecord) GetRole() string {
@@ -147,13 +175,6 @@ func (x *SessionRecord) GetModel() string {
 		return x.Model
 	}
 	return ""
-}
-
-func (x *SessionRecord) GetPinned() bool {
-	if x != nil {
-		return x.Pinned
-	}
-	return false
 }
 
 func (x *SessionRecord) GetPrimaryUntilUnixNano() int64 {
@@ -203,27 +224,6 @@ func (x *SessionRecord) GetSleepToken() uint64 {
 		return x.SleepToken
 	}
 	return 0
-}
-
-func (x *SessionRecord) GetAbortUser() bool {
-	if x != nil {
-		return x.AbortUser
-	}
-	return false
-}
-
-func (x *SessionRecord) GetAbortDispose() bool {
-	if x != nil {
-		return x.AbortDispose
-	}
-	return false
-}
-
-func (x *SessionRecord) GetAbortEditGuard() bool {
-	if x != nil {
-		return x.AbortEditGuard
-	}
-	return false
 }
 
 func (x *SessionRecord) GetChain() *RecordChain {
@@ -340,20 +340,20 @@ func (x *RecordModelState) GetPrimaryUntilUnixNano() int64 {
 // (the same attempt, the same token).
 type RecordChain struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	Phase           string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Phase           string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`         // The small fields first, packed together.
+	Started         bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`    // auto_retry_start was emitted in this chain
+	Class           string                 `protobuf:"bytes,9,opt,name=class,proto3" json:"class,omitempty"`         // of the attempt being decided
+	Switched        bool                   `protobuf:"varint,14,opt,name=switched,proto3" json:"switched,omitempty"` // the attempt being decided switched key or model
+	FallbackApplied bool                   `protobuf:"varint,15,opt,name=fallback_applied,json=fallbackApplied,proto3" json:"fallback_applied,omitempty"`
 	Attempt         int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Started         bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`                                            // auto_retry_start was emitted in this chain
 	Token           uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`                                                // of the request or timer the chain waits for
 	Generation      uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`                                      // prompt generation of the failing turn
 	HeldToken       uint64                 `protobuf:"varint,7,opt,name=held_token,json=heldToken,proto3" json:"held_token,omitempty"`                       // the budget ask whose release may still move the sleep
 	AskedAtUnixNano int64                  `protobuf:"varint,8,opt,name=asked_at_unix_nano,json=askedAtUnixNano,proto3" json:"asked_at_unix_nano,omitempty"` // when the budget was asked
-	Class           string                 `protobuf:"bytes,9,opt,name=class,proto3" json:"class,omitempty"`                                                 // The attempt being decided.
-	ErrText         string                 `protobuf:"bytes,10,opt,name=err_text,json=errText,proto3" json:"err_text,omitempty"`
+	ErrText         string                 `protobuf:"bytes,10,opt,name=err_text,json=errText,proto3" json:"err_text,omitempty"`                             // The attempt being decided (and its Class, Switched and FallbackApplied above).
 	DelayNs         int64                  `protobuf:"varint,11,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
 	WaitNs          int64                  `protobuf:"varint,12,opt,name=wait_ns,json=waitNs,proto3" json:"wait_ns,omitempty"`
 	CooldownNs      int64                  `protobuf:"varint,13,opt,name=cooldown_ns,json=cooldownNs,proto3" json:"cooldown_ns,omitempty"`
-	Switched        bool                   `protobuf:"varint,14,opt,name=switched,proto3" json:"switched,omitempty"`
-	FallbackApplied bool                   `protobuf:"varint,15,opt,name=fallback_applied,json=fallbackApplied,proto3" json:"fallback_applied,omitempty"`
 	FallbackModel   string                 `protobuf:"bytes,16,opt,name=fallback_model,json=fallbackModel,proto3" json:"fallback_model,omitempty"`
 	FallbackRole    string                 `protobuf:"bytes,17,opt,name=fallback_role,json=fallbackRole,proto3" json:"fallback_role,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -397,18 +397,39 @@ func (x *RecordChain) GetPhase() string {
 	return ""
 }
 
-func (x *RecordChain) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
 func (x *RecordChain) GetStarted() bool {
 	if x != nil {
 		return x.Started
 	}
 	return false
+}
+
+func (x *RecordChain) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *RecordChain) GetSwitched() bool {
+	if x != nil {
+		return x.Switched
+	}
+	return false
+}
+
+func (x *RecordChain) GetFallbackApplied() bool {
+	if x != nil {
+		return x.FallbackApplied
+	}
+	return false
+}
+
+func (x *RecordChain) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 func (x *RecordChain) GetToken() uint64 {
@@ -439,13 +460,6 @@ func (x *RecordChain) GetAskedAtUnixNano() int64 {
 	return 0
 }
 
-func (x *RecordChain) GetClass() string {
-	if x != nil {
-		return x.Class
-	}
-	return ""
-}
-
 func (x *RecordChain) GetErrText() string {
 	if x != nil {
 		return x.ErrText
@@ -472,20 +486,6 @@ func (x *RecordChain) GetCooldownNs() int64 {
 		return x.CooldownNs
 	}
 	return 0
-}
-
-func (x *RecordChain) GetSwitched() bool {
-	if x != nil {
-		return x.Switched
-	}
-	return false
-}
-
-func (x *RecordChain) GetFallbackApplied() bool {
-	if x != nil {
-		return x.FallbackApplied
-	}
-	return false
 }
 
 func (x *RecordChain) GetFallbackModel() string {
@@ -579,19 +579,23 @@ const file_record_proto_rawDesc = "" +
 	"\n" +
 	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xd3\x06\n" +
 	"\rSessionRecord\x12\x14\n" +
-	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1e\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"auto_retry\x18\x04 \x01(\bR\tautoRetry\x12\x16\n" +
+	"\x06pinned\x18\a \x01(\bR\x06pinned\x12\x1d\n" +
+	"\n" +
+	"abort_user\x18\x0e \x01(\bR\tabortUser\x12#\n" +
+	"\rabort_dispose\x18\x0f \x01(\bR\fabortDispose\x12(\n" +
+	"\x10abort_edit_guard\x18\x10 \x01(\bR\x0eabortEditGuard\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04turn\x18\x03 \x01(\x04R\x04turn\x12\x1d\n" +
-	"\n" +
-	"auto_retry\x18\x04 \x01(\bR\tautoRetry\x12\x12\n" +
+	"\x04turn\x18\x03 \x01(\x04R\x04turn\x12\x12\n" +
 	"\x04role\x18\x16 \x01(\tR\x04role\x12\x1f\n" +
 	"\vhistory_seq\x18\x17 \x01(\x04R\n" +
 	"historySeq\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\tR\aprimary\x12\x14\n" +
-	"\x05model\x18\x06 \x01(\tR\x05model\x12\x16\n" +
-	"\x06pinned\x18\a \x01(\bR\x06pinned\x125\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x125\n" +
 	"\x17primary_until_unix_nano\x18\b \x01(\x03R\x14primaryUntilUnixNano\x12\x1e\n" +
 	"\n" +
 	"credential\x18\t \x01(\tR\n" +
@@ -602,11 +606,7 @@ const file_record_proto_rawDesc = "" +
 	"\aattempt\x18\v \x01(\x05R\aattempt\x121\n" +
 	"\x15sleep_until_unix_nano\x18\f \x01(\x03R\x12sleepUntilUnixNano\x12\x1f\n" +
 	"\vsleep_token\x18\r \x01(\x04R\n" +
-	"sleepToken\x12\x1d\n" +
-	"\n" +
-	"abort_user\x18\x0e \x01(\bR\tabortUser\x12#\n" +
-	"\rabort_dispose\x18\x0f \x01(\bR\fabortDispose\x12(\n" +
-	"\x10abort_edit_guard\x18\x10 \x01(\bR\x0eabortEditGuard\x12,\n" +
+	"sleepToken\x12,\n" +
 	"\x05chain\x18\x11 \x01(\v2\x16.musepi.v1.RecordChainR\x05chain\x12/\n" +
 	"\x04last\x18\x12 \x01(\v2\x1b.musepi.v1.AssistantMessageR\x04last\x12\x18\n" +
 	"\afailure\x18\x13 \x01(\tR\afailure\x12!\n" +
@@ -619,24 +619,24 @@ const file_record_proto_rawDesc = "" +
 	"\x17primary_until_unix_nano\x18\x04 \x01(\x03R\x14primaryUntilUnixNano\"\xf8\x03\n" +
 	"\vRecordChain\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
-	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x18\n" +
 	"\astarted\x18\x03 \x01(\bR\astarted\x12\x14\n" +
+	"\x05class\x18\t \x01(\tR\x05class\x12\x1a\n" +
+	"\bswitched\x18\x0e \x01(\bR\bswitched\x12)\n" +
+	"\x10fallback_applied\x18\x0f \x01(\bR\x0ffallbackApplied\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\x04R\n" +
 	"generation\x12\x1d\n" +
 	"\n" +
 	"held_token\x18\a \x01(\x04R\theldToken\x12+\n" +
-	"\x12asked_at_unix_nano\x18\b \x01(\x03R\x0faskedAtUnixNano\x12\x14\n" +
-	"\x05class\x18\t \x01(\tR\x05class\x12\x19\n" +
+	"\x12asked_at_unix_nano\x18\b \x01(\x03R\x0faskedAtUnixNano\x12\x19\n" +
 	"\berr_text\x18\n" +
 	" \x01(\tR\aerrText\x12\x19\n" +
 	"\bdelay_ns\x18\v \x01(\x03R\adelayNs\x12\x17\n" +
 	"\await_ns\x18\f \x01(\x03R\x06waitNs\x12\x1f\n" +
 	"\vcooldown_ns\x18\r \x01(\x03R\n" +
-	"cooldownNs\x12\x1a\n" +
-	"\bswitched\x18\x0e \x01(\bR\bswitched\x12)\n" +
-	"\x10fallback_applied\x18\x0f \x01(\bR\x0ffallbackApplied\x12%\n" +
+	"cooldownNs\x12%\n" +
 	"\x0efallback_model\x18\x10 \x01(\tR\rfallbackModel\x12#\n" +
 	"\rfallback_role\x18\x11 \x01(\tR\ffallbackRoleJ\x04\b\x06\x10\a\"{\n" +
 	"\x0eRecordRetryEnd\x12\x18\n" +

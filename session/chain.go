@@ -54,26 +54,29 @@ func ParseChainPhase(name string) (ChainPhase, bool) {
 //
 // wire: reserved 6 now_unix_nano: the chain's last step, which nothing read
 type ChainRecord struct {
-	Phase      ChainPhase `wire:"1"`
-	Attempt    int        `wire:"2"`
-	Started    bool       `wire:"3"` // auto_retry_start was emitted in this chain
-	Token      uint64     `wire:"4"` // of the request or timer the chain waits for
-	Generation uint64     `wire:"5"` // prompt generation of the failing turn
+	// The small fields first, packed together.
+	Phase           ChainPhase  `wire:"1"`
+	Started         bool        `wire:"3"`  // auto_retry_start was emitted in this chain
+	Class           retry.Class `wire:"9"`  // of the attempt being decided
+	Switched        bool        `wire:"14"` // the attempt being decided switched key or model
+	FallbackApplied bool        `wire:"15"`
+
+	Attempt    int    `wire:"2"`
+	Token      uint64 `wire:"4"` // of the request or timer the chain waits for
+	Generation uint64 `wire:"5"` // prompt generation of the failing turn
 
 	HeldToken uint64    `wire:"7"` // the budget ask whose release may still move the sleep
 	AskedAt   time.Time `wire:"8"` // when the budget was asked
 
-	// The attempt being decided.
-	Class    retry.Class   `wire:"9"`
+	// The attempt being decided (and its Class, Switched and
+	// FallbackApplied above).
 	ErrText  string        `wire:"10"`
 	Delay    time.Duration `wire:"11"`
 	Wait     time.Duration `wire:"12"`
 	Cooldown time.Duration `wire:"13"`
-	Switched bool          `wire:"14"`
 
-	FallbackApplied bool   `wire:"15"`
-	FallbackModel   string `wire:"16"`
-	FallbackRole    string `wire:"17"`
+	FallbackModel string `wire:"16"`
+	FallbackRole  string `wire:"17"`
 }
 
 // continueDelay is the delay of the continue a retry schedules after its
@@ -211,7 +214,7 @@ func (c *Core) reportOutcome(success bool) {
 // retryable runs steps 1-8 of the flow; it continues in
 // credentialReplied, fallbackReplied and decideDelay.
 func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *retry.Reading) {
-	ch, s := &c.r.Chain, &c.settings
+	ch, s := &c.r.Chain, c.settings
 	if !c.r.AutoRetry {
 		if ch.Phase != ChainIdle {
 			c.endChain(false, ch.Attempt, retry.FinalError(msg))
@@ -334,7 +337,7 @@ func (c *Core) fallbackReplied(in Input) {
 // decideDelay runs steps 9-12: the max-delay fail-fast, then start and
 // sleep.
 func (c *Core) decideDelay() {
-	ch, s := &c.r.Chain, &c.settings
+	ch, s := &c.r.Chain, c.settings
 	if !ch.Switched && s.MaxDelay > 0 && ch.Delay > s.MaxDelay {
 		c.endChain(false, ch.Attempt, fmt.Sprintf("provider asked for %d ms, more than retry.maxDelayMs (%d ms): %s",
 			ch.Delay.Milliseconds(), s.MaxDelay.Milliseconds(), ch.ErrText))

@@ -47,10 +47,10 @@ func (s State) String() string {
 type Config struct {
 	Model string // primary "provider/model"
 	Role  string // model role for fallback chains ("default")
-	// Settings are the session's retry settings; their FallbackChains say
-	// whether its role has a chain to fall back along (without one the core
-	// never asks the model-fallback actor).
-	Settings retry.Settings
+	// Settings are the session's retry settings (nil: the defaults). Read
+	// only: the sessions of a runtime share them, and a core keeps the
+	// pointer, not a copy.
+	Settings *retry.Settings
 	// Where a resumed session stood: the model in use ("" is Model), whether
 	// it is a pinned fallback, and when it may revert to the primary.
 	InUse        string
@@ -92,12 +92,12 @@ type Core struct {
 
 	// The session's configuration, given again when it is resumed.
 	src             retry.Source
-	settings        retry.Settings  // Config.Settings (Enabled is r.AutoRetry)
-	compaction      bool            // Config.Compaction
+	settings        *retry.Settings // Config.Settings (Enabled is r.AutoRetry)
 	credentialed    map[string]bool // Config.Credentialed
 	budgeted        map[string]bool // Config.Budgeted
 	pacedProviders  map[string]bool // Config.Paced
 	passivateAfter  time.Duration   // Config.PassivateAfter
+	compaction      bool            // Config.Compaction
 	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
 
 	// What lives within a prompt's turns and decisions, never at rest.
@@ -110,6 +110,9 @@ type Core struct {
 	compactNext   bool                 // the step's decision routes the turn to compaction
 }
 
+// defaultSettings are the settings of a core configured with none.
+var defaultSettings = retry.DefaultSettings()
+
 // New returns an idle core drawing retry jitter from src.
 func New(cfg Config, src retry.Source) *Core {
 	c := Make(cfg, src)
@@ -119,6 +122,9 @@ func New(cfg Config, src retry.Source) *Core {
 // Make is New as a value, for an owner that embeds its core (one
 // allocation, and its fields next to the owner's).
 func Make(cfg Config, src retry.Source) Core {
+	if cfg.Settings == nil {
+		cfg.Settings = &defaultSettings
+	}
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
 		pacedProviders:  cfg.Paced,
 		passivateAfter:  cfg.PassivateAfter,

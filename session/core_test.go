@@ -141,7 +141,8 @@ func runScriptResuming(t *testing.T, text string, resume bool) (string, int) {
 // newScript is a script's core before its first input, with the
 // scripts' defaults.
 func newScript(t *testing.T, resume bool) *script {
-	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings()},
+	settings := retry.DefaultSettings()
+	sc := &script{t: t, now: t0, cfg: Config{Model: "fake/m1", Role: "default", Settings: &settings},
 		src: nominal{}, resume: resume, kept: map[string]uint64{}}
 	// Model fallback is off unless a script sets it; the default role has a
 	// chain (to fake/m2) unless a script sets fallbackChains=none.
@@ -322,7 +323,7 @@ func (sc *script) input(line string) []string {
 
 func (sc *script) set(kv string) {
 	k, v, _ := strings.Cut(kv, "=")
-	s := &sc.cfg.Settings
+	s := sc.cfg.Settings
 	switch k {
 	case "model":
 		sc.cfg.Model = v
@@ -630,7 +631,7 @@ func diff(want, got string) string {
 func TestCoreAttemptAllocs(t *testing.T) {
 	s := retry.DefaultSettings()
 	s.MaxRetries = 1 << 30
-	c := New(Config{Model: "fake/m1", Role: "default", Settings: s}, nominal{})
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: &s}, nominal{})
 	failed := &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_ERROR,
 		ErrorMessage: "503 Service Unavailable", HttpStatus: 503}
 	var out Effects
@@ -667,7 +668,7 @@ func TestCoreAttemptAllocs(t *testing.T) {
 func TestChainAttemptNeverOverflows(t *testing.T) {
 	s := retry.DefaultSettings()
 	s.MaxRetries, s.ModelFallback = maxAttempt, false
-	c := New(Config{Model: "fake/m1", Role: "default", Settings: s}, nominal{})
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: &s}, nominal{})
 	var out Effects
 	c.Step(&out, t0, Input{Kind: InPrompt})
 	c.r.Chain.Phase, c.r.Chain.Attempt = AwaitingTurn, maxAttempt // as after 2^31-1 failed attempts

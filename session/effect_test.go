@@ -14,7 +14,7 @@ import (
 func TestEffectsReuse(t *testing.T) {
 	settings := retry.DefaultSettings()
 	settings.Budget.Enabled, settings.ModelFallback = false, false // the turn's end starts the retry at once
-	c := New(Config{Model: "fake/m1", Role: "default", Settings: settings}, nominal{})
+	c := New(Config{Model: "fake/m1", Role: "default", Settings: &settings}, nominal{})
 	var out Effects
 	for _, in := range []Input{{Kind: InPrompt}, {Kind: InCredentialSelected, Credential: "k"}} {
 		out.Reset()

@@ -18,7 +18,7 @@ func FuzzCore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := retry.DefaultSettings()
 		s.Budget.Enabled = len(ops) > 0 && ops[0]%2 == 0
-		cfg := Config{Model: "fake/m1", Role: "default", Settings: s, Compaction: len(ops)%3 == 0, Budgeted: map[string]bool{"fake": true}}
+		cfg := Config{Model: "fake/m1", Role: "default", Settings: &s, Compaction: len(ops)%3 == 0, Budgeted: map[string]bool{"fake": true}}
 		c := New(cfg, nominal{})
 		now := t0
 		var token, turn uint64

@@ -17,10 +17,15 @@ import (
 // their protobuf numbers; see internal/genrecord): enums are their names,
 // instants Unix nanoseconds (0: none), durations nanoseconds.
 type Record struct {
-	State      State  `wire:"1"` // Idle or Backoff
+	// The small fields first, packed together (a record is kept per
+	// session: padding costs every session).
+	State     State            `wire:"1"` // Idle or Backoff
+	AutoRetry bool             `wire:"4"` // retry.enabled as the session last set it
+	Pinned    bool             `wire:"7"` // the model in use is a pinned fallback (never reverted)
+	Aborts    retry.AbortState `wire:"14,flat"`
+
 	Generation uint64 `wire:"2"`
 	Turn       uint64 `wire:"3"`
-	AutoRetry  bool   `wire:"4"` // retry.enabled as the session last set it
 	Role       string `wire:"22"`
 
 	// HistorySeq is the seq of the last history entry when the record was
@@ -30,7 +35,6 @@ type Record struct {
 
 	Primary      string    `wire:"5"` // the primary "provider/model" (the user may have picked another)
 	Model        string    `wire:"6"` // the model in use
-	Pinned       bool      `wire:"7"`
 	PrimaryUntil time.Time `wire:"8"`
 	Credential   string    `wire:"9"`
 	// Reservation is the token of the turn's rate-limit reservation, from
@@ -40,11 +44,10 @@ type Record struct {
 	// Before is what the last model change replaced, to undo it.
 	Before ModelState `wire:"10"`
 
-	Attempt    int              `wire:"11"` // of the open chain's last auto_retry_start
-	SleepUntil time.Time        `wire:"12"` // when the backoff ends (in backoff)
-	SleepToken uint64           `wire:"13"`
-	Aborts     retry.AbortState `wire:"14,flat"`
-	Chain      ChainRecord      `wire:"17"`
+	Attempt    int         `wire:"11"` // of the open chain's last auto_retry_start
+	SleepUntil time.Time   `wire:"12"` // when the backoff ends (in backoff)
+	SleepToken uint64      `wire:"13"`
+	Chain      ChainRecord `wire:"17"`
 
 	// How the prompt stands so far: its last message and, once a chain
 	// failed, why.

@@ -46,7 +46,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 // A record is taken only at rest, and a wire record naming a state, phase
 // or class this program does not know is refused, not guessed.
 func TestRecordRefusals(t *testing.T) {
-	c := New(Config{Model: "fake/m1", Role: "default", Settings: retry.DefaultSettings(), Credentialed: map[string]bool{"fake": true}}, nominal{})
+	c := New(Config{Model: "fake/m1", Role: "default", Credentialed: map[string]bool{"fake": true}}, nominal{})
 	c.Step(new(Effects), t0, Input{Kind: InPrompt})
 	if _, err := c.Record(); err == nil || !strings.Contains(err.Error(), "selecting_credential") {
 		t.Errorf("Record while selecting a credential = %v, want an error naming the state", err)
@@ -54,7 +54,7 @@ func TestRecordRefusals(t *testing.T) {
 	if _, err := Resume(Config{}, nominal{}, Record{State: Streaming}); err == nil {
 		t.Error("Resume of a streaming record succeeded")
 	}
-	idle, err := New(Config{Model: "fake/m1", Settings: retry.DefaultSettings()}, nominal{}).Record()
+	idle, err := New(Config{Model: "fake/m1"}, nominal{}).Record()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,14 +26,17 @@ func recordWire(x *Record) *messages.SessionRecord {
 	}
 	return &messages.SessionRecord{
 		State:                x.State.String(),
+		AutoRetry:            x.AutoRetry,
+		Pinned:               x.Pinned,
+		AbortUser:            x.Aborts.User,
+		AbortDispose:         x.Aborts.Dispose,
+		AbortEditGuard:       x.Aborts.EditGuard,
 		Generation:           x.Generation,
 		Turn:                 x.Turn,
-		AutoRetry:            x.AutoRetry,
 		Role:                 x.Role,
 		HistorySeq:           x.HistorySeq,
 		Primary:              x.Primary,
 		Model:                x.Model,
-		Pinned:               x.Pinned,
 		PrimaryUntilUnixNano: unixNano(x.PrimaryUntil),
 		Credential:           x.Credential,
 		Reservation:          x.Reservation,
@@ -41,9 +44,6 @@ func recordWire(x *Record) *messages.SessionRecord {
 		Attempt:              int32(x.Attempt),
 		SleepUntilUnixNano:   unixNano(x.SleepUntil),
 		SleepToken:           x.SleepToken,
-		AbortUser:            x.Aborts.User,
-		AbortDispose:         x.Aborts.Dispose,
-		AbortEditGuard:       x.Aborts.EditGuard,
 		Chain:                chainRecordWire(&x.Chain),
 		Last:                 x.Last,
 		Failure:              x.Failure,
@@ -56,14 +56,17 @@ func recordFromWire(w *messages.SessionRecord, x *Record) error {
 	if err := stateFromWire(w.GetState(), &x.State); err != nil {
 		return err
 	}
+	x.AutoRetry = w.GetAutoRetry()
+	x.Pinned = w.GetPinned()
+	x.Aborts.User = w.GetAbortUser()
+	x.Aborts.Dispose = w.GetAbortDispose()
+	x.Aborts.EditGuard = w.GetAbortEditGuard()
 	x.Generation = w.GetGeneration()
 	x.Turn = w.GetTurn()
-	x.AutoRetry = w.GetAutoRetry()
 	x.Role = w.GetRole()
 	x.HistorySeq = w.GetHistorySeq()
 	x.Primary = w.GetPrimary()
 	x.Model = w.GetModel()
-	x.Pinned = w.GetPinned()
 	x.PrimaryUntil = fromUnixNano(w.GetPrimaryUntilUnixNano())
 	x.Credential = w.GetCredential()
 	x.Reservation = w.GetReservation()
@@ -73,9 +76,6 @@ func recordFromWire(w *messages.SessionRecord, x *Record) error {
 	x.Attempt = int(w.GetAttempt())
 	x.SleepUntil = fromUnixNano(w.GetSleepUntilUnixNano())
 	x.SleepToken = w.GetSleepToken()
-	x.Aborts.User = w.GetAbortUser()
-	x.Aborts.Dispose = w.GetAbortDispose()
-	x.Aborts.EditGuard = w.GetAbortEditGuard()
 	if err := chainRecordFromWire(w.GetChain(), &x.Chain); err != nil {
 		return err
 	}
@@ -117,19 +117,19 @@ func chainRecordWire(x *ChainRecord) *messages.RecordChain {
 	}
 	return &messages.RecordChain{
 		Phase:           x.Phase.String(),
-		Attempt:         int32(x.Attempt),
 		Started:         x.Started,
+		Class:           x.Class.String(),
+		Switched:        x.Switched,
+		FallbackApplied: x.FallbackApplied,
+		Attempt:         int32(x.Attempt),
 		Token:           x.Token,
 		Generation:      x.Generation,
 		HeldToken:       x.HeldToken,
 		AskedAtUnixNano: unixNano(x.AskedAt),
-		Class:           x.Class.String(),
 		ErrText:         x.ErrText,
 		DelayNs:         int64(x.Delay),
 		WaitNs:          int64(x.Wait),
 		CooldownNs:      int64(x.Cooldown),
-		Switched:        x.Switched,
-		FallbackApplied: x.FallbackApplied,
 		FallbackModel:   x.FallbackModel,
 		FallbackRole:    x.FallbackRole,
 	}
@@ -139,21 +139,21 @@ func chainRecordFromWire(w *messages.RecordChain, x *ChainRecord) error {
 	if err := phaseFromWire(w.GetPhase(), &x.Phase); err != nil {
 		return err
 	}
-	x.Attempt = int(w.GetAttempt())
 	x.Started = w.GetStarted()
+	if err := classFromWire(w.GetClass(), &x.Class); err != nil {
+		return err
+	}
+	x.Switched = w.GetSwitched()
+	x.FallbackApplied = w.GetFallbackApplied()
+	x.Attempt = int(w.GetAttempt())
 	x.Token = w.GetToken()
 	x.Generation = w.GetGeneration()
 	x.HeldToken = w.GetHeldToken()
 	x.AskedAt = fromUnixNano(w.GetAskedAtUnixNano())
-	if err := classFromWire(w.GetClass(), &x.Class); err != nil {
-		return err
-	}
 	x.ErrText = w.GetErrText()
 	x.Delay = time.Duration(w.GetDelayNs())
 	x.Wait = time.Duration(w.GetWaitNs())
 	x.Cooldown = time.Duration(w.GetCooldownNs())
-	x.Switched = w.GetSwitched()
-	x.FallbackApplied = w.GetFallbackApplied()
 	x.FallbackModel = w.GetFallbackModel()
 	x.FallbackRole = w.GetFallbackRole()
 	return nil
