@@ -190,7 +190,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.tpm, "tpm", 0, "ratelimit: tokens per minute of each key (default 200000)")
 	fs.IntVar(&o.highPercent, "high", 0, "ratelimit: percent of the sessions at high priority, the rest low (default 20)")
 	fs.StringVar(&o.pacing, "pacing", "", "ratelimit: MusePi's pacing: off, on or both (MusePi runs twice; default both, cluster mode on)")
-	fs.StringVar(&o.pacingLimits, "pacing-limits", "", "ratelimit: where MusePi's pacing takes the keys' limits from: headers (learnt from the responses) or configured (Credential.RateLimits, corrected by the headers) (default headers)")
+	fs.StringVar(&o.pacingLimits, "pacing-limits", "", "ratelimit: where MusePi's pacing takes the keys' limits from: headers (learnt from the responses) or configured (Credential.RateLimits, corrected by the headers) (default configured)")
 	fs.Int64Var(&o.maxTokens, "max-tokens", 0, "ratelimit: max_tokens of every request (default 256)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "ratelimit: a contender still running after this long is stopped, its unfinished prompts lost (default 20m)")
 	return fs

@@ -50,7 +50,7 @@ const (
 	rlDefaultMaxTokens  = 256
 	rlDefaultMaxRetries = 1000
 	rlDefaultTimeout    = 20 * time.Minute
-	rlDefaultLimits     = "headers"
+	rlDefaultLimits     = "configured"
 )
 
 // rateLimitOptions gives the ratelimit scenario's flags not set (the

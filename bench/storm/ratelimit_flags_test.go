@@ -13,7 +13,7 @@ import (
 func TestParseFlagsRateLimit(t *testing.T) {
 	defaults := options{
 		mode: "real", scenario: "ratelimit", sessions: 2000, prompts: 3, rpm: 600, tpm: 200_000, highPercent: 20,
-		maxTokens: 256, maxRetries: 1000, timeout: 20 * time.Minute, pacing: "both", pacingLimits: "headers",
+		maxTokens: 256, maxRetries: 1000, timeout: 20 * time.Minute, pacing: "both", pacingLimits: "configured",
 		contenders: "peer,musepi",
 		// the flags' own defaults, which the ratelimit scenario leaves
 		mix: defaultMix, usageLimit: true, budget: "off", baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
@@ -36,11 +36,11 @@ func TestParseFlagsRateLimit(t *testing.T) {
 		{name: "cluster defaults", args: rl("-mode", "cluster"),
 			want: with(func(o *options) { o.mode, o.contenders, o.pacing = "cluster", "cluster", "on" })},
 		{name: "explicit values kept", args: rl("-sessions", "50", "-prompts", "2", "-rpm", "60", "-tpm", "0", "-high", "50",
-			"-max-tokens", "64", "-max-retries", "5", "-timeout", "1m", "-pacing", "on", "-pacing-limits", "configured",
+			"-max-tokens", "64", "-max-retries", "5", "-timeout", "1m", "-pacing", "on", "-pacing-limits", "headers",
 			"-contenders", "musepi", "-ramp", "2s", "-out", "x", "-quiet"),
 			want: with(func(o *options) {
 				o.sessions, o.prompts, o.rpm, o.tpm, o.highPercent = 50, 2, 60, 0, 50
-				o.maxTokens, o.maxRetries, o.timeout, o.pacing, o.pacingLimits = 64, 5, time.Minute, "on", "configured"
+				o.maxTokens, o.maxRetries, o.timeout, o.pacing, o.pacingLimits = 64, 5, time.Minute, "on", "headers"
 				o.contenders, o.ramp, o.out, o.quiet = "musepi", 2*time.Second, "x", true
 			})},
 		{name: "virtual mode", args: rl("-mode", "virtual"), errHas: `runs in -mode real or cluster`},

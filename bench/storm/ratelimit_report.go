@@ -94,6 +94,7 @@ func rlNotes(e *rlEnv) []string {
 		fmt.Sprintf("retries: the peer and MusePi retry each prompt up to %d times (base delay %v); a 429 is retried, honouring retry-after (the peer through backoff.RetryAfter, in whole seconds; MusePi takes the longer of its backoff and the hint).",
 			e.settings.MaxRetries, e.settings.BaseDelay),
 		"musepi-pacing-on: " + e.limitsSource() + "; musepi-pacing-off: WithPacing(false), the retry policy alone. Both give high-priority sessions musepi.High and the others musepi.Low (only pacing orders by it).",
+		"-pacing-limits: configured is the default because the sessions start together: with the limits learnt from the headers only, every session's first prompt goes out before any response has told a limit, and whatever the keys' buckets cannot take is refused (-pacing-limits headers shows it; after that first wave no 429 comes).",
 		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
 	}
 	return n

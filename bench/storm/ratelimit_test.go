@@ -320,7 +320,7 @@ func TestRunRateLimit(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	const sessions, prompts = 130, 2 // 260 prompts; the keys take 240 at once, then 4 a second
 	args := []string{"-scenario", "ratelimit", "-sessions", fmt.Sprint(sessions), "-prompts", fmt.Sprint(prompts),
-		"-rpm", "120", "-tpm", "60000", "-pacing-limits", "configured", "-quiet", "-out", dir}
+		"-rpm", "120", "-tpm", "60000", "-quiet", "-out", dir}
 	var stdout strings.Builder
 	if err := run(args, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
