@@ -23,12 +23,11 @@ type pacingState struct {
 	due     time.Time              // when timer fires
 }
 
-// reservation is one turn's: its token, the key and what it reserved,
-// and who waits for it (waiting turns).
+// reservation is one turn's: its token and its key (the pacer holds
+// what it reserved), and who waits for it (waiting turns).
 type reservation struct {
 	token      uint64
 	credential string
-	need       pacing.Need
 	waiter     *actor.PID
 }
 
@@ -71,7 +70,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	now := a.clk.Now()
 	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens()}
 	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low))), name, need)
-	r := reservation{token: m.GetToken(), credential: d.Credential, need: need}
+	r := reservation{token: m.GetToken(), credential: d.Credential}
 	if d.Wait > 0 {
 		if r.waiter = m.GetReplyTo(); r.waiter == nil {
 			r.waiter = ctx.Sender()
@@ -105,13 +104,17 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 		return
 	}
 	now := a.clk.Now()
+	var seq uint64 // the grant's place among its key's: orders its response
 	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
 		delete(p.granted, m.GetSessionId())
-		p.pacer.Settle(now, r.credential, r.need,
+		seq = p.pacer.Settle(now, m.GetSessionId(),
 			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens()})
+		if r.credential != m.GetCredential() {
+			seq = 0
+		}
 	}
 	if l := m.GetLimits(); l != nil {
-		p.pacer.Observe(now, m.GetCredential(), ratelimit.FromProto(l))
+		p.pacer.Observe(now, m.GetCredential(), seq, ratelimit.FromProto(l))
 	}
 	a.releasePacing(ctx)
 }
@@ -130,7 +133,7 @@ func (a *CredentialsActor) cancelPacing(ctx actor.Context, session string, token
 	}
 	if r, ok := p.granted[session]; ok && (token == 0 || r.token == token) {
 		delete(p.granted, session)
-		p.pacer.Settle(a.clk.Now(), r.credential, r.need, pacing.Usage{})
+		p.pacer.Settle(a.clk.Now(), session, pacing.Usage{})
 	}
 	a.releasePacing(ctx)
 }

@@ -18,10 +18,35 @@ type Pacer struct {
 
 // credential is one credential's budget.
 type credential struct {
-	name     string
-	buckets  [numKinds]bucket
-	inflight [numKinds]float64 // reserved by calls not settled yet
-	blocked  time.Time         // until when the key refuses (a usage limit)
+	name    string
+	buckets [numKinds]bucket
+	blocked time.Time // until when the key refuses (a usage limit)
+	// out are the calls granted on it and not settled yet, in grant
+	// order.
+	out []*grant
+	// granted counts the grants made on it: each grant's seq.
+	granted uint64
+	// latest is the latest requests reset announced by a response read
+	// (zero: none). Each request the server counts moves the instant its
+	// requests window is full again later, and the window's refill does
+	// not move it: the response announcing the latest one was the last the
+	// server counted of those read.
+	latest time.Time
+}
+
+// grant is a call granted on a credential and not settled yet.
+type grant struct {
+	id   string
+	seq  uint64 // its place among the credential's grants
+	need Need
+	// held is what it holds of each budget: taken at its grant, or, once
+	// a response announced the budget, the need the server holds (or will
+	// hold once it counts the call).
+	held [numKinds]float64
+	// counted says the budget was last set from a response that counted
+	// this call as the server's already (it was not subtracted as
+	// pending).
+	counted bool
 }
 
 // waiter is a call that waits for a budget.
@@ -72,8 +97,7 @@ func New(names []string, limits map[string]Limits, now time.Time) *Pacer {
 func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer string, need Need) Decision {
 	p.advance(now)
 	if !p.queuedAtOrAbove(priority) {
-		if g, ok := p.fit(now, prefer, need); ok {
-			g.ID = id
+		if g, ok := p.fit(now, id, prefer, need); ok {
 			return Decision{Grant: g}
 		}
 	}
@@ -129,9 +153,9 @@ func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
 	return len(p.waiting) > 0 && p.waiting[0].priority.Rank() <= priority.Rank()
 }
 
-// fit reserves need on prefer when it has room, else on the unblocked
-// credential with the most room; false when none has room.
-func (p *Pacer) fit(now time.Time, prefer string, need Need) (Grant, bool) {
+// fit reserves need for call id on prefer when it has room, else on the
+// unblocked credential with the most room; false when none has room.
+func (p *Pacer) fit(now time.Time, id, prefer string, need Need) (Grant, bool) {
 	best, bestRoom := -1, 0.0
 	for i := range p.creds {
 		c := &p.creds[i]
@@ -150,8 +174,8 @@ func (p *Pacer) fit(now time.Time, prefer string, need Need) (Grant, bool) {
 		return Grant{}, false
 	}
 	c := &p.creds[best]
-	c.reserve(need)
-	return Grant{Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
+	c.reserve(id, need)
+	return Grant{ID: id, Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
 }
 
 // soonest is the unblocked credential (or prefer) where need fits first
@@ -179,11 +203,10 @@ func (p *Pacer) Release(now time.Time) []Grant {
 	var out []Grant
 	for len(p.waiting) > 0 {
 		w := p.waiting[0]
-		g, ok := p.fit(now, w.prefer, w.need)
+		g, ok := p.fit(now, w.id, w.prefer, w.need)
 		if !ok {
 			break
 		}
-		g.ID = w.id
 		out = append(out, g)
 		p.waiting = slices.Delete(p.waiting, 0, 1)
 	}
@@ -228,34 +251,76 @@ func (p *Pacer) Waiting() [3]int {
 	return n
 }
 
-// Settle ends a granted call on credential: what it reserved (need) comes
+// Settle ends the granted call id with what it used: what it holds comes
 // back, less what it used (a failed call that was sent spends its request
-// and the tokens reported, often none).
-func (p *Pacer) Settle(now time.Time, credential string, need Need, used Usage) {
-	c := p.credential(credential)
+// and the tokens reported, often none). It returns the grant's seq, which
+// orders its response among the credential's (Observe); 0 when id holds
+// no grant.
+func (p *Pacer) Settle(now time.Time, id string, used Usage) uint64 {
+	c, i := p.outstanding(id)
 	if c == nil {
-		return
+		return 0
+	}
+	g := c.out[i]
+	c.out = slices.Delete(c.out, i, i+1)
+	if g.counted && used.Input == 0 && used.Output == 0 {
+		// The budget was last set from a response that took this call as
+		// counted by the server: one that reports no usage was refused,
+		// failed or never sent, and the server holds nothing of it that
+		// the budget does not show already.
+		return g.seq
 	}
 	for k := range Kind(numKinds) {
-		// What was taken: a limit learnt while the call was out took nothing.
 		b := &c.buckets[k]
 		b.advance(now)
-		taken := min(b.capped(need.of(k)), c.inflight[k])
-		c.inflight[k] -= taken
-		b.give(taken - used.of(k))
+		b.give(g.held[k] - used.of(k))
 	}
+	return g.seq
 }
 
-// Observe takes the limits a response on credential announced (its call
-// settled first).
-func (p *Pacer) Observe(now time.Time, credential string, s ratelimit.Snapshot) {
+// Observe takes the limits the response of credential's grant seq
+// announced (its call settled first; seq 0: a call that reserved nothing).
+//
+// Responses come back in any order, and the server may count calls in
+// another order than they were granted: a response can be older news than
+// the budget, one the server sent before others read already. A response
+// that announces a requests reset later than every one read before was
+// the last the server counted of them (a tie, as a refusal or Anthropic's
+// whole seconds give, proves nothing): it sets the budget, up or down, to
+// what remains less what every call still out takes (some of them the
+// server may have counted already: the budget errs low, never high). Any
+// other response only lowers a budget already known, to what remains less
+// what the calls granted after it and still out take (the server counted
+// those granted before it, as far as grants and counts keep one order).
+// The first response of a key whose limits were not known sets them.
+func (p *Pacer) Observe(now time.Time, credential string, seq uint64, s ratelimit.Snapshot) {
 	c := p.credential(credential)
 	if c == nil {
 		return
 	}
+	latest := false
+	if l, ok := s.Get(ratelimit.Requests); ok && l.Reset.After(c.latest) {
+		latest, c.latest = true, l.Reset
+	}
 	for k := range Kind(numKinds) {
-		if l, ok := s.Get(k); ok {
-			c.buckets[k].observe(l, c.inflight[k], now)
+		l, ok := s.Get(k)
+		if !ok {
+			continue
+		}
+		b := &c.buckets[k]
+		set := latest || !b.known()
+		b.observeLimit(l)
+		var pending float64
+		for _, g := range c.out {
+			g.held[k] = b.capped(g.need.of(k))
+			if set || seq == 0 || g.seq > seq {
+				pending += g.held[k]
+			}
+		}
+		if b.observe(l, pending, set, now) {
+			for _, g := range c.out {
+				g.counted = !set && seq != 0 && g.seq < seq
+			}
 		}
 	}
 }
@@ -353,11 +418,28 @@ func (c *credential) wait(need Need) (time.Duration, Kind) {
 	return longest, limit
 }
 
-// reserve takes need from every limit of c.
-func (c *credential) reserve(need Need) {
+// reserve takes need from every limit of c for call id.
+func (c *credential) reserve(id string, need Need) {
+	c.granted++
+	g := &grant{id: id, seq: c.granted, need: need}
 	for k := range c.buckets {
 		b := &c.buckets[k]
 		b.take(need.of(Kind(k)))
-		c.inflight[k] += b.capped(need.of(Kind(k)))
+		g.held[k] = b.capped(need.of(Kind(k)))
 	}
+	c.out = append(c.out, g)
+}
+
+// outstanding is the credential and the index in its out of call id's
+// latest grant (nil: none).
+func (p *Pacer) outstanding(id string) (*credential, int) {
+	for i := range p.creds {
+		c := &p.creds[i]
+		for j := len(c.out) - 1; j >= 0; j-- {
+			if c.out[j].id == id {
+				return c, j
+			}
+		}
+	}
+	return nil, -1
 }

@@ -298,6 +298,15 @@ type nodeProvider struct {
 	node int32
 }
 
+// MaxOutputTokens is the storm provider's output bound, which pacing
+// reserves (provider.OutputBounded; 0: it has none).
+func (p *nodeProvider) MaxOutputTokens() int64 {
+	if b, ok := p.Provider.(provider.OutputBounded); ok {
+		return b.MaxOutputTokens()
+	}
+	return 0
+}
+
 // Stream notes which node sent the request, then streams it.
 func (p *nodeProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
 	if i, err := strconv.Atoi(req.SessionID); err == nil {

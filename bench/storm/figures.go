@@ -62,11 +62,13 @@ type System struct {
 }
 
 // Timeline counts provider requests and prompt completions per bucket,
-// from the start of the run.
+// from the start of the run, and in the ratelimit scenario the requests
+// refused with a 429.
 type Timeline struct {
 	BucketMs    int   `json:"bucket_ms"`
 	Requests    []int `json:"requests"`
 	Completions []int `json:"completions"`
+	Refused     []int `json:"refused,omitempty"`
 }
 
 // Ratio compares MusePi with the floor or the peer on one figure.

@@ -95,6 +95,17 @@ type options struct {
 	heapProfile string
 	nodes       int
 	database    string
+	// scenario is "outage" (the retry storm) or "ratelimit" (issue 28's
+	// pacing storm, ratelimit.go); the fields after it are the ratelimit
+	// scenario's own (zero in the outage scenario).
+	scenario     string
+	prompts      int
+	rpm, tpm     int64
+	highPercent  int
+	pacing       string // MusePi's runs: off, on or both
+	pacingLimits string // headers or configured
+	maxTokens    int64
+	timeout      time.Duration
 	// runs are -mode both's runs, in bothModes' order, each with the
 	// options its mode alone would have (nil in the other modes).
 	runs []*options
@@ -124,11 +135,21 @@ func parseFlagsAs(args []string, stderr io.Writer, mode string) (*options, error
 	if mode != "" {
 		o.mode = mode
 	}
-	if o.mode == "both" {
+	if o.mode == "both" && o.scenario == "outage" {
 		return withRuns(o, args)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch o.scenario {
+	case "ratelimit":
+		return o, rateLimitOptions(o, set)
+	case "outage":
+		if err := outageOnly(set); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("-scenario must be outage or ratelimit, got %q", o.scenario)
+	}
 	if err := applyModeDefaults(o, set); err != nil {
 		return nil, err
 	}
@@ -163,6 +184,15 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (-mode both: one per mode, suffixed .virtual and .real)")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender> (-mode both: .<mode>.<contender>)")
+	fs.StringVar(&o.scenario, "scenario", "outage", "outage (sessions ride out a provider outage) or ratelimit (sessions send prompts to two rate-limited keys: pacing, issue 28)")
+	fs.IntVar(&o.prompts, "prompts", 0, "ratelimit: prompts per session, one after the other (default 3)")
+	fs.Int64Var(&o.rpm, "rpm", 0, "ratelimit: requests per minute of each key (default 600)")
+	fs.Int64Var(&o.tpm, "tpm", 0, "ratelimit: tokens per minute of each key (default 200000)")
+	fs.IntVar(&o.highPercent, "high", 0, "ratelimit: percent of the sessions at high priority, the rest low (default 20)")
+	fs.StringVar(&o.pacing, "pacing", "", "ratelimit: MusePi's pacing: off, on or both (MusePi runs twice; default both, cluster mode on)")
+	fs.StringVar(&o.pacingLimits, "pacing-limits", "", "ratelimit: where MusePi's pacing takes the keys' limits from: headers (learnt from the responses) or configured (Credential.RateLimits, corrected by the headers) (default configured)")
+	fs.Int64Var(&o.maxTokens, "max-tokens", 0, "ratelimit: max_tokens of every request (default 256)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "ratelimit: a contender still running after this long is stopped, its unfinished prompts lost (default 20m)")
 	return fs
 }
 
@@ -257,6 +287,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	command := "go run ./bench/storm " + strings.Join(args, " ")
+	if o.scenario == "ratelimit" {
+		stopProfile, err := startCPUProfile(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		raiseFileLimit()
+		c, err := measureRateLimit(ctx, o, command, stderr)
+		stopProfile()
+		if err != nil {
+			return err
+		}
+		return publish(o.out, rlFiles(c), stdout, stderr)
+	}
 	if o.mode == "both" {
 		c, err := measureBoth(ctx, o, command, stderr)
 		if err != nil {

@@ -52,7 +52,7 @@ func TestParseFlags(t *testing.T) {
 	defaults := options{
 		mix: defaultMix, usageLimit: true, budget: "off", contenders: "floor,peer,musepi",
 		maxRetries: 10, baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
-		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm", nodes: 3,
+		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm", nodes: 3, scenario: "outage",
 	}
 	with := func(f func(o *options)) *options {
 		o := defaults
@@ -74,7 +74,7 @@ func TestParseFlags(t *testing.T) {
 			"-max-retries", "3", "-base-delay", "1s", "-max-delay", "2s", "-passivate-after", "0", "-seed", "9", "-out", "x", "-quiet"},
 			want: &options{mode: "real", sessions: 7, outage: 3 * time.Second, outageStart: time.Second, mix: "503=1",
 				budget: "both", contenders: "musepi", provider: "inprocess", maxRetries: 3, baseDelay: time.Second,
-				maxDelay: 2 * time.Second, seed: 9, out: "x", quiet: true, nodes: 3}},
+				maxDelay: 2 * time.Second, seed: 9, out: "x", quiet: true, nodes: 3, scenario: "outage"}},
 		{name: "cluster defaults", args: []string{"-mode", "cluster"},
 			want: with(func(o *options) {
 				o.mode, o.sessions, o.outage, o.contenders = "cluster", 2_000, 10*time.Second, "musepi,cluster"

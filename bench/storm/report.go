@@ -61,7 +61,7 @@ func writeRunMarkdown(b *bytes.Buffer, r *Report, heading string) {
 	fmt.Fprintf(b, "- Outage: %s s – %s s\n",
 		formatNumber(float64(r.OutageStartMs)/1000), formatNumber(float64(r.OutageEndMs)/1000))
 	fmt.Fprintf(b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
-	writeFigureTable(b, r.Systems)
+	writeFigureTable(b, r.Systems, figures)
 	if len(r.Ratios) > 0 {
 		fmt.Fprintf(b, "\n%s Ratios\n\n| Ratio | Value |\n|---|--:|\n", heading)
 		for _, q := range r.Ratios {
@@ -71,8 +71,8 @@ func writeRunMarkdown(b *bytes.Buffer, r *Report, heading string) {
 }
 
 // writeFigureTable writes the table of systems' figures: a row per figure
-// some system has, a column per system.
-func writeFigureTable(b *bytes.Buffer, systems []System) {
+// of rows that some system has, in that order, a column per system.
+func writeFigureTable(b *bytes.Buffer, systems []System, rows []Figure) {
 	b.WriteString("| Figure |")
 	for _, s := range systems {
 		fmt.Fprintf(b, " %s |", mdCell(s.Name))
@@ -82,7 +82,7 @@ func writeFigureTable(b *bytes.Buffer, systems []System) {
 		b.WriteString("--:|")
 	}
 	b.WriteString("\n")
-	for _, f := range figures {
+	for _, f := range rows {
 		cells, present := make([]string, len(systems)), false
 		for i, s := range systems {
 			v, ok := s.Figures[f.Key]
@@ -176,51 +176,35 @@ const (
 	colourRequests    = "#d62728"
 	colourCompletions = "#1f77b4"
 	colourOutage      = "#ffe3c2"
+	colourRefused     = "#ff7f0e"
 )
 
 // writeSVG plots the timelines of r as a self-contained SVG: one panel per
 // system with a timeline, all on the same x scale (seconds from the start
-// of the run) and y scale (count per bucket), with the outage shaded.
-// It is written by hand on purpose: two polylines and a shaded band per
-// panel fit in this one function, which TestWriteSVG parses and checks;
-// gonum.org/v1/plot would add gonum, its font and image modules for the
-// same picture.
+// of the run) and y scale (count per bucket), with the outage shaded (and,
+// in the ratelimit scenario, the 429 responses instead).
+// It is written by hand on purpose: two or three polylines and a shaded
+// band per panel fit in these few functions, which TestWriteSVG parses and
+// checks; gonum.org/v1/plot would add gonum, its font and image modules
+// for the same picture.
 func writeSVG(w io.Writer, r *Report) error {
-	var panels []System
-	xMaxMs, yMax := float64(r.OutageEndMs), 0
-	for _, s := range r.Systems {
-		t := s.Timeline
-		if t == nil {
-			continue
-		}
-		panels = append(panels, s)
-		n := max(len(t.Requests), len(t.Completions))
-		xMaxMs = max(xMaxMs, float64(n*t.BucketMs))
-		for _, c := range t.Requests {
-			yMax = max(yMax, c)
-		}
-		for _, c := range t.Completions {
-			yMax = max(yMax, c)
-		}
-	}
-	if xMaxMs <= 0 {
-		xMaxMs = 1000
-	}
-	yStep := max(1, niceStep(float64(yMax), 4))
-	yTop := max(yStep, math.Ceil(float64(yMax)/yStep)*yStep)
-	xStep := niceStep(xMaxMs/1000, 8)
-
+	panels, g := svgLayout(r)
 	height := svgHeaderH + max(1, len(panels))*svgPanelH
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		svgWidth, height, svgWidth, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">Retry storm: provider requests and completions per bucket</text>`+"\n", svgLeft)
+	title := "Retry storm: provider requests and completions per bucket"
 	legend := []struct{ colour, label string }{
 		{colourRequests, "provider requests"},
 		{colourCompletions, "completions"},
 		{colourOutage, "outage"},
 	}
+	if g.refused {
+		title = "Rate-limit storm: provider requests, 429 responses and completions per bucket"
+		legend[2] = struct{ colour, label string }{colourRefused, "429 responses"}
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">%s</text>`+"\n", svgLeft, title)
 	for i, l := range legend {
 		x := svgLeft + i*160
 		fmt.Fprintf(&b, `<rect x="%d" y="30" width="14" height="10" fill="%s"/><text x="%d" y="40">%s</text>`+"\n",
@@ -229,59 +213,100 @@ func writeSVG(w io.Writer, r *Report) error {
 	if len(panels) == 0 {
 		fmt.Fprintf(&b, `<text x="%d" y="%d">no timelines recorded</text>`+"\n", svgLeft, svgHeaderH+svgPanelH/2)
 	}
-
-	x0, x1 := float64(svgLeft), float64(svgWidth-svgRight)
-	xAt := func(ms float64) float64 { return x0 + ms/xMaxMs*(x1-x0) }
 	for i, s := range panels {
-		top := float64(svgHeaderH + i*svgPanelH)
-		y0, y1 := top+28, top+svgPanelH-34
-		yAt := func(c float64) float64 { return y1 - c/yTop*(y1-y0) }
-		t := s.Timeline
-
-		fmt.Fprintf(&b, `<g class="panel">`+"\n")
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", x0, top+18, html.EscapeString(s.Name))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">count per %d ms</text>`+"\n", x1, top+18, t.BucketMs)
-		from := xAt(math.Max(0, float64(r.OutageStartMs)))
-		to := xAt(math.Min(xMaxMs, float64(r.OutageEndMs)))
-		if to > from {
-			fmt.Fprintf(&b, `<rect class="outage" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n",
-				from, y0, to-from, y1-y0, colourOutage)
-		}
-		for k := 0; float64(k)*yStep <= yTop; k++ {
-			c := float64(k) * yStep
-			y := yAt(c)
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x1, y)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, formatNumber(c))
-		}
-		for k := 0; float64(k)*xStep <= xMaxMs/1000*(1+1e-9); k++ {
-			sec := float64(k) * xStep
-			x := xAt(sec * 1000)
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y1, x, y1+4)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, y1+17, formatNumber(sec))
-		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">seconds from start</text>`+"\n", x1, y1+31)
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="#333" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f"/>`+"\n", x0, y0, x0, y1, x1, y1)
-		for _, series := range []struct {
-			colour string
-			counts []int
-		}{{colourRequests, t.Requests}, {colourCompletions, t.Completions}} {
-			if len(series.counts) == 0 {
-				continue
-			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke-width="1.5" stroke="%s" points="`, series.colour)
-			for k, c := range series.counts {
-				if k > 0 {
-					b.WriteByte(' ')
-				}
-				fmt.Fprintf(&b, "%.1f,%.1f", xAt((float64(k)+0.5)*float64(t.BucketMs)), yAt(float64(c)))
-			}
-			b.WriteString(`"/>` + "\n")
-		}
-		b.WriteString("</g>\n")
+		writeSVGPanel(&b, r, s, float64(svgHeaderH+i*svgPanelH), g)
 	}
 	b.WriteString("</svg>\n")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// svgScales are the plot's scales, shared by its panels.
+type svgScales struct {
+	xMaxMs      float64 // the x axis' end, ms from the start
+	yTop, yStep float64 // the y axis' top and its tick step
+	xStep       float64 // the x ticks' step, in seconds
+	refused     bool    // some panel has 429 responses
+}
+
+// svgLayout picks the systems with a timeline and the scales that fit
+// them all.
+func svgLayout(r *Report) ([]System, svgScales) {
+	var panels []System
+	g := svgScales{xMaxMs: float64(r.OutageEndMs)}
+	yMax := 0
+	for _, s := range r.Systems {
+		t := s.Timeline
+		if t == nil {
+			continue
+		}
+		panels = append(panels, s)
+		n := max(len(t.Requests), len(t.Completions), len(t.Refused))
+		g.xMaxMs = max(g.xMaxMs, float64(n*t.BucketMs))
+		for _, series := range [][]int{t.Requests, t.Completions, t.Refused} {
+			for _, c := range series {
+				yMax = max(yMax, c)
+			}
+		}
+		g.refused = g.refused || len(t.Refused) > 0
+	}
+	if g.xMaxMs <= 0 {
+		g.xMaxMs = 1000
+	}
+	g.yStep = max(1, niceStep(float64(yMax), 4))
+	g.yTop = max(g.yStep, math.Ceil(float64(yMax)/g.yStep)*g.yStep)
+	g.xStep = niceStep(g.xMaxMs/1000, 8)
+	return panels, g
+}
+
+// writeSVGPanel draws system s's panel, its top at top.
+func writeSVGPanel(b *bytes.Buffer, r *Report, s System, top float64, g svgScales) {
+	x0, x1 := float64(svgLeft), float64(svgWidth-svgRight)
+	xAt := func(ms float64) float64 { return x0 + ms/g.xMaxMs*(x1-x0) }
+	y0, y1 := top+28, top+svgPanelH-34
+	yAt := func(c float64) float64 { return y1 - c/g.yTop*(y1-y0) }
+	t := s.Timeline
+
+	fmt.Fprintf(b, `<g class="panel">`+"\n")
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", x0, top+18, html.EscapeString(s.Name))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">count per %d ms</text>`+"\n", x1, top+18, t.BucketMs)
+	from := xAt(math.Max(0, float64(r.OutageStartMs)))
+	to := xAt(math.Min(g.xMaxMs, float64(r.OutageEndMs)))
+	if to > from {
+		fmt.Fprintf(b, `<rect class="outage" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n",
+			from, y0, to-from, y1-y0, colourOutage)
+	}
+	for k := 0; float64(k)*g.yStep <= g.yTop; k++ {
+		c := float64(k) * g.yStep
+		y := yAt(c)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x1, y)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, formatNumber(c))
+	}
+	for k := 0; float64(k)*g.xStep <= g.xMaxMs/1000*(1+1e-9); k++ {
+		sec := float64(k) * g.xStep
+		x := xAt(sec * 1000)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", x, y1, x, y1+4)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, y1+17, formatNumber(sec))
+	}
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#666">seconds from start</text>`+"\n", x1, y1+31)
+	fmt.Fprintf(b, `<polyline fill="none" stroke="#333" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f"/>`+"\n", x0, y0, x0, y1, x1, y1)
+	for _, series := range []struct {
+		colour string
+		counts []int
+	}{{colourRequests, t.Requests}, {colourRefused, t.Refused}, {colourCompletions, t.Completions}} {
+		if len(series.counts) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, `<polyline fill="none" stroke-width="1.5" stroke="%s" points="`, series.colour)
+		for k, c := range series.counts {
+			if k > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(b, "%.1f,%.1f", xAt((float64(k)+0.5)*float64(t.BucketMs)), yAt(float64(c)))
+		}
+		b.WriteString(`"/>` + "\n")
+	}
+	b.WriteString("</g>\n")
 }
 
 // outputFile is one file of a run's outputs: its name and what renders

@@ -30,12 +30,16 @@ func (c comparison) holds(v, bound float64) bool {
 // over the same figure of the floor or the peer in the same run, and the
 // bound it must meet.
 type target struct {
-	mode   string // the mode it applies to: "virtual" or "real"
+	mode   string // the mode it applies to: "virtual", "real", "ratelimit" or "ratelimit-cluster"
 	label  string // what the figure is, e.g. "CPU per attempt"
 	key    string // the figure's Figure.Key
 	versus string // "floor" or "peer": a ratio to its figure; empty: MusePi's own figure
 	cmp    comparison
 	bound  float64
+	// system, when set, is the start of the names of the systems it is
+	// checked on (the ratelimit scenario's MusePi with pacing on); empty:
+	// every single-node MusePi system.
+	system string
 }
 
 // targets are the project's performance targets, set in issue 27 (the
@@ -43,18 +47,35 @@ type target struct {
 // storm measures. Most are ratios to the floor or the peer measured in
 // the same run, so that the speed of the shared host cancels out.
 var targets = []target{
-	{"virtual", "CPU per attempt", "cpu_us_per_attempt", "floor", atMost, 1.5},
-	{"virtual", "retry attempts per wall-second", "attempts_per_second", "floor", atLeast, 0.67},
-	{"virtual", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 0.9},
-	{"virtual", "peak heap + goroutine stacks", "peak_memory_mb", "peer", atMost, 1.0},
-	{"virtual", "prompts lost", "prompts_lost", "", atMost, 0},
-	{"virtual", "lockstep index", "lockstep_index", "", atMost, 1.5},
-	{"real", "CPU per attempt", "cpu_us_per_attempt", "peer", atMost, 0.9},
-	{"real", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 1.0},
-	{"real", "first-wave p99 wake-up lateness", "first_wave_lateness_p99_ms", "peer", atMost, 1.0},
-	{"real", "max wake-up lateness", "lateness_max_ms", "peer", atMost, 2.0},
-	{"real", "prompts lost", "prompts_lost", "", atMost, 0},
+	{"virtual", "CPU per attempt", "cpu_us_per_attempt", "floor", atMost, 1.5, ""},
+	{"virtual", "retry attempts per wall-second", "attempts_per_second", "floor", atLeast, 0.67, ""},
+	{"virtual", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 0.9, ""},
+	{"virtual", "peak heap + goroutine stacks", "peak_memory_mb", "peer", atMost, 1.0, ""},
+	{"virtual", "prompts lost", "prompts_lost", "", atMost, 0, ""},
+	{"virtual", "lockstep index", "lockstep_index", "", atMost, 1.5, ""},
+	{"real", "CPU per attempt", "cpu_us_per_attempt", "peer", atMost, 0.9, ""},
+	{"real", "memory per waiting session", "bytes_per_waiting_session", "peer", atMost, 1.0, ""},
+	{"real", "first-wave p99 wake-up lateness", "first_wave_lateness_p99_ms", "peer", atMost, 1.0, ""},
+	{"real", "max wake-up lateness", "lateness_max_ms", "peer", atMost, 2.0, ""},
+	{"real", "prompts lost", "prompts_lost", "", atMost, 0, ""},
+	// Issue 28 (pacing): the ratelimit scenario, for MusePi with pacing on.
+	{"ratelimit", "429 responses per request", "http_429_share", "", atMost, 0.01, rlPacedSystem},
+	{"ratelimit", "429 responses", "http_429_responses", "peer", atMost, 0.1, rlPacedSystem},
+	{"ratelimit", "goodput vs the limit", "goodput_vs_limit", "", atLeast, 0.95, rlPacedSystem},
+	{"ratelimit", "p99 prompt latency", "p99_prompt_latency_ms", "peer", atMost, 1.0, rlPacedSystem},
+	{"ratelimit", "p99 prompt latency, high priority / low priority", "p99_high_vs_low", "", atMost, 0.5, rlPacedSystem},
+	{"ratelimit", "Jain's fairness index", "jain_fairness", "", atLeast, 0.9, rlPacedSystem},
+	{"ratelimit", "prompts lost", "prompts_lost", "", atMost, 0, rlPacedSystem},
+	{"ratelimit-cluster", "429 responses per request", "http_429_share", "", atMost, 0.01, rlClusterSystem},
+	{"ratelimit-cluster", "prompts lost", "prompts_lost", "", atMost, 0, rlClusterSystem},
 }
+
+// The systems the ratelimit targets are checked on: MusePi with pacing
+// on, and its cluster.
+const (
+	rlPacedSystem   = "musepi-pacing-on"
+	rlClusterSystem = "musepi-cluster-"
+)
 
 // TargetResult is one target checked on one MusePi system of a run.
 type TargetResult struct {
@@ -79,12 +100,35 @@ func checkTargets(mode string, systems []System) []TargetResult {
 	out := []TargetResult{}
 	for _, name := range targetSystems(systems) {
 		for _, t := range targets {
-			if t.mode == mode {
+			if t.mode == mode && t.system == "" {
+				out = append(out, t.check(name, byName))
+			}
+		}
+	}
+	for _, t := range targets {
+		if t.mode == mode && t.system != "" {
+			for _, name := range systemsNamed(t.system, systems) {
 				out = append(out, t.check(name, byName))
 			}
 		}
 	}
 	return out
+}
+
+// systemsNamed are the names of the systems that start with prefix, or
+// prefix itself when none does, so that the target is still reported (as
+// not met).
+func systemsNamed(prefix string, systems []System) []string {
+	var names []string
+	for _, s := range systems {
+		if strings.HasPrefix(s.Name, prefix) {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) == 0 {
+		return []string{prefix}
+	}
+	return names
 }
 
 // targetSystems are the names of the systems the targets are checked on:

@@ -37,11 +37,15 @@ func TestTargetTable(t *testing.T) {
 	for _, f := range figures {
 		keys[f.Key] = true
 	}
+	for _, f := range rlFigureRows {
+		keys[f.Key] = true
+	}
+	modes := append([]string{"ratelimit", "ratelimit-cluster"}, bothModes...)
 	for _, tg := range targets {
-		if !slices.Contains(bothModes, tg.mode) || !keys[tg.key] || tg.label == "" ||
+		if !slices.Contains(modes, tg.mode) || !keys[tg.key] || tg.label == "" ||
 			(tg.versus != "" && tg.versus != "floor" && tg.versus != "peer") ||
 			(tg.cmp != atMost && tg.cmp != atLeast) {
-			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer or none, and <= or >=", tg, bothModes)
+			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer or none, and <= or >=", tg, modes)
 		}
 	}
 }

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi"
+)
+
+func TestParseFlagsRateLimit(t *testing.T) {
+	defaults := options{
+		mode: "real", scenario: "ratelimit", sessions: 2000, prompts: 3, rpm: 600, tpm: 200_000, highPercent: 20,
+		maxTokens: 256, maxRetries: 1000, timeout: 20 * time.Minute, pacing: "both", pacingLimits: "configured",
+		contenders: "peer,musepi",
+		// the flags' own defaults, which the ratelimit scenario leaves
+		mix: defaultMix, usageLimit: true, budget: "off", baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
+		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm", nodes: 3,
+	}
+	with := func(f func(o *options)) *options {
+		o := defaults
+		f(&o)
+		return &o
+	}
+	rl := func(args ...string) []string { return append([]string{"-scenario", "ratelimit"}, args...) }
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		want   *options
+		errHas string
+	}{
+		{name: "defaults", args: rl(), want: with(func(*options) {})},
+		{name: "real mode named", args: rl("-mode", "real"), want: with(func(*options) {})},
+		{name: "cluster defaults", args: rl("-mode", "cluster"),
+			want: with(func(o *options) { o.mode, o.contenders, o.pacing = "cluster", "cluster", "on" })},
+		{name: "explicit values kept", args: rl("-sessions", "50", "-prompts", "2", "-rpm", "60", "-tpm", "0", "-high", "50",
+			"-max-tokens", "64", "-max-retries", "5", "-timeout", "1m", "-pacing", "on", "-pacing-limits", "headers",
+			"-contenders", "musepi", "-ramp", "2s", "-out", "x", "-quiet"),
+			want: with(func(o *options) {
+				o.sessions, o.prompts, o.rpm, o.tpm, o.highPercent = 50, 2, 60, 0, 50
+				o.maxTokens, o.maxRetries, o.timeout, o.pacing, o.pacingLimits = 64, 5, time.Minute, "on", "headers"
+				o.contenders, o.ramp, o.out, o.quiet = "musepi", 2*time.Second, "x", true
+			})},
+		{name: "virtual mode", args: rl("-mode", "virtual"), errHas: `runs in -mode real or cluster`},
+		{name: "both modes", args: rl("-mode", "both"), errHas: `runs in -mode real or cluster`},
+		{name: "an outage flag", args: rl("-outage", "3s"), errHas: "-outage applies to -scenario outage only"},
+		{name: "the budget", args: rl("-budget", "on"), errHas: "-budget applies to -scenario outage only"},
+		{name: "a ratelimit flag in the outage", args: []string{"-prompts", "2"}, errHas: "-prompts applies to -scenario ratelimit only"},
+		{name: "a ratelimit flag with -mode both", args: []string{"-mode", "both", "-rpm", "2"}, errHas: "-rpm applies to -scenario ratelimit only"},
+		{name: "bad scenario", args: []string{"-scenario", "flood"}, errHas: `-scenario must be outage or ratelimit, got "flood"`},
+		{name: "no prompts", args: rl("-prompts", "0"), errHas: "-prompts must be 1 or more"},
+		{name: "no sessions", args: rl("-sessions", "0"), errHas: "-sessions must be 1 or more"},
+		{name: "no limits", args: rl("-rpm", "0", "-tpm", "0"), errHas: "-rpm or -tpm must be above 0"},
+		{name: "negative rpm", args: rl("-rpm", "-1"), errHas: "-rpm and -tpm must be 0-"},
+		{name: "high over 100", args: rl("-high", "101"), errHas: "-high must be 0-100"},
+		{name: "bad pacing", args: rl("-pacing", "maybe"), errHas: `-pacing must be off, on or both`},
+		{name: "bad limits source", args: rl("-pacing-limits", "guess"), errHas: `-pacing-limits must be headers or configured`},
+		{name: "no max tokens", args: rl("-max-tokens", "0"), errHas: "-max-tokens must be 1 or more"},
+		{name: "no timeout", args: rl("-timeout", "0"), errHas: "-timeout must be above 0"},
+		{name: "the floor", args: rl("-contenders", "floor,peer"), errHas: `unknown contender "floor" in the ratelimit scenario`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, io.Discard)
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("parseFlags(%q): error %v, want one containing %q", tc.args, err, tc.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseFlags(%q): %v", tc.args, err)
+			}
+			if !reflect.DeepEqual(o, tc.want) {
+				t.Errorf("parseFlags(%q) =\n %+v\nwant\n %+v", tc.args, *o, *tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+)
+
+// rlFigureRows are the ratelimit scenario's figures, in table order.
+var rlFigureRows = []Figure{
+	{"prompts_started", "prompts started", ""},
+	{"prompts_completed", "prompts completed", ""},
+	{"prompts_failed", "prompts failed", ""},
+	{"prompts_lost", "prompts lost", ""},
+	{"requests", "provider requests (fakellm's count)", ""},
+	{"http_429_responses", "429 responses (fakellm's count)", ""},
+	{"http_429_share", "429 responses per request", ""},
+	{"http_429_requests_limit", "429s of the requests limit", ""},
+	{"http_429_tokens_limit", "429s of the tokens limit", ""},
+	{"requests_per_prompt", "provider requests per completed prompt", ""},
+	{"goodput_vs_limit", "goodput vs the limit (completed over what the limits allowed)", ""},
+	{"prompts_per_minute", "completed prompts per minute", ""},
+	{"limit_prompts_per_minute", "the keys' limit at that cost, prompts per minute", ""},
+	{"tokens_per_prompt", "tokens fakellm charged per completed prompt", ""},
+	{"run_minutes", "run, first prompt to last answer", "min"},
+	{"p50_prompt_latency_ms", "prompt latency p50", "ms"},
+	{"p99_prompt_latency_ms", "prompt latency p99", "ms"},
+	{"p99_prompt_latency_ms_high", "prompt latency p99, high priority", "ms"},
+	{"p99_prompt_latency_ms_low", "prompt latency p99, low priority", "ms"},
+	{"p99_high_vs_low", "p99 high / p99 low", ""},
+	{"jain_fairness", "Jain's fairness index (the lower of the priorities')", ""},
+	{"jain_fairness_high", "Jain's fairness index, high priority", ""},
+	{"jain_fairness_low", "Jain's fairness index, low priority", ""},
+	{"rate_limit_waits", "rate_limit_wait events", ""},
+	{"credential_switches_pacing", "credential switches for pacing", ""},
+	{"requests_sent_harness", "provider requests (the harness's count)", ""},
+	{"http_429_responses_harness", "429 responses (the harness's count)", ""},
+	{"cpu_seconds", "CPU time (the process: contender and fakellm)", "s"},
+	{"wall_seconds", "wall time", "s"},
+	{"setup_seconds", "setup before the first prompt (sessions created)", "s"},
+}
+
+// writeRateLimitMarkdown renders a ratelimit run as a Markdown document:
+// a header block, the figure table (a row per figure, a column per
+// contender), the ratios to the peer, the targets and the notes.
+func writeRateLimitMarkdown(w io.Writer, c *Combined) error {
+	var b bytes.Buffer
+	b.WriteString("# Rate-limit storm (pacing)\n\n")
+	fmt.Fprintf(&b, "- Command: %s\n", codeSpan(c.Command))
+	for _, r := range c.Runs {
+		fmt.Fprintf(&b, "- Mode: %s\n", r.Mode)
+		fmt.Fprintf(&b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
+		fmt.Fprintf(&b, "- Scenario: %s\n", r.Scenario)
+		fmt.Fprintf(&b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
+		writeFigureTable(&b, r.Systems, rlFigureRows)
+		if len(r.Ratios) > 0 {
+			b.WriteString("\n## Ratios\n\n| Ratio | Value |\n|---|--:|\n")
+			for _, q := range r.Ratios {
+				fmt.Fprintf(&b, "| %s | %s× |\n", mdCell(q.Label), formatRatio(q.Value))
+			}
+		}
+	}
+	writeTargets(&b, c.Targets, "##")
+	for _, r := range c.Runs {
+		writeNotes(&b, r, "##")
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// rlFiles are the outputs of a ratelimit run: storm.md, storm.json (runs:
+// its one report; targets) and storm.svg.
+func rlFiles(c *Combined) []outputFile {
+	return []outputFile{
+		{"storm.md", func(w io.Writer) error { return writeRateLimitMarkdown(w, c) }},
+		{"storm.json", func(w io.Writer) error { return writeJSON(w, c) }},
+		{"storm.svg", func(w io.Writer) error { return writeSVG(w, c.Runs[0]) }},
+	}
+}
+
+// rlNotes explain the ratelimit run's figures.
+func rlNotes(e *rlEnv) []string {
+	sc := e.sc
+	n := []string{
+		fmt.Sprintf("sessions: %s, each sending %d prompts one after the other (the next when the one before is answered), each prompt with the conversation before it (its prompts and answers) as a chat client sends it; session i starts on key %s or %s (i mod 2); %d %% of the sessions (%s) are at high priority, the rest low.",
+			groupThousands(int64(sc.Sessions)), sc.Prompts, sc.Keys[0], sc.Keys[1], sc.HighPercent, everyNth(sc.HighPercent)),
+		fmt.Sprintf("prompt sizes: %d, %d or %d tokens of text (fakellm counts bytes / 4), dealt 6:3:1 within each priority; every answer is %d tokens; max_tokens %d on every request. A prompt's request also carries the conversation before it, so its cost grows with its place in the session.",
+			rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.MaxTokens),
+		fmt.Sprintf("fakellm (in this process, on loopback, a fresh server per contender: buckets full at its start) limits each key to %s requests and %s tokens per minute; a request's cost is 1 request and its body's bytes / 4 plus max_tokens, corrected to the answer's output once answered; a request that does not fit gets a 429 with retry-after (whole seconds) and retry-after-ms, and costs nothing. Every answer carries the x-ratelimit-* headers.",
+			groupThousands(sc.RPM), groupThousands(sc.TPM)),
+		"requests and 429 responses are fakellm's counts (stats total and by_status 429; the harness's own counts are in the table too). The contenders use MusePi's OpenAI adapter (the official openai-go SDK, Chat Completions, the SDK's own retries off).",
+		"goodput_vs_limit = C / ((1 + D) × L): C the prompts completed, D the minutes from the first prompt sent to the last answer, L = Σ over the keys of min(RPM, TPM / c̄) the prompts per minute the keys sustain when a prompt costs c̄ tokens, c̄ the mean of what fakellm charged the completed prompts (the input and output tokens of their answers' usage: body bytes / 4, plus the answer). The buckets start full (a minute's worth) and refill at their rate, so no client completes more than (1 + D) × L prompts in D minutes: 1.0 is the physical limit.",
+		"prompt latency: from the prompt sent (PromptAsync, or the peer's first try) to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority. Jain's index per priority is (Σx)² / (n Σx²) over that priority's sessions, x a session's mean prompt latency; jain_fairness is the lower of the two.",
+		fmt.Sprintf("retries: the peer and MusePi retry each prompt up to %d times (base delay %v); a 429 is retried, honouring retry-after (the peer through backoff.RetryAfter, in whole seconds; MusePi takes the longer of its backoff and the hint).",
+			e.settings.MaxRetries, e.settings.BaseDelay),
+		"musepi-pacing-on: " + e.limitsSource() + "; musepi-pacing-off: WithPacing(false), the retry policy alone. Both give high-priority sessions musepi.High and the others musepi.Low (only pacing orders by it).",
+		"-pacing-limits: configured is the default because the sessions start together: with the limits learnt from the headers only, every session's first prompt goes out before any response has told a limit, and whatever the keys' buckets cannot take is refused (-pacing-limits headers shows it; after that first wave no 429 comes).",
+		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
+	}
+	return n
+}
+
+// everyNth describes how often a share of percent comes round: "one in
+// 5" for 20 %.
+func everyNth(percent int) string {
+	if percent <= 0 {
+		return "none"
+	}
+	if 100%percent == 0 {
+		return fmt.Sprintf("one in %d", 100/percent)
+	}
+	return fmt.Sprintf("%d in 100", percent)
+}

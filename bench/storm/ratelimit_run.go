@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/provider/fakellm"
+	"github.com/musepi/musepi/provider/openai"
+	"github.com/musepi/musepi/retry"
+)
+
+// rlEnv is what the contenders of one ratelimit run share.
+type rlEnv struct {
+	sc        *rateLimitScenario
+	settings  retry.Settings
+	seed      uint64
+	passivate time.Duration
+	// configured: MusePi with pacing on is given the keys' limits
+	// (Credential.RateLimits); otherwise it learns them from the headers.
+	configured bool
+	timeout    time.Duration // a contender's run is stopped after it
+	nodes      int
+	database   string
+	db         *clusterDB // started for the first cluster contender
+	progress   func(label string, total int) *progress
+}
+
+// rlServer is a contender's fake server: fakellm in this process on a
+// loopback port, fresh (its buckets full), and the HTTP client to it.
+type rlServer struct {
+	srv    *fakellm.Server
+	base   string
+	client *http.Client
+}
+
+// startRLServer starts a fake server for sc.
+func startRLServer(sc *rateLimitScenario) (*rlServer, error) {
+	fsc := sc.fakellm()
+	if err := fsc.Validate(); err != nil {
+		return nil, fmt.Errorf("fakellm scenario: %w", err)
+	}
+	srv := fakellm.New(fsc)
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("start fakellm: %w", err)
+	}
+	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 2048, IdleConnTimeout: time.Minute}
+	return &rlServer{srv: srv, base: base, client: &http.Client{Transport: tr}}, nil
+}
+
+// provider is MusePi's OpenAI adapter (the official SDK, Chat
+// Completions) against the server, sending sc's max_tokens.
+func (s *rlServer) provider(sc *rateLimitScenario) *openai.Provider {
+	return openai.New(openai.Config{BaseURL: s.base + "/v1", API: openai.APIChat, HTTPClient: s.client, MaxTokens: sc.MaxTokens})
+}
+
+// close stops the server and the client's connections.
+func (s *rlServer) close() {
+	s.client.CloseIdleConnections()
+	_ = s.srv.Close()
+}
+
+// rlProvider records each request of a contender and whether a 429
+// refused it. It keeps the adapter's output bound, which MusePi's pacing
+// reserves (provider.OutputBounded).
+type rlProvider struct {
+	provider.Provider
+	rec *rlRecorder
+}
+
+// Stream streams the request, then records it.
+func (p *rlProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
+	at := time.Now()
+	msg := p.Provider.Stream(ctx, req, onDelta)
+	p.rec.request(at, msg.GetHttpStatus() == http.StatusTooManyRequests)
+	return msg
+}
+
+// MaxOutputTokens is the adapter's.
+func (p *rlProvider) MaxOutputTokens() int64 {
+	if b, ok := p.Provider.(provider.OutputBounded); ok {
+		return b.MaxOutputTokens()
+	}
+	return 0
+}
+
+// rlRun is one contender's run: its recorder and its provider.
+type rlRun struct {
+	e    *rlEnv
+	rec  *rlRecorder
+	prov provider.Provider
+}
+
+// rlContender is one system under test in a ratelimit run.
+type rlContender interface {
+	// setup prepares what must exist before the first prompt.
+	setup(ctx context.Context) error
+	// launch starts every session (at its start); it does not wait.
+	launch(ctx context.Context)
+	// counts are the contender's own figures, once its prompts ended.
+	counts() map[string]float64
+	// close stops what launch started and returns once it all stopped.
+	close() error
+}
+
+// runRateLimitContender runs one contender, made by newContender, against
+// a fresh fake server, until every prompt ended or e.timeout passed, and
+// returns what it measured.
+func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, newContender func(*rlRun) rlContender) (System, error) {
+	srv, err := startRLServer(e.sc)
+	if err != nil {
+		return System{}, err
+	}
+	defer srv.close()
+	rec := newRLRecorder(e.sc)
+	run := &rlRun{e: e, rec: rec, prov: &rlProvider{Provider: srv.provider(e.sc), rec: rec}}
+	c := newContender(run)
+	setup0 := time.Now()
+	if err := c.setup(ctx); err != nil {
+		_ = c.close()
+		return System{}, fmt.Errorf("%s: setup: %w", name, err)
+	}
+	setup := time.Since(setup0)
+	srv.srv.ResetClock() // the buckets full, from now
+	srv.srv.ResetStats()
+	rec.restart(time.Now())
+	bar := e.progress(name, e.sc.totalPrompts())
+	bar.start()
+	cpu0, wall0 := cpuTime(), time.Now()
+	runCtx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	c.launch(runCtx)
+	err = waitPrompts(runCtx, rec, e.sc.totalPrompts(), bar)
+	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	bar.set(int(rec.finished.Load()))
+	bar.stop()
+	timedOut := err != nil && ctx.Err() == nil
+	stats, extra := srv.srv.Stats(), c.counts()
+	prompts := rec.snapshot()
+	cancel()
+	if cerr := c.close(); err == nil && cerr != nil {
+		return System{}, fmt.Errorf("%s: %w", name, cerr)
+	}
+	if err != nil && !timedOut {
+		return System{}, fmt.Errorf("%s: %w", name, err)
+	}
+	f := rlFigures(e.sc, prompts, stats, rec)
+	f["setup_seconds"], f["cpu_seconds"], f["wall_seconds"] = setup.Seconds(), cpu.Seconds(), wall.Seconds()
+	return rlSystem(e, name, desc, f, extra, rec, timedOut), nil
+}
+
+// rlSystem is a contender's System: its figures f and its own, its
+// timeline per second, and a note when it was stopped by the timeout.
+func rlSystem(e *rlEnv, name, desc string, f, extra map[string]float64, rec *rlRecorder, timedOut bool) System {
+	for k, v := range extra {
+		f[k] = v
+	}
+	sys := System{Name: name, Description: desc, Figures: f, Timeline: rec.timeline(time.Second)}
+	if timedOut {
+		sys.Notes = append(sys.Notes, fmt.Sprintf("%s: stopped after -timeout %v with %s prompts unfinished (lost).",
+			name, e.timeout, formatNumber(f["prompts_lost"])))
+	}
+	return sys
+}
+
+// waitPrompts waits until total prompts ended, updating bar; it returns
+// ctx's error when ctx ends first.
+func waitPrompts(ctx context.Context, rec *rlRecorder, total int, bar *progress) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for int(rec.finished.Load()) < total {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			bar.set(int(rec.finished.Load()))
+		}
+	}
+	return nil
+}
+
+// rlFigures are a ratelimit run's figures: the server's count of
+// requests and 429s (and the harness's, which should agree), and the
+// prompts' (promptFigures) over the run, from its start to the last
+// answer.
+func rlFigures(sc *rateLimitScenario, prompts []rlPrompt, stats fakellm.Stats, rec *rlRecorder) map[string]float64 {
+	f := map[string]float64{
+		"requests":                   float64(stats.Total),
+		"http_429_responses":         float64(stats.ByStatus["429"]),
+		"http_429_requests_limit":    float64(stats.ByLimit[fakellm.LimitRequests]),
+		"http_429_tokens_limit":      float64(stats.ByLimit[fakellm.LimitTokens]),
+		"requests_sent_harness":      float64(rec.requests.Load()),
+		"http_429_responses_harness": float64(rec.http429.Load()),
+		"http_429_share":             0,
+	}
+	if stats.Total > 0 {
+		f["http_429_share"] = float64(stats.ByStatus["429"]) / float64(stats.Total)
+	}
+	var last time.Duration
+	for _, p := range prompts {
+		if p.ended && p.ok {
+			last = max(last, p.end)
+		}
+	}
+	promptFigures(f, sc, prompts, last.Minutes())
+	if n := f["prompts_completed"]; n > 0 {
+		f["requests_per_prompt"] = float64(stats.Total) / n
+	}
+	return f
+}
+
+// measureRateLimit runs the ratelimit scenario's contenders in order and
+// reports what they measured and the targets.
+func measureRateLimit(ctx context.Context, o *options, command string, stderr io.Writer) (*Combined, error) {
+	e := newRLEnv(o, stderr)
+	defer func() {
+		if e.db != nil {
+			e.db.stop()
+		}
+	}()
+	mode := o.mode
+	r := &Report{Command: command, Mode: mode, Sessions: o.sessions, GoVersion: runtime.Version(),
+		CPUs: runtime.GOMAXPROCS(0), Started: time.Now(), Scenario: e.sc.String()}
+	for _, c := range strings.Split(o.contenders, ",") {
+		systems, err := runRLContender(ctx, e, o, c)
+		if err != nil {
+			return nil, err
+		}
+		r.Systems = append(r.Systems, systems...)
+	}
+	r.Ratios = rlRatios(r.Systems)
+	r.Targets = checkTargets(rlTargetMode(mode), r.Systems)
+	r.Notes = rlNotes(e)
+	r.Elapsed = time.Since(r.Started)
+	return &Combined{Command: command, Mode: "ratelimit", Started: r.Started, Runs: []*Report{r},
+		Targets: r.Targets, Elapsed: r.Elapsed}, nil
+}
+
+// rlTargetMode is the targets' mode of a ratelimit run in mode.
+func rlTargetMode(mode string) string {
+	if mode == "cluster" {
+		return "ratelimit-cluster"
+	}
+	return "ratelimit"
+}
+
+// newRLEnv is the env of o's ratelimit run.
+func newRLEnv(o *options, stderr io.Writer) *rlEnv {
+	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: []string{limitedKey, freeKey},
+		RPM: o.rpm, TPM: o.tpm, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp}
+	settings := retry.DefaultSettings()
+	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
+	settings.ModelFallback = false
+	e := &rlEnv{sc: sc, settings: settings, seed: o.seed, passivate: o.passivate, configured: o.pacingLimits == "configured",
+		timeout: o.timeout, nodes: o.nodes, database: o.database}
+	e.progress = func(label string, total int) *progress {
+		w := stderr
+		if o.quiet {
+			w = io.Discard
+		}
+		return newProgress(w, fmt.Sprintf("%-26s", label), total)
+	}
+	return e
+}
+
+// runRLContender runs the contender named name: the peer, or MusePi once
+// per pacing setting (on one runtime, or as a cluster).
+func runRLContender(ctx context.Context, e *rlEnv, o *options, name string) ([]System, error) {
+	switch name {
+	case "peer":
+		s, err := runRLPeer(ctx, e)
+		return []System{s}, err
+	case "musepi", "cluster":
+		nodes := 0
+		if name == "cluster" {
+			nodes = e.nodes
+			if e.db == nil {
+				db, err := startClusterDB(ctx, e.database)
+				if err != nil {
+					return nil, err
+				}
+				e.db = db
+			}
+		}
+		var systems []System
+		for _, on := range pacingRuns(o.pacing) {
+			s, err := runRLMusePi(ctx, e, on, nodes)
+			if err != nil {
+				return nil, err
+			}
+			systems = append(systems, s)
+		}
+		return systems, nil
+	}
+	return nil, fmt.Errorf("unknown contender %q", name)
+}
+
+// pacingRuns are the pacing settings MusePi runs with: off, then on.
+func pacingRuns(pacing string) []bool {
+	switch pacing {
+	case "on":
+		return []bool{true}
+	case "off":
+		return []bool{false}
+	}
+	return []bool{false, true}
+}
+
+// rlRatios compare each MusePi system with the peer on the ratelimit
+// figures.
+func rlRatios(systems []System) []Ratio {
+	var peer *System
+	for i := range systems {
+		if systems[i].Name == "peer" {
+			peer = &systems[i]
+		}
+	}
+	if peer == nil {
+		return nil
+	}
+	var out []Ratio
+	for _, m := range systems {
+		if !strings.HasPrefix(m.Name, "musepi") {
+			continue
+		}
+		for _, f := range []struct{ key, label string }{
+			{"http_429_responses", "429 responses"},
+			{"requests", "provider requests"},
+			{"p99_prompt_latency_ms", "p99 prompt latency"},
+			{"p99_prompt_latency_ms_high", "p99 prompt latency, high priority"},
+			{"goodput_vs_limit", "goodput vs the limit"},
+		} {
+			a, okA := m.Figures[f.key]
+			b, okB := peer.Figures[f.key]
+			if okA && okB && b > 0 {
+				out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / peer", f.label, m.Name), Value: a / b})
+			}
+		}
+	}
+	return out
+}
