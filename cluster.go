@@ -129,7 +129,7 @@ func (n nodeRuntime) NewHandle(id, model string, autoRetry bool, r hosting.Runne
 // Open hosts session id here, as req configures it, on the history open
 // returns.
 func (n nodeRuntime) Open(id string, req *messages.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (hosting.Local, error) {
-	cfg := sessionConfig{id: id, model: req.GetModel(), role: req.GetRole()}
+	cfg := sessionConfig{id: id, model: req.GetModel(), role: req.GetRole(), priority: Priority(min(max(req.GetPriority(), 0), int32(Low)))}
 	if req.GetSettings() != nil {
 		settings, err := retry.SettingsFromProto(req.GetSettings())
 		if err != nil {

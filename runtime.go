@@ -359,7 +359,7 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 	}
 	if rt.cluster != nil {
 		h, err := rt.cluster.Handle(ctx, hosting.HandleRequest{ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: *settings,
-			Steering: cfg.steering != nil, Takeover: cfg.open != nil})
+			Priority: cfg.priority, Steering: cfg.steering != nil, Takeover: cfg.open != nil})
 		if err != nil {
 			return nil, err
 		}

@@ -41,7 +41,7 @@ type remoteSession struct {
 // newHandle is a handle of session req.ID on node n, not yet connected.
 func newHandle(n *clusterNode, req hosting.HandleRequest) *remoteSession {
 	r := &remoteSession{node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
-		open: &messages.SessionOpen{Model: req.Model, Role: req.Role, Settings: req.Settings.Proto()}}
+		open: &messages.SessionOpen{Model: req.Model, Role: req.Role, Settings: req.Settings.Proto(), Priority: int32(req.Priority)}}
 	r.s = n.rt.NewHandle(req.ID, req.Model, req.Settings.Enabled, r)
 	reg := n.rt.System().ProcessRegistry
 	r.relay, _ = reg.Add(&relayProcess{r: r}, "session-relay"+reg.NextId())

@@ -33,7 +33,8 @@ type SessionOpen struct {
 	Settings       *RetrySettings         `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`                                   // unset: the hosting node's
 	WatcherAddress string                 `protobuf:"bytes,4,opt,name=watcher_address,json=watcherAddress,proto3" json:"watcher_address,omitempty"` // the watcher's PID; empty: none
 	WatcherId      string                 `protobuf:"bytes,5,opt,name=watcher_id,json=watcherId,proto3" json:"watcher_id,omitempty"`
-	Events         bool                   `protobuf:"varint,6,opt,name=events,proto3" json:"events,omitempty"` // relay the session's events to the watcher
+	Events         bool                   `protobuf:"varint,6,opt,name=events,proto3" json:"events,omitempty"`     // relay the session's events to the watcher
+	Priority       int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"` // pacing.Priority: 0 normal, 1 high, 2 low
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -108,6 +109,13 @@ func (x *SessionOpen) GetEvents() bool {
 		return x.Events
 	}
 	return false
+}
+
+func (x *SessionOpen) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // SessionOpened answers SessionOpen: error is why the session could not be
@@ -517,7 +525,7 @@ var File_session_kind_proto protoreflect.FileDescriptor
 
 const file_session_kind_proto_rawDesc = "" +
 	"\n" +
-	"\x12session_kind.proto\x12\tmusepi.v1\x1a\x0esettings.proto\"\xcd\x01\n" +
+	"\x12session_kind.proto\x12\tmusepi.v1\x1a\x0esettings.proto\"\xe9\x01\n" +
 	"\vSessionOpen\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x124\n" +
@@ -525,7 +533,8 @@ const file_session_kind_proto_rawDesc = "" +
 	"\x0fwatcher_address\x18\x04 \x01(\tR\x0ewatcherAddress\x12\x1d\n" +
 	"\n" +
 	"watcher_id\x18\x05 \x01(\tR\twatcherId\x12\x16\n" +
-	"\x06events\x18\x06 \x01(\bR\x06events\"%\n" +
+	"\x06events\x18\x06 \x01(\bR\x06events\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\"%\n" +
 	"\rSessionOpened\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\"n\n" +
 	"\fSessionWatch\x12'\n" +

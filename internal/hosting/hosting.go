@@ -19,6 +19,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -110,6 +111,7 @@ type Node interface {
 type HandleRequest struct {
 	ID, Model, Role string
 	Settings        retry.Settings
+	Priority        pacing.Priority
 	// Steering and Takeover: the session was configured with WithSteering
 	// or WithTakeover, which a cluster refuses.
 	Steering, Takeover bool
