@@ -361,6 +361,8 @@ func TestRunBadFlags(t *testing.T) {
 		{"-mix", "429=0", "-out", dir},
 		{"-max-retries", "-1", "-out", dir},
 		{"-mode", "nope", "-out", dir},
+		{"-scenario", "ratelimit", "-max-retries", "-1", "-out", dir},
+		{"-scenario", "ratelimit", "-base-delay", "-1s", "-out", dir},
 	} {
 		if err := run(args, io.Discard, io.Discard); err == nil {
 			t.Errorf("run(%q): no error", args)

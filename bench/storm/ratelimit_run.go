@@ -219,7 +219,10 @@ func rlFigures(sc *rateLimitScenario, prompts []rlPrompt, stats fakellm.Stats, r
 // measureRateLimit runs the ratelimit scenario's contenders in order and
 // reports what they measured and the targets.
 func measureRateLimit(ctx context.Context, o *options, command string, stderr io.Writer) (*Combined, error) {
-	e := newRLEnv(o, stderr)
+	e, err := newRLEnv(o, stderr)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if e.db != nil {
 			e.db.stop()
@@ -251,13 +254,17 @@ func rlTargetMode(mode string) string {
 	return "ratelimit"
 }
 
-// newRLEnv is the env of o's ratelimit run.
-func newRLEnv(o *options, stderr io.Writer) *rlEnv {
+// newRLEnv is the env of o's ratelimit run; an error when o's retry
+// settings are not valid.
+func newRLEnv(o *options, stderr io.Writer) (*rlEnv, error) {
 	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: []string{limitedKey, freeKey},
 		RPM: o.rpm, TPM: o.tpm, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp}
 	settings := retry.DefaultSettings()
 	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
 	settings.ModelFallback = false
+	if err := settings.Validate(); err != nil {
+		return nil, err
+	}
 	e := &rlEnv{sc: sc, settings: settings, seed: o.seed, passivate: o.passivate, configured: o.pacingLimits == "configured",
 		timeout: o.timeout, nodes: o.nodes, database: o.database}
 	e.progress = func(label string, total int) *progress {
@@ -267,7 +274,7 @@ func newRLEnv(o *options, stderr io.Writer) *rlEnv {
 		}
 		return newProgress(w, fmt.Sprintf("%-26s", label), total)
 	}
-	return e
+	return e, nil
 }
 
 // runRLContender runs the contender named name: the peer, or MusePi once
