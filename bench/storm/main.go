@@ -575,37 +575,39 @@ func ratios(systems []System) []Ratio {
 			continue
 		}
 		if single, ok := byName[singleNodeOf(m.Name)]; ok && strings.HasPrefix(m.Name, "musepi-cluster-") {
-			for _, f := range []struct{ key, label string }{
+			out = ratiosTo(out, m, single, []figureLabel{
 				{"cpu_us_per_attempt", "CPU per attempt"},
 				{"requests_outage", "provider requests during the outage"},
 				{"attempts_per_second", "retry attempts per wall-second"},
-			} {
-				a, okA := m.Figures[f.key]
-				b, okB := single.Figures[f.key]
-				if okA && okB && b > 0 {
-					out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / %s", f.label, m.Name, single.Name), Value: a / b})
-				}
-			}
+			})
 		}
 		for _, other := range []string{"floor", "peer"} {
-			o, ok := byName[other]
-			if !ok {
-				continue
+			if o, ok := byName[other]; ok {
+				out = ratiosTo(out, m, o, []figureLabel{
+					{"cpu_us_per_attempt", "CPU per attempt"},
+					{"bytes_per_waiting_session", "memory per waiting session"},
+					{"peak_heap_mb", "peak heap"},
+					{"peak_memory_mb", "peak heap + goroutine stacks"},
+					{"lateness_p99_ms", "p99 wake-up lateness"},
+					{"first_wave_lateness_p99_ms", "first-wave p99 lateness"},
+				})
 			}
-			for _, f := range []struct{ key, label string }{
-				{"cpu_us_per_attempt", "CPU per attempt"},
-				{"bytes_per_waiting_session", "memory per waiting session"},
-				{"peak_heap_mb", "peak heap"},
-				{"peak_memory_mb", "peak heap + goroutine stacks"},
-				{"lateness_p99_ms", "p99 wake-up lateness"},
-				{"first_wave_lateness_p99_ms", "first-wave p99 lateness"},
-			} {
-				a, okA := m.Figures[f.key]
-				b, okB := o.Figures[f.key]
-				if okA && okB && b > 0 {
-					out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / %s", f.label, m.Name, other), Value: a / b})
-				}
-			}
+		}
+	}
+	return out
+}
+
+// figureLabel is a figure's key and its label in a ratio.
+type figureLabel struct{ key, label string }
+
+// ratiosTo adds to out m's figures over o's, for the figures both have
+// (o's above 0), labelled "LABEL, m / o".
+func ratiosTo(out []Ratio, m, o System, figures []figureLabel) []Ratio {
+	for _, f := range figures {
+		a, okA := m.Figures[f.key]
+		b, okB := o.Figures[f.key]
+		if okA && okB && b > 0 {
+			out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / %s", f.label, m.Name, o.Name), Value: a / b})
 		}
 	}
 	return out

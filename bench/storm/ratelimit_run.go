@@ -337,19 +337,13 @@ func rlRatios(systems []System) []Ratio {
 		if !strings.HasPrefix(m.Name, "musepi") {
 			continue
 		}
-		for _, f := range []struct{ key, label string }{
+		out = ratiosTo(out, m, *peer, []figureLabel{
 			{"http_429_responses", "429 responses"},
 			{"requests", "provider requests"},
 			{"p99_prompt_latency_ms", "p99 prompt latency"},
 			{"p99_prompt_latency_ms_high", "p99 prompt latency, high priority"},
 			{"goodput_vs_limit", "goodput vs the limit"},
-		} {
-			a, okA := m.Figures[f.key]
-			b, okB := peer.Figures[f.key]
-			if okA && okB && b > 0 {
-				out = append(out, Ratio{Label: fmt.Sprintf("%s, %s / peer", f.label, m.Name), Value: a / b})
-			}
-		}
+		})
 	}
 	return out
 }
