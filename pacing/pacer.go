@@ -325,17 +325,6 @@ func (p *Pacer) Observe(now time.Time, credential string, seq uint64, s ratelimi
 	}
 }
 
-// Remaining is what credential has left of kind k now (false: no limit
-// known).
-func (p *Pacer) Remaining(now time.Time, credential string, k Kind) (float64, bool) {
-	c := p.credential(credential)
-	if c == nil || !c.buckets[k].known() {
-		return 0, false
-	}
-	c.buckets[k].advance(now)
-	return c.buckets[k].level, true
-}
-
 // Level is what one credential has left of one kind of limit.
 type Level struct {
 	Credential string

@@ -166,14 +166,14 @@ func TestSettleReturnsWhatWasNotUsed(t *testing.T) {
 			if seq := p.Settle(t0, "s", tt.used); seq != 1 {
 				t.Errorf("Settle = %d, want the grant's seq 1", seq)
 			}
-			if got, _ := p.Remaining(t0, "a", ratelimit.Tokens); got != tt.want {
+			if got, _ := remaining(p, t0, "a", ratelimit.Tokens); got != tt.want {
 				t.Errorf("tokens left = %v, want %v", got, tt.want)
 			}
 			wantReq := 59.0
 			if !tt.used.Sent {
 				wantReq = 60
 			}
-			if got, _ := p.Remaining(t0, "a", ratelimit.Requests); got != wantReq {
+			if got, _ := remaining(p, t0, "a", ratelimit.Requests); got != wantReq {
 				t.Errorf("requests left = %v, want %v", got, wantReq)
 			}
 		})
@@ -225,7 +225,7 @@ func TestObserveCorrectsTheBudget(t *testing.T) {
 			p.Reserve(t0, "after", Normal, "a", Need{}) // out, not counted by the server yet
 			seq := p.Settle(t0, "s", Usage{Sent: true, Input: 10})
 			p.Observe(t0, "a", seq, tt.announced)
-			if got, _ := p.Remaining(t0.Add(tt.later), "a", ratelimit.Requests); got != tt.want {
+			if got, _ := remaining(p, t0.Add(tt.later), "a", ratelimit.Requests); got != tt.want {
 				t.Errorf("requests left = %v, want %v", got, tt.want)
 			}
 		})
@@ -262,7 +262,7 @@ func TestObserveIgnoresOlderResponses(t *testing.T) {
 			for _, i := range tt.answered {
 				seq := p.Settle(t0, fmt.Sprint(i), Usage{Sent: true, Input: 10})
 				p.Observe(t0, "a", seq, serverSaw(n, slices.Index(tt.counted, i)))
-				if got, _ := p.Remaining(t0, "a", ratelimit.Requests); got > 0 {
+				if got, _ := remaining(p, t0, "a", ratelimit.Requests); got > 0 {
 					t.Fatalf("after call %d's answer: %v requests left, want none (the server has none)", i, got)
 				}
 			}
@@ -294,7 +294,7 @@ func TestTiedResetsOnlyLower(t *testing.T) {
 		var s ratelimit.Snapshot
 		s.Set(ratelimit.Requests, ratelimit.Limit{Limit: n, Remaining: int64(n - i - 1), Reset: at(60_000), HasLimit: true, HasRemaining: true})
 		p.Observe(t0, "a", p.Settle(t0, fmt.Sprint(i), Usage{Sent: true, Input: 10}), s)
-		if got, _ := p.Remaining(t0, "a", ratelimit.Requests); got > n-3 {
+		if got, _ := remaining(p, t0, "a", ratelimit.Requests); got > n-3 {
 			t.Fatalf("after call %d's answer: %v requests left, want at most %d", i, got, n-3)
 		}
 	}
@@ -317,7 +317,7 @@ func TestTheLatestResponseSetsTheBudget(t *testing.T) {
 	}
 	// 0's response (9 - 1 remain, 1 and 2 still out) set it at 7, an
 	// error low; 1's, the latest, sets it to what the server has: 7.
-	if got, _ := p.Remaining(t0, "a", ratelimit.Requests); got != n-3 {
+	if got, _ := remaining(p, t0, "a", ratelimit.Requests); got != n-3 {
 		t.Errorf("requests left = %v, want %d", got, n-3)
 	}
 }
@@ -345,7 +345,7 @@ func TestSettleAfterAResponseSetTheBudget(t *testing.T) {
 			p.Reserve(t0, "later", Normal, "a", need) // not counted by the server yet
 			p.Observe(t0, "a", p.Settle(t0, "s", Usage{Sent: true, Input: 500, Output: 500}), s)
 			p.Settle(t0, "earlier", tt.used)
-			if got, _ := p.Remaining(t0, "a", ratelimit.Tokens); got != tt.want {
+			if got, _ := remaining(p, t0, "a", ratelimit.Tokens); got != tt.want {
 				t.Errorf("tokens left = %v, want %v", got, tt.want)
 			}
 		})
@@ -421,4 +421,15 @@ func TestEstimateInput(t *testing.T) {
 	if got := OutputBound(provider.NewScripted()); got != DefaultOutputBound {
 		t.Errorf("OutputBound of a provider that says none = %d; want %d", got, DefaultOutputBound)
 	}
+}
+
+// remaining is what credential has left of kind k at now (false: no limit
+// known), as Levels reports it.
+func remaining(p *Pacer, now time.Time, credential string, k Kind) (float64, bool) {
+	for _, l := range p.Levels(now) {
+		if l.Credential == credential && l.Kind == k {
+			return l.Remaining, true
+		}
+	}
+	return 0, false
 }
