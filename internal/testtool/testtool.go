@@ -29,6 +29,9 @@ var (
 	Postgres = Tool{Name: "PostgreSQL (initdb, postgres)", Install: "apt-get install postgresql"}
 	Tmux     = Tool{Name: "tmux", Install: "apt-get install tmux"}
 	Node     = Tool{Name: "Node.js >= 20.6 with npm", Install: "apt-get install nodejs npm"}
+	// Netns is what internal/netnstest's private networks need: root, and
+	// ip (iproute2) and iptables-restore on PATH.
+	Netns = Tool{Name: "network namespaces (root, ip, iptables)", Install: "apt-get install iproute2 iptables, and run the tests as root"}
 )
 
 // InCI reports whether the tests run under CI, where a missing tool fails.
