@@ -1,6 +1,7 @@
 // Package etcdtest starts a private etcd server for tests: one member in a
-// temporary directory, listening on free loopback ports, stopped and
-// removed when the test ends.
+// temporary directory, listening on free loopback ports (or inside a
+// network namespace of internal/netnstest, on its host's address),
+// stopped and removed when the test ends.
 package etcdtest
 
 import (
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/internal/netnstest"
 	"github.com/musepi/musepi/internal/testcert"
 	"github.com/musepi/musepi/internal/testtool"
 )
@@ -38,7 +40,8 @@ type Server struct {
 	endpoint string
 	bin      string
 	args     []string
-	health   *http.Client // for /health, with the client certificate WithTLS
+	health   *http.Client    // for /health, with the client certificate WithTLS
+	host     *netnstest.Host // where it runs (nil: this process's loopback)
 	cmd      *exec.Cmd
 	exit     chan error
 	out      *lockedBuffer
@@ -50,7 +53,8 @@ type Server struct {
 type Option func(*options)
 
 type options struct {
-	tls *testcert.Files
+	tls  *testcert.Files
+	host *netnstest.Host
 }
 
 // WithTLS makes the server serve its clients over https with files' Cert
@@ -60,6 +64,12 @@ type options struct {
 // testcert's certificates have).
 func WithTLS(files testcert.Files) Option {
 	return func(o *options) { o.tls = &files }
+}
+
+// InHost runs the server inside host's network namespace, listening on
+// the host's address, and makes its health checks from there.
+func InHost(host *netnstest.Host) Option {
+	return func(o *options) { o.host = host }
 }
 
 // Start launches a server for the test and stops it on t.Cleanup. When etcd
@@ -83,9 +93,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 }
 
 // Launch starts etcd with its data in a new temporary directory, its
-// client and peer URLs on free ports of 127.0.0.1, and waits (at most 30 s)
-// until it reports itself healthy. Call Stop to end it and remove its
-// files.
+// client and peer URLs on free ports of 127.0.0.1 (of the host's address
+// InHost), and waits (at most 30 s) until it reports itself healthy. Call
+// Stop to end it and remove its files.
 func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	var o options
 	for _, opt := range opts {
@@ -95,16 +105,9 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, ErrNoEtcd
 	}
-	scheme, health, tlsFlags := "http", &http.Client{Timeout: time.Second}, []string(nil)
-	if o.tls != nil {
-		cfg, err := o.tls.Load()
-		if err != nil {
-			return nil, fmt.Errorf("etcdtest: %w", err)
-		}
-		scheme = "https"
-		health.Transport = &http.Transport{TLSClientConfig: cfg}
-		tlsFlags = []string{"--cert-file", o.tls.Cert, "--key-file", o.tls.Key,
-			"--trusted-ca-file", o.tls.CA, "--client-cert-auth"}
+	scheme, health, tlsFlags, err := o.healthCheck()
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -112,7 +115,7 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	// a few.
 	var lastErr error
 	for range 3 {
-		s, err := launch(ctx, bin, scheme, health, tlsFlags)
+		s, err := launch(ctx, o.host, bin, scheme, health, tlsFlags)
 		if err == nil {
 			return s, nil
 		}
@@ -124,16 +127,43 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	return nil, lastErr
 }
 
+// healthCheck is the scheme of the server's URLs, the client of its
+// health checks and etcd's TLS flags, as o says.
+func (o *options) healthCheck() (scheme string, health *http.Client, tlsFlags []string, err error) {
+	scheme, health = "http", &http.Client{Timeout: time.Second}
+	var transport *http.Transport
+	if o.tls != nil {
+		cfg, err := o.tls.Load()
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("etcdtest: %w", err)
+		}
+		scheme, transport = "https", &http.Transport{TLSClientConfig: cfg}
+		tlsFlags = []string{"--cert-file", o.tls.Cert, "--key-file", o.tls.Key,
+			"--trusted-ca-file", o.tls.CA, "--client-cert-auth"}
+	}
+	if o.host != nil {
+		if transport == nil {
+			transport = &http.Transport{}
+		}
+		transport.DialContext = o.host.DialContext
+	}
+	if transport != nil {
+		health.Transport = transport
+	}
+	return scheme, health, tlsFlags, nil
+}
+
 // errPortTaken: etcd could not bind a port found free.
 var errPortTaken = errors.New("etcdtest: a port was taken before etcd bound it")
 
-// launch starts etcd on two free ports, in a new directory.
-func launch(ctx context.Context, bin, scheme string, health *http.Client, tlsFlags []string) (*Server, error) {
-	client, err := freePort()
+// launch starts etcd on two free ports, in a new directory, inside host
+// (nil: on loopback).
+func launch(ctx context.Context, host *netnstest.Host, bin, scheme string, health *http.Client, tlsFlags []string) (*Server, error) {
+	client, err := freePort(host)
 	if err != nil {
 		return nil, err
 	}
-	peer, err := freePort()
+	peer, err := freePort(host)
 	if err != nil {
 		return nil, err
 	}
@@ -141,9 +171,13 @@ func launch(ctx context.Context, bin, scheme string, health *http.Client, tlsFla
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: %w", err)
 	}
-	clientURL := scheme + "://127.0.0.1:" + strconv.Itoa(client)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peer)
-	s := &Server{dir: dir, endpoint: clientURL, bin: bin, health: health, out: &lockedBuffer{}}
+	ip := "127.0.0.1"
+	if host != nil {
+		ip = host.IP()
+	}
+	clientURL := scheme + "://" + ip + ":" + strconv.Itoa(client)
+	peerURL := "http://" + ip + ":" + strconv.Itoa(peer)
+	s := &Server{dir: dir, endpoint: clientURL, bin: bin, health: health, host: host, out: &lockedBuffer{}}
 	s.args = append([]string{
 		"--name", "etcdtest", "--data-dir", dir + "/data",
 		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
@@ -166,7 +200,11 @@ func (s *Server) run(ctx context.Context) error {
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := s.cmd.Start(); err != nil {
+	start := s.cmd.Start
+	if s.host != nil {
+		start = func() error { return s.host.Start(s.cmd) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", s.bin, err)
 	}
 	go func() { s.exit <- s.cmd.Wait() }()
@@ -248,8 +286,16 @@ func (s *Server) Stop() error {
 	return s.stopErr
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePort is a TCP port nobody listened on a moment ago: of loopback, or
+// of host's address.
+func freePort(host *netnstest.Host) (int, error) {
+	var l net.Listener
+	var err error
+	if host != nil {
+		l, err = host.Listen("tcp", host.IP()+":0")
+	} else {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("etcdtest: find a free port: %w", err)
 	}

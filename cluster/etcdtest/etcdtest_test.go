@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster/etcdtest"
+	"github.com/musepi/musepi/internal/netnstest"
 	"github.com/musepi/musepi/internal/testcert"
 )
 
@@ -104,5 +105,37 @@ func TestTLS(t *testing.T) {
 				t.Errorf("GET /health: %v (%v); want healthy: %v", resp, err, tc.health)
 			}
 		})
+	}
+}
+
+// TestInHost: InHost runs the server in a host's namespace on its
+// address, reached from another host of the network and not from
+// loopback.
+func TestInHost(t *testing.T) {
+	n := netnstest.New(t)
+	host, other := n.Add("etcd"), n.Add("client")
+	ca := testcert.NewCA(t, "etcd CA")
+	s := etcdtest.Start(t, etcdtest.InHost(host),
+		etcdtest.WithTLS(ca.Issue(t, testcert.Cert{Name: "etcd", Hosts: []string{host.IP()}})))
+	if want := "https://" + host.IP() + ":"; !strings.HasPrefix(s.Endpoint(), want) {
+		t.Fatalf("endpoint %s, want %s...", s.Endpoint(), want)
+	}
+	for _, tc := range []struct {
+		from    *netnstest.Host // nil: this process's namespace
+		healthy bool
+	}{{other, true}, {nil, false}} {
+		transport := &http.Transport{TLSClientConfig: ca.Config(t, testcert.Cert{Name: "member"})}
+		if tc.from != nil {
+			transport.DialContext = tc.from.DialContext
+		}
+		client := &http.Client{Timeout: 2 * time.Second, Transport: transport}
+		resp, err := client.Get(s.Endpoint() + "/health")
+		if err == nil {
+			resp.Body.Close()
+		}
+		client.CloseIdleConnections()
+		if ok := err == nil && resp.StatusCode == http.StatusOK; ok != tc.healthy {
+			t.Errorf("GET /health from %v: %v; want healthy: %v", tc.from, err, tc.healthy)
+		}
 	}
 }

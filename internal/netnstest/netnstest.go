@@ -182,34 +182,7 @@ func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.C
 // from a thread that has entered it. Unlike Command, the process is the
 // program itself, with cmd's SysProcAttr (credentials, a parent-death
 // signal) as given.
-func (h *Host) Start(cmd *exec.Cmd) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("netnstest: this thread's namespace: %w", err)
-			return
-		}
-		defer unix.Close(back)
-		if err := h.enter(); err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		startErr := cmd.Start()
-		if err := unix.Setns(back, unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked, so it ends with this goroutine
-			// rather than serve another in the wrong namespace.
-			done <- errors.Join(startErr, fmt.Errorf("netnstest: leave the namespace of %s: %w", h.name, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- startErr
-	}()
-	return <-done
-}
+func (h *Host) Start(cmd *exec.Cmd) error { return h.inside(cmd.Start) }
 
 // Listen is net.Listen inside the host's namespace: the listener and the
 // connections it accepts stay there.
@@ -234,18 +207,36 @@ func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn,
 	return conn, err
 }
 
-// inside runs f on a thread of its own inside the host's namespace; the
-// thread ends with f (a goroutine that exits locked to its thread takes
-// the thread with it), so nothing else ever runs in the namespace.
+// inside runs f on a thread locked to a goroutine of its own, inside the
+// host's namespace, and moves the thread back before it serves another
+// goroutine. The thread must live on: a process started with a
+// parent-death signal gets it when the thread that forked it ends, and
+// the runtime may have run such a fork on any of its threads. Only when
+// the thread cannot move back does it stay locked, and so end with the
+// goroutine, rather than serve another in the wrong namespace.
 func (h *Host) inside(f func() error) error {
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked
+		runtime.LockOSThread()
+		back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("netnstest: this thread's namespace: %w", err)
+			return
+		}
+		defer unix.Close(back)
 		if err := h.enter(); err != nil {
+			runtime.UnlockOSThread()
 			done <- err
 			return
 		}
-		done <- f()
+		ferr := f()
+		if err := unix.Setns(back, unix.CLONE_NEWNET); err != nil {
+			done <- errors.Join(ferr, fmt.Errorf("netnstest: leave the namespace of %s: %w", h.name, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- ferr
 	}()
 	return <-done
 }
