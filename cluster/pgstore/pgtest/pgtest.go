@@ -1,6 +1,7 @@
 // Package pgtest starts a private PostgreSQL server for tests: initdb and
-// postgres in a temporary directory, listening on a free loopback port, run
-// as an unprivileged user when the tests run as root.
+// postgres in a temporary directory, listening on a free loopback port (or
+// inside a network namespace of internal/netnstest, on its host's
+// address), run as an unprivileged user when the tests run as root.
 package pgtest
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/musepi/musepi/internal/netnstest"
 	"github.com/musepi/musepi/internal/testtool"
 )
 
@@ -43,6 +45,7 @@ type Server struct {
 	bin  string // holding postgres
 	data string
 	cred *syscall.Credential // to run postgres as (nil: this process's user)
+	host *netnstest.Host     // where it runs (nil: this process's loopback)
 	port int
 	cmd  *exec.Cmd
 	// exited is closed once the running postgres has exited, with its
@@ -57,12 +60,27 @@ type Server struct {
 	dbs      atomic.Int64 // databases created, for their names
 }
 
+// Option configures Launch.
+type Option func(*options)
+
+type options struct {
+	host *netnstest.Host
+}
+
+// InHost runs the server inside host's network namespace, listening on
+// the host's address and trusting every address of its subnet (where
+// loopback alone is trusted otherwise); this package connects to it from
+// the host too.
+func InHost(host *netnstest.Host) Option {
+	return func(o *options) { o.host = host }
+}
+
 // Start launches a server for the test and stops it on t.Cleanup. When the
 // binaries are missing it skips the test with one line, or fails it under
 // CI (testtool.Missing); it fails it on any other error.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s, err := Launch(context.Background())
+	s, err := Launch(context.Background(), opts...)
 	if err != nil {
 		skipOrFail(t, err)
 	}
@@ -83,9 +101,13 @@ func skipOrFail(t testing.TB, err error) {
 }
 
 // Launch initialises a data directory, starts postgres on a free loopback
-// port and waits until it accepts connections, within a minute. Call Stop
-// to end it and remove its files.
-func Launch(ctx context.Context) (*Server, error) {
+// port (of the host's address InHost) and waits until it accepts
+// connections, within a minute. Call Stop to end it and remove its files.
+func Launch(ctx context.Context, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	bin, err := binDir()
@@ -114,11 +136,17 @@ func Launch(ctx context.Context) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
 	}
+	if o.host != nil {
+		if err := trustSubnet(data); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	// A free port may be taken by someone else before postgres binds it:
 	// try a few.
 	var lastErr error
 	for range 3 {
-		s, err := start(ctx, bin, dir, data, cred)
+		s, err := start(ctx, &Server{dir: dir, bin: bin, data: data, cred: cred, host: o.host})
 		if err == nil {
 			return s, nil
 		}
@@ -131,13 +159,25 @@ func Launch(ctx context.Context) (*Server, error) {
 	return nil, lastErr
 }
 
-// start runs postgres on a free port and waits until it is ready.
-func start(ctx context.Context, bin, dir, data string, cred *syscall.Credential) (*Server, error) {
-	port, err := freePort()
+// trustSubnet lets clients of the server's subnet in without a password,
+// as initdb's --auth=trust lets loopback's.
+func trustSubnet(data string) error {
+	hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgtest: %w", err)
+	}
+	_, err = hba.WriteString("host all all samenet trust\n")
+	return errors.Join(err, hba.Close())
+}
+
+// start runs postgres as s says on a free port and waits until it is
+// ready.
+func start(ctx context.Context, s *Server) (*Server, error) {
+	port, err := freePort(s.host)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, bin: bin, data: data, cred: cred, port: port, out: &lockedWriter{}}
+	s.port, s.out = port, &lockedWriter{}
 	if err := s.run(ctx); err != nil {
 		return nil, err
 	}
@@ -149,14 +189,18 @@ func (s *Server) run(ctx context.Context) error {
 	// Durability is not under test here: fsync off makes the server fast
 	// on a shared machine.
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data,
-		"-c", "listen_addresses=127.0.0.1", "-p", strconv.Itoa(s.port), "-c", "unix_socket_directories=",
+		"-c", "listen_addresses="+s.ip(), "-p", strconv.Itoa(s.port), "-c", "unix_socket_directories=",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=100")
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	// SIGQUIT (immediate shutdown) if the test binary dies without Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
-	if err := cmd.Start(); err != nil {
+	startCmd := cmd.Start
+	if s.host != nil {
+		startCmd = func() error { return s.host.Start(cmd) }
+	}
+	if err := startCmd(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
 	exited := make(chan struct{})
@@ -204,7 +248,7 @@ func (s *Server) Restart(ctx context.Context, down time.Duration) error {
 // ends.
 func (s *Server) waitReady(ctx context.Context) error {
 	for {
-		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		conn, err := s.connect(ctx, "postgres")
 		if err == nil {
 			return conn.Close(ctx)
 		}
@@ -220,7 +264,28 @@ func (s *Server) waitReady(ctx context.Context) error {
 
 // URL is the connection string of database db as the superuser.
 func (s *Server) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", s.port, db)
+	return fmt.Sprintf("postgres://postgres@%s:%d/%s?sslmode=disable", s.ip(), s.port, db)
+}
+
+// ip is the address the server listens on.
+func (s *Server) ip() string {
+	if s.host != nil {
+		return s.host.IP()
+	}
+	return "127.0.0.1"
+}
+
+// connect connects to database db as the superuser, from the server's
+// host InHost.
+func (s *Server) connect(ctx context.Context, db string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(s.URL(db))
+	if err != nil {
+		return nil, err
+	}
+	if s.host != nil {
+		cfg.DialFunc = s.host.DialContext
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // Log is what the server has written to its standard output and error.
@@ -256,7 +321,7 @@ func (s *Server) NewDatabase(t testing.TB) string {
 
 // exec runs one statement in the maintenance database.
 func (s *Server) exec(ctx context.Context, sql string) error {
-	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	conn, err := s.connect(ctx, "postgres")
 	if err != nil {
 		return err
 	}
@@ -418,9 +483,16 @@ func tempBase(cred *syscall.Credential) string {
 	return base
 }
 
-// freePort is a loopback TCP port nobody listened on a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePort is a TCP port nobody listened on a moment ago: of loopback, or
+// of host's address.
+func freePort(host *netnstest.Host) (int, error) {
+	var l net.Listener
+	var err error
+	if host != nil {
+		l, err = host.Listen("tcp", host.IP()+":0")
+	} else {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pgtest: find a free port: %w", err)
 	}

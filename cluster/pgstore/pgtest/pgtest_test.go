@@ -5,13 +5,16 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/internal/netnstest"
 )
 
 func TestMain(m *testing.M) {
@@ -54,4 +57,32 @@ func TestStartServesADatabaseAndStopRemovesIt(t *testing.T) {
 		conn.Close(ctx)
 		t.Error("the server still accepts connections after Stop")
 	}
+}
+
+// TestInHost: InHost runs the server in a host's namespace on its
+// address, where another host of the network connects without a password.
+func TestInHost(t *testing.T) {
+	n := netnstest.New(t)
+	host, other := n.Add("pg"), n.Add("client")
+	s := pgtest.Start(t, pgtest.InHost(host))
+	url := s.NewDatabase(t)
+	if want := "@" + host.IP() + ":"; !strings.Contains(url, want) {
+		t.Fatalf("URL %s, want the host's address %s", url, host.IP())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DialFunc = other.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("from another host: %v", err)
+	}
+	var from string
+	if err := conn.QueryRow(ctx, "SELECT host(inet_client_addr())").Scan(&from); err != nil || from != other.IP() {
+		t.Errorf("client address %q (%v), want %s", from, err, other.IP())
+	}
+	conn.Close(ctx)
 }
