@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
@@ -215,4 +217,59 @@ func TestHoldAfterTheLeaseLapsedReclaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFenceAsksTheDatabase: Fence reads the session's epoch every time,
+// where Hold trusts a sure lease: after a forced takeover that A's lease
+// could not tell, A's Hold still says yes and its Fence says taken. A
+// lease the database sees lapsed, while A's clock says sure, is begun
+// anew and the session re-claimed before Fence says yes. A live holder's
+// Open error names it (LockedError).
+func TestFenceAsksTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	a, url := newStore(t)
+	b := connect(t, url, "node-b")
+
+	la, _, err := a.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	if err := la.Fence(ctx); err != nil {
+		t.Fatalf("Fence of the holder = %v, want nil", err)
+	}
+	var locked *pgstore.LockedError
+	if _, _, err = b.OpenContext(ctx, "s"); !errors.As(err, &locked) || locked.Owner != a.Node() || locked.Epoch != la.Epoch() {
+		t.Fatalf("b's Open = %v, want a LockedError naming %s at epoch %d", err, a.Node(), la.Epoch())
+	}
+	if !errors.Is(err, history.ErrLocked) {
+		t.Errorf("LockedError %v does not wrap history.ErrLocked", err)
+	}
+
+	// The database says A's lease ran out (A's own clock says it is sure).
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "UPDATE musepi_nodes SET lease_until = now() - interval '1 second' WHERE node = $1", a.Node()); err != nil {
+		t.Fatal(err)
+	}
+	before := la.Epoch()
+	if err := la.Fence(ctx); err != nil || la.Epoch() != before+1 {
+		t.Fatalf("Fence with the lease lapsed in the database = %v at epoch %d, want the session re-claimed at epoch %d", err, la.Epoch(), before+1)
+	}
+
+	lb, _, err := b.Takeover(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Close()
+	if err := la.Hold(ctx); err != nil {
+		t.Fatalf("Hold under a sure lease = %v, want nil (it asks nothing)", err)
+	}
+	if err := la.Fence(ctx); !errors.Is(err, history.ErrTaken) {
+		t.Fatalf("Fence after b's takeover = %v, want taken", err)
+	}
+	checkFenced(t, la.Append(user(1, "stale")), "append")
 }

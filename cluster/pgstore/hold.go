@@ -53,18 +53,50 @@ func (l *Log) verify(ctx context.Context) error {
 	if gen := l.store.leaseGen.Load(); gen != l.leaseGen {
 		return l.reclaim(ctx, gen)
 	}
+	_, err := l.readEpoch(ctx)
+	return err
+}
+
+// Fence checks, with the database, that this Log still holds its session
+// right now, whatever the node believes of its lease: one query that
+// reads the session's epoch and whether the node's lease is live by the
+// database's clock. A newer epoch fails with ErrFenced, as Hold does; a
+// lease the database sees lapsed (the node's clock or its pause misled
+// it) is renewed and the session re-claimed first (Verify). It is the
+// check a cluster makes just before each provider request and tool run:
+// a request goes out only under a fresh fence.
+func (l *Log) Fence(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fenced != nil || l.usable("hold") != nil || l.leaseGen != l.store.leaseGen.Load() {
+		return l.verify(ctx)
+	}
+	live, err := l.readEpoch(ctx)
+	if err != nil || live {
+		return err
+	}
+	return l.verify(ctx)
+}
+
+// readEpoch reads the session's epoch, and whether the node's lease is
+// live by the database's clock; a newer epoch fences the Log (ErrFenced);
+// l.mu is held.
+func (l *Log) readEpoch(ctx context.Context) (live bool, err error) {
+	fail := func(err error) error { return &history.Error{Op: "hold", Path: l.session, Err: err} }
 	var epoch int64
-	err := l.store.pool.QueryRow(ctx, "SELECT epoch FROM musepi_sessions WHERE session_id = $1", l.session).Scan(&epoch)
+	err = l.store.pool.QueryRow(ctx, `SELECT s.epoch, coalesce(n.lease_until > now(), false)
+		FROM musepi_sessions s LEFT JOIN musepi_nodes n ON n.node = $2
+		WHERE s.session_id = $1`, l.session, l.store.node).Scan(&epoch, &live)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fail(fmt.Errorf("session %s is not in the database", l.session))
+		return false, fail(fmt.Errorf("session %s is not in the database", l.session))
 	case err != nil:
-		return fail(fmt.Errorf("read the session's epoch: %w", err))
+		return false, fail(fmt.Errorf("read the session's epoch: %w", err))
 	case epoch != l.epoch:
 		l.fenced = fmt.Errorf("%w: epoch %d, this activation's %d", ErrFenced, epoch, l.epoch)
-		return fail(l.fenced)
+		return false, fail(l.fenced)
 	}
-	return nil
+	return live, nil
 }
 
 // Taken reports whether a write or a Hold of this Log has found that

@@ -46,6 +46,20 @@ func (s *Store) Takeover(ctx context.Context, session string) (*Log, []*messages
 	return s.open(ctx, session, true)
 }
 
+// LockedError is Open's error while a live node holds the session: the
+// holder's node incarnation and epoch. It wraps history.ErrLocked.
+type LockedError struct {
+	Owner string // the holder's node incarnation (name#random)
+	Epoch int64
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%v (node %s, epoch %d)", history.ErrLocked, e.Owner, e.Epoch)
+}
+
+// Unwrap is history.ErrLocked.
+func (e *LockedError) Unwrap() error { return history.ErrLocked }
+
 // holder is a session's row as Open finds it.
 type holder struct {
 	epoch int64
@@ -96,7 +110,7 @@ func (s *Store) takeEpoch(ctx context.Context, session string, force bool) (prev
 			return err
 		}
 		if prev.held && prev.live && !force {
-			return fmt.Errorf("%w (node %s, epoch %d)", history.ErrLocked, prev.owner, prev.epoch)
+			return &LockedError{Owner: prev.owner, Epoch: prev.epoch}
 		}
 		if err := tx.QueryRow(ctx, `UPDATE musepi_sessions SET epoch = epoch + 1, owner = $2, held = true, taken_at = now()
 			WHERE session_id = $1 RETURNING epoch`, session, s.node).Scan(&epoch); err != nil {

@@ -211,6 +211,19 @@ func (s *Store) renew(ctx context.Context) error {
 	return nil
 }
 
+// RenewLease renews the node's lease now (the heartbeat does it every
+// third of the lease): a node that finds its lease not sure
+// (LeaseSure) tells with it whether it can still hold its sessions.
+func (s *Store) RenewLease(ctx context.Context) error {
+	if err := s.renew(ctx); err != nil {
+		return fmt.Errorf("pgstore: renew the node's lease: %w", err)
+	}
+	return nil
+}
+
+// Lease is how long the node's lease lasts without renewal (WithLease).
+func (s *Store) Lease() time.Duration { return s.lease }
+
 // LeaseSure reports whether the node's lease is certainly still running,
 // by this process's monotonic clock: its last renewal began less than the
 // lease minus a third of it ago (the third covers the database's delay in
