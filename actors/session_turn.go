@@ -31,13 +31,8 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", provName, model), nil)})
 		return
 	}
-	if err := s.hold(); err != nil {
-		if errors.Is(err, history.ErrTaken) {
-			s.leave(ctx)
-			return
-		}
-		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
-			Message: provider.Failure(0, "the turn was not started: "+err.Error(), nil), Err: err.Error()})
+	if s.taken() { // known already: nothing to check
+		s.leave(ctx)
 		return
 	}
 	n := len(s.runtime)
@@ -57,8 +52,9 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		},
 	}
 	if h, ok := s.cfg.History.(history.Holder); ok {
-		t.guard = func(ctx context.Context) error { // again just before the request goes out
-			err := h.Hold(ctx)
+		hold := holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
+		t.guard = func(ctx context.Context) error { // as the turn starts, and just before each request goes out
+			err := hold(ctx)
 			if errors.Is(err, history.ErrTaken) {
 				t.taken.Store(true)
 			}
@@ -116,10 +112,16 @@ func (t *turnRun) Run() {
 		t.watch.add(t)
 	}
 	var ctx context.Context = &t.runContext
+	var msg *messages.AssistantMessage
 	if t.guard != nil {
+		if err := t.guard(ctx); err != nil { // another activation's (taken), or aborted while it could not tell
+			msg = provider.Aborted(nil)
+		}
 		ctx = provider.WithGuard(ctx, t.guard)
 	}
-	msg := streamContained(ctx, t.prov, t.req, t.onDelta)
+	if msg == nil {
+		msg = streamContained(ctx, t.prov, t.req, t.onDelta)
+	}
 	if t.watch != nil {
 		t.watch.remove(t)
 	}
@@ -258,6 +260,47 @@ func (s *SessionActor) hold() error {
 		return err
 	}
 	return nil
+}
+
+// holdRetry is how often a session whose hold cannot be told (its
+// history's database out of reach) asks again.
+const holdRetry = time.Second
+
+// holdUntilDecided is h.Hold for a turn's goroutine: it asks until the
+// answer is certain, nil (the session is this activation's: act) or
+// history.ErrTaken (another's: act no more), or until ctx ends (the turn
+// was aborted). While it cannot tell (the database out of reach, the
+// node's lease not renewed) the session neither acts nor gives up: its
+// chain is left as it stands, and is ended only by the retry policy. A
+// cluster node that cannot renew its lease steps aside from the
+// membership meanwhile, so that its hold soon answers ErrTaken and the
+// session goes on at another node once the lease has lapsed (see
+// cluster.Join). Waiting is logged once per turn.
+func holdUntilDecided(h history.Holder, clk clock.Clock, log *slog.Logger, id string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		for logged := false; ; logged = true {
+			hctx, cancel := context.WithTimeout(ctx, holdTimeout)
+			err := h.Hold(hctx)
+			cancel()
+			switch {
+			case err == nil || errors.Is(err, history.ErrTaken):
+				return err
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case !logged:
+				log.Warn("not acting for the session until its hold can be checked (the chain stays as it is)",
+					slog.Any("error", err), slog.String("session", id))
+			}
+			wake := make(chan struct{})
+			timer := clk.AfterFunc(holdRetry, func() { close(wake) })
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case <-wake:
+			}
+		}
+	}
 }
 
 // runTool runs one call; an unknown tool, an error or a panic becomes an
