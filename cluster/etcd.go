@@ -73,6 +73,7 @@ func Etcd(cfg EtcdConfig) Membership {
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		p.news = make(chan struct{})
 		m.sureUntil, m.settled, m.newsCh, m.leftGracefully = p.sureUntil, p.settled, p.nextNews, p.leftGracefully
+		m.deregister = p.deregister
 		return p, p.close, nil
 	}}
 }
@@ -100,6 +101,7 @@ func (cfg EtcdConfig) withDefaults() (EtcdConfig, error) {
 // client is a client of cfg's etcd.
 func (cfg EtcdConfig) client() (*clientv3.Client, error) {
 	client, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, TLS: cfg.TLS,
+		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout,
 		Logger: zap.NewNop(), DialOptions: []grpc.DialOption{reconnectSoon}})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: etcd client: %w", err)
@@ -192,6 +194,23 @@ var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 600 * time.Millisecond},
 	MinConnectTimeout: time.Second,
 })
+
+// keepAliveTime and keepAliveTimeout are the etcd client's gRPC
+// keepalive: a ping after keepAliveTime without a read (gRPC's minimum,
+// above etcd's default --grpc-keepalive-min-time of 5 s), answered within
+// keepAliveTimeout. With keepalive on, gRPC also sets TCP_USER_TIMEOUT to
+// keepAliveTimeout on the connection, so the kernel gives up on it once
+// what it sent (the lease renewals, every third of the TTL) has gone
+// unacknowledged that long. A link that drops packets (a partition, not
+// a closed port) so ends the connection within seconds, and gRPC redials
+// every reconnectSoon backoff: once the link is back the node reconnects
+// within a second, instead of waiting out TCP's retransmission backoff on
+// the old connection (8-9 s into a cut of some seconds, and growing), and
+// learns at once whether it was dropped.
+const (
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 2 * time.Second
+)
 
 // etcdMembers is the etcd membership's protoactor cluster provider.
 type etcdMembers struct {

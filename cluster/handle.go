@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type remoteSession struct {
 	pending map[*pendingPrompt]struct{}
 	asks    map[*actor.PID]*actor.PID // a request's future -> the activation asked
 	gone    bool                      // released: the handle is closed
+	settled settledLedger             // the prompts whose end the handle's subscribers were told
 }
 
 // newHandle is a handle of session req.ID on node n, not yet connected.
@@ -77,16 +79,18 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 }
 
 // openLocked finds the activation and opens the session there; r.mu is
-// held. A new activation may wait up to the handover timeout for the
-// session's previous one to release its history; lookups and opens that
-// fail (the topology changing, an activation on a node that leaves) are
-// tried again until twice the handover timeout and 5 s more have passed.
+// held. A new activation may wait up to the handover timeout and a lease
+// for the session's previous one to release its history (openWait);
+// lookups and opens that fail (the topology changing, an activation on a
+// node that leaves) are tried again until twice that and 5 s more have
+// passed.
 func (r *remoteSession) openLocked(ctx context.Context) error {
 	// One open waits at most for the new activation to take the history
-	// over; a request lost in the mailbox of an activation that was
-	// stopping costs one such wait, then the lookup goes again.
-	wait := r.node.cc.HandoverTimeout + time.Second
-	deadline := time.Now().Add(2*r.node.cc.HandoverTimeout + 5*time.Second)
+	// over (sessionHost.openHistory: a handover, or a cut-off holder's
+	// lease lapsing); a request lost in the mailbox of an activation that
+	// was stopping costs one such wait, then the lookup goes again.
+	wait := r.node.openWait()
+	deadline := time.Now().Add(2*wait + 5*time.Second)
 	r.open.Events = r.listening()
 	var last error
 	for try := 0; try == 0 || time.Now().Before(deadline); try++ {
@@ -121,6 +125,10 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			return fmt.Errorf("musepi: open session %s: %s", r.s.ID(), e)
 		}
 		r.pid, r.events = pid, r.open.Events
+		if st := opened.GetState(); st != nil {
+			r.s.State().SetWire(st)
+			r.settled.opened(st.GetGeneration())
+		}
 		return nil
 	}
 	return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), last)
@@ -312,20 +320,24 @@ func (r *remoteSession) Close(ctx context.Context) error {
 	return err
 }
 
-// state refreshes the handle's mirror of the session's state from the
-// activation (bounded by the cluster's request timeout; on failure the
-// mirror keeps what it last knew).
+// State refreshes the handle's mirror of the session's state from the
+// activation the handle knows (bounded by the cluster's request timeout;
+// on failure the mirror keeps what it last knew). A read never places the
+// session: a handle that knows no activation (its host left the member
+// list, the session moved) answers from its mirror, and only a prompt or
+// an explicit open looks the session up again. Reopening it elsewhere for
+// a read would move a session whose host is alive, and make the new
+// activation wait for that host's lease.
 func (r *remoteSession) State() *actors.SessionState {
-	f := actor.NewFuture(r.node.rt.System(), r.node.member.RequestTimeout())
-	if err := r.Deliver(func(pid *actor.PID) {
-		r.node.rt.System().Root.RequestWithCustomSender(pid, &messages.SessionStateRequest{}, f.PID())
-	}); err != nil {
+	r.mu.Lock()
+	pid, gone := r.pid, r.gone
+	r.mu.Unlock()
+	if pid == nil || gone {
 		return r.s.State()
 	}
-	if res, err := f.Result(); err == nil {
-		if w, ok := res.(*messages.SessionStateReply); ok {
-			r.s.State().SetWire(w)
-		}
+	res, err := r.node.rt.System().Root.RequestFuture(pid, &messages.SessionStateRequest{}, r.node.member.RequestTimeout()).Result()
+	if w, ok := res.(*messages.SessionStateReply); ok && err == nil {
+		r.s.State().SetWire(w)
 	}
 	return r.s.State()
 }
@@ -344,8 +356,9 @@ type pendingPrompt struct {
 	reply        *actor.PID
 	gen          uint64 // from PromptAccepted (0: not yet accepted)
 	tries        int
-	lost         bool // its activation is gone, the reply with it
-	attaching    bool // waiting on an AttachPrompt to the new activation
+	lost         bool      // its activation is gone, the reply with it
+	attaching    bool      // waiting on an AttachPrompt to the new activation
+	attachUntil  time.Time // when attaching gives up (zero: not attached yet)
 	once         sync.Once
 }
 
@@ -425,7 +438,7 @@ func (p *pendingPrompt) generation() uint64 {
 // a prompt whose activation is gone attaches to the new one.
 func (p *pendingPrompt) Replied(res interface{}, err error) {
 	p.mu.Lock()
-	lost, attaching, to, gen, tries := p.lost, p.attaching, p.to, p.gen, p.tries
+	lost, attaching, to, gen, tries, attachUntil := p.lost, p.attaching, p.to, p.gen, p.tries, p.attachUntil
 	p.mu.Unlock()
 	r := p.r
 	r.mu.Lock()
@@ -440,7 +453,7 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 	}
 	hostLeft := fmt.Errorf("%w (its activation at %s)", musepi.ErrHostLeft, to.GetAddress())
 	switch {
-	case (lost || attaching && deadLetter) && gen != 0 && tries < hosting.OpenAttempts:
+	case (lost || attaching && deadLetter) && gen != 0 && (tries < hosting.OpenAttempts || time.Now().Before(attachUntil)):
 		r.stale(to)
 		// Not on the goroutine that delivered the reply: that may be the
 		// remote's reader from the node the new open must hear from.
@@ -448,7 +461,7 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 	case lost:
 		p.finish(nil, hostLeft)
 	case attaching && isNoPrompt(res):
-		p.finish(nil, fmt.Errorf("%w; its new activation has no record of it", hostLeft))
+		go p.outcomeFromHistory(to, gen, hostLeft)
 	case deadLetter && gen == 0 && tries < hosting.OpenAttempts:
 		r.stale(to)
 		go func() {
@@ -463,12 +476,19 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 
 // attach asks the session's new activation for the result of the prompt
 // (AttachPrompt): its node resumed the prompt's retry chain from the
-// session's record, and answers once the prompt settles.
+// session's record, and answers once the prompt settles. An open that
+// fails (the node the lookup chose is cut off, or leaving, or cannot
+// reach the database) is not the prompt's result, since its chain may
+// live on elsewhere: the handle looks the session up again, every
+// attachPause, until attachPatience has passed since the first attach.
 func (p *pendingPrompt) attach() {
 	p.mu.Lock()
 	p.tries++
 	p.lost, p.attaching = false, true
-	gen, gaveUp := p.gen, p.reply
+	if p.attachUntil.IsZero() {
+		p.attachUntil = time.Now().Add(p.r.node.attachPatience())
+	}
+	gen, gaveUp, until := p.gen, p.reply, p.attachUntil
 	p.mu.Unlock()
 	reply := reply.New(p.r.node.rt.System(), p)
 	err := p.r.Deliver(func(pid *actor.PID) {
@@ -476,11 +496,22 @@ func (p *pendingPrompt) attach() {
 		p.r.node.rt.System().Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
 			ReplacesAddress: gaveUp.GetAddress(), ReplacesId: gaveUp.GetId()}, reply)
 	})
-	if err != nil {
-		p.r.node.rt.System().Root.Stop(reply)
-		p.finish(nil, err)
+	if err == nil {
+		return
 	}
+	p.r.node.rt.System().Root.Stop(reply)
+	if p.r.IsClosed() || time.Now().Add(attachPause).After(until) {
+		p.finish(nil, fmt.Errorf("%w: its chain was not found within %s: %w", musepi.ErrHostLeft, p.r.node.attachPatience(), err))
+		return
+	}
+	p.r.node.rt.Log().Warn("the prompt's session could not be opened to attach to it; looking it up again",
+		slog.Any("error", err), slog.String("session", p.r.s.ID()), slog.Uint64("generation", gen))
+	time.AfterFunc(attachPause, p.attach)
 }
+
+// attachPause is how long a prompt waits between two attempts to attach
+// to its session's activation.
+const attachPause = time.Second
 
 // handedOver reports whether res is the answer of a session handed over
 // with its prompt waiting in a backoff: the prompt goes on where the
@@ -488,6 +519,18 @@ func (p *pendingPrompt) attach() {
 func handedOver(res interface{}) bool {
 	r, ok := res.(*messages.PromptResult)
 	return ok && r.GetErrorKind() == string(session.KindHandedOver)
+}
+
+// promptEnd reports whether res (nil: none) may be the end of the prompt
+// it answers, rather than a refusal that says nothing of it: the session
+// busy with another prompt, another caller attached, no such prompt, or
+// handed over.
+func promptEnd(res *messages.PromptResult) bool {
+	switch session.ErrorKind(res.GetErrorKind()) {
+	case session.KindBusy, session.KindNoPrompt, session.KindHandedOver:
+		return false
+	}
+	return true
 }
 
 // isNoPrompt reports whether res is the answer of an AttachPrompt that
@@ -506,8 +549,58 @@ func (p *pendingPrompt) lose() {
 	p.r.node.rt.System().Root.Stop(reply) // replied, with lost set
 }
 
+// finish gives the prompt's caller its result, once. The handle's
+// subscribers are told of the prompt's end exactly once (see
+// settledLedger): by the session's own agent_settled when it arrives
+// within a request timeout of the result, else by one the handle makes
+// from the result (the activation that settled it could not reach this
+// node, or its events went to a handle that was gone). A prompt that ends
+// here with an error of the handle's own (never accepted, or lost with its
+// host) is told by the caller (musepi rpc writes its agent_settled), and
+// a later agent_settled for it is dropped.
 func (p *pendingPrompt) finish(res interface{}, err error) {
-	p.once.Do(func() { p.caller.Replied(res, err) })
+	p.once.Do(func() {
+		result, _ := res.(*messages.PromptResult)
+		gen := max(p.generation(), result.GetGeneration())
+		switch {
+		case gen == 0 || !promptEnd(result):
+			p.caller.Replied(res, err)
+		case err != nil || result == nil:
+			p.r.settled.first(gen)
+			p.caller.Replied(res, err)
+		default:
+			// Not on the goroutine that delivered the result: that may be
+			// the remote's reader, which also delivers the events.
+			go func() {
+				p.r.tellSettled(result)
+				p.caller.Replied(res, err)
+			}()
+		}
+	})
+}
+
+// publish gives a session event to the handle's subscribers and its
+// runtime's.
+func (r *remoteSession) publish(ev *messages.SessionEvent) {
+	r.s.Publish(ev)
+	r.node.rt.AllEvents().Publish(ev)
+}
+
+// tellSettled makes sure the handle's subscribers are told of the end of
+// res's prompt: the activation relays the session's agent_settled, which
+// may come a moment after the result; without it within a request
+// timeout (or with no events relayed), the handle tells them itself.
+func (r *remoteSession) tellSettled(res *messages.PromptResult) {
+	gen := res.GetGeneration()
+	r.mu.Lock()
+	relayed := r.events
+	r.mu.Unlock()
+	if relayed && r.settled.wait(gen, r.node.member.RequestTimeout()) {
+		return
+	}
+	if r.settled.first(gen) {
+		r.publish(settledEvent(r.s.ID(), res))
+	}
 }
 
 // relayProcess is a handle's address for its activation: the session's
@@ -519,8 +612,10 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 	_, msg, sender := actor.UnwrapEnvelope(message)
 	switch m := msg.(type) {
 	case *messages.SessionEvent:
-		p.r.s.Publish(m)
-		p.r.node.rt.AllEvents().Publish(m)
+		if end := m.GetAgentSettled(); end != nil && !p.r.settled.first(end.GetGeneration()) {
+			return // its subscribers were told already (by another activation, or by the handle)
+		}
+		p.r.publish(m)
 	case *messages.SessionMoved:
 		// Not on the remote's reader: moving on may open the session
 		// elsewhere, and wait for replies this reader delivers.

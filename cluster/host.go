@@ -33,49 +33,86 @@ type sessionHost struct {
 	watchers map[string]*watcher // by the watcher's address and id
 	closer   *actor.PID          // the SessionClose's sender, answered once stopped
 	log      heldLog             // the session's history, once open
-	backlog  *eventBacklog       // a resumed prompt's events, until a handle listens
+	backlog  *eventBacklog       // a resumed prompt's events, for the handles that listen
 }
 
-// maxBacklog bounds the events an activation keeps for the first handle
-// that listens (see eventBacklog); the rest are dropped.
+// maxBacklog bounds the events an activation keeps for the handles that
+// listen later (see eventBacklog); the rest are relayed live only.
 const maxBacklog = 1024
 
-// eventBacklog keeps the events of a session opened with its prompt
-// resumed from its record (its node died, or it was woken by a durable
-// timer) until a handle listens: the prompt's caller finds the new
-// activation only after a while, and would otherwise miss what the chain
-// emitted meanwhile (the next auto_retry_start among it). The first
-// handle that listens gets them, then the session's later events through
-// the same subscription, in order.
+// eventBacklog is the event feed of a session opened with its prompt
+// resumed from its record (its node died or left, or a durable timer
+// woke it). The prompt's caller finds the new activation only after a
+// while (its handle attaches once it notices the old one gone), and would
+// otherwise miss what the chain emitted meanwhile (the next
+// auto_retry_start among it). So the backlog keeps the resumed prompt's
+// events, and every handle that starts listening gets them first, in
+// order, then the session's later events through the same feed. Which
+// handle listened first does not matter: a runtime-wide subscriber (the
+// metrics of the node whose durable timer woke the session) takes nothing
+// from the prompt's caller. The kept events go once a caller has attached
+// to the prompt (AttachPrompt: it has them by then, if it listens) or the
+// session starts its next prompt.
 type eventBacklog struct {
-	mu          sync.Mutex
-	events      []*messages.SessionEvent
-	to          *actor.PID // the handle relayed to, once one listens
-	send        func(pid *actor.PID, ev *messages.SessionEvent)
+	mu      sync.Mutex
+	events  []*messages.SessionEvent
+	keeping bool                  // no caller attached yet, and no later prompt began
+	settled bool                  // the resumed prompt's agent_settled is among events
+	to      map[string]*actor.PID // the handles relayed to, by watcher key
+	send    func(pid *actor.PID, ev *messages.SessionEvent)
+	// unsubscribe ends the feed's subscription to the session.
 	unsubscribe func()
 }
 
+// newEventBacklog is an empty backlog relaying with send.
+func newEventBacklog(send func(pid *actor.PID, ev *messages.SessionEvent)) *eventBacklog {
+	return &eventBacklog{keeping: true, to: map[string]*actor.PID{}, send: send}
+}
+
+// add keeps ev (while keeping) and relays it to the handles that listen.
 func (b *eventBacklog) add(ev *messages.SessionEvent) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.to != nil:
-		b.send(b.to, ev)
-	case len(b.events) < maxBacklog:
+	if ev.GetAgentStart() != nil && b.settled { // the next prompt: the resumed one's events are stale now
+		b.stopKeeping()
+	}
+	if b.keeping && len(b.events) < maxBacklog {
 		b.events = append(b.events, ev)
+	}
+	if ev.GetAgentSettled() != nil {
+		b.settled = true
+	}
+	for _, pid := range b.to {
+		b.send(pid, ev)
 	}
 }
 
-// relayTo sends the kept events to pid, then relays the later ones to it;
-// it returns the unsubscribe of that relay.
-func (b *eventBacklog) relayTo(pid *actor.PID) func() {
+// stopKeeping drops the kept events and keeps no more; b.mu is held.
+func (b *eventBacklog) stopKeeping() {
+	b.keeping, b.events = false, nil
+}
+
+// attached drops the kept events: a caller attached to the prompt.
+func (b *eventBacklog) attached() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopKeeping()
+}
+
+// relayTo sends the kept events to the handle pid (watcher key key),
+// then relays the later ones to it; it returns what stops that.
+func (b *eventBacklog) relayTo(key string, pid *actor.PID) func() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ev := range b.events {
 		b.send(pid, ev)
 	}
-	b.events, b.to = nil, pid
-	return b.unsubscribe
+	b.to[key] = pid
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.to, key)
+	}
 }
 
 // watcher is a handle's relay.
@@ -104,6 +141,11 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		}
 		ctx.Respond(h.s.StateWire())
 
+	case *messages.AttachPrompt:
+		h.forward(ctx, m)
+		if h.backlog != nil {
+			h.backlog.attached()
+		}
 	case *messages.SessionClose:
 		h.close(ctx)
 	case *actor.Stopping:
@@ -134,8 +176,9 @@ func (h *sessionHost) memberLeft(addr string) {
 }
 
 // openFor answers a handle's SessionOpen, and relays the session's events
-// to it once it is open. A node that is leaving answers a dead letter, on
-// which the handle looks the session up again, and the activation stops.
+// to it once it is open. A node that is leaving, or cannot open the
+// session now (notHere), answers a dead letter, on which the handle looks
+// the session up again, and the activation stops.
 func (h *sessionHost) openFor(ctx actor.Context, m *messages.SessionOpen) {
 	reply := h.open(m)
 	switch {
@@ -194,10 +237,11 @@ func (h *sessionHost) forward(ctx actor.Context, msg interface{}) {
 }
 
 // open hosts the session here, as SessionOpen configures it (once: later
-// opens find it open). It returns nil when the node is leaving.
+// opens find it open). It returns nil when the node is leaving or cannot
+// open the session now (notHere).
 func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	if h.s != nil {
-		return &messages.SessionOpened{}
+		return &messages.SessionOpened{State: h.s.StateWire()}
 	}
 	<-h.node.ready
 	rt := h.node.rt
@@ -205,7 +249,11 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		return nil
 	}
 	log, entries, err := h.openHistory()
-	if err != nil {
+	switch {
+	case err != nil && notHere(err):
+		h.node.rt.Log().Warn("cannot open the session on this node now; its handle looks it up again", slog.Any("error", err), slog.String("session", h.id))
+		return nil
+	case err != nil:
 		return &messages.SessionOpened{Error: fmt.Sprintf("open session %s: %v", h.id, err)}
 	}
 	used := false
@@ -224,27 +272,48 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 	}
 	h.s, h.log = s, log
 	if s.Busy() { // its prompt resumed from the record: keep its events for the caller
-		b := &eventBacklog{send: h.relay}
+		b := newEventBacklog(h.relay)
 		b.unsubscribe = s.Subscribe(b.add)
 		h.backlog = b
 	}
-	return &messages.SessionOpened{}
+	return &messages.SessionOpened{State: s.StateWire()}
+}
+
+// notHere reports whether an open failed for a reason of this node's or
+// of the moment, not of the session: the node was dropped, the database is
+// out of its reach (or slow), or a live holder keeps the session. The
+// handle then looks the session up again (and may find it placed
+// elsewhere) rather than take the failure for the prompt's.
+func notHere(err error) bool {
+	return errors.Is(err, history.ErrTaken) || errors.Is(err, history.ErrLocked) ||
+		errors.Is(err, context.DeadlineExceeded) || pgstore.Transient(err)
 }
 
 // openHistory opens the session's history from the shared store, taking
-// a new epoch. While another node holds it (a session handing over, or
-// one whose node died and whose lease has not run out) it tries again;
-// after the handover timeout it takes the session over: the identity
-// lookup placed it here, so its holder has left the cluster or is stuck,
-// and fencing keeps a stale holder from writing.
+// a new epoch. While a live node holds it (a session handing over, or one
+// whose node was cut off and whose lease has not run out) it tries again
+// every 50 ms, never taking the session over a live lease: a holder that
+// cannot renew its lease stops acting and, once its lease has lapsed by
+// the database's clock, the open goes through. It gives up after the
+// handover timeout and a lease more (the holder lives: a handle looks the
+// session up again later). A hold of this very node incarnation is taken
+// over after the handover timeout: its earlier activation here is gone
+// (protoactor runs one activation of an identity on a node), it left
+// without closing the history. A node the cluster dropped opens nothing.
 func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 	store := h.node.cc.Store
-	deadline := time.Now().Add(h.node.cc.HandoverTimeout)
+	start := time.Now()
 	for {
+		select {
+		case <-h.node.member.Dropped():
+			return heldLog{}, nil, errDropped
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.node.cc.HandoverTimeout)
 		log, entries, err := store.OpenContext(ctx, h.id)
-		if errors.Is(err, history.ErrLocked) && time.Now().After(deadline) {
-			h.node.rt.Log().Warn("taking the session over from its holder", slog.Any("error", err), slog.String("session", h.id))
+		var locked *pgstore.LockedError
+		if errors.As(err, &locked) && locked.Owner == store.Node() && time.Since(start) > h.node.cc.HandoverTimeout {
+			h.node.rt.Log().Warn("taking the session over from an earlier activation on this node", slog.Any("error", err), slog.String("session", h.id))
 			log, entries, err = store.Takeover(ctx, h.id)
 		}
 		cancel()
@@ -253,6 +322,8 @@ func (h *sessionHost) openHistory() (heldLog, []*messages.Entry, error) {
 			return heldLog{Log: log, member: h.node.member}, entries, nil
 		case !errors.Is(err, history.ErrLocked):
 			return heldLog{}, nil, err
+		case time.Since(start) > h.node.cc.HandoverTimeout+store.Lease():
+			return heldLog{}, nil, fmt.Errorf("%w; its holder's lease is live: not taking it over", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -282,12 +353,15 @@ func (l heldLog) Taken() bool {
 }
 
 // Hold tells whether the session is still this activation's before it
-// acts for it. A node not sure of its membership first waits (at most a
-// request timeout) until it knows where it stands (Member.Settle):
-// one resumed after a pause learns that the cluster dropped it, rather
-// than re-claiming a session that another node is taking over. A dropped
-// node holds nothing; a sure one asks its lease (pgstore.Log.Hold), one
-// still not sure asks the database.
+// acts for it (a provider call, just before each of its HTTP requests,
+// and a tool run). A node not sure of its membership first waits (at most
+// a request timeout) until it knows where it stands (Member.Settle): one
+// resumed after a pause learns that the cluster dropped it, rather than
+// re-claiming a session that another node is taking over. A dropped node
+// holds nothing. Otherwise the database is asked every time, whatever the
+// node believes of its leases (pgstore.Log.Fence; a node not sure of its
+// membership renews its lease first, Verify): a request goes out only
+// under a fresh fence, at the cost of one query.
 func (l heldLog) Hold(ctx context.Context) error {
 	if !l.member.Sure() {
 		settle, cancel := context.WithTimeout(ctx, l.member.RequestTimeout())
@@ -300,7 +374,7 @@ func (l heldLog) Hold(ctx context.Context) error {
 	default:
 	}
 	if l.member.Sure() {
-		return l.Log.Hold(ctx)
+		return l.Log.Fence(ctx)
 	}
 	return l.Log.Verify(ctx)
 }
@@ -329,8 +403,7 @@ func (h *sessionHost) watch(addr, id string, events bool) {
 	}
 	switch {
 	case events && w.unsubscribe == nil && h.backlog != nil:
-		w.unsubscribe = h.backlog.relayTo(w.pid)
-		h.backlog = nil
+		w.unsubscribe = h.backlog.relayTo(key, w.pid)
 	case events && w.unsubscribe == nil:
 		w.unsubscribe = h.s.Subscribe(func(ev *messages.SessionEvent) { h.relay(w.pid, ev) })
 	case !events && w.unsubscribe != nil:

@@ -118,6 +118,9 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	})
 	close(node.ready)
 	node.auditPrompts()
+	if !cc.Client {
+		node.checkLease()
+	}
 	if err := rt.Serve(cc.Client); err != nil {
 		return nil, err
 	}

@@ -51,6 +51,7 @@ type Member struct {
 	settled        func() bool            // see Settle
 	newsCh         func() <-chan struct{} // closed when the next keep-alive ends
 	leftGracefully func(id string) bool
+	deregister     func() error // removes the node's registration (nil: the membership cannot)
 
 	// The members' addresses, from the last topology event: protoactor's
 	// MemberList.Members is not safe to read while the topology changes.
@@ -368,6 +369,22 @@ func (m *Member) dropped(why string) {
 			slog.String("address", m.Address()))
 		close(m.gone)
 	})
+}
+
+// stepAside takes the node out of the cluster by its own decision (why
+// says why): it is dropped (Dropped), and a membership that can (etcd)
+// removes its registration at once, so that the others stop placing
+// activations on it; like a node the others dropped, it must leave and
+// join anew.
+func (m *Member) stepAside(why string) {
+	m.dropped(why)
+	if m.deregister != nil {
+		go func() {
+			if err := m.deregister(); err != nil {
+				m.own.Warn("step aside from the cluster", slog.Any("error", err))
+			}
+		}()
+	}
 }
 
 // Dropped is closed once the cluster has dropped this node: its process

@@ -27,6 +27,7 @@ type clusterNode struct {
 	hosts   map[string]*actor.PID // the session kind's activations here, by session id
 	leaving context.Context       // Shutdown's, while the node leaves
 	audit   *time.Timer           // the next auditPrompts
+	lease   *time.Timer           // the next checkLease
 	stopped bool
 }
 
@@ -48,12 +49,58 @@ func (n *clusterNode) auditPrompts() {
 	}
 }
 
+// checkLease keeps a hosting node from serving while it cannot hold its
+// sessions: every third of the store's lease, a node not sure of its
+// lease in the database (pgstore.Store.LeaseSure: its renewals failing,
+// the database out of reach) renews it, and if that fails too it steps
+// aside from the membership (Member.stepAside). Its sessions act no more
+// (their holds answer history.ErrTaken), their handles are told to look
+// them up again, and the identity lookup places them on the other nodes,
+// which open them once the lease has lapsed by the database's clock: so a
+// node cut off from the database loses no prompt, and holds none up
+// beyond its lease. The node joins again as a new member (musepi node
+// does) once it reaches the database. A process resumed after a pause
+// renews at once, and stays.
+func (n *clusterNode) checkLease() {
+	store := n.cc.Store
+	if !store.LeaseSure() {
+		ctx, cancel := context.WithTimeout(context.Background(), store.Lease()/3)
+		err := store.RenewLease(ctx)
+		cancel()
+		if err != nil {
+			n.member.stepAside(fmt.Sprintf("it cannot renew its lease in the database (%v)", err))
+			return
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.stopped {
+		n.lease = time.AfterFunc(store.Lease()/3, n.checkLease)
+	}
+}
+
 // leftGrace is how long a handle waits for the answers of an activation
 // whose member left: a node that leaves gracefully hands its sessions
 // over within the handover timeout, and its answers take a request
 // timeout more.
 func (n *clusterNode) leftGrace() time.Duration {
 	return n.cc.HandoverTimeout + n.member.RequestTimeout()
+}
+
+// openWait bounds one open of a session at its activation: the new
+// activation waits at most the handover timeout and the store's lease for
+// the previous holder (sessionHost.openHistory), and a second more.
+func (n *clusterNode) openWait() time.Duration {
+	return n.cc.HandoverTimeout + n.cc.Store.Lease() + time.Second
+}
+
+// attachPatience is how long a prompt whose activation is gone keeps
+// looking for the session's new one (see pendingPrompt.attach): a few
+// opens, each bounded as openLocked bounds them, long
+// enough for a cut-off holder's lease to lapse and a link that flaps to
+// settle.
+func (n *clusterNode) attachPatience() time.Duration {
+	return 4 * (2*n.openWait() + 5*time.Second)
 }
 
 // Handle returns the runtime's handle of session req.ID, opening the
@@ -211,8 +258,10 @@ func (n *clusterNode) Shutdown(ctx context.Context) error {
 	}
 	n.mu.Lock()
 	n.leaving, n.stopped = ctx, true
-	if n.audit != nil {
-		n.audit.Stop()
+	for _, t := range []*time.Timer{n.audit, n.lease} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	n.mu.Unlock()
 	if err := n.member.Leave(); err != nil {

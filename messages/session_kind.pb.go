@@ -119,10 +119,13 @@ func (x *SessionOpen) GetPriority() int32 {
 }
 
 // SessionOpened answers SessionOpen: error is why the session could not be
-// opened ("" when open).
+// opened ("" when open); state is the session's state there, for the
+// handle's mirror (a session opened at rest on a new node counts its
+// prompt generations anew).
 type SessionOpened struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Error         string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	State         *SessionStateReply     `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +165,13 @@ func (x *SessionOpened) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *SessionOpened) GetState() *SessionStateReply {
+	if x != nil {
+		return x.State
+	}
+	return nil
 }
 
 // SessionWatch switches the relay of events to a watcher on or off; the
@@ -534,9 +544,10 @@ const file_session_kind_proto_rawDesc = "" +
 	"\n" +
 	"watcher_id\x18\x05 \x01(\tR\twatcherId\x12\x16\n" +
 	"\x06events\x18\x06 \x01(\bR\x06events\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriority\"%\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\"Y\n" +
 	"\rSessionOpened\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error\"n\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\x122\n" +
+	"\x05state\x18\x02 \x01(\v2\x1c.musepi.v1.SessionStateReplyR\x05state\"n\n" +
 	"\fSessionWatch\x12'\n" +
 	"\x0fwatcher_address\x18\x01 \x01(\tR\x0ewatcherAddress\x12\x1d\n" +
 	"\n" +
@@ -596,11 +607,12 @@ var file_session_kind_proto_goTypes = []any{
 }
 var file_session_kind_proto_depIdxs = []int32{
 	8, // 0: musepi.v1.SessionOpen.settings:type_name -> musepi.v1.RetrySettings
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	5, // 1: musepi.v1.SessionOpened.state:type_name -> musepi.v1.SessionStateReply
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_session_kind_proto_init() }

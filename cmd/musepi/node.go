@@ -79,11 +79,8 @@ func runNode(configPath, metricsAddr string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	for {
-		if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
-			fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
-		}
-		rt, err := joinNode(ctx, stop, cfg, url, log, extra)
+	for rejoin := false; ; rejoin = true {
+		rt, err := joinUntil(ctx, stop, cfg, url, log, extra, rejoin)
 		if err != nil {
 			return errors.New(oneLine(err))
 		}
@@ -114,6 +111,33 @@ func runNode(configPath, metricsAddr string, log *slog.Logger) error {
 		}
 		fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
 		return nil
+	}
+}
+
+// rejoinPause is how long a node that was dropped waits between two
+// attempts to join again.
+const rejoinPause = 2 * time.Second
+
+// joinUntil joins the cluster (joinNode). A first join that fails is the
+// command's failure; a node that joins again after the cluster dropped it
+// (it was cut off from etcd or from the database) tries again every
+// rejoinPause until it is back or a signal comes: what cut it off is
+// likely still away.
+func joinUntil(ctx context.Context, stop func(), cfg *config.Config, url string, log *slog.Logger, extra []musepi.Option, rejoin bool) (*musepi.Runtime, error) {
+	for {
+		if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
+			fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
+		}
+		rt, err := joinNode(ctx, stop, cfg, url, log, extra)
+		if err == nil || !rejoin || errors.Is(err, errInterrupted) {
+			return rt, err
+		}
+		fmt.Fprintf(stderr, "musepi node: join again: %s; trying again in %s\n", oneLine(err), rejoinPause)
+		select {
+		case <-ctx.Done():
+			return nil, errInterrupted
+		case <-time.After(rejoinPause):
+		}
 	}
 }
 
