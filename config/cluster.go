@@ -94,6 +94,10 @@ type Cluster struct {
 	// again before its prompt fails; 0: never. Default
 	// pgstore.DefaultWriteRetry.
 	WriteRetry time.Duration
+
+	// etcdTLS is the etcd client's TLS, read from Etcd.TLS's files when
+	// the file was loaded (nil without [cluster.etcd.tls]): EtcdConfig's.
+	etcdTLS *tls.Config
 }
 
 // ClusterEtcd is the "[cluster.etcd]" table.
@@ -482,15 +486,15 @@ func (c *Config) ClusterConfig() (cluster.JoinConfig, error) {
 	if err := newError(c.File, probs); err != nil {
 		return cluster.JoinConfig{}, err
 	}
-	cc := c.Cluster
+	cc := *c.Cluster
+	cc.etcdTLS = ld.etcdTLS // the files as they are now
 	return cluster.JoinConfig{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseAddress,
-		Membership: cc.membership(ld.etcdTLS), TLS: ld.clusterTLS, Insecure: cc.Insecure,
+		Membership: cc.membership(), TLS: ld.clusterTLS, Insecure: cc.Insecure,
 		HandoverTimeout: cc.HandoverTimeout}, nil
 }
 
-// membership is the cluster.Membership the table describes, etcdTLS the
-// etcd client's TLS.
-func (c *Cluster) membership(etcdTLS *tls.Config) cluster.Membership {
+// membership is the cluster.Membership the table describes.
+func (c *Cluster) membership() cluster.Membership {
 	if c.Membership == MembershipAutomanaged {
 		host := c.Automanaged.Host
 		if host == "" {
@@ -499,13 +503,13 @@ func (c *Cluster) membership(etcdTLS *tls.Config) cluster.Membership {
 		return cluster.Automanaged(cluster.AutomanagedConfig{Host: host, Port: c.Automanaged.Port,
 			Peers: c.Automanaged.Peers, Refresh: c.Automanaged.Refresh})
 	}
-	cfg := c.EtcdConfig()
-	cfg.TLS = etcdTLS
-	return cluster.Etcd(cfg)
+	return cluster.Etcd(c.EtcdConfig())
 }
 
 // EtcdConfig is the [cluster.etcd] table as the cluster package takes it,
-// without its TLS files (ClusterConfig reads those).
+// with the etcd client's TLS read from [cluster.etcd.tls]'s files when
+// the file was loaded (Load, Parse, LoadCluster; ClusterConfig reads them
+// again); no TLS without the table, or for a Cluster that was not loaded.
 func (c *Cluster) EtcdConfig() cluster.EtcdConfig {
-	return cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout}
+	return cluster.EtcdConfig{Endpoints: c.Etcd.Endpoints, Prefix: c.Etcd.Prefix, DialTimeout: c.Etcd.DialTimeout, TLS: c.etcdTLS}
 }

@@ -187,27 +187,22 @@ type Credential struct {
 // Parse decodes and validates a configuration. Its error is an *Error
 // listing every problem.
 func Parse(data []byte) (*Config, error) {
-	return parse(data, "", checkAll)
+	return parse(data, "", (*Config).check)
 }
 
 // Load reads, decodes and validates the configuration file at path. Every
 // line of its error starts with path.
-func Load(path string) (*Config, error) { return load(path, checkAll) }
+func Load(path string) (*Config, error) { return load(path, (*Config).check) }
 
 // LoadCluster reads and decodes the configuration file at path and
-// validates its [cluster] table only, which it returns: for the commands
-// that read a cluster's state (musepi cluster status, sessions, history
-// show), which call no provider and so need neither the providers' checks
-// nor the environment variables holding their keys. A file without a
-// [cluster] table fails.
+// validates its [cluster] table only, as Load does, its TLS files read:
+// for the commands that read a cluster's state (musepi cluster status,
+// sessions, history show), which call no provider and so need neither the
+// providers' checks nor the environment variables holding their keys. It
+// returns the table, which carries the etcd client's TLS for EtcdConfig.
+// A file without a [cluster] table fails.
 func LoadCluster(path string) (*Cluster, error) {
-	c, err := load(path, func(c *Config) []Problem {
-		v := &validator{c: c}
-		if c.Cluster != nil {
-			v.cluster(c.Cluster)
-		}
-		return v.probs
-	})
+	c, err := load(path, (*Config).checkCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -217,14 +212,11 @@ func LoadCluster(path string) (*Cluster, error) {
 	return c.Cluster, nil
 }
 
-// checkAll is every check of a configuration.
-func checkAll(c *Config) []Problem {
-	_, probs := c.check()
-	return probs
-}
+// checker validates a decoded configuration and returns what it read.
+type checker func(*Config) (*loaded, []Problem)
 
 // load reads the file at path, decodes it and validates it with check.
-func load(path string, check func(*Config) []Problem) (*Config, error) {
+func load(path string, check checker) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err // *fs.PathError: "open PATH: ..."
@@ -240,16 +232,23 @@ func load(path string, check func(*Config) []Problem) (*Config, error) {
 	return c, err
 }
 
-func parse(data []byte, file string, check func(*Config) []Problem) (*Config, error) {
+// parse decodes data (the file at file, "" for none) and validates it
+// with check. The [cluster] table it returns keeps the etcd client's TLS
+// that check read.
+func parse(data []byte, file string, check checker) (*Config, error) {
 	root, probs := parseTOML(data)
 	if probs != nil {
 		return nil, newError(file, probs)
 	}
 	c, probs := decode(root)
 	c.File = file
-	probs = append(probs, withoutFollowUps(check(c), probs)...)
+	ld, checked := check(c)
+	probs = append(probs, withoutFollowUps(checked, probs)...)
 	if err := newError(file, probs); err != nil {
 		return nil, err
+	}
+	if c.Cluster != nil {
+		c.Cluster.etcdTLS = ld.etcdTLS
 	}
 	return c, nil
 }
@@ -451,9 +450,8 @@ type loaded struct {
 
 // check validates c and returns, when it is valid, what it read.
 func (c *Config) check() (*loaded, []Problem) {
-	v := &validator{c: c, loaded: &loaded{}}
-	keys := map[string][]string{}
-	v.loaded.keys = keys
+	v := newValidator(c)
+	keys := v.loaded.keys
 
 	if c.DefaultModel == "" {
 		v.add("default_model", `required ("provider/model")`)
@@ -494,6 +492,16 @@ func (c *Config) check() (*loaded, []Problem) {
 	return v.loaded, v.probs
 }
 
+// checkCluster validates c's [cluster] table only (nothing without one)
+// and returns, when it is valid, what it read: LoadCluster's check.
+func (c *Config) checkCluster() (*loaded, []Problem) {
+	v := newValidator(c)
+	if c.Cluster != nil {
+		v.cluster(c.Cluster)
+	}
+	return v.loaded, v.probs
+}
+
 // database checks history_database and history_lease_ms.
 func (v *validator) database() {
 	c := v.c
@@ -517,10 +525,17 @@ func (v *validator) database() {
 	}
 }
 
+// validator collects the problems of c, and in loaded what its checks
+// read.
 type validator struct {
 	c      *Config
 	loaded *loaded
 	probs  []Problem
+}
+
+// newValidator is a validator of c, with nothing read yet.
+func newValidator(c *Config) *validator {
+	return &validator{c: c, loaded: &loaded{keys: map[string][]string{}}}
 }
 
 func (v *validator) add(key, format string, args ...any) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
@@ -197,5 +198,59 @@ func TestClusterTLSRelativePaths(t *testing.T) {
 	}
 	if cc.TLS == nil || cc.TLS.Certificates[0].Leaf.Subject.CommonName != "node1" {
 		t.Errorf("ClusterConfig.TLS %+v, want node1's certificate", cc.TLS)
+	}
+}
+
+// TestLoadClusterTLS: LoadCluster on a node's file of a mutual-TLS
+// cluster (issue 36: it panicked) checks the TLS tables as Load does, and
+// the table it returns gives EtcdConfig the etcd client's TLS, as Load's
+// does; without [cluster.etcd.tls], no TLS.
+func TestLoadClusterTLS(t *testing.T) {
+	t.Setenv(testKeyEnv, "") // the provider's key: LoadCluster needs none
+	ca, other := testcert.NewCA(t, "cluster CA"), testcert.NewCA(t, "other CA")
+	node := ca.Issue(t, testcert.Cert{Name: "node1"})
+	intruder := other.Issue(t, testcert.Cert{Name: "intruder"})
+	intruder.CA = node.CA // the cluster CA, which did not sign it
+	dir := t.TempDir()
+	write := func(name, rest string) string {
+		path := filepath.Join(dir, name+".toml")
+		if err := os.WriteFile(path, []byte(doc("", "", rest)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	mutual := write("mutual", httpsEtcd+tomlTLS("[cluster.etcd.tls]", node)+tomlTLS("[cluster.tls]", node))
+	c, err := LoadCluster(mutual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEtcdTLS(t, "LoadCluster", c.EtcdConfig().TLS)
+
+	t.Setenv(testKeyEnv, "sk-test")
+	cfg, err := Load(mutual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEtcdTLS(t, "Load", cfg.Cluster.EtcdConfig().TLS)
+	t.Setenv(testKeyEnv, "")
+
+	c, err = LoadCluster(write("plain", etcdCluster))
+	if err != nil || c.EtcdConfig().TLS != nil {
+		t.Errorf("LoadCluster without [cluster.etcd.tls]: %v; want no etcd TLS", err)
+	}
+	foreign := write("foreign", httpsEtcd+tomlTLS("[cluster.etcd.tls]", node)+tomlTLS("[cluster.tls]", intruder))
+	_, err = LoadCluster(foreign)
+	if probs := problems(t, err); len(probs) != 1 || probs[0].Key != "cluster.tls.cert_file" ||
+		!strings.Contains(probs[0].Message, "certificate signed by unknown authority") {
+		t.Errorf("LoadCluster with a certificate of another CA: %v; want the one problem on cluster.tls.cert_file", err)
+	}
+}
+
+// checkEtcdTLS fails unless cfg is the etcd client's TLS of node1's
+// files: the CA as RootCAs, node1's certificate.
+func checkEtcdTLS(t *testing.T, from string, cfg *tls.Config) {
+	t.Helper()
+	if cfg == nil || cfg.RootCAs == nil || len(cfg.Certificates) != 1 || cfg.Certificates[0].Leaf.Subject.CommonName != "node1" {
+		t.Errorf("%s: EtcdConfig().TLS = %+v; want the CA and node1's client certificate", from, cfg)
 	}
 }

@@ -29,8 +29,9 @@ them, each with the members it sees (read from its /cluster/members, served
 by "musepi node --metrics-addr"; a view that differs from etcd's is flagged,
 one that cannot be read says why), and the database's node incarnations with
 their leases (live or expired, by the database's clock) and the sessions each
-holds. It reads only: one etcd Get, one HTTP GET per node, plain SELECTs. It
-exits 1 when etcd or the database cannot be read, after printing the rest.
+holds. It reads only: one etcd Get (over TLS with the file's
+[cluster.etcd.tls]), one HTTP GET per node, plain SELECTs. It exits 1 when
+etcd or the database cannot be read, after printing the rest.
 With --json, one JSON object. See docs/cluster.md, "Operating a cluster".`,
 			setup: setupClusterStatus,
 		},

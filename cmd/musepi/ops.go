@@ -23,7 +23,7 @@ type opsFlags struct {
 // addOpsFlags declares the flags on fs.
 func addOpsFlags(fs *flag.FlagSet) opsFlags {
 	return opsFlags{
-		config:  fs.String("config", "", "configuration file with a [cluster] table (required; a node's file does: its providers' keys are not needed)"),
+		config:  fs.String("config", "", "configuration file with a [cluster] table (required; a node's own file does, its TLS tables included: its providers' keys are not needed)"),
 		json:    fs.Bool("json", false, "print JSON instead of a table"),
 		timeout: fs.Duration("timeout", 10*time.Second, "give up reading after this long"),
 	}
@@ -41,8 +41,8 @@ func (f opsFlags) check() error {
 	return nil
 }
 
-// cluster loads the file's [cluster] table, and returns a context bounded
-// by --timeout.
+// cluster loads the file's [cluster] table, its TLS files read (the etcd
+// client's in its EtcdConfig), and returns a context bounded by --timeout.
 func (f opsFlags) cluster() (*config.Cluster, context.Context, context.CancelFunc, error) {
 	cc, err := config.LoadCluster(*f.config)
 	if err != nil {

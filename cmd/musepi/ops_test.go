@@ -85,17 +85,9 @@ func TestOperatorView(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, registered := db.state(t), etcdMembers(t, env)
-	// ops runs the command (its words, "history show"), with args after
-	// --config FILE, and returns its stdout.
 	ops := func(t *testing.T, command string, args ...string) string {
 		t.Helper()
-		args = append(append(strings.Fields(command), "--config", nodes[0].Config), args...)
-		code, out, errOut := runOutput(t, bin, args...)
-		if code != 0 || errOut != "" {
-			t.Fatalf("musepi %s: exit %d, stderr:\n%s", strings.Join(args, " "), code, errOut)
-		}
-		t.Logf("musepi %s:\n%s", strings.Join(args, " "), out)
-		return out
+		return runOps(t, bin, nodes[0].Config, command, args...)
 	}
 
 	t.Run("sessions", func(t *testing.T) {
@@ -287,6 +279,130 @@ func TestOperatorView(t *testing.T) {
 	if _, err := c.NextEvent("agent_settled", 20*time.Second); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestOperatorViewTLS runs the operator's commands against a cluster with
+// mutual TLS (issue 36: they panicked loading a node's file with
+// [cluster.tls]): etcd serves https and wants a client certificate of the
+// cluster CA, two `musepi node` processes serve their views on
+// --metrics-addr (plain HTTP, as without TLS), and a `musepi rpc
+// --cluster` client with node1's file has a prompt answered. Given node1's
+// own file, TLS tables and all, and no provider key in their environment,
+// each command exits 0:
+//
+//   - musepi cluster status: etcd's members (the two nodes and the
+//     client), read over TLS with the file's [cluster.etcd.tls]
+//     certificate; both nodes' views read and agreeing with etcd; each
+//     member's live lease;
+//   - musepi sessions: the session, its owner and epoch the database's;
+//   - musepi history show: the session's entries, the prompt and the
+//     answer, decoded.
+func TestOperatorViewTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, PostgreSQL, two node processes and an rpc client")
+	}
+	t.Parallel() // mostly waiting on processes
+	bin := buildCommand(t)
+	env := nodetest.Start(t, bin, nodetest.Options{TLS: true})
+	nodes := []*nodetest.Node{env.StartNode("node1", "--metrics-addr", "127.0.0.1:0"),
+		env.StartNode("node2", "--metrics-addr", "127.0.0.1:0")}
+	if err := env.WaitMembers(2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const session = "ops-tls"
+	promptOK(t, env.StartClient(nodes[0], "--session-id", session), "1", "hello over TLS")
+	if err := env.WaitMembers(3, 20*time.Second); err != nil { // the two nodes and the client
+		t.Fatal(err)
+	}
+	db := openDB(t, env.DB)
+	file := nodes[0].Config
+
+	t.Run("cluster status", func(t *testing.T) {
+		var st opsview.Status
+		if err := json.Unmarshal([]byte(runOps(t, bin, file, "cluster status", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		checkStatusTLS(t, st, nodes)
+		if text := runOps(t, bin, file, "cluster status"); !strings.Contains(text, "the views read agree with etcd (2 of 2 nodes' views read)") {
+			t.Errorf("the text does not show both nodes' views agreeing:\n%s", text)
+		}
+	})
+
+	t.Run("sessions", func(t *testing.T) {
+		var got []opsview.Session
+		if err := json.Unmarshal([]byte(runOps(t, bin, file, "sessions", "--json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		epoch, owner := db.epochOwner(t, session)
+		if len(got) != 1 || got[0].ID != session || got[0].Owner != owner || got[0].Epoch != epoch || got[0].Entries != 2 {
+			t.Errorf("sessions %+v; want %s alone, owner %s, epoch %d (the database's), 2 entries", got, session, owner, epoch)
+		}
+		if rows := tableRows(runOps(t, bin, file, "sessions")); len(rows) != 2 || rows[1][0] != session || rows[1][1] != owner {
+			t.Errorf("table rows %q; want the header and %s, owned by %s", rows, session, owner)
+		}
+	})
+
+	t.Run("history show", func(t *testing.T) {
+		var want strings.Builder
+		if err := opsview.WriteHistory(&want, db.entries(t, session)); err != nil {
+			t.Fatal(err)
+		}
+		table := runOps(t, bin, file, "history show", session)
+		if table != want.String() || !strings.Contains(table, `"hello over TLS"`) || !strings.Contains(table, fakellm.DefaultText) {
+			t.Errorf("history show printed\n%s\nwant\n%s(the prompt and the fake LLM's answer)", table, want.String())
+		}
+	})
+}
+
+// checkStatusTLS checks cluster status's JSON of TestOperatorViewTLS:
+// three members in etcd, node1 and node2 at their addresses and the rpc
+// client of node1's file; each node's view read over plain HTTP and
+// agreeing; a live lease naming each member; no error.
+func checkStatusTLS(t *testing.T, st opsview.Status, nodes []*nodetest.Node) {
+	t.Helper()
+	if len(st.Members) != 3 || !st.Agree || st.Unread != 0 || st.MembersError != "" || st.DatabaseError != "" {
+		t.Fatalf("status %+v; want three members, both nodes' views read and agreeing, no error", st)
+	}
+	var etcd []string
+	for _, m := range st.Members {
+		etcd = append(etcd, m.Address)
+	}
+	leases := map[string]opsview.Lease{}
+	for _, l := range st.Leases {
+		leases[l.Node] = l
+	}
+	for _, m := range st.Members {
+		name, _, _ := strings.Cut(m.StoreNode, "#")
+		i := slices.IndexFunc(nodes, func(n *nodetest.Node) bool { return n.Name == name })
+		switch {
+		case m.Client:
+			if name != "node1-rpc" || m.ViewError != "a client serves no view" {
+				t.Errorf("client member %+v: want the rpc client of node1's file, serving no view", m)
+			}
+		case i < 0:
+			t.Errorf("member %+v: no node of this test", m)
+		case m.Address != nodes[i].Addr || !strings.HasPrefix(m.ViewURL, "http://127.0.0.1:") ||
+			strings.Join(m.Sees, " ") != strings.Join(etcd, " ") || m.Missing != nil || m.Extra != nil:
+			t.Errorf("%s %+v: want it at %s, its view on http://127.0.0.1, seeing etcd's members %v", name, m, nodes[i].Addr, etcd)
+		}
+		if l := leases[m.StoreNode]; !l.Live || l.Member != m.Address {
+			t.Errorf("member %s (%s): lease %+v; want a live lease naming the member", m.Address, m.StoreNode, l)
+		}
+	}
+}
+
+// runOps runs the operator's command (its words, "history show") with
+// --config file and args, fails t unless it exits 0 with nothing on
+// stderr, and returns its stdout.
+func runOps(t *testing.T, bin, file, command string, args ...string) string {
+	t.Helper()
+	args = append(append(strings.Fields(command), "--config", file), args...)
+	code, out, errOut := runOutput(t, bin, args...)
+	if code != 0 || errOut != "" {
+		t.Fatalf("musepi %s: exit %d, stderr:\n%s", strings.Join(args, " "), code, errOut)
+	}
+	t.Logf("musepi %s:\n%s", strings.Join(args, " "), out)
+	return out
 }
 
 // tableRows are a table's lines split into cells (two spaces or more
