@@ -2,14 +2,18 @@
 // tests: a private etcd and PostgreSQL, the fake LLM server, and `musepi
 // node` processes started from a built binary on free ports, each with its
 // own configuration file, in plaintext or with mutual TLS (certificates of
-// a CA of the test's own). It kills them with SIGKILL or stops them with
-// SIGTERM on demand, and kills what is left when the test ends, printing
-// every process's output if the test failed.
+// a CA of the test's own). With Options.Net the same cluster runs in a
+// private network of namespaces instead (internal/netnstest), each server,
+// node and client on a host of its own, whose links the test can cut. It
+// kills the processes with SIGKILL or stops them with SIGTERM on demand,
+// and kills what is left when the test ends, printing every process's
+// output if the test failed.
 package nodetest
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,9 +35,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/musepi/musepi/cluster/etcdtest"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/internal/netnstest"
 	"github.com/musepi/musepi/internal/testcert"
 	"github.com/musepi/musepi/provider/fakellm"
 )
@@ -75,6 +81,24 @@ type Options struct {
 	// MaxRetries is every member's [retry] max_retries (0: the default),
 	// for prompts that ride out a long outage.
 	MaxRetries int
+	// BaseDelay is every member's [retry] base_delay_ms (0: 100 ms).
+	BaseDelay time.Duration
+	// Front, if set, wraps the fake LLM server's handler (OnRequest's
+	// too): a proxy in front of the server that sees every request and
+	// its answer.
+	Front func(http.Handler) http.Handler
+	// Metrics runs every node with --metrics-addr on its address, port 0
+	// (Node.MetricsURL).
+	Metrics bool
+	// Net runs the cluster in a private network of namespaces instead of
+	// on loopback: etcd on host "etcd", PostgreSQL on "pg", the fake LLM
+	// server on "llm", each node on a host of its name, each client of
+	// StartClientAt on the host it names, and the package's own
+	// connections (Registered, DialContext) from host "test"; hosts are
+	// added to Net as needed. Every member binds its host's address, which
+	// takes mutual TLS: Net implies TLS, each certificate naming its
+	// host's address.
+	Net *netnstest.Net
 }
 
 // Env is a running cluster environment.
@@ -94,8 +118,14 @@ type Env struct {
 	LLM     *fakellm.Server
 	LLMBase string
 
-	mu    sync.Mutex
-	nodes []*Node
+	mu      sync.Mutex
+	nodes   []*Node
+	members map[string]Member // with Net, by name: one certificate per host
+
+	hostMu  sync.Mutex
+	test    *netnstest.Host // with Net: where the package's own connections come from
+	testTLS *tls.Config     // with Net: the test's certificate, for etcd
+	clients atomic.Int64    // started by StartClientAt, for their names
 }
 
 // Start starts etcd, PostgreSQL (with a new database) and the fake LLM
@@ -104,43 +134,123 @@ type Env struct {
 // process is stopped when t ends.
 func Start(t testing.TB, bin string, opts Options) *Env {
 	t.Helper()
-	e := &Env{t: t, bin: bin, dir: t.TempDir(), opts: opts}
+	e := &Env{t: t, bin: bin, dir: t.TempDir(), opts: opts, members: map[string]Member{}}
+	e.startStores()
+	e.startLLM()
+	t.Cleanup(e.cleanup) // runs before the servers stop
+	return e
+}
+
+// startStores starts etcd and PostgreSQL, and makes the cluster's
+// database: with TLS (or Net), etcd with a certificate of a new cluster CA;
+// with Net, both on hosts of their own.
+func (e *Env) startStores() {
+	e.t.Helper()
 	var etcdOpts []etcdtest.Option
-	if opts.TLS {
-		e.CA = testcert.NewCA(t, "nodetest cluster CA")
-		etcdOpts = append(etcdOpts, etcdtest.WithTLS(e.CA.Issue(t, testcert.Cert{Name: "etcd"})))
+	var pgOpts []pgtest.Option
+	if e.opts.TLS || e.opts.Net != nil {
+		e.CA = testcert.NewCA(e.t, "nodetest cluster CA")
+		cert := testcert.Cert{Name: "etcd"}
+		if e.opts.Net != nil {
+			e.test = e.host("test")
+			e.testTLS = e.CA.Config(e.t, testcert.Cert{Name: "test", Hosts: []string{e.test.IP()}})
+			cert.Hosts = []string{e.host("etcd").IP()}
+			etcdOpts = append(etcdOpts, etcdtest.InHost(e.host("etcd")))
+			pgOpts = append(pgOpts, pgtest.InHost(e.host("pg")))
+		}
+		etcdOpts = append(etcdOpts, etcdtest.WithTLS(e.CA.Issue(e.t, cert)))
 	}
-	e.Etcd = etcdtest.Start(t, etcdOpts...)
-	e.PG = pgtest.Start(t)
-	e.DB = e.PG.NewDatabase(t)
-	e.LLM = fakellm.New(opts.Scenario)
-	if opts.OnRequest != nil {
-		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	e.Etcd = etcdtest.Start(e.t, etcdOpts...)
+	e.PG = pgtest.Start(e.t, pgOpts...)
+	e.DB = e.PG.NewDatabase(e.t)
+}
+
+// startLLM starts the fake LLM server, behind OnRequest's front and
+// Front if set, on loopback or on host "llm".
+func (e *Env) startLLM() {
+	e.t.Helper()
+	e.LLM = fakellm.New(e.opts.Scenario)
+	var handler http.Handler = e.LLM
+	if on := e.opts.OnRequest; on != nil {
+		next := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			opts.OnRequest(r, body)
-			e.LLM.ServeHTTP(w, r)
-		}))
-		t.Cleanup(front.Close)
+			on(r, body)
+			next.ServeHTTP(w, r)
+		})
+	}
+	if e.opts.Front != nil {
+		handler = e.opts.Front(handler)
+	}
+	switch fronted := e.opts.OnRequest != nil || e.opts.Front != nil; {
+	case e.opts.Net != nil:
+		ln, err := e.host("llm").Listen("tcp", net.JoinHostPort(e.host("llm").IP(), "0"))
+		if err != nil {
+			e.t.Fatalf("nodetest: fake LLM: %v", err)
+		}
+		front := &httptest.Server{Listener: ln, Config: &http.Server{Handler: handler}}
+		front.Start()
+		e.t.Cleanup(front.Close)
 		e.LLMBase = front.URL
-	} else {
+	case fronted:
+		front := httptest.NewServer(handler)
+		e.t.Cleanup(front.Close)
+		e.LLMBase = front.URL
+	default:
 		base, err := e.LLM.Start("127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("nodetest: fake LLM: %v", err)
+			e.t.Fatalf("nodetest: fake LLM: %v", err)
 		}
 		e.LLMBase = base
 	}
-	t.Cleanup(func() {
+	e.t.Cleanup(func() {
 		if err := e.LLM.Close(); err != nil {
-			t.Errorf("nodetest: fake LLM close: %v", err)
+			e.t.Errorf("nodetest: fake LLM close: %v", err)
 		}
 	})
-	t.Cleanup(e.cleanup) // runs before the servers stop
-	return e
+}
+
+// host is host name of Options.Net, added on first use.
+func (e *Env) host(name string) *netnstest.Host {
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	if h := e.opts.Net.Host(name); h != nil {
+		return h
+	}
+	return e.opts.Net.Add(name)
+}
+
+// ip is the address of the member or server called name: its host's with
+// Options.Net, else loopback's.
+func (e *Env) ip(name string) string {
+	if e.opts.Net == nil {
+		return "127.0.0.1"
+	}
+	return e.host(name).IP()
+}
+
+// start starts cmd for name: inside its host with Options.Net.
+func (e *Env) start(cmd *exec.Cmd, name string) error {
+	if e.opts.Net == nil {
+		return cmd.Start()
+	}
+	return e.host(name).Start(cmd)
+}
+
+// DialContext dials addr from host "test" with Options.Net (from this
+// process without): for the test's own connections to the cluster's
+// servers, as a pgx DialFunc or an http.Transport's DialContext.
+func (e *Env) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if e.opts.Net == nil {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	return e.test.DialContext(ctx, network, addr)
 }
 
 // Member is what a member's configuration file says besides its name and
@@ -159,8 +269,21 @@ type Member struct {
 
 // Member is node name's member: with Options.TLS, a certificate of its
 // own from the cluster CA (for 127.0.0.1, both key usages) in both TLS
-// tables; without, plaintext.
+// tables; without, plaintext. With Options.Net its host is the address of
+// its host, which its certificate names, issued once per name.
 func (e *Env) Member(name string) Member {
+	if e.opts.Net != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		m, ok := e.members[name]
+		if !ok {
+			ip := e.ip(name)
+			f := e.CA.Issue(e.t, testcert.Cert{Name: name, Hosts: []string{ip}})
+			m = Member{TLS: &f, EtcdTLS: &f, Host: ip}
+			e.members[name] = m
+		}
+		return m
+	}
 	if e.CA == nil {
 		return Member{}
 	}
@@ -171,8 +294,8 @@ func (e *Env) Member(name string) Member {
 // Config is the configuration file of node name on cluster port port, as
 // m says: provider "fake" (the fake LLM server, models m1 and m2,
 // credentials "key A" and "key B"), default model fake/m1, fast retries
-// (base_delay_ms 100; max_retries as the Options say), and a [cluster] table with etcd membership and the
-// cluster's database.
+// (base_delay_ms 100; it and max_retries as the Options say), and a
+// [cluster] table with etcd membership and the cluster's database.
 func (e *Env) Config(name string, port int, m Member) string {
 	var host, tables strings.Builder
 	if m.Host != "" {
@@ -183,10 +306,6 @@ func (e *Env) Config(name string, port int, m Member) string {
 	}
 	if m.HandoverTimeout > 0 {
 		fmt.Fprintf(&host, "handover_timeout_ms = %d\n", m.HandoverTimeout.Milliseconds())
-	}
-	var retries string
-	if e.opts.MaxRetries > 0 {
-		retries = fmt.Sprintf("max_retries = %d\n", e.opts.MaxRetries)
 	}
 	for _, t := range []struct {
 		header string
@@ -210,8 +329,6 @@ models = ["m1", "m2"]
   api_key_env = %q
 
 [retry]
-base_delay_ms = 100
-max_delay_ms = 60000
 %s
 [cluster]
 name = "nodetest"
@@ -222,7 +339,20 @@ database_url = %q
 %s%s
   [cluster.etcd]
   endpoints = [%q]
-%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, retries, port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, e.retryKeys(), port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+}
+
+// retryKeys are the keys of every member's [retry] table.
+func (e *Env) retryKeys() string {
+	baseDelay := 100 * time.Millisecond
+	if e.opts.BaseDelay > 0 {
+		baseDelay = e.opts.BaseDelay
+	}
+	keys := fmt.Sprintf("base_delay_ms = %d\nmax_delay_ms = 60000\n", baseDelay.Milliseconds())
+	if e.opts.MaxRetries > 0 {
+		keys += fmt.Sprintf("max_retries = %d\n", e.opts.MaxRetries)
+	}
+	return keys
 }
 
 // Environ is the environment a node or client process runs with: this
@@ -264,6 +394,11 @@ func (e *Env) listening(n *Node) *Node {
 	}
 	// "musepi node: NODE listening on ADDR (cluster ...)"
 	n.Addr = strings.Fields(strings.SplitN(line, "listening on ", 2)[1])[0]
+	if e.opts.Metrics { // "musepi node: metrics on URL", before it joined
+		if _, url, ok := strings.Cut(n.out.Last("musepi node: metrics on "), "metrics on "); ok {
+			n.MetricsURL = strings.Fields(url)[0]
+		}
+	}
 	return n
 }
 
@@ -271,7 +406,7 @@ func (e *Env) listening(n *Node) *Node {
 // with m's file on a free port, and returns without waiting for it.
 func (e *Env) Launch(name string, m Member, args ...string) *Node {
 	e.t.Helper()
-	port := FreePort(e.t)
+	port := e.freePort(name)
 	return e.launch(&Node{Name: name, Port: port, Config: e.WriteConfig(name, port, m)}, args...)
 }
 
@@ -294,9 +429,13 @@ func (e *Env) Restart(n *Node, args ...string) *Node {
 	return e.listening(e.launch(&Node{Name: n.Name, Port: n.Port, Config: n.Config}, args...))
 }
 
-// launch starts node n's process with its file and args.
+// launch starts node n's process with its file and args (and
+// --metrics-addr with Options.Metrics), on its host with Options.Net.
 func (e *Env) launch(n *Node, args ...string) *Node {
 	e.t.Helper()
+	if e.opts.Metrics {
+		args = append(args, "--metrics-addr", net.JoinHostPort(e.ip(n.Name), "0"))
+	}
 	n.out, n.exited = &Lines{}, make(chan struct{})
 	n.cmd = exec.Command(e.bin, append([]string{"node", "--config", n.Config}, args...)...)
 	n.cmd.Env = Environ()
@@ -305,7 +444,7 @@ func (e *Env) launch(n *Node, args ...string) *Node {
 	}
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := n.cmd.Start(); err != nil {
+	if err := e.start(n.cmd, n.Name); err != nil {
 		e.t.Fatalf("nodetest: start %s: %v", n.Name, err)
 	}
 	go func() {
@@ -374,11 +513,19 @@ func (e *Env) WaitMembers(want int, timeout time.Duration) error {
 }
 
 // Registered are the cluster addresses of the members registered in etcd,
-// the members clients place sessions by, sorted.
+// the members clients place sessions by, sorted. With Options.Net it reads
+// them from host "test".
 func (e *Env) Registered() ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cfg := clientv3.Config{Endpoints: []string{e.Etcd.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if e.opts.Net != nil {
+		cfg.TLS = e.testTLS
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return e.test.DialContext(ctx, "tcp", addr)
+		})}
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -457,6 +604,9 @@ type Node struct {
 	Config string // its configuration file
 	Port   int    // its cluster port
 	Addr   string // its cluster address, host:port, once it listens
+	// MetricsURL is where it serves /metrics, with Options.Metrics, once
+	// it listens.
+	MetricsURL string
 
 	cmd    *exec.Cmd
 	out    *Lines
@@ -719,6 +869,21 @@ func Logged(lines []string, level string) []string {
 	return out
 }
 
+// freePort is a TCP port nobody listened on a moment ago where member
+// name listens: on its host with Options.Net, else on loopback.
+func (e *Env) freePort(name string) int {
+	e.t.Helper()
+	if e.opts.Net == nil {
+		return FreePort(e.t)
+	}
+	ln, err := e.host(name).Listen("tcp", net.JoinHostPort(e.ip(name), "0"))
+	if err != nil {
+		e.t.Fatalf("nodetest: free port on %s: %v", name, err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // FreePort is a loopback TCP port nobody listened on a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
@@ -744,16 +909,44 @@ type Client struct {
 	closed atomic.Bool
 }
 
+// Running reports whether the client's process has not exited.
+func (c *Client) Running() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
 // Stderr is what the client wrote to its stderr so far.
 func (c *Client) Stderr() string { return c.errOut.String() }
 
 // StartClient starts `musepi rpc --cluster --config FILE` with node's
 // file (it joins as a client member, hosting nothing) and args (such as
-// --session-id ID). The client is stopped when the test ends.
+// --session-id ID); with Options.Net, on node's host. The client is
+// stopped when the test ends.
 func (e *Env) StartClient(node *Node, args ...string) *Client {
 	e.t.Helper()
+	return e.startClient(node.Name, node.Config, args)
+}
+
+// StartClientAt starts `musepi rpc --cluster` as a member of its own on
+// host (with Options.Net, inside host's namespace; the name is only a
+// name without): a file of its own, member HOST-N (the Nth client
+// started so), port 0, with the Member of host, and args. The client is
+// stopped when the test ends.
+func (e *Env) StartClientAt(host string, args ...string) *Client {
+	e.t.Helper()
+	name := fmt.Sprintf("%s-%d", host, e.clients.Add(1))
+	return e.startClient(host, e.WriteConfig(name, 0, e.Member(host)), args)
+}
+
+// startClient starts a client with file config on host.
+func (e *Env) startClient(host, config string, args []string) *Client {
+	e.t.Helper()
 	c := &Client{t: e.t, out: &Lines{}, errOut: &Lines{}, exited: make(chan struct{})}
-	c.cmd = exec.Command(e.bin, append([]string{"rpc", "--cluster", "--config", node.Config}, args...)...)
+	c.cmd = exec.Command(e.bin, append([]string{"rpc", "--cluster", "--config", config}, args...)...)
 	c.cmd.Env = Environ()
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.errOut
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -762,7 +955,7 @@ func (e *Env) StartClient(node *Node, args ...string) *Client {
 		e.t.Fatal(err)
 	}
 	c.in = in
-	if err := c.cmd.Start(); err != nil {
+	if err := e.start(c.cmd, host); err != nil {
 		e.t.Fatalf("nodetest: start rpc client: %v", err)
 	}
 	go func() {

@@ -118,29 +118,9 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(tempBase(cred), "pgtest-")
+	dir, data, err := initData(ctx, bin, cred, o.host != nil)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgtest: hand %s to the server's user: %w", dir, err)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
-	initdb.Dir, initdb.SysProcAttr = dir, &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
-	}
-	if o.host != nil {
-		if err := trustSubnet(data); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+		return nil, err
 	}
 	// A free port may be taken by someone else before postgres binds it:
 	// try a few.
@@ -157,6 +137,37 @@ func Launch(ctx context.Context, opts ...Option) (*Server, error) {
 	}
 	os.RemoveAll(dir)
 	return nil, lastErr
+}
+
+// initData makes a directory for the server, owned by cred's user, and
+// initialises a data directory in it; with subnet, trusting the clients of
+// the server's subnet.
+func initData(ctx context.Context, bin string, cred *syscall.Credential, subnet bool) (dir, data string, err error) {
+	dir, err = os.MkdirTemp(tempBase(cred), "pgtest-")
+	if err != nil {
+		return "", "", fmt.Errorf("pgtest: %w", err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", "", fmt.Errorf("pgtest: hand %s to the server's user: %w", dir, err)
+		}
+	}
+	data = filepath.Join(dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	initdb.Dir, initdb.SysProcAttr = dir, &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+	}
+	if subnet {
+		if err := trustSubnet(data); err != nil {
+			os.RemoveAll(dir)
+			return "", "", err
+		}
+	}
+	return dir, data, nil
 }
 
 // trustSubnet lets clients of the server's subnet in without a password,
