@@ -337,6 +337,10 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 	if !s.core.AwaitsTools(m.GetTurn()) {
 		return
 	}
+	if m.GetTaken() { // its hold found the session another's: nothing ran
+		s.leave(ctx)
+		return
+	}
 	s.running = nil
 	now := s.deps.Clock.Now().UnixMilli()
 	entries := make([]*messages.Entry, len(m.GetResults()))

@@ -197,13 +197,13 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 
 // runTools runs the tool calls of turn in order in one goroutine.
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
-	if err := s.hold(); err != nil {
-		if errors.Is(err, history.ErrTaken) {
-			s.leave(ctx)
-			return
-		}
-		s.pending = append(s.pending, session.Input{Kind: session.InToolsDone, Turn: turn, Err: err.Error()})
+	if s.taken() { // known already: nothing to check
+		s.leave(ctx)
 		return
+	}
+	var hold func(context.Context) error
+	if h, ok := s.cfg.History.(history.Holder); ok {
+		hold = holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
 	}
 	tools := map[string]Tool{}
 	for _, t := range s.deps.Tools {
@@ -221,12 +221,32 @@ func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*message
 	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		defer toolCtx.cancel(context.Canceled)
+		if hold != nil {
+			if err := hold(toolCtx); err != nil { // another activation's, or aborted while it could not tell
+				track.Send(root, clk, self, notRun(turn, calls, err))
+				return
+			}
+		}
 		results := make([]*messages.ToolResult, 0, len(calls))
 		for _, c := range calls {
 			results = append(results, runTool(toolCtx, tools, c))
 		}
 		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
 	}))
+}
+
+// notRun is the end of tool calls that did not run because the session's
+// hold said no: taken, when another activation has the session (it acts
+// no more), else error results with why (the turn was aborted).
+func notRun(turn uint64, calls []*messages.ToolCall, err error) *messages.ToolsFinished {
+	if errors.Is(err, history.ErrTaken) {
+		return &messages.ToolsFinished{Turn: turn, Taken: true}
+	}
+	results := make([]*messages.ToolResult, len(calls))
+	for i, c := range calls {
+		results[i] = &messages.ToolResult{ToolCallId: c.GetId(), Name: c.GetName(), Output: "not run: " + err.Error(), IsError: true}
+	}
+	return &messages.ToolsFinished{Turn: turn, Results: results}
 }
 
 // taken reports whether the session's history already knows that
@@ -275,7 +295,8 @@ const holdRetry = time.Second
 // cluster node that cannot renew its lease steps aside from the
 // membership meanwhile, so that its hold soon answers ErrTaken and the
 // session goes on at another node once the lease has lapsed (see
-// cluster.Join). Waiting is logged once per turn.
+// cluster.Join). Waiting is logged once per turn. It runs in a goroutine
+// that is a unit of work on clk (a turn's, or its tools').
 func holdUntilDecided(h history.Holder, clk clock.Clock, log *slog.Logger, id string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		for logged := false; ; logged = true {
@@ -291,15 +312,35 @@ func holdUntilDecided(h history.Holder, clk clock.Clock, log *slog.Logger, id st
 				log.Warn("not acting for the session until its hold can be checked (the chain stays as it is)",
 					slog.Any("error", err), slog.String("session", id))
 			}
-			wake := make(chan struct{})
-			timer := clk.AfterFunc(holdRetry, func() { close(wake) })
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if !pause(ctx, clk, holdRetry) {
 				return ctx.Err()
-			case <-wake:
 			}
 		}
+	}
+}
+
+// pause waits d on clk, or until ctx ends (false). The caller is a unit
+// of work in flight on clk (Begin); it is not while it waits, so that a
+// virtual clock can move on to the pause's end, and is again once it
+// returns (the timer's callback begins it, from within the clock's
+// advance).
+func pause(ctx context.Context, clk clock.Clock, d time.Duration) bool {
+	clk.End()
+	wake := make(chan struct{})
+	timer := clk.AfterFunc(d, func() {
+		clk.Begin()
+		close(wake)
+	})
+	select {
+	case <-wake:
+		return true
+	case <-ctx.Done():
+		if timer.Stop() {
+			clk.Begin()
+		} else {
+			<-wake // it fired as ctx ended: its Begin stands
+		}
+		return false
 	}
 }
 

@@ -935,6 +935,7 @@ type ToolsFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	Results       []*ToolResult          `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"` // the hold found the session another activation's: nothing ran
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -981,6 +982,13 @@ func (x *ToolsFinished) GetResults() []*ToolResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *ToolsFinished) GetTaken() bool {
+	if x != nil {
+		return x.Taken
+	}
+	return false
 }
 
 // ArmRetryTimer asks the session's retry actor to start the backoff of
@@ -2892,10 +2900,11 @@ const file_actors_proto_rawDesc = "" +
 	"\fTurnFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\"T\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\"j\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\"\xb8\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xb8\x01\n" +
 	"\rArmRetryTimer\x12\x19\n" +
 	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
