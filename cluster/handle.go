@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,6 +31,10 @@ type remoteSession struct {
 	node  *clusterNode
 	open  *messages.SessionOpen
 	relay *actor.PID
+
+	// known is pid, for the reads (State), which never wait on mu: an open
+	// holds mu while it waits for a new activation (up to openWait).
+	known atomic.Pointer[actor.PID]
 
 	mu      sync.Mutex
 	pid     *actor.PID // the open activation (nil: look it up)
@@ -125,6 +130,7 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			return fmt.Errorf("musepi: open session %s: %s", r.s.ID(), e)
 		}
 		r.pid, r.events = pid, r.open.Events
+		r.known.Store(pid)
 		if st := opened.GetState(); st != nil {
 			r.s.State().SetWire(st)
 			r.settled.opened(st.GetGeneration())
@@ -164,6 +170,7 @@ func (r *remoteSession) stale(pid *actor.PID) {
 	if r.pid != nil && (pid == nil || r.pid.Equal(pid)) {
 		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), r.pid)
 		r.pid = nil
+		r.known.Store(nil)
 	}
 }
 
@@ -280,6 +287,7 @@ func (r *remoteSession) release() {
 	r.gone = true
 	pid := r.pid
 	r.pid = nil
+	r.known.Store(nil)
 	pending := r.pending
 	r.pending = map[*pendingPrompt]struct{}{}
 	r.mu.Unlock()
@@ -322,17 +330,16 @@ func (r *remoteSession) Close(ctx context.Context) error {
 
 // State refreshes the handle's mirror of the session's state from the
 // activation the handle knows (bounded by the cluster's request timeout;
-// on failure the mirror keeps what it last knew). A read never places the
+// on failure the mirror keeps what it last knew), without waiting for an
+// open in progress. A read never places the
 // session: a handle that knows no activation (its host left the member
 // list, the session moved) answers from its mirror, and only a prompt or
 // an explicit open looks the session up again. Reopening it elsewhere for
 // a read would move a session whose host is alive, and make the new
 // activation wait for that host's lease.
 func (r *remoteSession) State() *actors.SessionState {
-	r.mu.Lock()
-	pid, gone := r.pid, r.gone
-	r.mu.Unlock()
-	if pid == nil || gone {
+	pid := r.known.Load()
+	if pid == nil {
 		return r.s.State()
 	}
 	res, err := r.node.rt.System().Root.RequestFuture(pid, &messages.SessionStateRequest{}, r.node.member.RequestTimeout()).Result()

@@ -392,6 +392,13 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 		seen := append([]string(nil), types...)
 		mu.Unlock()
 		if len(seen) > 0 && seen[len(seen)-1] == "agent_settled" {
+			time.Sleep(100 * time.Millisecond) // a second one would come now
+			mu.Lock()
+			seen = append([]string(nil), types...)
+			mu.Unlock()
+			if n := count(seen, "agent_settled"); n != 1 {
+				t.Errorf(failed+"events on node 1: %v; want one agent_settled, got %d", seen, n)
+			}
 			if seen[0] != "agent_start" || !contains(seen, "message_update") {
 				t.Errorf(failed+"events on node 1: %v; want agent_start, message_update ... agent_settled", seen)
 			}
@@ -414,6 +421,16 @@ func remotePrompt(t *testing.T, c *sessionCluster) {
 	if s.Busy() || s.Model() != "p/m1" || s.Generation() != 1 {
 		t.Errorf(failed+"state through node 1: busy %v, model %q, generation %d; want idle, p/m1, 1", s.Busy(), s.Model(), s.Generation())
 	}
+}
+
+func count(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }
 
 func contains(list []string, s string) bool {
@@ -572,6 +589,7 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 	n4 := c.join()
 	c.nodes = append(c.nodes, n4)
 	waitMembers(t, 5, append([]*musepi.Runtime{c.client}, c.nodes...)...)
+	readsPlaceNothing(t, c.nodes, sessions, n4)
 	// The first half go on; the second half are closed through handles
 	// that have not yet met their session's new activation.
 	start := time.Now()
@@ -593,6 +611,32 @@ func nodeJoins(t *testing.T, c *sessionCluster) {
 			t.Errorf(failed+"close %s after the join: %v", s.ID(), err)
 		}
 	}
+}
+
+// readsPlaceNothing: once the sessions that moved have left their old
+// nodes, reading their state through handles that know no activation now
+// opens none: the new node hosts nothing until a prompt comes, and the
+// reads answer from the handles' mirrors.
+func readsPlaceNothing(t *testing.T, nodes []*musepi.Runtime, sessions []*musepi.Session, joined *musepi.Runtime) {
+	t.Helper()
+	hosted, still := hostedSessions(nodes), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Since(still) < 500*time.Millisecond; time.Sleep(20 * time.Millisecond) {
+		if n := hostedSessions(nodes); n != hosted {
+			hosted, still = n, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf(failed + "the sessions hosted kept changing 10 s after the join")
+		}
+	}
+	for _, s := range sessions {
+		if s.Model() != "p/m1" || s.Busy() {
+			t.Errorf(failed+"%s read after the join: model %q, busy %v; want p/m1, idle", s.ID(), s.Model(), s.Busy())
+		}
+	}
+	if n := joined.Stats().Sessions; n != 0 || hostedSessions(nodes) != hosted {
+		t.Errorf(failed+"reads placed sessions: the new node hosts %d, all nodes %d (before the reads %d)", n, hostedSessions(nodes), hosted)
+	}
+	t.Logf("after node 4 joined: %d sessions hosted in all, none on node 4; reads of %d handles placed none", hosted, len(sessions))
 }
 
 func leaveDuringTurn(t *testing.T, c *sessionCluster) {
