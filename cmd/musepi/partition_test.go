@@ -632,9 +632,11 @@ func (p *partition) closeClients() {
 	var wg sync.WaitGroup
 	for _, id := range p.ids {
 		wg.Go(func() {
-			if err := p.clients[id].Close(15 * time.Second); err != nil {
+			c := p.clients[id]
+			if err := c.Close(15 * time.Second); err != nil {
+				stderr := strings.Split(strings.TrimSpace(c.Stderr()), "\n")
 				mu.Lock()
-				p.exits = append(p.exits, fmt.Sprintf("%s: %s", id, firstLine(err.Error())))
+				p.exits = append(p.exits, fmt.Sprintf("%s: %s (%s)", id, firstLine(err.Error()), stderr[len(stderr)-1]))
 				mu.Unlock()
 			}
 		})
@@ -717,8 +719,11 @@ func (p *partition) report(f partitionFigures) {
 		fmt.Fprintf(tw, "heal %d → members agree\t%s\t≤ %s\n", i+1, durations(f.agreed[i:i+1]), agreeWithin)
 	}
 	fmt.Fprintf(tw, "nodes answering /metrics\t%d of 3\t\n", f.metrics)
-	fmt.Fprintf(tw, "clients not exiting cleanly\t%d %v\t\n", len(p.exits), p.exits)
+	fmt.Fprintf(tw, "clients not exiting cleanly at their input's end\t%d\t\n", len(p.exits))
 	_ = tw.Flush()
+	for _, e := range p.exits {
+		fmt.Fprintf(&b, "  client %s\n", e)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(&b, "  %s\n", n)
 	}
@@ -760,22 +765,35 @@ func (p *partition) check(f partitionFigures, lost, twice, wrong int, perAnswer 
 }
 
 // nodeLog is what the nodes logged from the first cut on: their warnings,
-// errors and own lines ("musepi node: ..."), member lists aside, at most
-// 12 lines a node.
+// errors and own lines ("musepi node: ..."), member lists aside, a run of
+// lines with the same message as one, at most 20 a node.
 func (p *partition) nodeLog() string {
 	var b strings.Builder
 	b.WriteString("the nodes' warnings, errors and own lines from the first cut on:\n")
 	for _, n := range p.env.Nodes() {
 		var lines []string
+		var runs []int
+		last := ""
 		for _, line := range n.Output().Since(p.marks[n]) {
-			if strings.Contains(line, " WRN ") || strings.Contains(line, " ERR ") ||
-				strings.Contains(line, "musepi node: ") && !strings.Contains(line, "members (") {
-				lines = append(lines, line)
+			if !strings.Contains(line, " WRN ") && !strings.Contains(line, " ERR ") &&
+				(!strings.Contains(line, "musepi node: ") || strings.Contains(line, "members (")) {
+				continue
 			}
+			// "15:04:05 WRN message key=value ...": the message without the time.
+			msg, _, _ := strings.Cut(line[min(len(line), 9):], "=")
+			if msg == last {
+				runs[len(runs)-1]++
+				continue
+			}
+			last, lines, runs = msg, append(lines, line), append(runs, 1)
 		}
-		fmt.Fprintf(&b, "  %s: %d lines\n", n.Name, len(lines))
-		for _, line := range lines[:min(len(lines), 12)] {
-			fmt.Fprintf(&b, "    %s\n", firstLine(line))
+		fmt.Fprintf(&b, "  %s:\n", n.Name)
+		for i, line := range lines[:min(len(lines), 20)] {
+			fmt.Fprintf(&b, "    %s", firstLine(line))
+			if runs[i] > 1 {
+				fmt.Fprintf(&b, " (and %d more like it)", runs[i]-1)
+			}
+			b.WriteString("\n")
 		}
 	}
 	return b.String()
