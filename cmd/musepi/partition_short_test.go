@@ -3,5 +3,5 @@
 package main
 
 // partitionRun is the normal test run's: the client's cut alone, about
-// 35 s (all five cases with -tags partition).
+// 30 s (all five cases with -tags partition).
 var partitionRun = []partitionCase{clientCutFromHost}
