@@ -106,6 +106,8 @@ type options struct {
 	pacingLimits string // headers or configured
 	maxTokens    int64
 	timeout      time.Duration
+	keys         int    // the keys sessions share
+	wire         string // the API fakellm speaks: openai or anthropic
 	// runs are -mode both's runs, in bothModes' order, each with the
 	// options its mode alone would have (nil in the other modes).
 	runs []*options
@@ -191,7 +193,9 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.highPercent, "high", 0, "ratelimit: percent of the sessions at high priority, the rest low (default 20)")
 	fs.StringVar(&o.pacing, "pacing", "", "ratelimit: MusePi's pacing: off, on or both (MusePi runs twice; default both, cluster mode on)")
 	fs.StringVar(&o.pacingLimits, "pacing-limits", "", "ratelimit: where MusePi's pacing takes the keys' limits from: headers (learnt from the responses) or configured (Credential.RateLimits, corrected by the headers) (default configured)")
-	fs.Int64Var(&o.maxTokens, "max-tokens", 0, "ratelimit: max_tokens of every request (default 256)")
+	fs.Int64Var(&o.maxTokens, "max-tokens", 0, "ratelimit: max_tokens of every request, 0 for none (default 256)")
+	fs.IntVar(&o.keys, "keys", 0, "ratelimit: API keys, each with the limits -rpm and -tpm (default 2)")
+	fs.StringVar(&o.wire, "wire", "", "ratelimit: the API fakellm speaks and the adapter MusePi and the peer use: openai (Chat Completions, the openai-go SDK) or anthropic (Messages, the anthropic-sdk-go SDK) (default openai)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "ratelimit: a contender still running after this long is stopped, its unfinished prompts lost (default 20m)")
 	return fs
 }

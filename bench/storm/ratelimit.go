@@ -49,8 +49,19 @@ type rateLimitScenario struct {
 	Keys        []string // the provider's keys, each with its own limits
 	RPM, TPM    int64    // per key: requests and tokens per minute
 	HighPercent int      // share of the sessions at high priority; the rest are low
-	MaxTokens   int64    // max_completion_tokens of every request
+	MaxTokens   int64    // max_completion_tokens (Anthropic: max_tokens) of every request; 0: none
 	Ramp        time.Duration
+	Wire        string // the API: "openai" (Chat Completions) or "anthropic" (Messages)
+}
+
+// rlKeys are the names (and the API keys) of n keys: key-a, key-b, ...
+// (limitedKey and freeKey first).
+func rlKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key-" + string(rune('a'+i))
+	}
+	return keys
 }
 
 // promptText is the text of session i's prompt j (from 0): a header
@@ -114,13 +125,29 @@ func (sc *rateLimitScenario) fakellm() *fakellm.Scenario {
 
 // String describes the scenario in one line.
 func (sc *rateLimitScenario) String() string {
-	s := fmt.Sprintf("ratelimit: %s sessions × %d prompts one after the other (sizes %d/%d/%d tokens, 6:3:1, each on the context of the ones before; answers %d tokens; max_tokens %d), %d keys × %s requests/min and %s tokens/min, %d %% of the sessions at high priority, the rest low",
-		groupThousands(int64(sc.Sessions)), sc.Prompts, rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.MaxTokens,
-		len(sc.Keys), groupThousands(sc.RPM), groupThousands(sc.TPM), sc.HighPercent)
+	s := fmt.Sprintf("ratelimit: %s sessions × %d prompts one after the other (sizes %d/%d/%d tokens, 6:3:1, each on the context of the ones before; answers %d tokens; %s), %d keys × %s requests/min and %s tokens/min, %d %% of the sessions at high priority, the rest low, %s",
+		groupThousands(int64(sc.Sessions)), sc.Prompts, rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.maxTokensText(),
+		len(sc.Keys), groupThousands(sc.RPM), groupThousands(sc.TPM), sc.HighPercent, sc.wireText())
 	if sc.Ramp > 0 {
 		s += fmt.Sprintf(", sessions start spread over %v", sc.Ramp)
 	}
 	return s
+}
+
+// maxTokensText describes the requests' output limit.
+func (sc *rateLimitScenario) maxTokensText() string {
+	if sc.MaxTokens == 0 {
+		return "no max_tokens"
+	}
+	return fmt.Sprintf("max_tokens %d", sc.MaxTokens)
+}
+
+// wireText names the API the run speaks and the SDK that speaks it.
+func (sc *rateLimitScenario) wireText() string {
+	if sc.Wire == "anthropic" {
+		return "the Anthropic Messages API (anthropic-sdk-go)"
+	}
+	return "the OpenAI Chat Completions API (openai-go)"
 }
 
 // limitPerMinute is what the keys allow in sustained prompts per minute

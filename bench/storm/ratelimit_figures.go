@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,9 @@ type rlRecorder struct {
 	start    time.Time
 	prompts  []rlPrompt // session i's prompt j at i*sc.Prompts + j
 	refused  []time.Duration
+	sent     []rlRequest // the requests, for the per-key figures
+	arrivals []rlArrival // as the server's front saw them
+	waits    []rlWait    // MusePi's rate_limit_wait events
 	requests atomic.Int64
 	http429  atomic.Int64
 }
@@ -73,17 +77,46 @@ func (r *rlRecorder) finish(i, j int, ok bool, tokens int64) {
 	}
 }
 
-// request records a provider request sent at at, refused with a 429 or
-// not.
-func (r *rlRecorder) request(at time.Time, refused bool) {
+// request records a provider request sent at at by session on key,
+// refused with a 429 or not.
+func (r *rlRecorder) request(at time.Time, session int, key string, refused bool) {
 	r.requests.Add(1)
 	r.events.request(at)
 	if refused {
 		r.http429.Add(1)
-		r.mu.Lock()
-		r.refused = append(r.refused, at.Sub(r.start))
-		r.mu.Unlock()
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := at.Sub(r.start)
+	r.sent = append(r.sent, rlRequest{at: d, session: session, key: key, refused: refused})
+	if refused {
+		r.refused = append(r.refused, d)
+	}
+}
+
+// arrival records an API request that reached the server at at on key,
+// refused with a 429 or not.
+func (r *rlRecorder) arrival(at time.Time, key string, refused bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.arrivals = append(r.arrivals, rlArrival{at: at.Sub(r.start), key: key, refused: refused})
+}
+
+// wait records a rate_limit_wait event: at at, session's turn began
+// waiting for key.
+func (r *rlRecorder) wait(at time.Time, session int, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.waits = append(r.waits, rlWait{at: at.Sub(r.start), session: session, key: key})
+}
+
+// keyLog is what the per-key figures need of the run so far, which ends
+// at end; paced says whether the turns' waits are pacing waits.
+func (r *rlRecorder) keyLog(end time.Time, paced bool) *rlKeyLog {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &rlKeyLog{sc: r.sc, paced: paced, requests: slices.Clone(r.sent), arrivals: slices.Clone(r.arrivals),
+		waits: slices.Clone(r.waits), prompts: slices.Clone(r.prompts), end: end.Sub(r.start)}
 }
 
 // snapshot is a copy of the prompts recorded.

@@ -14,7 +14,7 @@ import (
 var outageFlags = []string{"outage", "outage-start", "mix", "usage-limit", "budget", "provider", "heapprofile"}
 
 // rateLimitFlags are the flags of the ratelimit scenario only.
-var rateLimitFlags = []string{"prompts", "rpm", "tpm", "high", "pacing", "pacing-limits", "max-tokens", "timeout"}
+var rateLimitFlags = []string{"prompts", "rpm", "tpm", "high", "pacing", "pacing-limits", "max-tokens", "timeout", "keys", "wire"}
 
 // outageOnly refuses the ratelimit scenario's flags among set (the
 // outage scenario's run).
@@ -51,6 +51,9 @@ const (
 	rlDefaultMaxRetries = 1000
 	rlDefaultTimeout    = 20 * time.Minute
 	rlDefaultLimits     = "configured"
+	rlDefaultKeys       = 2
+	rlDefaultWire       = "openai"
+	rlMaxKeys           = 26 // key-a to key-z
 )
 
 // rateLimitOptions gives the ratelimit scenario's flags not set (the
@@ -75,6 +78,8 @@ func rateLimitOptions(o *options, set map[string]bool) error {
 		{"max-retries", func() { o.maxRetries = rlDefaultMaxRetries }},
 		{"timeout", func() { o.timeout = rlDefaultTimeout }},
 		{"pacing-limits", func() { o.pacingLimits = rlDefaultLimits }},
+		{"keys", func() { o.keys = rlDefaultKeys }},
+		{"wire", func() { o.wire = rlDefaultWire }},
 		{"pacing", func() { o.pacing = map[bool]string{true: "on", false: "both"}[o.mode == "cluster"] }},
 		{"contenders", func() { o.contenders = map[bool]string{true: "cluster", false: "peer,musepi"}[o.mode == "cluster"] }},
 	}
@@ -105,8 +110,14 @@ func validateRateLimit(o *options) error {
 		return fmt.Errorf("-pacing must be off, on or both, got %q", o.pacing)
 	case o.pacingLimits != "headers" && o.pacingLimits != "configured":
 		return fmt.Errorf("-pacing-limits must be headers or configured, got %q", o.pacingLimits)
-	case o.maxTokens < 1:
-		return fmt.Errorf("-max-tokens must be 1 or more, got %d", o.maxTokens)
+	case o.maxTokens < 0:
+		return fmt.Errorf("-max-tokens must not be negative, got %d", o.maxTokens)
+	case o.keys < 1 || o.keys > rlMaxKeys:
+		return fmt.Errorf("-keys must be 1-%d, got %d", rlMaxKeys, o.keys)
+	case o.wire != "openai" && o.wire != "anthropic":
+		return fmt.Errorf("-wire must be openai or anthropic, got %q", o.wire)
+	case o.wire == "anthropic" && o.maxTokens == 0:
+		return fmt.Errorf("-wire anthropic needs -max-tokens above 0 (the Messages API requires max_tokens)")
 	case o.timeout <= 0:
 		return fmt.Errorf("-timeout must be above 0, got %v", o.timeout)
 	case o.ramp < 0:

@@ -14,7 +14,7 @@ func TestParseFlagsRateLimit(t *testing.T) {
 	defaults := options{
 		mode: "real", scenario: "ratelimit", sessions: 2000, prompts: 3, rpm: 600, tpm: 200_000, highPercent: 20,
 		maxTokens: 256, maxRetries: 1000, timeout: 20 * time.Minute, pacing: "both", pacingLimits: "configured",
-		contenders: "peer,musepi",
+		contenders: "peer,musepi", keys: 2, wire: "openai",
 		// the flags' own defaults, which the ratelimit scenario leaves
 		mix: defaultMix, usageLimit: true, budget: "off", baseDelay: 500 * time.Millisecond, maxDelay: 5 * time.Minute,
 		passivate: musepi.DefaultPassivateAfter, seed: 1, provider: "fakellm", nodes: 3,
@@ -37,12 +37,14 @@ func TestParseFlagsRateLimit(t *testing.T) {
 			want: with(func(o *options) { o.mode, o.contenders, o.pacing = "cluster", "cluster", "on" })},
 		{name: "explicit values kept", args: rl("-sessions", "50", "-prompts", "2", "-rpm", "60", "-tpm", "0", "-high", "50",
 			"-max-tokens", "64", "-max-retries", "5", "-timeout", "1m", "-pacing", "on", "-pacing-limits", "headers",
-			"-contenders", "musepi", "-ramp", "2s", "-out", "x", "-quiet"),
+			"-contenders", "musepi", "-ramp", "2s", "-out", "x", "-quiet", "-keys", "1", "-wire", "anthropic"),
 			want: with(func(o *options) {
 				o.sessions, o.prompts, o.rpm, o.tpm, o.highPercent = 50, 2, 60, 0, 50
 				o.maxTokens, o.maxRetries, o.timeout, o.pacing, o.pacingLimits = 64, 5, time.Minute, "on", "headers"
-				o.contenders, o.ramp, o.out, o.quiet = "musepi", 2*time.Second, "x", true
+				o.contenders, o.ramp, o.out, o.quiet, o.keys, o.wire = "musepi", 2*time.Second, "x", true, 1, "anthropic"
 			})},
+		{name: "no max_tokens", args: rl("-max-tokens", "0", "-sessions", "4", "-prompts", "10", "-tpm", "6000"),
+			want: with(func(o *options) { o.maxTokens, o.sessions, o.prompts, o.tpm = 0, 4, 10, 6000 })},
 		{name: "virtual mode", args: rl("-mode", "virtual"), errHas: `runs in -mode real or cluster`},
 		{name: "both modes", args: rl("-mode", "both"), errHas: `runs in -mode real or cluster`},
 		{name: "an outage flag", args: rl("-outage", "3s"), errHas: "-outage applies to -scenario outage only"},
@@ -57,7 +59,12 @@ func TestParseFlagsRateLimit(t *testing.T) {
 		{name: "high over 100", args: rl("-high", "101"), errHas: "-high must be 0-100"},
 		{name: "bad pacing", args: rl("-pacing", "maybe"), errHas: `-pacing must be off, on or both`},
 		{name: "bad limits source", args: rl("-pacing-limits", "guess"), errHas: `-pacing-limits must be headers or configured`},
-		{name: "no max tokens", args: rl("-max-tokens", "0"), errHas: "-max-tokens must be 1 or more"},
+		{name: "negative max tokens", args: rl("-max-tokens", "-1"), errHas: "-max-tokens must not be negative"},
+		{name: "anthropic without max tokens", args: rl("-wire", "anthropic", "-max-tokens", "0"), errHas: "-wire anthropic needs -max-tokens above 0"},
+		{name: "no keys", args: rl("-keys", "0"), errHas: "-keys must be 1-26"},
+		{name: "too many keys", args: rl("-keys", "27"), errHas: "-keys must be 1-26"},
+		{name: "bad wire", args: rl("-wire", "grpc"), errHas: `-wire must be openai or anthropic, got "grpc"`},
+		{name: "a ratelimit flag in the outage: -wire", args: []string{"-wire", "anthropic"}, errHas: "-wire applies to -scenario ratelimit only"},
 		{name: "no timeout", args: rl("-timeout", "0"), errHas: "-timeout must be above 0"},
 		{name: "the floor", args: rl("-contenders", "floor,peer"), errHas: `unknown contender "floor" in the ratelimit scenario`},
 	} {

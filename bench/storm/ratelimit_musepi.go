@@ -46,7 +46,7 @@ func runRLMusePi(ctx context.Context, e *rlEnv, pacing bool, nodes int) (System,
 	} else {
 		name, desc = name+"-pacing-off", desc+", pacing off (WithPacing(false))"
 	}
-	return runRateLimitContender(ctx, e, name, desc, func(run *rlRun) rlContender {
+	return runRateLimitContender(ctx, e, name, desc, pacing, func(run *rlRun) rlContender {
 		return &rlMusePi{run: run, pacing: pacing, nodes: nodes}
 	})
 }
@@ -121,6 +121,8 @@ func (m *rlMusePi) count(ev musepi.Event) {
 	switch ev := ev.(type) {
 	case musepi.RateLimitWait:
 		m.waits.Add(1)
+		session, _ := strconv.Atoi(ev.SessionID)
+		m.run.rec.wait(ev.Time, session, ev.Credential)
 	case musepi.CredentialSwitch:
 		if ev.Reason == "pacing" {
 			m.switches.Add(1)

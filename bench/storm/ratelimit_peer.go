@@ -29,7 +29,7 @@ type rlPeer struct {
 // runRLPeer runs the peer against a fresh fake server.
 func runRLPeer(ctx context.Context, e *rlEnv) (System, error) {
 	return runRateLimitContender(ctx, e, "peer",
-		"one goroutine per session, prompts one after the other, cenkalti/backoff/v5 retry loop honouring retry-after; no pacing, no priority",
+		"one goroutine per session, prompts one after the other, cenkalti/backoff/v5 retry loop honouring retry-after; no pacing, no priority", false,
 		func(run *rlRun) rlContender { return &rlPeer{run: run} })
 }
 

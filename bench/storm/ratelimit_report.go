@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/musepi/musepi/provider/fakellm"
 )
 
 // rlFigureRows are the ratelimit scenario's figures, in table order.
@@ -31,6 +36,10 @@ var rlFigureRows = []Figure{
 	{"jain_fairness", "Jain's fairness index (the lower of the priorities')", ""},
 	{"jain_fairness_high", "Jain's fairness index, high priority", ""},
 	{"jain_fairness_low", "Jain's fairness index, low priority", ""},
+	{"max_key_idle_s", "longest a key admitted nothing while turns waited for it (the keys' longest)", "s"},
+	{"max_admissions_per_second", "most requests a key admitted in one second (the keys' most)", ""},
+	{"stayed_on_key_share", "turns on their session's previous key (share of the turns after a turn)", ""},
+	{"turns_with_a_previous_turn", "turns after a turn of their session", ""},
 	{"rate_limit_waits", "rate_limit_wait events", ""},
 	{"credential_switches_pacing", "credential switches for pacing", ""},
 	{"requests_sent_harness", "provider requests (the harness's count)", ""},
@@ -38,6 +47,38 @@ var rlFigureRows = []Figure{
 	{"cpu_seconds", "CPU time (the process: contender and fakellm)", "s"},
 	{"wall_seconds", "wall time", "s"},
 	{"setup_seconds", "setup before the first prompt (sessions created)", "s"},
+}
+
+// rlPerKey are the figures reported per key too: each key's under the
+// figure's key with "_<key>" added, labelled with the key's name.
+var rlPerKey = map[string]string{
+	"max_key_idle_s":            "longest %s admitted nothing while turns waited for it",
+	"max_admissions_per_second": "most requests %s admitted in one second",
+}
+
+// rlRows are rlFigureRows with, after each figure of rlPerKey, a row per
+// key that some system reports it for.
+func rlRows(systems []System) []Figure {
+	var rows []Figure
+	for _, f := range rlFigureRows {
+		rows = append(rows, f)
+		label, ok := rlPerKey[f.Key]
+		if !ok {
+			continue
+		}
+		keys := map[string]bool{}
+		for _, s := range systems {
+			for k := range s.Figures {
+				if key, found := strings.CutPrefix(k, f.Key+"_"); found {
+					keys[key] = true
+				}
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(keys)) {
+			rows = append(rows, Figure{f.Key + "_" + key, fmt.Sprintf(label, key), f.Unit})
+		}
+	}
+	return rows
 }
 
 // writeRateLimitMarkdown renders a ratelimit run as a Markdown document:
@@ -52,7 +93,7 @@ func writeRateLimitMarkdown(w io.Writer, c *Combined) error {
 		fmt.Fprintf(&b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
 		fmt.Fprintf(&b, "- Scenario: %s\n", r.Scenario)
 		fmt.Fprintf(&b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
-		writeFigureTable(&b, r.Systems, rlFigureRows)
+		writeFigureTable(&b, r.Systems, rlRows(r.Systems))
 		if len(r.Ratios) > 0 {
 			b.WriteString("\n## Ratios\n\n| Ratio | Value |\n|---|--:|\n")
 			for _, q := range r.Ratios {
@@ -82,13 +123,13 @@ func rlFiles(c *Combined) []outputFile {
 func rlNotes(e *rlEnv) []string {
 	sc := e.sc
 	n := []string{
-		fmt.Sprintf("sessions: %s, each sending %d prompts one after the other (the next when the one before is answered), each prompt with the conversation before it (its prompts and answers) as a chat client sends it; session i starts on key %s or %s (i mod 2); %d %% of the sessions (%s) are at high priority, the rest low.",
-			groupThousands(int64(sc.Sessions)), sc.Prompts, sc.Keys[0], sc.Keys[1], sc.HighPercent, everyNth(sc.HighPercent)),
-		fmt.Sprintf("prompt sizes: %d, %d or %d tokens of text (fakellm counts bytes / 4), dealt 6:3:1 within each priority; every answer is %d tokens; max_tokens %d on every request. A prompt's request also carries the conversation before it, so its cost grows with its place in the session.",
-			rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.MaxTokens),
-		fmt.Sprintf("fakellm (in this process, on loopback, a fresh server per contender: buckets full at its start) limits each key to %s requests and %s tokens per minute; a request's cost is 1 request and its body's bytes / 4 plus max_tokens, corrected to the answer's output once answered; a request that does not fit gets a 429 with retry-after (whole seconds) and retry-after-ms, and costs nothing. Every answer carries the x-ratelimit-* headers.",
-			groupThousands(sc.RPM), groupThousands(sc.TPM)),
-		"requests and 429 responses are fakellm's counts (stats total and by_status 429; the harness's own counts are in the table too). The contenders use MusePi's OpenAI adapter (the official openai-go SDK, Chat Completions, the SDK's own retries off).",
+		fmt.Sprintf("sessions: %s, each sending %d prompts one after the other (the next when the one before is answered), each prompt with the conversation before it (its prompts and answers) as a chat client sends it; %d keys (%s), the peer's session i on key i mod %d throughout; %d %% of the sessions (%s) are at high priority, the rest low.",
+			groupThousands(int64(sc.Sessions)), sc.Prompts, len(sc.Keys), strings.Join(sc.Keys, ", "), len(sc.Keys), sc.HighPercent, everyNth(sc.HighPercent)),
+		fmt.Sprintf("prompt sizes: %d, %d or %d tokens of text (fakellm counts bytes / 4), dealt 6:3:1 within each priority; every answer is %d tokens; %s on every request. A prompt's request also carries the conversation before it, so its cost grows with its place in the session.",
+			rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.maxTokensText()),
+		fmt.Sprintf("fakellm (in this process, on loopback behind a counting front, a fresh server per contender: buckets full at its start) limits each key to %s requests and %s tokens per minute; a request's cost is 1 request and its body's bytes / 4 plus max_tokens (%d when none is sent), corrected to the answer's output once answered; a request that does not fit gets a 429 with retry-after (whole seconds; OpenAI also retry-after-ms), and costs nothing. Every answer carries the provider's rate-limit headers.",
+			groupThousands(sc.RPM), groupThousands(sc.TPM), fakellm.DefaultMaxTokens),
+		"requests and 429 responses are fakellm's counts (stats total and by_status 429; the harness's own counts are in the table too). The contenders speak " + sc.wireText() + " through MusePi's adapter of it (the SDK's own retries off).",
 		"goodput_vs_limit = C / ((1 + D) × L): C the prompts completed, D the minutes from the first prompt sent to the last answer, L = Σ over the keys of min(RPM, TPM / c̄) the prompts per minute the keys sustain when a prompt costs c̄ tokens, c̄ the mean of what fakellm charged the completed prompts (the input and output tokens of their answers' usage: body bytes / 4, plus the answer). The buckets start full (a minute's worth) and refill at their rate, so no client completes more than (1 + D) × L prompts in D minutes: 1.0 is the physical limit.",
 		"prompt latency: from the prompt sent (PromptAsync, or the peer's first try) to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority. Jain's index per priority is (Σx)² / (n Σx²) over that priority's sessions, x a session's mean prompt latency; jain_fairness is the lower of the two.",
 		fmt.Sprintf("retries: the peer and MusePi retry each prompt up to %d times (base delay %v); a 429 is retried, honouring retry-after (the peer through backoff.RetryAfter, in whole seconds; MusePi takes the longer of its backoff and the hint).",
@@ -97,7 +138,14 @@ func rlNotes(e *rlEnv) []string {
 		"-pacing-limits: configured is the default because the sessions start together: with the limits learnt from the headers only, every session's first prompt goes out before any response has told a limit, and whatever the keys' buckets cannot take is refused (-pacing-limits headers shows it; after that first wave no 429 comes).",
 		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
 	}
-	return n
+	return append(n, rlKeyNotes...)
+}
+
+// rlKeyNotes define the per-key figures (issue 37).
+var rlKeyNotes = []string{
+	"max_key_idle_s: for each key, the longest stretch during which the key admitted nothing (no request reached fakellm on it, as its counting front saw them arrive, but to be refused with a 429) while at least one turn waited for it; the figure is the longest over the keys, and each key's is given (max_key_idle_s_<key>). A turn waits for a key: for musepi-pacing-on, from its rate_limit_wait event naming the key (musepi.RateLimitWait, at the event's time) to its session's next request (the grant), or to a rate_limit_wait naming another key; for the peer and musepi-pacing-off (which do not pace), while a prompt is not yet answered, for the key of its latest request, from that request on. Waits still open when the run ends end there.",
+	"max_admissions_per_second: for each key, the most requests it admitted (reached fakellm and were not refused with a 429, by their arrival at the front) within any one second [t, t + 1 s); the most over the keys, and each key's (max_admissions_per_second_<key>).",
+	"stayed_on_key_share: of the requests (turns, retries included) of a session that had sent one before (turns_with_a_previous_turn), the share sent on the same API key as the session's request just before it, the key read from the request the adapter sent (the API key fakellm sees). It counts every turn, whether or not its previous key had room: a turn moved off a key with no room counts as not staying.",
 }
 
 // everyNth describes how often a share of percent comes round: "one in

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/provider/anthropic"
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/provider/openai"
 	"github.com/musepi/musepi/retry"
@@ -33,39 +36,102 @@ type rlEnv struct {
 }
 
 // rlServer is a contender's fake server: fakellm in this process on a
-// loopback port, fresh (its buckets full), and the HTTP client to it.
+// loopback port behind a counting front (rlFront), fresh (its buckets
+// full), and the HTTP client to it.
 type rlServer struct {
 	srv    *fakellm.Server
+	hs     *http.Server
+	served chan struct{} // closed once hs stopped serving
 	base   string
 	client *http.Client
 }
 
-// startRLServer starts a fake server for sc.
-func startRLServer(sc *rateLimitScenario) (*rlServer, error) {
+// startRLServer starts a fake server for sc, its front recording into
+// rec.
+func startRLServer(sc *rateLimitScenario, rec *rlRecorder) (*rlServer, error) {
 	fsc := sc.fakellm()
 	if err := fsc.Validate(); err != nil {
 		return nil, fmt.Errorf("fakellm scenario: %w", err)
 	}
-	srv := fakellm.New(fsc)
-	base, err := srv.Start("127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("start fakellm: %w", err)
 	}
+	srv := fakellm.New(fsc)
+	s := &rlServer{srv: srv, served: make(chan struct{}), base: "http://" + ln.Addr().String(),
+		hs: &http.Server{Handler: &rlFront{next: srv, rec: rec}, ReadHeaderTimeout: 30 * time.Second}}
+	go func() {
+		defer close(s.served)
+		_ = s.hs.Serve(ln)
+	}()
 	tr := &http.Transport{MaxIdleConns: 2048, MaxIdleConnsPerHost: 2048, MaxConnsPerHost: 2048, IdleConnTimeout: time.Minute}
-	return &rlServer{srv: srv, base: base, client: &http.Client{Transport: tr}}, nil
+	s.client = &http.Client{Transport: tr}
+	return s, nil
 }
 
-// provider is MusePi's OpenAI adapter (the official SDK, Chat
-// Completions) against the server, sending sc's max_tokens.
-func (s *rlServer) provider(sc *rateLimitScenario) *openai.Provider {
+// provider is MusePi's adapter of sc's wire against the server, sending
+// sc's max_tokens: the OpenAI one (the official SDK, Chat Completions) or
+// the Anthropic one (the official SDK, Messages).
+func (s *rlServer) provider(sc *rateLimitScenario) provider.Provider {
+	if sc.Wire == "anthropic" {
+		return anthropic.New(anthropic.Config{BaseURL: s.base, HTTPClient: s.client, MaxTokens: sc.MaxTokens})
+	}
 	return openai.New(openai.Config{BaseURL: s.base + "/v1", API: openai.APIChat, HTTPClient: s.client, MaxTokens: sc.MaxTokens})
 }
 
-// close stops the server and the client's connections.
+// close stops the server, its front and the client's connections.
 func (s *rlServer) close() {
 	s.client.CloseIdleConnections()
 	_ = s.srv.Close()
+	_ = s.hs.Close()
+	<-s.served
 }
+
+// rlFront is the counting front of a contender's fake server: it records
+// every API request reaching the server (when it arrived, its key, and
+// whether the server refused it with a 429) and hands it on.
+type rlFront struct {
+	next http.Handler
+	rec  *rlRecorder
+}
+
+// ServeHTTP hands r to the server and records it once answered.
+func (f *rlFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	f.next.ServeHTTP(sw, r)
+	if key := requestKey(r); key != "" {
+		f.rec.arrival(at, key, sw.status == http.StatusTooManyRequests)
+	}
+}
+
+// requestKey is the API key r carries: Anthropic's x-api-key, or
+// OpenAI's bearer token.
+func requestKey(r *http.Request) string {
+	if k := r.Header.Get("X-Api-Key"); k != "" {
+		return k
+	}
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+}
+
+// statusWriter remembers the status of the response it writes.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+// WriteHeader records the first status written.
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap is the writer underneath, for http.ResponseController (the
+// server flushes its streams and may cut connections).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // rlProvider records each request of a contender and whether a 429
 // refused it. It keeps the adapter's output bound, which MusePi's pacing
@@ -79,7 +145,8 @@ type rlProvider struct {
 func (p *rlProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
 	at := time.Now()
 	msg := p.Provider.Stream(ctx, req, onDelta)
-	p.rec.request(at, msg.GetHttpStatus() == http.StatusTooManyRequests)
+	session, _ := strconv.Atoi(req.SessionID)
+	p.rec.request(at, session, req.APIKey, msg.GetHttpStatus() == http.StatusTooManyRequests)
 	return msg
 }
 
@@ -112,14 +179,15 @@ type rlContender interface {
 
 // runRateLimitContender runs one contender, made by newContender, against
 // a fresh fake server, until every prompt ended or e.timeout passed, and
-// returns what it measured.
-func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, newContender func(*rlRun) rlContender) (System, error) {
-	srv, err := startRLServer(e.sc)
+// returns what it measured. paced says whether its turns wait for a key
+// as pacing waits (rate_limit_wait events).
+func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, paced bool, newContender func(*rlRun) rlContender) (System, error) {
+	rec := newRLRecorder(e.sc)
+	srv, err := startRLServer(e.sc, rec)
 	if err != nil {
 		return System{}, err
 	}
 	defer srv.close()
-	rec := newRLRecorder(e.sc)
 	run := &rlRun{e: e, rec: rec, prov: &rlProvider{Provider: srv.provider(e.sc), rec: rec}}
 	c := newContender(run)
 	setup0 := time.Now()
@@ -143,7 +211,7 @@ func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, new
 	bar.stop()
 	timedOut := err != nil && ctx.Err() == nil
 	stats, extra := srv.srv.Stats(), c.counts()
-	prompts := rec.snapshot()
+	prompts, keys := rec.snapshot(), rec.keyLog(wall0.Add(wall), paced)
 	cancel()
 	if cerr := c.close(); err == nil && cerr != nil {
 		return System{}, fmt.Errorf("%s: %w", name, cerr)
@@ -152,6 +220,7 @@ func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, new
 		return System{}, fmt.Errorf("%s: %w", name, err)
 	}
 	f := rlFigures(e.sc, prompts, stats, rec)
+	keyFigures(f, keys)
 	f["setup_seconds"], f["cpu_seconds"], f["wall_seconds"] = setup.Seconds(), cpu.Seconds(), wall.Seconds()
 	return rlSystem(e, name, desc, f, extra, rec, timedOut), nil
 }
@@ -257,8 +326,8 @@ func rlTargetMode(mode string) string {
 // newRLEnv is the env of o's ratelimit run; an error when o's retry
 // settings are not valid.
 func newRLEnv(o *options, stderr io.Writer) (*rlEnv, error) {
-	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: []string{limitedKey, freeKey},
-		RPM: o.rpm, TPM: o.tpm, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp}
+	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: rlKeys(o.keys),
+		RPM: o.rpm, TPM: o.tpm, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp, Wire: o.wire}
 	settings := retry.DefaultSettings()
 	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
 	settings.ModelFallback = false

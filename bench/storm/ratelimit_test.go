@@ -250,8 +250,8 @@ func TestRLRecorder(t *testing.T) {
 	start := time.Now()
 	rec.restart(start)
 	rec.begin(1, 0)
-	rec.request(start.Add(100*time.Millisecond), true)
-	rec.request(start.Add(1500*time.Millisecond), false)
+	rec.request(start.Add(100*time.Millisecond), 1, limitedKey, true)
+	rec.request(start.Add(1500*time.Millisecond), 1, freeKey, false)
 	rec.finish(1, 0, true, 77)
 	rec.finish(1, 0, true, 77) // counted once
 	rec.begin(0, 1)
@@ -343,8 +343,8 @@ func TestRunRateLimit(t *testing.T) {
 	for _, s := range r.Systems {
 		checkRateLimitSystem(t, s, sessions*prompts)
 	}
-	if want := checkTargets("ratelimit", r.Systems); len(c.Targets) != 7 || !reflect.DeepEqual(c.Targets, want) {
-		t.Errorf("targets %+v, want the 7 of checkTargets = %+v", c.Targets, want)
+	if want := checkTargets("ratelimit", r.Systems); len(c.Targets) != 11 || !reflect.DeepEqual(c.Targets, want) {
+		t.Errorf("targets %+v, want the 11 of checkTargets = %+v", c.Targets, want)
 	}
 	for _, name := range []string{"storm.md", "storm.svg"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
@@ -381,15 +381,47 @@ func checkRateLimitSystem(t *testing.T, s System, prompts int) {
 	if s.Timeline == nil || len(s.Timeline.Requests) == 0 {
 		t.Errorf("%s: no timeline", s.Name)
 	}
+	checkKeyFigures(t, s)
+}
+
+// checkKeyFigures checks a contender's per-key figures: each key's and
+// their extremes present, the share a share, the peer never moving.
+func checkKeyFigures(t *testing.T, s System) {
+	t.Helper()
+	f := s.Figures
+	for _, k := range []string{"max_key_idle_s", "max_admissions_per_second"} {
+		a, okA := f[k+"_"+limitedKey]
+		b, okB := f[k+"_"+freeKey]
+		if !okA || !okB || f[k] != max(a, b) {
+			t.Errorf("%s: %s = %v, %s %v (present %v), %s %v (present %v); want the larger of the keys'", s.Name, k, f[k], limitedKey, a, okA, freeKey, b, okB)
+		}
+	}
+	if f["max_admissions_per_second"] < 1 {
+		t.Errorf("%s: max_admissions_per_second %v, want at least one", s.Name, f["max_admissions_per_second"])
+	}
+	share, ok := f["stayed_on_key_share"]
+	if !ok || share < 0 || share > 1 || f["turns_with_a_previous_turn"] < f["prompts_completed"]/2 {
+		t.Errorf("%s: stayed_on_key_share %v (present %v) over %v turns", s.Name, share, ok, f["turns_with_a_previous_turn"])
+	}
+	if s.Name == "peer" && share != 1 {
+		t.Errorf("peer: stayed_on_key_share %v, want 1 (it never changes key)", share)
+	}
 }
 
 func TestCheckTargetsRateLimit(t *testing.T) {
 	peer := System{Name: "peer", Figures: map[string]float64{"http_429_responses": 2000, "p99_prompt_latency_ms": 300_000}}
-	off := System{Name: "musepi-pacing-off", Figures: map[string]float64{"http_429_share": 0.5, "prompts_lost": 0}}
+	off := System{Name: "musepi-pacing-off", Figures: map[string]float64{"http_429_share": 0.5, "prompts_lost": 0,
+		"http_429_responses": 300, "run_minutes": 4}}
 	on := System{Name: "musepi-pacing-on", Figures: map[string]float64{
 		"http_429_share": 0.005, "http_429_responses": 30, "goodput_vs_limit": 0.97, "p99_prompt_latency_ms": 330_000,
 		"p99_high_vs_low": 0.2, "jain_fairness": 0.95, "prompts_lost": 0,
+		"max_key_idle_s": 2, "stayed_on_key_share": 0.95, "run_minutes": 5,
 	}}
+	// Pacing that idles a key, moves turns about, is slow and refuses as
+	// many as none.
+	slowOff := System{Name: "musepi-pacing-off", Figures: map[string]float64{"http_429_responses": 30, "run_minutes": 2}}
+	slowOn := System{Name: "musepi-pacing-on", Figures: map[string]float64{"http_429_responses": 30, "run_minutes": 3.2,
+		"max_key_idle_s": 5.5, "stayed_on_key_share": 0.6}}
 	cluster := System{Name: "musepi-cluster-3-pacing-on", Figures: map[string]float64{"http_429_share": 0.02, "prompts_lost": 0}}
 	for _, tc := range []struct {
 		name    string
@@ -405,6 +437,23 @@ func TestCheckTargetsRateLimit(t *testing.T) {
 			"p99 prompt latency, high priority / low priority, musepi-pacing-on": {ptr(0.2), true},
 			"Jain's fairness index, musepi-pacing-on":                            {ptr(0.95), true},
 			"prompts lost, musepi-pacing-on":                                     {ptr(0), true},
+			"longest key idle while turns wait for it, musepi-pacing-on":         {ptr(2), true},
+			"turns on their session's previous key, musepi-pacing-on":            {ptr(0.95), true},
+			"run time, musepi-pacing-on / musepi-pacing-off":                     {ptr(1.25), true},
+			"429 responses, musepi-pacing-on / musepi-pacing-off":                {ptr(0.1), true},
+		}},
+		{"pacing that idles keys, moves turns, is slow and refuses as many", "ratelimit", []System{slowOff, slowOn}, map[string]expected{
+			"429 responses per request, musepi-pacing-on":                        {nil, false},
+			"429 responses, musepi-pacing-on / peer":                             {nil, false},
+			"goodput vs the limit, musepi-pacing-on":                             {nil, false},
+			"p99 prompt latency, musepi-pacing-on / peer":                        {nil, false},
+			"p99 prompt latency, high priority / low priority, musepi-pacing-on": {nil, false},
+			"Jain's fairness index, musepi-pacing-on":                            {nil, false},
+			"prompts lost, musepi-pacing-on":                                     {nil, false},
+			"longest key idle while turns wait for it, musepi-pacing-on":         {ptr(5.5), false},
+			"turns on their session's previous key, musepi-pacing-on":            {ptr(0.6), false},
+			"run time, musepi-pacing-on / musepi-pacing-off":                     {ptr(1.6), false},
+			"429 responses, musepi-pacing-on / musepi-pacing-off":                {ptr(1), false},
 		}},
 		{"no pacing-on system", "ratelimit", []System{peer, off}, map[string]expected{
 			"429 responses per request, musepi-pacing-on":                        {nil, false},
@@ -414,6 +463,10 @@ func TestCheckTargetsRateLimit(t *testing.T) {
 			"p99 prompt latency, high priority / low priority, musepi-pacing-on": {nil, false},
 			"Jain's fairness index, musepi-pacing-on":                            {nil, false},
 			"prompts lost, musepi-pacing-on":                                     {nil, false},
+			"longest key idle while turns wait for it, musepi-pacing-on":         {nil, false},
+			"turns on their session's previous key, musepi-pacing-on":            {nil, false},
+			"run time, musepi-pacing-on / musepi-pacing-off":                     {nil, false},
+			"429 responses, musepi-pacing-on / musepi-pacing-off":                {nil, false},
 		}},
 		{"cluster", "ratelimit-cluster", []System{cluster}, map[string]expected{
 			"429 responses per request, musepi-cluster-3-pacing-on": {ptr(0.02), false},

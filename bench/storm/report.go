@@ -128,7 +128,8 @@ func writeTargets(b *bytes.Buffer, targets []TargetResult, heading string) {
 	}
 }
 
-// comparisonSign is the sign c is written with in a table: ≤ or ≥.
+// comparisonSign is the sign c is written with in a table: ≤, ≥, or c
+// itself.
 func comparisonSign(c comparison) string {
 	switch c {
 	case atMost:

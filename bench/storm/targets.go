@@ -12,6 +12,7 @@ type comparison string
 const (
 	atMost  comparison = "<="
 	atLeast comparison = ">="
+	below   comparison = "<"
 )
 
 // holds reports whether v meets bound by c; false for a comparison it
@@ -22,6 +23,8 @@ func (c comparison) holds(v, bound float64) bool {
 		return v <= bound
 	case atLeast:
 		return v >= bound
+	case below:
+		return v < bound
 	}
 	return false
 }
@@ -33,7 +36,7 @@ type target struct {
 	mode   string // the mode it applies to: "virtual", "real", "ratelimit" or "ratelimit-cluster"
 	label  string // what the figure is, e.g. "CPU per attempt"
 	key    string // the figure's Figure.Key
-	versus string // "floor" or "peer": a ratio to its figure; empty: MusePi's own figure
+	versus string // a system ("floor", "peer", "musepi-pacing-off"): a ratio to its figure; empty: MusePi's own figure
 	cmp    comparison
 	bound  float64
 	// system, when set, is the start of the names of the systems it is
@@ -66,6 +69,12 @@ var targets = []target{
 	{"ratelimit", "p99 prompt latency, high priority / low priority", "p99_high_vs_low", "", atMost, 0.5, rlPacedSystem},
 	{"ratelimit", "Jain's fairness index", "jain_fairness", "", atLeast, 0.9, rlPacedSystem},
 	{"ratelimit", "prompts lost", "prompts_lost", "", atMost, 0, rlPacedSystem},
+	// Issue 37: keys kept busy while turns wait, turns kept on their key,
+	// and pacing no slower than none, with fewer 429s.
+	{"ratelimit", "longest key idle while turns wait for it", "max_key_idle_s", "", atMost, 5, rlPacedSystem},
+	{"ratelimit", "turns on their session's previous key", "stayed_on_key_share", "", atLeast, 0.9, rlPacedSystem},
+	{"ratelimit", "run time", "run_minutes", rlUnpacedSystem, atMost, 1.5, rlPacedSystem},
+	{"ratelimit", "429 responses", "http_429_responses", rlUnpacedSystem, below, 1, rlPacedSystem},
 	{"ratelimit-cluster", "429 responses per request", "http_429_share", "", atMost, 0.01, rlClusterSystem},
 	{"ratelimit-cluster", "prompts lost", "prompts_lost", "", atMost, 0, rlClusterSystem},
 }
@@ -75,6 +84,9 @@ var targets = []target{
 const (
 	rlPacedSystem   = "musepi-pacing-on"
 	rlClusterSystem = "musepi-cluster-"
+	// rlUnpacedSystem is MusePi with pacing off, which the paced one is
+	// compared with.
+	rlUnpacedSystem = "musepi-pacing-off"
 )
 
 // TargetResult is one target checked on one MusePi system of a run.
@@ -83,7 +95,7 @@ type TargetResult struct {
 	Name       string     `json:"name"`       // "CPU per attempt, musepi / floor"
 	System     string     `json:"system"`     // the MusePi system checked
 	Measured   *float64   `json:"measured"`   // null when a figure is missing
-	Comparison comparison `json:"comparison"` // "<=" or ">="
+	Comparison comparison `json:"comparison"` // "<=", ">=" or "<"
 	Bound      float64    `json:"bound"`
 	Met        bool       `json:"met"`
 	Missing    string     `json:"missing,omitempty"` // why there is no measured value

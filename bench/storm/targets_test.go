@@ -21,6 +21,9 @@ func TestComparisonHolds(t *testing.T) {
 		{atLeast, 0.8, 0.67, true},
 		{atLeast, 0.67, 0.67, true},
 		{atLeast, 0.5, 0.67, false},
+		{below, 0.99, 1, true},
+		{below, 1, 1, false},
+		{below, 0, 0, false},
 		{"==", 1, 1, false},
 	} {
 		if got := tc.cmp.holds(tc.v, tc.bound); got != tc.want {
@@ -30,8 +33,9 @@ func TestComparisonHolds(t *testing.T) {
 }
 
 // TestTargetTable checks every target names a mode that runs, a figure
-// the storm measures, a contender and a comparison: a typo would report
-// the target as missing, run after run.
+// the storm measures, a contender (the floor, the peer, or MusePi with
+// pacing off) and a comparison: a typo would report the target as
+// missing, run after run.
 func TestTargetTable(t *testing.T) {
 	keys := map[string]bool{}
 	for _, f := range figures {
@@ -43,9 +47,9 @@ func TestTargetTable(t *testing.T) {
 	modes := append([]string{"ratelimit", "ratelimit-cluster"}, bothModes...)
 	for _, tg := range targets {
 		if !slices.Contains(modes, tg.mode) || !keys[tg.key] || tg.label == "" ||
-			(tg.versus != "" && tg.versus != "floor" && tg.versus != "peer") ||
-			(tg.cmp != atMost && tg.cmp != atLeast) {
-			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer or none, and <= or >=", tg, modes)
+			!slices.Contains([]string{"", "floor", "peer", rlUnpacedSystem}, tg.versus) ||
+			!slices.Contains([]comparison{atMost, atLeast, below}, tg.cmp) {
+			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer, %s or none, and <=, >= or <", tg, modes, rlUnpacedSystem)
 		}
 	}
 }
