@@ -76,7 +76,8 @@ func (n nodeRuntime) Settings() hosting.Settings {
 		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
 			continue
 		}
-		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing}
+		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing,
+			Refunds: cfg.refunds(name)}
 		if cfg.settings.Budget.Enabled {
 			p.Budget = cfg.settings.Budget
 		}

@@ -194,3 +194,27 @@ func TestPacingMetricsAndTrace(t *testing.T) {
 		t.Errorf("attempt spans with a pacing wait: %v; want one of 60000 ms", waited)
 	}
 }
+
+// TestPacingRefusesATurnTooLargeForEveryKey: a turn that needs more
+// tokens than every key may use in a minute is never sent and never
+// retried: the prompt ends with an error naming the limit and the need
+// (issue 37: such a request went out 11 times over 48 s).
+func TestPacingRefusesATurnTooLargeForEveryKey(t *testing.T) {
+	h := newHarnessCreds(t, []musepi.Credential{{Name: "A", APIKey: "key-a", RateLimits: musepi.RateLimits{TPM: 500}}})
+	h.p.SetDefault(answer("ok"))
+	s, rec := h.session()
+	ch := h.prompt(s, "hi") // with no max_tokens it reserves the default output estimate, 1,024 tokens
+	h.run()
+	r := h.settle(ch)
+	if r.err == nil || !strings.Contains(r.err.Error(), "more than any key") || !strings.Contains(r.err.Error(), "(key A: 500)") {
+		t.Fatalf("prompt: %v; want the too-large error naming key A's 500", r.err)
+	}
+	if n := len(h.p.Calls()); n != 0 {
+		t.Errorf("%d provider calls; want none", n)
+	}
+	for _, e := range rec.events {
+		if e.Type() == "auto_retry_start" {
+			t.Errorf("retried: %v", e)
+		}
+	}
+}

@@ -269,7 +269,8 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 		actorCreds := cfg.actorCredentials(name)
 		view := actors.NewCredentialsView(actorCreds)
 		rt.credViews[name] = view
-		policy := actors.CredentialsPolicy{AutoRedeem: cfg.autoRedeem, Budget: cfg.settings.Budget, Pacing: cfg.pacing}
+		policy := actors.CredentialsPolicy{AutoRedeem: cfg.autoRedeem, Budget: cfg.settings.Budget, Pacing: cfg.pacing,
+			Refunds: cfg.refunds(name), Provider: name}
 		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, policy, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {
@@ -297,6 +298,13 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 // actorCredentials are provider's credentials as its credentials actor
 // holds them: a credential without rate limits of its own takes the
 // provider's (WithRateLimits).
+// refunds reports whether provider name's server gives back the output
+// max_tokens reserved and a call did not use (provider.OutputRefunder).
+func (c *runtimeConfig) refunds(name string) bool {
+	r, ok := c.providers[name].(provider.OutputRefunder)
+	return ok && r.RefundsUnusedOutput()
+}
+
 func (c *runtimeConfig) actorCredentials(provider string) []actors.Credential {
 	creds := c.creds[provider]
 	out := make([]actors.Credential, len(creds))

@@ -35,6 +35,14 @@ type CredentialsPolicy struct {
 	// Pacing: turns reserve their need from the keys' rate-limit budgets
 	// (configured limits and announced ones) before they go out.
 	Pacing bool
+	// Refunds: the provider gives back the output max_tokens reserved and
+	// a call did not use (provider.OutputRefunder).
+	Refunds bool
+	// StickyWait is how long a turn waits for the key its session last
+	// used before it moves (pacing.Options.StickyWait; 0: the default).
+	StickyWait time.Duration
+	// Provider is the provider's name, for the errors pacing gives.
+	Provider string
 }
 
 // credentialState is a credential and how long it is blocked.
@@ -56,7 +64,8 @@ type CredentialsActor struct {
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
 
-	pacing *pacingState // nil: pacing off
+	pacing   *pacingState // nil: pacing off
+	provider string       // the provider's name
 
 	view *CredentialsView // written after each change (nil: none)
 }
@@ -76,7 +85,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: policy.AutoRedeem, view: view}
+	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: policy.AutoRedeem, view: view, provider: policy.Provider}
 	for _, c := range creds {
 		until, _ := view.Until(c.Name)
 		a.creds = append(a.creds, credentialState{Credential: c, blockedUntil: until})
@@ -86,7 +95,7 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, policy Credentials
 		a.holders = map[string]*actor.PID{}
 	}
 	if policy.Pacing && len(creds) > 0 {
-		a.pacing = newPacingState(clk.Now(), creds)
+		a.pacing = newPacingState(clk.Now(), creds, policy)
 	}
 	view.publish(a)
 	return a
@@ -100,6 +109,8 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		a.selectCredential(ctx, m)
 	case *messages.PacingSettle:
 		a.settlePacing(ctx, m)
+	case *messages.PacingObserve:
+		a.observePacing(ctx, m)
 	case *messages.PacingCancel:
 		a.cancelPacing(ctx, m.GetSessionId(), m.GetToken())
 	case *messages.PacingTick:

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,10 +15,11 @@ import (
 )
 
 // pacingState is a credentials actor's pacing: the budgets of its keys,
-// the turns they granted and not yet settled, the turns that wait, and the
-// timer that releases them.
+// the turns they granted and not yet settled, the turns that wait, the
+// estimate of what answers use, and the timer that releases the waiting.
 type pacingState struct {
 	pacer   *pacing.Pacer
+	output  pacing.OutputEstimator
 	granted map[string]reservation // session -> its turn's reservation
 	waiting map[string]reservation // session -> its waiting turn
 	timer   clock.Timer            // the next release, while turns wait
@@ -24,21 +27,25 @@ type pacingState struct {
 }
 
 // reservation is one turn's: its token and its key (the pacer holds
-// what it reserved), and who waits for it (waiting turns).
+// what it reserved), its model and whether its output was an estimate
+// (its answer teaches the estimate), and who waits for it (waiting
+// turns).
 type reservation struct {
 	token      uint64
 	credential string
+	model      string
+	estimated  bool
 	waiter     *actor.PID
 }
 
-func newPacingState(now time.Time, creds []Credential) *pacingState {
+func newPacingState(now time.Time, creds []Credential, policy CredentialsPolicy) *pacingState {
 	names := make([]string, len(creds))
 	limits := map[string]pacing.Limits{}
 	for i, c := range creds {
 		names[i] = c.Name
 		limits[c.Name] = c.Limits
 	}
-	return &pacingState{pacer: pacing.New(names, limits, now),
+	return &pacingState{pacer: pacing.New(names, limits, now, pacing.Options{Refunds: policy.Refunds, StickyWait: policy.StickyWait}),
 		granted: map[string]reservation{}, waiting: map[string]reservation{}}
 }
 
@@ -51,27 +58,35 @@ func (p *pacingState) stop() {
 }
 
 // selectCredential answers SelectCredential: the session's key, and with
-// pacing, once a limit is known, the reservation of its turn's need:
-// granted on that key or the one with the most room, or a wait that a
-// PacingGrant ends.
+// pacing the reservation of its turn's need (its estimated input, and its
+// max_tokens or what its model's answers use): granted on that key or
+// the one with the most room, a wait that a PacingGrant ends, or too
+// large for every key.
 func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.SelectCredential) {
 	session := m.GetSessionId()
 	name := a.selectFor(session)
 	reply := &messages.CredentialSelected{Credential: name}
 	p := a.pacing
 	if p == nil || !m.GetPace() || !p.pacer.Paced() {
-		// Nothing to reserve while no limit is known: the answer has no
-		// token, so the turn holds no reservation and settles none.
+		// Nothing to reserve: every key answered without rate-limit headers
+		// and has no limit configured. The answer has no token, so the turn
+		// holds no reservation and settles none.
 		respond(ctx, a.clk, reply)
 		return
 	}
 	reply.Token = m.GetToken()
 	a.cancelPacing(ctx, session, 0) // a turn of the session's left unsettled (a lost answer)
 	now := a.clk.Now()
-	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens()}
+	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Bounded: m.GetOutputBounded()}
+	if !need.Bounded {
+		need.Output = p.output.Estimate(m.GetModel())
+	}
 	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low))), name, need)
-	r := reservation{token: m.GetToken(), credential: d.Credential}
-	if d.Wait > 0 {
+	r := reservation{token: m.GetToken(), credential: d.Credential, model: m.GetModel(), estimated: !need.Bounded}
+	switch {
+	case d.TooLarge.Limit > 0:
+		reply.Token, reply.TooLarge = 0, oversize(a.provider, d)
+	case d.Wait > 0:
 		if r.waiter = m.GetReplyTo(); r.waiter == nil {
 			r.waiter = ctx.Sender()
 		}
@@ -80,13 +95,22 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 		// goes out on another (switched).
 		reply.WaitMs, reply.Limit = max(d.Wait.Milliseconds(), 1), d.Limit.String()
 		a.armRelease(ctx)
-	} else {
+	default:
 		p.granted[session] = r
 		a.keep(session, d.Grant)
 		reply.Credential, reply.Switched = d.Credential, d.Switched
 	}
 	a.view.publish(a)
 	respond(ctx, a.clk, reply)
+}
+
+// oversize is the error of a turn that no key of provider can ever take:
+// it needs more of a limit than a whole window holds. Its words classify
+// as not retryable (no status, no rate-limit wording): retrying never
+// makes it fit.
+func oversize(provider string, d pacing.Decision) string {
+	return fmt.Sprintf("pacing: the turn needs %d %s, more than any key of provider %q may use in a minute (key %s: %d); it was not sent",
+		d.TooLarge.Need, strings.ReplaceAll(d.TooLarge.Kind.String(), "_", " "), provider, d.Credential, d.TooLarge.Limit)
 }
 
 // keep makes a granted key the session's sticky one.
@@ -96,26 +120,39 @@ func (a *CredentialsActor) keep(session string, g pacing.Grant) {
 	}
 }
 
-// settlePacing ends a turn's reservation with what it used and takes the
-// limits its response announced, then releases the turns that fit now.
+// settlePacing ends a turn's reservation with what it used (an estimated
+// output teaches the estimate) and takes the limits its response
+// announced, if they did not come as its headers arrived
+// (observePacing), then releases the turns that fit now.
 func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSettle) {
 	p := a.pacing
 	if p == nil {
 		return
 	}
 	now := a.clk.Now()
-	var seq uint64 // the grant's place among its key's: orders its response
 	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
 		delete(p.granted, m.GetSessionId())
-		seq = p.pacer.Settle(now, m.GetSessionId(),
+		p.pacer.Settle(now, m.GetSessionId(),
 			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens()})
-		if r.credential != m.GetCredential() {
-			seq = 0
+		if r.estimated {
+			p.output.Observe(r.model, m.GetOutputTokens())
 		}
 	}
 	if l := m.GetLimits(); l != nil {
-		p.pacer.Observe(now, m.GetCredential(), seq, ratelimit.FromProto(l))
+		p.pacer.Observe(now, m.GetCredential(), now, ratelimit.FromProto(l))
 	}
+	a.releasePacing(ctx)
+}
+
+// observePacing takes the limits a response announced as its headers
+// arrived, and releases the turns that fit now: a cold key's first
+// headers end its cold start.
+func (a *CredentialsActor) observePacing(ctx actor.Context, m *messages.PacingObserve) {
+	p := a.pacing
+	if p == nil {
+		return
+	}
+	p.pacer.Observe(a.clk.Now(), m.GetCredential(), time.UnixMilli(m.GetArrivedUnixMs()), ratelimit.FromProto(m.GetLimits()))
 	a.releasePacing(ctx)
 }
 

@@ -166,6 +166,9 @@ type asleep struct {
 	// taken off its message (they are no part of the conversation) for the
 	// step that settles its reservation.
 	turnLimits *messages.RateLimits
+	// oversize is why the next turn cannot go out: pacing found it too
+	// large for every key of its provider ("": it can).
+	oversize string
 	// wakeAtScheduler: the session's backoff is its scheduler's (by
 	// session id), not its retry child's.
 	wakeAtScheduler bool
@@ -245,6 +248,9 @@ func (s *SessionActor) stepInput(ctx actor.Context) bool {
 	in, ack, ok := inputOf(ctx.Message())
 	if !ok {
 		return false
+	}
+	if sel, isSel := ctx.Message().(*messages.CredentialSelected); isSel {
+		s.oversize = sel.GetTooLarge()
 	}
 	s.step(ctx, in)
 	if ack {
@@ -326,6 +332,9 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 		msg.Model = modelName
 	}
 	s.turnLimits, msg.RateLimits = msg.GetRateLimits(), nil
+	if m.GetLimitsTold() { // pacing has them already, from when the headers arrived
+		s.turnLimits = nil
+	}
 	err := s.writeHistory(true, assistantEntry(msg)...)
 	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
 	s.turnLimits = nil

@@ -109,13 +109,15 @@ func (s *SessionActor) stripTrailingError() {
 
 // selectCredential asks the provider's credentials actor for a key; a
 // paced turn reserves its need with it: its estimated input and its
-// output bound, at the session's priority.
+// output bound (max_tokens; without one, the actor estimates the output
+// from the model's answers), at the session's priority.
 func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
 	m := &messages.SelectCredential{SessionId: s.cfg.ID}
 	if e.Pace {
 		prov := providerOf(e.Model)
 		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(s.cfg.Priority), s.core.Credential(), ctx.Self()
-		m.InputTokens, m.OutputTokens = pacing.EstimateInput(s.runtime, s.deps.toolSpecs()), pacing.OutputBound(s.deps.Providers[prov])
+		m.InputTokens, m.Model = pacing.EstimateInput(s.runtime, s.deps.toolSpecs()), e.Model
+		m.OutputTokens, m.OutputBounded = pacing.OutputBound(s.deps.Providers[prov])
 	}
 	track.Request(ctx, s.deps.Clock, s.deps.Credentials[providerOf(e.Model)], m)
 }

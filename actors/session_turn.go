@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,11 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		s.leave(ctx)
 		return
 	}
+	if why := s.oversize; why != "" { // no key can ever take it: it fails without going out
+		s.oversize = ""
+		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn, Message: provider.Failure(http.StatusBadRequest, why, nil)})
+		return
+	}
 	n := len(s.runtime)
 	t := &turnRun{
 		turn: turn, prov: prov, clk: s.deps.Clock, root: ctx.ActorSystem().Root, self: ctx.Self(),
@@ -59,6 +65,13 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 				t.taken.Store(true)
 			}
 			return err
+		}
+	}
+	if creds := s.deps.Credentials[provName]; creds != nil && s.deps.shared().paced[provName] {
+		t.tellLimits = func(l *messages.RateLimits) { // as the headers arrive
+			t.limitsTold.Store(true)
+			track.Send(t.root, t.clk, creds, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: credential,
+				Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
 		}
 	}
 	s.running = &t.runContext
@@ -94,6 +107,12 @@ type turnRun struct {
 	guard func(context.Context) error
 	taken atomic.Bool
 
+	// tellLimits gives pacing the limits the response's headers announce
+	// as they arrive (provider.WithLimitsSeen; nil: not paced);
+	// limitsTold says it did.
+	tellLimits func(*messages.RateLimits)
+	limitsTold atomic.Bool
+
 	// finished is the message Run ends with, sent from here: the turn's
 	// allocation holds it.
 	finished messages.TurnFinished
@@ -119,6 +138,9 @@ func (t *turnRun) Run() {
 		}
 		ctx = provider.WithGuard(ctx, t.guard)
 	}
+	if t.tellLimits != nil {
+		ctx = provider.WithLimitsSeen(ctx, t.tellLimits)
+	}
 	if msg == nil {
 		msg = streamContained(ctx, t.prov, t.req, t.onDelta)
 	}
@@ -131,7 +153,7 @@ func (t *turnRun) Run() {
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
-	t.finished.Turn, t.finished.Message, t.finished.Taken = t.turn, msg, t.taken.Load()
+	t.finished.Turn, t.finished.Message, t.finished.Taken, t.finished.LimitsTold = t.turn, msg, t.taken.Load(), t.limitsTold.Load()
 	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 

@@ -49,6 +49,9 @@ type Provider struct {
 	// Pacing paces the provider's turns against its keys' rate limits
 	// (configured and announced), one budget for the whole cluster.
 	Pacing bool
+	// Refunds: the provider gives back the output max_tokens reserved and
+	// a call did not use (provider.OutputRefunder).
+	Refunds bool
 }
 
 // Config is one node's configuration. Name, Providers and FallbackChains

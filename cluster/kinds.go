@@ -122,7 +122,8 @@ func (a *credentialsActivation) Receive(ctx actor.Context) {
 			}
 		})
 		a.inner = actors.NewCredentialsActor(clock.Real{}, a.provider.Credentials,
-			actors.CredentialsPolicy{AutoRedeem: a.provider.AutoRedeem, Budget: a.provider.Budget, Pacing: a.provider.Pacing}, a.view)
+			actors.CredentialsPolicy{AutoRedeem: a.provider.AutoRedeem, Budget: a.provider.Budget, Pacing: a.provider.Pacing,
+				Refunds: a.provider.Refunds, Provider: a.provider.Name}, a.view)
 		a.last = before
 		a.changed()
 		return

@@ -32,7 +32,7 @@ import (
 // paced selection so goes unpaced. A paced selection that waits names
 // its session as reply_to: the activation's PacingGrant goes there
 // directly. Messages with no reply (RetryBudgetOutcome, RetryBudgetDrop,
-// ReleaseSession, PacingSettle, PacingCancel) go to the current activation
+// ReleaseSession, PacingSettle, PacingCancel, PacingObserve) go to the current activation
 // once, and are lost if it is gone.
 type router struct {
 	kind, identity string
@@ -120,7 +120,7 @@ func (r *router) Receive(ctx actor.Context) {
 	case *messages.ReleaseSession:
 		r.drop(m.GetSessionId())
 		r.tell(ctx, m)
-	case *messages.RetryBudgetOutcome, *messages.PacingSettle, *messages.PacingCancel:
+	case *messages.RetryBudgetOutcome, *messages.PacingSettle, *messages.PacingCancel, *messages.PacingObserve:
 		r.tell(ctx, m.(proto.Message))
 	case *actor.Stopping:
 		for _, w := range r.waiting {

@@ -875,6 +875,7 @@ type TurnFinished struct {
 	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"`
+	LimitsTold    bool                   `protobuf:"varint,4,opt,name=limits_told,json=limitsTold,proto3" json:"limits_told,omitempty"` // the response's rate limits went to pacing as its headers arrived (PacingObserve)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -926,6 +927,13 @@ func (x *TurnFinished) GetMessage() *AssistantMessage {
 func (x *TurnFinished) GetTaken() bool {
 	if x != nil {
 		return x.Taken
+	}
+	return false
+}
+
+func (x *TurnFinished) GetLimitsTold() bool {
+	if x != nil {
+		return x.LimitsTold
 	}
 	return false
 }
@@ -1170,12 +1178,14 @@ type SelectCredential struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Pace          bool                   `protobuf:"varint,2,opt,name=pace,proto3" json:"pace,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`                                   // the reservation's, echoed in the answers
-	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`                             // pacing.Priority: 0 normal, 1 high, 2 low
-	Credential    string                 `protobuf:"bytes,5,opt,name=credential,proto3" json:"credential,omitempty"`                          // the key the session holds ("": none yet)
-	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`    // the turn's estimated input
-	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"` // its output bound (max_tokens)
-	ReplyTo       *actor.PID             `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                 // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`                                      // the reservation's, echoed in the answers
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`                                // pacing.Priority: 0 normal, 1 high, 2 low
+	Credential    string                 `protobuf:"bytes,5,opt,name=credential,proto3" json:"credential,omitempty"`                             // the key the session holds ("": none yet)
+	InputTokens   int64                  `protobuf:"varint,6,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`       // the turn's estimated input
+	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`    // its output bound (max_tokens), when output_bounded
+	OutputBounded bool                   `protobuf:"varint,9,opt,name=output_bounded,json=outputBounded,proto3" json:"output_bounded,omitempty"` // the provider says max_tokens; else the actor estimates the output
+	Model         string                 `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`                                      // "provider/model": whose answers the estimate learns from
+	ReplyTo       *actor.PID             `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                    // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,6 +1269,20 @@ func (x *SelectCredential) GetOutputTokens() int64 {
 	return 0
 }
 
+func (x *SelectCredential) GetOutputBounded() bool {
+	if x != nil {
+		return x.OutputBounded
+	}
+	return false
+}
+
+func (x *SelectCredential) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 func (x *SelectCredential) GetReplyTo() *actor.PID {
 	if x != nil {
 		return x.ReplyTo
@@ -1271,9 +1295,10 @@ type CredentialSelected struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Credential    string                 `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"` // empty when the provider has none
 	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	Switched      bool                   `protobuf:"varint,3,opt,name=switched,proto3" json:"switched,omitempty"`           // pacing: the held key had no room, this one had the most
-	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // pacing: above 0, no key has room; a PacingGrant follows
-	Limit         string                 `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`                  // pacing: the limit waited for (requests, tokens, input_tokens, output_tokens)
+	Switched      bool                   `protobuf:"varint,3,opt,name=switched,proto3" json:"switched,omitempty"`                // pacing: the held key had no room, this one had the most
+	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`      // pacing: above 0, no key has room; a PacingGrant follows
+	Limit         string                 `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`                       // pacing: the limit waited for (requests, tokens, input_tokens, output_tokens)
+	TooLarge      string                 `protobuf:"bytes,6,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"` // pacing: no key can ever take the turn (it needs more than a whole window); why
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1339,6 +1364,13 @@ func (x *CredentialSelected) GetWaitMs() int64 {
 func (x *CredentialSelected) GetLimit() string {
 	if x != nil {
 		return x.Limit
+	}
+	return ""
+}
+
+func (x *CredentialSelected) GetTooLarge() string {
+	if x != nil {
+		return x.TooLarge
 	}
 	return ""
 }
@@ -1507,6 +1539,77 @@ func (x *PacingSettle) GetLimits() *RateLimits {
 	return nil
 }
 
+// PacingObserve takes the rate limits a turn's response announced to its
+// credentials actor as soon as the response's headers arrive (before the
+// answer streams): they set the key's budget, and end a cold start.
+type PacingObserve struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Credential    string                 `protobuf:"bytes,2,opt,name=credential,proto3" json:"credential,omitempty"`
+	Limits        *RateLimits            `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	ArrivedUnixMs int64                  `protobuf:"varint,4,opt,name=arrived_unix_ms,json=arrivedUnixMs,proto3" json:"arrived_unix_ms,omitempty"` // when the headers arrived, on the session's clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PacingObserve) Reset() {
+	*x = PacingObserve{}
+	mi := &file_actors_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PacingObserve) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PacingObserve) ProtoMessage() {}
+
+func (x *PacingObserve) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
+func (*PacingObserve) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PacingObserve) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PacingObserve) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *PacingObserve) GetLimits() *RateLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *PacingObserve) GetArrivedUnixMs() int64 {
+	if x != nil {
+		return x.ArrivedUnixMs
+	}
+	return 0
+}
+
 // PacingTick is a credentials actor's release timer firing: the turns that
 // wait for its keys' budgets may fit now.
 type PacingTick struct {
@@ -1517,7 +1620,7 @@ type PacingTick struct {
 
 func (x *PacingTick) Reset() {
 	*x = PacingTick{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1632,7 @@ func (x *PacingTick) String() string {
 func (*PacingTick) ProtoMessage() {}
 
 func (x *PacingTick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1645,7 @@ func (x *PacingTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
 func (*PacingTick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 // PacingCancel drops a session's reservation: waiting, or granted and never
@@ -1557,7 +1660,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1672,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1685,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1613,7 +1716,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1728,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1741,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1683,7 +1786,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1798,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1811,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1757,7 +1860,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1872,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1885,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1806,7 +1909,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1921,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1934,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1876,7 +1979,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1991,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2004,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1936,7 +2039,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2051,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2064,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1980,7 +2083,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2095,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2108,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -2021,7 +2124,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2136,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2149,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -2089,7 +2192,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2204,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2217,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -2148,7 +2251,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2263,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2276,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -2200,7 +2303,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2315,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2328,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2292,7 +2395,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2407,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2420,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2380,7 +2483,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2495,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2508,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2460,7 +2563,7 @@ type SchedulerTimer struct {
 
 func (x *SchedulerTimer) Reset() {
 	*x = SchedulerTimer{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2575,7 @@ func (x *SchedulerTimer) String() string {
 func (*SchedulerTimer) ProtoMessage() {}
 
 func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2588,7 @@ func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
 func (*SchedulerTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 // Passivate is the marker a session sends itself once its root holds new
@@ -2500,7 +2603,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2615,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2628,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2547,7 +2650,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2662,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2675,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2609,7 +2712,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2621,7 +2724,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2634,7 +2737,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2664,7 +2767,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2779,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2792,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2730,7 +2833,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2845,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2858,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 // CompactReply answers CompactRequest.
@@ -2772,7 +2875,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2887,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2900,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2896,11 +2999,13 @@ const file_actors_proto_rawDesc = "" +
 	"\tTurnDelta\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"o\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\x90\x01\n" +
 	"\fTurnFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\"j\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\x12\x1f\n" +
+	"\vlimits_told\x18\x04 \x01(\bR\n" +
+	"limitsTold\"j\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
 	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
@@ -2917,7 +3022,7 @@ const file_actors_proto_rawDesc = "" +
 	"\fRetryStopped\x12\x19\n" +
 	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"\x86\x02\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"\xc3\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2929,8 +3034,11 @@ const file_actors_proto_rawDesc = "" +
 	"credential\x12!\n" +
 	"\finput_tokens\x18\x06 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\x12%\n" +
+	"\x0eoutput_bounded\x18\t \x01(\bR\routputBounded\x12\x14\n" +
+	"\x05model\x18\n" +
+	" \x01(\tR\x05model\x12%\n" +
 	"\breply_to\x18\b \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\x95\x01\n" +
+	".actor.PIDR\areplyTo\"\xb2\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
@@ -2938,7 +3046,8 @@ const file_actors_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bswitched\x18\x03 \x01(\bR\bswitched\x12\x17\n" +
 	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\tR\x05limit\"~\n" +
+	"\x05limit\x18\x05 \x01(\tR\x05limit\x12\x1b\n" +
+	"\ttoo_large\x18\x06 \x01(\tR\btooLarge\"~\n" +
 	"\vPacingGrant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2957,7 +3066,15 @@ const file_actors_proto_rawDesc = "" +
 	"\x04sent\x18\x04 \x01(\bR\x04sent\x12!\n" +
 	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12-\n" +
-	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\"\f\n" +
+	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\"\xa5\x01\n" +
+	"\rPacingObserve\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x02 \x01(\tR\n" +
+	"credential\x12-\n" +
+	"\x06limits\x18\x03 \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12&\n" +
+	"\x0farrived_unix_ms\x18\x04 \x01(\x03R\rarrivedUnixMs\"\f\n" +
 	"\n" +
 	"PacingTick\"C\n" +
 	"\fPacingCancel\x12\x1d\n" +
@@ -3080,7 +3197,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_actors_proto_goTypes = []any{
 	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
 	(*AttachPrompt)(nil),            // 1: musepi.v1.AttachPrompt
@@ -3107,50 +3224,52 @@ var file_actors_proto_goTypes = []any{
 	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
 	(*PacingGrant)(nil),             // 23: musepi.v1.PacingGrant
 	(*PacingSettle)(nil),            // 24: musepi.v1.PacingSettle
-	(*PacingTick)(nil),              // 25: musepi.v1.PacingTick
-	(*PacingCancel)(nil),            // 26: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 27: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 28: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 29: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 30: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 31: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 32: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 33: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 34: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 35: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 36: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 37: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 38: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 39: musepi.v1.ScheduleTask
-	(*SchedulerTimer)(nil),          // 40: musepi.v1.SchedulerTimer
-	(*Passivate)(nil),               // 41: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 42: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 43: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 44: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 45: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 46: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 47: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 48: musepi.v1.Entry
-	(*ToolResult)(nil),              // 49: musepi.v1.ToolResult
-	(*actor.PID)(nil),               // 50: actor.PID
-	(*RateLimits)(nil),              // 51: musepi.v1.RateLimits
+	(*PacingObserve)(nil),           // 25: musepi.v1.PacingObserve
+	(*PacingTick)(nil),              // 26: musepi.v1.PacingTick
+	(*PacingCancel)(nil),            // 27: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 28: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 29: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 30: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 31: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 32: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 33: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 34: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 35: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 36: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 37: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 38: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 39: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 40: musepi.v1.ScheduleTask
+	(*SchedulerTimer)(nil),          // 41: musepi.v1.SchedulerTimer
+	(*Passivate)(nil),               // 42: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 43: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 44: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 45: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 46: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 47: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 48: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 49: musepi.v1.Entry
+	(*ToolResult)(nil),              // 50: musepi.v1.ToolResult
+	(*actor.PID)(nil),               // 51: actor.PID
+	(*RateLimits)(nil),              // 52: musepi.v1.RateLimits
 }
 var file_actors_proto_depIdxs = []int32{
-	47, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	48, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	48, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	47, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	49, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	50, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
-	50, // 7: musepi.v1.SelectCredential.reply_to:type_name -> actor.PID
-	51, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
-	48, // 9: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	49, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	48, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	50, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	51, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
+	51, // 7: musepi.v1.SelectCredential.reply_to:type_name -> actor.PID
+	52, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	52, // 9: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
+	49, // 10: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3166,7 +3285,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -87,31 +87,3 @@ func (b *bucket) observeLimit(l ratelimit.Limit) {
 		b.limit = float64(l.Limit)
 	}
 }
-
-// observe takes what a response announced: the limit, what remains of it
-// (less pending, what calls the server had not counted yet take) and the
-// rate that refills it by the reset. With set the level becomes what the
-// response says; otherwise the level only goes down to it (bucket known
-// already, a response that may be out of date: see Pacer.Observe). It
-// reports whether the level is now the response's.
-func (b *bucket) observe(l ratelimit.Limit, pending float64, set bool, now time.Time) bool {
-	b.observeLimit(l)
-	if !l.HasRemaining {
-		return false
-	}
-	if !b.known() { // a remaining count with no limit: the window holds at least that much
-		b.limit, b.rate = float64(max(l.Remaining, 1)), float64(max(l.Remaining, 1))/60
-	}
-	if short := b.limit - float64(l.Remaining); short > 0 && l.Reset.After(now) {
-		b.rate = short / l.Reset.Sub(now).Seconds()
-	}
-	announced := math.Min(b.limit, float64(l.Remaining)) - pending
-	if !set {
-		b.advance(now)
-		if announced >= b.level {
-			return false
-		}
-	}
-	b.level, b.at = announced, now
-	return true
-}

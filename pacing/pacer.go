@@ -14,47 +14,44 @@ type Pacer struct {
 	creds   []credential
 	waiting []waiter // in release order: priority, then arrival
 	seq     uint64   // arrivals so far
+	opts    Options
 }
 
-// credential is one credential's budget.
-type credential struct {
-	name    string
-	buckets [numKinds]bucket
-	blocked time.Time // until when the key refuses (a usage limit)
-	// out are the calls granted on it and not settled yet, in grant
-	// order.
-	out []*grant
-	// granted counts the grants made on it: each grant's seq.
-	granted uint64
-	// latest is the latest requests reset announced by a response read
-	// (zero: none). Each request the server counts moves the instant its
-	// requests window is full again later, and the window's refill does
-	// not move it: the response announcing the latest one was the last the
-	// server counted of those read.
-	latest time.Time
+// Options tune a Pacer; the zero value gives the defaults.
+type Options struct {
+	// StickyWait is how long a call may wait for the credential it prefers
+	// (the one its session last used) rather than move to another with
+	// room: providers cache prompt prefixes per organization, and a move
+	// throws the session's cache away. 0 is DefaultStickyWait; below 0, a
+	// call moves at once.
+	StickyWait time.Duration
+	// Probes is how many calls go out on a key whose limits are not known
+	// (none configured, no response read yet) before a response tells
+	// them; the others wait. 0 is DefaultProbes.
+	Probes int
+	// Refunds says the provider gives back the output a call that set
+	// max_tokens did not use (Anthropic); without, it keeps what it charged
+	// at admission (OpenAI).
+	Refunds bool
 }
 
-// grant is a call granted on a credential and not settled yet.
-type grant struct {
-	id   string
-	seq  uint64 // its place among the credential's grants
-	need Need
-	// held is what it holds of each budget: taken at its grant, or, once
-	// a response announced the budget, the need the server holds (or will
-	// hold once it counts the call).
-	held [numKinds]float64
-	// counted says the budget was last set from a response that counted
-	// this call as the server's already (it was not subtracted as
-	// pending).
-	counted bool
-}
+// DefaultStickyWait is Options.StickyWait's default.
+const DefaultStickyWait = 2 * time.Second
+
+// DefaultProbes is Options.Probes' default: one call tells a key's limits.
+const DefaultProbes = 1
+
+// coldWait is the wait a call on a cold key is told: its probe's headers
+// end it, usually well before.
+const coldWait = time.Second
 
 // waiter is a call that waits for a budget.
 type waiter struct {
 	id       string // the caller's, unique among the waiters
 	priority Priority
 	seq      uint64
-	prefer   string // its credential, kept when it fits
+	since    time.Time // when it began to wait
+	prefer   string    // its credential, kept when it fits soon enough
 	need     Need
 }
 
@@ -63,11 +60,20 @@ type Grant struct {
 	ID         string
 	Credential string
 	// Switched says Credential is not the one the call preferred: the
-	// preferred one had no room, this one had the most.
+	// preferred one could not take it within the sticky wait, this one had
+	// the most room.
 	Switched bool
 }
 
-// Decision is what Reserve decided: a Grant, or a wait.
+// Oversize says a call can never go out: it needs more of a limit than
+// the whole window of every credential (OpenAI: "Request too large").
+type Oversize struct {
+	Kind        Kind
+	Need, Limit int64
+}
+
+// Decision is what Reserve decided: a Grant, a wait, or a call too large
+// for every credential.
 type Decision struct {
 	Grant
 	// Wait, above 0, says the call waits: Release grants it once a budget
@@ -75,12 +81,21 @@ type Decision struct {
 	// Credential and Limit, at the rates known now.
 	Wait  time.Duration
 	Limit Kind
+	// TooLarge, when its Limit is above 0, says no credential can ever
+	// take the call: nothing was reserved, and it waits for nothing.
+	TooLarge Oversize
 }
 
 // New returns the pacer of the credentials names, each with its
 // configured limits (limits[name]; missing: none) full at now.
-func New(names []string, limits map[string]Limits, now time.Time) *Pacer {
-	p := &Pacer{creds: make([]credential, len(names))}
+func New(names []string, limits map[string]Limits, now time.Time, opts Options) *Pacer {
+	if opts.StickyWait == 0 {
+		opts.StickyWait = DefaultStickyWait
+	}
+	if opts.Probes <= 0 {
+		opts.Probes = DefaultProbes
+	}
+	p := &Pacer{creds: make([]credential, len(names)), opts: opts}
 	for i, name := range names {
 		p.creds[i].name = name
 		for k := range Kind(numKinds) {
@@ -91,18 +106,23 @@ func New(names []string, limits map[string]Limits, now time.Time) *Pacer {
 }
 
 // Reserve reserves need for call id (of priority, preferring credential
-// prefer): on prefer when it has room, else on the credential with the most
-// room; when none has room, or when calls of the same or a higher priority
-// already wait, the call waits.
+// prefer): on prefer when it has room, or will within the sticky wait
+// (then the call waits for it), else on the credential with the most
+// room; when none has room, or when calls of the same or a higher
+// priority already wait, the call waits. A call larger than every
+// credential's whole window reserves nothing (TooLarge).
 func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer string, need Need) Decision {
 	p.advance(now)
+	if o, ok := p.tooLarge(prefer, need); ok {
+		return Decision{Grant: Grant{ID: id, Credential: prefer}, TooLarge: o}
+	}
 	if !p.queuedAtOrAbove(priority) {
-		if g, ok := p.fit(now, id, prefer, need); ok {
+		if g, ok := p.fit(now, id, prefer, need, now); ok {
 			return Decision{Grant: g}
 		}
 	}
 	p.seq++
-	w := waiter{id: id, priority: priority, seq: p.seq, prefer: prefer, need: need}
+	w := waiter{id: id, priority: priority, seq: p.seq, since: now, prefer: prefer, need: need}
 	at, _ := slices.BinarySearchFunc(p.waiting, w, func(a, b waiter) int {
 		if a.priority.Rank() != b.priority.Rank() {
 			return a.priority.Rank() - b.priority.Rank()
@@ -112,11 +132,33 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	p.waiting = slices.Insert(p.waiting, at, w)
 	d := Decision{Grant: Grant{ID: id, Credential: prefer}}
 	d.Credential, d.Wait, d.Limit = p.soonest(now, need, prefer)
+	if c := p.credential(prefer); c != nil && !c.blocked.After(now) {
+		if w, k := p.wait(c, need); w <= p.opts.StickyWait {
+			d.Credential, d.Wait, d.Limit = prefer, w, k // it waits for its own key
+		}
+	}
 	if qw, k := p.queueWait(now, at); qw > d.Wait {
 		d.Wait, d.Limit = qw, k
 	}
 	d.Wait = max(d.Wait, time.Nanosecond)
 	return d
+}
+
+// tooLarge reports whether need exceeds a limit of every credential, and
+// how it exceeds prefer's (or the first credential's).
+func (p *Pacer) tooLarge(prefer string, need Need) (Oversize, bool) {
+	var o Oversize
+	for i := range p.creds {
+		c := &p.creds[i]
+		k, limit, ok := c.tooLarge(need)
+		if !ok {
+			return Oversize{}, false
+		}
+		if i == 0 || c.name == prefer {
+			o = Oversize{Kind: k, Need: int64(need.of(k)), Limit: int64(limit)}
+		}
+	}
+	return o, len(p.creds) > 0
 }
 
 // queueWait estimates how long until the waiting call at index i goes:
@@ -153,20 +195,28 @@ func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
 	return len(p.waiting) > 0 && p.waiting[0].priority.Rank() <= priority.Rank()
 }
 
-// fit reserves need for call id on prefer when it has room, else on the
-// unblocked credential with the most room; false when none has room.
-func (p *Pacer) fit(now time.Time, id, prefer string, need Need) (Grant, bool) {
+// fit reserves need for call id, waiting since since, on prefer when it
+// has room; else, unless prefer can take it within the sticky wait of
+// since, on the unblocked credential with the most room; false when none
+// can take it now.
+func (p *Pacer) fit(now time.Time, id, prefer string, need Need, since time.Time) (Grant, bool) {
 	best, bestRoom := -1, 0.0
 	for i := range p.creds {
 		c := &p.creds[i]
-		if !c.fits(need) || (c.name != prefer && c.blocked.After(now)) {
+		if _, _, never := c.tooLarge(need); never || (c.name != prefer && c.blocked.After(now)) {
 			continue
 		}
 		if c.name == prefer {
-			best = i
-			break
+			if p.takes(c, need) {
+				best = i
+				break
+			}
+			if w, _ := p.wait(c, need); w <= p.opts.StickyWait-now.Sub(since) {
+				return Grant{}, false // it takes it soon: wait for the key that holds the session's cache
+			}
+			continue
 		}
-		if room := c.room(need); best < 0 || room > bestRoom {
+		if room := c.room(need); p.takes(c, need) && (best < 0 || room > bestRoom) {
 			best, bestRoom = i, room
 		}
 	}
@@ -174,8 +224,26 @@ func (p *Pacer) fit(now time.Time, id, prefer string, need Need) (Grant, bool) {
 		return Grant{}, false
 	}
 	c := &p.creds[best]
-	c.reserve(id, need)
+	c.reserve(now, id, need)
 	return Grant{ID: id, Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
+}
+
+// takes reports whether c can take need now: a cold key while it has a
+// probe to spare, a known one while need fits every limit.
+func (p *Pacer) takes(c *credential, need Need) bool {
+	if c.cold() {
+		return c.probesOut() < p.opts.Probes
+	}
+	return c.fits(need)
+}
+
+// wait is how long until c can take need, and the kind it waits for; a
+// cold key with no probe to spare waits for its probe's headers.
+func (p *Pacer) wait(c *credential, need Need) (time.Duration, Kind) {
+	if c.cold() && c.probesOut() >= p.opts.Probes {
+		return coldWait, ratelimit.Requests
+	}
+	return c.wait(need)
 }
 
 // soonest is the unblocked credential (or prefer) where need fits first
@@ -184,10 +252,10 @@ func (p *Pacer) soonest(now time.Time, need Need, prefer string) (string, time.D
 	name, wait, limit := prefer, time.Duration(-1), ratelimit.Requests
 	for i := range p.creds {
 		c := &p.creds[i]
-		if c.name != prefer && c.blocked.After(now) {
+		if _, _, never := c.tooLarge(need); never || (c.name != prefer && c.blocked.After(now)) {
 			continue
 		}
-		w, k := c.wait(need)
+		w, k := p.wait(c, need)
 		if wait < 0 || w < wait || (w == wait && c.name == prefer) {
 			name, wait, limit = c.name, w, k
 		}
@@ -203,7 +271,7 @@ func (p *Pacer) Release(now time.Time) []Grant {
 	var out []Grant
 	for len(p.waiting) > 0 {
 		w := p.waiting[0]
-		g, ok := p.fit(now, w.id, w.prefer, w.need)
+		g, ok := p.fit(now, w.id, w.prefer, w.need, w.since)
 		if !ok {
 			break
 		}
@@ -220,7 +288,11 @@ func (p *Pacer) NextRelease(now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	p.advance(now)
-	_, wait, _ := p.soonest(now, p.waiting[0].need, p.waiting[0].prefer)
+	w := p.waiting[0]
+	_, wait, _ := p.soonest(now, w.need, w.prefer)
+	if left := w.since.Add(p.opts.StickyWait).Sub(now); left > 0 && left < wait {
+		wait = left // then it may move to another key
+	}
 	return now.Add(max(wait, time.Millisecond)), true
 }
 
@@ -251,77 +323,40 @@ func (p *Pacer) Waiting() [3]int {
 	return n
 }
 
-// Settle ends the granted call id with what it used: what it holds comes
-// back, less what it used (a failed call that was sent spends its request
-// and the tokens reported, often none). It returns the grant's seq, which
-// orders its response among the credential's (Observe); 0 when id holds
-// no grant.
-func (p *Pacer) Settle(now time.Time, id string, used Usage) uint64 {
-	c, i := p.outstanding(id)
-	if c == nil {
-		return 0
+// Settle ends the granted call id with what it used (see
+// credential.settle); false when id holds no grant.
+func (p *Pacer) Settle(now time.Time, id string, used Usage) bool {
+	for i := range p.creds {
+		c := &p.creds[i]
+		if j := c.out(id); j >= 0 {
+			c.settle(now, c.recent[j], used, p.opts.Refunds)
+			c.prune(now)
+			return true
+		}
 	}
-	g := c.out[i]
-	c.out = slices.Delete(c.out, i, i+1)
-	if g.counted && used.Input == 0 && used.Output == 0 {
-		// The budget was last set from a response that took this call as
-		// counted by the server: one that reports no usage was refused,
-		// failed or never sent, and the server holds nothing of it that
-		// the budget does not show already.
-		return g.seq
-	}
-	for k := range Kind(numKinds) {
-		b := &c.buckets[k]
-		b.advance(now)
-		b.give(g.held[k] - used.of(k))
-	}
-	return g.seq
+	return false
 }
 
-// Observe takes the limits the response of credential's grant seq
-// announced (its call settled first; seq 0: a call that reserved nothing).
-//
-// Responses come back in any order, and the server may count calls in
-// another order than they were granted: a response can be older news than
-// the budget, one the server sent before others read already. A response
-// that announces a requests reset later than every one read before was
-// the last the server counted of them (a tie, as a refusal or Anthropic's
-// whole seconds give, proves nothing): it sets the budget, up or down, to
-// what remains less what every call still out takes (some of them the
-// server may have counted already: the budget errs low, never high). Any
-// other response only lowers a budget already known, to what remains less
-// what the calls granted after it and still out take (the server counted
-// those granted before it, as far as grants and counts keep one order).
-// The first response of a key whose limits were not known sets them.
-func (p *Pacer) Observe(now time.Time, credential string, seq uint64, s ratelimit.Snapshot) {
+// Observe takes the limits a response on credential announced, its
+// headers having arrived at arrived (read at now): each kind's level
+// becomes what remains less the calls granted after arrived (see
+// credential.observe). The first response of a cold key tells its limits
+// and ends its cold start.
+func (p *Pacer) Observe(now time.Time, credential string, arrived time.Time, s ratelimit.Snapshot) {
 	c := p.credential(credential)
-	if c == nil {
+	if c == nil || s.Len() == 0 {
 		return
 	}
-	latest := false
-	if l, ok := s.Get(ratelimit.Requests); ok && l.Reset.After(c.latest) {
-		latest, c.latest = true, l.Reset
-	}
+	c.observed, c.headerless = true, false
+	counted := false
 	for k := range Kind(numKinds) {
-		l, ok := s.Get(k)
-		if !ok {
-			continue
+		if l, ok := s.Get(k); ok {
+			c.observe(k, l, arrived, now)
+			counted = counted || l.HasRemaining
 		}
-		b := &c.buckets[k]
-		set := latest || !b.known()
-		b.observeLimit(l)
-		var pending float64
-		for _, g := range c.out {
-			g.held[k] = b.capped(g.need.of(k))
-			if set || seq == 0 || g.seq > seq {
-				pending += g.held[k]
-			}
-		}
-		if b.observe(l, pending, set, now) {
-			for _, g := range c.out {
-				g.counted = !set && seq != 0 && g.seq < seq
-			}
-		}
+	}
+	if counted {
+		c.markCounted(arrived)
 	}
 }
 
@@ -347,13 +382,13 @@ func (p *Pacer) Levels(now time.Time) []Level {
 	return out
 }
 
-// Paced reports whether any credential has a limit known.
+// Paced reports whether the pacer may hold a call: some credential has a
+// limit known, or starts cold (none known, and no call answered without
+// headers yet).
 func (p *Pacer) Paced() bool {
 	for i := range p.creds {
-		for k := range p.creds[i].buckets {
-			if p.creds[i].buckets[k].known() {
-				return true
-			}
+		if c := &p.creds[i]; c.known() || c.cold() {
+			return true
 		}
 	}
 	return false
@@ -407,28 +442,3 @@ func (c *credential) wait(need Need) (time.Duration, Kind) {
 	return longest, limit
 }
 
-// reserve takes need from every limit of c for call id.
-func (c *credential) reserve(id string, need Need) {
-	c.granted++
-	g := &grant{id: id, seq: c.granted, need: need}
-	for k := range c.buckets {
-		b := &c.buckets[k]
-		b.take(need.of(Kind(k)))
-		g.held[k] = b.capped(need.of(Kind(k)))
-	}
-	c.out = append(c.out, g)
-}
-
-// outstanding is the credential and the index in its out of call id's
-// latest grant (nil: none).
-func (p *Pacer) outstanding(id string) (*credential, int) {
-	for i := range p.creds {
-		c := &p.creds[i]
-		for j := len(c.out) - 1; j >= 0; j-- {
-			if c.out[j].id == id {
-				return c, j
-			}
-		}
-	}
-	return nil, -1
-}

@@ -79,6 +79,10 @@ func ParsePriority(s string) (Priority, error) {
 // its estimated input tokens and its output bound (max_tokens).
 type Need struct {
 	Input, Output int64
+	// Bounded says Output is the call's max_tokens, which the provider
+	// charges at admission (without, Output is an estimate of what answers
+	// use: see OutputEstimator).
+	Bounded bool
 }
 
 // of is the need in kind k.

@@ -80,7 +80,17 @@ func Failure(status int, text string, headers map[string]string) *messages.Assis
 }
 
 // OutputBounded is a provider that says the output bound (max_tokens) of
-// its turns, which pacing reserves from its keys' token limits.
+// its turns, which pacing reserves from its keys' token limits (0: none
+// set; pacing then reserves what its answers use).
 type OutputBounded interface {
 	MaxOutputTokens() int64
+}
+
+// OutputRefunder is a provider whose server gives back, once a call ends,
+// the output its max_tokens reserved at admission and it did not use
+// (Anthropic: "OTPM rate limits are estimated based on max_tokens at the
+// beginning of each request and adjusted at the end"). OpenAI charges
+// max_tokens at admission and gives nothing back.
+type OutputRefunder interface {
+	RefundsUnusedOutput() bool
 }

@@ -48,6 +48,7 @@ type Provider struct {
 	AutoRedeem  bool
 	Budget      retry.BudgetSettings // Enabled false: none
 	Pacing      bool                 // turns reserve their need from the keys' rate limits
+	Refunds     bool                 // the server gives back unused max_tokens (provider.OutputRefunder)
 }
 
 // Settings are what a runtime's options say of the cluster's shared

@@ -78,3 +78,12 @@ func (m *measured) recordGenAI(ctx context.Context, model string, seconds float6
 	m.t.in.genAITokens.Record(ctx, inputTokens(u), metric.WithAttributes(append(attrs[:n:n], tokenInput)...))
 	m.t.in.genAITokens.Record(ctx, u.GetOutput(), metric.WithAttributes(append(attrs[:n:n], tokenOutput)...))
 }
+
+// MaxOutputTokens is the wrapped provider's output bound (0: none), which
+// pacing reserves.
+func (m *measured) MaxOutputTokens() int64 {
+	if b, ok := m.next.(provider.OutputBounded); ok {
+		return b.MaxOutputTokens()
+	}
+	return 0
+}

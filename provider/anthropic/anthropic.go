@@ -87,6 +87,11 @@ func (p *Provider) GenAIProviderName() string { return ProviderName }
 // MaxOutputTokens is the max_tokens every turn sends (provider.OutputBounded).
 func (p *Provider) MaxOutputTokens() int64 { return p.cfg.MaxTokens }
 
+// RefundsUnusedOutput is true: Anthropic charges max_tokens of output at
+// admission and adjusts to the tokens used at the end
+// (https://docs.anthropic.com/en/api/rate-limits).
+func (p *Provider) RefundsUnusedOutput() bool { return true }
+
 // New returns a Provider for cfg. The SDK client is built without the SDK's
 // environment defaults (no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or profile
 // files are read): the credential comes with each request, as Request.APIKey.
@@ -151,8 +156,10 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		option.WithResponseInto(&resp),
 	)
 	defer stream.Close()
-	// The SDK returns the stream once the headers have arrived.
+	// The SDK returns the stream once the headers have arrived: their
+	// limits go to the caller's pacing at once.
 	limits = provider.RateLimitsOf(resp, time.Now())
+	provider.LimitsSeen(ctx, limits)
 
 	readStream(stream, acc)
 	if err := stream.Err(); err != nil {

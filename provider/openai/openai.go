@@ -203,9 +203,11 @@ type turn struct {
 }
 
 // received reads the rate limits of the response, if any, once the call has
-// returned: the SDK returns a stream as soon as the headers arrive.
+// returned: the SDK returns a stream as soon as the headers arrive. They go
+// to the caller's pacing at once (provider.LimitsSeen).
 func (t *turn) received() {
 	t.limits = provider.RateLimitsOf(t.res, time.Now())
+	provider.LimitsSeen(t.callerCtx, t.limits)
 }
 
 func (t *turn) text(s string) {

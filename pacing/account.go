@@ -1,0 +1,180 @@
+package pacing
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/musepi/musepi/provider/ratelimit"
+)
+
+// credential is one credential's budget, and the calls granted on it.
+type credential struct {
+	name    string
+	buckets [numKinds]bucket
+	blocked time.Time // until when the key refuses (a usage limit)
+	// recent are the calls granted on it, in grant order: those out, and
+	// those settled less than recentFor ago, which a response read late may
+	// not have counted yet.
+	recent []*grant
+	// observed says a response announced some limit of the key;
+	// headerless that a call was answered without any, before any did: a
+	// key with no limit known is then never held (see cold).
+	observed, headerless bool
+}
+
+// recentFor is how long a settled grant is kept: a response is read as
+// its headers arrive, well within it.
+const recentFor = time.Minute
+
+// grant is a call granted on a credential.
+type grant struct {
+	id   string
+	at   time.Time // when it was granted
+	need Need
+	// charge is what it takes from each budget: its need at the grant,
+	// what it used (or was charged) once settled.
+	charge  [numKinds]float64
+	settled bool
+	// counted says a response that arrived after its grant set the budget:
+	// the server's remaining holds the call, so its settle gives nothing
+	// back (a refund shows in later responses).
+	counted bool
+	probe   bool // it went out while no limit of the key was known
+}
+
+// The accounting rule, once: a key's level after a response is what the
+// response says remains, less only what the calls granted after the
+// response arrived take (granted after the server answered it: the server
+// has not counted them). The calls granted before it are in the server's
+// count already. The level then refills at the response's rate from the
+// moment its headers arrived, never faster than its limit allows (a
+// per-minute limit L refills at most L/60 a second). So responses read in
+// any order leave the level where the server's count puts it, and a
+// response read shortly before its reset does not make a runaway rate.
+//
+// observe applies it to kind k's limit l, announced by a response that
+// arrived at arrived, read at now.
+func (c *credential) observe(k Kind, l ratelimit.Limit, arrived, now time.Time) {
+	b := &c.buckets[k]
+	b.observeLimit(l)
+	if !l.HasRemaining {
+		return
+	}
+	if !b.known() { // a remaining count with no limit: the window holds at least that much
+		b.limit, b.rate = float64(max(l.Remaining, 1)), float64(max(l.Remaining, 1))/60
+	}
+	b.rate = b.limit / 60
+	if short := b.limit - float64(l.Remaining); short > 0 && l.Reset.After(arrived) {
+		b.rate = math.Min(b.rate, short/l.Reset.Sub(arrived).Seconds())
+	}
+	// From what remained as the headers arrived, replay the calls granted
+	// since, each as the bucket stood then (in grant order, which is time
+	// order), and refill to now.
+	b.level, b.at = math.Min(b.limit, float64(l.Remaining)), arrived
+	for _, g := range c.recent {
+		if g.at.After(arrived) {
+			b.advance(g.at)
+			b.level -= g.charge[k]
+		}
+	}
+	b.advance(now)
+}
+
+// markCounted marks the calls granted by arrived as counted by the
+// server.
+func (c *credential) markCounted(arrived time.Time) {
+	for _, g := range c.recent {
+		if !g.at.After(arrived) {
+			g.counted = true
+		}
+	}
+}
+
+// reserve takes need from every limit of c for call id, granted at now.
+func (c *credential) reserve(now time.Time, id string, need Need) {
+	g := &grant{id: id, at: now, need: need, probe: c.cold()}
+	for k := range c.buckets {
+		b := &c.buckets[k]
+		g.charge[k] = need.of(Kind(k))
+		b.take(g.charge[k])
+	}
+	c.recent = append(c.recent, g)
+}
+
+// settle ends grant g with what it used: a grant the server has not
+// counted gives back what it took and was not charged (or takes what it
+// was charged beyond). refunds says the server gives back unused output
+// of a bounded call (Anthropic); without, it keeps the bound (OpenAI).
+func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
+	g.settled = true
+	if g.probe && !c.observed {
+		c.headerless = used.Sent // answered without headers; a call never sent says nothing
+	}
+	answered := used.Input > 0 || used.Output > 0 // a refusal reports no usage, and is charged its request only
+	for k := range c.buckets {
+		charged := used.of(Kind(k))
+		if answered && g.need.Bounded && !refunds {
+			charged = math.Max(charged, g.need.of(Kind(k)))
+		}
+		if !g.counted {
+			b := &c.buckets[k]
+			b.advance(now)
+			b.give(g.charge[k] - charged)
+		}
+		g.charge[k] = charged
+	}
+}
+
+// prune drops the settled grants older than recentFor.
+func (c *credential) prune(now time.Time) {
+	c.recent = slices.DeleteFunc(c.recent, func(g *grant) bool { return g.settled && now.Sub(g.at) > recentFor })
+}
+
+// out is the index in recent of call id's grant not yet settled (-1:
+// none).
+func (c *credential) out(id string) int {
+	for i := len(c.recent) - 1; i >= 0; i-- {
+		if g := c.recent[i]; g.id == id && !g.settled {
+			return i
+		}
+	}
+	return -1
+}
+
+// known reports whether some limit of c is known.
+func (c *credential) known() bool {
+	for k := range c.buckets {
+		if c.buckets[k].known() {
+			return true
+		}
+	}
+	return false
+}
+
+// cold reports whether c starts cold: no limit of it known, configured or
+// announced, and no call answered without headers yet. A cold key lets
+// Probes calls out and holds the rest until a response tells its limits.
+func (c *credential) cold() bool { return !c.known() && !c.headerless }
+
+// probesOut counts the probes out.
+func (c *credential) probesOut() int {
+	n := 0
+	for _, g := range c.recent {
+		if g.probe && !g.settled {
+			n++
+		}
+	}
+	return n
+}
+
+// tooLarge is the kind of c's limits that need exceeds whole, and that
+// limit (false: it fits some day).
+func (c *credential) tooLarge(need Need) (Kind, float64, bool) {
+	for k := range c.buckets {
+		if b := &c.buckets[k]; b.known() && need.of(Kind(k)) > b.limit {
+			return Kind(k), b.limit, true
+		}
+	}
+	return 0, 0, false
+}

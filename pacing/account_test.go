@@ -1,0 +1,279 @@
+package pacing
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/musepi/musepi/provider/ratelimit"
+)
+
+// server is a rate-limited server as OpenAI describes its limits: a
+// bucket of limit requests a minute, full at t0, refilled continuously;
+// each call counted takes one, and its response announces what remains
+// and when the bucket is full again.
+type server struct {
+	limit float64
+	level float64
+	at    time.Time
+}
+
+func newServer(limit float64) *server { return &server{limit: limit, level: limit, at: t0} }
+
+func (s *server) advance(now time.Time) {
+	s.level = math.Min(s.limit, s.level+s.limit/60*now.Sub(s.at).Seconds())
+	s.at = now
+}
+
+// count counts one call at now and returns what its response announces.
+func (s *server) count(now time.Time) ratelimit.Snapshot {
+	s.advance(now)
+	s.level--
+	remaining := math.Floor(s.level)
+	var snap ratelimit.Snapshot
+	snap.Set(ratelimit.Requests, ratelimit.Limit{Limit: int64(s.limit), Remaining: int64(max(remaining, 0)), HasLimit: true, HasRemaining: true,
+		Reset: now.Add(time.Duration((s.limit - remaining) / (s.limit / 60) * float64(time.Second)))})
+	return snap
+}
+
+// TestResponsesInAnyOrder: 120 calls granted 10 ms apart, each counted by
+// the server as it is granted and answered 5 ms later; the responses are
+// read in order, in reverse and shuffled, all after the last grant. The
+// level ends within one request of what the server has, whatever the
+// order (issue 37: responses read out of order once subtracted the calls
+// granted before them a second time, and a key stalled).
+func TestResponsesInAnyOrder(t *testing.T) {
+	const n = 120
+	orders := map[string]func([]int){
+		"in order": func([]int) {},
+		"reversed": func(o []int) {
+			for i, j := 0, len(o)-1; i < j; i, j = i+1, j-1 {
+				o[i], o[j] = o[j], o[i]
+			}
+		},
+		"shuffled": func(o []int) { rand.New(rand.NewPCG(1, 2)).Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] }) },
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(600)
+			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 600}}, t0, Options{})
+			snaps := make([]ratelimit.Snapshot, n)
+			for i := range n {
+				now := at(10 * i)
+				if d := p.Reserve(now, fmt.Sprint(i), Normal, "a", Need{}); d.Wait != 0 {
+					t.Fatalf("call %d waits %v", i, d.Wait)
+				}
+				snaps[i] = srv.count(now)
+			}
+			end := at(10*n + 100)
+			seq := make([]int, n)
+			for i := range seq {
+				seq[i] = i
+			}
+			order(seq)
+			for _, i := range seq {
+				p.Observe(end, "a", at(10*i+5), snaps[i])
+				p.Settle(end, fmt.Sprint(i), Usage{Sent: true, Input: 10})
+			}
+			srv.advance(end)
+			got, _ := remaining(p, end, "a", ratelimit.Requests)
+			if math.Abs(got-srv.level) > 1 {
+				t.Errorf("level %.2f, the server has %.2f", got, srv.level)
+			}
+		})
+	}
+}
+
+// TestRateReadWhenTheHeadersArrived: a response read 10 ms before its
+// reset does not make a runaway rate: the level refills at most at the
+// limit's pace (issue 37: such a response once gave 100 requests a second
+// on a 60-a-minute key).
+func TestRateReadWhenTheHeadersArrived(t *testing.T) {
+	p := New([]string{"a"}, nil, t0, Options{})
+	p.Reserve(t0, "probe", Normal, "a", Need{})
+	var snap ratelimit.Snapshot
+	snap.Set(ratelimit.Requests, ratelimit.Limit{Limit: 60, Remaining: 0, Reset: at(10), HasLimit: true, HasRemaining: true})
+	p.Observe(at(1000), "a", t0, snap) // read a second after it arrived
+	for _, tc := range []struct {
+		after time.Duration
+		most  float64
+	}{{time.Second, 1}, {10 * time.Second, 10}, {time.Minute, 60}} {
+		if got, _ := remaining(p, t0.Add(tc.after), "a", ratelimit.Requests); got > tc.most {
+			t.Errorf("%v after the headers: %.2f requests, want at most %v (60 a minute)", tc.after, got, tc.most)
+		}
+	}
+}
+
+// TestColdStart: on a key whose limits are not known, one probe goes out
+// and the rest wait for its headers, which set the budget: then as many
+// calls go as it holds. A key whose probe is answered without headers is
+// never held again.
+func TestColdStart(t *testing.T) {
+	t.Run("headers", func(t *testing.T) {
+		p := New([]string{"a"}, nil, t0, Options{})
+		granted := 0
+		for i := range 200 {
+			if d := p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{}); d.Wait == 0 {
+				granted++
+			}
+		}
+		if granted != 1 {
+			t.Fatalf("%d of 200 calls went out before any headers, want the probe alone", granted)
+		}
+		var snap ratelimit.Snapshot
+		snap.Set(ratelimit.Requests, ratelimit.Limit{Limit: 100, Remaining: 99, Reset: at(600), HasLimit: true, HasRemaining: true})
+		p.Observe(at(50), "a", at(50), snap)
+		if got := len(p.Release(at(50))); got != 99 {
+			t.Errorf("released %d once the headers said 99 remain, want 99", got)
+		}
+	})
+	t.Run("no headers", func(t *testing.T) {
+		p := New([]string{"a"}, nil, t0, Options{})
+		for i := range 10 {
+			p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{})
+		}
+		p.Settle(at(50), "0", Usage{Sent: true, Input: 5, Output: 5}) // answered with no headers
+		if got := len(p.Release(at(50))); got != 9 {
+			t.Errorf("released %d after a headerless answer, want all 9", got)
+		}
+		if d := p.Reserve(at(60), "late", Normal, "a", Need{}); d.Wait != 0 {
+			t.Errorf("a later call waits %v on a headerless key", d.Wait)
+		}
+	})
+	t.Run("a probe never sent", func(t *testing.T) {
+		p := New([]string{"a"}, nil, t0, Options{})
+		p.Reserve(t0, "0", Normal, "a", Need{})
+		p.Reserve(t0, "1", Normal, "a", Need{})
+		p.Settle(at(50), "0", Usage{}) // the connection failed: it says nothing of the key
+		if got := p.Release(at(50)); len(got) != 1 || got[0].ID != "1" {
+			t.Errorf("released %+v, want call 1 as the next probe", got)
+		}
+		if d := p.Reserve(at(60), "2", Normal, "a", Need{}); d.Wait == 0 {
+			t.Error("a third call went out with the second probe out")
+		}
+	})
+}
+
+// TestSettleFollowsTheProvider: a call not yet counted by a response
+// gives back what it did not use; one that set max_tokens is charged its
+// bound by OpenAI (no refund) and its use by Anthropic (refund); a call
+// counted by a response gives nothing back (later responses show any
+// refund).
+func TestSettleFollowsTheProvider(t *testing.T) {
+	bounded := Need{Input: 1000, Output: 1000, Bounded: true}
+	used := Usage{Sent: true, Input: 1000, Output: 200}
+	for _, tc := range []struct {
+		name    string
+		refunds bool
+		need    Need
+		used    Usage
+		counted bool
+		want    float64 // tokens left
+	}{
+		{"estimate: reconciled with use", false, Need{Input: 1000, Output: 1000}, used, false, 6000 - 1200},
+		{"OpenAI, max_tokens: no refund", false, bounded, used, false, 6000 - 2000},
+		{"Anthropic, max_tokens: the unused output comes back", true, bounded, used, false, 6000 - 1200},
+		{"refused: charged its request only", false, bounded, Usage{Sent: true}, false, 6000},
+		{"counted by a response: nothing back", true, bounded, used, true, 3000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Refunds: tc.refunds})
+			p.Reserve(t0, "s", Normal, "a", tc.need)
+			if tc.counted {
+				var snap ratelimit.Snapshot
+				snap.Set(ratelimit.Tokens, ratelimit.Limit{Limit: 6000, Remaining: 3000, Reset: at(30_000), HasLimit: true, HasRemaining: true})
+				p.Observe(t0, "a", t0, snap)
+			}
+			p.Settle(t0, "s", tc.used)
+			if got, _ := remaining(p, t0, "a", ratelimit.Tokens); got != tc.want {
+				t.Errorf("tokens left %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStickyWait: a call waits for the key its session last used while
+// that key takes it within the sticky wait, and moves to the key with the
+// most room otherwise (issue 37: a move throws the prompt cache away).
+func TestStickyWait(t *testing.T) {
+	limits := map[string]Limits{"a": {RPM: 60}, "b": {RPM: 60}} // a request a second each
+	for _, tc := range []struct {
+		name   string
+		sticky time.Duration
+		spent  int // requests spent on a first
+		want   Decision
+	}{
+		{"room on a: a", 0, 0, Decision{Grant: Grant{ID: "s", Credential: "a"}}},
+		{"a in a second: wait for a", 0, 60, Decision{Grant: Grant{ID: "s", Credential: "a"}, Wait: time.Second, Limit: ratelimit.Requests}},
+		{"a in three seconds: move to b", 0, 62, Decision{Grant: Grant{ID: "s", Credential: "b", Switched: true}}},
+		{"no sticky wait: move at once", -1, 60, Decision{Grant: Grant{ID: "s", Credential: "b", Switched: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New([]string{"a", "b"}, limits, t0, Options{StickyWait: tc.sticky})
+			for i := range tc.spent {
+				p.creds[0].reserve(t0, fmt.Sprint("x", i), Need{})
+			}
+			if got := p.Reserve(t0, "s", Normal, "a", Need{}); got != tc.want {
+				t.Errorf("Reserve = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	t.Run("the waiter goes on a once it refills", func(t *testing.T) {
+		p := New([]string{"a", "b"}, limits, t0, Options{})
+		for i := range 60 {
+			p.creds[0].reserve(t0, fmt.Sprint("x", i), Need{})
+		}
+		p.Reserve(t0, "s", Normal, "a", Need{})
+		if got := p.Release(at(500)); len(got) != 0 {
+			t.Errorf("released %+v half a second in, want nothing yet", got)
+		}
+		if got := p.Release(at(1000)); len(got) != 1 || got[0].Credential != "a" || got[0].Switched {
+			t.Errorf("released %+v after a second, want s on a", got)
+		}
+	})
+}
+
+// TestOutputEstimator: a model's estimate starts at the default and
+// becomes the 95th percentile of its last 64 answers.
+func TestOutputEstimator(t *testing.T) {
+	var e OutputEstimator
+	if got := e.Estimate("m"); got != DefaultOutputEstimate {
+		t.Errorf("before any answer: %d, want %d", got, DefaultOutputEstimate)
+	}
+	for i := range 100 {
+		e.Observe("m", int64(i%20+1)*10) // 10 .. 200, evenly
+	}
+	e.Observe("m", 0) // a failure teaches nothing
+	// The last 64 hold 10 to 160 three times each, 170 to 200 four
+	// times: the 61st of them sorted is 200.
+	if got := e.Estimate("m"); got != 200 {
+		t.Errorf("after 100 answers of 10 to 200: %d, want 200 (the 95th percentile of the last 64)", got)
+	}
+	for range 64 {
+		e.Observe("m", 50)
+	}
+	if got := e.Estimate("m"); got != 50 {
+		t.Errorf("after 64 answers of 50: %d, want 50 (older ones forgotten)", got)
+	}
+	if got := e.Estimate("other"); got != DefaultOutputEstimate {
+		t.Errorf("another model: %d, want %d", got, DefaultOutputEstimate)
+	}
+}
+
+// TestTooLargeForEveryKey: a call that needs more than every key's whole
+// window never goes out; one that a second key can take goes there.
+func TestTooLargeForEveryKey(t *testing.T) {
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {TPM: 30000}, "b": {TPM: 60000}}, t0, Options{})
+	if d := p.Reserve(t0, "s", Normal, "a", Need{Input: 36000}); d.Credential != "b" || d.Wait != 0 || d.TooLarge.Limit != 0 {
+		t.Errorf("36,000 tokens: %+v, want a grant on b", d)
+	}
+	d := p.Reserve(t0, "t", Normal, "a", Need{Input: 70000})
+	if want := (Oversize{Kind: ratelimit.Tokens, Need: 70000, Limit: 30000}); d.TooLarge != want || d.Wait != 0 {
+		t.Errorf("70,000 tokens: %+v, want too large (%+v)", d, want)
+	}
+	if p.Waiting() != [3]int{} {
+		t.Errorf("waiting %v, want none", p.Waiting())
+	}
+}
