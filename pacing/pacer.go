@@ -441,4 +441,3 @@ func (c *credential) wait(need Need) (time.Duration, Kind) {
 	}
 	return longest, limit
 }
-

@@ -61,7 +61,7 @@ func TestReserveChoosesAndWaits(t *testing.T) {
 
 func TestReleaseGoesByPriorityThenArrival(t *testing.T) {
 	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60}}, t0, Options{}) // one request a second
-	p.Reserve(t0, "first", Normal, "a", Need{})                    // takes the bucket's 60
+	p.Reserve(t0, "first", Normal, "a", Need{})                               // takes the bucket's 60
 	for range 59 {
 		p.Reserve(t0, "fill", Normal, "a", Need{})
 	}
