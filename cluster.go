@@ -77,7 +77,7 @@ func (n nodeRuntime) Settings() hosting.Settings {
 			continue
 		}
 		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing,
-			Refunds: cfg.refunds(name)}
+			Refunds: cfg.refunds(name), StickyWait: cfg.stickyWait}
 		if cfg.settings.Budget.Enabled {
 			p.Budget = cfg.settings.Budget
 		}

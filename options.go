@@ -80,6 +80,7 @@ type runtimeConfig struct {
 	creds       map[string][]Credential
 	autoRedeem  bool
 	pacing      bool                  // WithPacing (default on)
+	stickyWait  time.Duration         // WithPacingStickyWait (0: the default)
 	rateLimits  map[string]RateLimits // WithRateLimits, by provider
 	settings    retry.Settings
 	store       history.Store
@@ -167,6 +168,19 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 // refills, in priority order (WithPriority). Without limits known, turns
 // go at once.
 func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on } }
+
+// DefaultPacingStickyWait is WithPacingStickyWait's default.
+const DefaultPacingStickyWait = pacing.DefaultStickyWait
+
+// WithPacingStickyWait sets how long a paced turn waits for the key its
+// session last used before it moves to another key with room (default
+// DefaultPacingStickyWait, 2 s; a negative d moves at once). Providers
+// cache prompt prefixes per organization and model: when the keys belong
+// to different organizations, every move throws the session's prompt
+// cache away. A move is told as a credential_switch with reason pacing.
+func WithPacingStickyWait(d time.Duration) Option {
+	return func(c *runtimeConfig) { c.stickyWait = d }
+}
 
 // WithRateLimits sets the per-minute limits of provider's credentials that
 // set none of their own (Credential.RateLimits).

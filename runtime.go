@@ -270,7 +270,7 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 		view := actors.NewCredentialsView(actorCreds)
 		rt.credViews[name] = view
 		policy := actors.CredentialsPolicy{AutoRedeem: cfg.autoRedeem, Budget: cfg.settings.Budget, Pacing: cfg.pacing,
-			Refunds: cfg.refunds(name), Provider: name}
+			Refunds: cfg.refunds(name), Provider: name, StickyWait: cfg.stickyWait}
 		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, policy, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {

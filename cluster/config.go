@@ -52,6 +52,9 @@ type Provider struct {
 	// Refunds: the provider gives back the output max_tokens reserved and
 	// a call did not use (provider.OutputRefunder).
 	Refunds bool
+	// StickyWait is how long a turn waits for its session's key before it
+	// moves (musepi.WithPacingStickyWait; 0: the default).
+	StickyWait time.Duration
 }
 
 // Config is one node's configuration. Name, Providers and FallbackChains

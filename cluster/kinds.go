@@ -123,7 +123,7 @@ func (a *credentialsActivation) Receive(ctx actor.Context) {
 		})
 		a.inner = actors.NewCredentialsActor(clock.Real{}, a.provider.Credentials,
 			actors.CredentialsPolicy{AutoRedeem: a.provider.AutoRedeem, Budget: a.provider.Budget, Pacing: a.provider.Pacing,
-				Refunds: a.provider.Refunds, Provider: a.provider.Name}, a.view)
+				Refunds: a.provider.Refunds, Provider: a.provider.Name, StickyWait: a.provider.StickyWait}, a.view)
 		a.last = before
 		a.changed()
 		return

@@ -62,6 +62,11 @@ type Config struct {
 	// configured ones (rpm, tpm, input_tpm, output_tpm) and those the
 	// provider's responses announce. Default true (see musepi.WithPacing).
 	Pacing bool
+	// PacingStickyWait ("pacing_sticky_wait_ms") is how long a paced turn
+	// waits for the key its session last used before it moves to another
+	// (musepi.WithPacingStickyWait). Parse sets the default, 2 s, when the
+	// key is left out; 0 moves at once.
+	PacingStickyWait time.Duration
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
 	HistoryDir string
@@ -368,7 +373,12 @@ func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 			settings.FallbackChains[role] = slices.Clone(chain)
 		}
 	}
+	sticky := c.PacingStickyWait
+	if sticky == 0 { // the file's 0 moves at once; the option's 0 is its default
+		sticky = -1
+	}
 	opts = append(opts, musepi.WithRetrySettings(settings), musepi.WithAutoRedeem(c.AutoRedeem), musepi.WithPacing(c.Pacing),
+		musepi.WithPacingStickyWait(sticky),
 		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithPassivateAfter(c.PassivateAfter),
 		musepi.WithMaxResponseBytes(c.MaxResponseBytes))
 	dir, _ := c.HistoryPath() // checked above
@@ -463,6 +473,9 @@ func (c *Config) check() (*loaded, []Problem) {
 	}
 	if c.PassivateAfter < 0 {
 		v.add("passivate_after_ms", "must be 0 or more, got %d", c.PassivateAfter.Milliseconds())
+	}
+	if c.PacingStickyWait < 0 {
+		v.add("pacing_sticky_wait_ms", "must be 0 or more, got %d", c.PacingStickyWait.Milliseconds())
 	}
 	if c.StreamIdleTimeout < 0 {
 		v.add("stream_idle_timeout_ms", "must be 0 or more, got %d", c.StreamIdleTimeout.Milliseconds())

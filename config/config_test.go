@@ -859,6 +859,7 @@ func TestRateLimitsAndPacing(t *testing.T) {
 	t.Setenv("MUSEPI_TEST_KEY_2", "sk-test-2")
 	cfg, err := Parse([]byte(`default_model = "openai/gpt-4o"
 pacing = false
+pacing_sticky_wait_ms = 500
 [providers.openai]
 kind = "openai"
 rpm = 600
@@ -877,7 +878,7 @@ tpm = 200000
 		t.Fatal(err)
 	}
 	p := cfg.Providers["openai"]
-	if cfg.Pacing || p.RateLimits != (musepi.RateLimits{RPM: 600, TPM: 200_000}) ||
+	if cfg.Pacing || cfg.PacingStickyWait != 500*time.Millisecond || p.RateLimits != (musepi.RateLimits{RPM: 600, TPM: 200_000}) ||
 		p.Credentials[0].RateLimits != (musepi.RateLimits{}) ||
 		p.Credentials[1].RateLimits != (musepi.RateLimits{RPM: 60, InputTPM: 1000, OutputTPM: 500}) {
 		t.Errorf("pacing %t, provider %+v, credentials %+v", cfg.Pacing, p.RateLimits, p.Credentials)

@@ -42,13 +42,14 @@ func parseTOML(data []byte) (root map[string]any, probs []Problem) {
 // left out keep their defaults.
 func decode(root map[string]any) (*Config, []Problem) {
 	d := &decoder{}
-	c := &Config{Retry: retry.DefaultSettings(), Pacing: true,
+	c := &Config{Retry: retry.DefaultSettings(), Pacing: true, PacingStickyWait: musepi.DefaultPacingStickyWait,
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, PassivateAfter: musepi.DefaultPassivateAfter,
 		MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
 	t.str("default_model", &c.DefaultModel)
 	t.boolean("auto_redeem", &c.AutoRedeem)
 	t.boolean("pacing", &c.Pacing)
+	t.millis("pacing_sticky_wait_ms", &c.PacingStickyWait)
 	t.str("history_dir", &c.HistoryDir)
 	t.str("history_sync", &c.HistorySync)
 	t.str("history_database", &c.HistoryDatabase)

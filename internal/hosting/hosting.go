@@ -11,6 +11,7 @@ package hosting
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -49,6 +50,7 @@ type Provider struct {
 	Budget      retry.BudgetSettings // Enabled false: none
 	Pacing      bool                 // turns reserve their need from the keys' rate limits
 	Refunds     bool                 // the server gives back unused max_tokens (provider.OutputRefunder)
+	StickyWait  time.Duration        // how long a turn waits for its session's key (0: the default)
 }
 
 // Settings are what a runtime's options say of the cluster's shared
