@@ -81,7 +81,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, pacing, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, input_tpm, kind, max_tokens, models, output_tpm, prices, rpm, tpm)", only: true},
@@ -343,6 +343,7 @@ func TestExample(t *testing.T) {
 	want := &Config{
 		DefaultModel:      "openai/gpt-4o",
 		Pacing:            true,
+		PacingStickyWait:  2 * time.Second,
 		HistoryDir:        "~/.local/state/musepi/sessions",
 		HistorySync:       "turn",
 		RequestTimeout:    10 * time.Minute,
@@ -680,9 +681,9 @@ default = ["ant/claude", "resp/gpt"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 3 providers, retry settings, auto-redeem, pacing, stream idle
-	// timeout, passivation, max response bytes, history dir.
-	if len(opts) != 10 {
+	// 3 providers, retry settings, auto-redeem, pacing, its sticky wait,
+	// stream idle timeout, passivation, max response bytes, history dir.
+	if len(opts) != 11 {
 		t.Errorf("%d options", len(opts))
 	}
 	rt, err := musepi.NewRuntime(opts...)
