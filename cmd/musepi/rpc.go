@@ -23,7 +23,9 @@ Serves one session as JSON lines on stdin/stdout (see docs/rpc.md). Without
 --config or --provider it runs against the built-in demo server (no API key
 needed). With --cluster the session is hosted by the nodes of the file's
 cluster (musepi node); --session-id reaches an existing one. Logs go to
-stderr only.`,
+stderr only. Pacing (the rate-limit budget of each key, and --priority)
+is per process: processes that share a key pace only their own calls;
+sharing a key across processes is what --cluster is for.`,
 	setup: setupRPC,
 }
 
