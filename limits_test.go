@@ -142,7 +142,7 @@ func TestNewRuntimeRefusesBadOptions(t *testing.T) {
 		{"negative base delay", []musepi.Option{musepi.WithProvider("p", p), musepi.WithRetrySettings(negDelay)}, "WithRetrySettings: retry.baseDelayMs: must be 0 or more"},
 		{"provider name with a slash", []musepi.Option{musepi.WithProvider("a/b", p)}, `WithProvider("a/b"): a provider name cannot hold '/'`},
 		{"empty credential name", []musepi.Option{musepi.WithProvider("p", p, musepi.Credential{APIKey: "k"})}, `WithProvider("p"): credential 0: empty or duplicate name`},
-		{"duplicate credential", []musepi.Option{musepi.WithProvider("p", p, musepi.Credential{Name: "a"}, musepi.Credential{Name: "a"})}, `WithProvider("p"): credential 1: empty or duplicate name "a"`},
+		{"duplicate credential", []musepi.Option{musepi.WithProvider("p", p, musepi.Credential{Name: "a", APIKey: "k"}, musepi.Credential{Name: "a", APIKey: "k2"})}, `WithProvider("p"): credential 1: empty or duplicate name "a"`},
 		{"nil clock", []musepi.Option{musepi.WithClock(nil)}, "WithClock: nil clock"},
 		{"negative limit", []musepi.Option{musepi.WithLimits(musepi.Limits{Sessions: 10, PromptBytes: -1})}, "WithLimits: PromptBytes is -1"},
 		{"negative queue", []musepi.Option{musepi.WithEventQueueLen(-5)}, "WithEventQueueLen: negative length -5"},

@@ -20,12 +20,21 @@ import (
 	"github.com/musepi/musepi/retry"
 )
 
-// Credential is one API key of a provider (WithProvider).
+// Credential is one API key of a provider (WithProvider). NewRuntime
+// refuses a credential without a key: a provider whose server needs no key
+// is given no credentials, and no adapter fills a missing key in from the
+// environment (OPENAI_API_KEY, ANTHROPIC_API_KEY).
 type Credential struct {
 	// Name names the credential in events and logs (never the key); unique
 	// within its provider, not empty.
-	Name   string
+	Name string
+	// APIKey is the key sent with the credential's calls. Exactly one of
+	// APIKey and APIKeyEnv is set.
 	APIKey string
+	// APIKeyEnv names the environment variable holding the key, which
+	// NewRuntime reads (leading and trailing spaces trimmed); it refuses
+	// a variable that is not set or is empty, naming the credential.
+	APIKeyEnv string
 	// BankedResets is how many usage-limit resets this credential may
 	// spend when no sibling credential is free (only with WithAutoRedeem).
 	BankedResets int

@@ -187,16 +187,53 @@ func (cfg *runtimeConfig) check() error {
 			}
 		}
 	}
-	for name, creds := range cfg.creds {
-		seen := map[string]bool{}
-		for i, c := range creds {
-			if c.Name == "" || seen[c.Name] {
-				return fmt.Errorf("musepi: WithProvider(%q): credential %d: empty or duplicate name %q", name, i, c.Name)
-			}
-			seen[c.Name] = true
+	for _, name := range slices.Sorted(maps.Keys(cfg.creds)) {
+		if err := cfg.resolveCredentials(name); err != nil {
+			return fmt.Errorf("musepi: WithProvider(%q): %w", name, err)
 		}
 	}
 	return nil
+}
+
+// resolveCredentials checks the names and keys of provider name's
+// credentials and reads the keys of those that name an environment
+// variable (Credential.APIKeyEnv) into APIKey.
+func (cfg *runtimeConfig) resolveCredentials(name string) error {
+	seen := map[string]bool{}
+	for i := range cfg.creds[name] {
+		c := &cfg.creds[name][i]
+		if c.Name == "" || seen[c.Name] {
+			return fmt.Errorf("credential %d: empty or duplicate name %q", i, c.Name)
+		}
+		seen[c.Name] = true
+		key, err := c.key()
+		if err != nil {
+			return fmt.Errorf("credential %q: %w", c.Name, err)
+		}
+		c.APIKey, c.APIKeyEnv = key, ""
+	}
+	return nil
+}
+
+// key is the credential's API key: APIKey, or the value of the variable
+// APIKeyEnv names; an error when there is none.
+func (c *Credential) key() (string, error) {
+	switch {
+	case c.APIKey != "" && c.APIKeyEnv != "":
+		return "", errors.New("both APIKey and APIKeyEnv are set: give one")
+	case c.APIKeyEnv != "":
+		val, ok := os.LookupEnv(c.APIKeyEnv)
+		switch val = strings.TrimSpace(val); {
+		case !ok:
+			return "", fmt.Errorf("APIKeyEnv: environment variable %s is not set", c.APIKeyEnv)
+		case val == "":
+			return "", fmt.Errorf("APIKeyEnv: environment variable %s is empty", c.APIKeyEnv)
+		}
+		return val, nil
+	case strings.TrimSpace(c.APIKey) == "":
+		return "", errors.New("empty API key (set APIKey, or APIKeyEnv to the environment variable holding it; a server that needs no key takes no credentials)")
+	}
+	return c.APIKey, nil
 }
 
 // historyStore is the store the options name: WithHistoryStore's, a file

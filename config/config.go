@@ -130,10 +130,9 @@ const (
 )
 
 // DefaultOpenAIBaseURL is the base URL of the openai kinds when base_url
-// is not set. It is set explicitly, so the OPENAI_BASE_URL environment
-// variable the OpenAI SDK would otherwise read has no effect: the file
-// says where requests go.
-const DefaultOpenAIBaseURL = "https://api.openai.com/v1/"
+// is not set. The OPENAI_BASE_URL environment variable has no effect
+// (package openai reads none): the file says where requests go.
+const DefaultOpenAIBaseURL = openai.DefaultBaseURL
 
 // Provider is one "providers.NAME" table.
 type Provider struct {
@@ -432,17 +431,10 @@ func (p Provider) build(timeout time.Duration) provider.Provider {
 	case KindAnthropic:
 		return anthropic.New(anthropic.Config{BaseURL: p.BaseURL, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
 	case KindOpenAIResponses:
-		return openai.New(openai.Config{BaseURL: p.openAIBase(), API: openai.APIResponses, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
+		return openai.New(openai.Config{BaseURL: p.BaseURL, API: openai.APIResponses, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
 	default:
-		return openai.New(openai.Config{BaseURL: p.openAIBase(), API: openai.APIChat, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
+		return openai.New(openai.Config{BaseURL: p.BaseURL, API: openai.APIChat, RequestTimeout: timeout, MaxTokens: p.MaxTokens})
 	}
-}
-
-func (p Provider) openAIBase() string {
-	if p.BaseURL == "" {
-		return DefaultOpenAIBaseURL
-	}
-	return p.BaseURL
 }
 
 var (

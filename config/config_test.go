@@ -528,6 +528,51 @@ base_url = "` + srv.base + `/v1"
 	}
 }
 
+// A credential without a key starts nothing, whatever the provider's kind:
+// the variable unset, empty or blank is named, with the provider and the
+// credential, by Parse and again by NewRuntime when it changed since (no
+// SDK gets an empty key to fill in from OPENAI_API_KEY or
+// ANTHROPIC_API_KEY).
+func TestEmptyKeyRefused(t *testing.T) {
+	t.Setenv(testKeyEnv, "sk-test")
+	const second = "MUSEPI_TEST_SECOND_KEY"
+	for _, kind := range []Kind{KindOpenAI, KindOpenAIResponses, KindAnthropic} {
+		src := fmt.Sprintf(`default_model = "p/m"
+[providers.p]
+kind = %q
+credentials = [{name = "main", api_key_env = %q}, {name = "backup", api_key_env = %q}]
+`, kind, testKeyEnv, second)
+		for _, tc := range []struct {
+			name, value string
+			set         bool
+			want        string
+		}{
+			{"unset", "", false, "environment variable " + second + " is not set"},
+			{"empty", "", true, "environment variable " + second + " is empty"},
+			{"blank", " \t", true, "environment variable " + second + " is empty"},
+		} {
+			t.Run(string(kind)+"/"+tc.name, func(t *testing.T) {
+				want := "providers.p.credentials[1].api_key_env: " + tc.want
+				t.Setenv(second, "sk-backup")
+				cfg, err := Parse([]byte(src))
+				if err != nil {
+					t.Fatal(err)
+				}
+				os.Unsetenv(second)
+				if tc.set {
+					t.Setenv(second, tc.value)
+				}
+				if rt, err := cfg.NewRuntime(); rt != nil || err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("NewRuntime: %v, %v; want %q", rt, err, want)
+				}
+				if _, err := Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Parse: %v; want %q", err, want)
+				}
+			})
+		}
+	}
+}
+
 func TestValidateSeesChanges(t *testing.T) {
 	t.Setenv(testKeyEnv, "sk-test")
 	cfg, err := Parse([]byte(doc("", "", "")))

@@ -63,9 +63,15 @@ func TestQuickstartRuns(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = llm.Close() })
 	exe := example(t, "quickstart")
-	env := append(os.Environ(), "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY=sk-main", "OPENAI_API_KEY_2=sk-backup")
+	var environ []string // without the variables it reads
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OPENAI_") {
+			environ = append(environ, kv)
+		}
+	}
+	env := append(environ, "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY=sk-main", "OPENAI_API_KEY_2=sk-backup")
 
-	run := func(t *testing.T, dir string) (string, error) {
+	run := func(t *testing.T, dir string, env ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, exe)
@@ -73,9 +79,21 @@ func TestQuickstartRuns(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	t.Run("an unset second key", func(t *testing.T) {
+		// Not the first key twice: nothing starts, and no request is sent.
+		out, err := run(t, t.TempDir(), append(environ, "OPENAI_BASE_URL="+base+"/v1", "OPENAI_API_KEY=sk-main")...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 ||
+			!strings.Contains(out, `WithProvider("openai"): credential "backup": APIKeyEnv: environment variable OPENAI_API_KEY_2 is not set`) {
+			t.Errorf("quickstart: %v, want exit status 1 naming the backup key:\n%s", err, out)
+		}
+		if n := llm.Stats().Total; n != 0 {
+			t.Errorf("the server saw %d requests, want none", n)
+		}
+	})
 	t.Run("answers after a retry", func(t *testing.T) {
 		dir := t.TempDir()
-		out, err := run(t, dir)
+		out, err := run(t, dir, env...)
 		if err != nil {
 			t.Fatalf("quickstart: %v\n%s", err, out)
 		}
@@ -93,7 +111,7 @@ func TestQuickstartRuns(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "musepi-sessions"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := run(t, dir)
+		out, err := run(t, dir, env...)
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.Contains(out, "panic") ||
 			!strings.Contains(out, "start the runtime: ") {

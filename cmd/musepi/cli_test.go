@@ -16,6 +16,7 @@ import (
 // 2; a failure on stderr, every line prefixed "musepi CMD: ", status 1.
 func TestCLIConventions(t *testing.T) {
 	t.Setenv("MUSEPI_CMD_TEST_KEY", "sk-test")
+	t.Setenv("MUSEPI_CMD_TEST_EMPTY", " ")
 	os.Unsetenv("MUSEPI_CMD_TEST_UNSET")
 	good, bad := configFiles(t) // GOOD has no [cluster] table; BAD has two problems
 	files := map[string]string{"GOOD": good, "BAD": bad, "MISSING": filepath.Join(t.TempDir(), "missing.toml")}
@@ -68,6 +69,7 @@ func TestCLIConventions(t *testing.T) {
 		{"demo --scenario outage --config $GOOD", 2, "musepi demo: --scenario cannot be used with --config"},
 		{"demo --fast --provider openai --model m", 2, "musepi demo: --fast cannot be used with --provider"},
 		{"demo --config $MISSING", 1, "musepi demo: open $MISSING: no such file or directory"},
+		{"demo --provider anthropic --model m --api-key-env MUSEPI_CMD_TEST_EMPTY", 1, "musepi demo: --provider anthropic: environment variable MUSEPI_CMD_TEST_EMPTY is empty"},
 
 		{"fakellm --listen", 2, "musepi fakellm: flag needs an argument: -listen"},
 		{"fakellm extra", 2, `musepi fakellm: unexpected argument "extra"`},
@@ -111,6 +113,7 @@ func TestCLIConventions(t *testing.T) {
 			"musepi rpc: $BAD: retry.max_retries: must be 0 or more, got -1\n"},
 		{"rpc --cluster --config $GOOD", 1, "musepi rpc: $GOOD has no [cluster] table"},
 		{"rpc --provider openai --model m --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
+		{"rpc --provider openai --model m --base-url http://127.0.0.1:1/v1 --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
 		{"rpc --metrics-addr no-port", 1, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address"},
 
 		{"sessions", 2, "musepi sessions: --config is required"},

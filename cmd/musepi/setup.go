@@ -212,11 +212,16 @@ func providerNames() string {
 func (f *setupFlags) openProvider(opts []musepi.Option) (*setup, error) {
 	kind := providers[f.provider]
 	keyEnv := cmp.Or(f.keyEnv, kind.keyEnv)
-	key := os.Getenv(keyEnv)
-	if key == "" && f.baseURL == "" {
-		return nil, fmt.Errorf("--provider %s: environment variable %s is not set", f.provider, keyEnv)
+	// Also with --base-url: a server that needs no key takes any value,
+	// and an empty one must not let the SDK's own variable fill in.
+	const hint = "set it to the API key, any value for a server that needs none, or name another variable with --api-key-env"
+	switch key, ok := os.LookupEnv(keyEnv); {
+	case !ok:
+		return nil, fmt.Errorf("--provider %s: environment variable %s is not set (%s)", f.provider, keyEnv, hint)
+	case strings.TrimSpace(key) == "":
+		return nil, fmt.Errorf("--provider %s: environment variable %s is empty (%s)", f.provider, keyEnv, hint)
 	}
-	opts = append(opts, musepi.WithProvider(kind.name, kind.new(f.baseURL), musepi.Credential{Name: keyEnv, APIKey: key}))
+	opts = append(opts, musepi.WithProvider(kind.name, kind.new(f.baseURL), musepi.Credential{Name: keyEnv, APIKeyEnv: keyEnv}))
 	rt, err := musepi.NewRuntime(opts...)
 	if err != nil {
 		return nil, err

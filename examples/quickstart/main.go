@@ -25,9 +25,9 @@ func main() {
 
 func run(ctx context.Context) error {
 	rt, err := musepi.NewRuntime(
-		musepi.WithProvider("openai", openai.New(openai.Config{}), // OPENAI_BASE_URL, if set, is the API's address
-			musepi.Credential{Name: "main", APIKey: os.Getenv("OPENAI_API_KEY")},
-			musepi.Credential{Name: "backup", APIKey: os.Getenv("OPENAI_API_KEY_2")}),
+		musepi.WithProvider("openai", openai.New(openai.Config{BaseURL: os.Getenv("OPENAI_BASE_URL")}), // "": the public API
+			musepi.Credential{Name: "main", APIKeyEnv: "OPENAI_API_KEY"},      // read now: unset or empty is an error
+			musepi.Credential{Name: "backup", APIKeyEnv: "OPENAI_API_KEY_2"}), // one key? drop this line
 		musepi.WithHistoryDir("musepi-sessions"), // one JSON-lines file per session
 		musepi.WithLogger(slog.Default()),
 	)

@@ -150,11 +150,7 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 	defer cancel()
 
 	var resp *http.Response
-	stream := p.client.Messages.NewStreaming(reqCtx, params,
-		option.WithAPIKey(req.APIKey),
-		option.WithMaxRetries(0),
-		option.WithResponseInto(&resp),
-	)
+	stream := p.client.Messages.NewStreaming(reqCtx, params, requestOptions(req, &resp)...)
 	defer stream.Close()
 	// The SDK returns the stream once the headers have arrived: their
 	// limits go to the caller's pacing at once.
@@ -169,6 +165,17 @@ func (p *Provider) Stream(ctx context.Context, req provider.Request, onDelta fun
 		return p.finish(req, incomplete(ctx, acc, resp))
 	}
 	return p.finish(req, acc.result())
+}
+
+// requestOptions are the per-call options: the credential, when the
+// request has one (a request without sends no key: the client reads none
+// from the environment), and a place to keep the HTTP response.
+func requestOptions(req provider.Request, res **http.Response) []option.RequestOption {
+	opts := []option.RequestOption{option.WithMaxRetries(0), option.WithResponseInto(res)}
+	if req.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(req.APIKey))
+	}
+	return opts
 }
 
 // callerCallback is the caller's onDelta (nil for none), remembering

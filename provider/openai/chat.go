@@ -80,7 +80,7 @@ func (p *Provider) streamChat(t *turn, req provider.Request) *messages.Assistant
 	if err != nil {
 		return provider.Failure(0, err.Error(), nil)
 	}
-	stream := p.client.Chat.Completions.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
+	stream := p.chat.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
 	defer stream.Close()
 	t.received()
 

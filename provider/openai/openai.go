@@ -1,6 +1,8 @@
 // Package openai is a provider on the official OpenAI Go SDK. It speaks
 // either the Chat Completions API or the Responses API, streaming, against
-// api.openai.com or any OpenAI-compatible base URL.
+// api.openai.com or any OpenAI-compatible base URL. Unlike the SDK's
+// client, it reads no environment variable (OPENAI_API_KEY,
+// OPENAI_BASE_URL, ...): each request carries its own key, or none.
 //
 // The SDK's own retries are off: the retry policy of the runtime owns
 // retrying, and reads what this provider puts in a failed message (HTTP
@@ -43,6 +45,7 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +61,7 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
@@ -75,8 +79,8 @@ const (
 
 // Config configures a Provider.
 type Config struct {
-	// BaseURL of the API ("https://api.openai.com/v1/" when empty, unless the
-	// OPENAI_BASE_URL environment variable says otherwise).
+	// BaseURL of the API (DefaultBaseURL when empty; the OPENAI_BASE_URL
+	// environment variable is not read).
 	BaseURL string
 	// API is "chat" (Chat Completions, the default) or "responses".
 	API string
@@ -94,11 +98,16 @@ type Config struct {
 	MaxTokens int64
 }
 
+// DefaultBaseURL is the base URL of the OpenAI API, Config.BaseURL's
+// default.
+const DefaultBaseURL = "https://api.openai.com/v1/"
+
 // Provider streams turns through the OpenAI SDK. It is safe for concurrent
 // use by many sessions.
 type Provider struct {
-	cfg    Config
-	client oai.Client
+	cfg       Config
+	chat      oai.ChatCompletionService
+	responses responses.ResponseService
 
 	seed     maphash.Seed
 	mu       sync.Mutex
@@ -120,20 +129,25 @@ var (
 // BaseURL, whose requests and responses are OpenAI's.
 func (p *Provider) GenAIProviderName() string { return ProviderName }
 
-// New returns a provider for cfg.
+// New returns a provider for cfg. It reads no environment: the SDK's
+// client would fill in OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_ORG_ID,
+// OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS, so the provider builds
+// the SDK's services without it. The key comes with each request
+// (provider.Request.APIKey); a request without one sends none.
 func New(cfg Config) *Provider {
-	opts := []option.RequestOption{option.WithMaxRetries(0)}
-	if cfg.BaseURL != "" {
-		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	opts := []option.RequestOption{
+		option.WithBaseURL(cmp.Or(cfg.BaseURL, DefaultBaseURL)),
+		option.WithMaxRetries(0),
+		// Error bodies are bounded below the SDK, which reads them whole.
+		option.WithHTTPClient(provider.BoundedClient(cfg.HTTPClient)),
 	}
-	// Error bodies are bounded below the SDK, which reads them whole.
-	opts = append(opts, option.WithHTTPClient(provider.BoundedClient(cfg.HTTPClient)))
 	return &Provider{
-		cfg:      cfg,
-		client:   oai.NewClient(opts...),
-		seed:     maphash.MakeSeed(),
-		sessions: map[string]*chain{},
-		epochs:   map[string]uint64{},
+		cfg:       cfg,
+		chat:      oai.NewChatCompletionService(opts...),
+		responses: responses.NewResponseService(opts...),
+		seed:      maphash.MakeSeed(),
+		sessions:  map[string]*chain{},
+		epochs:    map[string]uint64{},
 	}
 }
 

@@ -216,7 +216,7 @@ func (p *Provider) streamResponses(t *turn, req provider.Request) *messages.Assi
 	if err != nil {
 		return provider.Failure(0, err.Error(), nil)
 	}
-	stream := p.client.Responses.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
+	stream := p.responses.NewStreaming(t.reqCtx, params, p.requestOptions(req, &t.res)...)
 	defer stream.Close()
 	t.received()
 

@@ -1,5 +1,6 @@
 // Package providertest helps test providers without a network: an HTTP
-// transport that answers every request with one canned response.
+// transport that answers every request with one canned response, and the
+// checks every adapter passes against it.
 package providertest
 
 import (
@@ -21,8 +22,8 @@ var ContentTypes = []string{
 }
 
 // CannedTransport is an http.RoundTripper answering every request with
-// Status, ContentType and Body; it records the requests' paths and whether
-// each response body was closed.
+// Status, ContentType and Body; it records the requests (their URL and
+// headers) and whether each response body was closed.
 type CannedTransport struct {
 	Status      int
 	ContentType string
@@ -31,9 +32,9 @@ type CannedTransport struct {
 	// ("X-Request-Id" for OpenAI, "Request-Id" for Anthropic).
 	RequestIDHeader string
 
-	mu     sync.Mutex
-	paths  []string
-	bodies []*trackedBody
+	mu       sync.Mutex
+	requests []*http.Request // without their bodies
+	bodies   []*trackedBody
 }
 
 // RoundTrip answers req with the canned response. X-Should-Retry is set, so
@@ -44,8 +45,10 @@ func (tr *CannedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		_ = req.Body.Close()
 	}
 	body := &trackedBody{r: strings.NewReader(tr.Body)}
+	seen := req.Clone(req.Context())
+	seen.Body = nil
 	tr.mu.Lock()
-	tr.paths = append(tr.paths, req.URL.Path)
+	tr.requests = append(tr.requests, seen)
 	tr.bodies = append(tr.bodies, body)
 	tr.mu.Unlock()
 	h := http.Header{"X-Should-Retry": {"true"}}
@@ -69,9 +72,18 @@ func (tr *CannedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 // Paths are the URL paths of the requests so far, in order.
 func (tr *CannedTransport) Paths() []string {
+	var paths []string
+	for _, r := range tr.Requests() {
+		paths = append(paths, r.URL.Path)
+	}
+	return paths
+}
+
+// Requests are the requests so far, in order, without their bodies.
+func (tr *CannedTransport) Requests() []*http.Request {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return append([]string(nil), tr.paths...)
+	return append([]*http.Request(nil), tr.requests...)
 }
 
 // BodiesClosed reports whether every response body handed out was closed.
