@@ -43,6 +43,10 @@ type CredentialsPolicy struct {
 	StickyWait time.Duration
 	// Provider is the provider's name, for the errors pacing gives.
 	Provider string
+	// Window is the shortest window the provider is known to enforce its
+	// per-minute limits over (pacing.Options.Window; 0: unknown, each key
+	// starts at a second's worth at once and learns).
+	Window time.Duration
 }
 
 // credentialState is a credential and how long it is blocked.

@@ -45,7 +45,7 @@ func newPacingState(now time.Time, creds []Credential, policy CredentialsPolicy)
 		names[i] = c.Name
 		limits[c.Name] = c.Limits
 	}
-	return &pacingState{pacer: pacing.New(names, limits, now, pacing.Options{Refunds: policy.Refunds, StickyWait: policy.StickyWait}),
+	return &pacingState{pacer: pacing.New(names, limits, now, pacing.Options{Refunds: policy.Refunds, StickyWait: policy.StickyWait, Window: policy.Window}),
 		granted: map[string]reservation{}, waiting: map[string]reservation{}}
 }
 
@@ -133,7 +133,7 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
 		delete(p.granted, m.GetSessionId())
 		p.pacer.Settle(now, m.GetSessionId(),
-			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens()})
+			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Refused: m.GetRefused()})
 		if r.estimated {
 			p.output.Observe(r.model, m.GetOutputTokens())
 		}

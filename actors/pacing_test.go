@@ -55,7 +55,7 @@ func newPacedActor(t *testing.T, limits pacing.Limits) *pacedActor {
 	t.Cleanup(sys.Shutdown)
 	creds := []Credential{{Name: "A", Limits: limits}, {Name: "B", Limits: limits}}
 	p := &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{},
-		creds: sys.Root.Spawn(CredentialsProps(clk, creds, CredentialsPolicy{Pacing: true}, NewCredentialsView(creds)))}
+		creds: sys.Root.Spawn(CredentialsProps(clk, creds, CredentialsPolicy{Pacing: true, Window: time.Minute}, NewCredentialsView(creds)))}
 	return p
 }
 

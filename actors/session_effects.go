@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -132,7 +133,8 @@ func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 	}
 	u := last.GetUsage()
 	s.tellCredentials(ctx, e.Model, &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
-		Sent: last.GetHttpStatus() != 0 || !isFailure(last), InputTokens: u.GetInput(), OutputTokens: u.GetOutput(),
+		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
+		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(),
 		Limits: s.turnLimits})
 }
 

@@ -1455,7 +1455,8 @@ type PacingSettle struct {
 	Sent          bool                   `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                                  // the request went out
 	InputTokens   int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"` // used, as the provider reported
 	OutputTokens  int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	Limits        *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"` // announced by the response (absent: none)
+	Limits        *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`    // announced by the response (absent: none)
+	Refused       bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"` // the server refused the call (429)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1537,6 +1538,13 @@ func (x *PacingSettle) GetLimits() *RateLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *PacingSettle) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
 }
 
 // PacingObserve takes the rate limits a turn's response announced to its
@@ -3055,7 +3063,7 @@ const file_actors_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x1a\n" +
-	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xee\x01\n" +
+	"\bswitched\x18\x04 \x01(\bR\bswitched\"\x88\x02\n" +
 	"\fPacingSettle\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3066,7 +3074,8 @@ const file_actors_proto_rawDesc = "" +
 	"\x04sent\x18\x04 \x01(\bR\x04sent\x12!\n" +
 	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12-\n" +
-	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\"\xa5\x01\n" +
+	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12\x18\n" +
+	"\arefused\x18\b \x01(\bR\arefused\"\xa5\x01\n" +
 	"\rPacingObserve\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +

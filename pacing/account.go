@@ -17,6 +17,8 @@ type credential struct {
 	// those settled less than recentFor ago, which a response read late may
 	// not have counted yet.
 	recent []*grant
+	// burst paces how much of the key's windows goes out at once.
+	burst burst
 	// observed says a response announced some limit of the key;
 	// headerless that a call was answered without any, before any did: a
 	// key with no limit known is then never held (see cold).
@@ -95,9 +97,9 @@ func (c *credential) markCounted(arrived time.Time) {
 func (c *credential) reserve(now time.Time, id string, need Need) {
 	g := &grant{id: id, at: now, need: need, probe: c.cold()}
 	for k := range c.buckets {
-		b := &c.buckets[k]
 		g.charge[k] = need.of(Kind(k))
-		b.take(g.charge[k])
+		c.buckets[k].take(g.charge[k])
+		c.burst.buckets[k].take(g.charge[k])
 	}
 	c.recent = append(c.recent, g)
 }
@@ -108,6 +110,9 @@ func (c *credential) reserve(now time.Time, id string, need Need) {
 // of a bounded call (Anthropic); without, it keeps the bound (OpenAI).
 func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 	g.settled = true
+	if used.Refused {
+		c.burst.refused(&c.buckets, now)
+	}
 	if g.probe && !c.observed {
 		c.headerless = used.Sent // answered without headers; a call never sent says nothing
 	}
@@ -118,9 +123,10 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 			charged = math.Max(charged, g.need.of(Kind(k)))
 		}
 		if !g.counted {
-			b := &c.buckets[k]
-			b.advance(now)
-			b.give(g.charge[k] - charged)
+			for _, b := range []*bucket{&c.buckets[k], &c.burst.buckets[k]} {
+				b.advance(now)
+				b.give(g.charge[k] - charged)
+			}
 		}
 		g.charge[k] = charged
 	}

@@ -58,7 +58,7 @@ func TestResponsesInAnyOrder(t *testing.T) {
 	for name, order := range orders {
 		t.Run(name, func(t *testing.T) {
 			srv := newServer(600)
-			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 600}}, t0, Options{})
+			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 600}}, t0, Options{Window: time.Minute})
 			snaps := make([]ratelimit.Snapshot, n)
 			for i := range n {
 				now := at(10 * i)
@@ -91,7 +91,7 @@ func TestResponsesInAnyOrder(t *testing.T) {
 // limit's pace (issue 37: such a response once gave 100 requests a second
 // on a 60-a-minute key).
 func TestRateReadWhenTheHeadersArrived(t *testing.T) {
-	p := New([]string{"a"}, nil, t0, Options{})
+	p := New([]string{"a"}, nil, t0, Options{Window: time.Minute})
 	p.Reserve(t0, "probe", Normal, "a", Need{})
 	var snap ratelimit.Snapshot
 	snap.Set(ratelimit.Requests, ratelimit.Limit{Limit: 60, Remaining: 0, Reset: at(10), HasLimit: true, HasRemaining: true})
@@ -112,7 +112,7 @@ func TestRateReadWhenTheHeadersArrived(t *testing.T) {
 // never held again.
 func TestColdStart(t *testing.T) {
 	t.Run("headers", func(t *testing.T) {
-		p := New([]string{"a"}, nil, t0, Options{})
+		p := New([]string{"a"}, nil, t0, Options{Window: time.Minute})
 		granted := 0
 		for i := range 200 {
 			if d := p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{}); d.Wait == 0 {
@@ -130,7 +130,7 @@ func TestColdStart(t *testing.T) {
 		}
 	})
 	t.Run("no headers", func(t *testing.T) {
-		p := New([]string{"a"}, nil, t0, Options{})
+		p := New([]string{"a"}, nil, t0, Options{Window: time.Minute})
 		for i := range 10 {
 			p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{})
 		}
@@ -143,7 +143,7 @@ func TestColdStart(t *testing.T) {
 		}
 	})
 	t.Run("a probe never sent", func(t *testing.T) {
-		p := New([]string{"a"}, nil, t0, Options{})
+		p := New([]string{"a"}, nil, t0, Options{Window: time.Minute})
 		p.Reserve(t0, "0", Normal, "a", Need{})
 		p.Reserve(t0, "1", Normal, "a", Need{})
 		p.Settle(at(50), "0", Usage{}) // the connection failed: it says nothing of the key
@@ -179,7 +179,7 @@ func TestSettleFollowsTheProvider(t *testing.T) {
 		{"counted by a response: nothing back", true, bounded, used, true, 3000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Refunds: tc.refunds})
+			p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Refunds: tc.refunds, Window: time.Minute})
 			p.Reserve(t0, "s", Normal, "a", tc.need)
 			if tc.counted {
 				var snap ratelimit.Snapshot
@@ -211,7 +211,7 @@ func TestStickyWait(t *testing.T) {
 		{"no sticky wait: move at once", -1, 60, Decision{Grant: Grant{ID: "s", Credential: "b", Switched: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := New([]string{"a", "b"}, limits, t0, Options{StickyWait: tc.sticky})
+			p := New([]string{"a", "b"}, limits, t0, Options{StickyWait: tc.sticky, Window: time.Minute})
 			for i := range tc.spent {
 				p.creds[0].reserve(t0, fmt.Sprint("x", i), Need{})
 			}
@@ -221,7 +221,7 @@ func TestStickyWait(t *testing.T) {
 		})
 	}
 	t.Run("the waiter goes on a once it refills", func(t *testing.T) {
-		p := New([]string{"a", "b"}, limits, t0, Options{})
+		p := New([]string{"a", "b"}, limits, t0, Options{Window: time.Minute})
 		for i := range 60 {
 			p.creds[0].reserve(t0, fmt.Sprint("x", i), Need{})
 		}
@@ -265,7 +265,7 @@ func TestOutputEstimator(t *testing.T) {
 // TestTooLargeForEveryKey: a call that needs more than every key's whole
 // window never goes out; one that a second key can take goes there.
 func TestTooLargeForEveryKey(t *testing.T) {
-	p := New([]string{"a", "b"}, map[string]Limits{"a": {TPM: 30000}, "b": {TPM: 60000}}, t0, Options{})
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {TPM: 30000}, "b": {TPM: 60000}}, t0, Options{Window: time.Minute})
 	if d := p.Reserve(t0, "s", Normal, "a", Need{Input: 36000}); d.Credential != "b" || d.Wait != 0 || d.TooLarge.Limit != 0 {
 		t.Errorf("36,000 tokens: %+v, want a grant on b", d)
 	}
@@ -276,4 +276,52 @@ func TestTooLargeForEveryKey(t *testing.T) {
 	if p.Waiting() != [3]int{} {
 		t.Errorf("waiting %v, want none", p.Waiting())
 	}
+}
+
+// TestBurstLearnsTheWindow: a key whose provider may enforce its minute
+// over a shorter window starts at a second's worth, doubles its burst every
+// second nothing is refused (by a quarter), and halves it, for good, at a
+// refusal. Against a server enforcing 600 a minute over 10-second windows
+// (at most 100 at once), 1,000 calls waiting from the start meet at most a
+// quarter of that window's refusals, once, and all go within the 2
+// minutes.
+func TestBurstLearnsTheWindow(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 600}}, t0, Options{})
+	const calls = 1000
+	var admitted, refused int
+	for i := range calls {
+		if d := p.Reserve(t0, fmt.Sprint(i), Normal, "a", Need{}); d.Wait == 0 {
+			admitted++
+		}
+	}
+	first := admitted // a second's worth
+	srv := struct{ level, minute float64 }{100 - float64(first), 600 - float64(first)} // the 10-second window's 100, the minute's 600
+	var last time.Time
+	for now := t0; now.Before(t0.Add(2 * time.Minute)); now = now.Add(50 * time.Millisecond) {
+		dt := now.Sub(last).Seconds()
+		if last.IsZero() {
+			dt = 0
+		}
+		srv.level, srv.minute, last = math.Min(100, srv.level+10*dt), math.Min(600, srv.minute+10*dt), now
+		for _, g := range p.Release(now) {
+			admitted++
+			if srv.level < 1 {
+				refused++
+				p.Settle(now, g.ID, Usage{Sent: true, Refused: true})
+				continue
+			}
+			srv.level, srv.minute = srv.level-1, srv.minute-1
+			p.Settle(now, g.ID, Usage{Sent: true, Input: 1, Output: 1})
+		}
+	}
+	if first != 10 {
+		t.Errorf("%d calls went out at once, want a second's worth: 10", first)
+	}
+	if admitted < calls {
+		t.Errorf("%d of %d calls went out in 2 minutes", admitted, calls)
+	}
+	if refused > 25 {
+		t.Errorf("%d of %d refused, want at most 25 (a quarter of the window)", refused, admitted)
+	}
+	t.Logf("admitted %d, refused %d; burst share %.3f", admitted, refused, p.creds[0].burst.share)
 }

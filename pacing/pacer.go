@@ -33,6 +33,11 @@ type Options struct {
 	// max_tokens did not use (Anthropic); without, it keeps what it charged
 	// at admission (OpenAI).
 	Refunds bool
+	// Window is the shortest window the provider is known to enforce its
+	// per-minute limits over (a minute or more: the whole minute's worth
+	// may go at once). 0, unknown, starts each key at a second's worth
+	// and learns (see burst).
+	Window time.Duration
 }
 
 // DefaultStickyWait is Options.StickyWait's default.
@@ -100,6 +105,10 @@ func New(names []string, limits map[string]Limits, now time.Time, opts Options) 
 		p.creds[i].name = name
 		for k := range Kind(numKinds) {
 			p.creds[i].buckets[k].configure(limits[name].perMinute(k), now)
+		}
+		p.creds[i].burst.start(opts.Window, now)
+		if p.creds[i].known() {
+			p.creds[i].burst.follow(&p.creds[i].buckets, now)
 		}
 	}
 	return p
@@ -358,6 +367,7 @@ func (p *Pacer) Observe(now time.Time, credential string, arrived time.Time, s r
 	if counted {
 		c.markCounted(arrived)
 	}
+	c.burst.follow(&c.buckets, now)
 }
 
 // Level is what one credential has left of one kind of limit.
@@ -405,20 +415,18 @@ func (p *Pacer) credential(name string) *credential {
 
 func (p *Pacer) advance(now time.Time) {
 	for i := range p.creds {
-		for k := range p.creds[i].buckets {
-			p.creds[i].buckets[k].advance(now)
+		c := &p.creds[i]
+		for k := range c.buckets {
+			c.buckets[k].advance(now)
 		}
+		c.burst.advance(&c.buckets, now)
 	}
 }
 
 // fits reports whether need fits every limit of c now.
 func (c *credential) fits(need Need) bool {
-	for k := range c.buckets {
-		if c.buckets[k].wait(need.of(Kind(k))) > 0 {
-			return false
-		}
-	}
-	return true
+	w, _ := c.wait(need)
+	return w == 0
 }
 
 // room is the least share left of any of c's limits after need.
@@ -430,10 +438,10 @@ func (c *credential) room(need Need) float64 {
 	return room
 }
 
-// wait is how long until need fits c, and the kind that takes longest.
+// wait is how long until need fits c (its windows and its burst), and
+// the kind that takes longest.
 func (c *credential) wait(need Need) (time.Duration, Kind) {
-	var longest time.Duration
-	limit := ratelimit.Requests
+	longest, limit := c.burst.wait(need)
 	for k := range c.buckets {
 		if w := c.buckets[k].wait(need.of(Kind(k))); w > longest {
 			longest, limit = w, Kind(k)

@@ -48,7 +48,7 @@ func TestReserveChoosesAndWaits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := New([]string{"a", "b"}, limits, t0, Options{StickyWait: -1})
+			p := New([]string{"a", "b"}, limits, t0, Options{StickyWait: -1, Window: time.Minute})
 			if tt.before != nil {
 				tt.before(p)
 			}
@@ -60,8 +60,8 @@ func TestReserveChoosesAndWaits(t *testing.T) {
 }
 
 func TestReleaseGoesByPriorityThenArrival(t *testing.T) {
-	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60}}, t0, Options{}) // one request a second
-	p.Reserve(t0, "first", Normal, "a", Need{})                               // takes the bucket's 60
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60}}, t0, Options{Window: time.Minute}) // one request a second
+	p.Reserve(t0, "first", Normal, "a", Need{})                                                  // takes the bucket's 60
 	for range 59 {
 		p.Reserve(t0, "fill", Normal, "a", Need{})
 	}
@@ -100,7 +100,7 @@ func TestReleaseGoesByPriorityThenArrival(t *testing.T) {
 }
 
 func TestNewCallsQueueBehindWaitersOfTheirPriority(t *testing.T) {
-	p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{}) // 100 tokens a second
+	p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Window: time.Minute}) // 100 tokens a second
 	p.Reserve(t0, "big", Normal, "a", Need{Input: 6000})
 	if d := p.Reserve(t0, "waits", Normal, "a", Need{Input: 500}); d.Wait != 5*time.Second {
 		t.Fatalf("waits: %+v, want a 5 s wait", d)
@@ -117,7 +117,7 @@ func TestNewCallsQueueBehindWaitersOfTheirPriority(t *testing.T) {
 }
 
 func TestCancelForgetsTheWaiter(t *testing.T) {
-	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 1}}, t0, Options{})
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 1}}, t0, Options{Window: time.Minute})
 	p.Reserve(t0, "x", Normal, "a", Need{})
 	p.Reserve(t0, "y", Normal, "a", Need{})
 	if !p.Cancel("y") {
@@ -147,7 +147,7 @@ func TestSettleReturnsWhatWasNotUsed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60, TPM: 6000}}, t0, Options{})
+			p := New([]string{"a"}, map[string]Limits{"a": {RPM: 60, TPM: 6000}}, t0, Options{Window: time.Minute})
 			need := Need{Input: 1000, Output: 1000}
 			p.Reserve(t0, "s", Normal, "a", need)
 			if !p.Settle(t0, "s", tt.used) {
@@ -179,7 +179,7 @@ func TestParsePriority(t *testing.T) {
 }
 
 func TestBlockedKeysAreNotSwitchedTo(t *testing.T) {
-	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 1}, "b": {RPM: 60}}, t0, Options{})
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 1}, "b": {RPM: 60}}, t0, Options{Window: time.Minute})
 	p.Block("b", at(60_000)) // a usage limit on b
 	p.Reserve(t0, "x", Normal, "a", Need{})
 	if d := p.Reserve(t0, "s", Normal, "a", Need{}); d.Wait == 0 || d.Credential != "a" {
@@ -192,7 +192,7 @@ func TestBlockedKeysAreNotSwitchedTo(t *testing.T) {
 }
 
 func TestWaitCountsTheCallsAhead(t *testing.T) {
-	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 60}, "b": {RPM: 60}}, t0, Options{StickyWait: -1}) // two keys, a request a second each
+	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 60}, "b": {RPM: 60}}, t0, Options{StickyWait: -1, Window: time.Minute}) // two keys, a request a second each
 	for range 120 {
 		p.Reserve(t0, "fill", Normal, "a", Need{})
 	}

@@ -104,6 +104,9 @@ func (n Need) of(k Kind) float64 {
 type Usage struct {
 	Sent          bool
 	Input, Output int64
+	// Refused says the server refused the call (429): it enforces a
+	// shorter window than the minute, or others spend the key too.
+	Refused bool
 }
 
 // of is the use in kind k.
