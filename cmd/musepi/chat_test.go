@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,6 +205,56 @@ const (
 	scenarioRetryAfter600 = `{"rules": [{"respond": {"preset": "rate_limit", "headers": {"retry-after": "600"}}}]}`
 )
 
+// Without a terminal on stdin and stdout, "musepi chat" says so in one
+// line on stderr and exits with status 2 within a second, before anything
+// starts: no hang on a pipe (echo hello | musepi chat, or one left open),
+// no error from the UI and no escape codes on stdout (musepi chat
+// </dev/null). TestChatTmux has a terminal on one of the two.
+func TestChatNeedsTerminal(t *testing.T) {
+	t.Parallel()
+	bin := buildCommand(t)
+	const want = "musepi chat: stdin and stdout are not terminals: the chat needs one to read keys and draw on (for a session over pipes, use musepi rpc)\n"
+	for _, tc := range []struct {
+		name  string
+		stdin func(t *testing.T) io.Reader
+	}{
+		{"stdin from a pipe that ends", func(*testing.T) io.Reader { return strings.NewReader("hello\n") }},
+		{"stdin from a pipe left open", func(t *testing.T) io.Reader {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = r.Close(), w.Close() })
+			return r
+		}},
+		{"stdin from /dev/null", func(t *testing.T) io.Reader {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = f.Close() })
+			return f
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "chat")
+			var out, errOut strings.Builder
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = tc.stdin(t), &out, &errOut
+			start := time.Now()
+			err := cmd.Run()
+			took := time.Since(start)
+			if code := cmd.ProcessState.ExitCode(); code != 2 || took > time.Second {
+				t.Errorf("exit status %d after %v (%v), want 2 within 1s", code, took, err)
+			}
+			if errOut.String() != want || out.Len() != 0 {
+				t.Errorf("stderr %q, stdout %q; want stderr %q and nothing on stdout", errOut.String(), out.String(), want)
+			}
+		})
+	}
+}
+
 func TestChatTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives the command in tmux")
@@ -263,6 +314,31 @@ func TestChatTmux(t *testing.T) {
 			t.Errorf("exit status %d after Ctrl-C", code)
 		}
 	})
+
+	// A terminal on one side only is not enough either.
+	for _, tc := range []struct {
+		name     string
+		redirect func(out string) string // the shell's redirection, given a file
+		want     string
+	}{
+		{"stdout to a file", func(out string) string { return ">" + shellQuote(out) }, "stdout is not a terminal"},
+		{"stdin from /dev/null", func(string) string { return "</dev/null" }, "stdin is not a terminal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "stdout")
+			p := startPane(t, "chat", nil, shellQuote(bin)+" chat "+tc.redirect(out))
+			if code := p.waitExit(5 * time.Second); code != 2 {
+				p.fatalf("exit status %d, want 2", code)
+			}
+			logText, _ := os.ReadFile(p.log)
+			if !strings.HasPrefix(string(logText), "musepi chat: "+tc.want+": ") || strings.Count(string(logText), "\n") != 1 {
+				t.Errorf("stderr %q, want one line saying %q", logText, tc.want)
+			}
+			if written, _ := os.ReadFile(out); len(written) != 0 {
+				t.Errorf("stdout got %q", written)
+			}
+		})
+	}
 
 	t.Run("SIGTERM during the backoff quits cleanly", func(t *testing.T) {
 		p := startChat(t, bin, scenarioRetryAfter3)

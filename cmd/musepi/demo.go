@@ -6,12 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/charmbracelet/x/term"
 
 	"github.com/musepi/musepi"
 )
@@ -208,15 +209,12 @@ func demoSession(ctx context.Context, p *demoPrinter, rt *musepi.Runtime, prompt
 	return err
 }
 
-// isTerminal reports whether w is a terminal, where the countdown is
-// redrawn in place.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// isTerminal reports whether stream (stdin, stdout or stderr) is a
+// terminal: an *os.File on one, not a pipe, a file or /dev/null (which a
+// character-device test takes for one).
+func isTerminal(stream any) bool {
+	f, ok := stream.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
 }
 
 func firstLine(s string) string {

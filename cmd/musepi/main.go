@@ -32,8 +32,10 @@ lines on stdin/stdout, or across the nodes of a cluster.`,
 	},
 }
 
-// stdout and stderr are where commands write; tests replace them.
+// stdin is what commands read, stdout and stderr where they write;
+// tests replace them.
 var (
+	stdin  io.Reader = os.Stdin
 	stdout io.Writer = os.Stdout
 	stderr io.Writer = os.Stderr
 )
