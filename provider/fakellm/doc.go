@@ -5,9 +5,11 @@
 // a Scenario says: realistic HTTP errors (presets per API), in-stream
 // errors, streams of text, thinking, tool calls and refusals, and network
 // faults (dropped connections, stalls, delays), selected by API, key,
-// model, time window and request count. Its rate limits (requests and
-// tokens per minute, per key and model) send the providers' rate-limit
-// headers and 429s. See README.md for the scenario format.
+// model, time window and request count. Its rate limits (requests, tokens,
+// input and output tokens per minute, per key and model, over the minute
+// or a shorter window) follow the rules the providers publish, and send
+// their rate-limit headers and 429s. See README.md for the scenario format
+// and the rules, with their sources.
 //
 //	sc, err := fakellm.LoadScenario("testdata/outage.json")
 //	srv := fakellm.New(sc)

@@ -2,19 +2,33 @@ package fakellm
 
 import (
 	"fmt"
-	"math"
-	"strconv"
 	"time"
 )
 
-// Rate limits: per API key and model, a requests-per-minute and a
-// tokens-per-minute token bucket, the providers' rate-limit headers on
-// every answer, and their 429 when a bucket cannot take a request.
+// Rate limits: per API key and model, token buckets of requests and tokens
+// per minute (each enforced over a window of a minute or shorter), the
+// providers' rate-limit headers on every answer, and their 429 when a
+// bucket cannot take a request. Every rule follows the providers' pages,
+// quoted where it is applied (see also README.md, "Rate limits").
 
-// Limit is a rate limit of a Scenario: a token bucket of RPM requests and
-// one of TPM tokens per minute, kept for each API key and model it applies
-// to. A bucket holds at most its per-minute limit and refills continuously
-// at limit/60 per second. RPM or TPM 0 means no limit of that kind.
+// Limit is a rate limit of a Scenario, kept for each API key and model it
+// applies to. A limit of 0 means no limit of that kind.
+//
+// OpenAI counts requests (RPM) and tokens, input and output together
+// (TPM): "Rate limits are measured in five ways: RPM (requests per
+// minute), RPD (requests per day), TPM (tokens per minute), TPD (tokens
+// per day), and IPM (images per minute)"
+// (https://platform.openai.com/docs/guides/rate-limits). It ignores ITPM
+// and OTPM.
+//
+// Anthropic counts requests, input tokens and output tokens separately:
+// "Our rate limits for the Messages API are measured in requests per
+// minute (RPM), input tokens per minute (ITPM), and output tokens per
+// minute (OTPM) for each model class"
+// (https://platform.claude.com/docs/en/api/rate-limits). TPM is for it a
+// limit of total tokens, input plus output, as a Workspace may have one
+// (same page: "you might limit one Workspace to 30,000 total tokens per
+// minute").
 type Limit struct {
 	// Key and Model select the requests the limit applies to ("" matches
 	// any); the first matching Limit of Scenario.Limits applies. Even a
@@ -22,26 +36,51 @@ type Limit struct {
 	// model.
 	Key   string `json:"key,omitempty"`
 	Model string `json:"model,omitempty"`
-	RPM   int64  `json:"rpm,omitempty"`
-	TPM   int64  `json:"tpm,omitempty"`
+	// RPM is requests per minute (both providers).
+	RPM int64 `json:"rpm,omitempty"`
+	// TPM is tokens per minute: OpenAI's input and output; Anthropic's
+	// total of input and output.
+	TPM int64 `json:"tpm,omitempty"`
+	// ITPM and OTPM are Anthropic's input and output tokens per minute.
+	ITPM int64 `json:"itpm,omitempty"`
+	OTPM int64 `json:"otpm,omitempty"`
+	// WindowMs enforces each per-minute limit L over windows of this many
+	// ms (1 to MaxWindowMs): a bucket holds at most L·WindowMs/60000 and
+	// refills at L/60 a second, so a burst a minute would take is refused.
+	// 0 (or MaxWindowMs) enforces the whole minute. The headers report the
+	// per-minute limit either way.
+	WindowMs int64 `json:"window_ms,omitempty"`
 }
 
-// DefaultMaxTokens is the output a request reserves against a
-// tokens-per-minute limit when it asks for no limit of its own
-// (max_completion_tokens or max_tokens, max_output_tokens, max_tokens).
+// DefaultMaxTokens was the output fakellm reserved against a tokens limit
+// for a request that asks for no output limit.
+//
+// Deprecated: no provider's page says such a request reserves anything,
+// and OpenAI's says it is charged its own tokens ("the maximum of
+// max_tokens and the estimated number of tokens based on the character
+// count of your request"), so fakellm reserves nothing and no longer
+// reads this. It stays for the callers that still name it.
 const DefaultMaxTokens = 1024
 
-// MaxLimit bounds Limit.RPM and Limit.TPM.
+// MaxLimit bounds Limit.RPM, TPM, ITPM and OTPM.
 const MaxLimit = 1_000_000_000
+
+// MaxWindowMs bounds Limit.WindowMs: a minute.
+const MaxWindowMs = 60_000
 
 // Kinds of limits, as Stats.ByLimit and the OpenAI error type name them.
 const (
-	LimitRequests = "requests"
-	LimitTokens   = "tokens"
+	LimitRequests     = "requests"
+	LimitTokens       = "tokens"
+	LimitInputTokens  = "input_tokens"
+	LimitOutputTokens = "output_tokens"
 )
 
 // org is the organization the rate-limit messages name.
 const org = "org-fakellm"
+
+// window is the limit's enforcement window (0: the minute).
+func (l *Limit) window() time.Duration { return time.Duration(l.WindowMs) * time.Millisecond }
 
 // matches reports whether the limit applies to key and model.
 func (l *Limit) matches(key, model string) bool {
@@ -63,13 +102,16 @@ func validateLimits(limits []Limit) error {
 		for _, f := range []struct {
 			name string
 			v    int64
-		}{{"rpm", l.RPM}, {"tpm", l.TPM}} {
+		}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"itpm", l.ITPM}, {"otpm", l.OTPM}} {
 			if f.v < 0 || f.v > MaxLimit {
 				return errAt(path+"."+f.name, "must be 0-%d, got %d", int64(MaxLimit), f.v)
 			}
 		}
-		if l.RPM == 0 && l.TPM == 0 {
-			return errAt(path, "needs rpm or tpm (above 0)")
+		if l.WindowMs < 0 || l.WindowMs > MaxWindowMs {
+			return errAt(path+".window_ms", "must be 0-%d, got %d", int64(MaxWindowMs), l.WindowMs)
+		}
+		if l.RPM == 0 && l.TPM == 0 && l.ITPM == 0 && l.OTPM == 0 {
+			return errAt(path, "needs rpm, tpm, itpm or otpm (above 0)")
 		}
 		for j := range limits[:i] {
 			if limits[j].covers(l) {
@@ -91,114 +133,20 @@ func (sc *Scenario) limitFor(key, model string) *Limit {
 	return nil
 }
 
-// bucket is a token bucket of a per-minute limit.
-type bucket struct {
-	limit float64
-	level float64 // what it holds; below 0 when answers used more than they reserved
-	at    time.Time
-}
-
-func newBucket(limit int64, now time.Time) *bucket {
-	if limit <= 0 {
-		return nil
-	}
-	return &bucket{limit: float64(limit), level: float64(limit), at: now}
-}
-
-// rate is the refill in units per second.
-func (b *bucket) rate() float64 { return b.limit / 60 }
-
-// refill adds what flowed in since the last refill, up to the limit.
-func (b *bucket) refill(now time.Time) {
-	if d := now.Sub(b.at); d > 0 {
-		b.level = min(b.limit, b.level+d.Seconds()*b.rate())
-		b.at = now
-	}
-}
-
-// remaining is what the bucket holds, in whole units.
-func (b *bucket) remaining() int64 { return int64(max(0, math.Floor(b.level+1e-6))) }
-
-// until is how long the bucket takes to hold n, to the microsecond (0 when
-// it does).
-func (b *bucket) until(n float64) time.Duration {
-	if b.level >= n {
-		return 0
-	}
-	us := math.Round((n - b.level) / b.rate() * 1e6)
-	return time.Duration(us) * time.Microsecond
-}
-
-// untilFull is how long the bucket takes to be full again.
-func (b *bucket) untilFull() time.Duration { return b.until(b.limit) }
-
-// limitState is the buckets of one API key and model (nil: no limit of
-// that kind).
-type limitState struct {
-	requests, tokens *bucket
-}
-
 // limitKey names the buckets of one API key and model.
 type limitKey struct{ key, model string }
 
-// refill refills both buckets to now.
-func (st *limitState) refill(now time.Time) {
-	for _, b := range []*bucket{st.requests, st.tokens} {
-		if b != nil {
-			b.refill(now)
-		}
-	}
-}
-
-// overLimit is a bucket that cannot take a request.
-type overLimit struct {
-	kind      string // LimitRequests or LimitTokens
-	b         *bucket
-	requested int64
-	wait      time.Duration // until it can; 0 when never (larger than the limit)
-}
-
-// take takes one request and cost tokens from the buckets, or nothing and
-// reports the bucket that cannot take them (the one with the longest
-// wait; first one larger than its limit).
-func (st *limitState) take(cost int64) *overLimit {
-	var worst *overLimit
-	for _, c := range []overLimit{{kind: LimitRequests, b: st.requests, requested: 1}, {kind: LimitTokens, b: st.tokens, requested: cost}} {
-		if c.b == nil {
-			continue
-		}
-		if float64(c.requested) > c.b.limit {
-			return &c
-		}
-		if c.wait = c.b.until(float64(c.requested)); c.wait > 0 && (worst == nil || c.wait > worst.wait) {
-			worst = &c
-		}
-	}
-	if worst != nil {
-		return worst
-	}
-	if st.requests != nil {
-		st.requests.level--
-	}
-	if st.tokens != nil {
-		st.tokens.level -= float64(cost)
-	}
-	return nil
-}
-
-// rateGrant is what an admitted request took, corrected once answered.
-type rateGrant struct {
-	st       *limitState
-	reserved int64 // output tokens reserved
-}
-
-// maxReserve bounds the output a request reserves, so the token cost
+// maxReserve bounds the output a request reserves, so that token costs
 // cannot overflow.
 const maxReserve = 1 << 40
 
-// reservedOutput is the output req reserves: the output limit its API
-// reads (Chat: max_completion_tokens, else max_tokens; Responses:
-// max_output_tokens; Anthropic: max_tokens), else DefaultMaxTokens.
+// reservedOutput is the output limit req asks for, taken at admission:
+// Chat max_completion_tokens, else max_tokens; Responses
+// max_output_tokens; Anthropic max_tokens. 0 when it asks for none: OpenAI
+// then counts the request's own tokens only ("Your rate limit is
+// calculated as the maximum of max_tokens and the estimated number of
+// tokens based on the character count of your request",
+// https://platform.openai.com/docs/guides/rate-limits).
 func (r *apiRequest) reservedOutput() int64 {
 	var n *int64
 	switch r.api {
@@ -213,9 +161,68 @@ func (r *apiRequest) reservedOutput() int64 {
 		n = r.MaxTokens
 	}
 	if n == nil {
-		return DefaultMaxTokens
+		return 0
 	}
 	return min(max(0, *n), maxReserve)
+}
+
+// charges is what req takes from st at admission.
+//
+// One request from RPM. OpenAI's TPM: the estimated input plus the output
+// limit, "contexts (prompts+max_completion_tokens)"
+// (https://help.openai.com/en/articles/6891753). (The guide's "the maximum
+// of max_tokens and the estimated number of tokens" reads otherwise; the
+// sum is the stricter reading, and what the help article says.)
+//
+// Anthropic (https://platform.claude.com/docs/en/api/rate-limits): ITPM
+// the estimated input ("ITPM rate limits are estimated at the beginning
+// of each request"; the estimate is also the usage fakellm reports, so
+// nothing is adjusted), OTPM max_tokens ("OTPM rate limits are estimated
+// based on max_tokens at the beginning of each request"), the total (TPM)
+// both.
+func (st *limitState) charges(req *apiRequest) []charge {
+	in, out := float64(req.inputTokens), float64(req.reservedOutput())
+	all := []charge{{LimitRequests, st.requests, 1}, {LimitTokens, st.tokens, in + out}}
+	if isAnthropic(req.api) {
+		all = append(all, charge{LimitInputTokens, st.input, in}, charge{LimitOutputTokens, st.output, out})
+	}
+	cs := all[:0]
+	for _, c := range all {
+		if c.b != nil {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// rateGrant is what an admitted request took, settled once answered.
+type rateGrant struct {
+	reserved int64     // output tokens taken at admission
+	refund   bool      // the unused part of reserved goes back (Anthropic)
+	adjust   []*bucket // the buckets the output was taken from
+}
+
+// grant is what req, admitted, settles at the end: the output it
+// reserved, from TPM (and Anthropic's OTPM).
+//
+// Anthropic gives back what the answer did not use: "the estimate is
+// adjusted at the end of the request to reflect the actual number of
+// output tokens used" (https://platform.claude.com/docs/en/api/rate-limits).
+// OpenAI does not: its guide tells clients to "Reduce the max_tokens to
+// match the size of your completions", for "Your rate limit is calculated
+// as the maximum of max_tokens and the estimated number of tokens"
+// (https://platform.openai.com/docs/guides/rate-limits), and nowhere that
+// unused max_tokens come back. Output beyond the reservation is taken at
+// the end by both: the tokens were used.
+func (st *limitState) grant(req *apiRequest) *rateGrant {
+	g := &rateGrant{reserved: req.reservedOutput(), refund: isAnthropic(req.api)}
+	if st.tokens != nil {
+		g.adjust = append(g.adjust, st.tokens)
+	}
+	if st.output != nil && g.refund {
+		g.adjust = append(g.adjust, st.output)
+	}
+	return g
 }
 
 // limitsOf is the buckets of req's key and model refilled to now, made on
@@ -231,7 +238,7 @@ func (s *Server) limitsOf(req *apiRequest, now time.Time) *limitState {
 	k := limitKey{req.key, req.Model}
 	st := s.limits[k]
 	if st == nil {
-		st = &limitState{requests: newBucket(l.RPM, now), tokens: newBucket(l.TPM, now)}
+		st = newLimitState(l, now)
 		s.limits[k] = st
 	}
 	st.refill(now)
@@ -251,11 +258,16 @@ func (s *Server) peekRate(req *apiRequest) map[string]string {
 	return st.headers(req.api, now)
 }
 
-// takeRate takes req's request and tokens from the buckets of its key and
-// model. It returns what it took, to settle once answered, or, when a
-// bucket cannot take them, the 429 to answer instead (and takes nothing);
-// then the rate-limit headers of the answer. All nil when no limit
-// applies.
+// takeRate takes req's charges from the buckets of its key and model. It
+// returns what it took, to settle once answered, or, when a bucket cannot
+// take them, the 429 to answer instead; then the rate-limit headers of
+// the answer, sent before its body. All nil when no limit applies.
+//
+// A refused OpenAI request still counts as a request: "Note that
+// unsuccessful requests contribute to your per-minute limit, so
+// continuously resending a request won't work"
+// (https://platform.openai.com/docs/guides/rate-limits). Anthropic's page
+// says no such thing, so its refusals take nothing.
 func (s *Server) takeRate(req *apiRequest) (*rateGrant, *errSpec, map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,127 +276,43 @@ func (s *Server) takeRate(req *apiRequest) (*rateGrant, *errSpec, map[string]str
 	if st == nil {
 		return nil, nil, nil
 	}
-	reserved := req.reservedOutput()
-	over := st.take(int64(req.inputTokens) + reserved)
-	h := st.headers(req.api, now)
+	cs := st.charges(req)
+	over := admit(cs)
 	if over == nil {
-		return &rateGrant{st: st, reserved: reserved}, nil, h
+		return st.grant(req), nil, st.headers(req.api, now)
+	}
+	if !isAnthropic(req.api) && st.requests != nil {
+		st.requests.owe(1)
+		if over.wait > 0 {
+			over.wait = waitFor(cs)
+		}
 	}
 	s.stats.byLimit[over.kind]++
+	h := st.headers(req.api, now)
 	over.retryHeaders(req.api, h)
 	e := over.spec(req)
 	return nil, &e, h
 }
 
-// settle corrects the tokens bucket of an answered request: the output it
-// reserved goes back, the output it answered is taken.
+// settle corrects the buckets of an answered request that output tokens:
+// output beyond the reservation is taken; on Anthropic, the reservation
+// the answer did not use goes back.
 func (s *Server) settle(g *rateGrant, output int) {
-	if g == nil || g.st.tokens == nil {
+	if g == nil || len(g.adjust) == 0 {
+		return
+	}
+	d := float64(g.reserved - int64(output))
+	if !g.refund {
+		d = min(0, d)
+	}
+	if d == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := g.st.tokens
-	b.refill(s.clock())
-	b.level = min(b.limit, b.level+float64(g.reserved-int64(output)))
-}
-
-// namedBucket is a bucket under the name its headers give it.
-type namedBucket struct {
-	name string
-	b    *bucket
-}
-
-// headers are the rate-limit headers api sends for st: OpenAI's
-// x-ratelimit-{limit,remaining,reset}-{requests,tokens}, Anthropic's
-// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
-// (the input and output ones report the one tokens bucket). A kind
-// without a limit sends none.
-func (st *limitState) headers(api string, now time.Time) map[string]string {
-	h := map[string]string{}
-	kinds := []namedBucket{{LimitRequests, st.requests}, {LimitTokens, st.tokens}}
-	if isAnthropic(api) {
-		kinds = append(kinds, namedBucket{"input-tokens", st.tokens}, namedBucket{"output-tokens", st.tokens})
+	now := s.clock()
+	for _, b := range g.adjust {
+		b.refill(now)
+		b.add(d)
 	}
-	for _, k := range kinds {
-		if k.b == nil {
-			continue
-		}
-		limit, remaining := strconv.FormatFloat(k.b.limit, 'f', 0, 64), strconv.FormatInt(k.b.remaining(), 10)
-		if isAnthropic(api) {
-			prefix := "anthropic-ratelimit-" + k.name
-			h[prefix+"-limit"], h[prefix+"-remaining"] = limit, remaining
-			h[prefix+"-reset"] = anthropicReset(now, k.b.untilFull())
-		} else {
-			h["x-ratelimit-limit-"+k.name], h["x-ratelimit-remaining-"+k.name] = limit, remaining
-			h["x-ratelimit-reset-"+k.name] = openAIDuration(k.b.untilFull())
-		}
-	}
-	return h
-}
-
-// openAIDuration is d as OpenAI writes durations ("6m0s", "20ms",
-// "1.5s"): Go's format of d rounded up to the millisecond.
-func openAIDuration(d time.Duration) string {
-	if r := d.Truncate(time.Millisecond); r < d {
-		d = r + time.Millisecond
-	}
-	return d.String()
-}
-
-// anthropicReset is the RFC 3339 UTC time d after now, rounded up to the
-// second, as Anthropic writes its reset times.
-func anthropicReset(now time.Time, d time.Duration) string {
-	t := now.Add(d).UTC()
-	if r := t.Truncate(time.Second); r.Before(t) {
-		t = r.Add(time.Second)
-	}
-	return t.Format(time.RFC3339)
-}
-
-// retryHeaders adds the retry hints of a refusal: retry-after in whole
-// seconds rounded up, and for OpenAI retry-after-ms too. A request larger
-// than the limit gets none: waiting cannot help it.
-func (o *overLimit) retryHeaders(api string, h map[string]string) {
-	if o.wait <= 0 {
-		return
-	}
-	h["retry-after"] = strconv.FormatInt(int64(math.Ceil(o.wait.Seconds())), 10)
-	if !isAnthropic(api) {
-		h["retry-after-ms"] = strconv.FormatInt(int64(math.Ceil(float64(o.wait)/float64(time.Millisecond))), 10)
-	}
-}
-
-// spec is the 429 of a refusal, in the words each provider uses.
-func (o *overLimit) spec(req *apiRequest) errSpec {
-	limit := int64(o.b.limit)
-	if isAnthropic(req.api) {
-		return errSpec{status: 429, typ: "rate_limit_error", msg: fmt.Sprintf(
-			"This request would exceed the rate limit for your organization (%s) of %s %s per minute. "+
-				"For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. "+
-				"Please reduce the prompt length or the maximum tokens requested, or try again later. "+
-				"You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
-			org, thousands(limit), o.kind)}
-	}
-	per := "requests per min (RPM)"
-	if o.kind == LimitTokens {
-		per = "tokens per min (TPM)"
-	}
-	const visit = " Visit https://platform.openai.com/account/rate-limits to learn more."
-	msg := fmt.Sprintf("Rate limit reached for %s in organization %s on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
-		req.Model, org, per, limit, limit-o.b.remaining(), o.requested, openAIDuration(o.wait)) + visit
-	if o.wait <= 0 {
-		msg = fmt.Sprintf("Request too large for %s in organization %s on %s: Limit %d, Requested %d. "+
-			"The input or output tokens must be reduced in order to run successfully.", req.Model, org, per, limit, o.requested) + visit
-	}
-	return errSpec{status: 429, typ: o.kind, code: "rate_limit_exceeded", msg: msg}
-}
-
-// thousands writes n with commas between groups of three digits.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }

@@ -3,6 +3,7 @@ package fakellm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -45,7 +46,12 @@ func startLimited(t *testing.T, doc string) (*testServer, *testClock) {
 // withMax is r asking for at most n output tokens, in its API's field.
 func withMax(r req, n int) req {
 	field := map[string]string{APIOpenAIChat: "max_completion_tokens", APIOpenAIResponses: "max_output_tokens", APIAnthropic: "max_tokens"}[r.api]
-	r.extra = map[string]any{field: n}
+	extra := maps.Clone(r.extra)
+	if extra == nil {
+		extra = map[string]any{}
+	}
+	extra[field] = n
+	r.extra = extra
 	return r
 }
 
@@ -69,21 +75,37 @@ func rateHeaders(h http.Header) map[string]string {
 	return out
 }
 
-// wantRate is the rate-limit headers api sends for the given buckets
-// (limit, remaining, time until full); a zero limit means none.
+// wantRate is the rate-limit headers api sends for a requests and a
+// tokens (TPM) bucket (limit, remaining, time until full); a zero limit
+// means none.
 func wantRate(api string, now time.Time, reqs, toks [3]int64) map[string]string {
+	return wantBuckets(api, now, map[string][3]int64{"requests": reqs, "tokens": toks})
+}
+
+// wantBuckets is the rate-limit headers api sends for the buckets named
+// as the headers name them ("requests", "tokens", "input-tokens",
+// "output-tokens"): limit, remaining (exact; Anthropic's tokens are
+// rounded here to the nearest thousand), time until full. A zero limit
+// means none.
+func wantBuckets(api string, now time.Time, buckets map[string][3]int64) map[string]string {
 	out := map[string]string{}
-	for kind, b := range map[string][3]int64{LimitRequests: reqs, LimitTokens: toks} {
+	for kind, b := range buckets {
 		if b[0] == 0 {
 			continue
 		}
-		names, reset := openAIRateHeaders[kind], openAIDuration(time.Duration(b[2]))
-		if api == APIAnthropic {
-			names, reset = anthropicRateHeaders[kind], anthropicReset(now, time.Duration(b[2]))
+		remaining := b[1]
+		if api != APIAnthropic {
+			prefix := "x-ratelimit-"
+			out[prefix+"limit-"+kind], out[prefix+"remaining-"+kind] = strconv.FormatInt(b[0], 10), strconv.FormatInt(remaining, 10)
+			out[prefix+"reset-"+kind] = openAIDuration(time.Duration(b[2]))
+			continue
 		}
-		for i := 0; i < len(names); i += 3 {
-			out[names[i]], out[names[i+1]], out[names[i+2]] = strconv.FormatInt(b[0], 10), strconv.FormatInt(b[1], 10), reset
+		if kind != "requests" {
+			remaining = (remaining + 500) / 1000 * 1000
 		}
+		prefix := "anthropic-ratelimit-" + kind
+		out[prefix+"-limit"], out[prefix+"-remaining"] = strconv.FormatInt(b[0], 10), strconv.FormatInt(remaining, 10)
+		out[prefix+"-reset"] = anthropicReset(now, time.Duration(b[2]))
 	}
 	return out
 }
@@ -181,8 +203,8 @@ func TestRateLimitHeaderFormats(t *testing.T) {
 // its limit, and says how long it needs.
 func TestBucket(t *testing.T) {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	b := newBucket(600, t0)
-	b.level = 0
+	b := newBucket(600, 0, t0)
+	b.level, b.minute = 0, 0
 	for _, tc := range []struct {
 		after     time.Duration
 		remaining int64
@@ -201,7 +223,7 @@ func TestBucket(t *testing.T) {
 				tc.after, b.remaining(), b.untilFull(), b.until(5), tc.remaining, tc.full, tc.until5)
 		}
 	}
-	if newBucket(0, t0) != nil {
+	if newBucket(0, 0, t0) != nil {
 		t.Error("a zero limit made a bucket")
 	}
 }
@@ -214,6 +236,28 @@ type refusal struct {
 	requested  int64
 	wait       time.Duration // 0: larger than the limit, no retry hints
 	retryAfter string
+}
+
+// retryAfter is the retry-after of a wait: whole seconds, rounded up.
+func retryAfter(wait time.Duration) string {
+	return strconv.Itoa(int((wait + time.Second - 1) / time.Second))
+}
+
+// peek is the rate-limit headers the server would send r now, taking
+// nothing from the buckets (as an error answer's are).
+func (ts *testServer) peek(r req) result {
+	ts.t.Helper()
+	if r.model == "" {
+		r.model = "m"
+	}
+	if r.key == "" {
+		r.key = "test-key"
+	}
+	h := http.Header{}
+	for k, v := range ts.srv.peekRate(&apiRequest{api: r.api, key: r.key, Model: r.model}) {
+		h.Set(k, v)
+	}
+	return result{header: h}
 }
 
 // checkRefusal checks a bucket's 429: status, body and retry hints.
@@ -270,14 +314,18 @@ func TestRateLimitRefusal(t *testing.T) {
 							t.Fatalf("request %d: %d %s", i, res.status, res.body)
 						}
 					}
+					// 2 rpm: a request every 30 s. OpenAI counts the refused
+					// request too (TestRateLimitRefusalsCount): it waits for two.
+					wait, full := 30*time.Second, time.Minute
+					if api != APIAnthropic {
+						wait, full = time.Minute, 90*time.Second
+					}
 					res := ts.call(req{api: api, stream: stream})
-					checkRefusal(t, api, "m", res, refusal{LimitRequests, 2, 2, 1, 30 * time.Second, "30"})
-					checkHeaders(t, "refused", res, wantRate(api, clk.Now(), [3]int64{2, 0, int64(time.Minute)}, [3]int64{}))
-					clk.Advance(29 * time.Second) // refusals took nothing: 29 s still leaves 0.97 requests
-					checkRefusal(t, api, "m", ts.call(req{api: api, stream: stream}), refusal{LimitRequests, 2, 2, 1, time.Second, "1"})
-					clk.Advance(time.Second)
+					checkRefusal(t, api, "m", res, refusal{LimitRequests, 2, 2, 1, wait, retryAfter(wait)})
+					checkHeaders(t, "refused", res, wantRate(api, clk.Now(), [3]int64{2, 0, int64(full)}, [3]int64{}))
+					clk.Advance(wait)
 					if res := ts.call(req{api: api, stream: stream}); res.status != 200 {
-						t.Errorf("after 30 s: %d %s", res.status, res.body)
+						t.Errorf("after %v: %d %s", wait, res.status, res.body)
 					}
 				})
 				t.Run("tokens", func(t *testing.T) {
@@ -291,8 +339,7 @@ func TestRateLimitRefusal(t *testing.T) {
 					left := 100 - in1
 					need := in2 + 100
 					wait := time.Duration(need-left) * 60 * time.Millisecond // 1000 tpm: 60 ms a token
-					checkRefusal(t, api, "long", ts.call(second), refusal{LimitTokens, 1000, 1000 - left, need, wait,
-						strconv.Itoa(int((wait + time.Second - 1) / time.Second))})
+					checkRefusal(t, api, "long", ts.call(second), refusal{LimitTokens, 1000, 1000 - left, need, wait, retryAfter(wait)})
 					clk.Advance(wait)
 					if res := ts.call(second); res.status != 200 {
 						t.Errorf("after %v: %d %s", wait, res.status, res.body)
@@ -326,10 +373,8 @@ func TestRateLimitRefill(t *testing.T) {
 			}
 			clk.Advance(20 * time.Second) // one request back; the tokens full again
 			checkHeaders(t, "after 20 s", ts.call(r), rate(0, 60, in))
-			clk.Advance(10 * time.Second) // half a request
-			res := ts.call(r)
-			checkRefusal(t, api, "m", res, refusal{LimitRequests, 3, 3, 1, 10 * time.Second, "10"})
-			checkHeaders(t, "after 30 s", res, rate(0, 50, 0))
+			clk.Advance(10 * time.Second) // half a request: the headers say so
+			checkHeaders(t, "after 30 s", ts.peek(r), rate(0, 50, 0))
 			clk.Advance(10 * time.Second)
 			checkHeaders(t, "after 40 s", ts.call(r), rate(0, 60, in))
 			clk.Advance(time.Hour) // never more than the limit
@@ -368,7 +413,11 @@ func TestRateLimitAfterRules(t *testing.T) {
 			if res := ts.call(req{api: api, stream: true}); res.status != 200 {
 				t.Errorf("first success: %d %s", res.status, res.body)
 			}
-			checkRefusal(t, api, "m", ts.call(req{api: api}), refusal{LimitRequests, 1, 1, 1, time.Minute, "60"})
+			wait := time.Minute // 1 rpm; OpenAI counts the refused request too
+			if api != APIAnthropic {
+				wait = 2 * time.Minute
+			}
+			checkRefusal(t, api, "m", ts.call(req{api: api}), refusal{LimitRequests, 1, 1, 1, wait, retryAfter(wait)})
 			res = ts.call(req{api: api, model: "own"})
 			own := map[bool]string{true: "anthropic-ratelimit-requests-remaining", false: "x-ratelimit-remaining-requests"}[api == APIAnthropic]
 			if res.status != 200 || rateHeaders(res.header)[own] != "77" {
@@ -451,14 +500,21 @@ func TestBadLimits(t *testing.T) {
 	}{
 		{"not an array", `{"limits": {}}`, "limits", "must be an array"},
 		{"entry not an object", `{"limits": [5]}`, "limits[0]", "must be an object"},
-		{"unknown field", `{"limits": [{"rmp": 5}]}`, "limits[0].rmp", "unknown field (allowed: key, model, rpm, tpm)"},
+		{"unknown field", `{"limits": [{"rmp": 5}]}`, "limits[0].rmp", "unknown field (allowed: key, model, rpm, tpm, itpm, otpm, window_ms)"},
 		{"rpm string", `{"limits": [{"rpm": "600"}]}`, "limits[0].rpm", "must be an integer"},
 		{"rpm fractional", `{"limits": [{"rpm": 1.5}]}`, "limits[0].rpm", "must be an integer"},
 		{"rpm negative", `{"limits": [{"rpm": -1, "tpm": 5}]}`, "limits[0].rpm", "must be 0-1000000000, got -1"},
 		{"tpm too large", `{"limits": [{"tpm": 1000000001}]}`, "limits[0].tpm", "must be 0-1000000000"},
 		{"key not string", `{"limits": [{"key": 1, "rpm": 5}]}`, "limits[0].key", "must be a string"},
-		{"no limit", `{"limits": [{"key": "a"}]}`, "limits[0]", "needs rpm or tpm"},
-		{"zero limits", `{"limits": [{"rpm": 0, "tpm": 0}]}`, "limits[0]", "needs rpm or tpm"},
+		{"no limit", `{"limits": [{"key": "a"}]}`, "limits[0]", "needs rpm, tpm, itpm or otpm"},
+		{"zero limits", `{"limits": [{"rpm": 0, "tpm": 0, "itpm": 0, "otpm": 0}]}`, "limits[0]", "needs rpm, tpm, itpm or otpm"},
+		{"window only", `{"limits": [{"window_ms": 1000}]}`, "limits[0]", "needs rpm, tpm, itpm or otpm"},
+		{"itpm negative", `{"limits": [{"itpm": -1}]}`, "limits[0].itpm", "must be 0-1000000000, got -1"},
+		{"otpm too large", `{"limits": [{"otpm": 1000000001}]}`, "limits[0].otpm", "must be 0-1000000000"},
+		{"otpm string", `{"limits": [{"otpm": "8000"}]}`, "limits[0].otpm", "must be an integer"},
+		{"window negative", `{"limits": [{"rpm": 1, "window_ms": -1}]}`, "limits[0].window_ms", "must be 0-60000, got -1"},
+		{"window over a minute", `{"limits": [{"rpm": 1, "window_ms": 60001}]}`, "limits[0].window_ms", "must be 0-60000, got 60001"},
+		{"window fractional", `{"limits": [{"rpm": 1, "window_ms": 0.5}]}`, "limits[0].window_ms", "must be an integer"},
 		{"duplicate", `{"limits": [{"key": "a", "rpm": 1}, {"key": "a", "tpm": 1}]}`, "limits[1]", "never applies: limits[0]"},
 		{"shadowed", `{"limits": [{"rpm": 1}, {"key": "a", "model": "m", "rpm": 2}]}`, "limits[1]", `limits[0] (key "", model "")`},
 		{"shadowed by model", `{"limits": [{"key": "a", "rpm": 1}, {"model": "m", "rpm": 1}, {"key": "a", "model": "m", "rpm": 2}]}`, "limits[2]", "never applies: limits[0]"},
@@ -475,8 +531,10 @@ func TestBadLimits(t *testing.T) {
 	if err := sc.Validate(); err == nil || err.Error() != "limits[1].tpm: must be 0-1000000000, got -5" {
 		t.Errorf("Validate = %v", err)
 	}
-	ok := mustParse(t, `{"limits": [{"key": "a", "model": "m", "rpm": 1}, {"key": "a", "tpm": 2}, {"model": "m", "rpm": 3}, {"rpm": 4, "tpm": 5}]}`)
-	if len(ok.Limits) != 4 || ok.Limits[3] != (Limit{RPM: 4, TPM: 5}) {
+	ok := mustParse(t, `{"limits": [{"key": "a", "model": "m", "rpm": 1}, {"key": "a", "tpm": 2}, {"model": "m", "itpm": 3, "otpm": 4},
+		{"rpm": 4, "tpm": 5, "itpm": 6, "otpm": 7, "window_ms": 60000}]}`)
+	if len(ok.Limits) != 4 || ok.Limits[2] != (Limit{Model: "m", ITPM: 3, OTPM: 4}) ||
+		ok.Limits[3] != (Limit{RPM: 4, TPM: 5, ITPM: 6, OTPM: 7, WindowMs: 60000}) {
 		t.Errorf("limits %+v", ok.Limits)
 	}
 }

@@ -565,12 +565,13 @@ func decodeLimits(raw json.RawMessage) ([]Limit, error) {
 	}
 	out := make([]Limit, 0, len(items))
 	for i, item := range items {
-		o, err := readObject(fmt.Sprintf("limits[%d]", i), item, "key", "model", "rpm", "tpm")
+		o, err := readObject(fmt.Sprintf("limits[%d]", i), item, "key", "model", "rpm", "tpm", "itpm", "otpm", "window_ms")
 		if err != nil {
 			return nil, err
 		}
 		var l Limit
-		for _, e := range []error{o.str("key", &l.Key), o.str("model", &l.Model), o.integer("rpm", &l.RPM), o.integer("tpm", &l.TPM)} {
+		for _, e := range []error{o.str("key", &l.Key), o.str("model", &l.Model), o.integer("rpm", &l.RPM), o.integer("tpm", &l.TPM),
+			o.integer("itpm", &l.ITPM), o.integer("otpm", &l.OTPM), o.integer("window_ms", &l.WindowMs)} {
 			if e != nil {
 				return nil, e
 			}

@@ -30,8 +30,8 @@ type Stats struct {
 	// and cut streams count as "200".
 	ByStatus map[string]int64 `json:"by_status"`
 	// ByLimit counts the 429s of the scenario's rate limits (the rule
-	// "(rate_limit)") by the limit that refused: LimitRequests or
-	// LimitTokens.
+	// "(rate_limit)") by the limit that refused: LimitRequests,
+	// LimitTokens, LimitInputTokens or LimitOutputTokens.
 	ByLimit map[string]int64 `json:"by_limit"`
 	// ByWindow holds the non-empty 100 ms buckets in time order; T is the
 	// bucket's start in ms since the clock started (or ResetClock).
