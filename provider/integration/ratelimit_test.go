@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	oaioption "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -120,4 +123,32 @@ func wellFormedReset(api, v string) bool {
 	}
 	d, err := time.ParseDuration(v)
 	return err == nil && d > 0 && d <= time.Minute
+}
+
+// TestTooLargeForTheKeyIsNotRetried: through the OpenAI SDK, a prompt
+// larger than its key's whole tokens-per-minute limit (OpenAI: "Request too
+// large for ... Limit 500, Requested ...") goes out once, while the key's
+// limits are not known yet; its refusal's headers tell the limit, and the
+// retry is refused by pacing before it goes out: the prompt ends at once,
+// not retried, naming the limit (issue 37: such a request was sent 11
+// times in 48 s).
+func TestTooLargeForTheKeyIsNotRetried(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, &fakellm.Scenario{Limits: []fakellm.Limit{{RPM: 100, TPM: 500}}})
+	p, _ := newProvider(t, openaiChat, srv.base, 10*time.Second)
+	rt := newRuntime(t, musepi.WithProvider("oai", p, musepi.Credential{Name: "main", APIKey: "sk-test"}),
+		musepi.WithRetrySettings(fastRetry()), musepi.WithLogger(slog.New(slog.DiscardHandler)))
+	s, err := rt.NewSession(context.Background(), musepi.WithModel("oai/gpt-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err = s.Prompt(ctx, strings.Repeat("a long prompt ", 300)) // about 1,000 tokens
+	if err == nil || !strings.Contains(err.Error(), "more than any key") || !strings.Contains(err.Error(), "(key main: 500)") {
+		t.Fatalf("prompt: %v; want pacing's too-large error naming the key's 500", err)
+	}
+	if st := srv.Stats(); st.Total != 1 || st.ByStatus["429"] != 1 {
+		t.Errorf("the server saw %d requests (%v by status); want the first one alone, refused", st.Total, st.ByStatus)
+	}
 }
