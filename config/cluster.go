@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -290,11 +289,9 @@ func (v *validator) etcd(c *Cluster) {
 	}
 	for i, e := range c.Etcd.Endpoints {
 		key := fmt.Sprintf("%s.endpoints[%d]", at, i)
-		u, err := url.Parse(e)
-		switch {
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			v.add(key, "want an http:// or https:// URL with a host, got %q", e)
-		case u.Port() == "":
+		if err := CheckBaseURL(e); err != nil {
+			v.add(key, "%v", err)
+		} else if u, _ := url.Parse(e); u.Port() == "" {
 			v.add(key, "URL %q has no port (etcd's client port is usually 2379)", e)
 		}
 	}
@@ -429,26 +426,19 @@ func (v *validator) host(key, h string) bool {
 		v.add(key, "must not be empty")
 		return false
 	}
-	if net.ParseIP(h) != nil {
-		return true
-	}
-	if strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("/:@[]", r) }) {
-		v.add(key, "want a host name or IP address, got %q", h)
+	if err := checkHost(h); err != nil {
+		v.add(key, "%v", err)
 		return false
 	}
 	return true
 }
 
-// hostPort checks a host:port address with a port from 1 to 65535 and
-// returns its host.
+// hostPort checks a host:port address to dial (splitAddress) and returns
+// its host.
 func (v *validator) hostPort(key, addr string) (string, bool) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		v.add(key, "want host:port, got %q", addr)
-		return "", false
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		v.add(key, "port of %q must be 1 to 65535", addr)
+	host, err := splitAddress(addr, false)
+	if err != nil {
+		v.add(key, "%v", err)
 		return "", false
 	}
 	return host, true

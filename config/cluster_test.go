@@ -149,7 +149,7 @@ func TestClusterValidation(t *testing.T) {
 		{"membership unknown", set(etcdCluster, "membership", `"consul"`), "cluster.membership", `unknown membership "consul" (want "etcd" or "automanaged")`},
 		{"etcd without its table", strings.Split(etcdCluster, "[cluster.etcd]")[0], "cluster.etcd", `required with membership = "etcd"`},
 		{"etcd endpoints empty", set(etcdCluster, "endpoints", "[]"), "cluster.etcd.endpoints", "at least one etcd client URL is required"},
-		{"etcd endpoint not a URL", set(etcdCluster, "endpoints", `["127.0.0.1:2379"]`), "cluster.etcd.endpoints[0]", `want an http:// or https:// URL with a host, got "127.0.0.1:2379"`},
+		{"etcd endpoint not a URL", set(etcdCluster, "endpoints", `["127.0.0.1:2379"]`), "cluster.etcd.endpoints[0]", `want an http:// or https:// URL, got "127.0.0.1:2379"`},
 		{"etcd endpoint without port", set(etcdCluster, "endpoints", `["http://127.0.0.1"]`), "cluster.etcd.endpoints[0]", "has no port"},
 		{"etcd endpoints not strings", set(etcdCluster, "endpoints", "[2379]"), "cluster.etcd.endpoints[0]", "must be a string, got an integer"},
 		{"etcd prefix relative", etcdCluster + "prefix = \"musepi\"\n", "cluster.etcd.prefix", `must start with "/", got "musepi"`},

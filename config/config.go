@@ -25,7 +25,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -595,14 +594,8 @@ func (v *validator) provider(name string, p Provider) []string {
 		v.add(at+".kind", `unknown kind %q (want "openai", "openai-responses" or "anthropic")`, p.Kind)
 	}
 	if p.BaseURL != "" {
-		u, err := url.Parse(p.BaseURL)
-		switch {
-		case err != nil:
-			v.add(at+".base_url", "invalid URL %q", p.BaseURL)
-		case u.Scheme != "http" && u.Scheme != "https":
-			v.add(at+".base_url", "want an http:// or https:// URL, got %q", p.BaseURL)
-		case u.Host == "":
-			v.add(at+".base_url", "URL %q has no host", p.BaseURL)
+		if err := CheckBaseURL(p.BaseURL); err != nil {
+			v.add(at+".base_url", "%v", err)
 		}
 	}
 	v.models(at, p)

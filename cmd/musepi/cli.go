@@ -65,6 +65,9 @@ func (c *command) execute(name string, args []string) int {
 		err = usageError{err}
 	}
 	if err == nil {
+		err = checkFlags(fs)
+	}
+	if err == nil {
 		err = run(fs.Args())
 	}
 	return c.exit(name, fs, err)
@@ -159,6 +162,56 @@ func (c *command) printSynopsis(w io.Writer, name string) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(lead+" "+name+" "+line, " "))
 	}
+}
+
+// checkedValue is a string flag with a check of its value (checkedString).
+type checkedValue struct {
+	p     *string
+	check func(string) error
+}
+
+func (v checkedValue) String() string {
+	if v.p == nil { // the zero value, which flag.PrintDefaults makes
+		return ""
+	}
+	return *v.p
+}
+
+func (v checkedValue) Set(s string) error {
+	*v.p = s
+	return nil
+}
+
+// checkedStringVar defines a string flag, like fs.StringVar, whose value
+// check refuses when the command line gives it: a wrong command line,
+// "--NAME: " and why (status 2), before the command runs. Every URL and
+// address flag is one (config.CheckBaseURL, config.CheckListenAddress).
+// A word of usage in backquotes names the value in the help ("`URL`").
+func checkedStringVar(fs *flag.FlagSet, p *string, name, value, usage string, check func(string) error) {
+	*p = value
+	fs.Var(checkedValue{p, check}, name, usage)
+}
+
+// checkedString is checkedStringVar returning the flag's variable, like
+// fs.String.
+func checkedString(fs *flag.FlagSet, name, value, usage string, check func(string) error) *string {
+	p := new(string)
+	checkedStringVar(fs, p, name, value, usage, check)
+	return p
+}
+
+// checkFlags runs the checks of the checked flags (checkedStringVar) the
+// command line gave, in the order of their names.
+func checkFlags(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if v, ok := f.Value.(checkedValue); ok && err == nil {
+			if e := v.check(*v.p); e != nil {
+				err = usagef("--%s: %w", f.Name, e)
+			}
+		}
+	})
+	return err
 }
 
 // flagsGiven is the set of flags a command line gave, by name.

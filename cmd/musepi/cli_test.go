@@ -48,6 +48,7 @@ func TestCLIConventions(t *testing.T) {
 		{"chat -v=maybe", 2, `musepi chat: invalid boolean value "maybe" for -v: parse error`},
 		{"chat --provider nope --model m", 2, `musepi chat: --provider "nope": want anthropic, openai or openai-responses`},
 		{"chat --log-format xml", 2, `musepi chat: --log-format "xml": want text or json`},
+		{"chat --provider openai --model m --base-url ftp://127.0.0.1/v1", 2, `musepi chat: --base-url: want an http:// or https:// URL, got "ftp://127.0.0.1/v1"`},
 		// With its command line right, chat needs a terminal before it
 		// opens anything, and here it has none: TestChatNeedsTerminal.
 
@@ -70,12 +71,16 @@ func TestCLIConventions(t *testing.T) {
 		{"demo --scenario outage --config $GOOD", 2, "musepi demo: --scenario cannot be used with --config"},
 		{"demo --fast --provider openai --model m", 2, "musepi demo: --fast cannot be used with --provider"},
 		{"demo --config $MISSING", 1, "musepi demo: open $MISSING: no such file or directory"},
+		{"demo --provider openai --model m --base-url 127.0.0.1:8089/v1", 2, `musepi demo: --base-url: want an http:// or https:// URL, got "127.0.0.1:8089/v1"`},
+		{"demo --provider openai --model m --base-url http:///v1", 2, `musepi demo: --base-url: URL "http:///v1" has no host`},
 		{"demo --provider anthropic --model m --api-key-env MUSEPI_CMD_TEST_EMPTY", 1, "musepi demo: --provider anthropic: environment variable MUSEPI_CMD_TEST_EMPTY is empty"},
 
 		{"fakellm --listen", 2, "musepi fakellm: flag needs an argument: -listen"},
 		{"fakellm extra", 2, `musepi fakellm: unexpected argument "extra"`},
 		{"fakellm --scenario $MISSING", 1, "musepi fakellm: open $MISSING: no such file or directory"},
-		{"fakellm --listen no-port", 1, "musepi fakellm: --listen: listen tcp: address no-port: missing port in address"},
+		{"fakellm --listen no-port", 2, `musepi fakellm: --listen: want host:port, got "no-port"`},
+		{"fakellm --listen http://127.0.0.1:8089", 2, `musepi fakellm: --listen: want host:port, got "http://127.0.0.1:8089"`},
+		{"fakellm --listen 127.0.0.1:http", 2, `musepi fakellm: --listen: port of "127.0.0.1:http" must be 0 to 65535`},
 		{"fakellm --rpm -1", 2, "musepi fakellm: --rpm must be 0 (no limit) to 1000000000, got -1"},
 		{"fakellm --tpm 1000000001", 2, "musepi fakellm: --tpm must be 0 (no limit) to 1000000000, got 1000000001"},
 		{"fakellm --tpm x", 2, `musepi fakellm: invalid value "x" for flag -tpm: parse error`},
@@ -96,6 +101,8 @@ func TestCLIConventions(t *testing.T) {
 		{"node", 2, "musepi node: --config is required"},
 		{"node --config $GOOD extra", 2, `musepi node: unexpected argument "extra"`},
 		{"node --config $GOOD --log-format xml", 2, `musepi node: --log-format "xml": want text or json`},
+		{"node --config $GOOD --metrics-addr no-port", 2, `musepi node: --metrics-addr: want host:port, got "no-port"`},
+		{"node --config $GOOD --metrics-addr a/b:9465", 2, `musepi node: --metrics-addr: want a host name or IP address, got "a/b"`},
 		{"node --config $MISSING", 1, "musepi node: open $MISSING: no such file or directory"},
 		{"node --config $BAD", 1, "musepi node: $BAD: providers.openai.credentials[1].api_key_env: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
 
@@ -104,6 +111,12 @@ func TestCLIConventions(t *testing.T) {
 		{"rpc --config $GOOD --provider openai --model x", 2, "musepi rpc: --config cannot be used with --provider"},
 		{"rpc --model x", 2, "musepi rpc: --model needs --provider"},
 		{"rpc --base-url http://127.0.0.1:1", 2, "musepi rpc: --base-url needs --provider"},
+		{"rpc --provider openai --model m --base-url 127.0.0.1:8089/v1", 2, `musepi rpc: --base-url: want an http:// or https:// URL, got "127.0.0.1:8089/v1"`},
+		{"rpc --provider openai --model m --base-url http://127.0.0.1:80890/v1", 2, `musepi rpc: --base-url: port of URL "http://127.0.0.1:80890/v1" must be 1 to 65535`},
+		{"rpc --provider openai --model m --base-url=", 2, `musepi rpc: --base-url: want an http:// or https:// URL, got ""`},
+		{"rpc --metrics-addr no-port", 2, `musepi rpc: --metrics-addr: want host:port, got "no-port"`},
+		{"rpc --metrics-addr 127.0.0.1:65536", 2, `musepi rpc: --metrics-addr: port of "127.0.0.1:65536" must be 0 to 65535`},
+		{"rpc --metrics-addr=", 2, `musepi rpc: --metrics-addr: want host:port, got ""`},
 		{"rpc --config $GOOD --api-key-env KEY", 2, "musepi rpc: --api-key-env needs --provider"},
 		{"rpc --provider openai", 2, "musepi rpc: --provider needs --model"},
 		{"rpc --history-sync sometimes", 2, `musepi rpc: --history-sync: history sync "sometimes": want turn, entry or none`},
@@ -115,7 +128,6 @@ func TestCLIConventions(t *testing.T) {
 		{"rpc --cluster --config $GOOD", 1, "musepi rpc: $GOOD has no [cluster] table"},
 		{"rpc --provider openai --model m --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
 		{"rpc --provider openai --model m --base-url http://127.0.0.1:1/v1 --api-key-env MUSEPI_CMD_TEST_UNSET", 1, "musepi rpc: --provider openai: environment variable MUSEPI_CMD_TEST_UNSET is not set"},
-		{"rpc --metrics-addr no-port", 1, "musepi rpc: --metrics-addr: listen tcp: address no-port: missing port in address"},
 
 		{"sessions", 2, "musepi sessions: --config is required"},
 		{"sessions --config $GOOD --timeout 0s", 2, "musepi sessions: --timeout must be above 0, got 0s"},

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -35,7 +36,7 @@ until SIGINT or SIGTERM.`,
 // setupFakeLLM is "musepi fakellm --listen ADDR [--scenario FILE] [--rpm
 // N] [--tpm N] [--itpm N] [--otpm N] [--window DURATION]".
 func setupFakeLLM(fs *flag.FlagSet) func([]string) error {
-	listen := fs.String("listen", "127.0.0.1:8089", "address to listen on (host:port; port 0 picks a free one)")
+	listen := checkedString(fs, "listen", "127.0.0.1:8089", "`address` to listen on (host:port; port 0 picks a free one)", config.CheckListenAddress)
 	scenario := fs.String("scenario", "", "scenario JSON file (default: every call streams the default text)")
 	rpm := fs.Int64("rpm", 0, "requests per minute allowed to each API key and model (0: no limit)")
 	tpm := fs.Int64("tpm", 0, "tokens per minute allowed to each API key and model: OpenAI's TPM, Anthropic's input and output together (0: no limit)")

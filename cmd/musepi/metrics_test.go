@@ -429,7 +429,7 @@ func TestMetricsAddrWarning(t *testing.T) {
 		{"localhost:9465", ""},
 		{"[::1]:9465", ""},
 		{"0.0.0.0:9465", ""}, // every interface, on purpose
-		{"no-port", ""},      // refused when listening
+		{"no-port", ""},      // refused on the command line
 	} {
 		if got := metricsAddrWarning(tc.addr); got != tc.want {
 			t.Errorf("metricsAddrWarning(%q) = %q, want %q", tc.addr, got, tc.want)

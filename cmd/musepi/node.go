@@ -35,7 +35,7 @@ See docs/cluster.md.`,
 func setupNode(fs *flag.FlagSet) func([]string) error {
 	setupFlags := addLogFlags(fs)
 	configPath := fs.String("config", "", "configuration file with a [cluster] table (required; see config/README.md)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics, and the members the node sees on /cluster/members (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
+	metricsAddr := checkedString(fs, "metrics-addr", "", "serve Prometheus metrics on http://`ADDR`/metrics, and the members the node sees on /cluster/members (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)", config.CheckListenAddress)
 	return func([]string) error {
 		if *configPath == "" {
 			return usagef("--config is required")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/rpc"
 )
@@ -45,7 +46,7 @@ func setupRPC(fs *flag.FlagSet) func([]string) error {
 	fs.StringVar(&f.sessionID, "session-id", "", "session id (with --history-dir, resumes that session's history)")
 	fs.BoolVar(&f.cluster, "cluster", false, "reach sessions hosted anywhere in the cluster of --config's [cluster] table (joins it as a client member that hosts none)")
 	fs.StringVar(&f.priority, "priority", "normal", "the session's pacing priority: high, normal or low (a prompt's \"priority\" changes it)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://ADDR/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)")
+	checkedStringVar(fs, &f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`ADDR`/metrics (host:port; port 0 picks a free one; the address is printed on stderr; without a host, every interface)", config.CheckListenAddress)
 	return func([]string) error {
 		if f.maxLine < 0 {
 			return usagef("--max-line must be 0 (the default, %d) or more, got %d", rpc.DefaultMaxLine, f.maxLine)

@@ -56,7 +56,7 @@ func addSetupFlags(fs *flag.FlagSet) *setupFlags {
 	f := addLogFlags(fs)
 	fs.StringVar(&f.config, "config", "", "configuration file (TOML; see config/README.md)")
 	fs.StringVar(&f.provider, "provider", "", `talk to one provider: "openai", "openai-responses" or "anthropic" (key from --api-key-env)`)
-	fs.StringVar(&f.baseURL, "base-url", "", "base URL of that provider (default: the provider's public API)")
+	checkedStringVar(fs, &f.baseURL, "base-url", "", "base `URL` of that provider, http:// or https:// (default: the provider's public API)", config.CheckBaseURL)
 	fs.StringVar(&f.model, "model", "", "model id for --provider (e.g. gpt-4o-mini)")
 	fs.StringVar(&f.keyEnv, "api-key-env", "", "environment variable holding the API key (default OPENAI_API_KEY or ANTHROPIC_API_KEY)")
 	fs.StringVar(&f.historyDir, "history-dir", "", "keep session history in this directory (default: memory)")
