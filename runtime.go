@@ -332,9 +332,6 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 	}
 }
 
-// actorCredentials are provider's credentials as its credentials actor
-// holds them: a credential without rate limits of its own takes the
-// provider's (WithRateLimits).
 // refunds reports whether provider name's server gives back the output
 // max_tokens reserved and a call did not use (provider.OutputRefunder).
 func (c *runtimeConfig) refunds(name string) bool {
@@ -342,6 +339,9 @@ func (c *runtimeConfig) refunds(name string) bool {
 	return ok && r.RefundsUnusedOutput()
 }
 
+// actorCredentials are provider's credentials as its credentials actor
+// holds them: a credential without rate limits of its own takes the
+// provider's (WithRateLimits).
 func (c *runtimeConfig) actorCredentials(provider string) []actors.Credential {
 	creds := c.creds[provider]
 	out := make([]actors.Credential, len(creds))
