@@ -17,7 +17,7 @@ func TestExamplesRun(t *testing.T) {
 	}{
 		{"embed", []string{
 			"retry 1/10 (transient) in ",
-			"retry chain over: success=true after 1 attempt(s)",
+			"retry chain over: success=true, retries made: 1",
 			"answer: Hello from the fake model.",
 			"stop reason: stop, model: openai/gpt-4o-mini",
 		}},

@@ -74,7 +74,6 @@ type retryWait struct {
 func (s *Server) retryWaiting(attempt int32, at time.Time) {
 	s.mu.Lock()
 	s.retry = retryWait{attempt: attempt, at: at}
-	s.retries++
 	s.mu.Unlock()
 }
 
@@ -456,7 +455,8 @@ func (s *Server) setMode(line []byte, mode *string) error {
 }
 
 // sessionStats is pi's SessionStats over the persisted history (failed
-// turns included), plus MusePi's retry count.
+// turns included), plus MusePi's retries: those the session made, a retry
+// counting once its call went out (a pending or cancelled one does not).
 func (s *Server) sessionStats(ctx context.Context, _ []byte) (any, error) {
 	sess := s.current()
 	entries, err := wireEntries(sess.History(ctx))
@@ -485,7 +485,7 @@ func (s *Server) sessionStats(ctx context.Context, _ []byte) (any, error) {
 		total++
 	}
 	s.mu.Lock()
-	retries := s.retries
+	retries := s.tally.Made()
 	s.mu.Unlock()
 	stats := map[string]any{
 		"sessionId":         sess.ID(),

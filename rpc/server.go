@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/retrytally"
 )
 
 // DefaultMaxLine bounds one input line (1 MiB).
@@ -64,8 +65,9 @@ type Server struct {
 	queue queue
 	// retry is the retry backoff being waited out, if any.
 	retry retryWait
-	// retries counts the session's auto_retry_start events.
-	retries int
+	// tally counts the session's retries made (docs/retry-policy.md,
+	// "Terms"), for get_session_stats.
+	tally retrytally.Tally
 }
 
 // command is one input line. Fields are decoded per command type.
@@ -239,10 +241,15 @@ func (s *Server) startSession(ctx context.Context, opts ...musepi.SessionOption)
 	s.mu.Lock()
 	s.session = sess
 	s.prefs.name = ""
-	s.retries = 0
+	s.tally = retrytally.Tally{}
 	s.retry = retryWait{}
 	s.mu.Unlock()
-	unsub := sess.Subscribe(func(ev musepi.Event) { s.writeEvent(t, wireEvent(ev.Header().Wire())) })
+	unsub := sess.Subscribe(func(ev musepi.Event) {
+		s.mu.Lock()
+		s.tally.Add(ev) // before its line: a client that read it asks after
+		s.mu.Unlock()
+		s.writeEvent(t, wireEvent(ev.Header().Wire()))
+	})
 	s.mu.Lock()
 	s.unsubscribe = unsub
 	s.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/retrytally"
 )
 
 // controls is what the model asks of the session; *musepi.Session has it.
@@ -96,9 +97,10 @@ type model struct {
 	running     bool        // a prompt is in flight
 	retry       *retryState // the retry line, nil when none
 	retrySeq    int
-	retryFailed bool // the running prompt's retry chain failed and was shown
-	answered    bool // the running prompt streamed some answer text
-	open        int  // index of the entry a text delta appends to, -1 for none
+	retryFailed bool             // the running prompt's retry chain failed and was shown
+	tally       retrytally.Tally // the retries made (docs/retry-policy.md, "Terms")
+	answered    bool             // the running prompt streamed some answer text
+	open        int              // index of the entry a text delta appends to, -1 for none
 	openKind    entryKind
 	quitting    bool
 }
@@ -245,9 +247,10 @@ func (m *model) tickCmd() tea.Cmd {
 	return tea.Tick(d, func(time.Time) tea.Msg { return retryTickMsg{seq: seq} })
 }
 
-// retryFailedLine is the line shown when a retry chain ends without success.
-func retryFailedLine(attempt int, finalError string) string {
-	return fmt.Sprintf("Retry failed after %d attempts: %s", attempt, finalError)
+// retryFailedLine is the line shown when a retry chain ends without
+// success, after the given number of retries made (their calls went out).
+func retryFailedLine(retries int, finalError string) string {
+	return fmt.Sprintf("Retry failed after %d %s: %s", retries, plural(retries, "attempt", "attempts"), finalError)
 }
 
 func (m model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -323,6 +326,7 @@ func (m model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 }
 
 func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
+	m.tally.Add(ev)
 	switch p := ev.(type) {
 	case musepi.AgentStart:
 		m.open = -1
@@ -405,14 +409,15 @@ func (m *model) endPacingWait() {
 }
 
 // endRetry closes the retry line at auto_retry_end and shows how the chain
-// ended: recovered, or the failure line.
+// ended, with the retries it made: recovered, or the failure line.
 func (m *model) endRetry(p musepi.AutoRetryEnd) {
 	m.retry = nil
+	n := m.tally.Ended()
 	if p.Success {
-		m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", p.Attempt, plural(p.Attempt, "retry", "retries")))
+		m.add(noticeEntry, fmt.Sprintf("✓ Recovered after %d %s", n, plural(n, "retry", "retries")))
 	} else {
 		m.retryFailed = true
-		m.add(errorEntry, retryFailedLine(p.Attempt, p.FinalError))
+		m.add(errorEntry, retryFailedLine(n, p.FinalError))
 	}
 }
 

@@ -212,55 +212,102 @@ func TestModelEscDispatch(t *testing.T) {
 	}
 }
 
+// chainEvents are the events of a prompt whose call failed and which made
+// retries retries (each one's auto_retry_start, then its call), the last
+// retry's call still out.
+func chainEvents(retries int) []musepi.Event {
+	failed := musepi.AgentEnd{WillRetry: true, Message: &musepi.AssistantMessage{
+		StopReason: musepi.StopReasonError, ErrorMessage: "503 Service Unavailable"}}
+	evs := []musepi.Event{musepi.AgentStart{User: &musepi.UserMessage{Text: "hello"}}, failed}
+	for n := 1; n <= retries; n++ {
+		evs = append(evs, musepi.AutoRetryStart{Attempt: n, MaxAttempts: 10, Delay: time.Second, ErrorClass: "transient"},
+			musepi.AgentStart{})
+		if n < retries {
+			evs = append(evs, failed)
+		}
+	}
+	return evs
+}
+
+// The line at a chain's end counts the retries made (a retry counts once
+// its call went out), whatever auto_retry_end's attempt says: a cancelled
+// retry was never made, nor the one a wait over retry.maxDelayMs refused.
 func TestModelRetryEnd(t *testing.T) {
+	const over = "provider asked for 600000 ms, more than retry.maxDelayMs (300000 ms): 429 Too Many Requests"
+	pending := musepi.AutoRetryStart{Attempt: 3, MaxAttempts: 10, Delay: 3 * time.Second, ErrorClass: "transient"}
 	cases := []struct {
 		name     string
-		end      musepi.AutoRetryEnd
+		events   []musepi.Event
 		err      error
-		want     string // a transcript line
+		want     string // the transcript's line about the chain
 		wantNot  string
 		errLines int
 	}{
 		{
-			name: "cancelled",
-			end:  musepi.AutoRetryEnd{Success: false, Attempt: 1, FinalError: "Retry cancelled"},
-			err:  &musepi.PromptError{Kind: musepi.ErrRetryCancelled, Detail: "Retry cancelled"},
-			want: "Retry failed after 1 attempts: Retry cancelled", errLines: 1,
+			name:   "success after 1 retry",
+			events: append(chainEvents(1), musepi.AutoRetryEnd{Success: true, Attempt: 1}),
+			want:   "✓ Recovered after 1 retry", wantNot: "Retry failed",
 		},
 		{
-			name: "exhausted",
-			end:  musepi.AutoRetryEnd{Success: false, Attempt: 10, FinalError: "529 overloaded"},
-			err:  &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "529 overloaded"},
-			want: "Retry failed after 10 attempts: 529 overloaded", wantNot: "Error:", errLines: 1,
+			name:   "recovered after 2 retries",
+			events: append(chainEvents(2), musepi.AutoRetryEnd{Success: true, Attempt: 2}),
+			want:   "✓ Recovered after 2 retries", wantNot: "Retry failed",
 		},
 		{
-			name: "recovered",
-			end:  musepi.AutoRetryEnd{Success: true, Attempt: 2},
-			want: "Recovered after 2 retries", wantNot: "Retry failed",
+			name:   "give-up with maxRetries 0",
+			events: append(chainEvents(0), musepi.AutoRetryEnd{Attempt: 0, FinalError: "503 Service Unavailable"}),
+			err:    &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "503 Service Unavailable"},
+			want:   "Retry failed after 0 attempts: 503 Service Unavailable", wantNot: "Error:", errLines: 1,
+		},
+		{
+			name:   "a first wait over retry.maxDelayMs",
+			events: append(chainEvents(0), musepi.AutoRetryEnd{Attempt: 1, FinalError: over}),
+			err:    &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: over},
+			want:   "Retry failed after 0 attempts: " + over, wantNot: "Error:", errLines: 1,
+		},
+		{
+			name:   "give up after 2 retries (maxRetries 2)",
+			events: append(chainEvents(2), musepi.AutoRetryEnd{Attempt: 2, FinalError: "503 Service Unavailable"}),
+			err:    &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "503 Service Unavailable"},
+			want:   "Retry failed after 2 attempts: 503 Service Unavailable", wantNot: "Error:", errLines: 1,
+		},
+		{
+			name:   "Esc while retry 3/10 waits",
+			events: append(chainEvents(2), pending, musepi.AutoRetryEnd{Attempt: 3, FinalError: "Retry cancelled"}),
+			err:    &musepi.PromptError{Kind: musepi.ErrRetryCancelled, Detail: "Retry cancelled"},
+			want:   "Retry failed after 2 attempts: Retry cancelled", errLines: 1,
+		},
+		{
+			name:   "exhausted",
+			events: append(chainEvents(10), musepi.AutoRetryEnd{Attempt: 10, FinalError: "529 overloaded"}),
+			err:    &musepi.PromptError{Kind: musepi.ErrPromptFailed, Detail: "529 overloaded"},
+			want:   "Retry failed after 10 attempts: 529 overloaded", wantNot: "Error:", errLines: 1,
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.prompt("hello")
-			h.retryStart(1, 10, 3*time.Second)
-			h.event(tc.end)
+			for _, ev := range tc.events {
+				h.event(ev)
+			}
 			if strings.Contains(h.view(), "Retrying (") {
 				t.Errorf("retry line not cleared:\n%s", h.view())
 			}
 			h.send(promptDoneMsg{err: tc.err})
 			v := h.view()
-			if !strings.Contains(v, tc.want) {
-				t.Errorf("view lacks %q:\n%s", tc.want, v)
-			}
 			if tc.wantNot != "" && strings.Contains(v, tc.wantNot) {
 				t.Errorf("view has %q:\n%s", tc.wantNot, v)
 			}
-			n := 0
+			n, found := 0, false
 			for _, e := range h.m.entries {
 				if e.kind == errorEntry {
 					n++
 				}
+				found = found || e.text == tc.want
+			}
+			if !found {
+				t.Errorf("no transcript line %q: %+v", tc.want, h.m.entries)
 			}
 			if n != tc.errLines {
 				t.Errorf("%d error lines, want %d: %+v", n, tc.errLines, h.m.entries)
@@ -274,15 +321,16 @@ func TestModelRetryEnd(t *testing.T) {
 
 func TestModelRetryFailedLine(t *testing.T) {
 	cases := []struct {
-		attempt int
+		retries int
 		final   string
 		want    string
 	}{
-		{1, "Retry cancelled", "Retry failed after 1 attempts: Retry cancelled"},
+		{0, "Retry cancelled", "Retry failed after 0 attempts: Retry cancelled"},
+		{1, "503 Service Unavailable", "Retry failed after 1 attempt: 503 Service Unavailable"},
 		{10, "429 rate limited", "Retry failed after 10 attempts: 429 rate limited"},
 	}
 	for _, tc := range cases {
-		if got := retryFailedLine(tc.attempt, tc.final); got != tc.want {
+		if got := retryFailedLine(tc.retries, tc.final); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
 	}

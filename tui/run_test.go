@@ -128,7 +128,7 @@ func TestTUIRunEscCancelsRetryAndCtrlCQuits(t *testing.T) {
 	if _, err := io.WriteString(keys, "\x1b"); err != nil {
 		t.Fatal(err)
 	}
-	out.waitFor(t, "Retry failed after 1 attempts: Retry cancelled")
+	out.waitFor(t, "Retry failed after 0 attempts: Retry cancelled")
 	if _, err := io.WriteString(keys, "\x03"); err != nil { // Ctrl-C
 		t.Fatal(err)
 	}

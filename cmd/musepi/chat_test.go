@@ -276,7 +276,7 @@ func TestChatTmux(t *testing.T) {
 		}
 		p.waitFor("Retrying (1/10) in 2s… (esc to cancel)", 3*time.Second)
 		p.keys("Escape")
-		screen = p.waitFor("Retry failed after 1 attempts: Retry cancelled", 5*time.Second)
+		screen = p.waitFor("Retry failed after 0 attempts: Retry cancelled", 5*time.Second)
 		t.Logf("screen after Esc:\n%s", screen)
 		if strings.Contains(screen, "Retrying (") {
 			t.Errorf("the retry line was not cleared:\n%s", screen)
@@ -294,7 +294,7 @@ func TestChatTmux(t *testing.T) {
 		// Back on the normal screen, the transcript is printed (with the
 		// scrollback, in case tmux's "Pane is dead" line scrolled it).
 		screen = p.captureAll()
-		for _, want := range []string{"> hello", "Retry failed after 1 attempts: Retry cancelled", "> again", "Hello from fakellm"} {
+		for _, want := range []string{"> hello", "Retry failed after 0 attempts: Retry cancelled", "> again", "Hello from fakellm"} {
 			if !strings.Contains(screen, want) {
 				t.Errorf("the screen after exit lacks %q:\n%s", want, screen)
 			}
@@ -304,7 +304,7 @@ func TestChatTmux(t *testing.T) {
 	t.Run("a retry that fails fast shows the failure line", func(t *testing.T) {
 		p := startChat(t, bin, scenarioRetryAfter600)
 		p.keys("hello", "Enter")
-		screen := p.waitFor("Retry failed after 1 attempts: provider asked for 600000 ms", 15*time.Second)
+		screen := p.waitFor("Retry failed after 0 attempts: provider asked for 600000 ms", 15*time.Second)
 		t.Logf("screen after the failure:\n%s", screen)
 		if strings.Contains(screen, "Retrying (") || strings.Contains(screen, "Error:") {
 			t.Errorf("want only the failure line:\n%s", screen)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/retrytally"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -59,9 +60,10 @@ type demoRun struct {
 	fellBack bool                     // a model fallback came just before this retry
 	ended    bool                     // auto_retry_end printed the outcome of a failure
 	doing    string                   // what is going on, for the interrupt line
+	tally    retrytally.Tally         // the retries made (docs/retry-policy.md, "Terms")
 
-	calls, retries, switches, fallbacks int
-	backoff                             time.Duration // time spent in backoff
+	calls, switches, fallbacks int
+	backoff                    time.Duration // time spent in backoff
 }
 
 // begin starts showing a prompt on a session whose model is model until
@@ -88,6 +90,7 @@ func (r *demoRun) event(ev musepi.Event) {
 	if p.stopped {
 		return
 	}
+	r.tally.Add(ev)
 	switch e := ev.(type) {
 	case musepi.AgentStart:
 		p.endCountdown("")
@@ -109,13 +112,7 @@ func (r *demoRun) event(ev musepi.Event) {
 	case musepi.AutoRetryStart:
 		r.retryStart(e)
 	case musepi.AutoRetryEnd:
-		p.endCountdown("")
-		if e.Success {
-			p.printf("  ✓ recovered after %d %s", e.Attempt, plural(e.Attempt, "retry", "retries"))
-		} else {
-			r.ended = true
-			p.printf("  ✗ Retry failed after %d attempts: %s", e.Attempt, firstLine(e.FinalError))
-		}
+		r.retryEnd(e)
 	case musepi.MessageUpdate:
 		if e.Kind == "text" {
 			r.text.WriteString(e.Delta)
@@ -129,7 +126,6 @@ func (r *demoRun) event(ev musepi.Event) {
 // countdown of the backoff.
 func (r *demoRun) retryStart(e musepi.AutoRetryStart) {
 	p := r.p
-	r.retries++
 	fellBack := r.fellBack
 	r.fellBack = false
 	attempt := fmt.Sprintf("retry %d/%d", e.Attempt, e.MaxAttempts)
@@ -145,6 +141,19 @@ func (r *demoRun) retryStart(e musepi.AutoRetryStart) {
 	default:
 		r.doing = "in the backoff before " + attempt
 		p.startCountdown(attempt, r.why(delay), delay)
+	}
+}
+
+// retryEnd prints how a chain ended, with the retries it made.
+func (r *demoRun) retryEnd(e musepi.AutoRetryEnd) {
+	p := r.p
+	p.endCountdown("")
+	n := r.tally.Ended()
+	if e.Success {
+		p.printf("  ✓ recovered after %d %s", n, plural(n, "retry", "retries"))
+	} else {
+		r.ended = true
+		p.printf("  ✗ Retry failed after %d %s: %s", n, plural(n, "attempt", "attempts"), firstLine(e.FinalError))
 	}
 }
 
@@ -199,12 +208,13 @@ func (r *demoRun) finish(msg *musepi.AssistantMessage, err error) {
 	p.cur = nil
 }
 
-// summary is the run's figures in one line.
+// summary is the run's figures in one line: its calls (agent_start) and
+// the retries made, a pending one not counted.
 func (r *demoRun) summary() string {
 	parts := []string{
 		fmt.Sprintf("%.1f s", r.p.now().Sub(r.began).Seconds()),
 		fmt.Sprintf("%d %s", r.calls, plural(r.calls, "call", "calls")),
-		fmt.Sprintf("%d %s (%.1f s of backoff)", r.retries, plural(r.retries, "retry", "retries"), r.backoff.Seconds()),
+		fmt.Sprintf("%d %s (%.1f s of backoff)", r.tally.Made(), plural(r.tally.Made(), "retry", "retries"), r.backoff.Seconds()),
 	}
 	if r.switches > 0 {
 		parts = append(parts, fmt.Sprintf("%d credential %s", r.switches, plural(r.switches, "switch", "switches")))

@@ -49,7 +49,7 @@ func TestDemoFastScenarios(t *testing.T) {
 		}},
 		{"give-up", []string{
 			"▶ give-up:", "→ calling give-up/m1", "429",
-			"✗ Retry failed after 1 attempts: provider asked for 600 ms, more than retry.maxDelayMs",
+			"✗ Retry failed after 0 attempts: provider asked for 600 ms, more than retry.maxDelayMs",
 			"1 call, 0 retries", "(as this scenario intends: the policy gave up rather than sleep)",
 		}},
 	}
@@ -137,7 +137,8 @@ func TestDemoTmuxCountdown(t *testing.T) {
 }
 
 // Ctrl-C (SIGINT) during the backoff ends the demo within 1 s, with a
-// summary: no next scenario, no raw "context canceled".
+// summary that counts the retries made (retry 3/10, pending, is not): no
+// next scenario, no raw "context canceled".
 func TestDemoInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the command as a process")
@@ -202,7 +203,7 @@ func TestDemoInterrupt(t *testing.T) {
 	}
 	inOrder(t, text, "⏳ retry 3/10 in ", "⏳ retry 3/10 cancelled after ",
 		"■ Interrupted in the backoff before retry 3/10; the prompt was aborted and nothing more is sent: ",
-		"3 calls, 3 retries", "1 credential switch, 1 model fallback")
+		"3 calls, 2 retries", "1 credential switch, 1 model fallback")
 	for _, bad := range []string{"context canceled", "▶ outage", "→ calling tour/m2\n  →"} {
 		if strings.Contains(text+"\n"+errOut.String(), bad) {
 			t.Errorf("output has %q:\n%s\nstderr:\n%s", bad, text, errOut.String())

@@ -42,12 +42,18 @@ func main() {
 		log.Fatal(err)
 	}
 	settled := make(chan struct{})
-	s.Subscribe(func(e musepi.Event) { // called from a goroutine of its own
+	made := 0                          // retries made: a retry counts once its call goes out
+	s.Subscribe(func(e musepi.Event) { // called from a goroutine of its own, one event at a time
 		switch ev := e.(type) {
 		case musepi.AutoRetryStart:
 			fmt.Printf("retry %d/%d (%s) in %v: %s\n", ev.Attempt, ev.MaxAttempts, ev.ErrorClass, ev.Delay.Round(time.Millisecond), ev.ErrorMessage)
-		case musepi.AutoRetryEnd:
-			fmt.Printf("retry chain over: success=%t after %d attempt(s)\n", ev.Success, ev.Attempt)
+		case musepi.AgentStart:
+			if ev.User == nil { // a retry's call, not the prompt's
+				made++
+			}
+		case musepi.AutoRetryEnd: // its attempt may name a retry never made (cancelled, refused)
+			fmt.Printf("retry chain over: success=%t, retries made: %d\n", ev.Success, made)
+			made = 0
 		case musepi.AgentSettled: // the prompt's last event
 			close(settled)
 		}

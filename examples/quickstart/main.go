@@ -44,10 +44,22 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open a session: %w", err)
 	}
-	s.Subscribe(func(e musepi.Event) { // called from a goroutine of its own
+	// A retry counts once its call goes out (auto_retry_end's attempt may
+	// name one never made); gaveUp gets the count when a chain gives up.
+	made, gaveUp := 0, make(chan int, 1)
+	s.Subscribe(func(e musepi.Event) { // called from a goroutine of its own, one event at a time
 		switch ev := e.(type) {
-		case musepi.AutoRetryStart:
+		case musepi.AutoRetryStart: // retry n/max, announced: its call goes out after the delay
 			log.Printf("retry %d/%d in %v (%s)", ev.Attempt, ev.MaxAttempts, ev.Delay, ev.ErrorClass)
+		case musepi.AgentStart:
+			if ev.User == nil { // a retry's call, not the prompt's
+				made++
+			}
+		case musepi.AutoRetryEnd:
+			if !ev.Success {
+				gaveUp <- made
+			}
+			made = 0
 		case musepi.CredentialSwitch:
 			log.Printf("%s: key %s -> %s", ev.Provider, ev.From, ev.To)
 		}
@@ -56,8 +68,8 @@ func run(ctx context.Context) error {
 	res, err := s.Prompt(ctx, "Say hello.") // returns once every retry is over
 	var re *musepi.RetryError
 	switch {
-	case errors.As(err, &re): // the retry chain gave up
-		return fmt.Errorf("gave up after %d retries (%s, HTTP %d): %s", re.Attempt, re.Class, re.Status, re.FinalError)
+	case errors.As(err, &re): // the retry chain gave up: its auto_retry_end is on the way
+		return fmt.Errorf("gave up (retries made: %d; %s, HTTP %d): %s", <-gaveUp, re.Class, re.Status, re.FinalError)
 	case errors.Is(err, musepi.ErrAborted), errors.Is(err, context.Canceled):
 		return errors.New("cancelled")
 	case err != nil: // not retryable (a bad key, a context overflow, ...), or a limit
