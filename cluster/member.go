@@ -13,6 +13,7 @@ import (
 	protocluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/internal/loglevel"
@@ -115,7 +116,7 @@ func newMember(cfg Config) *Member {
 // clusterConfig is protoactor's configuration of the member, which finds
 // the others through provider.
 func (m *Member) clusterConfig(provider protocluster.ClusterProvider) *protocluster.Config {
-	remoteOpts := m.cfg.remoteSecurity()
+	remoteOpts := append(m.cfg.remoteSecurity(), connectOnce)
 	if m.cfg.AdvertiseHost != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(m.cfg.AdvertiseHost))
 		provider = advertised{provider}
@@ -123,6 +124,19 @@ func (m *Member) clusterConfig(provider protocluster.ClusterProvider) *protoclus
 	return protocluster.Configure(m.cfg.Name, provider, disthash.New(), remote.Configure(m.cfg.Host, m.cfg.Port, remoteOpts...),
 		protocluster.WithKinds(m.kinds()...))
 }
+
+// connectOnce makes protoactor's endpoint writer try once to connect to a
+// member, instead of MaxRetryCount times (5). Each try dials a new
+// grpc.ClientConn and keeps the last one only: the writer closes that one
+// when it stops, and the others are never closed and redial the address
+// for the life of the process (remote/endpoint_writer.go, initialize).
+// Any message for a member that has just left (a gossip reply, an answer
+// to a request in flight) opens such an endpoint: 4 connections leaked per
+// survivor and message, each with 4 goroutines. With one try, the writer
+// gives up after 2 s instead of 10 (protoactor sleeps 2 s after a failed
+// try) and closes the connection it dialled; the next message for the
+// address opens a new endpoint.
+func connectOnce(c *remote.Config) { c.MaxRetryCount = 1 }
 
 // setTopology keeps the members' addresses and ids of a topology event,
 // and logs the change.
@@ -185,10 +199,25 @@ func (m *Member) shutdown() {
 			m.cluster.Remote.Shutdown(false)
 		}
 	}()
-	// A client hosts nothing whose ownership could move: it skips the
-	// graceful path's fixed 2 s wait for that (its membership still
-	// removes it at once: see Membership's close).
-	m.cluster.Shutdown(!m.cfg.Client)
+	if m.cfg.Client {
+		m.clientShutdown()
+		return
+	}
+	m.cluster.Shutdown(true)
+}
+
+// clientShutdown is protoactor's Shutdown for a client. A client hosts
+// nothing whose ownership could move, so it skips the graceful path's
+// fixed 2 s wait for that (its membership still removes it at once: see
+// Membership's close). protoactor's other path, Shutdown(false), kills
+// the gRPC server but leaves the remote's endpoints running: the client's
+// connections to the members would stay open while they live. So these
+// are Shutdown(false)'s steps with the remote's graceful stop, which stops
+// the endpoints (closing their connections) and then the server.
+func (m *Member) clientShutdown() {
+	m.cluster.Gossip.SetState(protocluster.GracefullyLeftKey, &emptypb.Empty{})
+	m.system.Shutdown()
+	m.cluster.Remote.Shutdown(true)
 }
 
 // startMember runs protoactor's StartMember, which panics on errors. Its

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,9 +25,22 @@ type Membership struct {
 
 // InProcess is protoactor's test provider: the nodes of one process that
 // share agent form a cluster. For tests.
+//
+// The agent lists a node until its provider deregisters it, which
+// protoactor does only on a graceful leave: a client's leave (not
+// graceful, Config.Client) would leave it listed for good, and the others
+// would keep gossiping to it and dialling its address. So the membership's
+// close deregisters a node still listed.
 func InProcess(agent *test.InMemAgent) Membership {
-	return Membership{name: "in-process", start: func(*Member) (protocluster.ClusterProvider, func(), error) {
-		return test.NewTestProvider(agent, test.WithTestProviderRefreshTtl(200*time.Millisecond)), func() {}, nil
+	return Membership{name: "in-process", start: func(m *Member) (protocluster.ClusterProvider, func(), error) {
+		p := test.NewTestProvider(agent, test.WithTestProviderRefreshTtl(200*time.Millisecond))
+		return p, func() {
+			// Listed means the provider started (it registers last), so
+			// its Shutdown, which needs the started cluster, is safe.
+			if slices.ContainsFunc(agent.GetStatusHealth(), func(s test.AgentServiceStatus) bool { return s.ID == m.system.ID }) {
+				_ = p.Shutdown(false)
+			}
+		}, nil
 	}}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
@@ -70,6 +71,15 @@ func TestSessionKind(t *testing.T) {
 	default:
 		t.Skip("another child")
 	}
+	// Runs after the runtimes have left and the database has stopped
+	// (cleanups run last first). TestMain's check does not do: it checks
+	// only a run that passed, and protoactor's tolerated races fail the
+	// child under the race detector.
+	t.Cleanup(func() {
+		if err := goleak.Find(leakyDependencies...); err != nil {
+			t.Error(failed, err)
+		}
+	})
 	server := pgtest.Start(t)
 	url := server.NewDatabase(t)
 	llm := provider.NewScripted(provider.Outcome{Message: provider.Text("ok")})
