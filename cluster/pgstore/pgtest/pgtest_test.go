@@ -59,6 +59,25 @@ func TestStartServesADatabaseAndStopRemovesIt(t *testing.T) {
 	}
 }
 
+// TestStartFromAPrivateDirectory: started from a current directory that
+// the server's user cannot enter (a clone in root's home, say), the
+// server says nothing about it: initdb and postgres run from the server's
+// own directory.
+func TestStartFromAPrivateDirectory(t *testing.T) {
+	private := t.TempDir()
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(private)
+	s := pgtest.Start(t)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if log := s.Log(); strings.Contains(log, "could not change directory") {
+		t.Errorf("the server's output complains about the current directory:\n%s", log)
+	}
+}
+
 // TestInHost: InHost runs the server in a host's namespace on its
 // address, where another host of the network connects without a password.
 func TestInHost(t *testing.T) {
