@@ -19,7 +19,8 @@ import (
 // AgentSettled, AutoRetryStart, AutoRetryEnd, RetryFallbackApplied,
 // RetryFallbackSucceeded, ModelChanged, CredentialSwitch, RateLimitWait,
 // CompactionRequired, ToolExecutionStart, ToolExecutionEnd,
-// SteeringDelivered and EventsLost. Every one embeds an EventHeader.
+// SteeringDelivered, EventsLost, and in a cluster HostLost and Resumed.
+// Every one embeds an EventHeader.
 type Event interface {
 	// Header says which session emitted the event, its place in the
 	// session's sequence and when.
@@ -178,6 +179,26 @@ type SteeringDelivered struct {
 	User UserMessage
 }
 
+// HostLost: the cluster node that hosts the session left the cluster
+// without handing it over (killed, paused or cut off) while a prompt
+// waited on it. The session's handle on the caller's node makes it, not
+// the session: its Seq is 0. The prompt waits for the node that takes the
+// session over (Resumed), or ends with ErrHostLeft. A node that leaves
+// gracefully hands its sessions over, and no HostLost comes.
+type HostLost struct {
+	EventHeader
+	Member string // the lost node's cluster address, host:port
+}
+
+// Resumed: after a HostLost, the handle reached the session again, on
+// Member: the node that took the session over (which resumed its retry
+// chain from its record, so the prompt goes on there), or the lost node
+// listed again. Made by the handle, as HostLost is (Seq 0).
+type Resumed struct {
+	EventHeader
+	Member string // the session's host now, host:port
+}
+
 // EventsLost tells a subscriber that fell behind how many events its full
 // queue dropped (streamed deltas first, never a terminal event).
 type EventsLost struct {
@@ -232,6 +253,12 @@ func (ToolExecutionEnd) Type() string { return "tool_execution_end" }
 
 // Type returns "steering_delivered".
 func (SteeringDelivered) Type() string { return "steering_delivered" }
+
+// Type returns "host_lost".
+func (HostLost) Type() string { return "host_lost" }
+
+// Type returns "resumed".
+func (Resumed) Type() string { return "resumed" }
 
 // Type returns "events_lost".
 func (EventsLost) Type() string { return "events_lost" }

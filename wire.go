@@ -234,6 +234,10 @@ func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
 		return ToolExecutionEnd{EventHeader: h, Result: fromWireToolResult(e.ToolExecutionEnd.GetResult())}, true
 	case *messages.SessionEvent_SteeringDelivered:
 		return SteeringDelivered{EventHeader: h, User: fromWireUser(e.SteeringDelivered.GetUser())}, true
+	case *messages.SessionEvent_HostLost:
+		return HostLost{EventHeader: h, Member: e.HostLost.GetMember()}, true
+	case *messages.SessionEvent_Resumed:
+		return Resumed{EventHeader: h, Member: e.Resumed.GetMember()}, true
 	case *messages.SessionEvent_EventsLost:
 		return EventsLost{EventHeader: h, Count: e.EventsLost.GetCount()}, true
 	}

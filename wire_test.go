@@ -84,3 +84,15 @@ func TestEntriesRoundTrip(t *testing.T) {
 		t.Error("Go entries changed on a round trip")
 	}
 }
+
+// A cluster handle's host_lost and resumed carry their member.
+func TestHostEventsMember(t *testing.T) {
+	lost, _ := fromWireEvent(&messages.SessionEvent{Event: &messages.SessionEvent_HostLost{HostLost: &messages.HostLost{Member: "127.0.0.1:7002"}}})
+	resumed, _ := fromWireEvent(&messages.SessionEvent{Event: &messages.SessionEvent_Resumed{Resumed: &messages.Resumed{Member: "127.0.0.1:7003"}}})
+	if l, ok := lost.(HostLost); !ok || l.Member != "127.0.0.1:7002" {
+		t.Errorf("host_lost = %+v, want HostLost of 127.0.0.1:7002", lost)
+	}
+	if r, ok := resumed.(Resumed); !ok || r.Member != "127.0.0.1:7003" {
+		t.Errorf("resumed = %+v, want Resumed on 127.0.0.1:7003", resumed)
+	}
+}

@@ -43,6 +43,15 @@ type remoteSession struct {
 	asks    map[*actor.PID]*actor.PID // a request's future -> the activation asked
 	gone    bool                      // released: the handle is closed
 	settled settledLedger             // the prompts whose end the handle's subscribers were told
+	// lost is the host whose loss the subscribers were told of
+	// (host_lost), and not yet that the session was reached again ("":
+	// none; see hostlost.go).
+	lost string
+
+	// resume is, while an open after a host_lost is under way, the
+	// address of the activation asked: the subscribers are told resumed
+	// once, on its first event or its answer (tellResumed).
+	resume atomic.Pointer[string]
 }
 
 // newHandle is a handle of session req.ID on node n, not yet connected.
@@ -90,6 +99,7 @@ func (r *remoteSession) deliverContext(ctx context.Context, send func(*actor.PID
 // node that leaves) are tried again until twice that and 5 s more have
 // passed.
 func (r *remoteSession) openLocked(ctx context.Context) error {
+	defer r.resume.Store(nil)
 	// One open waits at most for the new activation to take the history
 	// over (sessionHost.openHistory: a handover, or a cut-off holder's
 	// lease lapsing); a request lost in the mailbox of an activation that
@@ -111,6 +121,10 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 			last = errors.New("no member hosts sessions (or the lookup timed out)")
 			continue
 		}
+		if r.lost != "" {
+			addr := pid.GetAddress()
+			r.resume.Store(&addr)
+		}
 		reply, err := reply.Wait(ctx, r.node.rt.System().Root.RequestFuture(pid, r.open, wait))
 		if ctx.Err() != nil {
 			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
@@ -131,6 +145,7 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 		}
 		r.pid, r.events = pid, r.open.Events
 		r.known.Store(pid)
+		r.reachedLocked()
 		if st := opened.GetState(); st != nil {
 			r.s.State().SetWire(st)
 			r.settled.opened(st.GetGeneration())
@@ -253,24 +268,45 @@ func (r *remoteSession) moved(from *actor.PID) {
 // attaches to the session's new activation, which resumed its retry
 // chain from its record (see pendingPrompt.attach), or ends with
 // musepi.ErrHostLeft when the session had not acknowledged it. listed is
-// cluster.Member.Listed.
-func (r *remoteSession) audit(now time.Time, grace time.Duration, listed func(ids []string) bool) {
+// cluster.Member.Listed; graceful reports whether a member of ids left
+// saying so.
+//
+// The subscribers hear of it (hostlost.go): host_lost at the first audit
+// that finds a prompt's member still gone (one audit after it went, so
+// that a graceful leave is known for one by then), unless it left
+// gracefully; resumed if it is listed again.
+func (r *remoteSession) audit(now time.Time, grace time.Duration, listed, graceful func(ids []string) bool) {
 	r.mu.Lock()
 	var lost []*pendingPrompt
+	var told []*messages.SessionEvent
 	for p := range r.pending {
 		p.mu.Lock()
+		addr := p.to.GetAddress()
 		switch {
 		case listed(p.incarnations):
+			if !p.goneSince.IsZero() && r.lost == addr {
+				r.lost = ""
+				told = append(told, resumedEvent(r.s.ID(), addr))
+			}
 			p.goneSince = time.Time{}
 		case p.goneSince.IsZero():
 			p.goneSince = now
-		case now.Sub(p.goneSince) >= grace:
-			lost = append(lost, p)
-			delete(r.pending, p)
+		default:
+			if r.lost != addr && !graceful(p.incarnations) {
+				r.lost = addr
+				told = append(told, hostLostEvent(r.s.ID(), addr))
+			}
+			if now.Sub(p.goneSince) >= grace {
+				lost = append(lost, p)
+				delete(r.pending, p)
+			}
 		}
 		p.mu.Unlock()
 	}
 	r.mu.Unlock()
+	for _, ev := range told {
+		r.publish(ev)
+	}
 	for _, p := range lost {
 		p.lose()
 	}
@@ -622,6 +658,7 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 		if end := m.GetAgentSettled(); end != nil && !p.r.settled.first(end.GetGeneration()) {
 			return // its subscribers were told already (by another activation, or by the handle)
 		}
+		p.r.tellResumed() // before the first event of the activation an open after a host_lost reached
 		p.r.publish(m)
 	case *messages.SessionMoved:
 		// Not on the remote's reader: moving on may open the session

@@ -40,13 +40,21 @@ const auditEvery = time.Second
 func (n *clusterNode) auditPrompts() {
 	now, grace := time.Now(), n.leftGrace()
 	for _, r := range n.remotes() {
-		r.audit(now, grace, n.member.Listed)
+		r.audit(now, grace, n.member.Listed, n.leftGracefully)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.stopped {
 		n.audit = time.AfterFunc(auditEvery, n.auditPrompts)
 	}
+}
+
+// leftGracefully reports whether the membership says a member of ids
+// left saying so (a graceful leave, which hands its sessions over); false
+// when it cannot tell (the in-process provider of the tests).
+func (n *clusterNode) leftGracefully(ids []string) bool {
+	left := n.member.leftGracefully
+	return left != nil && slices.ContainsFunc(ids, left)
 }
 
 // checkLease keeps a hosting node from serving while it cannot hold its

@@ -957,6 +957,8 @@ type SessionEvent struct {
 	//	*SessionEvent_CredentialSwitch
 	//	*SessionEvent_SteeringDelivered
 	//	*SessionEvent_RateLimitWait
+	//	*SessionEvent_HostLost
+	//	*SessionEvent_Resumed
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1173,6 +1175,24 @@ func (x *SessionEvent) GetRateLimitWait() *RateLimitWait {
 	return nil
 }
 
+func (x *SessionEvent) GetHostLost() *HostLost {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_HostLost); ok {
+			return x.HostLost
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetResumed() *Resumed {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_Resumed); ok {
+			return x.Resumed
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -1245,6 +1265,14 @@ type SessionEvent_RateLimitWait struct {
 	RateLimitWait *RateLimitWait `protobuf:"bytes,26,opt,name=rate_limit_wait,json=rateLimitWait,proto3,oneof"`
 }
 
+type SessionEvent_HostLost struct {
+	HostLost *HostLost `protobuf:"bytes,27,opt,name=host_lost,json=hostLost,proto3,oneof"`
+}
+
+type SessionEvent_Resumed struct {
+	Resumed *Resumed `protobuf:"bytes,28,opt,name=resumed,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -1278,6 +1306,10 @@ func (*SessionEvent_CredentialSwitch) isSessionEvent_Event() {}
 func (*SessionEvent_SteeringDelivered) isSessionEvent_Event() {}
 
 func (*SessionEvent_RateLimitWait) isSessionEvent_Event() {}
+
+func (*SessionEvent_HostLost) isSessionEvent_Event() {}
+
+func (*SessionEvent_Resumed) isSessionEvent_Event() {}
 
 // RateLimitWait is emitted when a turn waits for its key's rate-limit
 // budget (pacing) instead of going out to be refused: it goes once the
@@ -1347,6 +1379,102 @@ func (x *RateLimitWait) GetCredential() string {
 func (x *RateLimitWait) GetLimit() string {
 	if x != nil {
 		return x.Limit
+	}
+	return ""
+}
+
+// HostLost is emitted by a cluster session's handle, not by the session
+// (its seq is 0): the node that hosts the session left the cluster without
+// handing it over (killed, paused or cut off) while a prompt of the
+// handle's caller waited on it. The prompt waits for the node that takes
+// the session over (resumed), or ends with the host-left error.
+type HostLost struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"` // the lost node's cluster address, host:port
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostLost) Reset() {
+	*x = HostLost{}
+	mi := &file_events_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostLost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostLost) ProtoMessage() {}
+
+func (x *HostLost) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostLost.ProtoReflect.Descriptor instead.
+func (*HostLost) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *HostLost) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+// Resumed is emitted by the handle (seq 0) after a host_lost, once it has
+// reached the session again: opened on the node that took it over (which
+// resumed its retry chain from its record), or its host listed again.
+type Resumed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"` // the session's host now, host:port
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resumed) Reset() {
+	*x = Resumed{}
+	mi := &file_events_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resumed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resumed) ProtoMessage() {}
+
+func (x *Resumed) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resumed.ProtoReflect.Descriptor instead.
+func (*Resumed) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Resumed) GetMember() string {
+	if x != nil {
+		return x.Member
 	}
 	return ""
 }
@@ -1421,7 +1549,7 @@ const file_events_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"?\n" +
 	"\x11SteeringDelivered\x12*\n" +
-	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\x94\n" +
+	"\x04user\x18\x01 \x01(\v2\x16.musepi.v1.UserMessageR\x04user\"\xf8\n" +
 	"\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
@@ -1448,7 +1576,9 @@ const file_events_proto_rawDesc = "" +
 	"\x12tool_execution_end\x18\x17 \x01(\v2\x1b.musepi.v1.ToolExecutionEndH\x00R\x10toolExecutionEnd\x12J\n" +
 	"\x11credential_switch\x18\x18 \x01(\v2\x1b.musepi.v1.CredentialSwitchH\x00R\x10credentialSwitch\x12M\n" +
 	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDelivered\x12B\n" +
-	"\x0frate_limit_wait\x18\x1a \x01(\v2\x18.musepi.v1.RateLimitWaitH\x00R\rrateLimitWaitB\a\n" +
+	"\x0frate_limit_wait\x18\x1a \x01(\v2\x18.musepi.v1.RateLimitWaitH\x00R\rrateLimitWait\x122\n" +
+	"\thost_lost\x18\x1b \x01(\v2\x13.musepi.v1.HostLostH\x00R\bhostLost\x12.\n" +
+	"\aresumed\x18\x1c \x01(\v2\x12.musepi.v1.ResumedH\x00R\aresumedB\a\n" +
 	"\x05event\"|\n" +
 	"\rRateLimitWait\x12\x19\n" +
 	"\bdelay_ms\x18\x01 \x01(\x03R\adelayMs\x12\x1a\n" +
@@ -1456,7 +1586,11 @@ const file_events_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\tR\x05limitB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\x05limit\x18\x04 \x01(\tR\x05limit\"\"\n" +
+	"\bHostLost\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"!\n" +
+	"\aResumed\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06memberB#Z!github.com/musepi/musepi/messagesb\x06proto3"
 
 var (
 	file_events_proto_rawDescOnce sync.Once
@@ -1470,7 +1604,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_events_proto_goTypes = []any{
 	(*AutoRetryStart)(nil),         // 0: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 1: musepi.v1.AutoRetryEnd
@@ -1490,18 +1624,20 @@ var file_events_proto_goTypes = []any{
 	(*SteeringDelivered)(nil),      // 15: musepi.v1.SteeringDelivered
 	(*SessionEvent)(nil),           // 16: musepi.v1.SessionEvent
 	(*RateLimitWait)(nil),          // 17: musepi.v1.RateLimitWait
-	(*UserMessage)(nil),            // 18: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 19: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 20: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 21: musepi.v1.ToolResult
+	(*HostLost)(nil),               // 18: musepi.v1.HostLost
+	(*Resumed)(nil),                // 19: musepi.v1.Resumed
+	(*UserMessage)(nil),            // 20: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 21: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 22: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 23: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
-	18, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	19, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	19, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	20, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	21, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	18, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	20, // 0: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	21, // 1: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	21, // 2: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	22, // 3: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	23, // 4: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	20, // 5: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
 	0,  // 6: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
 	1,  // 7: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
 	2,  // 8: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
@@ -1519,11 +1655,13 @@ var file_events_proto_depIdxs = []int32{
 	14, // 20: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
 	15, // 21: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
 	17, // 22: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	18, // 23: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
+	19, // 24: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1551,6 +1689,8 @@ func file_events_proto_init() {
 		(*SessionEvent_CredentialSwitch)(nil),
 		(*SessionEvent_SteeringDelivered)(nil),
 		(*SessionEvent_RateLimitWait)(nil),
+		(*SessionEvent_HostLost)(nil),
+		(*SessionEvent_Resumed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1558,7 +1698,7 @@ func file_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -364,6 +364,10 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		m.add(noticeEntry, "Context window full: "+firstLine(p.ErrorMessage))
 	case musepi.EventsLost:
 		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.Count))
+	case musepi.HostLost:
+		m.add(noticeEntry, fmt.Sprintf("⚠ Host %s lost: waiting for another node to take the session over", p.Member))
+	case musepi.Resumed:
+		m.add(noticeEntry, "↻ Resumed on "+p.Member)
 	}
 	return m, nil
 }

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"sync"
 
+	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/internal/opsview"
 )
 
@@ -12,12 +18,17 @@ var sessionsCommand = &command{
 	about: `
 Lists the sessions of the cluster whose database the file's [cluster] table
 names, from the database: each one's owner (the node incarnation that took
-its epoch), its epoch, how it is held (held; expired: held by a node whose
-lease ran out, so the next open takes it over; released), its phase as its
-record says (no record, idle, backoff: sleeping, backoff: awaiting_budget,
-...), its retry chain's attempt, until when it waits, and its history's last
-seq. It reads only: it takes no epoch and claims nothing. With --json, a
-JSON array. See docs/cluster.md, "Operating a cluster".`,
+its epoch), its epoch, how it is held (held; owner left, claimable in N:
+held by a node that etcd no longer lists, killed or cut off, whose lease
+runs out in N, when the next open takes it over; expired: held by a node
+whose lease ran out; released), its phase as its record says (no record,
+idle, backoff: sleeping, backoff: awaiting_budget, ...), its retry chain's
+attempt, until when it waits, and its history's last seq. It reads only:
+plain SELECTs and, with the etcd membership, one etcd Get (over TLS with the
+file's [cluster.etcd.tls]); it takes no epoch and claims nothing. It exits 1
+when etcd cannot be read, after printing the sessions without the owners
+that left. With --json, a JSON array. See docs/cluster.md, "Operating a
+cluster".`,
 	setup: setupSessions,
 }
 
@@ -32,20 +43,46 @@ func setupSessions(fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-// listSessions prints the cluster's sessions.
+// listSessions prints the cluster's sessions, and fails if the database
+// or etcd could not be read (after printing the sessions, without etcd).
 func listSessions(f opsFlags) error {
 	cc, ctx, cancel, err := f.cluster()
 	if err != nil {
 		return err
 	}
 	defer cancel()
+	var (
+		members    []string
+		membersErr error
+		wg         sync.WaitGroup
+	)
+	if cc.Membership == config.MembershipEtcd {
+		wg.Go(func() { members, membersErr = storeNodes(ctx, cc) })
+	}
 	snap, err := snapshot(ctx, cc)
+	wg.Wait()
 	if err != nil {
 		return err
 	}
-	sessions := opsview.Sessions(snap)
+	sessions := opsview.Sessions(snap, members)
 	if *f.json {
-		return printJSON(sessions)
+		err = printJSON(sessions)
+	} else {
+		err = opsview.WriteSessions(stdout, sessions, snap.Now)
 	}
-	return opsview.WriteSessions(stdout, sessions, snap.Now)
+	return errors.Join(err, membersErr)
+}
+
+// storeNodes are the database node ids of the members etcd lists (never
+// nil when read).
+func storeNodes(ctx context.Context, cc *config.Cluster) ([]string, error) {
+	members, err := cluster.EtcdMembers(ctx, cc.EtcdConfig(), cc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	out := make([]string, 0, len(members))
+	for _, m := range members {
+		out = append(out, m.Info.StoreNode)
+	}
+	return out, nil
 }

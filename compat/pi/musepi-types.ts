@@ -20,5 +20,9 @@ export interface RateLimitWait { type: "rate_limit_wait"; sessionId: string; del
 export interface CompactionRequired { type: "compaction_required"; sessionId: string; errorMessage: string; }
 /** A slow reader lost events. */
 export interface EventsLost { type: "events_lost"; sessionId: string; count: number; }
+/** --cluster: the node hosting the session (member: its cluster address) was lost with a prompt waiting. */
+export interface HostLost { type: "host_lost"; sessionId: string; member: string; }
+/** --cluster: after host_lost, the session was reached again on member (the node that took it over). */
+export interface Resumed { type: "resumed"; sessionId: string; member: string; }
 
-export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | RateLimitWait | CompactionRequired | EventsLost;
+export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | RateLimitWait | CompactionRequired | EventsLost | HostLost | Resumed;

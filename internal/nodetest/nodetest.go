@@ -83,6 +83,9 @@ type Options struct {
 	MaxRetries int
 	// BaseDelay is every member's [retry] base_delay_ms (0: 100 ms).
 	BaseDelay time.Duration
+	// Models are more models the provider "fake" lists, after m1 and m2
+	// (say a scenario's "slow").
+	Models []string
 	// Front, if set, wraps the fake LLM server's handler (OnRequest's
 	// too): a proxy in front of the server that sees every request and
 	// its answer.
@@ -292,10 +295,11 @@ func (e *Env) Member(name string) Member {
 }
 
 // Config is the configuration file of node name on cluster port port, as
-// m says: provider "fake" (the fake LLM server, models m1 and m2,
-// credentials "key A" and "key B"), default model fake/m1, fast retries
-// (base_delay_ms 100; it and max_retries as the Options say), and a
-// [cluster] table with etcd membership and the cluster's database.
+// m says: provider "fake" (the fake LLM server, models m1, m2 and the
+// Options' Models, credentials "key A" and "key B"), default model
+// fake/m1, fast retries (base_delay_ms 100; it and max_retries as the
+// Options say), and a [cluster] table with etcd membership and the
+// cluster's database.
 func (e *Env) Config(name string, port int, m Member) string {
 	var host, tables strings.Builder
 	if m.Host != "" {
@@ -320,7 +324,7 @@ func (e *Env) Config(name string, port int, m Member) string {
 [providers.fake]
 kind = "openai"
 base_url = %q
-models = ["m1", "m2"]
+models = %s
   [[providers.fake.credentials]]
   name = "key A"
   api_key_env = %q
@@ -339,7 +343,16 @@ database_url = %q
 %s%s
   [cluster.etcd]
   endpoints = [%q]
-%s`, e.LLMBase+"/v1", KeyAEnv, KeyBEnv, e.retryKeys(), port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+%s`, e.LLMBase+"/v1", e.models(), KeyAEnv, KeyBEnv, e.retryKeys(), port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+}
+
+// models is the provider's models, a TOML array.
+func (e *Env) models() string {
+	var quoted []string
+	for _, m := range append([]string{"m1", "m2"}, e.opts.Models...) {
+		quoted = append(quoted, strconv.Quote(m))
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
 // retryKeys are the keys of every member's [retry] table.

@@ -3,6 +3,7 @@ package opsview
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -14,9 +15,14 @@ import (
 
 // How a session is held (Session.Hold).
 const (
-	Held     = "held"     // an open Log of a live node holds it
-	Expired  = "expired"  // held by a node whose lease ran out: the next open takes it over
-	Released = "released" // no Log holds it
+	Held    = "held"    // an open Log of a live node holds it
+	Expired = "expired" // held by a node whose lease ran out: the next open takes it over
+	// OwnerLeft: held by a node whose lease has not run out but which is
+	// no longer a member (etcd dropped it: killed, paused or cut off). The
+	// next open takes the session over once that lease runs out
+	// (Session.ClaimableAt).
+	OwnerLeft = "owner left"
+	Released  = "released" // no Log holds it
 )
 
 // Session is one session as `musepi sessions` shows it.
@@ -27,6 +33,9 @@ type Session struct {
 	Epoch   int64     `json:"epoch"`
 	TakenAt time.Time `json:"taken_at"`
 	Hold    string    `json:"hold"`
+	// ClaimableAt is when the lease of an owner that left runs out, by
+	// the database's clock (Hold OwnerLeft only).
+	ClaimableAt *time.Time `json:"claimable_at,omitempty"`
 	// Phase is where the session's record says it stands: "no record" (it
 	// never waited out a backoff), "idle" (its last prompt settled),
 	// "backoff: PHASE" (its retry chain waits: sleeping, awaiting_budget,
@@ -44,11 +53,21 @@ type Session struct {
 	Entries int64 `json:"entries"`
 }
 
-// Sessions are the snapshot's sessions, by id.
-func Sessions(snap *pgstore.Snapshot) []Session {
+// Sessions are the snapshot's sessions, by id. members are the database
+// node ids of the members etcd lists (cluster.MemberInfo.StoreNode); nil
+// when they were not read (the automanaged membership, or etcd out of
+// reach), and then no session is marked OwnerLeft.
+func Sessions(snap *pgstore.Snapshot, members []string) []Session {
+	leases := map[string]time.Time{}
+	for _, n := range snap.Nodes {
+		leases[n.Node] = n.LeaseUntil
+	}
 	out := make([]Session, 0, len(snap.Sessions))
 	for _, s := range snap.Sessions {
-		row := Session{ID: s.ID, Owner: s.Owner, Epoch: s.Epoch, TakenAt: s.TakenAt, Hold: hold(s), Entries: s.Entries}
+		row := Session{ID: s.ID, Owner: s.Owner, Epoch: s.Epoch, TakenAt: s.TakenAt, Hold: hold(s, members), Entries: s.Entries}
+		if until, ok := leases[s.Owner]; ok && row.Hold == OwnerLeft {
+			row.ClaimableAt = &until
+		}
 		row.Phase, row.Attempt = phase(s.Record)
 		if s.Record != nil && !s.Record.Due.IsZero() {
 			row.Due = &s.Record.Due
@@ -61,15 +80,18 @@ func Sessions(snap *pgstore.Snapshot) []Session {
 	return out
 }
 
-// hold is how s is held.
-func hold(s pgstore.SessionState) string {
+// hold is how s is held, members (nil: not known) the database node ids
+// of the cluster's members.
+func hold(s pgstore.SessionState, members []string) string {
 	switch {
 	case !s.Held:
 		return Released
-	case s.OwnerLive:
-		return Held
+	case !s.OwnerLive:
+		return Expired
+	case members != nil && !slices.Contains(members, s.Owner):
+		return OwnerLeft
 	}
-	return Expired
+	return Held
 }
 
 // phase is where rec (nil: none) says its session stands, and the attempt
@@ -93,19 +115,23 @@ func phase(rec *pgstore.Record) (string, int) {
 }
 
 // WriteSessions writes sessions as a table; now (the database's clock)
-// puts the due times in relation.
+// puts the due times in relation, and when a session whose owner left
+// becomes claimable ("owner left, claimable in 11.2s").
 func WriteSessions(w io.Writer, sessions []Session, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tOWNER\tEPOCH\tHOLD\tPHASE\tATTEMPT\tDUE\tENTRIES")
 	for _, s := range sessions {
-		attempt, due := "-", "-"
+		attempt, due, hold := "-", "-", s.Hold
 		if s.Attempt > 0 {
 			attempt = strconv.Itoa(s.Attempt)
 		}
 		if s.Due != nil {
 			due = stamp(*s.Due) + " (" + relative(*s.Due, now) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", s.ID, orDash(s.Owner), s.Epoch, s.Hold, s.Phase, attempt, due, s.Entries)
+		if s.ClaimableAt != nil {
+			hold += ", claimable " + relative(*s.ClaimableAt, now)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\n", s.ID, orDash(s.Owner), s.Epoch, hold, s.Phase, attempt, due, s.Entries)
 	}
 	return tw.Flush()
 }
