@@ -108,6 +108,8 @@ type options struct {
 	timeout      time.Duration
 	keys         int    // the keys sessions share
 	wire         string // the API fakellm speaks: openai or anthropic
+	itpm, otpm   int64  // Anthropic's input and output tokens per minute
+	window       time.Duration
 	// runs are -mode both's runs, in bothModes' order, each with the
 	// options its mode alone would have (nil in the other modes).
 	runs []*options
@@ -189,12 +191,15 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.scenario, "scenario", "outage", "outage (sessions ride out a provider outage) or ratelimit (sessions send prompts to two rate-limited keys: pacing, issue 28)")
 	fs.IntVar(&o.prompts, "prompts", 0, "ratelimit: prompts per session, one after the other (default 3)")
 	fs.Int64Var(&o.rpm, "rpm", 0, "ratelimit: requests per minute of each key (default 600)")
-	fs.Int64Var(&o.tpm, "tpm", 0, "ratelimit: tokens per minute of each key (default 200000)")
+	fs.Int64Var(&o.tpm, "tpm", 0, "ratelimit: tokens per minute of each key (default 200000; -wire anthropic: 0, a total of input and output)")
 	fs.IntVar(&o.highPercent, "high", 0, "ratelimit: percent of the sessions at high priority, the rest low (default 20)")
 	fs.StringVar(&o.pacing, "pacing", "", "ratelimit: MusePi's pacing: off, on or both (MusePi runs twice; default both, cluster mode on)")
 	fs.StringVar(&o.pacingLimits, "pacing-limits", "", "ratelimit: where MusePi's pacing takes the keys' limits from: headers (learnt from the responses) or configured (Credential.RateLimits, corrected by the headers) (default configured)")
 	fs.Int64Var(&o.maxTokens, "max-tokens", 0, "ratelimit: max_tokens of every request, 0 for none (default 256)")
 	fs.IntVar(&o.keys, "keys", 0, "ratelimit: API keys, each with the limits -rpm and -tpm (default 2)")
+	fs.Int64Var(&o.itpm, "itpm", 0, "ratelimit, -wire anthropic: input tokens per minute of each key (default 200000)")
+	fs.Int64Var(&o.otpm, "otpm", 0, "ratelimit, -wire anthropic: output tokens per minute of each key (default 40000)")
+	fs.DurationVar(&o.window, "window", 0, "ratelimit: fakellm enforces each per-minute limit over windows this long (whole ms, up to 1m; 0: the minute)")
 	fs.StringVar(&o.wire, "wire", "", "ratelimit: the API fakellm speaks and the adapter MusePi and the peer use: openai (Chat Completions, the openai-go SDK) or anthropic (Messages, the anthropic-sdk-go SDK) (default openai)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "ratelimit: a contender still running after this long is stopped, its unfinished prompts lost (default 20m)")
 	return fs

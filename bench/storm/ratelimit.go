@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -45,11 +46,13 @@ func rlSizeClass(r, j int) int {
 // rateLimitScenario is one ratelimit storm.
 type rateLimitScenario struct {
 	Sessions    int
-	Prompts     int      // per session, one after the other
-	Keys        []string // the provider's keys, each with its own limits
-	RPM, TPM    int64    // per key: requests and tokens per minute
-	HighPercent int      // share of the sessions at high priority; the rest are low
-	MaxTokens   int64    // max_completion_tokens (Anthropic: max_tokens) of every request; 0: none
+	Prompts     int           // per session, one after the other
+	Keys        []string      // the provider's keys, each with its own limits
+	RPM, TPM    int64         // per key: requests and tokens per minute
+	ITPM, OTPM  int64         // per key: Anthropic's input and output tokens per minute
+	Window      time.Duration // fakellm enforces each per-minute limit over windows this long (0: the minute)
+	HighPercent int           // share of the sessions at high priority; the rest are low
+	MaxTokens   int64         // max_completion_tokens (Anthropic: max_tokens) of every request; 0: none
 	Ramp        time.Duration
 	Wire        string // the API: "openai" (Chat Completions) or "anthropic" (Messages)
 }
@@ -111,12 +114,14 @@ func (sc *rateLimitScenario) startAt(i int) time.Duration {
 // totalPrompts is how many prompts the run sends.
 func (sc *rateLimitScenario) totalPrompts() int { return sc.Sessions * sc.Prompts }
 
-// fakellm is the fake server's scenario: every key of sc limited to RPM
-// and TPM, every answer rlAnswer; any other key is refused.
+// fakellm is the fake server's scenario: every key of sc limited to RPM,
+// TPM, ITPM and OTPM over the window, every answer rlAnswer; any other key
+// is refused.
 func (sc *rateLimitScenario) fakellm() *fakellm.Scenario {
 	out := &fakellm.Scenario{Default: &fakellm.Respond{Preset: "auth"}}
 	for _, k := range sc.Keys {
-		out.Limits = append(out.Limits, fakellm.Limit{Key: k, RPM: sc.RPM, TPM: sc.TPM})
+		out.Limits = append(out.Limits, fakellm.Limit{Key: k, RPM: sc.RPM, TPM: sc.TPM, ITPM: sc.ITPM, OTPM: sc.OTPM,
+			WindowMs: sc.Window.Milliseconds()})
 		out.Rules = append(out.Rules, fakellm.Rule{Name: k, Match: fakellm.Match{Key: k},
 			Respond: fakellm.Respond{Text: rlAnswer, Chunks: 1}})
 	}
@@ -125,11 +130,33 @@ func (sc *rateLimitScenario) fakellm() *fakellm.Scenario {
 
 // String describes the scenario in one line.
 func (sc *rateLimitScenario) String() string {
-	s := fmt.Sprintf("ratelimit: %s sessions × %d prompts one after the other (sizes %d/%d/%d tokens, 6:3:1, each on the context of the ones before; answers %d tokens; %s), %d keys × %s requests/min and %s tokens/min, %d %% of the sessions at high priority, the rest low, %s",
+	s := fmt.Sprintf("ratelimit: %s sessions × %d prompts one after the other (sizes %d/%d/%d tokens, 6:3:1, each on the context of the ones before; answers %d tokens; %s), %d keys × %s, %d %% of the sessions at high priority, the rest low, %s",
 		groupThousands(int64(sc.Sessions)), sc.Prompts, rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.maxTokensText(),
-		len(sc.Keys), groupThousands(sc.RPM), groupThousands(sc.TPM), sc.HighPercent, sc.wireText())
+		len(sc.Keys), sc.limitsText(), sc.HighPercent, sc.wireText())
 	if sc.Ramp > 0 {
 		s += fmt.Sprintf(", sessions start spread over %v", sc.Ramp)
+	}
+	return s
+}
+
+// limitsText describes a key's limits: "600 requests/min and 200,000
+// tokens/min", each kind set, and the window when there is one.
+func (sc *rateLimitScenario) limitsText() string {
+	var parts []string
+	for _, l := range []struct {
+		n    int64
+		unit string
+	}{{sc.RPM, "requests/min"}, {sc.TPM, "tokens/min"}, {sc.ITPM, "input tokens/min"}, {sc.OTPM, "output tokens/min"}} {
+		if l.n > 0 {
+			parts = append(parts, groupThousands(l.n)+" "+l.unit)
+		}
+	}
+	s := strings.Join(parts, ", ")
+	if i := strings.LastIndex(s, ", "); i >= 0 {
+		s = s[:i] + " and " + s[i+2:]
+	}
+	if sc.Window > 0 && sc.Window < time.Minute {
+		s += fmt.Sprintf(" (enforced over %v windows)", sc.Window)
 	}
 	return s
 }
@@ -150,28 +177,64 @@ func (sc *rateLimitScenario) wireText() string {
 	return "the OpenAI Chat Completions API (openai-go)"
 }
 
+// rlCost is what a completed prompt took, on average, from each of the
+// keys' token limits as fakellm charges them.
+type rlCost struct {
+	tokens float64 // TPM: charged (rateLimitScenario.charged)
+	input  float64 // Anthropic's ITPM: the input (body bytes / 4)
+	output float64 // Anthropic's OTPM: the output (the unused max_tokens given back)
+}
+
+// charged is what a prompt answered with input and output tokens took
+// from its key's TPM: OpenAI keeps the max_tokens it reserved at
+// admission (and takes output beyond them too), Anthropic gives back what
+// the answer did not use.
+func (sc *rateLimitScenario) charged(input, output int64) int64 {
+	if sc.Wire == "anthropic" {
+		return input + output
+	}
+	return input + max(sc.MaxTokens, output)
+}
+
 // limitPerMinute is what the keys allow in sustained prompts per minute
-// when a prompt costs meanTokens tokens: each key min(RPM, TPM /
-// meanTokens), summed over the keys. A limit of 0 does not constrain.
-func limitPerMinute(keys int, rpm, tpm int64, meanTokens float64) float64 {
-	per := float64(rpm)
-	if tpm > 0 && meanTokens > 0 {
-		byTokens := float64(tpm) / meanTokens
-		if rpm <= 0 || byTokens < per {
-			per = byTokens
+// when a prompt costs c: each key the least of RPM, TPM / c.tokens, ITPM /
+// c.input and OTPM / c.output, summed over the keys. A limit of 0, or a
+// cost of 0, does not constrain; 0 when nothing does.
+func (sc *rateLimitScenario) limitPerMinute(c rlCost) float64 {
+	per := math.Inf(1)
+	for _, l := range []struct {
+		perMinute int64
+		cost      float64
+	}{{sc.RPM, 1}, {sc.TPM, c.tokens}, {sc.ITPM, c.input}, {sc.OTPM, c.output}} {
+		if l.perMinute > 0 && l.cost > 0 {
+			per = min(per, float64(l.perMinute)/l.cost)
 		}
 	}
-	return float64(keys) * per
+	if math.IsInf(per, 1) {
+		return 0
+	}
+	return float64(len(sc.Keys)) * per
+}
+
+// burstMinutes is how many minutes of their limits the keys' buckets hold
+// at once: 1, or with a window shorter than the minute the window's share
+// of it.
+func (sc *rateLimitScenario) burstMinutes() float64 {
+	if sc.Window <= 0 || sc.Window >= time.Minute {
+		return 1
+	}
+	return sc.Window.Minutes()
 }
 
 // goodputVsLimit is completed prompts per minute over the physical limit
-// for a run of minutes: the keys' buckets start full (a minute's worth)
-// and refill at their per-minute rate, so in a run of D minutes they
-// allow at most (1 + D) × limitPerMinute prompts; the ratio is completed
-// over that (1.0: every prompt the limits allowed went through). 0 when
-// nothing is allowed or the run took no time.
-func goodputVsLimit(completed int, minutes, perMinute float64) float64 {
-	allowed := (1 + minutes) * perMinute
+// for a run of minutes: the keys' buckets start full (burst minutes'
+// worth: 1, or a window's share of the minute) and refill at their
+// per-minute rate, so in a run of D minutes they allow at most (burst +
+// D) × perMinute prompts; the ratio is completed over that (1.0: every
+// prompt the limits allowed went through). 0 when nothing is allowed or
+// the run took no time.
+func goodputVsLimit(completed int, minutes, perMinute, burst float64) float64 {
+	allowed := (burst + minutes) * perMinute
 	if allowed <= 0 || minutes <= 0 {
 		return 0
 	}

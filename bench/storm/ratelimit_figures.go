@@ -13,10 +13,10 @@ type rlPrompt struct {
 	begun, ended bool
 	ok           bool
 	start, end   time.Duration // from the start of the run
-	// tokens is what fakellm charged the request that answered it: its
-	// input (request body bytes / 4) and its output, as the answer's usage
-	// reports them.
-	tokens int64
+	// input and output are the tokens of the request that answered it,
+	// as the answer's usage reports them: the input as fakellm counts it
+	// (request body bytes / 4), and the output.
+	input, output int64
 }
 
 // rlRecorder records the prompts of one contender's ratelimit run, by
@@ -60,14 +60,14 @@ func (r *rlRecorder) begin(i, j int) {
 	r.mu.Unlock()
 }
 
-// finish records that session i's prompt j ended now: answered (ok) at
-// the cost of tokens, or failed.
-func (r *rlRecorder) finish(i, j int, ok bool, tokens int64) {
+// finish records that session i's prompt j ended now: answered (ok) with
+// input and output tokens, or failed.
+func (r *rlRecorder) finish(i, j int, ok bool, input, output int64) {
 	now := time.Now()
 	r.mu.Lock()
 	p := &r.prompts[i*r.sc.Prompts+j]
 	first := !p.ended
-	p.ended, p.ok, p.end, p.tokens = true, ok, now.Sub(r.start), tokens
+	p.ended, p.ok, p.end, p.input, p.output = true, ok, now.Sub(r.start), input, output
 	r.mu.Unlock()
 	if first {
 		r.finished.Add(1)
@@ -166,14 +166,15 @@ var rlPriorities = []struct {
 
 // promptLatencies are the latencies of sc's completed prompts, in all
 // and by priority (high: true), each session's mean latency in ms by
-// priority, the prompts completed and failed, and the tokens charged for
-// the completed ones.
+// priority, the prompts completed and failed, and the completed ones'
+// tokens: what fakellm charged their keys' TPM, their input and their
+// output.
 type promptLatencies struct {
-	all               []time.Duration
-	byPriority        map[bool][]time.Duration
-	means             map[bool][]float64
-	completed, failed int
-	tokens            int64
+	all                    []time.Duration
+	byPriority             map[bool][]time.Duration
+	means                  map[bool][]float64
+	completed, failed      int
+	charged, input, output int64
 }
 
 // latenciesOf reads prompts (recorded on sc).
@@ -187,7 +188,8 @@ func latenciesOf(sc *rateLimitScenario, prompts []rlPrompt) promptLatencies {
 			switch p := prompts[i*sc.Prompts+j]; {
 			case p.ended && p.ok:
 				d := p.end - p.start
-				l.completed, l.tokens = l.completed+1, l.tokens+p.tokens
+				l.completed++
+				l.charged, l.input, l.output = l.charged+sc.charged(p.input, p.output), l.input+p.input, l.output+p.output
 				l.all, l.byPriority[high] = append(l.all, d), append(l.byPriority[high], d)
 				sum, n = sum+d, n+1
 			case p.ended:
@@ -230,22 +232,24 @@ func promptFigures(f map[string]float64, sc *rateLimitScenario, prompts []rlProm
 	if lo, okLo := f["p99_prompt_latency_ms_low"]; okHi && okLo && lo > 0 {
 		f["p99_high_vs_low"] = hi / lo
 	}
-	goodputFigures(f, sc, l.completed, l.tokens, minutes)
+	goodputFigures(f, sc, &l, minutes)
 }
 
-// goodputFigures adds the goodput figures: the mean tokens fakellm
-// charged a completed prompt, the keys' physical limit in prompts per
-// minute at that cost, the completed prompts per minute and their ratio
-// to the limit over the run (goodputVsLimit).
-func goodputFigures(f map[string]float64, sc *rateLimitScenario, completed int, tokens int64, minutes float64) {
-	if completed == 0 || minutes <= 0 {
+// goodputFigures adds the goodput figures of l: the mean tokens fakellm
+// charged a completed prompt (and its input and output), the keys'
+// physical limit in prompts per minute at that cost, the completed
+// prompts per minute and their ratio to the limit over the run
+// (goodputVsLimit).
+func goodputFigures(f map[string]float64, sc *rateLimitScenario, l *promptLatencies, minutes float64) {
+	if l.completed == 0 || minutes <= 0 {
 		return
 	}
-	mean := float64(tokens) / float64(completed)
-	perMinute := limitPerMinute(len(sc.Keys), sc.RPM, sc.TPM, mean)
-	f["tokens_per_prompt"] = mean
+	n := float64(l.completed)
+	c := rlCost{tokens: float64(l.charged) / n, input: float64(l.input) / n, output: float64(l.output) / n}
+	perMinute := sc.limitPerMinute(c)
+	f["tokens_per_prompt"], f["input_tokens_per_prompt"], f["output_tokens_per_prompt"] = c.tokens, c.input, c.output
 	f["limit_prompts_per_minute"] = perMinute
-	f["prompts_per_minute"] = float64(completed) / minutes
+	f["prompts_per_minute"] = n / minutes
 	f["run_minutes"] = minutes
-	f["goodput_vs_limit"] = goodputVsLimit(completed, minutes, perMinute)
+	f["goodput_vs_limit"] = goodputVsLimit(l.completed, minutes, perMinute, sc.burstMinutes())
 }

@@ -66,7 +66,7 @@ func (m *rlMusePi) options(prov provider.Provider) []musepi.Option {
 	for i, k := range e.sc.Keys {
 		creds[i] = musepi.Credential{Name: k, APIKey: k}
 		if m.pacing && e.configured {
-			creds[i].RateLimits = musepi.RateLimits{RPM: e.sc.RPM, TPM: e.sc.TPM}
+			creds[i].RateLimits = musepi.RateLimits{RPM: e.sc.RPM, TPM: e.sc.TPM, InputTPM: e.sc.ITPM, OutputTPM: e.sc.OTPM}
 		}
 	}
 	return []musepi.Option{
@@ -153,11 +153,11 @@ func (m *rlMusePi) send(ctx context.Context, i, j int) {
 		if ctx.Err() != nil {
 			return // stopped: the prompt never ended
 		}
-		var tokens int64
+		var input, output int64
 		if err == nil && msg != nil && msg.Usage != nil {
-			tokens = msg.Usage.Input + msg.Usage.Output
+			input, output = msg.Usage.Input, msg.Usage.Output
 		}
-		rec.finish(i, j, err == nil, tokens)
+		rec.finish(i, j, err == nil, input, output)
 		if j+1 < sc.Prompts {
 			m.send(ctx, i, j+1)
 		}

@@ -70,7 +70,7 @@ func (p *rlPeer) session(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return // stopped: the prompt never ended
 		}
-		rec.finish(i, j, err == nil, msg.GetUsage().GetInput()+msg.GetUsage().GetOutput())
+		rec.finish(i, j, err == nil, msg.GetUsage().GetInput(), msg.GetUsage().GetOutput())
 		if err == nil {
 			history = append(history, &messages.Entry{Entry: &messages.Entry_Assistant{Assistant: msg}})
 		}

@@ -7,8 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/musepi/musepi/provider/fakellm"
+	"time"
 )
 
 // rlFigureRows are the ratelimit scenario's figures, in table order.
@@ -22,12 +21,16 @@ var rlFigureRows = []Figure{
 	{"http_429_share", "429 responses per request", ""},
 	{"http_429_requests_limit", "429s of the requests limit", ""},
 	{"http_429_tokens_limit", "429s of the tokens limit", ""},
+	{"http_429_input_tokens_limit", "429s of the input tokens limit", ""},
+	{"http_429_output_tokens_limit", "429s of the output tokens limit", ""},
 	{"requests_per_prompt", "provider requests per completed prompt", ""},
 	{"goodput_vs_limit", "goodput vs the limit (completed over what the limits allowed)", ""},
 	{"prompts_per_minute", "completed prompts per minute", ""},
 	{"limit_prompts_per_minute", "the keys' limit at that cost, prompts per minute", ""},
 	{"tokens_per_prompt", "tokens fakellm charged per completed prompt", ""},
-	{"run_minutes", "run, first prompt to last answer", "min"},
+	{"input_tokens_per_prompt", "input tokens per completed prompt", ""},
+	{"output_tokens_per_prompt", "output tokens per completed prompt", ""},
+	{"run_minutes", "run, first prompt to last answer (to the stop when a prompt never ended)", "min"},
 	{"p50_prompt_latency_ms", "prompt latency p50", "ms"},
 	{"p99_prompt_latency_ms", "prompt latency p99", "ms"},
 	{"p99_prompt_latency_ms_high", "prompt latency p99, high priority", "ms"},
@@ -127,15 +130,14 @@ func rlNotes(e *rlEnv) []string {
 			groupThousands(int64(sc.Sessions)), sc.Prompts, len(sc.Keys), strings.Join(sc.Keys, ", "), len(sc.Keys), sc.HighPercent, everyNth(sc.HighPercent)),
 		fmt.Sprintf("prompt sizes: %d, %d or %d tokens of text (fakellm counts bytes / 4), dealt 6:3:1 within each priority; every answer is %d tokens; %s on every request. A prompt's request also carries the conversation before it, so its cost grows with its place in the session.",
 			rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.maxTokensText()),
-		fmt.Sprintf("fakellm (in this process, on loopback behind a counting front, a fresh server per contender: buckets full at its start) limits each key to %s requests and %s tokens per minute; a request's cost is 1 request and its body's bytes / 4 plus max_tokens (%d when none is sent), corrected to the answer's output once answered; a request that does not fit gets a 429 with retry-after (whole seconds; OpenAI also retry-after-ms), and costs nothing. Every answer carries the provider's rate-limit headers.",
-			groupThousands(sc.RPM), groupThousands(sc.TPM), fakellm.DefaultMaxTokens),
+		"fakellm (in this process, on loopback behind a counting front, a fresh server per contender: buckets full at its start) limits each key to " + sc.limitsText() + ", by the provider's published rules: " + sc.costText() + " Every answer carries the provider's rate-limit headers.",
 		"requests and 429 responses are fakellm's counts (stats total and by_status 429; the harness's own counts are in the table too). The contenders speak " + sc.wireText() + " through MusePi's adapter of it (the SDK's own retries off).",
-		"goodput_vs_limit = C / ((1 + D) × L): C the prompts completed, D the minutes from the first prompt sent to the last answer, L = Σ over the keys of min(RPM, TPM / c̄) the prompts per minute the keys sustain when a prompt costs c̄ tokens, c̄ the mean of what fakellm charged the completed prompts (the input and output tokens of their answers' usage: body bytes / 4, plus the answer). The buckets start full (a minute's worth) and refill at their rate, so no client completes more than (1 + D) × L prompts in D minutes: 1.0 is the physical limit.",
+		"goodput_vs_limit = C / ((B + D) × L): C the prompts completed, D the minutes from the first prompt sent to the last answer (to the stop, when a prompt never ended: the keys could have answered it), L = Σ over the keys of min(RPM, TPM / c̄, ITPM / c̄in, OTPM / c̄out) (the limits set) the prompts per minute the keys sustain when a prompt costs what fakellm charged the completed prompts on average: c̄ from the tokens limit (OpenAI: input + max(max_tokens, output), max_tokens kept; Anthropic: input + output, the unused max_tokens given back), c̄in the input (body bytes / 4), c̄out the output, as their answers' usage reports them (tokens_per_prompt, input_tokens_per_prompt, output_tokens_per_prompt). The buckets start full (B minutes' worth: 1, or with -window the window's share of the minute) and refill at their rate, so no client completes more than (B + D) × L prompts in D minutes: 1.0 is the physical limit.",
 		"prompt latency: from the prompt sent (PromptAsync, or the peer's first try) to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority. Jain's index per priority is (Σx)² / (n Σx²) over that priority's sessions, x a session's mean prompt latency; jain_fairness is the lower of the two.",
 		fmt.Sprintf("retries: the peer and MusePi retry each prompt up to %d times (base delay %v); a 429 is retried, honouring retry-after (the peer through backoff.RetryAfter, in whole seconds; MusePi takes the longer of its backoff and the hint).",
 			e.settings.MaxRetries, e.settings.BaseDelay),
 		"musepi-pacing-on: " + e.limitsSource() + "; musepi-pacing-off: WithPacing(false), the retry policy alone. Both give high-priority sessions musepi.High and the others musepi.Low (only pacing orders by it).",
-		"-pacing-limits: configured is the default because the sessions start together: with the limits learnt from the headers only, every session's first prompt goes out before any response has told a limit, and whatever the keys' buckets cannot take is refused (-pacing-limits headers shows it; after that first wave no 429 comes).",
+		"-pacing-limits: configured (the default) gives MusePi with pacing on the keys' limits (Credential.RateLimits, corrected by the headers); headers makes it learn them from the responses only, a cold start when every session sends its first prompt at once (without -ramp): no response has told a limit yet.",
 		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
 	}
 	return append(n, rlKeyNotes...)
@@ -146,6 +148,19 @@ var rlKeyNotes = []string{
 	"max_key_idle_s: for each key, the longest stretch during which the key admitted nothing (no request reached fakellm on it, as its counting front saw them arrive, but to be refused with a 429) while at least one turn waited for it; the figure is the longest over the keys, and each key's is given (max_key_idle_s_<key>). A turn waits for a key: for musepi-pacing-on, from its rate_limit_wait event naming the key (musepi.RateLimitWait, at the event's time) to its session's next request (the grant), or to a rate_limit_wait naming another key; for the peer and musepi-pacing-off (which do not pace), while a prompt is not yet answered, for the key of its latest request, from that request on. Waits still open when the run ends end there.",
 	"max_admissions_per_second: for each key, the most requests it admitted (reached fakellm and were not refused with a 429, by their arrival at the front) within any one second [t, t + 1 s); the most over the keys, and each key's (max_admissions_per_second_<key>).",
 	"stayed_on_key_share: of the requests (turns, retries included) of a session that had sent one before (turns_with_a_previous_turn), the share sent on the same API key as the session's request just before it, the key read from the request the adapter sent (the API key fakellm sees). It counts every turn, whether or not its previous key had room: a turn moved off a key with no room counts as not staying.",
+}
+
+// costText is what a request costs at fakellm in sc's API, refused or
+// not, and over which window.
+func (sc *rateLimitScenario) costText() string {
+	s := "a request takes 1 request and, from the tokens limit, its body's bytes / 4 plus max_tokens at its admission, and keeps them (OpenAI gives no unused max_tokens back; output beyond them is taken too, and without max_tokens the answer's output); a request that does not fit gets a 429 with retry-after (whole seconds) and retry-after-ms, and still takes its 1 request (OpenAI: unsuccessful requests count)."
+	if sc.Wire == "anthropic" {
+		s = "a request takes 1 request, its body's bytes / 4 from the input tokens limit, max_tokens from the output tokens limit (the part the answer did not use given back at its end) and both from a total tokens limit if set; a request that does not fit gets a 429 with retry-after (whole seconds) and takes nothing."
+	}
+	if sc.Window > 0 && sc.Window < time.Minute {
+		s += fmt.Sprintf(" Each per-minute limit L is enforced over %v windows: a bucket holds at most L × %v / 1 min, refilled at L a minute.", sc.Window, sc.Window)
+	}
+	return s
 }
 
 // everyNth describes how often a share of percent comes round: "one in

@@ -219,7 +219,7 @@ func runRateLimitContender(ctx context.Context, e *rlEnv, name, desc string, pac
 	if err != nil && !timedOut {
 		return System{}, fmt.Errorf("%s: %w", name, err)
 	}
-	f := rlFigures(e.sc, prompts, stats, rec)
+	f := rlFigures(e.sc, prompts, stats, rec, keys.end)
 	keyFigures(f, keys)
 	f["setup_seconds"], f["cpu_seconds"], f["wall_seconds"] = setup.Seconds(), cpu.Seconds(), wall.Seconds()
 	return rlSystem(e, name, desc, f, extra, rec, timedOut), nil
@@ -258,23 +258,28 @@ func waitPrompts(ctx context.Context, rec *rlRecorder, total int, bar *progress)
 // rlFigures are a ratelimit run's figures: the server's count of
 // requests and 429s (and the harness's, which should agree), and the
 // prompts' (promptFigures) over the run, from its start to the last
-// answer.
-func rlFigures(sc *rateLimitScenario, prompts []rlPrompt, stats fakellm.Stats, rec *rlRecorder) map[string]float64 {
+// answer, or to its end (end, from its start) when a prompt never ended.
+func rlFigures(sc *rateLimitScenario, prompts []rlPrompt, stats fakellm.Stats, rec *rlRecorder, end time.Duration) map[string]float64 {
 	f := map[string]float64{
-		"requests":                   float64(stats.Total),
-		"http_429_responses":         float64(stats.ByStatus["429"]),
-		"http_429_requests_limit":    float64(stats.ByLimit[fakellm.LimitRequests]),
-		"http_429_tokens_limit":      float64(stats.ByLimit[fakellm.LimitTokens]),
-		"requests_sent_harness":      float64(rec.requests.Load()),
-		"http_429_responses_harness": float64(rec.http429.Load()),
-		"http_429_share":             0,
+		"requests":                     float64(stats.Total),
+		"http_429_responses":           float64(stats.ByStatus["429"]),
+		"http_429_requests_limit":      float64(stats.ByLimit[fakellm.LimitRequests]),
+		"http_429_tokens_limit":        float64(stats.ByLimit[fakellm.LimitTokens]),
+		"http_429_input_tokens_limit":  float64(stats.ByLimit[fakellm.LimitInputTokens]),
+		"http_429_output_tokens_limit": float64(stats.ByLimit[fakellm.LimitOutputTokens]),
+		"requests_sent_harness":        float64(rec.requests.Load()),
+		"http_429_responses_harness":   float64(rec.http429.Load()),
+		"http_429_share":               0,
 	}
 	if stats.Total > 0 {
 		f["http_429_share"] = float64(stats.ByStatus["429"]) / float64(stats.Total)
 	}
 	var last time.Duration
 	for _, p := range prompts {
-		if p.ended && p.ok {
+		switch {
+		case !p.ended:
+			last = max(last, end) // the keys could have answered it until the run stopped
+		case p.ok:
 			last = max(last, p.end)
 		}
 	}
@@ -326,8 +331,8 @@ func rlTargetMode(mode string) string {
 // newRLEnv is the env of o's ratelimit run; an error when o's retry
 // settings are not valid.
 func newRLEnv(o *options, stderr io.Writer) (*rlEnv, error) {
-	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: rlKeys(o.keys),
-		RPM: o.rpm, TPM: o.tpm, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp, Wire: o.wire}
+	sc := &rateLimitScenario{Sessions: o.sessions, Prompts: o.prompts, Keys: rlKeys(o.keys), RPM: o.rpm, TPM: o.tpm,
+		ITPM: o.itpm, OTPM: o.otpm, Window: o.window, HighPercent: o.highPercent, MaxTokens: o.maxTokens, Ramp: o.ramp, Wire: o.wire}
 	settings := retry.DefaultSettings()
 	settings.MaxRetries, settings.BaseDelay, settings.MaxDelay = o.maxRetries, o.baseDelay, o.maxDelay
 	settings.ModelFallback = false

@@ -24,23 +24,50 @@ func near(a, b float64) bool {
 
 func TestLimitPerMinute(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		keys     int
-		rpm, tpm int64
-		mean     float64
-		want     float64
+		name                  string
+		keys                  int
+		rpm, tpm, itpm, otpm  int64
+		tokens, input, output float64
+		want                  float64
 	}{
-		{"requests bind", 2, 600, 200_000, 300, 1200},       // 200,000 / 300 = 666 > 600
-		{"tokens bind", 2, 600, 200_000, 400, 1000},         // 200,000 / 400 = 500 < 600
-		{"balanced", 1, 600, 200_000, 200_000.0 / 600, 600}, // both the same
-		{"no token limit", 2, 600, 0, 400, 1200},
-		{"no request limit", 2, 0, 200_000, 400, 1000},
-		{"no cost known", 2, 600, 200_000, 0, 1200},
-		{"three keys", 3, 100, 10_000, 200, 150},
+		{"requests bind", 2, 600, 200_000, 0, 0, 300, 0, 0, 1200},       // 200,000 / 300 = 666 > 600
+		{"tokens bind", 2, 600, 200_000, 0, 0, 400, 0, 0, 1000},         // 200,000 / 400 = 500 < 600
+		{"balanced", 1, 600, 200_000, 0, 0, 200_000.0 / 600, 0, 0, 600}, // both the same
+		{"no token limit", 2, 600, 0, 0, 0, 400, 0, 0, 1200},
+		{"no request limit", 2, 0, 200_000, 0, 0, 400, 0, 0, 1000},
+		{"no cost known", 2, 600, 200_000, 0, 0, 0, 0, 0, 1200},
+		{"three keys", 3, 100, 10_000, 0, 0, 200, 0, 0, 150},
+		{"input binds", 2, 600, 0, 150_000, 40_000, 352, 322, 30, 2 * 150_000.0 / 322},
+		{"output binds", 1, 600, 0, 200_000, 6_000, 352, 322, 30, 200},
+		{"the total binds", 1, 600, 100_000, 200_000, 40_000, 400, 370, 30, 250},
+		{"nothing limits", 2, 0, 0, 0, 0, 400, 370, 30, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := limitPerMinute(tc.keys, tc.rpm, tc.tpm, tc.mean); !near(got, tc.want) {
-				t.Errorf("limitPerMinute(%d, %d, %d, %v) = %v, want %v", tc.keys, tc.rpm, tc.tpm, tc.mean, got, tc.want)
+			sc := &rateLimitScenario{Keys: rlKeys(tc.keys), RPM: tc.rpm, TPM: tc.tpm, ITPM: tc.itpm, OTPM: tc.otpm}
+			if got := sc.limitPerMinute(rlCost{tc.tokens, tc.input, tc.output}); !near(got, tc.want) {
+				t.Errorf("limitPerMinute = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCharged(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		wire          string
+		maxTokens     int64
+		input, output int64
+		want          int64
+	}{
+		{"OpenAI keeps max_tokens", "openai", 256, 300, 30, 556},
+		{"OpenAI takes output beyond max_tokens", "openai", 20, 300, 30, 330},
+		{"OpenAI without max_tokens", "openai", 0, 300, 30, 330},
+		{"Anthropic gives back the unused output", "anthropic", 256, 300, 30, 330},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := &rateLimitScenario{Wire: tc.wire, MaxTokens: tc.maxTokens}
+			if got := sc.charged(tc.input, tc.output); got != tc.want {
+				t.Errorf("charged(%d, %d) = %d, want %d", tc.input, tc.output, got, tc.want)
 			}
 		})
 	}
@@ -52,19 +79,24 @@ func TestGoodputVsLimit(t *testing.T) {
 		completed int
 		minutes   float64
 		perMinute float64
+		window    time.Duration
 		want      float64
 	}{
 		// 6,000 prompts at 1,200 a minute: the full buckets take 1,200 at
 		// once, the rest 4 minutes.
-		{"at the limit", 6000, 4, 1200, 1},
-		{"half as fast", 6000, 9, 1200, 0.5},
-		{"all within the burst", 600, 0.5, 1200, 600.0 / 1800},
-		{"no time", 10, 0, 1200, 0},
-		{"no limit", 10, 1, 0, 0},
+		{"at the limit", 6000, 4, 1200, 0, 1},
+		{"half as fast", 6000, 9, 1200, 0, 0.5},
+		{"all within the burst", 600, 0.5, 1200, 0, 600.0 / 1800},
+		// Over 10 s windows the buckets hold a sixth of the minute.
+		{"10 s windows", 5000, 4, 1200, 10 * time.Second, 5000.0 / ((4 + 1.0/6) * 1200)},
+		{"a window of the minute", 6000, 4, 1200, time.Minute, 1},
+		{"no time", 10, 0, 1200, 0, 0},
+		{"no limit", 10, 1, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := goodputVsLimit(tc.completed, tc.minutes, tc.perMinute); !near(got, tc.want) {
-				t.Errorf("goodputVsLimit(%d, %v, %v) = %v, want %v", tc.completed, tc.minutes, tc.perMinute, got, tc.want)
+			sc := &rateLimitScenario{Window: tc.window}
+			if got := goodputVsLimit(tc.completed, tc.minutes, tc.perMinute, sc.burstMinutes()); !near(got, tc.want) {
+				t.Errorf("goodputVsLimit(%d, %v, %v, %v) = %v, want %v", tc.completed, tc.minutes, tc.perMinute, sc.burstMinutes(), got, tc.want)
 			}
 		})
 	}
@@ -99,8 +131,8 @@ func testRLScenario(sessions, prompts int) *rateLimitScenario {
 }
 
 // promptsOf are the records of sc's prompts, each started at 0 and
-// taking latency(i, j) ms, costing 100 tokens; lost(i, j) ones never
-// ended, failed(i, j) ones ended without an answer.
+// taking latency(i, j) ms, answered with 70 tokens in and 30 out; lost(i,
+// j) ones never ended, failed(i, j) ones ended without an answer.
 func promptsOf(sc *rateLimitScenario, latency func(i, j int) int, failed, lost func(i, j int) bool) []rlPrompt {
 	out := make([]rlPrompt, sc.totalPrompts())
 	for i := range sc.Sessions {
@@ -111,7 +143,7 @@ func promptsOf(sc *rateLimitScenario, latency func(i, j int) int, failed, lost f
 				continue
 			}
 			p.ended, p.ok = true, !failed(i, j)
-			p.end, p.tokens = time.Duration(latency(i, j))*time.Millisecond, 100
+			p.end, p.input, p.output = time.Duration(latency(i, j))*time.Millisecond, 70, 30
 		}
 	}
 	return out
@@ -154,12 +186,37 @@ func TestPromptFigures(t *testing.T) {
 				}
 			}
 			completed := tc.want["prompts_completed"]
-			// 100 tokens a prompt: the requests bind, 2 keys × 600 a minute.
-			for k, want := range map[string]float64{"tokens_per_prompt": 100, "limit_prompts_per_minute": 1200,
+			// 70 + 256 (max_tokens, kept) tokens a prompt: the requests
+			// bind, 2 keys × 600 a minute.
+			for k, want := range map[string]float64{"tokens_per_prompt": 326, "input_tokens_per_prompt": 70,
+				"output_tokens_per_prompt": 30, "limit_prompts_per_minute": 1200,
 				"prompts_per_minute": completed / 2, "run_minutes": 2, "goodput_vs_limit": completed / 3600} {
 				if got := f[k]; !near(got, want) {
 					t.Errorf("%s = %v, want %v", k, got, want)
 				}
+			}
+		})
+	}
+}
+
+func TestRLFiguresRunMinutes(t *testing.T) {
+	sc := testRLScenario(2, 1)
+	never := func(int, int) bool { return false }
+	stats := fakellm.Stats{Total: 3, ByStatus: map[string]int64{"200": 2, "429": 1}, ByLimit: map[string]int64{fakellm.LimitRequests: 1}}
+	for _, tc := range []struct {
+		name string
+		lost func(i, j int) bool
+		want float64 // run_minutes
+	}{
+		{"every prompt answered: to the last answer", never, 0.5},
+		{"a prompt never ended: to the stop", func(i, _ int) bool { return i == 1 }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prompts := promptsOf(sc, func(i, _ int) int { return 15_000 * (i + 1) }, never, tc.lost)
+			f := rlFigures(sc, prompts, stats, newRLRecorder(sc), 2*time.Minute)
+			if !near(f["run_minutes"], tc.want) || f["http_429_share"] != 1.0/3 || f["http_429_requests_limit"] != 1 {
+				t.Errorf("run_minutes %v, 429 share %v, of the requests limit %v; want %v, 1/3, 1",
+					f["run_minutes"], f["http_429_share"], f["http_429_requests_limit"], tc.want)
 			}
 		})
 	}
@@ -231,6 +288,49 @@ func TestRateLimitScenario(t *testing.T) {
 	}
 }
 
+func TestRateLimitScenarioLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sc       rateLimitScenario
+		limit    fakellm.Limit // key-a's
+		text     string        // in String()
+		costHas  string
+		burstMin float64
+	}{
+		{"openai", rateLimitScenario{RPM: 600, TPM: 200_000, MaxTokens: 256, Wire: "openai"},
+			fakellm.Limit{Key: limitedKey, RPM: 600, TPM: 200_000},
+			"2 keys × 600 requests/min and 200,000 tokens/min", "still takes its 1 request", 1},
+		{"openai over 10 s windows, no max_tokens", rateLimitScenario{RPM: 600, TPM: 6000, Window: 10 * time.Second, Wire: "openai"},
+			fakellm.Limit{Key: limitedKey, RPM: 600, TPM: 6000, WindowMs: 10_000},
+			"answers 30 tokens; no max_tokens), 2 keys × 600 requests/min and 6,000 tokens/min (enforced over 10s windows),",
+			"enforced over 10s windows", 1.0 / 6},
+		{"anthropic", rateLimitScenario{RPM: 600, ITPM: 200_000, OTPM: 40_000, MaxTokens: 256, Wire: "anthropic"},
+			fakellm.Limit{Key: limitedKey, RPM: 600, ITPM: 200_000, OTPM: 40_000},
+			"2 keys × 600 requests/min, 200,000 input tokens/min and 40,000 output tokens/min", "given back at its end", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := tc.sc
+			sc.Sessions, sc.Prompts, sc.Keys = 10, 2, rlKeys(2)
+			fsc := sc.fakellm()
+			if err := fsc.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if len(fsc.Limits) != 2 || fsc.Limits[0] != tc.limit || fsc.Limits[1].Key != freeKey {
+				t.Errorf("limits %+v, want %+v and the same for %s", fsc.Limits, tc.limit, freeKey)
+			}
+			if s := sc.String(); !strings.Contains(s, tc.text) {
+				t.Errorf("String() = %q, want it to contain %q", s, tc.text)
+			}
+			if s := sc.costText(); !strings.Contains(s, tc.costHas) {
+				t.Errorf("costText() = %q, want it to contain %q", s, tc.costHas)
+			}
+			if b := sc.burstMinutes(); !near(b, tc.burstMin) {
+				t.Errorf("burstMinutes() = %v, want %v", b, tc.burstMin)
+			}
+		})
+	}
+}
+
 func TestRateLimitStartAt(t *testing.T) {
 	sc := testRLScenario(4, 1)
 	if d := sc.startAt(3); d != 0 {
@@ -252,10 +352,13 @@ func TestRLRecorder(t *testing.T) {
 	rec.begin(1, 0)
 	rec.request(start.Add(100*time.Millisecond), 1, limitedKey, true)
 	rec.request(start.Add(1500*time.Millisecond), 1, freeKey, false)
-	rec.finish(1, 0, true, 77)
-	rec.finish(1, 0, true, 77) // counted once
+	rec.arrival(start.Add(101*time.Millisecond), limitedKey, true)
+	rec.arrival(start.Add(1501*time.Millisecond), freeKey, false)
+	rec.wait(start.Add(50*time.Millisecond), 0, freeKey)
+	rec.finish(1, 0, true, 47, 30)
+	rec.finish(1, 0, true, 47, 30) // counted once
 	rec.begin(0, 1)
-	rec.finish(0, 1, false, 0)
+	rec.finish(0, 1, false, 0, 0)
 	if n := rec.finished.Load(); n != 2 {
 		t.Errorf("finished %d, want 2", n)
 	}
@@ -263,11 +366,25 @@ func TestRLRecorder(t *testing.T) {
 		t.Errorf("requests %d, 429s %d; want 2, 1", rec.requests.Load(), rec.http429.Load())
 	}
 	ps := rec.snapshot()
-	if p := ps[1*2+0]; !p.begun || !p.ended || !p.ok || p.tokens != 77 || p.end < p.start {
+	if p := ps[1*2+0]; !p.begun || !p.ended || !p.ok || p.input != 47 || p.output != 30 || p.end < p.start {
 		t.Errorf("session 1, prompt 0: %+v", p)
 	}
 	if p := ps[0*2+1]; !p.ended || p.ok {
 		t.Errorf("session 0, prompt 1: %+v, want ended without an answer", p)
+	}
+	l := rec.keyLog(start.Add(2*time.Second), true)
+	ms := time.Millisecond
+	if want := []rlRequest{{100 * ms, 1, limitedKey, true}, {1500 * ms, 1, freeKey, false}}; !reflect.DeepEqual(l.requests, want) {
+		t.Errorf("key log's requests %+v, want %+v", l.requests, want)
+	}
+	if want := []rlArrival{{101 * ms, limitedKey, true}, {1501 * ms, freeKey, false}}; !reflect.DeepEqual(l.arrivals, want) {
+		t.Errorf("key log's arrivals %+v, want %+v", l.arrivals, want)
+	}
+	if want := []rlWait{{50 * ms, 0, freeKey}}; !reflect.DeepEqual(l.waits, want) {
+		t.Errorf("key log's waits %+v, want %+v", l.waits, want)
+	}
+	if l.end != 2*time.Second || !l.paced || l.sc != sc || len(l.prompts) != 4 {
+		t.Errorf("key log: end %v, paced %v, %d prompts; want 2s, paced, 4", l.end, l.paced, len(l.prompts))
 	}
 	tl := rec.timeline(time.Second)
 	if !reflect.DeepEqual(tl.Requests, []int{1, 1}) || !reflect.DeepEqual(tl.Refused, []int{1, 0}) || tl.BucketMs != 1000 {
@@ -309,18 +426,23 @@ func TestPacingRuns(t *testing.T) {
 }
 
 // The ratelimit scenario end to end, small: a few hundred prompts, so
-// that the keys' buckets (a minute's worth each) run dry a few seconds
-// before the end; fakellm in this process, the OpenAI adapter over
-// loopback.
+// that the keys' token buckets (a minute's worth each) run dry a few
+// seconds before the end; fakellm in this process, the OpenAI adapter over
+// loopback. The tokens bind, not the requests: a refused request still
+// takes one request at fakellm (as at OpenAI), and clients retrying all
+// together on a request limit they keep in debt take minutes to get
+// through.
 func TestRunRateLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs on the wall clock")
 	}
 	defer goleak.VerifyNone(t)
 	dir := filepath.Join(t.TempDir(), "out")
-	const sessions, prompts = 130, 2 // 260 prompts; the keys take 240 at once, then 4 a second
+	// 260 prompts of about 500 tokens as fakellm charges them (max_tokens
+	// kept): the keys take 240 at once, then 4 a second.
+	const sessions, prompts = 130, 2
 	args := []string{"-scenario", "ratelimit", "-sessions", fmt.Sprint(sessions), "-prompts", fmt.Sprint(prompts),
-		"-rpm", "120", "-tpm", "60000", "-quiet", "-out", dir}
+		"-rpm", "6000", "-tpm", "60000", "-quiet", "-out", dir}
 	var stdout strings.Builder
 	if err := run(args, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
