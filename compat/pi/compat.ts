@@ -268,7 +268,9 @@ async function clientA() {
 			const stats: any = await c.getSessionStats();
 			assert.ok(stats.userMessages >= 12 && stats.assistantMessages > stats.userMessages);
 			assert.ok(stats.toolCalls >= 1 && stats.toolResults >= 1);
-			assert.ok(stats.retries >= 4, `retries counted: ${stats.retries}`);
+			// Retries made: "retry me" and "spend" made theirs; the pending ones
+			// that abort and abort_retry cancelled were never made.
+			assert.ok(stats.retries >= 2, `retries counted: ${stats.retries}`);
 			assert.ok(stats.tokens.input > 0 && stats.tokens.output > 0, "the providers' usage is counted");
 			assert.ok(stats.cost > 0, "priced models have a cost");
 		});
