@@ -21,7 +21,7 @@ import (
 // backoffs, chains, usage limits, credential switches, fallbacks, retry
 // budgets, sessions by state, provider calls, and OpenTelemetry's GenAI
 // client metrics gen_ai.client.operation.duration and
-// gen_ai.client.token.usage (README, "Operating MusePi", lists them).
+// gen_ai.client.token.usage (docs/observability.md lists them).
 // Default: no metrics, and nothing is measured.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *runtimeConfig) {

@@ -10,10 +10,11 @@ import (
 	"github.com/musepi/musepi/config"
 )
 
-// The README's recipe on other ports, for when system services hold 2379
-// and 5432: its sed line (`s/:2379/:12379/; s/:5432/:15432/`, the first
-// match of each line) moves each node file's etcd endpoint and database
-// to the new ports and changes nothing else.
+// The cluster recipe (docs/cluster.md) on other ports, for when system
+// services hold 2379 and 5432: its sed line
+// (`s/:2379/:12379/; s/:5432/:15432/`, the first match of each line)
+// moves each node file's etcd endpoint and database to the new ports and
+// changes nothing else.
 func TestClusterExampleFilesOnOtherPorts(t *testing.T) {
 	t.Setenv("FAKE_KEY_A", "key-a")
 	t.Setenv("FAKE_KEY_B", "key-b")

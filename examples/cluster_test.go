@@ -8,8 +8,9 @@ import (
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
-// The README's 3-node cluster: its three files are valid, name one
-// cluster, and differ in port and node name; its scenario loads.
+// The 3-node cluster of docs/cluster.md and the README: its three files
+// are valid, name one cluster, and differ in port and node name; its
+// scenario loads.
 func TestClusterExampleFiles(t *testing.T) {
 	t.Setenv("FAKE_KEY_A", "key-a")
 	t.Setenv("FAKE_KEY_B", "key-b")

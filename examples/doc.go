@@ -7,8 +7,9 @@
 //	go run ./examples/customprovider  # a hand-written Provider in the runtime
 //	go run ./examples/metrics         # metrics on Prometheus /metrics (WithMeterProvider)
 //
-// examples/cluster holds the configuration files of the README's 3-node
-// cluster on one machine (musepi node), which this package's test checks.
+// examples/cluster holds the configuration files of the 3-node cluster on
+// one machine (musepi node; the recipe is in docs/cluster.md and, shortened,
+// in the README), which this package's test checks.
 //
 // The test of this package builds and runs the first three; examples/metrics
 // has a test of its own that scrapes its /metrics.

@@ -10,8 +10,8 @@ import (
 	"strings"
 )
 
-// The one way every command reads its command line and ends (README, "The
-// commands"): help on stdout with status 0; a wrong command line on
+// The one way every command reads its command line and ends (docs/cli.md):
+// help on stdout with status 0; a wrong command line on
 // stderr, "musepi CMD: " and what is wrong, then the synopsis, with status
 // 2; a failure on stderr, every line prefixed "musepi CMD: ", with
 // status 1.

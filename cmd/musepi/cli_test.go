@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// TestCLIConventions is the rule every command keeps (README, "The
-// commands"), shown on every command: help on stdout, status 0; a wrong
+// TestCLIConventions is the rule every command keeps (docs/cli.md),
+// shown on every command: help on stdout, status 0; a wrong
 // command line on stderr, naming what is wrong, then the synopsis, status
 // 2; a failure on stderr, every line prefixed "musepi CMD: ", status 1.
 func TestCLIConventions(t *testing.T) {

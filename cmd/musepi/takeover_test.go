@@ -12,9 +12,9 @@ import (
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
-// TestTakeoverIsVisible is the README's takeover, with the example
-// scenario (examples/cluster/scenario.json: model "slow" answers its
-// first call with a 503 and retry-after: 20) and the example files'
+// TestTakeoverIsVisible is the takeover of docs/cluster.md's recipe, with
+// the example scenario (examples/cluster/scenario.json: model "slow"
+// answers its first call with a 503 and retry-after: 20) and the example files'
 // timings (the default lease, 15 s, and handover timeout, 10 s), on three
 // `musepi node` processes and a `musepi rpc --cluster` client. The node
 // hosting the session is killed (kill -9) mid-backoff. Then:

@@ -8,16 +8,17 @@ import (
 	"testing"
 )
 
-// The README's "Operating MusePi" section lists every metric, with its
-// labels, in a table row of its own.
-func TestReadmeListsEveryMetric(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+// The "Metrics" section of docs/observability.md lists every metric, with
+// its labels, in a table row of its own.
+func TestDocsListEveryMetric(t *testing.T) {
+	const doc = "docs/observability.md"
+	data, err := os.ReadFile("../../" + doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Operating MusePi\n")
+	_, section, ok := strings.Cut(string(data), "\n## Metrics\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Operating MusePi" section`)
+		t.Fatal(doc + ` has no "## Metrics" section`)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	rows := map[string]string{}
@@ -30,18 +31,18 @@ func TestReadmeListsEveryMetric(t *testing.T) {
 	for _, m := range All {
 		row, ok := rows[m.PrometheusName()]
 		if !ok {
-			t.Errorf("README: no row for %s", m.PrometheusName())
+			t.Errorf("%s: no row for %s", doc, m.PrometheusName())
 			continue
 		}
 		for _, l := range m.Labels {
 			if !strings.Contains(row, "`"+l+"`") {
-				t.Errorf("README: the row of %s does not name its label %s", m.PrometheusName(), l)
+				t.Errorf("%s: the row of %s does not name its label %s", doc, m.PrometheusName(), l)
 			}
 		}
 		delete(rows, m.PrometheusName())
 	}
 	for name := range rows {
-		t.Errorf("README: row for %s, which is no metric", name)
+		t.Errorf("%s: row for %s, which is no metric", doc, name)
 	}
 }
 

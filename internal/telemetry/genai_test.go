@@ -239,7 +239,7 @@ func TestErrorType(t *testing.T) {
 
 // The Prometheus exporter, set up as `musepi rpc --metrics-addr` sets it
 // up, names the GenAI metrics and their labels as PrometheusName and the
-// README say.
+// docs/observability.md say.
 func TestGenAIPrometheusNames(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg),

@@ -46,7 +46,7 @@ func (m *Metric) PrometheusName() string {
 	return name
 }
 
-// The metrics, in the order the README documents them.
+// The metrics, in the order docs/observability.md documents them.
 var (
 	RetryAttempts = Metric{"musepi.retry.attempts", Counter, "{attempt}", []string{"provider", "model", "class"},
 		"Retry attempts started (auto_retry_start), by the provider and model of the turn that failed and its error class."}
