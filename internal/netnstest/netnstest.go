@@ -75,7 +75,7 @@ func New(t testing.TB) *Net {
 	t.Cleanup(n.remove)
 	err := errors.Join(
 		ip("-n", n.bridge, "link", "set", "lo", "up"),
-		ip("-n", n.bridge, "link", "add", "br0", "type", "bridge"),
+		ip("-n", n.bridge, "link", "add", "br0", "type", "bridge", "forward_delay", "0"),
 		ip("-n", n.bridge, "link", "set", "br0", "up"))
 	if err != nil {
 		t.Fatal(err)
@@ -135,10 +135,31 @@ func (n *Net) Add(name string) *Host {
 		ip("-n", n.bridge, "link", "set", veth, "master", "br0", "up"),
 		ip("-n", h.ns, "addr", "add", h.ip+"/24", "dev", "eth0"),
 		ip("-n", h.ns, "link", "set", "eth0", "up"))
+	if err == nil {
+		err = linkUp(h.ns, "eth0")
+	}
 	if err != nil {
 		n.t.Fatalf("netnstest: host %s: %v", name, err)
 	}
 	return h
+}
+
+// linkUp waits, at most commandTimeout, until interface dev of namespace
+// ns is up with a carrier: a veth set up comes up a moment later, and a
+// first packet sent before it is lost (a TCP SYN then waits a second to be
+// sent again).
+func linkUp(ns, dev string) error {
+	deadline := time.Now().Add(commandTimeout)
+	for {
+		out, err := exec.Command("ip", "-n", ns, "-o", "link", "show", dev).CombinedOutput()
+		if err == nil && strings.Contains(string(out), "state UP") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("netnstest: %s in %s not up after %s: %s", dev, ns, commandTimeout, strings.TrimSpace(string(out)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // Host is host name, or nil if it was not added.
