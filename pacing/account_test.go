@@ -294,7 +294,7 @@ func TestBurstLearnsTheWindow(t *testing.T) {
 			admitted++
 		}
 	}
-	first := admitted // a second's worth
+	first := admitted                                                                  // a second's worth
 	srv := struct{ level, minute float64 }{100 - float64(first), 600 - float64(first)} // the 10-second window's 100, the minute's 600
 	var last time.Time
 	for now := t0; now.Before(t0.Add(2 * time.Minute)); now = now.Add(50 * time.Millisecond) {
