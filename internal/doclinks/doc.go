@@ -1,5 +1,7 @@
-// Package doclinks holds the test that every relative link in the
-// repository's Markdown files resolves inside the repository (a file, a
-// folder, or a heading of the linked file), and that no link points at the
-// local file system. It has no code of its own: go test runs the check.
+// Package doclinks holds the tests that keep the repository's Markdown
+// true: every relative link resolves inside the repository (a file, a
+// folder, or a heading of the linked file) and none points at the local
+// file system; every ```go block of README.md compiles against this
+// module; and the README and docs/embedding.md name every event type. It
+// has no code of its own: go test runs the checks.
 package doclinks

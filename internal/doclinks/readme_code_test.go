@@ -1,4 +1,4 @@
-package readmecode
+package doclinks
 
 import (
 	"bufio"
@@ -48,25 +48,6 @@ func fenced(text []byte, lang string) []block {
 
 // packageClause is a Go file's package clause, at the start of a line.
 var packageClause = regexp.MustCompile(`(?m)^package [A-Za-z_][A-Za-z0-9_]*\s*$`)
-
-// repoRoot is the folder holding go.mod, above this package's.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's folder")
-		}
-		dir = parent
-	}
-}
 
 // goDirective is the go line of a go.mod file.
 var goDirective = regexp.MustCompile(`(?m)^go [0-9.]+$`)
