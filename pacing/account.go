@@ -107,7 +107,9 @@ func (c *credential) reserve(now time.Time, id string, need Need) {
 // settle ends grant g with what it used: a grant the server has not
 // counted gives back what it took and was not charged (or takes what it
 // was charged beyond). refunds says the server gives back unused output
-// of a bounded call (Anthropic); without, it keeps the bound (OpenAI).
+// of a bounded call as it ends (Anthropic): a counted grant gets that
+// back too, for no later response may come to say so while the key
+// waits; without, the server keeps the bound (OpenAI).
 func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 	g.settled = true
 	if used.Refused {
@@ -117,16 +119,25 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 		c.headerless = used.Sent // answered without headers; a call never sent says nothing
 	}
 	answered := used.Input > 0 || used.Output > 0 // a refusal reports no usage, and is charged its request only
+	refund := 0.0
+	if answered && g.need.Bounded && refunds {
+		refund = math.Max(float64(g.need.Output-used.Output), 0)
+	}
 	for k := range c.buckets {
 		charged := used.of(Kind(k))
 		if answered && g.need.Bounded && !refunds {
 			charged = math.Max(charged, g.need.of(Kind(k)))
 		}
-		if !g.counted {
-			for _, b := range []*bucket{&c.buckets[k], &c.burst.buckets[k]} {
-				b.advance(now)
-				b.give(g.charge[k] - charged)
+		back := g.charge[k] - charged
+		if g.counted {
+			back = 0
+			if Kind(k) == ratelimit.Tokens || Kind(k) == ratelimit.OutputTokens {
+				back = refund
 			}
+		}
+		for _, b := range []*bucket{&c.buckets[k], &c.burst.buckets[k]} {
+			b.advance(now)
+			b.give(back)
 		}
 		g.charge[k] = charged
 	}

@@ -176,7 +176,8 @@ func TestSettleFollowsTheProvider(t *testing.T) {
 		{"OpenAI, max_tokens: no refund", false, bounded, used, false, 6000 - 2000},
 		{"Anthropic, max_tokens: the unused output comes back", true, bounded, used, false, 6000 - 1200},
 		{"refused: charged its request only", false, bounded, Usage{Sent: true}, false, 6000},
-		{"counted by a response: nothing back", true, bounded, used, true, 3000},
+		{"counted by a response: nothing back", false, bounded, used, true, 3000},
+		{"counted by a response, Anthropic: the unused output back", true, bounded, used, true, 3000 + 800},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Refunds: tc.refunds, Window: time.Minute})

@@ -135,7 +135,9 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // rlProvider records each request of a contender and whether a 429
 // refused it. It keeps the adapter's output bound, which MusePi's pacing
-// reserves (provider.OutputBounded).
+// reserves (provider.OutputBounded), and its refund rule
+// (provider.OutputRefunder): a wrapper that hid it made pacing keep
+// Anthropic's max_tokens as if never given back.
 type rlProvider struct {
 	provider.Provider
 	rec *rlRecorder
@@ -156,6 +158,12 @@ func (p *rlProvider) MaxOutputTokens() int64 {
 		return b.MaxOutputTokens()
 	}
 	return 0
+}
+
+// RefundsUnusedOutput is the adapter's.
+func (p *rlProvider) RefundsUnusedOutput() bool {
+	r, ok := p.Provider.(provider.OutputRefunder)
+	return ok && r.RefundsUnusedOutput()
 }
 
 // rlRun is one contender's run: its recorder and its provider.

@@ -626,3 +626,21 @@ func fmtPtr(p *float64) string {
 	}
 	return fmt.Sprint(*p)
 }
+
+// TestRLProviderKeepsTheAdapterRules: the recording wrapper keeps what
+// pacing reads of the adapter under it (its max_tokens, and whether its
+// server gives back unused output). Hiding the refund made pacing keep
+// Anthropic's max_tokens as if never given back: the Anthropic storm ran
+// at a quarter of the keys' limit.
+func TestRLProviderKeepsTheAdapterRules(t *testing.T) {
+	for _, wire := range []string{"openai", "anthropic"} {
+		sc := &rateLimitScenario{Wire: wire, MaxTokens: 256}
+		p := &rlProvider{Provider: (&rlServer{base: "http://127.0.0.1:1"}).provider(sc)}
+		if got := p.MaxOutputTokens(); got != 256 {
+			t.Errorf("%s: MaxOutputTokens = %d, want 256", wire, got)
+		}
+		if got, want := p.RefundsUnusedOutput(), wire == "anthropic"; got != want {
+			t.Errorf("%s: RefundsUnusedOutput = %t, want %t", wire, got, want)
+		}
+	}
+}
