@@ -347,7 +347,7 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 	}
 	prompt("7")
 	if got := settle(); got["success"] != true {
-		t.Fatalf("prompt 7 settled %v", got)
+		t.Fatalf("prompt 7 settled %v; the lines since prompt 6:\n%s", got, p.linesSince("6"))
 	}
 
 	// The telemetry subscriber may lag the RPC writer: wait until it has

@@ -203,6 +203,25 @@ func (p *rpcProc) types() []string {
 	return out
 }
 
+// linesSince lists, one per line, the lines seen from the response to
+// the request with this id on (message_update lines left out).
+func (p *rpcProc) linesSince(id string) string {
+	var b strings.Builder
+	from := len(p.seen)
+	for i, o := range p.seen {
+		if o["type"] == "response" && o["id"] == id {
+			from = i
+			break
+		}
+	}
+	for _, o := range p.seen[from:] {
+		if o["type"] != "message_update" {
+			fmt.Fprintf(&b, "  %v\n", o)
+		}
+	}
+	return b.String()
+}
+
 // retryTrace lists the retry events seen, in order.
 func (p *rpcProc) retryTrace() []string {
 	var out []string
