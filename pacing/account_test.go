@@ -326,3 +326,58 @@ func TestBurstLearnsTheWindow(t *testing.T) {
 	}
 	t.Logf("admitted %d, refused %d; burst share %.3f", admitted, refused, p.creds[0].burst.share)
 }
+
+// TestKeysKeptUnderLoad: with both keys saturated by calls of mixed
+// sizes, sessions spread over them wait for their own key (waiting on the
+// other would cost as much), so the turns stay; when one key is far
+// slower, its sessions move to the other once it has room and no call of
+// its own waits (issue 37: sticky waits counted from a turn's arrival
+// moved 45 % of the turns of a saturated storm).
+func TestKeysKeptUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		tpmA, tpmB int64
+		wantMoved  func(moved int) bool
+		wantText   string
+	}{
+		{"balanced: every turn stays", 6000, 6000, func(n int) bool { return n <= 4 }, "at most 1 %"},
+		{"a far slower: its turns move", 600, 6000, func(n int) bool { return n > 50 }, "over 50"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New([]string{"a", "b"}, map[string]Limits{"a": {TPM: tc.tpmA}, "b": {TPM: tc.tpmB}}, t0, Options{Window: time.Minute})
+			prefer := map[string]string{}
+			moved, now := 0, t0
+			count := func(g Grant) {
+				if g.Credential != prefer[g.ID] {
+					moved++
+				}
+			}
+			size := map[string]int64{}
+			for i := range 400 {
+				id, key := fmt.Sprint(i), []string{"a", "b"}[i%2]
+				prefer[id], size[id] = key, []int64{50, 300, 900}[i*7%3]
+				if d := p.Reserve(t0, id, Normal, key, Need{Input: size[id]}); d.Wait == 0 {
+					count(d.Grant)
+				}
+			}
+			for now.Before(t0.Add(time.Hour)) {
+				for _, g := range p.Release(now) {
+					count(g)
+					p.Settle(now, g.ID, Usage{Sent: true, Input: size[g.ID]})
+				}
+				next, ok := p.NextRelease(now)
+				if !ok {
+					break
+				}
+				now = next
+			}
+			if len(p.waiting) > 0 {
+				t.Fatalf("%d calls still wait after an hour", len(p.waiting))
+			}
+			if !tc.wantMoved(moved) {
+				t.Errorf("%d of the calls moved key, want %s", moved, tc.wantText)
+			}
+			t.Logf("%d of 400 moved", moved)
+		})
+	}
+}

@@ -55,8 +55,7 @@ type waiter struct {
 	id       string // the caller's, unique among the waiters
 	priority Priority
 	seq      uint64
-	since    time.Time // when it began to wait
-	prefer   string    // its credential, kept when it fits soon enough
+	prefer   string // its credential, kept when it fits soon enough
 	need     Need
 }
 
@@ -115,36 +114,40 @@ func New(names []string, limits map[string]Limits, now time.Time, opts Options) 
 }
 
 // Reserve reserves need for call id (of priority, preferring credential
-// prefer): on prefer when it has room, or will within the sticky wait
-// (then the call waits for it), else on the credential with the most
-// room; when none has room, or when calls of the same or a higher
-// priority already wait, the call waits. A call larger than every
+// prefer): on prefer when it has room and no call before it waits for
+// prefer; else the call waits for prefer while waiting there costs at
+// most the sticky wait more than on another key, and moves to the key
+// with the most room otherwise (see place). A call larger than every
 // credential's whole window reserves nothing (TooLarge).
 func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer string, need Need) Decision {
 	p.advance(now)
 	if o, ok := p.tooLarge(prefer, need); ok {
 		return Decision{Grant: Grant{ID: id, Credential: prefer}, TooLarge: o}
 	}
-	if !p.queuedAtOrAbove(priority) {
-		if g, ok := p.fit(now, id, prefer, need, now); ok {
-			return Decision{Grant: g}
-		}
-	}
-	p.seq++
-	w := waiter{id: id, priority: priority, seq: p.seq, since: now, prefer: prefer, need: need}
+	w := waiter{id: id, priority: priority, seq: p.seq + 1, prefer: prefer, need: need}
 	at, _ := slices.BinarySearchFunc(p.waiting, w, func(a, b waiter) int {
 		if a.priority.Rank() != b.priority.Rank() {
 			return a.priority.Rank() - b.priority.Rank()
 		}
 		return int(a.seq) - int(b.seq)
 	})
-	p.waiting = slices.Insert(p.waiting, at, w)
-	d := Decision{Grant: Grant{ID: id, Credential: prefer}}
-	d.Credential, d.Wait, d.Limit = p.soonest(now, need, prefer)
-	if c := p.credential(prefer); c != nil && !c.blocked.After(now) {
-		if w, k := p.wait(c, need); w <= p.opts.StickyWait {
-			d.Credential, d.Wait, d.Limit = prefer, w, k // it waits for its own key
+	q := p.newAhead()
+	for _, before := range p.waiting[:at] {
+		if q.any {
+			break
 		}
+		pl := p.place(now, before.prefer, before.priority, before.need, q)
+		q.hold(pl, before.need) // one that goes now goes at the next release
+	}
+	pl := p.place(now, prefer, priority, need, q)
+	if pl.now {
+		return Decision{Grant: p.grant(now, id, prefer, pl.key, need)}
+	}
+	p.seq++
+	p.waiting = slices.Insert(p.waiting, at, w)
+	d := Decision{Grant: Grant{ID: id, Credential: prefer}, Wait: pl.wait, Limit: pl.limit}
+	if pl.key >= 0 {
+		d.Credential = p.creds[pl.key].name
 	}
 	if qw, k := p.queueWait(now, at); qw > d.Wait {
 		d.Wait, d.Limit = qw, k
@@ -198,43 +201,185 @@ func (p *Pacer) queueWait(now time.Time, i int) (time.Duration, Kind) {
 	return longest, limit
 }
 
-// queuedAtOrAbove reports whether a call of priority or a more urgent one
-// waits.
-func (p *Pacer) queuedAtOrAbove(priority Priority) bool {
-	return len(p.waiting) > 0 && p.waiting[0].priority.Rank() <= priority.Rank()
+// ahead is what the waiting calls before one hold, as a pass over the
+// queue reaches it: the keys they wait for, with the needs they put on
+// each, and whether one of them takes whichever key frees first (then no
+// later call passes it).
+type ahead struct {
+	load []([numKinds]float64)
+	held []bool
+	any  bool
+	// queued is the needs of every waiting call, by rank and the key it
+	// prefers: a key others wait for, even behind, has no room to lend.
+	queued [3][]([numKinds]float64)
 }
 
-// fit reserves need for call id, waiting since since, on prefer when it
-// has room; else, unless prefer can take it within the sticky wait of
-// since, on the unblocked credential with the most room; false when none
-// can take it now.
-func (p *Pacer) fit(now time.Time, id, prefer string, need Need, since time.Time) (Grant, bool) {
+// newAhead starts a pass over the waiting calls.
+func (p *Pacer) newAhead() *ahead {
+	q := &ahead{load: make([][numKinds]float64, len(p.creds)), held: make([]bool, len(p.creds))}
+	for r := range q.queued {
+		q.queued[r] = make([][numKinds]float64, len(p.creds))
+	}
+	for _, w := range p.waiting {
+		q.queue(p.index(w.prefer), w.priority, w.need, 1)
+	}
+	return q
+}
+
+// queue adds (sign 1) or removes (-1) a waiting call's need on key i.
+func (q *ahead) queue(i int, priority Priority, need Need, sign float64) {
+	if i < 0 {
+		return
+	}
+	for k := range Kind(numKinds) {
+		q.queued[priority.Rank()][i][k] += sign * need.of(k)
+	}
+}
+
+// waitingFor is the needs of the calls of priority or a more urgent one
+// that wait for key i.
+func (q *ahead) waitingFor(i int, priority Priority) (sum [numKinds]float64) {
+	for r := 0; r <= priority.Rank(); r++ {
+		for k := range sum {
+			sum[k] += q.queued[r][i][k]
+		}
+	}
+	return sum
+}
+
+// index is the index of credential name (-1: none).
+func (p *Pacer) index(name string) int {
+	return slices.IndexFunc(p.creds, func(c credential) bool { return c.name == name })
+}
+
+// hold records a call placed at pl, which waits (or goes at the next
+// release) with need.
+func (q *ahead) hold(pl placement, need Need) {
+	if pl.holds < 0 {
+		q.any = true
+		return
+	}
+	q.held[pl.holds] = true
+	for k := range Kind(numKinds) {
+		q.load[pl.holds][k] += need.of(k)
+	}
+}
+
+// placement is where a call goes, or waits.
+type placement struct {
+	key   int  // the credential it goes on, or should go on first (-1: none usable)
+	holds int  // the credential it keeps later calls off (-1: every one)
+	now   bool // it goes on key now
+	wait  time.Duration
+	limit Kind // the kind it waits for
+}
+
+// goesOn is the placement of a call that goes on key i now.
+func goesOn(i int) placement { return placement{key: i, holds: i, now: true} }
+
+// place decides where a call of priority preferring prefer with need
+// goes, after the calls q holds. It goes on prefer when prefer takes it
+// now and no call before it waits for prefer. Else it waits for prefer
+// (keeping the session's prompt cache: providers cache prompt prefixes
+// per organization), unless another key would take it more than the
+// sticky wait sooner, after the calls of its priority or a more urgent
+// one that wait for that key; then it moves there as soon as that key
+// takes it and no such call waits for it. A call with no usable key of
+// its own goes on the key with the most room, or waits for whichever
+// frees first.
+func (p *Pacer) place(now time.Time, prefer string, priority Priority, need Need, q *ahead) placement {
+	pi := p.index(prefer)
+	if pi >= 0 && !p.usable(now, pi, prefer, need) {
+		pi = -1
+	}
+	stay := placement{key: pi, holds: pi, wait: time.Duration(math.MaxInt64)}
+	if pi >= 0 {
+		if !q.any && !q.held[pi] && p.takes(&p.creds[pi], need) {
+			return goesOn(pi)
+		}
+		stay.wait, stay.limit = p.waitAfter(pi, need, q.load[pi], q.held[pi])
+	}
+	soonest := placement{key: -1, holds: -1, wait: time.Duration(math.MaxInt64)}
 	best, bestRoom := -1, 0.0
 	for i := range p.creds {
+		if i == pi || !p.usable(now, i, prefer, need) {
+			continue
+		}
+		// A call with a key of its own moves only to a key no call of its
+		// rank or above waits for; one without goes first come first served.
+		others, queued := q.load[i], q.held[i]
+		if pi >= 0 {
+			others = q.waitingFor(i, priority)
+			queued = others != [numKinds]float64{}
+		}
+		if w, k := p.waitAfter(i, need, others, queued); w < soonest.wait {
+			soonest.key, soonest.wait, soonest.limit = i, w, k
+		}
 		c := &p.creds[i]
-		if _, _, never := c.tooLarge(need); never || (c.name != prefer && c.blocked.After(now)) {
-			continue
-		}
-		if c.name == prefer {
-			if p.takes(c, need) {
-				best = i
-				break
-			}
-			if w, _ := p.wait(c, need); w <= p.opts.StickyWait-now.Sub(since) {
-				return Grant{}, false // it takes it soon: wait for the key that holds the session's cache
-			}
-			continue
-		}
-		if room := c.room(need); p.takes(c, need) && (best < 0 || room > bestRoom) {
+		if room := c.room(need); !q.any && !queued && p.takes(c, need) && (best < 0 || room > bestRoom) {
 			best, bestRoom = i, room
 		}
 	}
-	if best < 0 {
-		return Grant{}, false
+	switch {
+	case soonest.key < 0 && pi < 0: // every key blocked, none the session's: wait for the first to clear
+		return placement{key: -1, holds: -1, wait: p.firstUnblocked(now)}
+	case soonest.key < 0 || (pi >= 0 && stay.wait-soonest.wait <= p.opts.StickyWait):
+		return stay
+	case best >= 0:
+		return goesOn(best)
+	case pi >= 0: // it keeps its own key until the other takes it
+		soonest.holds = pi
 	}
-	c := &p.creds[best]
+	return soonest
+}
+
+// usable reports whether credential i may take a call preferring prefer
+// with need some day: not too large for it, and not blocked (unless it is
+// prefer, the one the session holds).
+func (p *Pacer) usable(now time.Time, i int, prefer string, need Need) bool {
+	c := &p.creds[i]
+	if _, _, never := c.tooLarge(need); never {
+		return false
+	}
+	return c.name == prefer || !c.blocked.After(now)
+}
+
+// firstUnblocked is how long until the first blocked credential clears.
+func (p *Pacer) firstUnblocked(now time.Time) time.Duration {
+	first := time.Duration(math.MaxInt64)
+	for i := range p.creds {
+		first = min(first, p.creds[i].blocked.Sub(now))
+	}
+	return max(first, time.Millisecond)
+}
+
+// waitAfter is how long until credential i takes need, after load when
+// calls wait for it before (behind), and the kind it waits for.
+func (p *Pacer) waitAfter(i int, need Need, load [numKinds]float64, behind bool) (time.Duration, Kind) {
+	c := &p.creds[i]
+	longest, limit := p.wait(c, need)
+	if !behind {
+		return longest, limit
+	}
+	if c.cold() {
+		return max(longest, coldWait), ratelimit.Requests
+	}
+	for k := range c.buckets {
+		b := &c.buckets[k]
+		if short := load[k] + need.of(Kind(k)) - b.level; b.known() && short > 0 && b.rate > 0 {
+			if w := time.Duration(math.Ceil(short / b.rate * float64(time.Second))); w > longest {
+				longest, limit = w, Kind(k)
+			}
+		}
+	}
+	return longest, limit
+}
+
+// grant reserves need for call id on credential i.
+func (p *Pacer) grant(now time.Time, id, prefer string, i int, need Need) Grant {
+	c := &p.creds[i]
 	c.reserve(now, id, need)
-	return Grant{ID: id, Credential: c.name, Switched: prefer != "" && c.name != prefer}, true
+	return Grant{ID: id, Credential: c.name, Switched: prefer != "" && c.name != prefer}
 }
 
 // takes reports whether c can take need now: a cold key while it has a
@@ -255,54 +400,47 @@ func (p *Pacer) wait(c *credential, need Need) (time.Duration, Kind) {
 	return c.wait(need)
 }
 
-// soonest is the unblocked credential (or prefer) where need fits first
-// (prefer on a tie), how long that takes and the kind it waits for.
-func (p *Pacer) soonest(now time.Time, need Need, prefer string) (string, time.Duration, Kind) {
-	name, wait, limit := prefer, time.Duration(-1), ratelimit.Requests
-	for i := range p.creds {
-		c := &p.creds[i]
-		if _, _, never := c.tooLarge(need); never || (c.name != prefer && c.blocked.After(now)) {
-			continue
-		}
-		w, k := p.wait(c, need)
-		if wait < 0 || w < wait || (w == wait && c.name == prefer) {
-			name, wait, limit = c.name, w, k
-		}
-	}
-	return name, max(wait, 0), limit
-}
-
-// Release grants the waiting calls that now fit, in priority order; it
-// stops at the first that does not, so that no call passes one of a more
-// urgent priority, or an earlier one of its own.
+// Release grants the waiting calls that go now (see place), in priority
+// order, then arrival: a call that waits for its key holds that key, so
+// that no later call passes it there; one that waits for whichever key
+// frees first holds them all.
 func (p *Pacer) Release(now time.Time) []Grant {
 	p.advance(now)
 	var out []Grant
-	for len(p.waiting) > 0 {
-		w := p.waiting[0]
-		g, ok := p.fit(now, w.id, w.prefer, w.need, w.since)
-		if !ok {
-			break
+	q := p.newAhead()
+	for i := 0; i < len(p.waiting) && !q.any; {
+		w := p.waiting[i]
+		pl := p.place(now, w.prefer, w.priority, w.need, q)
+		if !pl.now {
+			q.hold(pl, w.need)
+			i++
+			continue
 		}
-		out = append(out, g)
-		p.waiting = slices.Delete(p.waiting, 0, 1)
+		q.queue(p.index(w.prefer), w.priority, w.need, -1)
+		out = append(out, p.grant(now, w.id, w.prefer, pl.key, w.need))
+		p.waiting = slices.Delete(p.waiting, i, i+1)
 	}
 	return out
 }
 
-// NextRelease is when the first waiting call should fit (false: none
-// waits).
+// NextRelease is when the next waiting call should go (false: none
+// waits): the soonest of the waits of the calls a pass reaches.
 func (p *Pacer) NextRelease(now time.Time) (time.Time, bool) {
 	if len(p.waiting) == 0 {
 		return time.Time{}, false
 	}
 	p.advance(now)
-	w := p.waiting[0]
-	_, wait, _ := p.soonest(now, w.need, w.prefer)
-	if left := w.since.Add(p.opts.StickyWait).Sub(now); left > 0 && left < wait {
-		wait = left // then it may move to another key
+	q := p.newAhead()
+	soonest := time.Duration(math.MaxInt64)
+	for _, w := range p.waiting {
+		if q.any {
+			break
+		}
+		pl := p.place(now, w.prefer, w.priority, w.need, q)
+		soonest = min(soonest, pl.wait)
+		q.hold(pl, w.need)
 	}
-	return now.Add(max(wait, time.Millisecond)), true
+	return now.Add(max(soonest, time.Millisecond)), true
 }
 
 // Cancel forgets the waiting call id; false when it does not wait.
