@@ -16,10 +16,12 @@ import (
 
 // pacingState is a credentials actor's pacing: the budgets of its keys,
 // the turns they granted and not yet settled, the turns that wait, the
-// estimate of what answers use, and the timer that releases the waiting.
+// estimates of what answers use and of how the provider counts input, and
+// the timer that releases the waiting.
 type pacingState struct {
 	pacer   *pacing.Pacer
 	output  pacing.OutputEstimator
+	input   pacing.InputScale
 	granted map[string]reservation // session -> its turn's reservation
 	waiting map[string]reservation // session -> its waiting turn
 	timer   clock.Timer            // the next release, while turns wait
@@ -27,13 +29,14 @@ type pacingState struct {
 }
 
 // reservation is one turn's: its token and its key (the pacer holds
-// what it reserved), its model and whether its output was an estimate
-// (its answer teaches the estimate), and who waits for it (waiting
-// turns).
+// what it reserved), its model, its input as estimated and whether its
+// output was an estimate (its answer teaches both), and who waits for it
+// (waiting turns).
 type reservation struct {
 	token      uint64
 	credential string
 	model      string
+	input      int64
 	estimated  bool
 	waiter     *actor.PID
 }
@@ -77,12 +80,12 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	reply.Token = m.GetToken()
 	a.cancelPacing(ctx, session, 0) // a turn of the session's left unsettled (a lost answer)
 	now := a.clk.Now()
-	need := pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Bounded: m.GetOutputBounded()}
+	need := pacing.Need{Input: p.input.Scale(m.GetModel(), m.GetInputTokens()), Output: m.GetOutputTokens(), Bounded: m.GetOutputBounded()}
 	if !need.Bounded {
 		need.Output = p.output.Estimate(m.GetModel())
 	}
 	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low))), name, need)
-	r := reservation{token: m.GetToken(), credential: d.Credential, model: m.GetModel(), estimated: !need.Bounded}
+	r := reservation{token: m.GetToken(), credential: d.Credential, model: m.GetModel(), input: m.GetInputTokens(), estimated: !need.Bounded}
 	switch {
 	case d.TooLarge.Limit > 0:
 		reply.Token, reply.TooLarge = 0, oversize(a.provider, d)
@@ -120,8 +123,9 @@ func (a *CredentialsActor) keep(session string, g pacing.Grant) {
 	}
 }
 
-// settlePacing ends a turn's reservation with what it used (an estimated
-// output teaches the estimate) and takes the limits its response
+// settlePacing ends a turn's reservation with what it used (its input
+// teaches the input scale, an estimated output the output estimate) and
+// takes the limits its response
 // announced, if they did not come as its headers arrived
 // (observePacing), then releases the turns that fit now.
 func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSettle) {
@@ -134,6 +138,7 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 		delete(p.granted, m.GetSessionId())
 		p.pacer.Settle(now, m.GetSessionId(),
 			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Refused: m.GetRefused()})
+		p.input.Observe(r.model, r.input, m.GetInputTokens()+m.GetCachedInputTokens())
 		if r.estimated {
 			p.output.Observe(r.model, m.GetOutputTokens())
 		}

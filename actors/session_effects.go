@@ -134,7 +134,7 @@ func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 	u := last.GetUsage()
 	s.tellCredentials(ctx, e.Model, &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
-		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(),
+		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
 		Limits: s.turnLimits})
 }
 

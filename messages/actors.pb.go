@@ -1448,17 +1448,18 @@ func (x *PacingGrant) GetSwitched() bool {
 // PacingSettle ends a turn's reservation (token) with what it used, and
 // brings the limits its response announced.
 type PacingSettle struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	Credential    string                 `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
-	Sent          bool                   `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                                  // the request went out
-	InputTokens   int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"` // used, as the provider reported
-	OutputTokens  int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	Limits        *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`    // announced by the response (absent: none)
-	Refused       bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"` // the server refused the call (429)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	SessionId         string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token             uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Credential        string                 `protobuf:"bytes,3,opt,name=credential,proto3" json:"credential,omitempty"`
+	Sent              bool                   `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                                  // the request went out
+	InputTokens       int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"` // used, as the provider reported
+	OutputTokens      int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	Limits            *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`                                                   // announced by the response (absent: none)
+	Refused           bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`                                                // the server refused the call (429)
+	CachedInputTokens int64                  `protobuf:"varint,9,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"` // input read from or written to the prompt cache (not in input_tokens)
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PacingSettle) Reset() {
@@ -1545,6 +1546,13 @@ func (x *PacingSettle) GetRefused() bool {
 		return x.Refused
 	}
 	return false
+}
+
+func (x *PacingSettle) GetCachedInputTokens() int64 {
+	if x != nil {
+		return x.CachedInputTokens
+	}
+	return 0
 }
 
 // PacingObserve takes the rate limits a turn's response announced to its
@@ -3063,7 +3071,7 @@ const file_actors_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x1a\n" +
-	"\bswitched\x18\x04 \x01(\bR\bswitched\"\x88\x02\n" +
+	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xb8\x02\n" +
 	"\fPacingSettle\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3075,7 +3083,8 @@ const file_actors_proto_rawDesc = "" +
 	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12-\n" +
 	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12\x18\n" +
-	"\arefused\x18\b \x01(\bR\arefused\"\xa5\x01\n" +
+	"\arefused\x18\b \x01(\bR\arefused\x12.\n" +
+	"\x13cached_input_tokens\x18\t \x01(\x03R\x11cachedInputTokens\"\xa5\x01\n" +
 	"\rPacingObserve\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +

@@ -263,6 +263,37 @@ func TestOutputEstimator(t *testing.T) {
 	}
 }
 
+// TestInputScale: a model's input estimates are scaled by the 95th
+// percentile of what its provider reported over what was estimated, from
+// 1 before any answer; a ratio out of bounds counts at its bound.
+func TestInputScale(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		observed [][2]int64 // estimated, reported
+		want     int64      // Scale("m", 1000)
+	}{
+		{"before any answer: the estimate", nil, 1000},
+		{"a failure teaches nothing", [][2]int64{{100, 0}, {0, 50}}, 1000},
+		{"counted a fifth over: a fifth more", [][2]int64{{100, 120}, {200, 240}, {400, 480}}, 1200},
+		{"the high ratios count", [][2]int64{{100, 100}, {100, 100}, {100, 130}}, 1300},
+		{"counted under: less", [][2]int64{{100, 50}}, 500},
+		{"far over: at most 8 times", [][2]int64{{10, 1000}}, 8000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s InputScale
+			for _, o := range tc.observed {
+				s.Observe("m", o[0], o[1])
+			}
+			if got := s.Scale("m", 1000); got != tc.want {
+				t.Errorf("Scale = %d, want %d", got, tc.want)
+			}
+			if got := s.Scale("other", 1000); got != 1000 {
+				t.Errorf("another model: %d, want 1000", got)
+			}
+		})
+	}
+}
+
 // TestTooLargeForEveryKey: a call that needs more than every key's whole
 // window never goes out; one that a second key can take goes there.
 func TestTooLargeForEveryKey(t *testing.T) {
