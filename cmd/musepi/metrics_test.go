@@ -244,6 +244,70 @@ func metricsURL(t *testing.T, stderr *lockedBuffer) string {
 	return ""
 }
 
+// lineCursor walks the lines an rpcProc has read, in order, whoever read
+// them: waiting for a response reads on, and the events of a prompt can
+// come before its response (the session runs on while the command's
+// goroutine writes it).
+//
+// It reads p.seen only, never p.next: next takes first from p.held, the
+// lines read while waiting for a response, which a cursor over p.seen may
+// have passed already. Mixing the two returned such a line a second time:
+// under CI load prompt 4's agent_settled came before its response, was
+// waited for through p.seen and stayed held, and p.next gave it again as
+// prompt 5's; the test then ran one prompt behind the session (it aborted
+// prompt 5's short backoff and took prompt 6's settle, 503 after its
+// retries, for prompt 7's).
+type lineCursor struct {
+	p  *rpcProc
+	at int // the index in p.seen of the next line to look at
+}
+
+// waitFor returns the next line of type typ after the last one waited
+// for, among the lines already read or those to come.
+func (c *lineCursor) waitFor(typ string, within time.Duration) map[string]any {
+	c.p.t.Helper()
+	deadline := time.After(within)
+	for {
+		for ; c.at < len(c.p.seen); c.at++ {
+			if obj := c.p.seen[c.at]; obj["type"] == typ {
+				c.at++
+				return obj
+			}
+		}
+		c.p.read(typ, deadline) // appends to p.seen
+	}
+}
+
+// TestLineCursorTakesEachLineOnce replays the order of lines that made
+// TestRPCMetricsDuringStorm flaky: a prompt that settles before its
+// response is written. Waiting for the next prompt's agent_settled must
+// give that prompt's, not the one already taken while it was held.
+func TestLineCursorTakesEachLineOnce(t *testing.T) {
+	script := []map[string]any{
+		{"type": "agent_start", "generation": 4.0},
+		{"type": "agent_settled", "generation": 4.0, "success": false},
+		{"type": "response", "id": "4", "success": true},
+		{"type": "response", "id": "5", "success": true},
+		{"type": "agent_start", "generation": 5.0},
+		{"type": "auto_retry_start", "attempt": 1.0},
+		{"type": "agent_settled", "generation": 5.0, "success": false},
+	}
+	p := &rpcProc{t: t, lines: make(chan map[string]any, len(script))}
+	for _, obj := range script {
+		p.lines <- obj
+	}
+	c := &lineCursor{p: p}
+	for _, gen := range []float64{4, 5} {
+		id := fmt.Sprint(gen)
+		if r := p.response(id); r["success"] != true {
+			t.Fatalf("response %s: %v", id, r)
+		}
+		if got := c.waitFor("agent_settled", time.Second); got["generation"] != gen {
+			t.Fatalf("after response %s, waitFor(agent_settled) = %v, want generation %g", id, got, gen)
+		}
+	}
+}
+
 // TestRPCMetricsDuringStorm drives seven prompts through musepi rpc
 // --metrics-addr against injected usage limits, overloads, 503s and 429s,
 // a fallback, a fail-fast, a non-retryable 400, exhausted retries and a
@@ -280,22 +344,8 @@ func TestRPCMetricsDuringStorm(t *testing.T) {
 		}
 		viewed = len(p.seen)
 	}
-	// waitFor returns the next line of type typ after the last one waited
-	// for, among the lines already read (waiting for a response reads on)
-	// or those to come.
-	cursor := 0
-	waitFor := func(typ string, within time.Duration) map[string]any {
-		t.Helper()
-		for i := cursor; i < len(p.seen); i++ {
-			if p.seen[i]["type"] == typ {
-				cursor = i + 1
-				return p.seen[i]
-			}
-		}
-		obj := p.next(typ, within)
-		cursor = len(p.seen)
-		return obj
-	}
+	lines := &lineCursor{p: p}
+	waitFor := lines.waitFor
 	settle := func() map[string]any {
 		t.Helper()
 		settled := waitFor("agent_settled", 20*time.Second)
