@@ -188,6 +188,12 @@ func (t target) measure(system string, byName map[string]System) (v float64, mis
 	if !ok {
 		return 0, fmt.Sprintf("%s has no %s", system, t.key)
 	}
+	if lost := byName[system].Figures["prompts_lost"]; t.key == "run_minutes" && lost > 0 {
+		// Its run was stopped at the timeout: the time says only that it
+		// took longer. (A stopped t.versus makes the ratio an upper bound,
+		// which may still meet an at-most bound.)
+		return 0, fmt.Sprintf("%s was stopped with %s prompts unfinished: its run time is not known", system, formatNumber(lost))
+	}
 	if t.versus == "" {
 		return v, ""
 	}

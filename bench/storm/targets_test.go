@@ -245,6 +245,36 @@ func TestCheckTargetsMissingReasons(t *testing.T) {
 	}
 }
 
+// TestRunTimeOfAStoppedRun: a contender stopped at the timeout has no
+// run time to compare; one that finished is compared with a stopped one,
+// whose time is a lower bound of what it would have taken.
+func TestRunTimeOfAStoppedRun(t *testing.T) {
+	const name = "run time, musepi-pacing-on / musepi-pacing-off"
+	off := System{Name: rlUnpacedSystem, Figures: map[string]float64{"run_minutes": 20, "prompts_lost": 5082}}
+	for _, tc := range []struct {
+		on      map[string]float64
+		met     bool
+		missing string
+	}{
+		{map[string]float64{"run_minutes": 7.68, "prompts_lost": 0}, true, ""},
+		{map[string]float64{"run_minutes": 20, "prompts_lost": 5}, false, "musepi-pacing-on was stopped with 5 prompts unfinished: its run time is not known"},
+	} {
+		found := false
+		for _, r := range checkTargets("ratelimit", []System{off, {Name: rlPacedSystem, Figures: tc.on}}) {
+			if r.Name != name {
+				continue
+			}
+			found = true
+			if r.Met != tc.met || r.Missing != tc.missing {
+				t.Errorf("on %v: met %v, missing %q; want %v, %q", tc.on, r.Met, r.Missing, tc.met, tc.missing)
+			}
+		}
+		if !found {
+			t.Errorf("no result named %q", name)
+		}
+	}
+}
+
 func TestTargetSystems(t *testing.T) {
 	for _, tc := range []struct {
 		names []string
