@@ -133,46 +133,46 @@ type ClusterAutomanaged struct {
 
 // decodeCluster reads the [cluster] table, keys left out at their
 // defaults.
-func decodeCluster(t *table) *Cluster {
+func decodeCluster(t *Table) *Cluster {
 	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
 		HandoverTimeout: cluster.DefaultHandoverTimeout, WriteRetry: pgstore.DefaultWriteRetry,
 		Etcd:        ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
 		Automanaged: ClusterAutomanaged{Refresh: DefaultPeersRefresh}}
-	t.str("name", &c.Name)
-	t.str("host", &c.Host)
-	t.count("port", &c.Port)
-	t.str("advertise_address", &c.AdvertiseAddress)
-	t.str("membership", &c.Membership)
-	t.str("database_url", &c.DatabaseURL)
-	t.str("database_url_env", &c.DatabaseURLEnv)
-	t.str("node_name", &c.NodeName)
-	t.millis("lease_ms", &c.Lease)
-	t.millis("handover_timeout_ms", &c.HandoverTimeout)
-	t.millis("leave_timeout_ms", &c.LeaveTimeout)
-	t.millis("write_retry_ms", &c.WriteRetry)
-	t.boolean("insecure", &c.Insecure)
-	if tt, ok := t.sub("tls"); ok {
+	t.Str("name", &c.Name)
+	t.Str("host", &c.Host)
+	t.Count("port", &c.Port)
+	t.Str("advertise_address", &c.AdvertiseAddress)
+	t.Str("membership", &c.Membership)
+	t.Str("database_url", &c.DatabaseURL)
+	t.Str("database_url_env", &c.DatabaseURLEnv)
+	t.Str("node_name", &c.NodeName)
+	t.Millis("lease_ms", &c.Lease)
+	t.Millis("handover_timeout_ms", &c.HandoverTimeout)
+	t.Millis("leave_timeout_ms", &c.LeaveTimeout)
+	t.Millis("write_retry_ms", &c.WriteRetry)
+	t.Bool("insecure", &c.Insecure)
+	if tt, ok := t.Sub("tls"); ok {
 		c.TLS = decodeTLS(tt)
 	}
-	if et, ok := t.sub("etcd"); ok {
+	if et, ok := t.Sub("etcd"); ok {
 		c.Etcd.Endpoints = []string{} // present: checked even when empty
-		et.strs("endpoints", &c.Etcd.Endpoints)
-		et.str("prefix", &c.Etcd.Prefix)
-		et.millis("dial_timeout_ms", &c.Etcd.DialTimeout)
-		if tt, ok := et.sub("tls"); ok {
+		et.Strs("endpoints", &c.Etcd.Endpoints)
+		et.Str("prefix", &c.Etcd.Prefix)
+		et.Millis("dial_timeout_ms", &c.Etcd.DialTimeout)
+		if tt, ok := et.Sub("tls"); ok {
 			c.Etcd.TLS = decodeTLS(tt)
 		}
-		et.done(nil)
+		et.Done(nil)
 	}
-	if at, ok := t.sub("automanaged"); ok {
+	if at, ok := t.Sub("automanaged"); ok {
 		c.Automanaged.Peers = []string{}
-		at.str("host", &c.Automanaged.Host)
-		at.count("port", &c.Automanaged.Port)
-		at.strs("peers", &c.Automanaged.Peers)
-		at.millis("refresh_ms", &c.Automanaged.Refresh)
-		at.done(nil)
+		at.Str("host", &c.Automanaged.Host)
+		at.Count("port", &c.Automanaged.Port)
+		at.Strs("peers", &c.Automanaged.Peers)
+		at.Millis("refresh_ms", &c.Automanaged.Refresh)
+		at.Done(nil)
 	}
-	t.done(map[string]string{
+	t.Done(map[string]string{
 		"database_password": "unknown key: put the password in the URL held by the environment variable database_url_env names",
 	})
 	return c

@@ -46,65 +46,65 @@ func decode(root map[string]any) (*Config, []Problem) {
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, PassivateAfter: musepi.DefaultPassivateAfter,
 		MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
-	t.str("default_model", &c.DefaultModel)
-	t.boolean("auto_redeem", &c.AutoRedeem)
-	t.boolean("pacing", &c.Pacing)
-	t.millis("pacing_sticky_wait_ms", &c.PacingStickyWait)
-	t.str("history_dir", &c.HistoryDir)
-	t.str("history_sync", &c.HistorySync)
-	t.str("history_database", &c.HistoryDatabase)
-	t.millis("history_lease_ms", &c.HistoryLease)
-	t.millis("request_timeout_ms", &c.RequestTimeout)
-	t.millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
-	t.millis("passivate_after_ms", &c.PassivateAfter)
-	t.count("max_response_bytes", &c.MaxResponseBytes)
-	if pt, ok := t.sub("providers"); ok {
+	t.Str("default_model", &c.DefaultModel)
+	t.Bool("auto_redeem", &c.AutoRedeem)
+	t.Bool("pacing", &c.Pacing)
+	t.Millis("pacing_sticky_wait_ms", &c.PacingStickyWait)
+	t.Str("history_dir", &c.HistoryDir)
+	t.Str("history_sync", &c.HistorySync)
+	t.Str("history_database", &c.HistoryDatabase)
+	t.Millis("history_lease_ms", &c.HistoryLease)
+	t.Millis("request_timeout_ms", &c.RequestTimeout)
+	t.Millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
+	t.Millis("passivate_after_ms", &c.PassivateAfter)
+	t.Count("max_response_bytes", &c.MaxResponseBytes)
+	if pt, ok := t.Sub("providers"); ok {
 		c.Providers = map[string]Provider{}
-		for _, name := range pt.keys() {
+		for _, name := range pt.Keys() {
 			if p, ok := decodeProvider(pt, name); ok {
 				c.Providers[name] = p
 			}
 		}
-		pt.done(nil)
+		pt.Done(nil)
 	}
-	if rt, ok := t.sub("retry"); ok {
+	if rt, ok := t.Sub("retry"); ok {
 		decodeRetry(rt, &c.Retry)
 	}
-	if ct, ok := t.sub("cluster"); ok {
+	if ct, ok := t.Sub("cluster"); ok {
 		c.Cluster = decodeCluster(ct)
 	}
-	t.done(nil)
+	t.Done(nil)
 	return c, d.probs
 }
 
 // decodeProvider reads the table name of [providers]; false when it is
 // missing or not a table.
-func decodeProvider(parent *table, name string) (Provider, bool) {
-	t, ok := parent.sub(name)
+func decodeProvider(parent *Table, name string) (Provider, bool) {
+	t, ok := parent.Sub(name)
 	if !ok {
 		return Provider{}, false
 	}
 	var p Provider
 	var kind string
-	t.str("kind", &kind)
+	t.Str("kind", &kind)
 	p.Kind = Kind(kind)
-	t.str("base_url", &p.BaseURL)
-	t.strs("models", &p.Models)
+	t.Str("base_url", &p.BaseURL)
+	t.Strs("models", &p.Models)
 	var maxTokens int64
-	if t.integer("max_tokens", &maxTokens) {
+	if t.Integer("max_tokens", &maxTokens) {
 		p.MaxTokens = maxTokens
 	}
 	p.RateLimits = t.rateLimits()
-	if pt, ok := t.sub("prices"); ok {
+	if pt, ok := t.Sub("prices"); ok {
 		p.Prices = decodePrices(pt)
 	}
-	if creds, ok := t.tables("credentials"); creds != nil {
+	if creds, ok := t.Tables("credentials"); creds != nil {
 		p.Credentials = decodeCredentials(creds)
 		if !ok {
 			p.Credentials = nil // not validated further: its problems are reported
 		}
 	}
-	t.done(map[string]string{
+	t.Done(map[string]string{
 		"api_key": "unknown key: API keys are never read from the file; " +
 			"add a [[" + t.path + ".credentials]] table whose api_key_env names an environment variable",
 	})
@@ -113,39 +113,39 @@ func decodeProvider(parent *table, name string) (Provider, bool) {
 
 // decodePrices reads a provider's [prices] table: one table of prices per
 // model.
-func decodePrices(pt *table) map[string]Price {
+func decodePrices(pt *Table) map[string]Price {
 	prices := map[string]Price{}
-	for _, model := range pt.keys() {
-		mt, ok := pt.sub(model)
+	for _, model := range pt.Keys() {
+		mt, ok := pt.Sub(model)
 		if !ok {
 			continue
 		}
 		var pr Price
-		mt.number("input", &pr.Input)
-		mt.number("output", &pr.Output)
-		mt.number("cache_read", &pr.CacheRead)
-		mt.number("cache_write", &pr.CacheWrite)
-		mt.done(nil)
+		mt.Number("input", &pr.Input)
+		mt.Number("output", &pr.Output)
+		mt.Number("cache_read", &pr.CacheRead)
+		mt.Number("cache_write", &pr.CacheWrite)
+		mt.Done(nil)
 		prices[model] = pr
 	}
-	pt.done(nil) // every key was read above
+	pt.Done(nil) // every key was read above
 	return prices
 }
 
 // decodeCredentials reads a provider's [[credentials]] tables, skipping
 // the elements that are not tables.
-func decodeCredentials(creds []*table) []Credential {
+func decodeCredentials(creds []*Table) []Credential {
 	out := make([]Credential, 0, len(creds))
 	for _, ct := range creds {
 		if ct == nil {
 			continue
 		}
 		var cr Credential
-		ct.str("name", &cr.Name)
-		ct.str("api_key_env", &cr.APIKeyEnv)
-		ct.count("banked_resets", &cr.BankedResets)
+		ct.Str("name", &cr.Name)
+		ct.Str("api_key_env", &cr.APIKeyEnv)
+		ct.Count("banked_resets", &cr.BankedResets)
 		cr.RateLimits = ct.rateLimits()
-		ct.done(map[string]string{
+		ct.Done(map[string]string{
 			"api_key": "unknown key: API keys are never read from the file; " +
 				"put the key in an environment variable and name it in api_key_env",
 		})
@@ -154,42 +154,42 @@ func decodeCredentials(creds []*table) []Credential {
 	return out
 }
 
-func decodeRetry(t *table, s *retry.Settings) {
-	t.boolean("enabled", &s.Enabled)
-	t.count("max_retries", &s.MaxRetries)
-	t.millis("base_delay_ms", &s.BaseDelay)
-	t.millis("max_delay_ms", &s.MaxDelay)
-	t.boolean("model_fallback", &s.ModelFallback)
+func decodeRetry(t *Table, s *retry.Settings) {
+	t.Bool("enabled", &s.Enabled)
+	t.Count("max_retries", &s.MaxRetries)
+	t.Millis("base_delay_ms", &s.BaseDelay)
+	t.Millis("max_delay_ms", &s.MaxDelay)
+	t.Bool("model_fallback", &s.ModelFallback)
 	var policy string
-	if t.str("fallback_revert_policy", &policy) {
+	if t.Str("fallback_revert_policy", &policy) {
 		s.FallbackRevertPolicy = retry.RevertPolicy(policy)
 	}
-	if ct, ok := t.sub("fallback_chains"); ok {
+	if ct, ok := t.Sub("fallback_chains"); ok {
 		chains := map[string][]string{}
-		for _, role := range ct.keys() {
+		for _, role := range ct.Keys() {
 			var chain []string
-			if ct.strs(role, &chain) {
+			if ct.Strs(role, &chain) {
 				chains[role] = chain
 			}
 		}
-		ct.done(nil) // every key was read above
+		ct.Done(nil) // every key was read above
 		if len(chains) > 0 {
 			s.FallbackChains = chains
 		}
 	}
-	if bt, ok := t.sub("budget"); ok {
+	if bt, ok := t.Sub("budget"); ok {
 		decodeBudget(bt, &s.Budget)
 	}
-	t.done(nil)
+	t.Done(nil)
 }
 
-func decodeBudget(t *table, b *retry.BudgetSettings) {
-	t.boolean("enabled", &b.Enabled)
-	t.number("max_tokens", &b.MaxTokens)
-	t.number("token_ratio", &b.TokenRatio)
-	t.millis("probe_interval_ms", &b.ProbeInterval)
-	t.millis("release_window_ms", &b.ReleaseWindow)
-	t.done(nil)
+func decodeBudget(t *Table, b *retry.BudgetSettings) {
+	t.Bool("enabled", &b.Enabled)
+	t.Number("max_tokens", &b.MaxTokens)
+	t.Number("token_ratio", &b.TokenRatio)
+	t.Millis("probe_interval_ms", &b.ProbeInterval)
+	t.Millis("release_window_ms", &b.ReleaseWindow)
+	t.Done(nil)
 }
 
 // decoder collects the problems of one decode.
@@ -203,13 +203,16 @@ func (d *decoder) wrongType(key, want string, v any) {
 	d.add(key, "must be %s, got %s", want, tomlType(v))
 }
 
-func (d *decoder) table(path string, m map[string]any) *table {
-	return &table{d: d, path: path, m: m, known: map[string]bool{}}
+func (d *decoder) table(path string, m map[string]any) *Table {
+	return &Table{d: d, path: path, m: m, known: map[string]bool{}}
 }
 
-// table is one TOML table being read. Each accessor marks its key as
-// known; done reports the keys nobody asked for.
-type table struct {
+// Table is one TOML table of the file being read, for the decoding of
+// its keys (an Extension's among them). Each accessor marks its key as
+// known and reads its value when the key is present, reporting a value of
+// the wrong type as a problem (and false); Done reports the keys nobody
+// asked for.
+type Table struct {
 	d     *decoder
 	path  string
 	m     map[string]any
@@ -217,10 +220,10 @@ type table struct {
 }
 
 // at is the full key of k in this table.
-func (t *table) at(k string) string { return joinKey(t.path, k) }
+func (t *Table) at(k string) string { return joinKey(t.path, k) }
 
-// keys returns the table's keys, sorted.
-func (t *table) keys() []string {
+// Keys returns the table's keys, sorted.
+func (t *Table) Keys() []string {
 	ks := make([]string, 0, len(t.m))
 	for k := range t.m {
 		ks = append(ks, k)
@@ -229,14 +232,14 @@ func (t *table) keys() []string {
 	return ks
 }
 
-func (t *table) get(k string) (any, bool) {
+func (t *Table) get(k string) (any, bool) {
 	t.known[k] = true
 	v, ok := t.m[k]
 	return v, ok
 }
 
-// str reads a string; it reports whether one was there.
-func (t *table) str(k string, dst *string) bool {
+// Str reads a string; it reports whether one was there.
+func (t *Table) Str(k string, dst *string) bool {
 	v, ok := t.get(k)
 	if !ok {
 		return false
@@ -250,7 +253,8 @@ func (t *table) str(k string, dst *string) bool {
 	return true
 }
 
-func (t *table) boolean(k string, dst *bool) bool {
+// Bool reads a boolean.
+func (t *Table) Bool(k string, dst *bool) bool {
 	v, ok := t.get(k)
 	if !ok {
 		return false
@@ -264,7 +268,8 @@ func (t *table) boolean(k string, dst *bool) bool {
 	return true
 }
 
-func (t *table) integer(k string, dst *int64) bool {
+// Integer reads an integer.
+func (t *Table) Integer(k string, dst *int64) bool {
 	v, ok := t.get(k)
 	if !ok {
 		return false
@@ -278,8 +283,8 @@ func (t *table) integer(k string, dst *int64) bool {
 	return true
 }
 
-// number reads a number, integer or not, into a float64.
-func (t *table) number(k string, dst *float64) bool {
+// Number reads a number, integer or not, into a float64.
+func (t *Table) Number(k string, dst *float64) bool {
 	v, ok := t.get(k)
 	if !ok {
 		return false
@@ -296,10 +301,10 @@ func (t *table) number(k string, dst *float64) bool {
 	return true
 }
 
-// count reads an integer into an int.
-func (t *table) count(k string, dst *int) bool {
+// Count reads an integer into an int.
+func (t *Table) Count(k string, dst *int) bool {
 	var n int64
-	if !t.integer(k, &n) {
+	if !t.Integer(k, &n) {
 		return false
 	}
 	if int64(int(n)) != n {
@@ -312,11 +317,11 @@ func (t *table) count(k string, dst *int) bool {
 
 // rateLimits reads the per-minute rate limits rpm, tpm, input_tpm and
 // output_tpm (0 or more; absent: 0, none).
-func (t *table) rateLimits() musepi.RateLimits {
+func (t *Table) rateLimits() musepi.RateLimits {
 	var l musepi.RateLimits
 	for k, dst := range map[string]*int64{"rpm": &l.RPM, "tpm": &l.TPM, "input_tpm": &l.InputTPM, "output_tpm": &l.OutputTPM} {
 		var n int64
-		if !t.integer(k, &n) {
+		if !t.Integer(k, &n) {
 			continue
 		}
 		if n < 0 {
@@ -331,10 +336,10 @@ func (t *table) rateLimits() musepi.RateLimits {
 // maxMillis is the largest number of milliseconds a time.Duration holds.
 const maxMillis = math.MaxInt64 / int64(time.Millisecond)
 
-// millis reads an integer number of milliseconds into a Duration.
-func (t *table) millis(k string, dst *time.Duration) bool {
+// Millis reads an integer number of milliseconds into a Duration.
+func (t *Table) Millis(k string, dst *time.Duration) bool {
 	var n int64
-	if !t.integer(k, &n) {
+	if !t.Integer(k, &n) {
 		return false
 	}
 	if n > maxMillis || n < -maxMillis {
@@ -345,8 +350,8 @@ func (t *table) millis(k string, dst *time.Duration) bool {
 	return true
 }
 
-// strs reads an array of strings.
-func (t *table) strs(k string, dst *[]string) bool {
+// Strs reads an array of strings.
+func (t *Table) Strs(k string, dst *[]string) bool {
 	v, ok := t.get(k)
 	if !ok {
 		return false
@@ -373,8 +378,8 @@ func (t *table) strs(k string, dst *[]string) bool {
 	return good
 }
 
-// sub reads a table.
-func (t *table) sub(k string) (*table, bool) {
+// Sub reads a table.
+func (t *Table) Sub(k string) (*Table, bool) {
 	v, ok := t.get(k)
 	if !ok {
 		return nil, false
@@ -387,10 +392,10 @@ func (t *table) sub(k string) (*table, bool) {
 	return t.d.table(t.at(k), m), true
 }
 
-// tables reads an array of tables, written either as [[k]] sections or as
+// Tables reads an array of tables, written either as [[k]] sections or as
 // an array of inline tables. When an element is not a table, the others are
 // still read (for their own problems) but ok is false.
-func (t *table) tables(k string) (tables []*table, ok bool) {
+func (t *Table) Tables(k string) (tables []*Table, ok bool) {
 	v, present := t.get(k)
 	if !present {
 		return nil, false
@@ -415,7 +420,7 @@ func (t *table) tables(k string) (tables []*table, ok bool) {
 		t.d.wrongType(t.at(k), "an array of tables", v)
 		return nil, false
 	}
-	tables = make([]*table, len(maps))
+	tables = make([]*Table, len(maps))
 	for i, m := range maps {
 		if m != nil {
 			tables[i] = t.d.table(fmt.Sprintf("%s[%d]", t.at(k), i), m)
@@ -424,15 +429,15 @@ func (t *table) tables(k string) (tables []*table, ok bool) {
 	return tables, ok
 }
 
-// done reports every key of the table that no accessor asked for. hints
+// Done reports every key of the table that no accessor asked for. hints
 // replaces the message for specific unknown keys.
-func (t *table) done(hints map[string]string) {
+func (t *Table) Done(hints map[string]string) {
 	var allowed []string
 	for k := range t.known {
 		allowed = append(allowed, k)
 	}
 	sort.Strings(allowed)
-	for _, k := range t.keys() {
+	for _, k := range t.Keys() {
 		if t.known[k] {
 			continue
 		}

@@ -22,12 +22,12 @@ type TLSFiles struct {
 	KeyFile  string
 }
 
-func decodeTLS(t *table) *TLSFiles {
+func decodeTLS(t *Table) *TLSFiles {
 	f := &TLSFiles{}
-	t.str("ca_file", &f.CAFile)
-	t.str("cert_file", &f.CertFile)
-	t.str("key_file", &f.KeyFile)
-	t.done(nil)
+	t.Str("ca_file", &f.CAFile)
+	t.Str("cert_file", &f.CertFile)
+	t.Str("key_file", &f.KeyFile)
+	t.Done(nil)
 	return f
 }
 
