@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -23,32 +24,33 @@ import (
 // prompt was taken, or in a turn before any backoff).
 var ErrHostLeft = errors.New("musepi: the node hosting the session left during the prompt")
 
-// Cluster mode is package cluster's (cluster.Join): it drives a runtime
-// through hosting.Runtime, so that this package links none of it.
-func init() {
-	hosting.NewRuntime = func(store history.Store, opts any) (hosting.Runtime, error) {
-		rt, err := newRuntime(append(opts.([]Option), WithHistoryStore(store)))
-		if err != nil {
-			return nil, err
-		}
-		if _, ok := rt.cfg.clock.(clock.Real); !ok {
-			return nil, fmt.Errorf("musepi: join a cluster: WithClock: cluster mode runs on the wall clock")
-		}
-		return nodeRuntime{rt}, nil
+// NewHostedRuntime is for package cluster (cluster.Join, which embedders
+// call instead): a runtime of opts on store, for a node of a cluster, and
+// the same runtime as the node drives it (through hosting.Runtime, so that
+// this package links no cluster code). It runs on the wall clock
+// (WithClock is refused); its actors start at Attach.
+func NewHostedRuntime(store history.Store, opts ...Option) (*Runtime, hosting.Runtime[*Session], error) {
+	rt, err := newRuntime(append(slices.Clip(opts), WithHistoryStore(store)))
+	if err != nil {
+		return nil, nil, err
 	}
-	hosting.NodeOf = func(rt any) hosting.Node {
-		if r, ok := rt.(*Runtime); ok && r != nil {
-			return r.cluster
-		}
+	if _, ok := rt.cfg.clock.(clock.Real); !ok {
+		return nil, nil, fmt.Errorf("musepi: join a cluster: WithClock: cluster mode runs on the wall clock")
+	}
+	return rt, nodeRuntime{rt}, nil
+}
+
+// HostedNode is for package cluster (cluster.MemberOf): the node of a
+// runtime of NewHostedRuntime once attached, nil for any other runtime.
+func HostedNode(rt *Runtime) hosting.Node[*Session] {
+	if rt == nil {
 		return nil
 	}
+	return rt.cluster
 }
 
 // nodeRuntime is a runtime as its cluster node drives it.
 type nodeRuntime struct{ rt *Runtime }
-
-// Public is the runtime.
-func (n nodeRuntime) Public() any { return n.rt }
 
 // System is the runtime's actor system (the member's, once attached).
 func (n nodeRuntime) System() *actor.ActorSystem { return n.rt.system }
@@ -88,7 +90,7 @@ func (n nodeRuntime) Settings() hosting.Settings {
 
 // Attach runs the runtime on node's member m: its sessions use the
 // cluster's shared actors, and its stats read their views.
-func (n nodeRuntime) Attach(node hosting.Node, m hosting.Member) {
+func (n nodeRuntime) Attach(node hosting.Node[*Session], m hosting.Member) {
 	rt := n.rt
 	rt.cluster = node
 	rt.system = m.System()
@@ -120,7 +122,7 @@ func (n nodeRuntime) Serve(client bool) error {
 }
 
 // NewHandle is a Session of id that runs through r.
-func (n nodeRuntime) NewHandle(id, model string, autoRetry bool, r hosting.Runner) hosting.Handle {
+func (n nodeRuntime) NewHandle(id, model string, autoRetry bool, r hosting.Runner) hosting.Handle[*Session] {
 	s := &Session{id: id, rt: n.rt, state: &actors.SessionState{}, at: r}
 	s.events.Init(n.rt.sessionEvents)
 	s.state.Init(model, autoRetry)
@@ -153,7 +155,7 @@ func (n nodeRuntime) Open(id string, req *messages.SessionOpen, open func() (his
 type sessionHandle struct{ s *Session }
 
 func (h sessionHandle) ID() string                        { return h.s.id }
-func (h sessionHandle) Public() any                       { return h.s }
+func (h sessionHandle) Session() *Session                 { return h.s }
 func (h sessionHandle) Publish(ev *messages.SessionEvent) { h.s.events.Publish(ev) }
 func (h sessionHandle) Listening() bool                   { return h.s.events.HasSubscribers() }
 func (h sessionHandle) State() *actors.SessionState       { return h.s.state }

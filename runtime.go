@@ -59,7 +59,7 @@ type Runtime struct {
 
 	// cluster is the runtime's part in a cluster (cluster.Join; nil: one
 	// machine). The sessions map then holds the sessions it hosts.
-	cluster hosting.Node
+	cluster hosting.Node[*Session]
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -403,12 +403,8 @@ func (rt *Runtime) NewSession(ctx context.Context, opts ...SessionOption) (*Sess
 		return nil, err
 	}
 	if rt.cluster != nil {
-		h, err := rt.cluster.Handle(ctx, hosting.HandleRequest{ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: *settings,
+		return rt.cluster.Handle(ctx, hosting.HandleRequest{ID: cfg.id, Model: cfg.model, Role: cfg.role, Settings: *settings,
 			Priority: cfg.priority, Steering: cfg.steering != nil, Takeover: cfg.open != nil})
-		if err != nil {
-			return nil, err
-		}
-		return h.(*Session), nil
 	}
 	open := func() (history.Log, []*messages.Entry, error) { return rt.store.Open(cfg.id) }
 	if cfg.open != nil {
@@ -563,10 +559,7 @@ func (rt *Runtime) forget(id string) {
 // cluster.Join: the sessions opened through it, wherever they are hosted).
 func (rt *Runtime) Sessions() []*Session {
 	if rt.cluster != nil {
-		var out []*Session
-		for _, h := range rt.cluster.Handles() {
-			out = append(out, h.(*Session))
-		}
+		out := rt.cluster.Handles()
 		slices.SortFunc(out, func(a, b *Session) int { return strings.Compare(a.id, b.id) })
 		return out
 	}
@@ -589,11 +582,7 @@ func (rt *Runtime) local() []*Session {
 // its handle, if opened through this runtime).
 func (rt *Runtime) Session(id string) (*Session, bool) {
 	if rt.cluster != nil {
-		h, ok := rt.cluster.HandleOf(id)
-		if !ok {
-			return nil, false
-		}
-		return h.(*Session), true
+		return rt.cluster.HandleOf(id)
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()

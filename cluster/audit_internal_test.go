@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
@@ -16,7 +17,7 @@ import (
 
 // onlySystem is a runtime of which a test needs its actor system only.
 type onlySystem struct {
-	hosting.Runtime
+	hosting.Runtime[*musepi.Session]
 	system *actor.ActorSystem
 }
 
@@ -28,7 +29,7 @@ func (r onlySystem) AllEvents() *actors.Fanout { return &actors.Fanout{} }
 // toldHandle is a handle of which a test needs its id and what it
 // published to its subscribers.
 type toldHandle struct {
-	hosting.Handle
+	hosting.Handle[*musepi.Session]
 	mu   sync.Mutex
 	told []*messages.SessionEvent
 }

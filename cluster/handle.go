@@ -27,7 +27,7 @@ import (
 // it up again. The relay receives the session's events (while anyone
 // subscribes) and SessionMoved when the activation hands the session over.
 type remoteSession struct {
-	s     hosting.Handle
+	s     hosting.Handle[*musepi.Session]
 	node  *clusterNode
 	open  *messages.SessionOpen
 	relay *actor.PID

@@ -90,7 +90,7 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if cc.HandoverTimeout == 0 {
 		cc.HandoverTimeout = DefaultHandoverTimeout
 	}
-	rt, err := hosting.NewRuntime(cc.Store, opts)
+	public, rt, err := musepi.NewHostedRuntime(cc.Store, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if err := rt.Serve(cc.Client); err != nil {
 		return nil, err
 	}
-	return rt.Public().(*musepi.Runtime), nil
+	return public, nil
 }
 
 // config is the member's Config: cc's addresses and membership, with the
@@ -144,7 +144,7 @@ func (cc JoinConfig) config(s hosting.Settings, sessions *actor.Props) Config {
 // MemberOf is the member of a runtime of Join (nil for any other
 // runtime): its propagation figures, its view of the shared actors.
 func MemberOf(rt *musepi.Runtime) *Member {
-	if node, ok := hosting.NodeOf(rt).(*clusterNode); ok {
+	if node, ok := musepi.HostedNode(rt).(*clusterNode); ok {
 		return node.member
 	}
 	return nil

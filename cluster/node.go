@@ -17,7 +17,7 @@ import (
 // handles of the sessions opened through it (which may be hosted
 // anywhere; the sessions it hosts are the runtime's sessions).
 type clusterNode struct {
-	rt     hosting.Runtime
+	rt     hosting.Runtime[*musepi.Session]
 	cc     JoinConfig
 	member *Member
 	ready  chan struct{} // closed once the runtime can host sessions
@@ -113,7 +113,7 @@ func (n *clusterNode) attachPatience() time.Duration {
 
 // Handle returns the runtime's handle of session req.ID, opening the
 // session at its activation.
-func (n *clusterNode) Handle(ctx context.Context, req hosting.HandleRequest) (any, error) {
+func (n *clusterNode) Handle(ctx context.Context, req hosting.HandleRequest) (*musepi.Session, error) {
 	if req.Steering {
 		return nil, fmt.Errorf("musepi: session %s: WithSteering: a Go function cannot reach the node that hosts the session in cluster mode", req.ID)
 	}
@@ -136,27 +136,27 @@ func (n *clusterNode) Handle(ctx context.Context, req hosting.HandleRequest) (an
 		r.release()
 		return nil, err
 	}
-	return r.s.Public(), nil
+	return r.s.Session(), nil
 }
 
 // Handles are the sessions of the node's handles.
-func (n *clusterNode) Handles() []any {
-	var out []any
+func (n *clusterNode) Handles() []*musepi.Session {
+	var out []*musepi.Session
 	for _, r := range n.remotes() {
-		out = append(out, r.s.Public())
+		out = append(out, r.s.Session())
 	}
 	return out
 }
 
 // HandleOf is the session of the handle of id, if one is open here.
-func (n *clusterNode) HandleOf(id string) (any, bool) {
+func (n *clusterNode) HandleOf(id string) (*musepi.Session, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, ok := n.handles[id]
 	if !ok {
 		return nil, false
 	}
-	return r.s.Public(), true
+	return r.s.Session(), true
 }
 
 // Member is the node's membership.

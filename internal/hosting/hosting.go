@@ -5,7 +5,12 @@
 // cluster, etcd, gRPC, PostgreSQL) and an embedder who never joins a
 // cluster links none either. Package cluster implements Member and Node;
 // package musepi implements Runtime, Runner (for its own sessions), Handle
-// and Local, and sets NewRuntime and NodeOf.
+// and Local. Package cluster gets a runtime from musepi.NewHostedRuntime,
+// and a runtime's node from musepi.HostedNode.
+//
+// Runtime, Node and Handle take the session type S, a *musepi.Session
+// (which this package cannot name): a node gives a runtime its sessions
+// as such, with no type assertion.
 package hosting
 
 import (
@@ -62,15 +67,13 @@ type Settings struct {
 }
 
 // Runtime is a runtime as its cluster node drives it: package musepi
-// implements it, package cluster's node uses it.
-type Runtime interface {
-	// Public is the *musepi.Runtime.
-	Public() any
+// implements it, package cluster's node uses it. S is its session type.
+type Runtime[S any] interface {
 	// Settings are what its options say of the cluster's shared actors.
 	Settings() Settings
 	// Attach runs the runtime on node, a member of the cluster: its actors
 	// on the member's system, its sessions on the cluster's shared actors.
-	Attach(node Node, m Member)
+	Attach(node Node[S], m Member)
 	// Serve starts what the runtime serves once it is a node: telemetry,
 	// and (unless client) the durable timers of the sessions it may host.
 	Serve(client bool) error
@@ -82,7 +85,7 @@ type Runtime interface {
 	AllEvents() *actors.Fanout
 	// NewHandle is the session id as its caller here sees it, wherever it
 	// runs: through r.
-	NewHandle(id, model string, autoRetry bool, r Runner) Handle
+	NewHandle(id, model string, autoRetry bool, r Runner) Handle[S]
 	// Open hosts session id here, as req configures it, on the history
 	// that open returns; it fails with musepi.ErrRuntimeClosed once the
 	// runtime is shut down.
@@ -90,15 +93,15 @@ type Runtime interface {
 }
 
 // Node is a runtime's part in its cluster: package cluster implements it,
-// the runtime calls it.
-type Node interface {
+// the runtime calls it. S is the runtime's session type.
+type Node[S any] interface {
 	// Handle opens the runtime's handle of a session, wherever the
-	// cluster hosts it; it returns the *musepi.Session.
-	Handle(ctx context.Context, req HandleRequest) (any, error)
-	// Handles are the handles' sessions (*musepi.Session values).
-	Handles() []any
+	// cluster hosts it, and returns its session.
+	Handle(ctx context.Context, req HandleRequest) (S, error)
+	// Handles are the handles' sessions.
+	Handles() []S
 	// HandleOf is the handle's session of id, if one is open here.
-	HandleOf(id string) (any, bool)
+	HandleOf(id string) (S, bool)
 	// LetGo drops the handle of id, leaving the session open where it is.
 	LetGo(id string)
 	// Watch has the handles' activations relay events while anyone
@@ -156,11 +159,12 @@ type Runner interface {
 	CloseHere(ctx context.Context) error
 }
 
-// Handle is a session's handle as its Runner uses it.
-type Handle interface {
+// Handle is a session's handle as its Runner uses it. S is the
+// runtime's session type.
+type Handle[S any] interface {
 	ID() string
-	// Public is the *musepi.Session.
-	Public() any
+	// Session is the handle's session.
+	Session() S
 	// Publish gives ev to the session's subscribers; Listening reports
 	// whether it has any.
 	Publish(ev *messages.SessionEvent)
@@ -198,12 +202,3 @@ type Local interface {
 // OpenAttempts bounds how often a message that found its session's
 // activation gone (a dead letter) is sent again.
 const OpenAttempts = 5
-
-// NewRuntime starts a runtime of the options opts (a []musepi.Option) on
-// store, for a node of a cluster: on the wall clock (WithClock is
-// refused), its actors not started until Attach. Package musepi sets it.
-var NewRuntime func(store history.Store, opts any) (Runtime, error)
-
-// NodeOf is the node of a runtime (a *musepi.Runtime) that joined a
-// cluster, nil for another; package musepi sets it.
-var NodeOf func(rt any) Node
