@@ -37,11 +37,14 @@ func CheckListenAddress(addr string) error {
 	return err
 }
 
+// SplitAddress checks an address to dial, host:port, and returns its
+// host: a host name or an IP address, with a port from 1 to 65535 (what
+// cluster.advertise_address and cluster.automanaged.peers take).
+func SplitAddress(addr string) (string, error) { return splitAddress(addr, false) }
+
 // splitAddress checks the address host:port and returns its host: a host
 // name or an IP address, with a port from 1 to 65535; an address to
-// listen on (listen) may also have no host and port 0. The address that
-// cluster.advertise_address and cluster.automanaged.peers take is one
-// that is not listened on.
+// listen on (listen) may also have no host and port 0.
 func splitAddress(addr string, listen bool) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" && !listen {
@@ -55,7 +58,7 @@ func splitAddress(addr string, listen bool) (string, error) {
 		return "", fmt.Errorf("port of %q must be %d to 65535", addr, lo)
 	}
 	if host != "" {
-		if err := checkHost(host); err != nil {
+		if err := CheckHost(host); err != nil {
 			return "", err
 		}
 	}
@@ -68,8 +71,8 @@ func validPort(port string, lo int) bool {
 	return err == nil && strings.Trim(port, "0123456789") == "" && n >= lo && n <= 65535
 }
 
-// checkHost checks a host name or IP address (not empty).
-func checkHost(h string) error {
+// CheckHost checks a host name or IP address (not empty).
+func CheckHost(h string) error {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return nil
 	}

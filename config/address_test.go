@@ -34,7 +34,7 @@ func TestCheckBaseURL(t *testing.T) {
 }
 
 // CheckListenAddress is the rule for musepi's --metrics-addr and
-// fakellm's --listen; splitAddress without listening is the one for
+// fakellm's --listen; SplitAddress is the one for
 // cluster.advertise_address and cluster.automanaged.peers.
 func TestCheckAddress(t *testing.T) {
 	for _, tc := range []struct {
@@ -56,8 +56,8 @@ func TestCheckAddress(t *testing.T) {
 		{"a b:80", `want a host name or IP address, got "a b"`, `want a host name or IP address, got "a b"`},
 	} {
 		checkAddress(t, "CheckListenAddress", tc.addr, CheckListenAddress(tc.addr), tc.listen)
-		_, err := splitAddress(tc.addr, false)
-		checkAddress(t, "splitAddress", tc.addr, err, tc.dial)
+		_, err := SplitAddress(tc.addr)
+		checkAddress(t, "SplitAddress", tc.addr, err, tc.dial)
 	}
 }
 

@@ -18,12 +18,14 @@
 // Validation therefore depends on the environment, and `musepi config check`
 // reports a missing variable like any other error. RuntimeOptions reads the
 // variables again when it builds the runtime; the Config holds no secrets.
+//
+// The keys whose runtime needs the cluster packages, the [cluster] table
+// and history_database, are read by package config/clustercfg, through an
+// Extension; Parse and Load report them as unknown keys. Package config
+// links no database driver and no cluster transport.
 package config
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,7 +37,6 @@ import (
 	"unicode"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/provider"
@@ -69,19 +70,6 @@ type Config struct {
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
 	HistoryDir string
-	// HistoryDatabase ("history_database") is a PostgreSQL URL
-	// ("postgres://user@host:5432/db?sslmode=disable"): session histories,
-	// with their retry chains' records (durable retry chains) and durable
-	// timers, are kept in that database (cluster/pgstore), which
-	// Config.NewRuntime connects to. Exclusive with history_dir and
-	// history_sync. Default "": not used.
-	HistoryDatabase string
-	// HistoryLease ("history_lease_ms") is how long this process's hold on
-	// its sessions in history_database outlives it when it dies without
-	// closing them (killed): another process opens them once it ran out.
-	// Left out (0): DefaultHistoryLease (15 s); else at least 100 ms. Only
-	// with history_database.
-	HistoryLease time.Duration
 	// HistorySync ("history_sync") is when history files are synced to
 	// disk: "turn" (the default when empty), "entry" or "none"; see
 	// musepi.WithHistorySync.
@@ -109,14 +97,27 @@ type Config struct {
 	// Retry ("retry") is the retry settings group; keys left out keep the
 	// values of retry.DefaultSettings().
 	Retry retry.Settings
-	// Cluster ("cluster") is how this runtime joins a cluster (see
-	// Cluster); nil when the file has no [cluster] table.
-	Cluster *Cluster
+
+	// ext reads and checks the keys package config does not define (nil:
+	// none); Validate and RuntimeOptions check them again.
+	ext Extension
 }
 
-// DefaultHistoryLease is history_lease_ms when the key is left out
-// (pgstore's default lease).
-const DefaultHistoryLease = pgstore.DefaultLease
+// Extension reads and checks the top-level keys of the file that package
+// config does not define, for a package that configures more than a
+// runtime (config/clustercfg reads the [cluster] table and
+// history_database with one). ParseWith, LoadWith and LoadExtension take
+// one; Parse and Load report those keys as unknown.
+type Extension interface {
+	// Decode reads the extension's keys from the file's top-level table,
+	// before the keys nobody read are reported as unknown. Settings left
+	// out keep their defaults; values are not validated here.
+	Decode(t *Table)
+	// Check validates what Decode read, with c the rest of the file
+	// (decoded, and checked apart); Validate and RuntimeOptions call it
+	// again, for the fields changed since.
+	Check(c *Config) []Problem
+}
 
 // Kind is the API a provider speaks.
 type Kind string
@@ -189,37 +190,40 @@ type Credential struct {
 
 // Parse decodes and validates a configuration. Its error is an *Error
 // listing every problem.
-func Parse(data []byte) (*Config, error) {
-	return parse(data, "", (*Config).check)
-}
+func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
 
 // Load reads, decodes and validates the configuration file at path. Every
 // line of its error starts with path.
-func Load(path string) (*Config, error) { return load(path, (*Config).check) }
+func Load(path string) (*Config, error) { return LoadWith(path, nil) }
 
-// LoadCluster reads and decodes the configuration file at path and
-// validates its [cluster] table only, as Load does, its TLS files read:
-// for the commands that read a cluster's state (musepi cluster status,
-// sessions, history show), which call no provider and so need neither the
-// providers' checks nor the environment variables holding their keys. It
-// returns the table, which carries the etcd client's TLS for EtcdConfig.
-// A file without a [cluster] table fails.
-func LoadCluster(path string) (*Cluster, error) {
-	c, err := load(path, (*Config).checkCluster)
-	if err != nil {
-		return nil, err
-	}
-	if c.Cluster == nil {
-		return nil, fmt.Errorf("%s has no [cluster] table (see config/README.md)", path)
-	}
-	return c.Cluster, nil
+// ParseWith is Parse with ext reading and checking the keys package config
+// does not define (nil: none).
+func ParseWith(data []byte, ext Extension) (*Config, error) {
+	return parse(data, "", ext, (*Config).check)
+}
+
+// LoadWith is Load with ext reading and checking the keys package config
+// does not define (nil: none).
+func LoadWith(path string, ext Extension) (*Config, error) {
+	return load(path, ext, (*Config).check)
+}
+
+// LoadExtension reads and decodes the configuration file at path as
+// LoadWith does, but validates only ext's keys: for the programs that
+// need only those (musepi cluster status reads the [cluster] table and
+// calls no provider, so it needs neither the providers' checks nor the
+// environment variables holding their keys). The Config's Validate and
+// RuntimeOptions check the whole file.
+func LoadExtension(path string, ext Extension) (*Config, error) {
+	return load(path, ext, (*Config).checkExtension)
 }
 
 // checker validates a decoded configuration and returns what it read.
 type checker func(*Config) (*loaded, []Problem)
 
-// load reads the file at path, decodes it and validates it with check.
-func load(path string, check checker) (*Config, error) {
+// load reads the file at path, decodes it with ext and validates it with
+// check.
+func load(path string, ext Extension, check checker) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err // *fs.PathError: "open PATH: ..."
@@ -228,30 +232,26 @@ func load(path string, check checker) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	c, err := parse(data, abs, check)
+	c, err := parse(data, abs, ext, check)
 	if e, ok := err.(*Error); ok {
 		e.File = path
 	}
 	return c, err
 }
 
-// parse decodes data (the file at file, "" for none) and validates it
-// with check. The [cluster] table it returns keeps the etcd client's TLS
-// that check read.
-func parse(data []byte, file string, check checker) (*Config, error) {
+// parse decodes data (the file at file, "" for none) with ext and
+// validates it with check.
+func parse(data []byte, file string, ext Extension, check checker) (*Config, error) {
 	root, probs := parseTOML(data)
 	if probs != nil {
 		return nil, newError(file, probs)
 	}
-	c, probs := decode(root)
+	c, probs := decode(root, ext)
 	c.File = file
-	ld, checked := check(c)
+	_, checked := check(c)
 	probs = append(probs, withoutFollowUps(checked, probs)...)
 	if err := newError(file, probs); err != nil {
 		return nil, err
-	}
-	if c.Cluster != nil {
-		c.Cluster.etcdTLS = ld.etcdTLS
 	}
 	return c, nil
 }
@@ -303,12 +303,12 @@ func (c *Config) HistoryPath() (string, error) {
 	if c.HistoryDir == "" {
 		return "", nil
 	}
-	return c.resolve(c.HistoryDir)
+	return c.Resolve(c.HistoryDir)
 }
 
-// resolve resolves a path written in the file (history_dir, the TLS
-// tables' files) as HistoryPath says.
-func (c *Config) resolve(p string) (string, error) {
+// Resolve resolves a path written in the file (history_dir, an
+// Extension's files) as HistoryPath says.
+func (c *Config) Resolve(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") || strings.HasPrefix(p, "~"+string(filepath.Separator)) {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -331,22 +331,7 @@ func (c *Config) resolve(p string) (string, error) {
 // WithStreamIdleTimeout, WithPassivateAfter, WithMaxResponseBytes and, when
 // history_dir is set, WithHistoryDir. extra follows them, so it can add
 // options (WithLogger, WithTools...) or override the file's.
-//
-// history_database needs a connection, which RuntimeOptions does not open:
-// with it set, RuntimeOptions fails (use NewRuntime, which connects).
 func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error) {
-	opts, err := c.runtimeOptions()
-	if err != nil {
-		return nil, err
-	}
-	if c.HistoryDatabase != "" {
-		return nil, errors.New("config: history_database is set: Config.NewRuntime connects to it (RuntimeOptions opens no connection)")
-	}
-	return append(opts, extra...), nil
-}
-
-// runtimeOptions is RuntimeOptions without extra and the database.
-func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 	ld, probs := c.check()
 	if err := newError(c.File, probs); err != nil {
 		return nil, err
@@ -387,41 +372,18 @@ func (c *Config) runtimeOptions() ([]musepi.Option, error) {
 		policy, _ := history.ParseSync(c.HistorySync) // checked above
 		opts = append(opts, musepi.WithHistorySync(policy))
 	}
-	return opts, nil
+	return append(opts, extra...), nil
 }
 
-// connectTimeout bounds connecting to history_database and migrating it.
-const connectTimeout = 30 * time.Second
-
 // NewRuntime starts a runtime from the configuration and extra (see
-// RuntimeOptions). With history_database it first connects to the
-// database (migrating its schema; at most 30 s) and keeps the histories
-// there; the runtime closes the connection on Shutdown. Sessions still
-// name their model: rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel)).
+// RuntimeOptions). Sessions still name their model:
+// rt.NewSession(ctx, musepi.WithModel(cfg.DefaultModel)).
 func (c *Config) NewRuntime(extra ...musepi.Option) (*musepi.Runtime, error) {
-	opts, err := c.runtimeOptions()
+	opts, err := c.RuntimeOptions(extra...)
 	if err != nil {
 		return nil, err
 	}
-	if c.HistoryDatabase == "" {
-		return musepi.NewRuntime(append(opts, extra...)...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	defer cancel()
-	lease := c.HistoryLease
-	if lease == 0 {
-		lease = DefaultHistoryLease
-	}
-	store, err := pgstore.Connect(ctx, c.HistoryDatabase, pgstore.WithLease(lease))
-	if err != nil {
-		return nil, fmt.Errorf("config: history_database: %w", err)
-	}
-	rt, err := musepi.NewRuntime(append(append(opts, musepi.WithHistoryStore(store)), extra...)...)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	return rt, nil
+	return musepi.NewRuntime(opts...)
 }
 
 // build returns the provider p describes.
@@ -441,12 +403,20 @@ var (
 	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
+// CheckEnvName checks the name of an environment variable that the file
+// names (api_key_env, an Extension's): letters, digits and '_', not
+// starting with a digit.
+func CheckEnvName(name string) error {
+	if !envName.MatchString(name) {
+		return fmt.Errorf("%q is not an environment variable name (letters, digits and '_', not starting with a digit)", name)
+	}
+	return nil
+}
+
 // loaded is what check reads while it validates: each credential's key
-// by provider name and credential index, and the TLS configurations of
-// [cluster.tls] and [cluster.etcd.tls] (nil without the table).
+// by provider name and credential index.
 type loaded struct {
-	keys                map[string][]string
-	clusterTLS, etcdTLS *tls.Config
+	keys map[string][]string
 }
 
 // check validates c and returns, when it is valid, what it read.
@@ -482,7 +452,6 @@ func (c *Config) check() (*loaded, []Problem) {
 			v.add("history_sync", `want "turn", "entry" or "none", got %q`, c.HistorySync)
 		}
 	}
-	v.database()
 	if len(c.Providers) == 0 {
 		v.add("providers", "at least one provider is required (a [providers.NAME] table)")
 	}
@@ -490,42 +459,22 @@ func (c *Config) check() (*loaded, []Problem) {
 		keys[name] = v.provider(name, c.Providers[name])
 	}
 	v.retry(c.Retry)
-	if c.Cluster != nil {
-		v.cluster(c.Cluster)
-	}
+	v.extension()
 	return v.loaded, v.probs
 }
 
-// checkCluster validates c's [cluster] table only (nothing without one)
-// and returns, when it is valid, what it read: LoadCluster's check.
-func (c *Config) checkCluster() (*loaded, []Problem) {
+// checkExtension validates c's Extension's keys only: LoadExtension's
+// check.
+func (c *Config) checkExtension() (*loaded, []Problem) {
 	v := newValidator(c)
-	if c.Cluster != nil {
-		v.cluster(c.Cluster)
-	}
+	v.extension()
 	return v.loaded, v.probs
 }
 
-// database checks history_database and history_lease_ms.
-func (v *validator) database() {
-	c := v.c
-	if c.HistoryDatabase == "" {
-		if c.HistoryLease != 0 {
-			v.add("history_lease_ms", "applies only with history_database")
-		}
-		return
-	}
-	if c.HistoryDir != "" {
-		v.add("history_database", "history_dir is set too: keep histories in files or in the database, not both")
-	}
-	if c.HistorySync != "" {
-		v.add("history_sync", "applies to history files; with history_database every write is committed before it returns")
-	}
-	if err := checkPostgresURL(c.HistoryDatabase); err != nil {
-		v.add("history_database", "%v", err)
-	}
-	if c.HistoryLease != 0 && c.HistoryLease < pgstore.MinLease {
-		v.add("history_lease_ms", "must be at least %d, got %d", pgstore.MinLease.Milliseconds(), c.HistoryLease.Milliseconds())
+// extension adds the problems of the keys of c's Extension.
+func (v *validator) extension() {
+	if v.c.ext != nil {
+		v.probs = append(v.probs, v.c.ext.Check(v.c)...)
 	}
 }
 
@@ -655,11 +604,12 @@ func (v *validator) credentials(at string, creds []Credential) []string {
 			v.add(ck+".banked_resets", "must be 0 or more, got %d", cr.BankedResets)
 		}
 		ek := ck + ".api_key_env"
+		nameErr := CheckEnvName(cr.APIKeyEnv)
 		switch j, dup := envs[cr.APIKeyEnv]; {
 		case cr.APIKeyEnv == "":
 			v.add(ek, "required (the name of the environment variable holding the API key)")
-		case !envName.MatchString(cr.APIKeyEnv):
-			v.add(ek, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", cr.APIKeyEnv)
+		case nameErr != nil:
+			v.add(ek, "%v", nameErr)
 		case dup:
 			v.add(ek, "environment variable %s is already used by credentials[%d]", cr.APIKeyEnv, j)
 		default:

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/config/internal/configtest"
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/retry"
 )
@@ -24,32 +26,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-const testKeyEnv = "MUSEPI_TEST_KEY"
+// The files the cases build on (configtest's, shared with clustercfg's
+// tests).
+const (
+	testKeyEnv     = configtest.KeyEnv
+	openaiProvider = configtest.OpenAIProvider
+)
 
-// openaiProvider is a valid provider table the cases build on.
-const openaiProvider = `
-[providers.openai]
-kind = "openai"
-models = ["gpt-4o", "gpt-4o-mini"]
-  [[providers.openai.credentials]]
-  name = "main"
-  api_key_env = "MUSEPI_TEST_KEY"
-`
-
-// doc assembles a file: top-level keys, then the providers (openaiProvider
-// when "", none when "-"), then the rest.
-func doc(top, providers, rest string) string {
-	if top == "" {
-		top = `default_model = "openai/gpt-4o"`
-	}
-	switch providers {
-	case "":
-		providers = openaiProvider
-	case "-":
-		providers = ""
-	}
-	return top + "\n" + providers + "\n" + rest + "\n"
-}
+var doc = configtest.Doc
 
 // problems returns the problems of err, failing the test when err is not
 // an *Error.
@@ -81,7 +65,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, input_tpm, kind, max_tokens, models, output_tpm, prices, rpm, tpm)", only: true},
@@ -113,7 +97,6 @@ func TestValidationErrors(t *testing.T) {
 		{name: "credentials not an array", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = \"MUSEPI_TEST_KEY\"", key: "providers.openai.credentials", msg: "must be an array of tables, got a string", only: true},
 		{name: "credential not a table", prov: "[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}, \"x\"]", key: "providers.openai.credentials[1]", msg: "must be a table, got a string", only: true},
 		{name: "banked_resets not an integer", prov: openaiProvider + "  banked_resets = true\n", key: "providers.openai.credentials[0].banked_resets", msg: "must be an integer, got a boolean", only: true},
-		{name: "cluster not a table", top: "default_model = \"openai/gpt-4o\"\ncluster = \"dev\"", key: "cluster", msg: "must be a table, got a string", only: true},
 		{name: "retry not a table", top: "default_model = \"openai/gpt-4o\"\nretry = true", key: "retry", msg: "must be a table, got a boolean"},
 		{name: "enabled not a boolean", rest: "[retry]\nenabled = 1", key: "retry.enabled", msg: "must be a boolean (true or false), got an integer", only: true},
 		{name: "max_retries a string", rest: "[retry]\nmax_retries = \"3\"", key: "retry.max_retries", msg: "must be an integer, got a string", only: true},
@@ -140,13 +123,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "api key with a newline", prov: openaiProvider + cred("nl", "MUSEPI_TEST_NEWLINE_KEY"), key: "providers.openai.credentials[1].api_key_env", msg: "environment variable MUSEPI_TEST_NEWLINE_KEY holds a newline or other control character inside the key", only: true},
 		{name: "history_sync unknown", top: "default_model = \"openai/gpt-4o\"\nhistory_sync = \"always\"", key: "history_sync", msg: `want "turn", "entry" or "none", got "always"`, only: true},
 		{name: "history_dir ~user", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = \"~bob/sessions\"", key: "history_dir", msg: `only a leading "~" or "~/" is expanded`, only: true},
-		{name: "history_database not postgres", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"mysql://db/x\"", key: "history_database", msg: `want a "postgres://" or "postgresql://" URL, got scheme "mysql"`, only: true},
-		{name: "history_database no host", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres:///x\"", key: "history_database", msg: "the URL names no host", only: true},
-		{name: "history_database bad parameter", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x?pool_max_conns=lots\"", key: "history_database", msg: "pool_max_conns", only: true},
-		{name: "history_database and history_dir", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_dir = \"d\"", key: "history_database", msg: "history_dir is set too", only: true},
-		{name: "history_database and history_sync", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_sync = \"turn\"", key: "history_sync", msg: "applies to history files", only: true},
-		{name: "history_lease_ms too short", top: "default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://h/x\"\nhistory_lease_ms = 50", key: "history_lease_ms", msg: "must be at least 100, got 50", only: true},
-		{name: "history_lease_ms without a database", top: "default_model = \"openai/gpt-4o\"\nhistory_lease_ms = 500", key: "history_lease_ms", msg: "applies only with history_database", only: true},
+		{name: "a cluster table: clustercfg's", rest: "[cluster]\nname = \"dev\"", key: "cluster", msg: "unknown key (allowed: ", only: true},
 		{name: "no providers", prov: "-", key: "providers", msg: "at least one provider is required"},
 		{name: "no providers: default_model", prov: "-", key: "default_model", msg: `provider "openai" is not configured (no providers are configured)`},
 
@@ -627,6 +604,9 @@ func TestREADMEExamples(t *testing.T) {
 		t.Errorf("README example differs from exampleConfig:\n%s", blocks[0][1])
 	}
 	for i, b := range blocks {
+		if bytes.Contains(b[1], []byte("[cluster]")) {
+			continue // clustercfg's (its TestREADMEExamples)
+		}
 		if _, err := Parse(b[1]); err != nil {
 			t.Errorf("README toml block %d: %v", i, err)
 		}
@@ -880,24 +860,6 @@ func TestAPIKeyControlCharacters(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "MUSEPI_TEST_SECRET") || strings.Contains(err.Error(), "sk-") {
 			t.Errorf("key %q: error %v, want one naming the variable and not showing the value", secret, err)
 		}
-	}
-}
-
-// A configuration with history_database builds no options without its
-// connection: RuntimeOptions says to use NewRuntime, which connects (and
-// fails with the key's name when it cannot).
-func TestHistoryDatabaseNeedsNewRuntime(t *testing.T) {
-	t.Setenv("MUSEPI_TEST_KEY", "k")
-	cfg, err := Parse([]byte("default_model = \"openai/gpt-4o\"\nhistory_database = \"postgres://127.0.0.1:1/x?connect_timeout=1\"\n" +
-		"[providers.openai]\nkind = \"openai\"\ncredentials = [{name = \"main\", api_key_env = \"MUSEPI_TEST_KEY\"}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cfg.RuntimeOptions(); err == nil || !strings.Contains(err.Error(), "Config.NewRuntime connects") {
-		t.Errorf("RuntimeOptions = %v, want it to point at NewRuntime", err)
-	}
-	if _, err := cfg.NewRuntime(); err == nil || !strings.Contains(err.Error(), "history_database") {
-		t.Errorf("NewRuntime on a closed port = %v, want a history_database error", err)
 	}
 }
 

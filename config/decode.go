@@ -37,12 +37,13 @@ func parseTOML(data []byte) (root map[string]any, probs []Problem) {
 	return root, nil
 }
 
-// decode reads the tree into a Config. Keys it does not know and values
+// decode reads the tree into a Config, ext reading the keys it defines.
+// Keys it does not know and values
 // of the wrong type are problems; values are not validated here. Settings
 // left out keep their defaults.
-func decode(root map[string]any) (*Config, []Problem) {
+func decode(root map[string]any, ext Extension) (*Config, []Problem) {
 	d := &decoder{}
-	c := &Config{Retry: retry.DefaultSettings(), Pacing: true, PacingStickyWait: musepi.DefaultPacingStickyWait,
+	c := &Config{ext: ext, Retry: retry.DefaultSettings(), Pacing: true, PacingStickyWait: musepi.DefaultPacingStickyWait,
 		StreamIdleTimeout: musepi.DefaultStreamIdleTimeout, PassivateAfter: musepi.DefaultPassivateAfter,
 		MaxResponseBytes: musepi.DefaultMaxResponseBytes}
 	t := d.table("", root)
@@ -52,8 +53,6 @@ func decode(root map[string]any) (*Config, []Problem) {
 	t.Millis("pacing_sticky_wait_ms", &c.PacingStickyWait)
 	t.Str("history_dir", &c.HistoryDir)
 	t.Str("history_sync", &c.HistorySync)
-	t.Str("history_database", &c.HistoryDatabase)
-	t.Millis("history_lease_ms", &c.HistoryLease)
 	t.Millis("request_timeout_ms", &c.RequestTimeout)
 	t.Millis("stream_idle_timeout_ms", &c.StreamIdleTimeout)
 	t.Millis("passivate_after_ms", &c.PassivateAfter)
@@ -70,8 +69,8 @@ func decode(root map[string]any) (*Config, []Problem) {
 	if rt, ok := t.Sub("retry"); ok {
 		decodeRetry(rt, &c.Retry)
 	}
-	if ct, ok := t.Sub("cluster"); ok {
-		c.Cluster = decodeCluster(ct)
+	if ext != nil {
+		ext.Decode(t)
 	}
 	t.Done(nil)
 	return c, d.probs

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 )
 
 // The cluster recipe (docs/cluster.md) on other ports, for when system
@@ -33,7 +33,7 @@ func TestClusterExampleFilesOnOtherPorts(t *testing.T) {
 		if n := len(moved) - len(data); n != 2 {
 			t.Errorf("%s: the substitution changed %d ports; want 2 (etcd's and the database's)", path, n)
 		}
-		cfg, err := config.Parse([]byte(moved))
+		cfg, err := clustercfg.Parse([]byte(moved))
 		if err != nil {
 			t.Fatalf("%s on other ports: %v", path, err)
 		}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -17,7 +17,7 @@ func TestClusterExampleFiles(t *testing.T) {
 	ports, names := map[int]bool{}, map[string]bool{}
 	for i := 1; i <= 3; i++ {
 		path := fmt.Sprintf("cluster/node%d.toml", i)
-		cfg, err := config.Load(path)
+		cfg, err := clustercfg.Load(path)
 		if err != nil {
 			t.Fatal(err)
 		}

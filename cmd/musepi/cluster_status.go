@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/internal/opsview"
 )
 
@@ -64,7 +64,7 @@ func clusterStatus(f opsFlags) error {
 	in := opsview.StatusInput{Cluster: cc.Name, Membership: cc.Membership}
 	var wg sync.WaitGroup
 	wg.Go(func() { in.Snapshot, in.DatabaseErr = snapshot(ctx, cc) })
-	if cc.Membership == config.MembershipEtcd {
+	if cc.Membership == clustercfg.MembershipEtcd {
 		in.Members, in.MembersErr = cluster.EtcdMembers(ctx, cc.EtcdConfig(), cc.Name)
 		if in.MembersErr != nil {
 			in.MembersErr = fmt.Errorf("etcd: %w", in.MembersErr)

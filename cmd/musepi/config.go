@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 )
 
 var configCommand = &command{
@@ -32,7 +33,7 @@ problem to stderr, one "FILE: key: problem" line each, and exits 1.`,
 // findings, printed as they are; a file it cannot read is its failure.
 func checkConfig(args []string) error {
 	path := args[0]
-	cfg, err := config.Load(path)
+	cfg, err := clustercfg.Load(path)
 	var problems *config.Error
 	if errors.As(err, &problems) {
 		fmt.Fprintln(stderr, problems)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/rpc"
 )
@@ -14,7 +15,7 @@ import (
 // openConfig starts the runtime a configuration file describes; sessions
 // use its default model.
 func openConfig(path string, opts []musepi.Option, historyFlag bool) (*setup, error) {
-	cfg, err := config.Load(path)
+	cfg, err := clustercfg.Load(path)
 	if err != nil {
 		return nil, err
 	}
@@ -26,7 +27,7 @@ func openConfig(path string, opts []musepi.Option, historyFlag bool) (*setup, er
 		return nil, err
 	}
 	dir, _ := cfg.HistoryPath() // Load checked it
-	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg), historyDir: dir, shutdown: rt.Shutdown}, nil
+	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg.Config), historyDir: dir, shutdown: rt.Shutdown}, nil
 }
 
 // apiNames are pi's names of the provider kinds' APIs.

@@ -16,6 +16,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/internal/opsview"
 )
 
@@ -55,7 +56,7 @@ func setupNode(fs *flag.FlagSet) func([]string) error {
 // and the multi-process tests: where it listens, every change of the
 // member list, leaving and how long leaving took.
 func runNode(configPath, metricsAddr string, log *slog.Logger) error {
-	cfg, err := config.Load(configPath)
+	cfg, err := clustercfg.Load(configPath)
 	if err != nil {
 		return err
 	}
@@ -123,7 +124,7 @@ const rejoinPause = 2 * time.Second
 // (it was cut off from etcd or from the database) tries again every
 // rejoinPause until it is back or a signal comes: what cut it off is
 // likely still away.
-func joinUntil(ctx context.Context, stop func(), cfg *config.Config, url string, log *slog.Logger, extra []musepi.Option, rejoin bool) (*musepi.Runtime, error) {
+func joinUntil(ctx context.Context, stop func(), cfg *clustercfg.Config, url string, log *slog.Logger, extra []musepi.Option, rejoin bool) (*musepi.Runtime, error) {
 	for {
 		if cc := cfg.Cluster; cc != nil { // (without one, joinNode says so)
 			fmt.Fprintf(stderr, "musepi node: %s joining cluster %q (%s membership)\n", nodeName(cc), cc.Name, cc.Membership)
@@ -166,14 +167,14 @@ const startUnwind = 5 * time.Second
 // errInterrupted is the start's error when SIGINT or SIGTERM came first.
 var errInterrupted = errors.New("interrupted before the start completed")
 
-// joinNode is config.Join answering SIGINT and SIGTERM (the end of ctx) at
-// every moment of the start. Parts of the start take no context
+// joinNode is clustercfg's Config.Join answering SIGINT and SIGTERM (the
+// end of ctx) at every moment of the start. Parts of the start take no context
 // (protoactor's member start, the membership's registration), so the join
 // runs on a goroutine of its own. Once ctx ends, stopSignals makes a second
 // signal kill the process, the join has startUnwind to undo itself (the
 // parts that take ctx return at once; a member that joined leaves), and
 // joinNode fails with errInterrupted.
-func joinNode(ctx context.Context, stopSignals func(), cfg *config.Config, viewURL string, log *slog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
+func joinNode(ctx context.Context, stopSignals func(), cfg *clustercfg.Config, viewURL string, log *slog.Logger, extra []musepi.Option) (*musepi.Runtime, error) {
 	type joined struct {
 		rt  *musepi.Runtime
 		err error
@@ -232,7 +233,7 @@ func leave(rt *musepi.Runtime, bound time.Duration) error {
 
 // nodeName is the node's name in the database: node_name, or the host
 // name.
-func nodeName(c *config.Cluster) string {
+func nodeName(c *clustercfg.Cluster) string {
 	if c.NodeName != "" {
 		return c.NodeName
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/cluster/pgstore"
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 )
 
 // opsFlags are the flags of the commands that read a cluster's state
@@ -43,8 +43,8 @@ func (f opsFlags) check() error {
 
 // cluster loads the file's [cluster] table, its TLS files read (the etcd
 // client's in its EtcdConfig), and returns a context bounded by --timeout.
-func (f opsFlags) cluster() (*config.Cluster, context.Context, context.CancelFunc, error) {
-	cc, err := config.LoadCluster(*f.config)
+func (f opsFlags) cluster() (*clustercfg.Cluster, context.Context, context.CancelFunc, error) {
+	cc, err := clustercfg.LoadCluster(*f.config)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -53,7 +53,7 @@ func (f opsFlags) cluster() (*config.Cluster, context.Context, context.CancelFun
 }
 
 // inspect opens the cluster's database read-only.
-func inspect(ctx context.Context, cc *config.Cluster) (*pgstore.Inspector, error) {
+func inspect(ctx context.Context, cc *clustercfg.Cluster) (*pgstore.Inspector, error) {
 	in, err := pgstore.Inspect(ctx, cc.Database())
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
@@ -62,7 +62,7 @@ func inspect(ctx context.Context, cc *config.Cluster) (*pgstore.Inspector, error
 }
 
 // snapshot reads the cluster's database.
-func snapshot(ctx context.Context, cc *config.Cluster) (*pgstore.Snapshot, error) {
+func snapshot(ctx context.Context, cc *clustercfg.Cluster) (*pgstore.Snapshot, error) {
 	in, err := inspect(ctx, cc)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/internal/opsview"
 )
 
@@ -56,7 +56,7 @@ func listSessions(f opsFlags) error {
 		membersErr error
 		wg         sync.WaitGroup
 	)
-	if cc.Membership == config.MembershipEtcd {
+	if cc.Membership == clustercfg.MembershipEtcd {
 		wg.Go(func() { members, membersErr = storeNodes(ctx, cc) })
 	}
 	snap, err := snapshot(ctx, cc)
@@ -75,7 +75,7 @@ func listSessions(f opsFlags) error {
 
 // storeNodes are the database node ids of the members etcd lists (never
 // nil when read).
-func storeNodes(ctx context.Context, cc *config.Cluster) ([]string, error) {
+func storeNodes(ctx context.Context, cc *clustercfg.Cluster) ([]string, error) {
 	members, err := cluster.EtcdMembers(ctx, cc.EtcdConfig(), cc.Name)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
@@ -171,7 +172,7 @@ const joinTimeout = 30 * time.Second
 // openCluster joins the cluster of --config's [cluster] table as a client
 // member, which hosts no sessions: its sessions are hosted by the nodes.
 func (f *setupFlags) openCluster(extra []musepi.Option) (*setup, error) {
-	cfg, err := config.Load(f.config)
+	cfg, err := clustercfg.Load(f.config)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func (f *setupFlags) openCluster(extra []musepi.Option) (*setup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg), shutdown: rt.Shutdown}, nil
+	return &setup{rt: rt, model: cfg.DefaultModel, models: configModels(cfg.Config), shutdown: rt.Shutdown}, nil
 }
 
 // providerKind is a provider --provider names.

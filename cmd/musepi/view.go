@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 	"github.com/musepi/musepi/internal/opsview"
 )
 
@@ -37,7 +37,7 @@ func (v *memberView) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // viewURL is where other hosts read the view served at addr: its host is
 // the node's cluster host (advertise_address's, else host) when addr
 // listens on every interface.
-func viewURL(addr net.Addr, c *config.Cluster) string {
+func viewURL(addr net.Addr, c *clustercfg.Cluster) string {
 	host, port, _ := net.SplitHostPort(addr.String())
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = c.Host

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 )
 
 // The view's URL names the node's cluster host when the metrics server
@@ -14,14 +14,14 @@ import (
 func TestViewURL(t *testing.T) {
 	for _, tc := range []struct {
 		listen string
-		c      config.Cluster
+		c      clustercfg.Cluster
 		want   string
 	}{
-		{"127.0.0.1:9100", config.Cluster{Host: "127.0.0.1"}, "http://127.0.0.1:9100/cluster/members"},
-		{"10.0.0.2:9100", config.Cluster{Host: "0.0.0.0", AdvertiseAddress: "203.0.113.7:7001"}, "http://10.0.0.2:9100/cluster/members"},
-		{"0.0.0.0:9100", config.Cluster{Host: "0.0.0.0", AdvertiseAddress: "203.0.113.7:7001"}, "http://203.0.113.7:9100/cluster/members"},
-		{"[::]:9100", config.Cluster{Host: "10.0.0.2"}, "http://10.0.0.2:9100/cluster/members"},
-		{"[::1]:9100", config.Cluster{Host: "::1"}, "http://[::1]:9100/cluster/members"},
+		{"127.0.0.1:9100", clustercfg.Cluster{Host: "127.0.0.1"}, "http://127.0.0.1:9100/cluster/members"},
+		{"10.0.0.2:9100", clustercfg.Cluster{Host: "0.0.0.0", AdvertiseAddress: "203.0.113.7:7001"}, "http://10.0.0.2:9100/cluster/members"},
+		{"0.0.0.0:9100", clustercfg.Cluster{Host: "0.0.0.0", AdvertiseAddress: "203.0.113.7:7001"}, "http://203.0.113.7:9100/cluster/members"},
+		{"[::]:9100", clustercfg.Cluster{Host: "10.0.0.2"}, "http://10.0.0.2:9100/cluster/members"},
+		{"[::1]:9100", clustercfg.Cluster{Host: "::1"}, "http://[::1]:9100/cluster/members"},
 	} {
 		addr, err := net.ResolveTCPAddr("tcp", tc.listen)
 		if err != nil {

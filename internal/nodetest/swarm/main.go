@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/config/clustercfg"
 )
 
 // outcome is how one prompt ended: a line of the output.
@@ -47,7 +47,7 @@ func run() error {
 	prefix := flag.String("prefix", "swarm", "the sessions' id prefix")
 	timeout := flag.Duration("timeout", 5*time.Minute, "when prompts still running give up")
 	flag.Parse()
-	cfg, err := config.Load(*file)
+	cfg, err := clustercfg.Load(*file)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package config
+package clustercfg
 
 import (
 	"crypto/tls"
@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/config"
+	"github.com/musepi/musepi/internal/plaintext"
 )
 
 // Membership kinds of "[cluster] membership".
@@ -133,7 +133,7 @@ type ClusterAutomanaged struct {
 
 // decodeCluster reads the [cluster] table, keys left out at their
 // defaults.
-func decodeCluster(t *Table) *Cluster {
+func decodeCluster(t *config.Table) *Cluster {
 	c := &Cluster{Host: DefaultClusterHost, Lease: DefaultLease, LeaveTimeout: DefaultLeaveTimeout,
 		HandoverTimeout: cluster.DefaultHandoverTimeout, WriteRetry: pgstore.DefaultWriteRetry,
 		Etcd:        ClusterEtcd{Prefix: DefaultEtcdPrefix, DialTimeout: DefaultEtcdDial},
@@ -190,7 +190,7 @@ func (v *validator) cluster(c *Cluster) {
 	v.clusterDatabase(c)
 	v.noLocalHistory()
 	if c.NodeName != "" {
-		v.plain(at+".node_name", "node name", c.NodeName)
+		v.check(at+".node_name", plaintext.Check("node name", c.NodeName))
 	}
 	v.clusterTimeouts(c)
 }
@@ -204,7 +204,7 @@ func (v *validator) clusterName(name string) {
 	case strings.ContainsAny(name, "/@"):
 		v.add(key, "must not contain '/' or '@', got %q", name)
 	default:
-		v.plain(key, "cluster name", name)
+		v.check(key, plaintext.Check("cluster name", name))
 	}
 }
 
@@ -247,7 +247,7 @@ func (v *validator) clusterMembership(c *Cluster) {
 // noLocalHistory reports the top-level history keys, which a [cluster]
 // table replaces with its database.
 func (v *validator) noLocalHistory() {
-	for key, set := range map[string]bool{"history_dir": v.c.HistoryDir != "", "history_sync": v.c.HistorySync != "",
+	for key, set := range map[string]bool{"history_dir": v.base.HistoryDir != "", "history_sync": v.base.HistorySync != "",
 		"history_database": v.c.HistoryDatabase != "", "history_lease_ms": v.c.HistoryLease != 0} {
 		if set {
 			v.add(key, "not with a [cluster] table: the cluster keeps session histories in its database (cluster.database_url, cluster.lease_ms)")
@@ -289,7 +289,7 @@ func (v *validator) etcd(c *Cluster) {
 	}
 	for i, e := range c.Etcd.Endpoints {
 		key := fmt.Sprintf("%s.endpoints[%d]", at, i)
-		if err := CheckBaseURL(e); err != nil {
+		if err := config.CheckBaseURL(e); err != nil {
 			v.add(key, "%v", err)
 		} else if u, _ := url.Parse(e); u.Port() == "" {
 			v.add(key, "URL %q has no port (etcd's client port is usually 2379)", e)
@@ -377,13 +377,10 @@ func (v *validator) clusterDatabase(c *Cluster) {
 	case c.DatabaseURL != "" && c.DatabaseURLEnv != "":
 		v.add("cluster.database_url", "give database_url or database_url_env, not both")
 	case c.DatabaseURL != "":
-		if err := checkPostgresURL(c.DatabaseURL); err != nil {
-			v.add("cluster.database_url", "%v", err)
-		}
+		v.check("cluster.database_url", checkPostgresURL(c.DatabaseURL))
 	case c.DatabaseURLEnv != "":
 		key := "cluster.database_url_env"
-		if !envName.MatchString(c.DatabaseURLEnv) {
-			v.add(key, "%q is not an environment variable name (letters, digits and '_', not starting with a digit)", c.DatabaseURLEnv)
+		if !v.check(key, config.CheckEnvName(c.DatabaseURLEnv)) {
 			return
 		}
 		val, ok := os.LookupEnv(c.DatabaseURLEnv)
@@ -401,42 +398,19 @@ func (v *validator) clusterDatabase(c *Cluster) {
 	}
 }
 
-// checkPostgresURL accepts a postgres:// or postgresql:// URL with a host
-// that pgx can use; its errors never quote the URL's password (pgx masks
-// it).
-func checkPostgresURL(s string) error {
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		return fmt.Errorf("not a URL: %v", err)
-	case u.Scheme != "postgres" && u.Scheme != "postgresql":
-		return fmt.Errorf(`want a "postgres://" or "postgresql://" URL, got scheme %q`, u.Scheme)
-	case u.Host == "":
-		return errors.New("the URL names no host")
-	}
-	if _, err := pgxpool.ParseConfig(s); err != nil {
-		return err
-	}
-	return nil
-}
-
 // host checks a host name or IP address and reports whether it is one.
 func (v *validator) host(key, h string) bool {
 	if h == "" {
 		v.add(key, "must not be empty")
 		return false
 	}
-	if err := checkHost(h); err != nil {
-		v.add(key, "%v", err)
-		return false
-	}
-	return true
+	return v.check(key, config.CheckHost(h))
 }
 
-// hostPort checks a host:port address to dial (splitAddress) and returns
-// its host.
+// hostPort checks a host:port address to dial (config.SplitAddress) and
+// returns its host.
 func (v *validator) hostPort(key, addr string) (string, bool) {
-	host, err := splitAddress(addr, false)
+	host, err := config.SplitAddress(addr)
 	if err != nil {
 		v.add(key, "%v", err)
 		return "", false
@@ -472,12 +446,16 @@ func (c *Config) ClusterConfig() (cluster.JoinConfig, error) {
 	if c.Cluster == nil {
 		return cluster.JoinConfig{}, errors.New("config: no [cluster] table")
 	}
-	ld, probs := c.check()
-	if err := newError(c.File, probs); err != nil {
+	if err := c.Validate(); err != nil {
 		return cluster.JoinConfig{}, err
 	}
+	// The TLS files as they are now (a problem: changed since Validate).
+	ld, probs := (&keys{c: c}).check(c.Config)
+	if len(probs) > 0 {
+		return cluster.JoinConfig{}, &config.Error{File: c.File, Problems: probs}
+	}
 	cc := *c.Cluster
-	cc.etcdTLS = ld.etcdTLS // the files as they are now
+	cc.etcdTLS = ld.etcdTLS
 	return cluster.JoinConfig{Name: cc.Name, Host: cc.Host, Port: cc.Port, AdvertiseHost: cc.AdvertiseAddress,
 		Membership: cc.membership(), TLS: ld.clusterTLS, Insecure: cc.Insecure,
 		HandoverTimeout: cc.HandoverTimeout}, nil

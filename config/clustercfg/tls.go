@@ -1,10 +1,12 @@
-package config
+package clustercfg
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
+
+	"github.com/musepi/musepi/config"
 )
 
 // TLSFiles is a "[cluster.tls]" or "[cluster.etcd.tls]" table: PEM files,
@@ -22,7 +24,7 @@ type TLSFiles struct {
 	KeyFile  string
 }
 
-func decodeTLS(t *Table) *TLSFiles {
+func decodeTLS(t *config.Table) *TLSFiles {
 	f := &TLSFiles{}
 	t.Str("ca_file", &f.CAFile)
 	t.Str("cert_file", &f.CertFile)
@@ -125,7 +127,7 @@ func (v *validator) keyPair(t tlsTable, f *TLSFiles, certPEM, keyPEM []byte) (tl
 
 // readFile reads a file named in the configuration file.
 func (v *validator) readFile(path string) ([]byte, error) {
-	p, err := v.c.resolve(path)
+	p, err := v.base.Resolve(path)
 	if err != nil {
 		return nil, err
 	}
