@@ -13,8 +13,11 @@ import (
 type Pacer struct {
 	creds   []credential
 	waiting []waiter // in release order: priority, then arrival
-	seq     uint64   // arrivals so far
-	opts    Options
+	// queued is the needs of the waiting calls, by rank and the key they
+	// prefer: a key others wait for, even behind, has no room to lend.
+	queued [3][]([numKinds]float64)
+	seq    uint64 // arrivals so far
+	opts   Options
 }
 
 // Options tune a Pacer; the zero value gives the defaults.
@@ -100,6 +103,9 @@ func New(names []string, limits map[string]Limits, now time.Time, opts Options) 
 		opts.Probes = DefaultProbes
 	}
 	p := &Pacer{creds: make([]credential, len(names)), opts: opts}
+	for r := range p.queued {
+		p.queued[r] = make([][numKinds]float64, len(names))
+	}
 	for i, name := range names {
 		p.creds[i].name = name
 		for k := range Kind(numKinds) {
@@ -133,7 +139,7 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	})
 	q := p.newAhead()
 	for _, before := range p.waiting[:at] {
-		if q.any {
+		if q.full() {
 			break
 		}
 		pl := p.place(now, before.prefer, before.priority, before.need, q)
@@ -145,6 +151,7 @@ func (p *Pacer) Reserve(now time.Time, id string, priority Priority, prefer stri
 	}
 	p.seq++
 	p.waiting = slices.Insert(p.waiting, at, w)
+	p.queue(w, 1)
 	d := Decision{Grant: Grant{ID: id, Credential: prefer}, Wait: pl.wait, Limit: pl.limit}
 	if pl.key >= 0 {
 		d.Credential = p.creds[pl.key].name
@@ -206,33 +213,31 @@ func (p *Pacer) queueWait(now time.Time, i int) (time.Duration, Kind) {
 // each, and whether one of them takes whichever key frees first (then no
 // later call passes it).
 type ahead struct {
-	load []([numKinds]float64)
-	held []bool
-	any  bool
-	// queued is the needs of every waiting call, by rank and the key it
-	// prefers: a key others wait for, even behind, has no room to lend.
-	queued [3][]([numKinds]float64)
+	load    []([numKinds]float64)
+	held    []bool
+	nheld   int
+	any     bool
+	waiting *[3][]([numKinds]float64) // the pacer's queued
 }
 
 // newAhead starts a pass over the waiting calls.
 func (p *Pacer) newAhead() *ahead {
-	q := &ahead{load: make([][numKinds]float64, len(p.creds)), held: make([]bool, len(p.creds))}
-	for r := range q.queued {
-		q.queued[r] = make([][numKinds]float64, len(p.creds))
-	}
-	for _, w := range p.waiting {
-		q.queue(p.index(w.prefer), w.priority, w.need, 1)
-	}
-	return q
+	return &ahead{load: make([][numKinds]float64, len(p.creds)), held: make([]bool, len(p.creds)), waiting: &p.queued}
 }
 
-// queue adds (sign 1) or removes (-1) a waiting call's need on key i.
-func (q *ahead) queue(i int, priority Priority, need Need, sign float64) {
+// full reports whether the calls passed hold every key: no later call
+// goes now.
+func (q *ahead) full() bool { return q.any || q.nheld == len(q.held) }
+
+// queue adds (sign 1) or removes (-1) waiting call w's need on the key
+// it prefers.
+func (p *Pacer) queue(w waiter, sign float64) {
+	i := p.index(w.prefer)
 	if i < 0 {
 		return
 	}
 	for k := range Kind(numKinds) {
-		q.queued[priority.Rank()][i][k] += sign * need.of(k)
+		p.queued[w.priority.Rank()][i][k] += sign * w.need.of(k)
 	}
 }
 
@@ -241,7 +246,7 @@ func (q *ahead) queue(i int, priority Priority, need Need, sign float64) {
 func (q *ahead) waitingFor(i int, priority Priority) (sum [numKinds]float64) {
 	for r := 0; r <= priority.Rank(); r++ {
 		for k := range sum {
-			sum[k] += q.queued[r][i][k]
+			sum[k] += q.waiting[r][i][k]
 		}
 	}
 	return sum
@@ -259,7 +264,10 @@ func (q *ahead) hold(pl placement, need Need) {
 		q.any = true
 		return
 	}
-	q.held[pl.holds] = true
+	if !q.held[pl.holds] {
+		q.held[pl.holds] = true
+		q.nheld++
+	}
 	for k := range Kind(numKinds) {
 		q.load[pl.holds][k] += need.of(k)
 	}
@@ -408,7 +416,7 @@ func (p *Pacer) Release(now time.Time) []Grant {
 	p.advance(now)
 	var out []Grant
 	q := p.newAhead()
-	for i := 0; i < len(p.waiting) && !q.any; {
+	for i := 0; i < len(p.waiting) && !q.full(); {
 		w := p.waiting[i]
 		pl := p.place(now, w.prefer, w.priority, w.need, q)
 		if !pl.now {
@@ -416,7 +424,7 @@ func (p *Pacer) Release(now time.Time) []Grant {
 			i++
 			continue
 		}
-		q.queue(p.index(w.prefer), w.priority, w.need, -1)
+		p.queue(w, -1)
 		out = append(out, p.grant(now, w.id, w.prefer, pl.key, w.need))
 		p.waiting = slices.Delete(p.waiting, i, i+1)
 	}
@@ -433,7 +441,7 @@ func (p *Pacer) NextRelease(now time.Time) (time.Time, bool) {
 	q := p.newAhead()
 	soonest := time.Duration(math.MaxInt64)
 	for _, w := range p.waiting {
-		if q.any {
+		if q.full() {
 			break
 		}
 		pl := p.place(now, w.prefer, w.priority, w.need, q)
@@ -449,6 +457,7 @@ func (p *Pacer) Cancel(id string) bool {
 	if i < 0 {
 		return false
 	}
+	p.queue(p.waiting[i], -1)
 	p.waiting = slices.Delete(p.waiting, i, i+1)
 	return true
 }
