@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -132,7 +133,7 @@ func (n nodeRuntime) NewHandle(id, model string, autoRetry bool, r hosting.Runne
 // Open hosts session id here, as req configures it, on the history open
 // returns.
 func (n nodeRuntime) Open(id string, req *messages.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (hosting.Local, error) {
-	cfg := sessionConfig{id: id, model: req.GetModel(), role: req.GetRole(), priority: Priority(min(max(req.GetPriority(), 0), int32(Low)))}
+	cfg := sessionConfig{id: id, model: req.GetModel(), role: req.GetRole(), priority: pacing.PriorityOf(req.GetPriority())}
 	if req.GetSettings() != nil {
 		settings, err := retry.SettingsFromProto(req.GetSettings())
 		if err != nil {

@@ -84,7 +84,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	if !need.Bounded {
 		need.Output = p.output.Estimate(m.GetModel())
 	}
-	d := p.pacer.Reserve(now, session, pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low))), name, need)
+	d := p.pacer.Reserve(now, session, pacing.PriorityOf(m.GetPriority()), name, need)
 	r := reservation{token: m.GetToken(), credential: d.Credential, model: m.GetModel(), input: m.GetInputTokens(), estimated: !need.Bounded}
 	switch {
 	case d.TooLarge.Limit > 0:

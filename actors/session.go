@@ -621,7 +621,7 @@ func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions)
 		s.cfg.State.noAutoComp.Store(!m.GetAutoCompaction())
 	}
 	if m.Priority != nil {
-		s.cfg.Priority = pacing.Priority(min(max(m.GetPriority(), 0), int32(pacing.Low)))
+		s.cfg.Priority = pacing.PriorityOf(m.GetPriority())
 		s.cfg.State.priority.Store(uint32(s.cfg.Priority))
 	}
 	if ctx.Sender() != nil {

@@ -178,6 +178,14 @@ func TestParsePriority(t *testing.T) {
 	}
 }
 
+func TestPriorityOf(t *testing.T) {
+	for in, want := range map[int32]Priority{0: Normal, 1: High, 2: Low, 3: Low, -1: Normal, 1 << 30: Low} {
+		if got := PriorityOf(in); got != want {
+			t.Errorf("PriorityOf(%d) = %v, want %v", in, got, want)
+		}
+	}
+}
+
 func TestBlockedKeysAreNotSwitchedTo(t *testing.T) {
 	p := New([]string{"a", "b"}, map[string]Limits{"a": {RPM: 1}, "b": {RPM: 60}}, t0, Options{Window: time.Minute})
 	p.Block("b", at(60_000)) // a usage limit on b

@@ -62,6 +62,10 @@ func (p Priority) String() string {
 	return fmt.Sprintf("Priority(%d)", uint8(p))
 }
 
+// PriorityOf is the priority a message carries as a number: one out of
+// range counts as Low. Every decoder of a priority calls it, once.
+func PriorityOf(v int32) Priority { return Priority(min(max(v, 0), int32(Low))) }
+
 // ParsePriority reads "high", "normal" or "low" ("" is normal).
 func ParsePriority(s string) (Priority, error) {
 	switch s {
