@@ -90,7 +90,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 	case d.TooLarge.Limit > 0:
 		reply.Token, reply.TooLarge = 0, oversize(a.provider, d)
 	case d.Wait > 0:
-		if r.waiter = m.GetReplyTo(); r.waiter == nil {
+		if r.waiter = PID(m.GetReplyTo()); r.waiter == nil {
 			r.waiter = ctx.Sender()
 		}
 		p.waiting[session] = r

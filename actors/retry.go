@@ -42,7 +42,7 @@ type retryGuardian struct{ clk clock.Clock }
 func (g retryGuardian) HandleFailure(sys *actor.ActorSystem, supervisor actor.Supervisor, child *actor.PID, _ *actor.RestartStatistics, reason, message interface{}) {
 	sys.Logger().Error("retry child panicked; stopping it", slog.String("child", child.GetId()), slog.Any("reason", reason))
 	if arm, ok := actor.UnwrapEnvelopeMessage(message).(*messages.ArmRetryTimer); ok && arm.GetSession() != nil {
-		track.Send(sys.Root, g.clk, arm.GetSession(), &messages.RetryStopped{ChildId: child.GetId()})
+		track.Send(sys.Root, g.clk, PID(arm.GetSession()), &messages.RetryStopped{ChildId: child.GetId()})
 	}
 	supervisor.StopChildren(child)
 }
@@ -52,7 +52,7 @@ func (a *RetryActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.ArmRetryTimer:
 		a.stop()
-		clk, root, session := a.deps.Clock, ctx.ActorSystem().Root, m.GetSession()
+		clk, root, session := a.deps.Clock, ctx.ActorSystem().Root, PID(m.GetSession())
 		due := &messages.TaskDue{Generation: m.GetGeneration(), Task: "continue", Token: m.GetToken()}
 		wait := time.Duration(m.GetDelayNs()) + time.Duration(m.GetContinueDelayMs())*time.Millisecond
 		a.token = m.GetToken()

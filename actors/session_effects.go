@@ -116,7 +116,7 @@ func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
 	m := &messages.SelectCredential{SessionId: s.cfg.ID}
 	if e.Pace {
 		prov := providerOf(e.Model)
-		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(s.cfg.Priority), s.core.Credential(), ctx.Self()
+		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(s.cfg.Priority), s.core.Credential(), Ref(ctx.Self())
 		m.InputTokens, m.Model = pacing.EstimateInput(s.runtime, s.deps.toolSpecs()), e.Model
 		m.OutputTokens, m.OutputBounded = pacing.OutputBound(s.deps.Providers[prov])
 	}
@@ -184,7 +184,7 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 		return
 	}
 	track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
-		Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds(), Session: ctx.Self()})
+		Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds(), Session: Ref(ctx.Self())})
 }
 
 // cancelTimer takes back the backoff from whoever holds it.

@@ -203,7 +203,7 @@ func TestRouterPacing(t *testing.T) {
 		}
 	}))
 	ask := func(s string) *messages.CredentialSelected {
-		got, err := sys.Root.RequestFuture(pid, &messages.SelectCredential{SessionId: s, Pace: true, Token: 1, ReplyTo: session}, 5*time.Second).Result()
+		got, err := sys.Root.RequestFuture(pid, &messages.SelectCredential{SessionId: s, Pace: true, Token: 1, ReplyTo: actors.Ref(session)}, 5*time.Second).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@
 package messages
 
 import (
-	actor "github.com/asynkron/protoactor-go/actor"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -21,6 +20,70 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// ActorRef is where an actor is: protoactor's actor.PID, field for field
+// (the same bytes on the wire), declared here so that this package, and
+// the pure core that imports it, need no protoactor. Package actors
+// converts (actors.Ref, actors.PID).
+type ActorRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     uint32                 `protobuf:"varint,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorRef) Reset() {
+	*x = ActorRef{}
+	mi := &file_actors_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorRef) ProtoMessage() {}
+
+func (x *ActorRef) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
+func (*ActorRef) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ActorRef) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ActorRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ActorRef) GetRequestId() uint32 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
 
 // PromptRequest starts a prompt; the session answers PromptResult when the
 // prompt has settled (all retries and post-prompt tasks done).
@@ -36,7 +99,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_actors_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +111,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_actors_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +124,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{0}
+	return file_actors_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PromptRequest) GetText() string {
@@ -98,7 +161,7 @@ type AttachPrompt struct {
 
 func (x *AttachPrompt) Reset() {
 	*x = AttachPrompt{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -110,7 +173,7 @@ func (x *AttachPrompt) String() string {
 func (*AttachPrompt) ProtoMessage() {}
 
 func (x *AttachPrompt) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -123,7 +186,7 @@ func (x *AttachPrompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachPrompt.ProtoReflect.Descriptor instead.
 func (*AttachPrompt) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AttachPrompt) GetGeneration() uint64 {
@@ -158,7 +221,7 @@ type ResumeChain struct {
 
 func (x *ResumeChain) Reset() {
 	*x = ResumeChain{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +233,7 @@ func (x *ResumeChain) String() string {
 func (*ResumeChain) ProtoMessage() {}
 
 func (x *ResumeChain) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_actors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +246,7 @@ func (x *ResumeChain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeChain.ProtoReflect.Descriptor instead.
 func (*ResumeChain) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_actors_proto_rawDescGZIP(), []int{3}
 }
 
 // HandOver asks a session whose history keeps records to leave this
@@ -200,7 +263,7 @@ type HandOver struct {
 
 func (x *HandOver) Reset() {
 	*x = HandOver{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +275,7 @@ func (x *HandOver) String() string {
 func (*HandOver) ProtoMessage() {}
 
 func (x *HandOver) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +288,7 @@ func (x *HandOver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOver.ProtoReflect.Descriptor instead.
 func (*HandOver) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_actors_proto_rawDescGZIP(), []int{4}
 }
 
 // PromptAccepted tells a PromptRequest's sender (with ack) that the prompt
@@ -239,7 +302,7 @@ type PromptAccepted struct {
 
 func (x *PromptAccepted) Reset() {
 	*x = PromptAccepted{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +314,7 @@ func (x *PromptAccepted) String() string {
 func (*PromptAccepted) ProtoMessage() {}
 
 func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +327,7 @@ func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptAccepted.ProtoReflect.Descriptor instead.
 func (*PromptAccepted) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PromptAccepted) GetGeneration() uint64 {
@@ -289,7 +352,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +364,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +377,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PromptResult) GetGeneration() uint64 {
@@ -372,7 +435,7 @@ type RetryFailure struct {
 
 func (x *RetryFailure) Reset() {
 	*x = RetryFailure{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +447,7 @@ func (x *RetryFailure) String() string {
 func (*RetryFailure) ProtoMessage() {}
 
 func (x *RetryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +460,7 @@ func (x *RetryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailure.ProtoReflect.Descriptor instead.
 func (*RetryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryFailure) GetClass() string {
@@ -440,7 +503,7 @@ type HistoryFailure struct {
 
 func (x *HistoryFailure) Reset() {
 	*x = HistoryFailure{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +515,7 @@ func (x *HistoryFailure) String() string {
 func (*HistoryFailure) ProtoMessage() {}
 
 func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +528,7 @@ func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryFailure.ProtoReflect.Descriptor instead.
 func (*HistoryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HistoryFailure) GetOp() string {
@@ -501,7 +564,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +576,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +589,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AbortRequest) GetEditGuard() bool {
@@ -545,7 +608,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +620,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +633,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_proto_rawDescGZIP(), []int{10}
 }
 
 // SetAutoRetryRequest writes retry.enabled.
@@ -583,7 +646,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +658,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +671,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetAutoRetryRequest) GetEnabled() bool {
@@ -628,7 +691,7 @@ type SetModelRequest struct {
 
 func (x *SetModelRequest) Reset() {
 	*x = SetModelRequest{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +703,7 @@ func (x *SetModelRequest) String() string {
 func (*SetModelRequest) ProtoMessage() {}
 
 func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +716,7 @@ func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
 func (*SetModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetModelRequest) GetModel() string {
@@ -673,7 +736,7 @@ type MessagesRequest struct {
 
 func (x *MessagesRequest) Reset() {
 	*x = MessagesRequest{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +748,7 @@ func (x *MessagesRequest) String() string {
 func (*MessagesRequest) ProtoMessage() {}
 
 func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +761,7 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
 func (*MessagesRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MessagesRequest) GetHistory() bool {
@@ -719,7 +782,7 @@ type MessagesReply struct {
 
 func (x *MessagesReply) Reset() {
 	*x = MessagesReply{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +794,7 @@ func (x *MessagesReply) String() string {
 func (*MessagesReply) ProtoMessage() {}
 
 func (x *MessagesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +807,7 @@ func (x *MessagesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesReply.ProtoReflect.Descriptor instead.
 func (*MessagesReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MessagesReply) GetEntries() []*Entry {
@@ -771,7 +834,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +846,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +859,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetError() string {
@@ -818,7 +881,7 @@ type TurnDelta struct {
 
 func (x *TurnDelta) Reset() {
 	*x = TurnDelta{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +893,7 @@ func (x *TurnDelta) String() string {
 func (*TurnDelta) ProtoMessage() {}
 
 func (x *TurnDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +906,7 @@ func (x *TurnDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnDelta.ProtoReflect.Descriptor instead.
 func (*TurnDelta) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnDelta) GetTurn() uint64 {
@@ -882,7 +945,7 @@ type TurnFinished struct {
 
 func (x *TurnFinished) Reset() {
 	*x = TurnFinished{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +957,7 @@ func (x *TurnFinished) String() string {
 func (*TurnFinished) ProtoMessage() {}
 
 func (x *TurnFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +970,7 @@ func (x *TurnFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFinished.ProtoReflect.Descriptor instead.
 func (*TurnFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnFinished) GetTurn() uint64 {
@@ -950,7 +1013,7 @@ type ToolsFinished struct {
 
 func (x *ToolsFinished) Reset() {
 	*x = ToolsFinished{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1025,7 @@ func (x *ToolsFinished) String() string {
 func (*ToolsFinished) ProtoMessage() {}
 
 func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1038,7 @@ func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsFinished.ProtoReflect.Descriptor instead.
 func (*ToolsFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolsFinished) GetTurn() uint64 {
@@ -1008,14 +1071,14 @@ type ArmRetryTimer struct {
 	Token           uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	Generation      uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	ContinueDelayMs int64                  `protobuf:"varint,5,opt,name=continue_delay_ms,json=continueDelayMs,proto3" json:"continue_delay_ms,omitempty"`
-	Session         *actor.PID             `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"` // the session actor
+	Session         *ActorRef              `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"` // the session actor
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ArmRetryTimer) Reset() {
 	*x = ArmRetryTimer{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1090,7 @@ func (x *ArmRetryTimer) String() string {
 func (*ArmRetryTimer) ProtoMessage() {}
 
 func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1103,7 @@ func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmRetryTimer.ProtoReflect.Descriptor instead.
 func (*ArmRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ArmRetryTimer) GetDelayNs() int64 {
@@ -1071,7 +1134,7 @@ func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
 	return 0
 }
 
-func (x *ArmRetryTimer) GetSession() *actor.PID {
+func (x *ArmRetryTimer) GetSession() *ActorRef {
 	if x != nil {
 		return x.Session
 	}
@@ -1090,7 +1153,7 @@ type RetryStopped struct {
 
 func (x *RetryStopped) Reset() {
 	*x = RetryStopped{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1165,7 @@ func (x *RetryStopped) String() string {
 func (*RetryStopped) ProtoMessage() {}
 
 func (x *RetryStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1178,7 @@ func (x *RetryStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
 func (*RetryStopped) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryStopped) GetChildId() string {
@@ -1135,7 +1198,7 @@ type CancelRetryTimer struct {
 
 func (x *CancelRetryTimer) Reset() {
 	*x = CancelRetryTimer{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1210,7 @@ func (x *CancelRetryTimer) String() string {
 func (*CancelRetryTimer) ProtoMessage() {}
 
 func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1223,7 @@ func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
 func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelRetryTimer) GetToken() uint64 {
@@ -1185,14 +1248,14 @@ type SelectCredential struct {
 	OutputTokens  int64                  `protobuf:"varint,7,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`    // its output bound (max_tokens), when output_bounded
 	OutputBounded bool                   `protobuf:"varint,9,opt,name=output_bounded,json=outputBounded,proto3" json:"output_bounded,omitempty"` // the provider says max_tokens; else the actor estimates the output
 	Model         string                 `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`                                      // "provider/model": whose answers the estimate learns from
-	ReplyTo       *actor.PID             `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                    // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
+	ReplyTo       *ActorRef              `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                    // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1267,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1280,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1283,7 +1346,7 @@ func (x *SelectCredential) GetModel() string {
 	return ""
 }
 
-func (x *SelectCredential) GetReplyTo() *actor.PID {
+func (x *SelectCredential) GetReplyTo() *ActorRef {
 	if x != nil {
 		return x.ReplyTo
 	}
@@ -1305,7 +1368,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1380,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1393,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1389,7 +1452,7 @@ type PacingGrant struct {
 
 func (x *PacingGrant) Reset() {
 	*x = PacingGrant{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1464,7 @@ func (x *PacingGrant) String() string {
 func (*PacingGrant) ProtoMessage() {}
 
 func (x *PacingGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1477,7 @@ func (x *PacingGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
 func (*PacingGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PacingGrant) GetSessionId() string {
@@ -1464,7 +1527,7 @@ type PacingSettle struct {
 
 func (x *PacingSettle) Reset() {
 	*x = PacingSettle{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1539,7 @@ func (x *PacingSettle) String() string {
 func (*PacingSettle) ProtoMessage() {}
 
 func (x *PacingSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1552,7 @@ func (x *PacingSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
 func (*PacingSettle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PacingSettle) GetSessionId() string {
@@ -1570,7 +1633,7 @@ type PacingObserve struct {
 
 func (x *PacingObserve) Reset() {
 	*x = PacingObserve{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1645,7 @@ func (x *PacingObserve) String() string {
 func (*PacingObserve) ProtoMessage() {}
 
 func (x *PacingObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1658,7 @@ func (x *PacingObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
 func (*PacingObserve) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PacingObserve) GetSessionId() string {
@@ -1636,7 +1699,7 @@ type PacingTick struct {
 
 func (x *PacingTick) Reset() {
 	*x = PacingTick{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1711,7 @@ func (x *PacingTick) String() string {
 func (*PacingTick) ProtoMessage() {}
 
 func (x *PacingTick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1724,7 @@ func (x *PacingTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
 func (*PacingTick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 // PacingCancel drops a session's reservation: waiting, or granted and never
@@ -1676,7 +1739,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1751,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1764,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1732,7 +1795,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1807,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1820,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1802,7 +1865,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1877,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1890,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1876,7 +1939,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1951,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +1964,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1925,7 +1988,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2000,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2013,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1995,7 +2058,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2070,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2083,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -2055,7 +2118,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2130,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2143,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -2099,7 +2162,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2174,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2187,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -2140,7 +2203,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2215,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2228,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -2208,7 +2271,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2283,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2296,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -2267,7 +2330,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2342,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2355,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -2319,7 +2382,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2394,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2407,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2411,7 +2474,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2486,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2499,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2499,7 +2562,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2574,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2587,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2579,7 +2642,7 @@ type SchedulerTimer struct {
 
 func (x *SchedulerTimer) Reset() {
 	*x = SchedulerTimer{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2654,7 @@ func (x *SchedulerTimer) String() string {
 func (*SchedulerTimer) ProtoMessage() {}
 
 func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2667,7 @@ func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
 func (*SchedulerTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 // Passivate is the marker a session sends itself once its root holds new
@@ -2619,7 +2682,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2694,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2707,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2666,7 +2729,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2741,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2754,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2728,7 +2791,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2803,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2816,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2783,7 +2846,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2858,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2871,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2849,7 +2912,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2924,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2937,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_proto_rawDescGZIP(), []int{47}
 }
 
 // CompactReply answers CompactRequest.
@@ -2891,7 +2954,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +2966,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +2979,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{47}
+	return file_actors_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2958,7 +3021,12 @@ var File_actors_proto protoreflect.FileDescriptor
 
 const file_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\vactor.proto\x1a\x0fassistant.proto\x1a\rhistory.proto\"5\n" +
+	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"S\n" +
+	"\bActorRef\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\rR\trequestId\"5\n" +
 	"\rPromptRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
 	"\x03ack\x18\x02 \x01(\bR\x03ack\"z\n" +
@@ -3025,20 +3093,19 @@ const file_actors_proto_rawDesc = "" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
 	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xb8\x01\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xc1\x01\n" +
 	"\rArmRetryTimer\x12\x19\n" +
 	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12*\n" +
-	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\x12$\n" +
-	"\asession\x18\x06 \x01(\v2\n" +
-	".actor.PIDR\asessionJ\x04\b\x03\x10\x04\")\n" +
+	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\x12-\n" +
+	"\asession\x18\x06 \x01(\v2\x13.musepi.v1.ActorRefR\asessionJ\x04\b\x03\x10\x04\")\n" +
 	"\fRetryStopped\x12\x19\n" +
 	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
 	"\x10CancelRetryTimer\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"\xc3\x02\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\"\xcc\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -3052,9 +3119,8 @@ const file_actors_proto_rawDesc = "" +
 	"\routput_tokens\x18\a \x01(\x03R\foutputTokens\x12%\n" +
 	"\x0eoutput_bounded\x18\t \x01(\bR\routputBounded\x12\x14\n" +
 	"\x05model\x18\n" +
-	" \x01(\tR\x05model\x12%\n" +
-	"\breply_to\x18\b \x01(\v2\n" +
-	".actor.PIDR\areplyTo\"\xb2\x01\n" +
+	" \x01(\tR\x05model\x12.\n" +
+	"\breply_to\x18\b \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\"\xb2\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
@@ -3215,74 +3281,74 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_actors_proto_goTypes = []any{
-	(*PromptRequest)(nil),           // 0: musepi.v1.PromptRequest
-	(*AttachPrompt)(nil),            // 1: musepi.v1.AttachPrompt
-	(*ResumeChain)(nil),             // 2: musepi.v1.ResumeChain
-	(*HandOver)(nil),                // 3: musepi.v1.HandOver
-	(*PromptAccepted)(nil),          // 4: musepi.v1.PromptAccepted
-	(*PromptResult)(nil),            // 5: musepi.v1.PromptResult
-	(*RetryFailure)(nil),            // 6: musepi.v1.RetryFailure
-	(*HistoryFailure)(nil),          // 7: musepi.v1.HistoryFailure
-	(*AbortRequest)(nil),            // 8: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 9: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 10: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 11: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 12: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 13: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 14: musepi.v1.Ack
-	(*TurnDelta)(nil),               // 15: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),            // 16: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 17: musepi.v1.ToolsFinished
-	(*ArmRetryTimer)(nil),           // 18: musepi.v1.ArmRetryTimer
-	(*RetryStopped)(nil),            // 19: musepi.v1.RetryStopped
-	(*CancelRetryTimer)(nil),        // 20: musepi.v1.CancelRetryTimer
-	(*SelectCredential)(nil),        // 21: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 22: musepi.v1.CredentialSelected
-	(*PacingGrant)(nil),             // 23: musepi.v1.PacingGrant
-	(*PacingSettle)(nil),            // 24: musepi.v1.PacingSettle
-	(*PacingObserve)(nil),           // 25: musepi.v1.PacingObserve
-	(*PacingTick)(nil),              // 26: musepi.v1.PacingTick
-	(*PacingCancel)(nil),            // 27: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 28: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 29: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 30: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 31: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 32: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 33: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 34: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 35: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 36: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 37: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 38: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 39: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 40: musepi.v1.ScheduleTask
-	(*SchedulerTimer)(nil),          // 41: musepi.v1.SchedulerTimer
-	(*Passivate)(nil),               // 42: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 43: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 44: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 45: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 46: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 47: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 48: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 49: musepi.v1.Entry
-	(*ToolResult)(nil),              // 50: musepi.v1.ToolResult
-	(*actor.PID)(nil),               // 51: actor.PID
+	(*ActorRef)(nil),                // 0: musepi.v1.ActorRef
+	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
+	(*AttachPrompt)(nil),            // 2: musepi.v1.AttachPrompt
+	(*ResumeChain)(nil),             // 3: musepi.v1.ResumeChain
+	(*HandOver)(nil),                // 4: musepi.v1.HandOver
+	(*PromptAccepted)(nil),          // 5: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),            // 6: musepi.v1.PromptResult
+	(*RetryFailure)(nil),            // 7: musepi.v1.RetryFailure
+	(*HistoryFailure)(nil),          // 8: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),            // 9: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 10: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 11: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 12: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 13: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 14: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 15: musepi.v1.Ack
+	(*TurnDelta)(nil),               // 16: musepi.v1.TurnDelta
+	(*TurnFinished)(nil),            // 17: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 18: musepi.v1.ToolsFinished
+	(*ArmRetryTimer)(nil),           // 19: musepi.v1.ArmRetryTimer
+	(*RetryStopped)(nil),            // 20: musepi.v1.RetryStopped
+	(*CancelRetryTimer)(nil),        // 21: musepi.v1.CancelRetryTimer
+	(*SelectCredential)(nil),        // 22: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 23: musepi.v1.CredentialSelected
+	(*PacingGrant)(nil),             // 24: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),            // 25: musepi.v1.PacingSettle
+	(*PacingObserve)(nil),           // 26: musepi.v1.PacingObserve
+	(*PacingTick)(nil),              // 27: musepi.v1.PacingTick
+	(*PacingCancel)(nil),            // 28: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 29: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 30: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 31: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 32: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 33: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 34: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 35: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 36: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 37: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 38: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 39: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 40: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 41: musepi.v1.ScheduleTask
+	(*SchedulerTimer)(nil),          // 42: musepi.v1.SchedulerTimer
+	(*Passivate)(nil),               // 43: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 44: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 45: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 46: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 47: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 48: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 49: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 50: musepi.v1.Entry
+	(*ToolResult)(nil),              // 51: musepi.v1.ToolResult
 	(*RateLimits)(nil),              // 52: musepi.v1.RateLimits
 }
 var file_actors_proto_depIdxs = []int32{
-	48, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
-	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	49, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	48, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	50, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	51, // 6: musepi.v1.ArmRetryTimer.session:type_name -> actor.PID
-	51, // 7: musepi.v1.SelectCredential.reply_to:type_name -> actor.PID
+	49, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	8,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
+	7,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
+	50, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	49, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	51, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	0,  // 6: musepi.v1.ArmRetryTimer.session:type_name -> musepi.v1.ActorRef
+	0,  // 7: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
 	52, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
 	52, // 9: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
-	49, // 10: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	50, // 10: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
 	11, // [11:11] is the sub-list for method output_type
 	11, // [11:11] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
@@ -3303,7 +3369,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

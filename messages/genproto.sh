@@ -7,8 +7,5 @@ cd "$(dirname "$0")"
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
-# protoactor's actor.proto (its PID) from the module cache, at the version
-# go.mod pins.
-actor=$(go list -m -f '{{.Dir}}' github.com/asynkron/protoactor-go)/actor
-protoc --plugin=protoc-gen-go="$bin/protoc-gen-go" -I . -I "$actor" \
+protoc --plugin=protoc-gen-go="$bin/protoc-gen-go" -I . \
   --go_out=. --go_opt=paths=source_relative *.proto

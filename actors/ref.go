@@ -1,0 +1,24 @@
+package actors
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/musepi/musepi/messages"
+)
+
+// Ref is pid as the protocol carries it (messages.ActorRef: the same
+// fields, so package messages needs no protoactor); nil for nil.
+func Ref(pid *actor.PID) *messages.ActorRef {
+	if pid == nil {
+		return nil
+	}
+	return &messages.ActorRef{Address: pid.GetAddress(), Id: pid.GetId(), RequestId: pid.GetRequestId()}
+}
+
+// PID is the actor that ref names; nil for nil.
+func PID(ref *messages.ActorRef) *actor.PID {
+	if ref == nil {
+		return nil
+	}
+	return &actor.PID{Address: ref.GetAddress(), Id: ref.GetId(), RequestId: ref.GetRequestId()}
+}
