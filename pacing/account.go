@@ -128,17 +128,20 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 		if answered && g.need.Bounded && !refunds {
 			charged = math.Max(charged, g.need.of(Kind(k)))
 		}
+		// The burst is the key's own pacing of what goes at once: it takes
+		// back what the call was not charged, counted or not (an input
+		// estimate above the server's count once slowed a key by a fifth).
 		back := g.charge[k] - charged
+		c.burst.buckets[k].advance(now)
+		c.burst.buckets[k].give(back)
 		if g.counted {
 			back = 0
 			if Kind(k) == ratelimit.Tokens || Kind(k) == ratelimit.OutputTokens {
 				back = refund
 			}
 		}
-		for _, b := range []*bucket{&c.buckets[k], &c.burst.buckets[k]} {
-			b.advance(now)
-			b.give(back)
-		}
+		c.buckets[k].advance(now)
+		c.buckets[k].give(back)
 		g.charge[k] = charged
 	}
 }

@@ -195,6 +195,26 @@ func TestSettleFollowsTheProvider(t *testing.T) {
 	}
 }
 
+// TestBurstTakesWhatWasCharged: a call counted by a response gives the
+// key's budget nothing back (the server's count holds it), but its burst,
+// the key's own pacing, takes back what the call was not charged: an
+// input estimate above the server's count once slowed the keys of a
+// storm by a fifth.
+func TestBurstTakesWhatWasCharged(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {TPM: 6000}}, t0, Options{Window: time.Minute})
+	p.Reserve(t0, "s", Normal, "a", Need{Input: 1000})
+	var snap ratelimit.Snapshot
+	snap.Set(ratelimit.Tokens, ratelimit.Limit{Limit: 6000, Remaining: 5500, Reset: at(5_000), HasLimit: true, HasRemaining: true})
+	p.Observe(t0, "a", t0, snap)
+	p.Settle(t0, "s", Usage{Sent: true, Input: 500})
+	if got, _ := remaining(p, t0, "a", ratelimit.Tokens); got != 5500 {
+		t.Errorf("tokens left %v, want the server's 5500", got)
+	}
+	if got := p.creds[0].burst.buckets[ratelimit.Tokens].level; got != 5500 {
+		t.Errorf("burst level %v, want 5500 (6000 less the 500 charged)", got)
+	}
+}
+
 // TestStickyWait: a call waits for the key its session last used while
 // that key takes it within the sticky wait, and moves to the key with the
 // most room otherwise (issue 37: a move throws the prompt cache away).
