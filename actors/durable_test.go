@@ -22,7 +22,7 @@ func TestPrepareSessionFromRecord(t *testing.T) {
 	due := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	backoff := func(seq uint64, model string) *session.Record {
 		return &session.Record{State: session.Backoff, Generation: 1, Turn: 2, AutoRetry: true, Role: "default",
-			Primary: "p/m", Model: model, Attempt: 2, SleepUntil: due, SleepToken: 2, HistorySeq: seq,
+			Primary: "p/m", Model: model, SleepUntil: due, HistorySeq: seq,
 			Chain: session.ChainRecord{Phase: session.Sleeping, Attempt: 2, Started: true, Token: 2, Generation: 1}}
 	}
 	tests := []struct {

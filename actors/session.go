@@ -102,7 +102,7 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
 				cfg.State.publish(c, false) // what the actor will stand at, for callers from now on
 			}
-			deps.Log.Info("resuming the session's retry chain from its record", slog.String("session", cfg.ID), slog.Int("attempt", rec.Attempt), slog.Time("due", rec.SleepUntil))
+			deps.Log.Info("resuming the session's retry chain from its record", slog.String("session", cfg.ID), slog.Int("attempt", rec.Chain.Attempt), slog.Time("due", rec.SleepUntil))
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
 		}
 		clearRecord = clear

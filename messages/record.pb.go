@@ -51,11 +51,9 @@ type SessionRecord struct {
 	Credential           string                 `protobuf:"bytes,9,opt,name=credential,proto3" json:"credential,omitempty"`
 	Reservation          uint64                 `protobuf:"varint,24,opt,name=reservation,proto3" json:"reservation,omitempty"`                                             // Reservation is the token of the turn's rate-limit reservation, from when the credentials actor answered a paced ask until the turn ends (0: none).
 	Before               *RecordModelState      `protobuf:"bytes,10,opt,name=before,proto3" json:"before,omitempty"`                                                        // Before is what the last model change replaced, to undo it.
-	Attempt              int32                  `protobuf:"varint,11,opt,name=attempt,proto3" json:"attempt,omitempty"`                                                     // of the open chain's last auto_retry_start
 	SleepUntilUnixNano   int64                  `protobuf:"varint,12,opt,name=sleep_until_unix_nano,json=sleepUntilUnixNano,proto3" json:"sleep_until_unix_nano,omitempty"` // when the backoff ends (in backoff)
-	SleepToken           uint64                 `protobuf:"varint,13,opt,name=sleep_token,json=sleepToken,proto3" json:"sleep_token,omitempty"`
-	Chain                *RecordChain           `protobuf:"bytes,17,opt,name=chain,proto3" json:"chain,omitempty"`
-	Last                 *AssistantMessage      `protobuf:"bytes,18,opt,name=last,proto3" json:"last,omitempty"` // How the prompt stands so far: its last message and, once a chain failed, why.
+	Chain                *RecordChain           `protobuf:"bytes,17,opt,name=chain,proto3" json:"chain,omitempty"`                                                          // the retry chain: its attempt, and the token of the backoff timer
+	Last                 *AssistantMessage      `protobuf:"bytes,18,opt,name=last,proto3" json:"last,omitempty"`                                                            // How the prompt stands so far: its last message and, once a chain failed, why.
 	Failure              string                 `protobuf:"bytes,19,opt,name=failure,proto3" json:"failure,omitempty"`
 	FailureKind          string                 `protobuf:"bytes,20,opt,name=failure_kind,json=failureKind,proto3" json:"failure_kind,omitempty"`
 	RetryEnd             *RecordRetryEnd        `protobuf:"bytes,21,opt,name=retry_end,json=retryEnd,proto3" json:"retry_end,omitempty"`
@@ -205,23 +203,9 @@ func (x *SessionRecord) GetBefore() *RecordModelState {
 	return nil
 }
 
-func (x *SessionRecord) GetAttempt() int32 {
-	if x != nil {
-		return x.Attempt
-	}
-	return 0
-}
-
 func (x *SessionRecord) GetSleepUntilUnixNano() int64 {
 	if x != nil {
 		return x.SleepUntilUnixNano
-	}
-	return 0
-}
-
-func (x *SessionRecord) GetSleepToken() uint64 {
-	if x != nil {
-		return x.SleepToken
 	}
 	return 0
 }
@@ -577,7 +561,7 @@ var File_record_proto protoreflect.FileDescriptor
 
 const file_record_proto_rawDesc = "" +
 	"\n" +
-	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xd3\x06\n" +
+	"\frecord.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xa4\x06\n" +
 	"\rSessionRecord\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1d\n" +
 	"\n" +
@@ -602,16 +586,13 @@ const file_record_proto_rawDesc = "" +
 	"credential\x12 \n" +
 	"\vreservation\x18\x18 \x01(\x04R\vreservation\x123\n" +
 	"\x06before\x18\n" +
-	" \x01(\v2\x1b.musepi.v1.RecordModelStateR\x06before\x12\x18\n" +
-	"\aattempt\x18\v \x01(\x05R\aattempt\x121\n" +
-	"\x15sleep_until_unix_nano\x18\f \x01(\x03R\x12sleepUntilUnixNano\x12\x1f\n" +
-	"\vsleep_token\x18\r \x01(\x04R\n" +
-	"sleepToken\x12,\n" +
+	" \x01(\v2\x1b.musepi.v1.RecordModelStateR\x06before\x121\n" +
+	"\x15sleep_until_unix_nano\x18\f \x01(\x03R\x12sleepUntilUnixNano\x12,\n" +
 	"\x05chain\x18\x11 \x01(\v2\x16.musepi.v1.RecordChainR\x05chain\x12/\n" +
 	"\x04last\x18\x12 \x01(\v2\x1b.musepi.v1.AssistantMessageR\x04last\x12\x18\n" +
 	"\afailure\x18\x13 \x01(\tR\afailure\x12!\n" +
 	"\ffailure_kind\x18\x14 \x01(\tR\vfailureKind\x126\n" +
-	"\tretry_end\x18\x15 \x01(\v2\x19.musepi.v1.RecordRetryEndR\bretryEnd\"\x91\x01\n" +
+	"\tretry_end\x18\x15 \x01(\v2\x19.musepi.v1.RecordRetryEndR\bretryEndJ\x04\b\v\x10\fJ\x04\b\r\x10\x0e\"\x91\x01\n" +
 	"\x10RecordModelState\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x16\n" +

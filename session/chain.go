@@ -413,7 +413,6 @@ func (c *Core) startRetry(extra, sleep time.Duration) {
 	ch := &c.r.Chain
 	ch.Started = true
 	ch.Delay += extra
-	c.r.Attempt = ch.Attempt
 	start := c.out.starts.add()
 	*start = retry.StartEvent{Attempt: ch.Attempt, MaxAttempts: c.settings.MaxRetries, Delay: ch.Delay,
 		ErrorMessage: ch.ErrText, Class: ch.Class, BudgetDelay: extra}
@@ -427,7 +426,7 @@ func (c *Core) startRetry(extra, sleep time.Duration) {
 func (c *Core) sleep(d time.Duration) {
 	c.r.Chain.Phase = Sleeping
 	c.r.State = Backoff
-	c.r.SleepUntil, c.r.SleepToken = c.now.Add(d), c.r.Chain.Token
+	c.r.SleepUntil = c.now.Add(d)
 	c.armTimer(d)
 }
 
@@ -440,6 +439,15 @@ func (c *Core) sleepDone(token uint64) {
 	c.r.Chain.HeldToken = 0 // the held retry goes out now: nothing left to drop
 	c.r.Chain.Phase = AwaitingTurn
 	c.r.State = ContinueScheduled
+}
+
+// lastStarted is the attempt of the open chain's last auto_retry_start:
+// the chain's attempt, less the one being decided while it asks.
+func (c *Core) lastStarted() int {
+	if c.r.Chain.Phase.asking() {
+		return c.r.Chain.Attempt - 1
+	}
+	return c.r.Chain.Attempt
 }
 
 // endRefusal ends a chain whose classifier refusal found no fallback

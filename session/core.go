@@ -425,7 +425,7 @@ func (c *Core) toolsDone(historyErr string, keyFree bool) {
 // armTimer arms the backoff timer for d, its continue scheduled behind it.
 func (c *Core) armTimer(d time.Duration) {
 	e := c.add(ArmTimer)
-	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.r.SleepToken, continueDelay, c.r.Generation
+	e.Delay, e.Token, e.ContinueDelay, e.Generation = d, c.r.Chain.Token, continueDelay, c.r.Generation
 	// A long wait is spent without actors, unless a budget may release
 	// the retry early (its release goes to the actor).
 	e.Passivate = c.passivateAfter > 0 && d >= c.passivateAfter && !c.budgetOn()
@@ -437,7 +437,7 @@ func (c *Core) BackoffToken() uint64 {
 	if c.r.State != Backoff {
 		return 0
 	}
-	return c.r.SleepToken
+	return c.r.Chain.Token
 }
 
 // WaitingUntil is when the backoff timer fires, while the session is in
@@ -517,7 +517,7 @@ func (c *Core) stop() {
 	c.r.Aborts.Dispose = true
 	c.add(CancelTurn)
 	if c.IsRetrying() {
-		c.emitEnd(retry.EndEvent{Attempt: c.r.Attempt, FinalError: ShutdownError})
+		c.emitEnd(retry.EndEvent{Attempt: c.lastStarted(), FinalError: ShutdownError})
 		c.r.Chain = ChainRecord{}
 	}
 	c.add(ReleaseSession).Model = c.r.Model
@@ -537,7 +537,7 @@ func (c *Core) stop() {
 // settles with reason (a turn or tools still running are cancelled).
 func (c *Core) chainFailed(reason string) {
 	if c.IsRetrying() {
-		c.emitEnd(retry.EndEvent{Attempt: c.r.Attempt, FinalError: reason})
+		c.emitEnd(retry.EndEvent{Attempt: c.lastStarted(), FinalError: reason})
 	}
 	c.r.Chain = ChainRecord{}
 	c.toolsAfterEnd = nil

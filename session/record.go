@@ -16,6 +16,9 @@ import (
 // messages.SessionRecord, is generated from it (the fields' wire tags are
 // their protobuf numbers; see internal/genrecord): enums are their names,
 // instants Unix nanoseconds (0: none), durations nanoseconds.
+//
+// wire: reserved 11 attempt: the chain's last auto_retry_start, which is Chain.Attempt at rest
+// wire: reserved 13 sleep_token: the backoff timer's token, which is Chain.Token at rest
 type Record struct {
 	// The small fields first, packed together (a record is kept per
 	// session: padding costs every session).
@@ -44,10 +47,8 @@ type Record struct {
 	// Before is what the last model change replaced, to undo it.
 	Before ModelState `wire:"10"`
 
-	Attempt    int         `wire:"11"` // of the open chain's last auto_retry_start
 	SleepUntil time.Time   `wire:"12"` // when the backoff ends (in backoff)
-	SleepToken uint64      `wire:"13"`
-	Chain      ChainRecord `wire:"17"`
+	Chain      ChainRecord `wire:"17"` // the retry chain: its attempt, and the token of the backoff timer
 
 	// How the prompt stands so far: its last message and, once a chain
 	// failed, why.

@@ -1,6 +1,8 @@
 package session
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -154,4 +156,70 @@ func fill(t *testing.T, v reflect.Value, path string) {
 		}
 	}
 	walk(v, path)
+}
+
+// A record written by an older program still loads: testdata holds two
+// records that the program before issue 39 wrote (a chain in its second
+// backoff, and the idle session after it), with the fields it has since
+// dropped (attempt, sleep_token: what the chain's attempt and token say)
+// and the chain's phase (what the state says). The one in backoff goes on
+// where it stood: the same timer token, the same attempt.
+func TestRecordWrittenBeforeLoads(t *testing.T) {
+	read := func(name string) Record {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w messages.SessionRecord
+		if err := proto.Unmarshal(b, &w); err != nil {
+			t.Fatal(err)
+		}
+		r, err := RecordFromWire(&w)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	idle := read("record-v1-idle.binpb")
+	if idle.State != Idle || idle.Chain.Attempt != 0 || idle.Turn != 3 || idle.Last.GetStopReason() != messages.StopReason_STOP_REASON_STOP {
+		t.Errorf("the idle record read as %+v", idle)
+	}
+	rec := read("record-v1-backoff.binpb")
+	due := t0.Add(time.Second)
+	if rec.State != Backoff || rec.Chain.Attempt != 2 || rec.Chain.Token != 4 || !rec.SleepUntil.Equal(due) ||
+		rec.Credential != "main" || rec.HistorySeq != 7 || rec.Chain.Class != retry.Transient || !rec.Chain.Started {
+		t.Fatalf("the record in backoff read as %+v", rec)
+	}
+	settings := retry.DefaultSettings()
+	cfg := Config{Model: "fake/m1", Role: "default", Settings: &settings, Credentialed: map[string]bool{"fake": true}}
+	c, err := Resume(cfg, nominal{}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BackoffToken() != 4 || !c.WaitingUntil().Equal(due) {
+		t.Errorf("resumed: backoff token %d until %v, want 4 until %v", c.BackoffToken(), c.WaitingUntil(), due)
+	}
+	var out Effects
+	c.Step(&out, t0.Add(400*time.Millisecond), Input{Kind: InTimerLost})
+	if l := out.List(); len(l) != 1 || l[0].Kind != ArmTimer || l[0].Token != 4 || l[0].Delay != 600*time.Millisecond {
+		t.Errorf("timer lost: %+v, want the timer of token 4 armed for 600ms", l)
+	}
+	out.Reset()
+	c.Step(&out, due, Input{Kind: InBackoffDone, Token: 4, Generation: rec.Generation})
+	if l := out.List(); len(l) != 2 || l[1].Kind != SelectCredential || l[1].Credential != "main" {
+		t.Errorf("backoff done: %+v, want agent_start and the retry's select-credential", l)
+	}
+	out.Reset()
+	c.Step(&out, due, Input{Kind: InCredentialSelected, Credential: "main"})
+	c.Step(&out, due, Input{Kind: InTurnEnded, Turn: 3, Message: &messages.AssistantMessage{StopReason: messages.StopReason_STOP_REASON_STOP}})
+	var end *retry.EndEvent
+	for _, e := range out.List() {
+		if e.Kind == Emit && e.Event.Kind == EventAutoRetryEnd {
+			end = e.Event.End
+		}
+	}
+	if end == nil || !end.Success || end.Attempt != 2 {
+		t.Errorf("the resumed chain ended with %+v, want success at attempt 2", end)
+	}
 }

@@ -41,9 +41,7 @@ func recordWire(x *Record) *messages.SessionRecord {
 		Credential:           x.Credential,
 		Reservation:          x.Reservation,
 		Before:               modelStateWire(&x.Before),
-		Attempt:              int32(x.Attempt),
 		SleepUntilUnixNano:   unixNano(x.SleepUntil),
-		SleepToken:           x.SleepToken,
 		Chain:                chainRecordWire(&x.Chain),
 		Last:                 x.Last,
 		Failure:              x.Failure,
@@ -73,9 +71,7 @@ func recordFromWire(w *messages.SessionRecord, x *Record) error {
 	if err := modelStateFromWire(w.GetBefore(), &x.Before); err != nil {
 		return err
 	}
-	x.Attempt = int(w.GetAttempt())
 	x.SleepUntil = fromUnixNano(w.GetSleepUntilUnixNano())
-	x.SleepToken = w.GetSleepToken()
 	if err := chainRecordFromWire(w.GetChain(), &x.Chain); err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func BenchmarkAttemptWrites(b *testing.B) {
 		return &messages.Entry{Seq: seq, Entry: &messages.Entry_Assistant{Assistant: provider.Failure(503, "503 Service Unavailable", nil)}}
 	}
 	rec := session.Record{State: session.Backoff, Generation: 1, Turn: 3, AutoRetry: true, Role: "default",
-		Primary: "p/m", Model: "p/m", Attempt: 3, SleepUntil: time.Now().Add(2 * time.Second), SleepToken: 3,
+		Primary: "p/m", Model: "p/m", SleepUntil: time.Now().Add(2 * time.Second), Chain: session.ChainRecord{Attempt: 3, Token: 3},
 		Last: provider.Failure(503, "503 Service Unavailable", nil)}
 	for _, durable := range []bool{false, true} {
 		name := "entry"

@@ -158,7 +158,7 @@ func waitRecordAttempt(t *testing.T, url, id string, attempt int) {
 			if derr != nil {
 				t.Fatal(derr)
 			}
-			if found && rec.State == session.Backoff && rec.Attempt == attempt {
+			if found && rec.State == session.Backoff && rec.Chain.Attempt == attempt {
 				return
 			}
 		} else if !errors.Is(err, pgx.ErrNoRows) {

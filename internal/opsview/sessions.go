@@ -111,7 +111,7 @@ func phase(rec *pgstore.Record) (string, int) {
 	if r.Chain.Phase != session.ChainIdle {
 		state += ": " + r.Chain.Phase.String()
 	}
-	return state, r.Attempt
+	return state, r.Chain.Attempt
 }
 
 // WriteSessions writes sessions as a table; now (the database's clock)

@@ -33,7 +33,7 @@ func TestSessions(t *testing.T) {
 	due := now.Add(2100 * time.Millisecond)
 	claim := now.Add(time.Second)
 	backoff := func(p session.ChainPhase, attempt int) session.Record {
-		return session.Record{State: session.Backoff, Attempt: attempt, SleepUntil: due, Chain: session.ChainRecord{Phase: p, Attempt: attempt}}
+		return session.Record{State: session.Backoff, SleepUntil: due, Chain: session.ChainRecord{Phase: p, Attempt: attempt}}
 	}
 	lease := now.Add(11200 * time.Millisecond) // node n2#2's
 	for _, tc := range []struct {
