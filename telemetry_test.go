@@ -222,7 +222,6 @@ func TestMetricsOfRetries(t *testing.T) {
 		"musepi.retry.waiting class=usage_limit provider=p = 0",
 		"musepi.sessions state=backoff = 1",
 		"musepi.sessions state=compacting = 0",
-		"musepi.sessions state=continue_scheduled = 0",
 		"musepi.sessions state=deciding = 0",
 		"musepi.sessions state=idle = 3",
 		"musepi.sessions state=running_tools = 0",

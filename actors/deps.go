@@ -262,7 +262,7 @@ func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
 
 // Phase is what the session is doing: its core's state ("idle",
 // "streaming", "backoff", ...).
-func (s *SessionState) Phase() string { return session.State(s.phase.Load()).String() }
+func (s *SessionState) Phase() string { return session.State(s.phase.Load()).Phase() }
 
 // RetryAt is when the session's backoff ends and its next attempt is due
 // (zero: not in a backoff).

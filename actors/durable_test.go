@@ -23,7 +23,7 @@ func TestPrepareSessionFromRecord(t *testing.T) {
 	backoff := func(seq uint64, model string) *session.Record {
 		return &session.Record{State: session.Backoff, Generation: 1, Turn: 2, AutoRetry: true, Role: "default",
 			Primary: "p/m", Model: model, SleepUntil: due, HistorySeq: seq,
-			Chain: session.ChainRecord{Phase: session.Sleeping, Attempt: 2, Started: true, Token: 2, Generation: 1}}
+			Chain: session.ChainRecord{Attempt: 2, Started: true, Token: 2, Generation: 1}}
 	}
 	tests := []struct {
 		name    string

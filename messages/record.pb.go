@@ -321,15 +321,15 @@ func (x *RecordModelState) GetPrimaryUntilUnixNano() int64 {
 //
 // ChainRecord is a retry chain's state as plain values, the part of a
 // Record that lets another process go on with the chain where it stood
-// (the same attempt, the same token).
+// (the same attempt, the same token). The chain is open while Attempt is
+// above 0; where it stands (asking, sleeping) is the session's State.
 type RecordChain struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	Phase           string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`         // The small fields first, packed together.
-	Started         bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`    // auto_retry_start was emitted in this chain
+	Started         bool                   `protobuf:"varint,3,opt,name=started,proto3" json:"started,omitempty"`    // auto_retry_start was emitted in this chain The small fields first, packed together.
 	Class           string                 `protobuf:"bytes,9,opt,name=class,proto3" json:"class,omitempty"`         // of the attempt being decided
 	Switched        bool                   `protobuf:"varint,14,opt,name=switched,proto3" json:"switched,omitempty"` // the attempt being decided switched key or model
 	FallbackApplied bool                   `protobuf:"varint,15,opt,name=fallback_applied,json=fallbackApplied,proto3" json:"fallback_applied,omitempty"`
-	Attempt         int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt         int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`                                            // of the attempt being decided, or made (0: no chain open)
 	Token           uint64                 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`                                                // of the request or timer the chain waits for
 	Generation      uint64                 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`                                      // prompt generation of the failing turn
 	HeldToken       uint64                 `protobuf:"varint,7,opt,name=held_token,json=heldToken,proto3" json:"held_token,omitempty"`                       // the budget ask whose release may still move the sleep
@@ -372,13 +372,6 @@ func (x *RecordChain) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RecordChain.ProtoReflect.Descriptor instead.
 func (*RecordChain) Descriptor() ([]byte, []int) {
 	return file_record_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *RecordChain) GetPhase() string {
-	if x != nil {
-		return x.Phase
-	}
-	return ""
 }
 
 func (x *RecordChain) GetStarted() bool {
@@ -597,9 +590,8 @@ const file_record_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x18\n" +
 	"\aprimary\x18\x02 \x01(\tR\aprimary\x12\x16\n" +
 	"\x06pinned\x18\x03 \x01(\bR\x06pinned\x125\n" +
-	"\x17primary_until_unix_nano\x18\x04 \x01(\x03R\x14primaryUntilUnixNano\"\xf8\x03\n" +
-	"\vRecordChain\x12\x14\n" +
-	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
+	"\x17primary_until_unix_nano\x18\x04 \x01(\x03R\x14primaryUntilUnixNano\"\xe8\x03\n" +
+	"\vRecordChain\x12\x18\n" +
 	"\astarted\x18\x03 \x01(\bR\astarted\x12\x14\n" +
 	"\x05class\x18\t \x01(\tR\x05class\x12\x1a\n" +
 	"\bswitched\x18\x0e \x01(\bR\bswitched\x12)\n" +
@@ -619,7 +611,7 @@ const file_record_proto_rawDesc = "" +
 	"\vcooldown_ns\x18\r \x01(\x03R\n" +
 	"cooldownNs\x12%\n" +
 	"\x0efallback_model\x18\x10 \x01(\tR\rfallbackModel\x12#\n" +
-	"\rfallback_role\x18\x11 \x01(\tR\ffallbackRoleJ\x04\b\x06\x10\a\"{\n" +
+	"\rfallback_role\x18\x11 \x01(\tR\ffallbackRoleJ\x04\b\x01\x10\x02J\x04\b\x06\x10\a\"{\n" +
 	"\x0eRecordRetryEnd\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +

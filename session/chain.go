@@ -8,60 +8,21 @@ import (
 	"github.com/musepi/musepi/retry"
 )
 
-// ChainPhase is where the retry chain of a session's prompt stands (spec
-// 3): every phase but ChainIdle means the chain is open, from the first
-// retryable failure until it ends.
-type ChainPhase uint8
-
-// The phases of a retry chain.
-const (
-	ChainIdle          ChainPhase = iota // no chain open
-	AwaitingCredential                   // asked the credentials actor to switch
-	AwaitingFallback                     // asked the model-fallback actor to switch
-	AwaitingBudget                       // asked the provider's retry budget when the retry may go
-	Sleeping                             // the backoff sleep is running
-	AwaitingTurn                         // continue scheduled; waiting for the turn to end
-)
-
-var phaseNames = [...]string{"idle", "awaiting_credential", "awaiting_fallback", "awaiting_budget", "sleeping", "awaiting_turn"}
-
-func (p ChainPhase) String() string {
-	if int(p) < len(phaseNames) {
-		return phaseNames[p]
-	}
-	return "unknown"
-}
-
-// asking reports whether the chain waits for another actor's answer.
-func (p ChainPhase) asking() bool {
-	return p == AwaitingCredential || p == AwaitingFallback || p == AwaitingBudget
-}
-
-// ParseChainPhase is the phase named name (ChainPhase.String), false for
-// none.
-func ParseChainPhase(name string) (ChainPhase, bool) {
-	for p, n := range phaseNames {
-		if n == name {
-			return ChainPhase(p), true
-		}
-	}
-	return 0, false
-}
-
 // ChainRecord is a retry chain's state as plain values, the part of a
 // Record that lets another process go on with the chain where it stood
-// (the same attempt, the same token).
+// (the same attempt, the same token). The chain is open while Attempt is
+// above 0; where it stands (asking, sleeping) is the session's State.
 //
+// wire: reserved 1 phase: where the chain stood, which the session's state says
 // wire: reserved 6 now_unix_nano: the chain's last step, which nothing read
 type ChainRecord struct {
 	// The small fields first, packed together.
-	Phase           ChainPhase  `wire:"1"`
 	Started         bool        `wire:"3"`  // auto_retry_start was emitted in this chain
 	Class           retry.Class `wire:"9"`  // of the attempt being decided
 	Switched        bool        `wire:"14"` // the attempt being decided switched key or model
 	FallbackApplied bool        `wire:"15"`
 
-	Attempt    int    `wire:"2"`
+	Attempt    int    `wire:"2"` // of the attempt being decided, or made (0: no chain open)
 	Token      uint64 `wire:"4"` // of the request or timer the chain waits for
 	Generation uint64 `wire:"5"` // prompt generation of the failing turn
 
@@ -86,84 +47,55 @@ const continueDelay = time.Millisecond
 // maxAttempt bounds the chain's counter so it never overflows.
 const maxAttempt = 1<<31 - 1
 
-// chainStep runs one input of the retry chain (step), then what the
-// decision it completes calls for: agent_end first, saying whether the
-// chain goes on; the tools of a tool-use turn; compaction; or the state
-// that follows the chain's phase. A usage limit on a provider without
-// credentials is answered right after, as its own step (noSwitch).
-func (c *Core) chainStep(step func()) {
-	for {
-		c.chainStepOnce(step)
-		if !c.noSwitch {
-			return
-		}
-		c.noSwitch = false
-		step = func() { c.credentialReplied(false, time.Time{}) }
-	}
-}
-
-// chainStepOnce is one step of chainStep.
-func (c *Core) chainStepOnce(step func()) {
-	deciding := c.r.State == Deciding
-	mark := len(c.out.list) // agent_end goes before what the step adds
-	c.compactNext = false
-	step()
-	phase := c.r.Chain.Phase
-	decided := deciding && !phase.asking()
-	calls := c.toolsAfterEnd
-	if decided {
-		c.toolsAfterEnd = nil
-		if calls == nil {
-			ev := c.emitAt(mark, EventAgentEnd)
-			ev.Message, ev.WillRetry = c.r.Last, phase == Sleeping
-		}
-	}
+// decide hands a turn's last message to the retry chain (agent_end); a
+// tool-use message's calls run once the chain it ends is closed. A usage
+// limit on a provider without credentials has no key to switch to: the
+// core answers its own ask as the credentials actor would with one key.
+func (c *Core) decide(msg *messages.AssistantMessage, calls []*messages.ToolCall) {
+	mark := len(c.out.list) // agent_end goes before what the decision adds
+	class := c.turnDecided(msg)
 	switch {
-	case decided && calls != nil && c.r.Aborts.User:
-		c.decide(c.r.Last) // aborted before the tools ran
-	case decided && calls != nil:
+	case c.r.State == AwaitingCredential && !c.credentialed[provider(c.r.Model)]:
+		c.credentialReply(Input{Kind: InCredentialReply, Token: c.r.Chain.Token})
+	case calls != nil:
 		c.runTools(calls)
-	case c.compactNext:
-		c.compact()
-	case c.r.State == Deciding || c.r.State == Backoff || c.r.State == ContinueScheduled:
-		c.follow(phase)
+	default:
+		c.decided(mark, class == retry.ContextOverflow)
 	}
 }
 
-// follow moves a session waiting on its retry chain to the chain's phase,
-// settling when the chain is over.
-func (c *Core) follow(phase ChainPhase) {
-	switch phase {
-	case AwaitingCredential, AwaitingFallback, AwaitingBudget:
-		c.r.State = Deciding
-	case Sleeping:
-		c.r.State = Backoff
-	case AwaitingTurn:
-		// sleepDone set ContinueScheduled.
+// decided goes on from a turn's decision once it asks no more: agent_end
+// (at mark, before what the decision's last input added) says whether the
+// chain retries, and the session sleeps, compacts a context overflow or
+// settles.
+func (c *Core) decided(mark int, overflow bool) {
+	if c.r.State.asking() && c.IsRetrying() {
+		return // another actor's answer is awaited
+	}
+	c.agentEnd(mark)
+	switch {
+	case c.r.State == Backoff:
+	case overflow:
+		c.compact()
 	default:
 		c.settle()
 	}
 }
 
-// decide hands the turn's last message to the retry chain (agent_end).
-func (c *Core) decide(msg *messages.AssistantMessage) {
-	c.r.State = Deciding
-	c.chainStep(func() { c.turnDecided(msg) })
+// agentEnd emits agent_end at index mark of the step's effects.
+func (c *Core) agentEnd(mark int) {
+	ev := c.emitAt(mark, EventAgentEnd)
+	ev.Message, ev.WillRetry = c.r.Last, c.r.State == Backoff
 }
 
 // turnDecided is the chain's part of a turn's end: the outcome for the
-// budget, then success, a retry (spec 3 steps 1-8) or the end.
-func (c *Core) turnDecided(msg *messages.AssistantMessage) {
+// budget, then success, a retry (spec 3 steps 1-8) or the end. It returns
+// the message's class.
+func (c *Core) turnDecided(msg *messages.AssistantMessage) retry.Class {
 	ch := &c.r.Chain
 	ch.Generation = c.r.Generation
-	if ch.Phase == Sleeping {
-		c.add(CancelTimer).Token = ch.Token
-	}
 	ch.Token++ // a turn ended: any reply or timer still in flight is stale
 	c.dropHold()
-	if ch.Phase != ChainIdle {
-		ch.Phase = AwaitingTurn
-	}
 	var rd retry.Reading // the error text, read once for the whole decision
 	class := rd.Classify(msg, c.r.Aborts)
 	if class.Retryable() && c.r.Aborts.Any() {
@@ -181,7 +113,7 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 	}
 	switch {
 	case class == retry.Success:
-		if ch.Phase != ChainIdle {
+		if ch.Attempt > 0 {
 			if ch.FallbackApplied {
 				c.emitFallback(EventFallbackSucceeded, retry.FallbackEvent{To: ch.FallbackModel, Role: ch.FallbackRole})
 			}
@@ -190,13 +122,11 @@ func (c *Core) turnDecided(msg *messages.AssistantMessage) {
 	case class.Retryable():
 		c.retryable(msg, class, &rd)
 	default:
-		if ch.Phase != ChainIdle {
+		if ch.Attempt > 0 {
 			c.endChain(false, ch.Attempt, retry.FinalError(msg))
 		}
-		if class == retry.ContextOverflow {
-			c.compactNext = true
-		}
 	}
+	return class
 }
 
 // budgetOn reports whether the retry budget is on for the model in use:
@@ -216,16 +146,13 @@ func (c *Core) reportOutcome(success bool) {
 func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *retry.Reading) {
 	ch, s := &c.r.Chain, c.settings
 	if !c.r.AutoRetry {
-		if ch.Phase != ChainIdle {
+		if ch.Attempt > 0 {
 			c.endChain(false, ch.Attempt, retry.FinalError(msg))
 		}
 		return
 	}
 	if ch.Attempt < maxAttempt {
-		ch.Attempt++
-	}
-	if ch.Phase == ChainIdle {
-		ch.Phase = AwaitingTurn
+		ch.Attempt++ // the chain is open
 	}
 	ch.Class = class
 	ch.ErrText = retry.FinalError(msg)
@@ -247,7 +174,7 @@ func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *
 		ch.Delay = 0
 	case retry.UsageLimit:
 		ch.Wait = ch.Cooldown
-		ch.Phase = AwaitingCredential
+		c.become(AwaitingCredential)
 		c.askCredentialSwitch(ch.Wait)
 		return
 	default:
@@ -260,10 +187,9 @@ func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *
 
 // askCredentialSwitch asks the credentials actor to switch from the
 // session's key, blocked for blockFor; a provider without credentials has
-// no key to switch to, and the core answers so itself (noSwitch).
+// no actor to ask (decide answers for it).
 func (c *Core) askCredentialSwitch(blockFor time.Duration) {
 	if !c.credentialed[provider(c.r.Model)] {
-		c.noSwitch = true
 		return
 	}
 	ask := c.add(AskCredentialSwitch)
@@ -291,13 +217,12 @@ func (c *Core) credentialReplied(switched bool, retryAt time.Time) {
 func (c *Core) askFallback() {
 	ch := &c.r.Chain
 	if !ch.Switched && c.settings.ModelFallback && !c.noFallbackChain && ch.Class.AllowsModelFallback() {
-		ch.Phase = AwaitingFallback
+		c.become(AwaitingFallback)
 		pin := ch.Class == retry.ClassifierRefusal
 		cooldown := ch.Cooldown
 		if pin {
 			cooldown = 0
 		}
-		c.askPin = pin
 		ask := c.add(AskFallback)
 		ask.Model, ask.Primary, ask.Role = c.r.Model, c.r.Primary, c.r.Role
 		ask.BlockFor, ask.Pin, ask.Token = cooldown, pin, ch.Token
@@ -311,7 +236,8 @@ func (c *Core) askFallback() {
 }
 
 // fallbackReplied takes the model-fallback actor's answer: a switch
-// applies the fallback model.
+// applies the fallback model, pinned after a classifier refusal (as
+// askFallback asked).
 func (c *Core) fallbackReplied(in Input) {
 	ch := &c.r.Chain
 	if !in.Switched {
@@ -327,7 +253,7 @@ func (c *Core) fallbackReplied(in Input) {
 	ch.FallbackApplied = true
 	ch.FallbackModel, ch.FallbackRole = in.To, in.Role
 	before := c.modelState()
-	c.r.Pinned = c.askPin
+	c.r.Pinned = ch.Class == retry.ClassifierRefusal
 	c.switchModel(in.To, "fallback")
 	c.r.Before = before
 	c.emitFallback(EventFallbackApplied, retry.FallbackEvent{From: in.From, To: in.To, Role: in.Role})
@@ -348,7 +274,7 @@ func (c *Core) decideDelay() {
 		// budget may hold the retry back; a switched retry is a first
 		// attempt on another credential or model and is not held, nor is
 		// a stale replay, which is not the provider failing under load.
-		ch.Phase = AwaitingBudget
+		c.become(AwaitingBudget)
 		ch.AskedAt = c.now
 		ask := c.add(AskBudget)
 		ask.Model, ask.Token, ask.Due = c.r.Model, ch.Token, c.now.Add(ch.Delay)
@@ -358,18 +284,6 @@ func (c *Core) decideDelay() {
 		return
 	}
 	c.startRetry(0, ch.Delay)
-}
-
-// budgetAnswer takes what the budget answers the chain's ask (a grant),
-// or later for a retry it held (a release), unless it answers another ask.
-func (c *Core) budgetAnswer(in Input) {
-	ch := &c.r.Chain
-	switch {
-	case in.Kind == InBudgetGrant && ch.Phase == AwaitingBudget && in.Token == ch.Token:
-		c.budgetGranted(in.At)
-	case in.Kind == InBudgetRelease && ch.Phase == Sleeping && ch.HeldToken != 0 && in.Token == ch.HeldToken:
-		c.budgetReleased(in.At)
-	}
 }
 
 // budgetGranted takes the budget's answer: the retry goes out at at.
@@ -390,7 +304,7 @@ func (c *Core) budgetGranted(at time.Time) {
 // about, which it may hold) will not go out after all, so that a release
 // is not spent on it.
 func (c *Core) dropHold() {
-	if c.r.Chain.HeldToken != 0 || c.r.Chain.Phase == AwaitingBudget {
+	if c.r.Chain.HeldToken != 0 || c.r.State == AwaitingBudget {
 		c.r.Chain.HeldToken = 0
 		c.add(DropBudgetHold).Model = c.r.Model
 	}
@@ -424,27 +338,15 @@ func (c *Core) startRetry(extra, sleep time.Duration) {
 
 // sleep starts the backoff sleep of the chain's token for d.
 func (c *Core) sleep(d time.Duration) {
-	c.r.Chain.Phase = Sleeping
-	c.r.State = Backoff
+	c.become(Backoff)
 	c.r.SleepUntil = c.now.Add(d)
 	c.armTimer(d)
-}
-
-// sleepDone ends the backoff sleep of token: the retry's continue is due
-// (the timer's owner scheduled it behind the sleep).
-func (c *Core) sleepDone(token uint64) {
-	if c.r.Chain.Phase != Sleeping || token != c.r.Chain.Token {
-		return
-	}
-	c.r.Chain.HeldToken = 0 // the held retry goes out now: nothing left to drop
-	c.r.Chain.Phase = AwaitingTurn
-	c.r.State = ContinueScheduled
 }
 
 // lastStarted is the attempt of the open chain's last auto_retry_start:
 // the chain's attempt, less the one being decided while it asks.
 func (c *Core) lastStarted() int {
-	if c.r.Chain.Phase.asking() {
+	if c.r.State.asking() {
 		return c.r.Chain.Attempt - 1
 	}
 	return c.r.Chain.Attempt
@@ -463,10 +365,10 @@ func (c *Core) endRefusal() {
 
 // abortRetry cancels the chain (abort_retry, or the global abort).
 func (c *Core) abortRetry() {
-	switch c.r.Chain.Phase {
-	case ChainIdle:
+	switch {
+	case c.r.Chain.Attempt == 0:
 		return
-	case Sleeping:
+	case c.r.State == Backoff:
 		c.add(CancelTimer).Token = c.r.Chain.Token
 	}
 	c.dropHold()
@@ -496,7 +398,6 @@ func (c *Core) endChain(success bool, attempt int, finalError string) {
 // or timer still in flight is stale.
 func (c *Core) resetChain() {
 	ch := &c.r.Chain
-	ch.Phase = ChainIdle
 	ch.Attempt = 0
 	ch.Started = false
 	ch.FallbackApplied = false

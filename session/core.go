@@ -7,42 +7,6 @@ import (
 	"github.com/musepi/musepi/retry"
 )
 
-// State is what a session is doing; it is the settle condition written
-// down once: a prompt is settled exactly when the state is Idle.
-type State uint8
-
-// The states of a session.
-const (
-	// Idle: no prompt runs.
-	Idle State = iota
-	// SelectingCredential: a turn waits for the credentials actor's choice.
-	SelectingCredential
-	// Streaming: a turn streams.
-	Streaming
-	// RunningTools: the tools of a turn run.
-	RunningTools
-	// Deciding: a turn's end waits for the retry chain's decision, which
-	// waits for the credential, fallback or budget actor.
-	Deciding
-	// Backoff: the retry chain sleeps before its next attempt.
-	Backoff
-	// ContinueScheduled: the backoff is over and the retry's continue is
-	// scheduled (within the step that learns of it).
-	ContinueScheduled
-	// Compacting: the compaction hook runs after a context overflow.
-	Compacting
-)
-
-var stateNames = [...]string{"idle", "selecting_credential", "streaming", "running_tools", "deciding",
-	"backoff", "continue_scheduled", "compacting"}
-
-func (s State) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return "unknown"
-}
-
 // Config is a session's own configuration.
 type Config struct {
 	Model string // primary "provider/model"
@@ -88,7 +52,8 @@ type Config struct {
 // state is its Record, defined once: what a core at rest persists is what
 // it runs on. It is not safe for concurrent use: an actor owns it.
 type Core struct {
-	r Record // the session's state (Record's fields say what each is)
+	r    Record   // the session's state (Record's fields say what each is)
+	step stepFunc // the step function of r.State (become sets both)
 
 	// The session's configuration, given again when it is resumed.
 	src             retry.Source
@@ -100,14 +65,9 @@ type Core struct {
 	compaction      bool            // Config.Compaction
 	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
 
-	// What lives within a prompt's turns and decisions, never at rest.
-	now           time.Time
-	out           *Effects             // the step's, while it runs
-	toolsAfterEnd []*messages.ToolCall // a tool-use turn's calls, run once its decision is applied
-	continuing    bool                 // the turn being started is a retry's continue
-	askPin        bool                 // the pending fallback ask pins
-	noSwitch      bool                 // a usage limit with no key to switch to, answered after the step
-	compactNext   bool                 // the step's decision routes the turn to compaction
+	// What lives within a step, never at rest.
+	now time.Time
+	out *Effects // the step's, while it runs
 }
 
 // defaultSettings are the settings of a core configured with none.
@@ -134,6 +94,7 @@ func Make(cfg Config, src retry.Source) Core {
 	if cfg.InUse != "" {
 		c.r.Model = cfg.InUse
 	}
+	c.become(Idle)
 	return c
 }
 
@@ -156,7 +117,7 @@ func (c *Core) State() State { return c.r.State }
 func (c *Core) Busy() bool { return c.r.State != Idle }
 
 // IsRetrying reports whether the retry lifecycle is open.
-func (c *Core) IsRetrying() bool { return c.r.Chain.Phase != ChainIdle }
+func (c *Core) IsRetrying() bool { return c.r.Chain.Attempt > 0 }
 
 // Model is the "provider/model" in use.
 func (c *Core) Model() string { return c.r.Model }
@@ -179,96 +140,28 @@ func (c *Core) Generation() uint64 { return c.r.Generation }
 func (c *Core) AutoRetryEnabled() bool { return c.r.AutoRetry }
 
 // Step feeds in at now and adds the effects to carry out, in order, to
-// out. The effects must be executed before the next Step.
+// out. The effects must be executed before the next Step. The inputs that
+// mean the same in every state are taken here; every other goes to the
+// state's step function, which ignores what its state does not wait for
+// (a stale reply, a late timer).
 func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	c.out, c.now = out, now
 	defer func() { c.out = nil }()
 	switch in.Kind {
-	case InPrompt:
-		c.prompt(in.Err)
-	case InCredentialSelected:
-		c.credentialAnswer(in)
-	case InTurnDelta:
-		c.turnDelta(in)
-	case InTurnEnded:
-		if in.Turn == c.r.Turn && c.r.State == Streaming {
-			c.turnEnded(in.Message, in.Err)
-		}
-	case InToolsDone:
-		if in.Turn == c.r.Turn && c.r.State == RunningTools {
-			c.toolsDone(in.Err, in.KeyFree)
-		}
-	case InBackoffDone:
-		c.backoffDone(in)
-	case InTimerLost:
-		c.timerLost()
-	case InAbort:
-		c.abort()
-	case InEditGuardAbort:
-		c.editGuardAbort()
 	case InSetAutoRetry:
 		c.r.AutoRetry = in.Enabled
 	case InSetModel:
 		c.setModel(in.Model)
-	case InCompactionDone:
-		if in.Generation == c.r.Generation && c.r.State == Compacting {
-			c.compactionDone(in.Context, in.Err)
-		}
+	case InEditGuardAbort:
+		c.editGuardAbort()
 	case InStop:
 		c.stop()
 	case InChainFailed:
 		c.chainFailed(in.Err)
 	case InHistoryFailed:
 		c.historyFailed(in.Err, in.RevertModel)
-	case InCredentialReply:
-		c.credentialReply(in)
-	case InFallbackReply:
-		c.fallbackReply(in)
-	case InBudgetGrant, InBudgetRelease:
-		c.chainStep(func() { c.budgetAnswer(in) })
-	case InAbortRetry:
-		c.chainStep(c.abortRetry)
-		if c.pacingWait() {
-			c.endPacingWait()
-		}
-	}
-}
-
-// timerLost arms the backoff timer again, for what is left of it, when
-// its owner is gone.
-func (c *Core) timerLost() {
-	if c.r.State == Backoff {
-		c.armTimer(max(c.r.SleepUntil.Sub(c.now), 0))
-	}
-}
-
-// fallbackReply takes the fallback actor's answer: after a switch, the
-// primary may come back when its cooldown ends.
-func (c *Core) fallbackReply(in Input) {
-	asked := c.r.Chain.Phase == AwaitingFallback
-	if in.Switched && asked {
-		c.r.PrimaryUntil = in.CooldownUntil
-	}
-	c.chainStep(func() {
-		if asked && in.Token == c.r.Chain.Token {
-			c.fallbackReplied(in)
-		}
-	})
-}
-
-// backoffDone ends the backoff of in.Token and starts the retry's continue.
-func (c *Core) backoffDone(in Input) {
-	c.chainStep(func() { c.sleepDone(in.Token) })
-	if c.r.State == ContinueScheduled && in.Generation == c.r.Generation {
-		c.continueDue(in.KeyFree)
-	}
-}
-
-// turnDelta passes on what the running turn streamed.
-func (c *Core) turnDelta(in Input) {
-	if in.Turn == c.r.Turn && c.r.State == Streaming {
-		ev := c.emit(EventMessageUpdate)
-		ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
+	default:
+		c.step(c, in)
 	}
 }
 
@@ -291,10 +184,10 @@ func (c *Core) setModel(model string) {
 }
 
 // credentialReply takes the credentials actor's answer to a usage limit:
-// a switch to another key is the session's from now on.
+// a switch to another key is the session's from now on, and the answer to
+// the chain's ask goes on with its decision.
 func (c *Core) credentialReply(in Input) {
-	asked := c.r.Chain.Phase == AwaitingCredential
-	if in.Switched && asked {
+	if in.Switched {
 		sw := c.out.switches.add()
 		*sw = CredentialSwitch{Model: c.r.Model, From: c.r.Credential, To: in.Credential, Reason: SwitchUsageLimit}
 		if in.Redeemed {
@@ -303,23 +196,16 @@ func (c *Core) credentialReply(in Input) {
 		c.emit(EventCredentialSwitch).Switch = sw
 		c.r.Credential = in.Credential
 	}
-	c.chainStep(func() {
-		if asked && in.Token == c.r.Chain.Token {
-			c.credentialReplied(in.Switched, in.RetryAt)
-		}
-	})
+	if in.Token == c.r.Chain.Token {
+		mark := len(c.out.list)
+		c.credentialReplied(in.Switched, in.RetryAt)
+		c.decided(mark, false)
+	}
 }
 
 // prompt starts a prompt the owner has written to the history (historyErr: it could
 // not, and the prompt ends at once with that error).
 func (c *Core) prompt(historyErr string) {
-	if c.r.State != Idle {
-		res := c.out.results.add()
-		*res = Result{Generation: c.r.Generation, ErrorKind: KindBusy,
-			Error: "a prompt is already running; abort it or wait for it to settle"}
-		c.add(RejectPrompt).Result = res
-		return
-	}
 	c.r.Generation++
 	c.r.Aborts = retry.AbortState{}
 	c.r.Last, c.r.Failure, c.r.FailureKind, c.r.RetryEnd = nil, "", "", nil
@@ -331,16 +217,17 @@ func (c *Core) prompt(historyErr string) {
 	c.maybeRevert()
 	ev := c.emit(EventAgentStart)
 	ev.Generation, ev.PromptStart = c.r.Generation, true
-	c.continuing = false
 	c.selectCredential(false)
 }
 
 // selectCredential chooses the next turn's key: none on a provider
 // without credentials, the key held when keep (a retry's continue whose
 // key is free), else the credentials actor's choice. With a key chosen
-// the turn starts in the same step.
+// the turn starts in the same step. The turn retries the last one when
+// that failed (a retry's continue): the credentials actor is told the key
+// it failed on.
 func (c *Core) selectCredential(keep bool) {
-	c.r.State = SelectingCredential
+	c.become(SelectingCredential)
 	switch {
 	case !c.credentialed[provider(c.r.Model)]:
 		c.credentialSelected("")
@@ -349,7 +236,7 @@ func (c *Core) selectCredential(keep bool) {
 	default:
 		e := c.add(SelectCredential)
 		e.Model = c.r.Model
-		if c.continuing {
+		if isFailure(c.r.Last) {
 			e.Credential = c.r.Credential
 		}
 		if c.paced() {
@@ -358,22 +245,32 @@ func (c *Core) selectCredential(keep bool) {
 	}
 }
 
+// credentialSelected starts the turn on cred, unless the prompt was
+// aborted, or the retry this turn was to make was cancelled, while the
+// key was chosen.
 func (c *Core) credentialSelected(cred string) {
-	if c.r.State != SelectingCredential {
-		c.r.Credential = cred
-		return
-	}
 	c.r.Credential = cred
-	if c.r.Aborts.User || (c.continuing && !c.IsRetrying()) {
-		c.settle() // aborted, or the retry was cancelled, while the credential was chosen
+	if c.r.Aborts.User || (isFailure(c.r.Last) && !c.IsRetrying()) {
+		c.settle()
 		return
 	}
 	c.startTurn()
 }
 
+// strayCredential takes a credentials actor's answer no turn waits for:
+// an unpaced one is the key the session holds; a paced grant goes back.
+func (c *Core) strayCredential(in Input) {
+	switch {
+	case in.Token == 0:
+		c.r.Credential = in.Credential
+	case in.Wait == 0:
+		c.cancelReservation(in.Token)
+	}
+}
+
 func (c *Core) startTurn() {
 	c.r.Turn++
-	c.r.State = Streaming
+	c.become(Streaming)
 	e := c.add(StartTurn)
 	e.Turn, e.Model, e.Credential = c.r.Turn, c.r.Model, c.r.Credential
 }
@@ -385,21 +282,22 @@ func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
 	c.r.Last = msg
 	c.emit(EventMessageEnd).Message = msg
 	c.endOnFailedWrite(historyErr)
-	if calls := toolCalls(msg); len(calls) > 0 && !isFailure(msg) && !c.r.Aborts.User {
-		if !c.IsRetrying() {
-			c.runTools(calls)
-			return
-		}
-		// Spec 3, "What resets the counter": a tool-use message is a
-		// successful assistant message, so it ends the open chain before
-		// its tools run.
-		c.toolsAfterEnd = calls
+	calls := toolCalls(msg)
+	if len(calls) == 0 || isFailure(msg) || c.r.Aborts.User {
+		c.decide(msg, nil)
+		return
 	}
-	c.decide(msg)
+	if !c.IsRetrying() {
+		c.runTools(calls)
+		return
+	}
+	// Spec 3, "What resets the counter": a tool-use message is a successful
+	// assistant message, so it ends the open chain before its tools run.
+	c.decide(msg, calls)
 }
 
 func (c *Core) runTools(calls []*messages.ToolCall) {
-	c.r.State = RunningTools
+	c.become(RunningTools)
 	e := c.add(RunTools)
 	e.Turn, e.Calls = c.r.Turn, calls
 }
@@ -410,12 +308,11 @@ func (c *Core) runTools(calls []*messages.ToolCall) {
 func (c *Core) toolsDone(historyErr string, keyFree bool) {
 	c.endOnFailedWrite(historyErr)
 	if c.r.Aborts.User {
-		c.decide(c.r.Last)
+		c.decide(c.r.Last, nil)
 		return
 	}
 	c.add(DeliverSteering)
 	if c.paced() && !keyFree {
-		c.continuing = false
 		c.selectCredential(false)
 		return
 	}
@@ -449,37 +346,56 @@ func (c *Core) WaitingUntil() time.Time {
 	return c.r.SleepUntil
 }
 
-// continueDue starts a retry's continue; keyFree: the key the session
-// holds is free, so the retry keeps it without asking.
+// continueDue starts a retry's continue once its backoff is over (the
+// timer's owner scheduled it behind the sleep); keyFree: the key the
+// session holds is free, so the retry keeps it without asking.
 func (c *Core) continueDue(keyFree bool) {
-	if !c.IsRetrying() {
-		c.settle()
-		return
-	}
 	model := c.r.Model
 	c.maybeRevert()
 	c.emit(EventAgentStart).Generation = c.r.Generation
-	c.continuing = true
 	c.selectCredential(keyFree && c.r.Credential != "" && c.r.Model == model)
 }
 
+// abort is the user's global abort: it cancels the retry, then the stream.
 func (c *Core) abort() {
-	if c.r.State == Idle {
-		return
-	}
 	c.r.Aborts.User = true
 	c.r.FailureKind = KindAborted
-	c.chainStep(c.abortAll)
+	c.abortAll()
 	if c.pacingWait() {
 		c.endPacingWait()
 	}
 }
 
-// abortAll is the global abort's part of the chain: it cancels the retry,
-// then the stream.
+// cancelRetry is abort_retry: it cancels the retry chain, and a turn's
+// wait for its key's budget.
+func (c *Core) cancelRetry() {
+	mark := len(c.out.list)
+	c.abortRetry()
+	c.retryCancelled(mark)
+	if c.pacingWait() {
+		c.endPacingWait()
+	}
+}
+
+// abortAll cancels the retry, then the stream.
 func (c *Core) abortAll() {
+	mark := len(c.out.list)
 	c.abortRetry()
 	c.add(CancelTurn)
+	c.retryCancelled(mark)
+}
+
+// retryCancelled settles a session that waited on its retry chain, once
+// the chain is cancelled: a decision that asked ends (agent_end, at mark:
+// before what the cancel added), and so does a backoff.
+func (c *Core) retryCancelled(mark int) {
+	switch {
+	case c.r.State.asking():
+		c.agentEnd(mark)
+		c.settle()
+	case c.r.State == Backoff:
+		c.settle()
+	}
 }
 
 // compact runs the compaction hook on a context overflow; without one the
@@ -491,7 +407,7 @@ func (c *Core) compact() {
 		c.settle()
 		return
 	}
-	c.r.State = Compacting
+	c.become(Compacting)
 	e := c.add(Compact)
 	e.Generation, e.Message = c.r.Generation, c.r.Last
 }
@@ -523,7 +439,7 @@ func (c *Core) stop() {
 	c.add(ReleaseSession).Model = c.r.Model
 	c.r.Reservation = 0 // released with the session
 	if c.r.State != Idle {
-		c.r.State = Idle
+		c.become(Idle)
 		ev := c.emit(EventAgentSettled)
 		ev.Generation, ev.Error = c.r.Generation, ShutdownError
 		res := c.out.results.add()
@@ -540,7 +456,6 @@ func (c *Core) chainFailed(reason string) {
 		c.emitEnd(retry.EndEvent{Attempt: c.lastStarted(), FinalError: reason})
 	}
 	c.r.Chain = ChainRecord{}
-	c.toolsAfterEnd = nil
 	if c.r.State == Idle {
 		return
 	}
@@ -564,7 +479,7 @@ func (c *Core) endOnFailedWrite(historyErr string) {
 		c.r.FailureKind, c.r.Failure = KindHistory, historyErr
 	}
 	c.r.Aborts.User = true
-	c.chainStep(c.abortAll)
+	c.abortAll()
 }
 
 // historyFailed ends the running prompt because its history could not be
@@ -587,7 +502,7 @@ func (c *Core) historyFailed(err string, revert bool) {
 
 // settle answers the prompt once nothing of it is left.
 func (c *Core) settle() {
-	c.r.State = Idle
+	c.become(Idle)
 	res := c.out.results.add()
 	res.Generation, res.Message = c.r.Generation, c.r.Last
 	switch {

@@ -295,7 +295,7 @@ func (sc *script) input(line string) []string {
 	for i := range effects {
 		out = append(out, sc.render(&effects[i]))
 	}
-	out = append(out, "state "+sc.core.State().String())
+	out = append(out, "state "+sc.core.State().Phase())
 	if st := sc.core.State(); sc.resume && (st == Idle || st == Backoff) {
 		rec, err := sc.core.Record()
 		if err != nil {
@@ -671,7 +671,7 @@ func TestChainAttemptNeverOverflows(t *testing.T) {
 	c := New(Config{Model: "fake/m1", Role: "default", Settings: &s}, nominal{})
 	var out Effects
 	c.Step(&out, t0, Input{Kind: InPrompt})
-	c.r.Chain.Phase, c.r.Chain.Attempt = AwaitingTurn, maxAttempt // as after 2^31-1 failed attempts
+	c.r.Chain.Attempt = maxAttempt // as after 2^31-1 failed attempts
 	out.Reset()
 	c.Step(&out, t0, Input{Kind: InTurnEnded, Turn: 1, Message: &messages.AssistantMessage{
 		StopReason: messages.StopReason_STOP_REASON_ERROR, ErrorMessage: "503 Service Unavailable", HttpStatus: 503}})

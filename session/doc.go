@@ -4,8 +4,9 @@
 // actors) at an instant and returns the effects its owner must carry out
 // (start a turn, arm a timer, emit an event, append to history, settle the
 // prompt). It holds the whole lifecycle of a prompt once — generation, turn,
-// the retry chain (its phases, attempt and pending question) and the
-// settle condition as one
-// explicit state — and starts no goroutine, reads no clock and draws no
+// the retry chain (its attempt and pending question) and the settle
+// condition — in one State, whose phases include the chain's (awaiting a
+// credential, a fallback model or the budget; backoff), each with its step
+// function (state.go); it starts no goroutine, reads no clock and draws no
 // random number of its own.
 package session

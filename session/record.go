@@ -91,5 +91,6 @@ func Resume(cfg Config, src retry.Source, r Record) (*Core, error) {
 	role := c.r.Role
 	c.r = r
 	c.r.Role = role
+	c.become(r.State)
 	return c, nil
 }

@@ -21,6 +21,7 @@ import (
 func TestRecordCoversTheCore(t *testing.T) {
 	notAtRest := map[string]string{
 		"r":               "the record itself",
+		"step":            "the step function of the record's state, set with it (become)",
 		"src":             "the jitter source, given to Resume",
 		"settings":        "the session's configuration (Config.Settings), given again to Resume",
 		"compaction":      "the session's configuration (Config.Compaction), given again to Resume",
@@ -31,11 +32,6 @@ func TestRecordCoversTheCore(t *testing.T) {
 		"noFallbackChain": "the runtime's configuration (Config.FallbackRoles), given again to Resume",
 		"now":             "the instant of the step running",
 		"out":             "the effects of the step running",
-		"toolsAfterEnd":   "the calls of a tool-use turn, run within its decision",
-		"continuing":      "set when a continue starts, read until its credential is chosen",
-		"askPin":          "read when the fallback asked for answers, within a decision",
-		"noSwitch":        "the chain's answer the core gives itself, within a step",
-		"compactNext":     "the step's routing to compaction, within a step",
 	}
 	ct := reflect.TypeFor[Core]()
 	for i := range ct.NumField() {
@@ -45,8 +41,8 @@ func TestRecordCoversTheCore(t *testing.T) {
 	}
 }
 
-// A record is taken only at rest, and a wire record naming a state, phase
-// or class this program does not know is refused, not guessed.
+// A record is taken only at rest, and a wire record naming a state or
+// class this program does not know is refused, not guessed.
 func TestRecordRefusals(t *testing.T) {
 	c := New(Config{Model: "fake/m1", Role: "default", Credentialed: map[string]bool{"fake": true}}, nominal{})
 	c.Step(new(Effects), t0, Input{Kind: InPrompt})
@@ -65,7 +61,6 @@ func TestRecordRefusals(t *testing.T) {
 		edit func(*messages.SessionRecord)
 	}{
 		{"state", func(w *messages.SessionRecord) { w.State = "hibernating" }},
-		{"chain phase", func(w *messages.SessionRecord) { w.Chain.Phase = "pondering" }},
 		{"error class", func(w *messages.SessionRecord) { w.Chain.Class = "cosmic_ray" }},
 		{"class of the failed chain", func(w *messages.SessionRecord) {
 			w.RetryEnd = &messages.RecordRetryEnd{Class: "cosmic_ray"}
@@ -122,8 +117,6 @@ func fill(t *testing.T, v reflect.Value, path string) {
 		switch x := v.Addr().Interface().(type) {
 		case *State:
 			*x = Backoff
-		case *ChainPhase:
-			*x = Sleeping
 		case *retry.Class:
 			*x = retry.Transient
 		case *ErrorKind:

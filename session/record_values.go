@@ -22,16 +22,6 @@ func stateFromWire(name string, s *State) error {
 	return fmt.Errorf("session record: unknown state %q", name)
 }
 
-// phaseFromWire reads a ChainPhase's name.
-func phaseFromWire(name string, p *ChainPhase) error {
-	phase, ok := ParseChainPhase(name)
-	if !ok {
-		return fmt.Errorf("session record: unknown chain phase %q", name)
-	}
-	*p = phase
-	return nil
-}
-
 // classFromWire reads a retry.Class's name.
 func classFromWire(name string, c *retry.Class) error {
 	class, ok := retry.ParseClass(name)

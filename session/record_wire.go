@@ -12,8 +12,8 @@ import (
 // Wire is the record in its protobuf form, for a store or another node.
 func (r Record) Wire() *messages.SessionRecord { return recordWire(&r) }
 
-// RecordFromWire reads a record's protobuf form; a state, phase or class
-// it does not know fails (a record written by a newer program).
+// RecordFromWire reads a record's protobuf form; a state or class it
+// does not know fails (a record written by a newer program).
 func RecordFromWire(w *messages.SessionRecord) (Record, error) {
 	var r Record
 	err := recordFromWire(w, &r)
@@ -112,7 +112,6 @@ func chainRecordWire(x *ChainRecord) *messages.RecordChain {
 		return nil
 	}
 	return &messages.RecordChain{
-		Phase:           x.Phase.String(),
 		Started:         x.Started,
 		Class:           x.Class.String(),
 		Switched:        x.Switched,
@@ -132,9 +131,6 @@ func chainRecordWire(x *ChainRecord) *messages.RecordChain {
 }
 
 func chainRecordFromWire(w *messages.RecordChain, x *ChainRecord) error {
-	if err := phaseFromWire(w.GetPhase(), &x.Phase); err != nil {
-		return err
-	}
 	x.Started = w.GetStarted()
 	if err := classFromWire(w.GetClass(), &x.Class); err != nil {
 		return err

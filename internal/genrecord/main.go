@@ -39,7 +39,7 @@ type record struct {
 // field is one stored field of a record.
 type field struct {
 	goPath  string // Go selector from the struct: "Aborts.User"
-	goType  string // as written: "time.Time", "ChainPhase", "*retry.EndEvent"
+	goType  string // as written: "time.Time", "State", "*retry.EndEvent"
 	number  int
 	name    string // protobuf name: "primary_until_unix_nano"
 	comment string
@@ -289,7 +289,6 @@ var conversions = map[string]conversion{
 	"ErrorKind":                  {"string", "string(%s)", "ErrorKind(%s)", false},
 	"*messages.AssistantMessage": {"AssistantMessage", "%s", "%s", false},
 	"State":                      {"string", "%s.String()", "stateFromWire", true},
-	"ChainPhase":                 {"string", "%s.String()", "phaseFromWire", true},
 	"retry.Class":                {"string", "%s.String()", "classFromWire", true},
 }
 
@@ -321,7 +320,7 @@ func goFile(recs []record) []byte {
 	b.WriteString("package session\n\nimport (\n\t\"time\"\n\n\t\"github.com/musepi/musepi/messages\"\n\t\"github.com/musepi/musepi/retry\"\n)\n\n")
 	b.WriteString("// Wire is the record in its protobuf form, for a store or another node.\n")
 	b.WriteString("func (r Record) Wire() *messages.SessionRecord { return recordWire(&r) }\n\n")
-	b.WriteString("// RecordFromWire reads a record's protobuf form; a state, phase or class\n// it does not know fails (a record written by a newer program).\n")
+	b.WriteString("// RecordFromWire reads a record's protobuf form; a state or class it\n// does not know fails (a record written by a newer program).\n")
 	b.WriteString("func RecordFromWire(w *messages.SessionRecord) (Record, error) {\n\tvar r Record\n\terr := recordFromWire(w, &r)\n\treturn r, err\n}\n")
 	for _, r := range recs {
 		writeFunc(&b, r)

@@ -38,8 +38,8 @@ type Session struct {
 	ClaimableAt *time.Time `json:"claimable_at,omitempty"`
 	// Phase is where the session's record says it stands: "no record" (it
 	// never waited out a backoff), "idle" (its last prompt settled),
-	// "backoff: PHASE" (its retry chain waits: sleeping, awaiting_budget,
-	// ...), or "unreadable record: ..." (written by a newer musepi).
+	// "backoff: sleeping" (its retry chain waits out a backoff), or
+	// "unreadable record: ..." (written by a newer musepi).
 	Phase string `json:"phase"`
 	// Attempt is the attempt of the retry chain the record holds (0: none).
 	Attempt int `json:"attempt,omitempty"`
@@ -107,9 +107,9 @@ func phase(rec *pgstore.Record) (string, int) {
 	case !found:
 		return "idle", 0 // cleared when its prompt settled
 	}
-	state := r.State.String()
-	if r.Chain.Phase != session.ChainIdle {
-		state += ": " + r.Chain.Phase.String()
+	state := r.State.String() // idle or backoff: a record is taken at rest
+	if r.State == session.Backoff {
+		state += ": sleeping" // what its retry chain does, as the table has always said
 	}
 	return state, r.Chain.Attempt
 }

@@ -32,8 +32,8 @@ func record(t *testing.T, rec session.Record) *pgstore.Record {
 func TestSessions(t *testing.T) {
 	due := now.Add(2100 * time.Millisecond)
 	claim := now.Add(time.Second)
-	backoff := func(p session.ChainPhase, attempt int) session.Record {
-		return session.Record{State: session.Backoff, SleepUntil: due, Chain: session.ChainRecord{Phase: p, Attempt: attempt}}
+	backoff := func(attempt int) session.Record {
+		return session.Record{State: session.Backoff, SleepUntil: due, Chain: session.ChainRecord{Attempt: attempt, Started: true}}
 	}
 	lease := now.Add(11200 * time.Millisecond) // node n2#2's
 	for _, tc := range []struct {
@@ -49,14 +49,14 @@ func TestSessions(t *testing.T) {
 			pgstore.SessionState{ID: "b", Epoch: 2, Owner: "n1#1", OwnerLive: true, Record: &pgstore.Record{Data: []byte{}}}, nil,
 			Session{ID: "b", Epoch: 2, Owner: "n1#1", Hold: Released, Phase: "idle"}},
 		{"sleeping in a backoff, its owner's lease expired, claimed",
-			pgstore.SessionState{ID: "c", Epoch: 3, Owner: "n2#2", Held: true, Record: record(t, backoff(session.Sleeping, 2)),
+			pgstore.SessionState{ID: "c", Epoch: 3, Owner: "n2#2", Held: true, Record: record(t, backoff(2)),
 				ClaimedBy: "n1#1", ClaimUntil: claim}, nil,
 			Session{ID: "c", Epoch: 3, Owner: "n2#2", Hold: Expired, Phase: "backoff: sleeping", Attempt: 2, Due: &due,
 				ClaimedBy: "n1#1", ClaimUntil: &claim}},
-		{"awaiting the budget, a claim that ran out",
-			pgstore.SessionState{ID: "d", Epoch: 1, Owner: "n1#1", Held: true, OwnerLive: true, Record: record(t, backoff(session.AwaitingBudget, 1)),
+		{"in its first backoff, a claim that ran out",
+			pgstore.SessionState{ID: "d", Epoch: 1, Owner: "n1#1", Held: true, OwnerLive: true, Record: record(t, backoff(1)),
 				ClaimedBy: "n2#2", ClaimUntil: now.Add(-time.Second)}, nil,
-			Session{ID: "d", Epoch: 1, Owner: "n1#1", Hold: Held, Phase: "backoff: awaiting_budget", Attempt: 1, Due: &due}},
+			Session{ID: "d", Epoch: 1, Owner: "n1#1", Hold: Held, Phase: "backoff: sleeping", Attempt: 1, Due: &due}},
 		{"an idle record",
 			pgstore.SessionState{ID: "e", Epoch: 1, Owner: "n1#1", Record: record(t, session.Record{State: session.Idle})}, nil,
 			Session{ID: "e", Epoch: 1, Owner: "n1#1", Hold: Released, Phase: "idle"}},
@@ -67,7 +67,7 @@ func TestSessions(t *testing.T) {
 			pgstore.SessionState{ID: "g", Epoch: 1, Owner: "n2#2", Held: true, OwnerLive: true}, []string{"n1#1", "n2#2"},
 			Session{ID: "g", Epoch: 1, Owner: "n2#2", Hold: Held, Phase: "no record"}},
 		{"its owner left etcd, its lease runs on",
-			pgstore.SessionState{ID: "h", Epoch: 3, Owner: "n2#2", Held: true, OwnerLive: true, Record: record(t, backoff(session.Sleeping, 1))}, []string{"n1#1"},
+			pgstore.SessionState{ID: "h", Epoch: 3, Owner: "n2#2", Held: true, OwnerLive: true, Record: record(t, backoff(1))}, []string{"n1#1"},
 			Session{ID: "h", Epoch: 3, Owner: "n2#2", Hold: OwnerLeft, ClaimableAt: &lease, Phase: "backoff: sleeping", Attempt: 1, Due: &due}},
 		{"its owner left etcd, its lease ran out",
 			pgstore.SessionState{ID: "i", Epoch: 3, Owner: "n3#3", Held: true}, []string{"n1#1"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -25,12 +26,15 @@ type Snapshot struct {
 // retry budget actor.
 const budgetTimeout = time.Second
 
-// states are the names of every session state, so that a state with no
-// session reports 0 instead of vanishing from the series.
+// states are the names of every session state as observers see them
+// (session.State.Phase), so that a state with no session reports 0
+// instead of vanishing from the series.
 func states() []string {
 	var out []string
 	for st := session.Idle; st.String() != "unknown"; st++ {
-		out = append(out, st.String())
+		if !slices.Contains(out, st.Phase()) {
+			out = append(out, st.Phase())
+		}
 	}
 	return out
 }

@@ -75,7 +75,7 @@ var (
 	BudgetDelayed = Metric{"musepi.retry.budget.delayed", ObservedCount, "{retry}", []string{"provider"},
 		"Retries the provider's retry budget delayed past their backoff."}
 	Sessions = Metric{"musepi.sessions", Gauge, "{session}", []string{"state"},
-		"Open sessions by state: idle, selecting_credential, streaming, running_tools, deciding, backoff, continue_scheduled, compacting."}
+		"Open sessions by state: idle, selecting_credential, streaming, running_tools, deciding, backoff, compacting."}
 	Prompts = Metric{"musepi.prompts", Counter, "{prompt}", []string{"outcome"},
 		"Prompts settled (agent_settled), by outcome: success or failure."}
 	RequestDuration = Metric{"musepi.provider.request.duration", Histogram, "s", []string{"provider", "model", "outcome"},
