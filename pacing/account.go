@@ -123,11 +123,11 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 	if answered && g.need.Bounded && refunds {
 		refund = math.Max(float64(g.need.Output-used.Output), 0)
 	}
+	if answered && g.need.Bounded && !refunds {
+		used.Output = max(used.Output, g.need.Output) // the bound is kept; the input is what the server counted
+	}
 	for k := range c.buckets {
 		charged := used.of(Kind(k))
-		if answered && g.need.Bounded && !refunds {
-			charged = math.Max(charged, g.need.of(Kind(k)))
-		}
 		// The burst is the key's own pacing of what goes at once: it takes
 		// back what the call was not charged, counted or not (an input
 		// estimate above the server's count once slowed a key by a fifth).

@@ -174,6 +174,7 @@ func TestSettleFollowsTheProvider(t *testing.T) {
 	}{
 		{"estimate: reconciled with use", false, Need{Input: 1000, Output: 1000}, used, false, 6000 - 1200},
 		{"OpenAI, max_tokens: no refund", false, bounded, used, false, 6000 - 2000},
+		{"OpenAI, max_tokens: the bound kept, the input as counted", false, bounded, Usage{Sent: true, Input: 600, Output: 200}, false, 6000 - 1600},
 		{"Anthropic, max_tokens: the unused output comes back", true, bounded, used, false, 6000 - 1200},
 		{"refused: charged its request only", false, bounded, Usage{Sent: true}, false, 6000},
 		{"counted by a response: nothing back", false, bounded, used, true, 3000},
