@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/config/clustercfg"
-	"github.com/musepi/musepi/internal/opsview"
 )
 
 var clusterCommand = &command{

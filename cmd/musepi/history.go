@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/history"
-	"github.com/musepi/musepi/internal/opsview"
 )
 
 var historyCommand = &command{

@@ -15,9 +15,9 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/config"
 	"github.com/musepi/musepi/config/clustercfg"
-	"github.com/musepi/musepi/internal/opsview"
 )
 
 var nodeCommand = &command{

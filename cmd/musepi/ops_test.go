@@ -14,9 +14,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/nodetest"
-	"github.com/musepi/musepi/internal/opsview"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )

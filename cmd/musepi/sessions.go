@@ -8,8 +8,8 @@ import (
 	"sync"
 
 	"github.com/musepi/musepi/cluster"
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/config/clustercfg"
-	"github.com/musepi/musepi/internal/opsview"
 )
 
 var sessionsCommand = &command{

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/internal/nodetest"
-	"github.com/musepi/musepi/internal/opsview"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
 	"github.com/musepi/musepi/config/clustercfg"
-	"github.com/musepi/musepi/internal/opsview"
 )
 
 // memberView serves, on opsview.ViewPath of `musepi node --metrics-addr`,
