@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/internal/soak"
+	"github.com/musepi/musepi/internal/testkit/soak"
 )
 
 // 10,000 sessions on one runtime all fail with a transient error at once,

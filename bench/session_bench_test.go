@@ -11,7 +11,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
-	"github.com/musepi/musepi/internal/memstat"
+	"github.com/musepi/musepi/internal/testkit/memstat"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )

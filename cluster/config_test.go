@@ -8,7 +8,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 	"github.com/musepi/musepi/retry"
 )
 

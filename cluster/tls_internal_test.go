@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 )
 
 // TestTransportAccepted: what Start lets through (TestStartRejectsBadConfig

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/testbin"
+	"github.com/musepi/musepi/internal/testkit/testbin"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

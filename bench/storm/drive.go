@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/internal/memstat"
+	"github.com/musepi/musepi/internal/testkit/memstat"
 	"github.com/musepi/musepi/provider"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/musepi/musepi/internal/memstat"
+	"github.com/musepi/musepi/internal/testkit/memstat"
 	"github.com/musepi/musepi/retry"
 )
 

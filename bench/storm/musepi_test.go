@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/musepi/musepi/internal/soak"
+	"github.com/musepi/musepi/internal/testkit/soak"
 	"github.com/musepi/musepi/retry"
 )
 

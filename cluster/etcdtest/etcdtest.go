@@ -1,6 +1,6 @@
 // Package etcdtest starts a private etcd server for tests: one member in a
 // temporary directory, listening on free loopback ports (or inside a
-// network namespace of internal/netnstest, on its host's address),
+// network namespace of internal/testkit/netnstest, on its host's address),
 // stopped and removed when the test ends.
 package etcdtest
 
@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/netnstest"
-	"github.com/musepi/musepi/internal/testcert"
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
+	"github.com/musepi/musepi/internal/testkit/testcert"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 )
 
 // ErrNoEtcd is returned by Launch when the etcd binary is not on PATH.

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster/etcdtest"
-	"github.com/musepi/musepi/internal/netnstest"
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )
@@ -48,7 +48,7 @@ type chaosPlan struct {
 const chaosLease = "lease_ms = 2000\nhandover_timeout_ms = 3000\nleave_timeout_ms = 10000"
 
 // TestClusterChaos runs three node processes, etcd and PostgreSQL while
-// the sessions of a client process (internal/nodetest/swarm) ride out a
+// the sessions of a client process (internal/testkit/nodetest/swarm) ride out a
 // provider outage: chaosShort in the normal test run, chaosFull with
 // -tags chaos (chaosRun). About
 // every plan.every one random node is killed (SIGKILL) and restarted,

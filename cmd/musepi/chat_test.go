@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )

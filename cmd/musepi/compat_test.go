@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

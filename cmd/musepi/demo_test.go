@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 )
 
 // inOrder fails unless text holds every line of want, in that order.

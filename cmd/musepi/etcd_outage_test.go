@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/nodetest"
-	"github.com/musepi/musepi/internal/soak"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
+	"github.com/musepi/musepi/internal/testkit/soak"
 )
 
 // TestClusterRidesOutEtcdOutage: etcd stopped for 30 s with -tags soak (8

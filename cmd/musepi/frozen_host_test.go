@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 )
 
 // TestClientOfFrozenHost: the node hosting a client's session is frozen

@@ -19,7 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/musepi/musepi/internal/testbin"
+	"github.com/musepi/musepi/internal/testkit/testbin"
 )
 
 // waitingTests is how many tests of this package run at once unless
@@ -69,13 +69,13 @@ func runCaptured(t *testing.T, args ...string) (int, string, string) {
 }
 
 // programs are the binaries the tests run as processes: this command
-// and the chaos test's client (internal/nodetest/swarm).
+// and the chaos test's client (internal/testkit/nodetest/swarm).
 var programs = testbin.NewSet(musepiPkg, swarmPkg)
 
 // The import paths of programs.
 const (
 	musepiPkg = "github.com/musepi/musepi/cmd/musepi"
-	swarmPkg  = "github.com/musepi/musepi/internal/nodetest/swarm"
+	swarmPkg  = "github.com/musepi/musepi/internal/testkit/nodetest/swarm"
 )
 
 // buildCommand returns the musepi binary, built once.

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 )
 
 // startFailureBound is how long a `musepi node` whose start cannot succeed

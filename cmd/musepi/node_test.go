@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 )
 
 // TestNodeProcesses: three `musepi node` processes on loopback with etcd

@@ -19,8 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/musepi/musepi/internal/netnstest"
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider/fakellm"
 )
@@ -78,7 +78,7 @@ var clientCutFromHost = partitionCase{name: "client cut off from its host", kind
 	sessions: 6, outage: 6 * time.Second, backoffs: 2, cuts: 1, down: 10 * time.Second}
 
 // TestClusterPartitions runs each case of partitionRun on a cluster of
-// processes in a private network of namespaces (internal/netnstest): etcd,
+// processes in a private network of namespaces (internal/testkit/netnstest): etcd,
 // PostgreSQL, fakellm behind a proxy that counts the provider calls, three
 // `musepi node` (mutual TLS, --metrics-addr) and a `musepi rpc --cluster`
 // client per session, each server and node on a host of its own, the

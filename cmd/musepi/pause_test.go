@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/cmd/musepi/internal/opsview"
-	"github.com/musepi/musepi/internal/nodetest"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/musepi/musepi/internal/nodetest"
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/nodetest"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 )
 
 // TestClusterTLS is the cluster with mutual TLS, on loopback: etcd serves

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 )
 
 // withKeys adds lines to src's [cluster] table (its first line).

@@ -3,15 +3,19 @@
 //	go run ./internal/testrun -race -count=1 -p 4 ./...
 //
 // It runs `go test -json` with its arguments and, at the same time, builds
-// the programs that tests run as processes (internal/testbin.All) in one
-// `go build`, so that this build overlaps go test's compiling and no test
-// package has to build them itself. Of go test's output it prints what a
-// person wants: one line per package as go test prints it (ok, FAIL, or no
-// test files), the whole output of every failed test, package and build,
-// and at the end the tests skipped for want of a tool (the lines of
-// internal/testtool), or that none was, and how long the run took. It
-// exits 1 when anything failed, a build failed, or a package never
-// finished (a crashed test binary, go test stopped early).
+// the programs that tests run as processes (internal/testkit/testbin.All)
+// in one `go build`, so that this build overlaps go test's compiling and
+// no test package has to build them itself. Of go test's output it prints
+// what a person wants: one line per package as go test prints it (ok,
+// FAIL, or no test files), the whole output of every failed test, package
+// and build, and at the end the tests skipped for want of a tool (the
+// lines of internal/testkit/testtool), or that none was, and how long the
+// run took. It exits 1 when anything failed, a build failed, or a package
+// never finished (a crashed test binary, go test stopped early).
+//
+// It is test tooling, like the packages of internal/testkit, but keeps
+// this path, the one a newcomer types first: the README, docs/testing.md
+// and .ci/run run it as ./internal/testrun.
 package main
 
 import (
@@ -25,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/musepi/musepi/internal/testbin"
+	"github.com/musepi/musepi/internal/testkit/testbin"
 )
 
 func main() {

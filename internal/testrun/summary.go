@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 )
 
 // event is one line of `go test -json` (cmd/test2json's TestEvent, with

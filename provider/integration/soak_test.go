@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/internal/soak"
+	"github.com/musepi/musepi/internal/testkit/soak"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/fakellm"

@@ -1,6 +1,6 @@
 // Package pgtest starts a private PostgreSQL server for tests: initdb and
 // postgres in a temporary directory, listening on a free loopback port (or
-// inside a network namespace of internal/netnstest, on its host's
+// inside a network namespace of internal/testkit/netnstest, on its host's
 // address), run as an unprivileged user when the tests run as root.
 package pgtest
 
@@ -24,8 +24,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/musepi/musepi/internal/netnstest"
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 )
 
 // ErrNoPostgres is returned by Launch when initdb or postgres cannot be

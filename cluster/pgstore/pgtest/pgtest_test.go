@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/internal/netnstest"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
 )
 
 func TestMain(m *testing.M) {

@@ -4,12 +4,15 @@
 // testdata, measured in lines from `func` to its closing brace. Run it from
 // the module's root:
 //
-//	go run ./internal/funclen             # list those over 50 lines
-//	go run ./internal/funclen -long 50 -max 80 -allow 20
+//	go run ./internal/testkit/funclen             # list those over 50 lines
+//	go run ./internal/testkit/funclen -long 50 -max 80 -allow 20
 //
 // It prints one line per long function, longest first, then the counts,
 // and exits 1 when a function is over -max lines or more than -allow are
 // over -long (when those flags are set).
+//
+// It is part of the test kit (internal/testkit): .ci/run runs it, with
+// the bound docs/testing.md ("Function length") gives.
 package main
 
 import (

@@ -9,7 +9,11 @@
 //
 // It needs root, ip (iproute2) and iptables-restore. Without them, or when
 // `ip netns add` fails, New skips the test with one line, or fails it under
-// CI (internal/testtool).
+// CI (internal/testkit/testtool).
+//
+// It is part of the test kit (internal/testkit): cmd/musepi's partition
+// test, nodetest and the test servers of cluster/etcdtest and
+// cluster/pgstore/pgtest use it.
 package netnstest
 
 import (
@@ -28,7 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/musepi/musepi/internal/testtool"
+	"github.com/musepi/musepi/internal/testkit/testtool"
 )
 
 // commandTimeout bounds each ip and iptables-restore command.

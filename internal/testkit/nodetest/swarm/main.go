@@ -10,6 +10,9 @@
 // at_ms is when it ended (Unix milliseconds). A prompt still running at
 // -timeout ends with ok false and the context's error. It runs in a
 // process of its own so that the test driving it holds no cluster member.
+//
+// It is part of the test kit (internal/testkit): cmd/musepi's chaos test
+// runs it, built by internal/testkit/testbin.
 package main
 
 import (

@@ -6,6 +6,10 @@
 //
 // The skip line starts with Marker, which is how internal/testrun finds it
 // and lists it at the end of the README's test command.
+//
+// It is part of the test kit (internal/testkit): the tests, the test
+// servers (cluster/etcdtest, cluster/pgstore/pgtest, netnstest) and
+// internal/testrun use it.
 package testtool
 
 import (
@@ -29,7 +33,7 @@ var (
 	Postgres = Tool{Name: "PostgreSQL (initdb, postgres)", Install: "apt-get install postgresql"}
 	Tmux     = Tool{Name: "tmux", Install: "apt-get install tmux"}
 	Node     = Tool{Name: "Node.js >= 20.6 with npm", Install: "apt-get install nodejs npm"}
-	// Netns is what internal/netnstest's private networks need: root, and
+	// Netns is what internal/testkit/netnstest's private networks need: root, and
 	// ip (iproute2) and iptables-restore on PATH.
 	Netns = Tool{Name: "network namespaces (root, ip, iptables)", Install: "apt-get install iproute2 iptables, and run the tests as root"}
 )

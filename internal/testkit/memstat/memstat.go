@@ -1,5 +1,9 @@
 // Package memstat measures the memory a program holds, as the benchmarks
 // and the storm harness report it.
+//
+// It is part of the test kit (internal/testkit): only bench/ (its
+// benchmarks and bench/storm) imports it; the runtime measures nothing
+// with it.
 package memstat
 
 import "runtime"

@@ -4,4 +4,7 @@
 // file system; every ```go block of README.md compiles against this
 // module; and the README and docs/embedding.md name every event type. It
 // has no code of its own: go test runs the checks.
+//
+// It is part of the test kit (internal/testkit): a package of tests that
+// nothing imports.
 package doclinks

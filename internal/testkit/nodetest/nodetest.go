@@ -3,11 +3,14 @@
 // node` processes started from a built binary on free ports, each with its
 // own configuration file, in plaintext or with mutual TLS (certificates of
 // a CA of the test's own). With Options.Net the same cluster runs in a
-// private network of namespaces instead (internal/netnstest), each server,
-// node and client on a host of its own, whose links the test can cut. It
-// kills the processes with SIGKILL or stops them with SIGTERM on demand,
-// and kills what is left when the test ends, printing every process's
-// output if the test failed.
+// private network of namespaces instead (internal/testkit/netnstest),
+// each server, node and client on a host of its own, whose links the test
+// can cut. It kills the processes with SIGKILL or stops them with SIGTERM
+// on demand, and kills what is left when the test ends, printing every
+// process's output if the test failed.
+//
+// It is part of the test kit (internal/testkit): only cmd/musepi's tests
+// import it.
 package nodetest
 
 import (
@@ -39,8 +42,8 @@ import (
 
 	"github.com/musepi/musepi/cluster/etcdtest"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/internal/netnstest"
-	"github.com/musepi/musepi/internal/testcert"
+	"github.com/musepi/musepi/internal/testkit/netnstest"
+	"github.com/musepi/musepi/internal/testkit/testcert"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 

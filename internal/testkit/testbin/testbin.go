@@ -3,6 +3,9 @@
 // command (internal/testrun) builds them all in one `go build` while go
 // test compiles, into the directory named by Env; a test package run by
 // plain `go test` builds the ones it needs itself.
+//
+// It is part of the test kit (internal/testkit): the tests of cmd/musepi
+// and examples, and internal/testrun, use it.
 package testbin
 
 import (
@@ -23,7 +26,7 @@ const Env = "MUSEPI_TEST_BIN_DIR"
 // All are the programs tests run as processes, by import path.
 var All = []string{
 	"github.com/musepi/musepi/cmd/musepi",
-	"github.com/musepi/musepi/internal/nodetest/swarm",
+	"github.com/musepi/musepi/internal/testkit/nodetest/swarm",
 	"github.com/musepi/musepi/examples/quickstart",
 	"github.com/musepi/musepi/examples/embed",
 	"github.com/musepi/musepi/examples/team",

@@ -2,6 +2,9 @@
 // sign for tests, with crypto/x509 (ECDSA P-256 keys), and writes them as
 // PEM files into the test's temporary directory: what a cluster's mutual
 // TLS needs, without openssl.
+//
+// It is part of the test kit (internal/testkit): the tests of cluster,
+// config/clustercfg and cmd/musepi, cluster/etcdtest and nodetest use it.
 package testcert
 
 import (
