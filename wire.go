@@ -188,62 +188,6 @@ func (e Entry) Wire() *messages.Entry {
 	return out
 }
 
-// fromWireEvent is the Go event of a wire event; false for an event this
-// version does not know.
-func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
-	h := EventHeader{SessionID: ev.GetSessionId(), Seq: ev.GetSeq(), Time: time.UnixMilli(ev.GetTimeMs()), wire: ev}
-	switch e := ev.GetEvent().(type) {
-	case *messages.SessionEvent_AgentStart:
-		return AgentStart{EventHeader: h, Generation: e.AgentStart.GetGeneration(), User: ptrIf(e.AgentStart.GetUser(), fromWireUser)}, true
-	case *messages.SessionEvent_MessageUpdate:
-		return MessageUpdate{EventHeader: h, Kind: e.MessageUpdate.GetKind(), Delta: e.MessageUpdate.GetDelta()}, true
-	case *messages.SessionEvent_MessageEnd:
-		return MessageEnd{EventHeader: h, Message: fromWireAssistant(e.MessageEnd.GetMessage())}, true
-	case *messages.SessionEvent_AgentEnd:
-		return AgentEnd{EventHeader: h, Message: fromWireAssistant(e.AgentEnd.GetMessage()), WillRetry: e.AgentEnd.GetWillRetry()}, true
-	case *messages.SessionEvent_AgentSettled:
-		s := e.AgentSettled
-		return AgentSettled{EventHeader: h, Generation: s.GetGeneration(), Success: s.GetSuccess(), Error: s.GetError()}, true
-	case *messages.SessionEvent_AutoRetryStart:
-		s := e.AutoRetryStart
-		return AutoRetryStart{EventHeader: h, Attempt: int(s.GetAttempt()), MaxAttempts: int(s.GetMaxAttempts()), Delay: msDuration(s.GetDelayMs()),
-			ErrorMessage: s.GetErrorMessage(), ErrorClass: s.GetErrorClass(), BudgetDelay: msDuration(s.GetBudgetDelayMs())}, true
-	case *messages.SessionEvent_AutoRetryEnd:
-		s := e.AutoRetryEnd
-		return AutoRetryEnd{EventHeader: h, Success: s.GetSuccess(), Attempt: int(s.GetAttempt()), FinalError: s.GetFinalError()}, true
-	case *messages.SessionEvent_RetryFallbackApplied:
-		s := e.RetryFallbackApplied
-		return RetryFallbackApplied{EventHeader: h, From: s.GetFrom(), To: s.GetTo(), Role: s.GetRole()}, true
-	case *messages.SessionEvent_RetryFallbackSucceeded:
-		s := e.RetryFallbackSucceeded
-		return RetryFallbackSucceeded{EventHeader: h, Model: s.GetModel(), Role: s.GetRole()}, true
-	case *messages.SessionEvent_ModelChange:
-		return ModelChanged{EventHeader: h, ModelChange: fromWireModelChange(e.ModelChange)}, true
-	case *messages.SessionEvent_CredentialSwitch:
-		s := e.CredentialSwitch
-		return CredentialSwitch{EventHeader: h, Provider: s.GetProvider(), From: s.GetFrom(), To: s.GetTo(), Reason: s.GetReason()}, true
-	case *messages.SessionEvent_RateLimitWait:
-		w := e.RateLimitWait
-		return RateLimitWait{EventHeader: h, Delay: time.Duration(w.GetDelayMs()) * time.Millisecond, Provider: w.GetProvider(),
-			Credential: w.GetCredential(), Limit: w.GetLimit()}, true
-	case *messages.SessionEvent_CompactionRequired:
-		return CompactionRequired{EventHeader: h, ErrorMessage: e.CompactionRequired.GetErrorMessage()}, true
-	case *messages.SessionEvent_ToolExecutionStart:
-		return ToolExecutionStart{EventHeader: h, Call: fromWireToolCall(e.ToolExecutionStart.GetCall())}, true
-	case *messages.SessionEvent_ToolExecutionEnd:
-		return ToolExecutionEnd{EventHeader: h, Result: fromWireToolResult(e.ToolExecutionEnd.GetResult())}, true
-	case *messages.SessionEvent_SteeringDelivered:
-		return SteeringDelivered{EventHeader: h, User: fromWireUser(e.SteeringDelivered.GetUser())}, true
-	case *messages.SessionEvent_HostLost:
-		return HostLost{EventHeader: h, Member: e.HostLost.GetMember()}, true
-	case *messages.SessionEvent_Resumed:
-		return Resumed{EventHeader: h, Member: e.Resumed.GetMember()}, true
-	case *messages.SessionEvent_EventsLost:
-		return EventsLost{EventHeader: h, Count: e.EventsLost.GetCount()}, true
-	}
-	return nil, false
-}
-
 func toWireEntries(entries []Entry) []*messages.Entry {
 	out := make([]*messages.Entry, len(entries))
 	for i, e := range entries {

@@ -307,79 +307,19 @@ func (s *SessionActor) publish(ev *messages.SessionEvent) {
 
 // emit publishes one event of the core to the subscribers, in the wire
 // format; with none (as the step found), nothing is built (the event's seq
-// is still spent).
+// is still spent). A prompt's agent_start carries the prompt, which the
+// actor keeps.
 func (s *SessionActor) emit(ev *session.Event) {
 	s.eventSeq++
 	if !s.listening {
 		return
 	}
 	out := &messages.SessionEvent{SessionId: s.cfg.ID, Seq: s.eventSeq, TimeMs: s.deps.Clock.Now().UnixMilli()}
-	if !setRetryEvent(out, ev) && !s.setTurnEvent(out, ev) {
+	if !ev.Wire(out) {
 		panic(fmt.Sprintf("actors: emit of unknown event %v", ev.Kind))
 	}
+	if ev.Kind == session.EventAgentStart && ev.PromptStart {
+		out.GetAgentStart().User = s.promptUser
+	}
 	s.publish(out)
-}
-
-// setRetryEvent sets out's event to ev when ev is one of the retry
-// chain's (its start and end, fallbacks, model and credential switches),
-// and reports whether it was.
-func setRetryEvent(out *messages.SessionEvent, ev *session.Event) bool {
-	switch ev.Kind {
-	case session.EventAutoRetryStart:
-		st := ev.Start
-		out.Event = &messages.SessionEvent_AutoRetryStart{AutoRetryStart: &messages.AutoRetryStart{
-			Attempt: int32(st.Attempt), MaxAttempts: int32(st.MaxAttempts), DelayMs: st.Delay.Milliseconds(),
-			ErrorMessage: st.ErrorMessage, ErrorClass: st.Class.String(), BudgetDelayMs: st.BudgetDelay.Milliseconds()}}
-	case session.EventAutoRetryEnd:
-		end := &messages.AutoRetryEnd{Success: ev.End.Success, Attempt: int32(ev.End.Attempt)}
-		if !ev.End.Success {
-			end.FinalError = proto.String(ev.End.FinalError)
-		}
-		out.Event = &messages.SessionEvent_AutoRetryEnd{AutoRetryEnd: end}
-	case session.EventFallbackApplied:
-		f := ev.Fallback
-		out.Event = &messages.SessionEvent_RetryFallbackApplied{RetryFallbackApplied: &messages.RetryFallbackApplied{From: f.From, To: f.To, Role: f.Role}}
-	case session.EventFallbackSucceeded:
-		out.Event = &messages.SessionEvent_RetryFallbackSucceeded{RetryFallbackSucceeded: &messages.RetryFallbackSucceeded{Model: ev.Fallback.To, Role: ev.Fallback.Role}}
-	case session.EventModelChange:
-		out.Event = &messages.SessionEvent_ModelChange{ModelChange: modelChange(ev.Change)}
-	case session.EventCredentialSwitch:
-		sw := ev.Switch
-		out.Event = &messages.SessionEvent_CredentialSwitch{CredentialSwitch: &messages.CredentialSwitch{
-			Provider: providerOf(sw.Model), From: sw.From, To: sw.To, Reason: sw.Reason}}
-	case session.EventRateLimitWait:
-		w := ev.Wait
-		out.Event = &messages.SessionEvent_RateLimitWait{RateLimitWait: &messages.RateLimitWait{
-			DelayMs: w.Delay.Milliseconds(), Provider: providerOf(w.Model), Credential: w.Credential, Limit: w.Limit}}
-	default:
-		return false
-	}
-	return true
-}
-
-// setTurnEvent sets out's event to ev when ev is one of a prompt's and
-// its turns' (start, deltas, ends, settling, compaction), and reports
-// whether it was.
-func (s *SessionActor) setTurnEvent(out *messages.SessionEvent, ev *session.Event) bool {
-	switch ev.Kind {
-	case session.EventAgentStart:
-		start := &messages.AgentStart{Generation: ev.Generation}
-		if ev.PromptStart {
-			start.User = s.promptUser
-		}
-		out.Event = &messages.SessionEvent_AgentStart{AgentStart: start}
-	case session.EventAgentEnd:
-		out.Event = &messages.SessionEvent_AgentEnd{AgentEnd: &messages.AgentEnd{Message: ev.Message, WillRetry: ev.WillRetry}}
-	case session.EventAgentSettled:
-		out.Event = &messages.SessionEvent_AgentSettled{AgentSettled: &messages.AgentSettled{Generation: ev.Generation, Success: ev.Success, Error: ev.Error}}
-	case session.EventMessageUpdate:
-		out.Event = &messages.SessionEvent_MessageUpdate{MessageUpdate: &messages.MessageUpdate{Kind: ev.DeltaKind, Delta: ev.Delta}}
-	case session.EventMessageEnd:
-		out.Event = &messages.SessionEvent_MessageEnd{MessageEnd: &messages.MessageEnd{Message: ev.Message}}
-	case session.EventCompactionRequired:
-		out.Event = &messages.SessionEvent_CompactionRequired{CompactionRequired: &messages.CompactionRequired{ErrorMessage: ev.Error}}
-	default:
-		return false
-	}
-	return true
 }

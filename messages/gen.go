@@ -11,6 +11,9 @@
 package messages
 
 // record.proto is generated from session.Record first (see
-// internal/genrecord), then every .proto's Go code.
+// internal/genrecord), and events.proto from the table of events (see
+// internal/genevent, which also writes the events' Go types and
+// conversions), then every .proto's Go code.
 //go:generate go run ../internal/genrecord ..
+//go:generate go run ../internal/genevent ..
 //go:generate sh genproto.sh

@@ -216,62 +216,6 @@ type ModelChange struct {
 	PrimaryUntil   time.Time // when a fallback may revert to the primary
 }
 
-// EventKind is the type of a session event.
-type EventKind uint8
-
-// The session events.
-const (
-	EventAgentStart EventKind = iota + 1
-	EventMessageUpdate
-	EventMessageEnd
-	EventAgentEnd
-	EventAgentSettled
-	EventAutoRetryStart
-	EventAutoRetryEnd
-	EventFallbackApplied
-	EventFallbackSucceeded
-	EventModelChange
-	EventCompactionRequired
-	EventCredentialSwitch
-	EventRateLimitWait
-)
-
-var eventNames = [...]string{
-	EventAgentStart: "agent_start", EventMessageUpdate: "message_update", EventMessageEnd: "message_end",
-	EventAgentEnd: "agent_end", EventAgentSettled: "agent_settled", EventAutoRetryStart: "auto_retry_start",
-	EventAutoRetryEnd: "auto_retry_end", EventFallbackApplied: "retry_fallback_applied",
-	EventFallbackSucceeded: "retry_fallback_succeeded", EventModelChange: "model_change",
-	EventCompactionRequired: "compaction_required", EventCredentialSwitch: "credential_switch",
-	EventRateLimitWait: "rate_limit_wait",
-}
-
-func (k EventKind) String() string {
-	if int(k) < len(eventNames) && eventNames[k] != "" {
-		return eventNames[k]
-	}
-	return "unknown"
-}
-
-// Event is one session event. Only the fields its Kind names are set; its
-// payloads live in the Effects that holds it, valid until that is Reset.
-type Event struct {
-	Kind        EventKind
-	PromptStart bool                       // agent_start: the run a new prompt starts (not a continue)
-	WillRetry   bool                       // agent_end
-	Success     bool                       // agent_settled
-	Generation  uint64                     // agent_start, agent_settled
-	DeltaKind   string                     // message_update: "text", "thinking", "tool_call"
-	Delta       string                     // message_update
-	Message     *messages.AssistantMessage // message_end, agent_end
-	Error       string                     // agent_settled; compaction_required
-	Start       *retry.StartEvent          // auto_retry_start
-	End         *retry.EndEvent            // auto_retry_end
-	Fallback    *retry.FallbackEvent       // retry_fallback_applied / _succeeded
-	Change      *ModelChange               // model_change
-	Switch      *CredentialSwitch          // credential_switch
-	Wait        *RateLimitWait             // rate_limit_wait
-}
-
 // CredentialSwitch is a move to another credential of the model's
 // provider: names, never keys.
 type CredentialSwitch struct {
