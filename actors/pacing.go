@@ -134,6 +134,9 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 		return
 	}
 	now := a.clk.Now()
+	if l := m.GetLimits(); l != nil { // before the settle: the grant tells what the response counted
+		p.pacer.Observe(now, m.GetCredential(), m.GetSessionId(), now, ratelimit.FromProto(l))
+	}
 	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
 		delete(p.granted, m.GetSessionId())
 		p.pacer.Settle(now, m.GetSessionId(),
@@ -142,9 +145,6 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 		if r.estimated {
 			p.output.Observe(r.model, m.GetOutputTokens())
 		}
-	}
-	if l := m.GetLimits(); l != nil {
-		p.pacer.Observe(now, m.GetCredential(), now, ratelimit.FromProto(l))
 	}
 	a.releasePacing(ctx)
 }
@@ -157,7 +157,7 @@ func (a *CredentialsActor) observePacing(ctx actor.Context, m *messages.PacingOb
 	if p == nil {
 		return
 	}
-	p.pacer.Observe(a.clk.Now(), m.GetCredential(), time.UnixMilli(m.GetArrivedUnixMs()), ratelimit.FromProto(m.GetLimits()))
+	p.pacer.Observe(a.clk.Now(), m.GetCredential(), m.GetSessionId(), time.UnixMilli(m.GetArrivedUnixMs()), ratelimit.FromProto(m.GetLimits()))
 	a.releasePacing(ctx)
 }
 

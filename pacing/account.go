@@ -47,17 +47,21 @@ type grant struct {
 
 // The accounting rule, once: a key's level after a response is what the
 // response says remains, less only what the calls granted after the
-// response arrived take (granted after the server answered it: the server
-// has not counted them). The calls granted before it are in the server's
-// count already. The level then refills at the response's rate from the
+// server counted the response's call take: the server counts a call as it
+// arrives, after the calls sent before it, so the calls granted before
+// that call are in its count, and those granted after it may not be,
+// though granted before the response came back (they may still be on
+// their way: taking them for counted once ran a storm's keys 4.4 % of
+// their requests over the limit). The level then refills at the response's rate from the
 // moment its headers arrived, never faster than its limit allows (a
 // per-minute limit L refills at most L/60 a second). So responses read in
 // any order leave the level where the server's count puts it, and a
 // response read shortly before its reset does not make a runaway rate.
 //
-// observe applies it to kind k's limit l, announced by a response that
-// arrived at arrived, read at now.
-func (c *credential) observe(k Kind, l ratelimit.Limit, arrived, now time.Time) {
+// observe applies it to kind k's limit l, announced by a response whose
+// count holds the calls granted by counted, that arrived at arrived, read
+// at now.
+func (c *credential) observe(k Kind, l ratelimit.Limit, counted, arrived, now time.Time) {
 	b := &c.buckets[k]
 	b.observeLimit(l)
 	if !l.HasRemaining {
@@ -71,11 +75,11 @@ func (c *credential) observe(k Kind, l ratelimit.Limit, arrived, now time.Time) 
 		b.rate = math.Min(b.rate, short/l.Reset.Sub(arrived).Seconds())
 	}
 	// From what remained as the headers arrived, replay the calls granted
-	// since, each as the bucket stood then (in grant order, which is time
-	// order), and refill to now.
+	// since the count, each as the bucket stood then (in grant order, which
+	// is time order), and refill to now.
 	b.level, b.at = math.Min(b.limit, float64(l.Remaining)), arrived
 	for _, g := range c.recent {
-		if g.at.After(arrived) {
+		if g.at.After(counted) {
 			b.advance(g.at)
 			b.level -= g.charge[k]
 		}
@@ -83,11 +87,11 @@ func (c *credential) observe(k Kind, l ratelimit.Limit, arrived, now time.Time) 
 	b.advance(now)
 }
 
-// markCounted marks the calls granted by arrived as counted by the
+// markCounted marks the calls granted by counted as counted by the
 // server.
-func (c *credential) markCounted(arrived time.Time) {
+func (c *credential) markCounted(counted time.Time) {
 	for _, g := range c.recent {
-		if !g.at.After(arrived) {
+		if !g.at.After(counted) {
 			g.counted = true
 		}
 	}
@@ -149,6 +153,16 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 // prune drops the settled grants older than recentFor.
 func (c *credential) prune(now time.Time) {
 	c.recent = slices.DeleteFunc(c.recent, func(g *grant) bool { return g.settled && now.Sub(g.at) > recentFor })
+}
+
+// granted is call id's latest grant, settled or not (nil: none kept).
+func (c *credential) granted(id string) *grant {
+	for i := len(c.recent) - 1; i >= 0 && id != ""; i-- {
+		if g := c.recent[i]; g.id == id {
+			return g
+		}
+	}
+	return nil
 }
 
 // out is the index in recent of call id's grant not yet settled (-1:

@@ -493,26 +493,31 @@ func (p *Pacer) Settle(now time.Time, id string, used Usage) bool {
 	return false
 }
 
-// Observe takes the limits a response on credential announced, its
-// headers having arrived at arrived (read at now): each kind's level
-// becomes what remains less the calls granted after arrived (see
+// Observe takes the limits a response on credential announced to call
+// id ("": a call it does not know), its headers having arrived at arrived
+// (read at now): each kind's level becomes what remains less the calls
+// granted after id's (after arrived, without id's grant: see
 // credential.observe). The first response of a cold key tells its limits
 // and ends its cold start.
-func (p *Pacer) Observe(now time.Time, credential string, arrived time.Time, s ratelimit.Snapshot) {
+func (p *Pacer) Observe(now time.Time, credential, id string, arrived time.Time, s ratelimit.Snapshot) {
 	c := p.credential(credential)
 	if c == nil || s.Len() == 0 {
 		return
 	}
 	c.observed, c.headerless = true, false
-	counted := false
+	counted := arrived
+	if g := c.granted(id); g != nil && g.at.Before(arrived) {
+		counted = g.at
+	}
+	told := false
 	for k := range Kind(numKinds) {
 		if l, ok := s.Get(k); ok {
-			c.observe(k, l, arrived, now)
-			counted = counted || l.HasRemaining
+			c.observe(k, l, counted, arrived, now)
+			told = told || l.HasRemaining
 		}
 	}
-	if counted {
-		c.markCounted(arrived)
+	if told {
+		c.markCounted(counted)
 	}
 	c.burst.follow(&c.buckets, now)
 }
