@@ -15,10 +15,10 @@
 //   - doclinks: the tests that keep the Markdown files true.
 //   - funclen: the function-length check .ci/run makes.
 //
-// Two programs stay outside it: internal/testrun, the README's test command,
-// keeps its short path (`go run ./internal/testrun ...`), and
-// internal/genrecord generates the runtime's own code (go generate in
-// messages/). Everything else under internal/ is the runtime's internals,
+// Three programs stay outside it: internal/testrun, the README's test
+// command, keeps its short path (`go run ./internal/testrun ...`), and
+// internal/genrecord and internal/genevent generate the runtime's own code
+// (go generate in messages/). Everything else under internal/ is the runtime's internals,
 // imported by the runtime's non-test code.
 //
 // A package here may import the runtime; the runtime (package musepi and
