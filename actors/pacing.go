@@ -140,7 +140,8 @@ func (a *CredentialsActor) settlePacing(ctx actor.Context, m *messages.PacingSet
 	if r, ok := p.granted[m.GetSessionId()]; ok && r.token == m.GetToken() {
 		delete(p.granted, m.GetSessionId())
 		p.pacer.Settle(now, m.GetSessionId(),
-			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Refused: m.GetRefused()})
+			pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Refused: m.GetRefused(),
+				RetryAfter: time.Duration(m.GetRetryAfterMs()) * time.Millisecond})
 		p.input.Observe(r.model, r.input, m.GetInputTokens()+m.GetCachedInputTokens())
 		if r.estimated {
 			p.output.Observe(r.model, m.GetOutputTokens())

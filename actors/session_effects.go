@@ -11,6 +11,7 @@ import (
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/pacing"
+	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
 )
 
@@ -132,10 +133,16 @@ func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 		return
 	}
 	u := last.GetUsage()
-	s.tellCredentials(ctx, e.Model, &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
+	settle := &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
 		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
-		Limits: s.turnLimits})
+		Limits: s.turnLimits}
+	if settle.Refused {
+		if h, ok := retry.ParseHint(last.GetHeaders(), last.GetErrorMessage(), s.deps.Clock.Now()); ok {
+			settle.RetryAfterMs = h.Delay.Milliseconds()
+		}
+	}
+	s.tellCredentials(ctx, e.Model, settle)
 }
 
 // tellCredentials sends msg to model's provider's credentials actor.

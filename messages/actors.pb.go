@@ -1521,6 +1521,7 @@ type PacingSettle struct {
 	Limits            *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`                                                   // announced by the response (absent: none)
 	Refused           bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`                                                // the server refused the call (429)
 	CachedInputTokens int64                  `protobuf:"varint,9,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"` // input read from or written to the prompt cache (not in input_tokens)
+	RetryAfterMs      int64                  `protobuf:"varint,10,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`               // a refusal's retry hint (0: none): nothing goes on the key before it
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1614,6 +1615,13 @@ func (x *PacingSettle) GetRefused() bool {
 func (x *PacingSettle) GetCachedInputTokens() int64 {
 	if x != nil {
 		return x.CachedInputTokens
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetRetryAfterMs() int64 {
+	if x != nil {
+		return x.RetryAfterMs
 	}
 	return 0
 }
@@ -3137,7 +3145,7 @@ const file_actors_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x1a\n" +
-	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xb8\x02\n" +
+	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xde\x02\n" +
 	"\fPacingSettle\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3150,7 +3158,9 @@ const file_actors_proto_rawDesc = "" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12-\n" +
 	"\x06limits\x18\a \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12\x18\n" +
 	"\arefused\x18\b \x01(\bR\arefused\x12.\n" +
-	"\x13cached_input_tokens\x18\t \x01(\x03R\x11cachedInputTokens\"\xa5\x01\n" +
+	"\x13cached_input_tokens\x18\t \x01(\x03R\x11cachedInputTokens\x12$\n" +
+	"\x0eretry_after_ms\x18\n" +
+	" \x01(\x03R\fretryAfterMs\"\xa5\x01\n" +
 	"\rPacingObserve\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +

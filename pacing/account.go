@@ -19,6 +19,10 @@ type credential struct {
 	recent []*grant
 	// burst paces how much of the key's windows goes out at once.
 	burst burst
+	// held is when the key's last refusal said calls may go again
+	// (Usage.RetryAfter); at is when its buckets were last brought up to
+	// date.
+	held, at time.Time
 	// observed says a response announced some limit of the key;
 	// headerless that a call was answered without any, before any did: a
 	// key with no limit known is then never held (see cold).
@@ -118,6 +122,9 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 	g.settled = true
 	if used.Refused {
 		c.burst.refused(&c.buckets, now)
+		if until := now.Add(used.RetryAfter); until.After(c.held) {
+			c.held = until
+		}
 	}
 	if g.probe && !c.observed {
 		c.headerless = used.Sent // answered without headers; a call never sent says nothing

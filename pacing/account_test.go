@@ -103,6 +103,25 @@ func TestCallsOnTheirWay(t *testing.T) {
 	}
 }
 
+// TestRefusalHoldsTheKey: after a 429 with retry-after, nothing goes on
+// the key before the hint, whatever its budget says ("Earlier retries
+// will fail", and OpenAI counts a refused request: calls sent into the
+// refusal kept a 10-second-window key in debt for 12 minutes).
+func TestRefusalHoldsTheKey(t *testing.T) {
+	p := New([]string{"a"}, map[string]Limits{"a": {RPM: 600}}, t0, Options{Window: time.Minute})
+	p.Reserve(t0, "refused", Normal, "a", Need{})
+	p.Settle(at(100), "refused", Usage{Sent: true, Refused: true, RetryAfter: 2 * time.Second})
+	if d := p.Reserve(at(1100), "next", Normal, "a", Need{}); d.Wait != time.Second {
+		t.Fatalf("a call 1 s after the refusal: %+v, want a 1 s wait", d)
+	}
+	if got := p.Release(at(2000)); len(got) != 0 {
+		t.Errorf("released %+v before the hint ended", got)
+	}
+	if got := p.Release(at(2100)); len(got) != 1 {
+		t.Errorf("released %+v once the hint ended, want the call", got)
+	}
+}
+
 // TestRateReadWhenTheHeadersArrived: a response read 10 ms before its
 // reset does not make a runaway rate: the level refills at most at the
 // limit's pace (issue 37: such a response once gave 100 requests a second

@@ -572,6 +572,7 @@ func (p *Pacer) advance(now time.Time) {
 			c.buckets[k].advance(now)
 		}
 		c.burst.advance(&c.buckets, now)
+		c.at = now
 	}
 }
 
@@ -590,10 +591,13 @@ func (c *credential) room(need Need) float64 {
 	return room
 }
 
-// wait is how long until need fits c (its windows and its burst), and
-// the kind that takes longest.
+// wait is how long until need fits c (its windows, its burst and its
+// last refusal's hint), and the kind that takes longest.
 func (c *credential) wait(need Need) (time.Duration, Kind) {
 	longest, limit := c.burst.wait(need)
+	if held := c.held.Sub(c.at); held > longest {
+		longest, limit = held, ratelimit.Requests
+	}
 	for k := range c.buckets {
 		if w := c.buckets[k].wait(need.of(Kind(k))); w > longest {
 			longest, limit = w, Kind(k)

@@ -18,6 +18,7 @@ package pacing
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/musepi/musepi/provider/ratelimit"
 )
@@ -111,6 +112,10 @@ type Usage struct {
 	// Refused says the server refused the call (429): it enforces a
 	// shorter window than the minute, or others spend the key too.
 	Refused bool
+	// RetryAfter is the refusal's hint ("retry-after"): the server says
+	// earlier calls fail, and a refused call still costs a request
+	// (OpenAI), so the key takes nothing before it.
+	RetryAfter time.Duration
 }
 
 // of is the use in kind k.
