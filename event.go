@@ -20,9 +20,10 @@ import (
 // The types are AgentStart, MessageUpdate, MessageEnd, AgentEnd,
 // AgentSettled, AutoRetryStart, AutoRetryEnd, RetryFallbackApplied,
 // RetryFallbackSucceeded, ModelChanged, CompactionRequired,
-// CredentialSwitch, RateLimitWait, ToolExecutionStart, ToolExecutionEnd,
-// SteeringDelivered, HostLost, Resumed and EventsLost (HostLost and
-// Resumed only in a cluster). Every one embeds an EventHeader.
+// CredentialSwitch, RateLimitWait, CompactionEnd, ToolExecutionStart,
+// ToolExecutionEnd, SteeringDelivered, HostLost, Resumed and EventsLost
+// (HostLost and Resumed only in a cluster). Every one embeds an
+// EventHeader.
 type Event interface {
 	// Header says which session emitted the event, its place in the
 	// session's sequence and when.
@@ -165,6 +166,17 @@ type RateLimitWait struct {
 	Limit      string // "requests", "tokens", "input_tokens" or "output_tokens"
 }
 
+// CompactionEnd: the compaction hook that ran on a context overflow (after
+// CompactionRequired) returned. With WillRetry the prompt goes on with the
+// compacted context; otherwise it ends with ErrContextOverflow.
+type CompactionEnd struct {
+	EventHeader
+	Reason       string // "overflow": the context overflowed the model's window
+	Aborted      bool   // the prompt was aborted while the hook ran
+	WillRetry    bool   // the prompt goes on with the compacted context
+	ErrorMessage string // why the hook failed ("" when it did not)
+}
+
 // ToolExecutionStart: a tool call is about to run.
 type ToolExecutionStart struct {
 	EventHeader
@@ -249,6 +261,9 @@ func (CredentialSwitch) Type() string { return "credential_switch" }
 // Type returns "rate_limit_wait".
 func (RateLimitWait) Type() string { return "rate_limit_wait" }
 
+// Type returns "compaction_end".
+func (CompactionEnd) Type() string { return "compaction_end" }
+
 // Type returns "tool_execution_start".
 func (ToolExecutionStart) Type() string { return "tool_execution_start" }
 
@@ -310,6 +325,9 @@ func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
 	case *messages.SessionEvent_RateLimitWait:
 		m := e.RateLimitWait
 		return RateLimitWait{EventHeader: h, Delay: msDuration(m.GetDelayMs()), Provider: m.GetProvider(), Credential: m.GetCredential(), Limit: m.GetLimit()}, true
+	case *messages.SessionEvent_CompactionEnd:
+		m := e.CompactionEnd
+		return CompactionEnd{EventHeader: h, Reason: m.GetReason(), Aborted: m.GetAborted(), WillRetry: m.GetWillRetry(), ErrorMessage: m.GetErrorMessage()}, true
 	case *messages.SessionEvent_ToolExecutionStart:
 		m := e.ToolExecutionStart
 		return ToolExecutionStart{EventHeader: h, Call: fromWireToolCall(m.GetCall())}, true

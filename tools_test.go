@@ -138,6 +138,13 @@ func TestCompactionHookContinuesThePrompt(t *testing.T) {
 	if got := rec.lines("compaction_required"); len(got) != 1 {
 		t.Fatalf("compaction_required events = %v", got)
 	}
+	ends := rec.ofType("compaction_end")
+	if len(ends) != 1 {
+		t.Fatalf("compaction_end events = %v", ends)
+	}
+	if end := ends[0].(musepi.CompactionEnd); end.Reason != "overflow" || !end.WillRetry || end.Aborted || end.ErrorMessage != "" {
+		t.Errorf("compaction_end = %+v, want reason overflow and willRetry", end)
+	}
 }
 
 // IsCompacting reports a compaction hook that runs (here a manual one),

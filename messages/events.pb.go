@@ -50,6 +50,7 @@ type SessionEvent struct {
 	//	*SessionEvent_RateLimitWait
 	//	*SessionEvent_HostLost
 	//	*SessionEvent_Resumed
+	//	*SessionEvent_CompactionEnd
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -284,6 +285,15 @@ func (x *SessionEvent) GetResumed() *Resumed {
 	return nil
 }
 
+func (x *SessionEvent) GetCompactionEnd() *CompactionEnd {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_CompactionEnd); ok {
+			return x.CompactionEnd
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -364,6 +374,10 @@ type SessionEvent_Resumed struct {
 	Resumed *Resumed `protobuf:"bytes,28,opt,name=resumed,proto3,oneof"`
 }
 
+type SessionEvent_CompactionEnd struct {
+	CompactionEnd *CompactionEnd `protobuf:"bytes,29,opt,name=compaction_end,json=compactionEnd,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -401,6 +415,8 @@ func (*SessionEvent_RateLimitWait) isSessionEvent_Event() {}
 func (*SessionEvent_HostLost) isSessionEvent_Event() {}
 
 func (*SessionEvent_Resumed) isSessionEvent_Event() {}
+
+func (*SessionEvent_CompactionEnd) isSessionEvent_Event() {}
 
 // AgentStart: a prompt (or a retry's continue) starts a run.
 type AgentStart struct {
@@ -1204,6 +1220,77 @@ func (x *RateLimitWait) GetLimit() string {
 	return ""
 }
 
+// CompactionEnd: the compaction hook that ran on a context overflow (after
+// CompactionRequired) returned. With WillRetry the prompt goes on with the
+// compacted context; otherwise it ends with ErrContextOverflow.
+type CompactionEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`                                       // "overflow": the context overflowed the model's window
+	Aborted       bool                   `protobuf:"varint,2,opt,name=aborted,proto3" json:"aborted,omitempty"`                                    // the prompt was aborted while the hook ran
+	WillRetry     bool                   `protobuf:"varint,3,opt,name=will_retry,json=willRetry,proto3" json:"will_retry,omitempty"`               // the prompt goes on with the compacted context
+	ErrorMessage  *string                `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3,oneof" json:"error_message,omitempty"` // why the hook failed ("" when it did not)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactionEnd) Reset() {
+	*x = CompactionEnd{}
+	mi := &file_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactionEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactionEnd) ProtoMessage() {}
+
+func (x *CompactionEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactionEnd.ProtoReflect.Descriptor instead.
+func (*CompactionEnd) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CompactionEnd) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CompactionEnd) GetAborted() bool {
+	if x != nil {
+		return x.Aborted
+	}
+	return false
+}
+
+func (x *CompactionEnd) GetWillRetry() bool {
+	if x != nil {
+		return x.WillRetry
+	}
+	return false
+}
+
+func (x *CompactionEnd) GetErrorMessage() string {
+	if x != nil && x.ErrorMessage != nil {
+		return *x.ErrorMessage
+	}
+	return ""
+}
+
 // ToolExecutionStart: a tool call is about to run.
 type ToolExecutionStart struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1214,7 +1301,7 @@ type ToolExecutionStart struct {
 
 func (x *ToolExecutionStart) Reset() {
 	*x = ToolExecutionStart{}
-	mi := &file_events_proto_msgTypes[14]
+	mi := &file_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1313,7 @@ func (x *ToolExecutionStart) String() string {
 func (*ToolExecutionStart) ProtoMessage() {}
 
 func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[14]
+	mi := &file_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1326,7 @@ func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionStart.ProtoReflect.Descriptor instead.
 func (*ToolExecutionStart) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{14}
+	return file_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolExecutionStart) GetCall() *ToolCall {
@@ -1259,7 +1346,7 @@ type ToolExecutionEnd struct {
 
 func (x *ToolExecutionEnd) Reset() {
 	*x = ToolExecutionEnd{}
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1358,7 @@ func (x *ToolExecutionEnd) String() string {
 func (*ToolExecutionEnd) ProtoMessage() {}
 
 func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1371,7 @@ func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionEnd.ProtoReflect.Descriptor instead.
 func (*ToolExecutionEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{15}
+	return file_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolExecutionEnd) GetResult() *ToolResult {
@@ -1304,7 +1391,7 @@ type SteeringDelivered struct {
 
 func (x *SteeringDelivered) Reset() {
 	*x = SteeringDelivered{}
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1403,7 @@ func (x *SteeringDelivered) String() string {
 func (*SteeringDelivered) ProtoMessage() {}
 
 func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1416,7 @@ func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteeringDelivered.ProtoReflect.Descriptor instead.
 func (*SteeringDelivered) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{16}
+	return file_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SteeringDelivered) GetUser() *UserMessage {
@@ -1354,7 +1441,7 @@ type HostLost struct {
 
 func (x *HostLost) Reset() {
 	*x = HostLost{}
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1453,7 @@ func (x *HostLost) String() string {
 func (*HostLost) ProtoMessage() {}
 
 func (x *HostLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1466,7 @@ func (x *HostLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostLost.ProtoReflect.Descriptor instead.
 func (*HostLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{17}
+	return file_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HostLost) GetMember() string {
@@ -1402,7 +1489,7 @@ type Resumed struct {
 
 func (x *Resumed) Reset() {
 	*x = Resumed{}
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1501,7 @@ func (x *Resumed) String() string {
 func (*Resumed) ProtoMessage() {}
 
 func (x *Resumed) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1514,7 @@ func (x *Resumed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resumed.ProtoReflect.Descriptor instead.
 func (*Resumed) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{18}
+	return file_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Resumed) GetMember() string {
@@ -1448,7 +1535,7 @@ type EventsLost struct {
 
 func (x *EventsLost) Reset() {
 	*x = EventsLost{}
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1547,7 @@ func (x *EventsLost) String() string {
 func (*EventsLost) ProtoMessage() {}
 
 func (x *EventsLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1560,7 @@ func (x *EventsLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsLost.ProtoReflect.Descriptor instead.
 func (*EventsLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{19}
+	return file_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EventsLost) GetCount() uint64 {
@@ -1487,8 +1574,7 @@ var File_events_proto protoreflect.FileDescriptor
 
 const file_events_proto_rawDesc = "" +
 	"\n" +
-	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xf8\n" +
-	"\n" +
+	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xbb\v\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1516,7 +1602,8 @@ const file_events_proto_rawDesc = "" +
 	"\x12steering_delivered\x18\x19 \x01(\v2\x1c.musepi.v1.SteeringDeliveredH\x00R\x11steeringDelivered\x12B\n" +
 	"\x0frate_limit_wait\x18\x1a \x01(\v2\x18.musepi.v1.RateLimitWaitH\x00R\rrateLimitWait\x122\n" +
 	"\thost_lost\x18\x1b \x01(\v2\x13.musepi.v1.HostLostH\x00R\bhostLost\x12.\n" +
-	"\aresumed\x18\x1c \x01(\v2\x12.musepi.v1.ResumedH\x00R\aresumedB\a\n" +
+	"\aresumed\x18\x1c \x01(\v2\x12.musepi.v1.ResumedH\x00R\aresumed\x12A\n" +
+	"\x0ecompaction_end\x18\x1d \x01(\v2\x18.musepi.v1.CompactionEndH\x00R\rcompactionEndB\a\n" +
 	"\x05event\"X\n" +
 	"\n" +
 	"AgentStart\x12\x1e\n" +
@@ -1581,7 +1668,14 @@ const file_events_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\tR\x05limit\"=\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limit\"\x9c\x01\n" +
+	"\rCompactionEnd\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
+	"\aaborted\x18\x02 \x01(\bR\aaborted\x12\x1d\n" +
+	"\n" +
+	"will_retry\x18\x03 \x01(\bR\twillRetry\x12(\n" +
+	"\rerror_message\x18\x04 \x01(\tH\x00R\ferrorMessage\x88\x01\x01B\x10\n" +
+	"\x0e_error_message\"=\n" +
 	"\x12ToolExecutionStart\x12'\n" +
 	"\x04call\x18\x01 \x01(\v2\x13.musepi.v1.ToolCallR\x04call\"A\n" +
 	"\x10ToolExecutionEnd\x12-\n" +
@@ -1608,7 +1702,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: musepi.v1.SessionEvent
 	(*AgentStart)(nil),             // 1: musepi.v1.AgentStart
@@ -1624,16 +1718,17 @@ var file_events_proto_goTypes = []any{
 	(*CompactionRequired)(nil),     // 11: musepi.v1.CompactionRequired
 	(*CredentialSwitch)(nil),       // 12: musepi.v1.CredentialSwitch
 	(*RateLimitWait)(nil),          // 13: musepi.v1.RateLimitWait
-	(*ToolExecutionStart)(nil),     // 14: musepi.v1.ToolExecutionStart
-	(*ToolExecutionEnd)(nil),       // 15: musepi.v1.ToolExecutionEnd
-	(*SteeringDelivered)(nil),      // 16: musepi.v1.SteeringDelivered
-	(*HostLost)(nil),               // 17: musepi.v1.HostLost
-	(*Resumed)(nil),                // 18: musepi.v1.Resumed
-	(*EventsLost)(nil),             // 19: musepi.v1.EventsLost
-	(*UserMessage)(nil),            // 20: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 21: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 22: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 23: musepi.v1.ToolResult
+	(*CompactionEnd)(nil),          // 14: musepi.v1.CompactionEnd
+	(*ToolExecutionStart)(nil),     // 15: musepi.v1.ToolExecutionStart
+	(*ToolExecutionEnd)(nil),       // 16: musepi.v1.ToolExecutionEnd
+	(*SteeringDelivered)(nil),      // 17: musepi.v1.SteeringDelivered
+	(*HostLost)(nil),               // 18: musepi.v1.HostLost
+	(*Resumed)(nil),                // 19: musepi.v1.Resumed
+	(*EventsLost)(nil),             // 20: musepi.v1.EventsLost
+	(*UserMessage)(nil),            // 21: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 22: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 23: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 24: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
 	6,  // 0: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
@@ -1647,25 +1742,26 @@ var file_events_proto_depIdxs = []int32{
 	1,  // 8: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
 	2,  // 9: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
 	3,  // 10: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
-	19, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
-	14, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
-	15, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
+	20, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	15, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
+	16, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
 	12, // 14: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
-	16, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
+	17, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
 	13, // 16: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
-	17, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
-	18, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
-	20, // 19: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	21, // 20: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	21, // 21: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	22, // 22: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	23, // 23: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	20, // 24: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
+	19, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
+	14, // 19: musepi.v1.SessionEvent.compaction_end:type_name -> musepi.v1.CompactionEnd
+	21, // 20: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	22, // 21: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	22, // 22: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	23, // 23: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	24, // 24: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	21, // 25: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1694,15 +1790,17 @@ func file_events_proto_init() {
 		(*SessionEvent_RateLimitWait)(nil),
 		(*SessionEvent_HostLost)(nil),
 		(*SessionEvent_Resumed)(nil),
+		(*SessionEvent_CompactionEnd)(nil),
 	}
 	file_events_proto_msgTypes[7].OneofWrappers = []any{}
+	file_events_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

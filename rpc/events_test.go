@@ -46,3 +46,32 @@ func TestHostLostAndResumedLines(t *testing.T) {
 		t.Errorf("after host_lost and resumed the retry wait is %+v; want attempt 1 still due at %v", retry, due)
 	}
 }
+
+// compaction_end goes out in pi's shape: reason, aborted, willRetry, and
+// errorMessage only when the hook failed.
+func TestCompactionEndLines(t *testing.T) {
+	out := &syncBuffer{}
+	s := newServer(t, out)
+	tr := &translator{s: s}
+	failed := "summary model unavailable"
+	for _, ev := range []*messages.SessionEvent{
+		{SessionId: "s1", Event: &messages.SessionEvent_CompactionEnd{CompactionEnd: &messages.CompactionEnd{Reason: "overflow", WillRetry: true}}},
+		{SessionId: "s1", Event: &messages.SessionEvent_CompactionEnd{CompactionEnd: &messages.CompactionEnd{Reason: "overflow", ErrorMessage: &failed}}},
+	} {
+		s.writeEvent(tr, wireEvent(ev))
+	}
+	want := []map[string]any{
+		{"type": "compaction_end", "sessionId": "s1", "reason": "overflow", "aborted": false, "willRetry": true},
+		{"type": "compaction_end", "sessionId": "s1", "reason": "overflow", "aborted": false, "willRetry": false, "errorMessage": failed},
+	}
+	lines := out.lines()
+	if len(lines) != len(want) {
+		t.Fatalf("lines %q, want %v", lines, want)
+	}
+	for i, line := range lines {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil || !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("line %d = %s (%v), want %v", i, line, err, want[i])
+		}
+	}
+}

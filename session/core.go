@@ -412,8 +412,14 @@ func (c *Core) compact() {
 	e.Generation, e.Message = c.r.Generation, c.r.Last
 }
 
+// compactionDone takes the compaction hook's answer: compaction_end, then
+// the prompt goes on with the compacted context, or ends when the hook
+// failed or the prompt was aborted while it ran.
 func (c *Core) compactionDone(context []*messages.Entry, err string) {
-	if err != "" || c.r.Aborts.User {
+	end := c.emit(EventCompactionEnd)
+	end.Reason, end.Error, end.Aborted = "overflow", err, c.r.Aborts.User
+	end.WillRetry = err == "" && !c.r.Aborts.User
+	if !end.WillRetry {
 		c.r.FailureKind, c.r.Failure = KindContextOverflow, err
 		if c.r.Failure == "" {
 			c.r.Failure = c.r.Last.GetErrorMessage()

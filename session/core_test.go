@@ -597,6 +597,15 @@ func renderEvent(ev *Event) string {
 		return fmt.Sprintf("model_change %s -> %s (%s)", ev.Change.From, ev.Change.To, ev.Change.Reason)
 	case EventCompactionRequired:
 		return fmt.Sprintf("compaction_required %q", ev.Error)
+	case EventCompactionEnd:
+		s := fmt.Sprintf("compaction_end %s willRetry=%t", ev.Reason, ev.WillRetry)
+		if ev.Aborted {
+			s += " aborted"
+		}
+		if ev.Error != "" {
+			s += fmt.Sprintf(" error=%q", ev.Error)
+		}
+		return s
 	case EventCredentialSwitch:
 		if r := ev.Switch.Reason; r != SwitchUsageLimit {
 			return fmt.Sprintf("credential_switch %s -> %s (%s)", ev.Switch.From, ev.Switch.To, r)

@@ -27,6 +27,7 @@ const (
 	EventCompactionRequired
 	EventCredentialSwitch
 	EventRateLimitWait
+	EventCompactionEnd
 )
 
 var eventNames = [...]string{
@@ -43,6 +44,7 @@ var eventNames = [...]string{
 	EventCompactionRequired: "compaction_required",
 	EventCredentialSwitch:   "credential_switch",
 	EventRateLimitWait:      "rate_limit_wait",
+	EventCompactionEnd:      "compaction_end",
 }
 
 func (k EventKind) String() string {
@@ -57,12 +59,14 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind        EventKind
 	PromptStart bool                       // agent_start: the run a new prompt starts (not a continue)
-	WillRetry   bool                       // agent_end
+	WillRetry   bool                       // agent_end, compaction_end
 	Success     bool                       // agent_settled
+	Aborted     bool                       // compaction_end
 	Generation  uint64                     // agent_start, agent_settled
 	DeltaKind   string                     // message_update: "text", "thinking", "tool_call"
 	Delta       string                     // message_update
-	Error       string                     // agent_settled, compaction_required
+	Error       string                     // agent_settled, compaction_required, compaction_end
+	Reason      string                     // compaction_end: "overflow"
 	Message     *messages.AssistantMessage // message_end, agent_end
 	Start       *retry.StartEvent          // auto_retry_start
 	End         *retry.EndEvent            // auto_retry_end
@@ -120,6 +124,13 @@ func (ev *Event) Wire(out *messages.SessionEvent) bool {
 	case EventRateLimitWait:
 		m := &messages.RateLimitWait{DelayMs: ev.Wait.Delay.Milliseconds(), Provider: provider(ev.Wait.Model), Credential: ev.Wait.Credential, Limit: ev.Wait.Limit}
 		out.Event = &messages.SessionEvent_RateLimitWait{RateLimitWait: m}
+	case EventCompactionEnd:
+		m := &messages.CompactionEnd{Reason: ev.Reason, Aborted: ev.Aborted, WillRetry: ev.WillRetry}
+		if ev.Error != "" {
+			v := ev.Error
+			m.ErrorMessage = &v
+		}
+		out.Event = &messages.SessionEvent_CompactionEnd{CompactionEnd: m}
 	default:
 		return false
 	}

@@ -362,6 +362,10 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		m.modelName = p.To
 	case musepi.CompactionRequired:
 		m.add(noticeEntry, "Context window full: "+firstLine(p.ErrorMessage))
+	case musepi.CompactionEnd:
+		if p.WillRetry {
+			m.add(noticeEntry, "Context compacted: the prompt goes on")
+		}
 	case musepi.EventsLost:
 		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.Count))
 	case musepi.HostLost:

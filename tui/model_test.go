@@ -537,3 +537,18 @@ func TestModelPacingWaitCountdown(t *testing.T) {
 		t.Errorf("status %q after the turn streamed; want the pacing line gone", got)
 	}
 }
+
+// A compaction that lets the prompt go on says so; one that failed leaves
+// it to the prompt's error.
+func TestModelCompactionEnd(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.event(musepi.CompactionEnd{Reason: "overflow", ErrorMessage: "summary model unavailable"})
+	if strings.Contains(h.view(), "Context compacted") {
+		t.Errorf("a failed compaction shows as done:\n%s", h.view())
+	}
+	h.event(musepi.CompactionEnd{Reason: "overflow", WillRetry: true})
+	if !strings.Contains(h.view(), "Context compacted: the prompt goes on") {
+		t.Errorf("no notice of the compaction:\n%s", h.view())
+	}
+}

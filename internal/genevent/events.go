@@ -184,6 +184,25 @@ var events = []event{
 		},
 	},
 	{
+		name: "compaction_end", goName: "CompactionEnd", number: 29, core: "CompactionEnd",
+		doc: "CompactionEnd: the compaction hook that ran on a context overflow (after\n" +
+			"CompactionRequired) returned. With WillRetry the prompt goes on with the\n" +
+			"compacted context; otherwise it ends with ErrContextOverflow.",
+		coreFields: []coreField{
+			{"Reason", "string", `"overflow"`},
+			{"Aborted", "bool", ""},
+			{"WillRetry", "bool", ""},
+			{"Error", "string", ""},
+		},
+		fields: []field{
+			{goName: "Reason", goType: "string", doc: `"overflow": the context overflowed the model's window`},
+			{goName: "Aborted", goType: "bool", doc: "the prompt was aborted while the hook ran"},
+			{goName: "WillRetry", goType: "bool", doc: "the prompt goes on with the compacted context"},
+			{goName: "ErrorMessage", goType: "string", core: "ev.Error", setIf: `ev.Error != ""`,
+				doc: `why the hook failed ("" when it did not)`},
+		},
+	},
+	{
 		name: "tool_execution_start", goName: "ToolExecutionStart", number: 22,
 		doc:    "ToolExecutionStart: a tool call is about to run.",
 		fields: []field{{goName: "Call", goType: "ToolCall"}},
