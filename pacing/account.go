@@ -62,10 +62,27 @@ type grant struct {
 // any order leave the level where the server's count puts it, and a
 // response read shortly before its reset does not make a runaway rate.
 //
+// count is what a response's count holds: the calls granted before its
+// own call (self), and self; without self (a call the budget does not
+// know), those granted by the response's arrival. Calls granted together
+// with self (one release) may reach the server after it: not counted.
+type count struct {
+	self    *grant
+	arrived time.Time
+}
+
+// holds reports whether the count holds grant g.
+func (n count) holds(g *grant) bool {
+	if n.self == nil {
+		return !g.at.After(n.arrived)
+	}
+	return g == n.self || g.at.Before(n.self.at)
+}
+
 // observe applies it to kind k's limit l, announced by a response whose
-// count holds the calls granted by counted, that arrived at arrived, read
-// at now.
-func (c *credential) observe(k Kind, l ratelimit.Limit, counted, arrived, now time.Time) {
+// count is n, read at now.
+func (c *credential) observe(k Kind, l ratelimit.Limit, n count, now time.Time) {
+	arrived := n.arrived
 	b := &c.buckets[k]
 	b.observeLimit(l)
 	if !l.HasRemaining {
@@ -83,7 +100,7 @@ func (c *credential) observe(k Kind, l ratelimit.Limit, counted, arrived, now ti
 	// is time order), and refill to now.
 	b.level, b.at = math.Min(b.limit, float64(l.Remaining)), arrived
 	for _, g := range c.recent {
-		if g.at.After(counted) {
+		if !n.holds(g) {
 			b.advance(g.at)
 			b.level -= g.charge[k]
 		}
@@ -91,11 +108,10 @@ func (c *credential) observe(k Kind, l ratelimit.Limit, counted, arrived, now ti
 	b.advance(now)
 }
 
-// markCounted marks the calls granted by counted as counted by the
-// server.
-func (c *credential) markCounted(counted time.Time) {
+// markCounted marks the calls n holds as counted by the server.
+func (c *credential) markCounted(n count) {
 	for _, g := range c.recent {
-		if !g.at.After(counted) {
+		if n.holds(g) {
 			g.counted = true
 		}
 	}

@@ -505,19 +505,19 @@ func (p *Pacer) Observe(now time.Time, credential, id string, arrived time.Time,
 		return
 	}
 	c.observed, c.headerless = true, false
-	counted := arrived
-	if g := c.granted(id); g != nil && g.at.Before(arrived) {
-		counted = g.at
+	n := count{self: c.granted(id), arrived: arrived}
+	if n.self != nil && n.self.at.After(arrived) {
+		n.self = nil
 	}
 	told := false
 	for k := range Kind(numKinds) {
 		if l, ok := s.Get(k); ok {
-			c.observe(k, l, counted, arrived, now)
+			c.observe(k, l, n, now)
 			told = told || l.HasRemaining
 		}
 	}
 	if told {
-		c.markCounted(counted)
+		c.markCounted(n)
 	}
 	c.burst.follow(&c.buckets, now)
 }
