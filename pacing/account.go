@@ -159,8 +159,10 @@ func (c *credential) settle(now time.Time, g *grant, used Usage, refunds bool) {
 		// back what the call was not charged, counted or not (an input
 		// estimate above the server's count once slowed a key by a fifth).
 		back := g.charge[k] - charged
-		c.burst.buckets[k].advance(now)
-		c.burst.buckets[k].give(back)
+		if !used.Refused { // a refusal emptied the burst
+			c.burst.buckets[k].advance(now)
+			c.burst.buckets[k].give(back)
+		}
 		if g.counted {
 			back = 0
 			if Kind(k) == ratelimit.Tokens || Kind(k) == ratelimit.OutputTokens {

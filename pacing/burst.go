@@ -78,10 +78,18 @@ func (b *burst) advance(main *[numKinds]bucket, now time.Time) {
 	}
 }
 
-// refused halves the share after a refusal at now, and stops its growth;
-// the calls refused within growEvery of a cut were sent before it took
-// effect, and cut nothing more.
+// refused takes a refusal at now: the window the server enforces is
+// empty, so the burst is too (the headers that announce the minute do not
+// show it: without, the burst lent what a refused call did not take to the
+// next calls, and a 10-second window refused a third of a storm's
+// requests); and the share halves, and stops growing. The calls refused
+// within growEvery of a cut were sent before it took effect, and cut the
+// share no more.
 func (b *burst) refused(main *[numKinds]bucket, now time.Time) {
+	for k := range b.buckets {
+		b.buckets[k].advance(now)
+		b.buckets[k].level = math.Min(b.buckets[k].level, 0)
+	}
 	if b.settled && now.Sub(b.grown) < growEvery {
 		return
 	}
