@@ -237,7 +237,23 @@ func publicFile(evs []event) []byte {
 	for _, e := range evs {
 		names = append(names, e.goName)
 	}
-	b.WriteString(`// Event is one event of a session. Switch on its type:
+	b.WriteString(eventDoc)
+	comment(&b, "", wrap("The types are "+strings.Join(names[:len(names)-1], ", ")+" and "+names[len(names)-1]+
+		" (HostLost and Resumed only in a cluster). Every one embeds an EventHeader."))
+	b.WriteString(eventTypes)
+	for _, e := range evs {
+		publicType(&b, e)
+	}
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n// Type returns %q.\nfunc (%s) Type() string { return %q }\n", e.name, e.goName, e.name)
+	}
+	publicFromWire(&b, evs)
+	return b.Bytes()
+}
+
+// eventDoc opens the Event interface's doc comment; publicFile adds the
+// list of the event types.
+const eventDoc = `// Event is one event of a session. Switch on its type:
 //
 //	switch ev := e.(type) {
 //	case musepi.AutoRetryStart:
@@ -246,10 +262,11 @@ func publicFile(evs []event) []byte {
 //		...
 //	}
 //
-`)
-	comment(&b, "", wrap("The types are "+strings.Join(names[:len(names)-1], ", ")+" and "+names[len(names)-1]+
-		" (HostLost and Resumed only in a cluster). Every one embeds an EventHeader."))
-	b.WriteString(`type Event interface {
+`
+
+// eventTypes is the Event interface and the EventHeader, the part of
+// event.go that does not depend on the table.
+const eventTypes = `type Event interface {
 	// Header says which session emitted the event, its place in the
 	// session's sequence and when.
 	Header() EventHeader
@@ -274,50 +291,54 @@ func (h EventHeader) Header() EventHeader { return h }
 // Embedders need it only to forward events in that format; it is nil for
 // an event the runtime did not emit.
 func (h EventHeader) Wire() *messages.SessionEvent { return h.wire }
-`)
-	for _, e := range evs {
-		b.WriteString("\n")
-		comment(&b, "", e.doc)
-		fmt.Fprintf(&b, "type %s struct {\n\tEventHeader\n", e.goName)
-		if e.embed != "" {
-			fmt.Fprintf(&b, "\t%s\n", e.embed)
-		} else {
-			for _, f := range e.fields {
-				if strings.HasPrefix(f.doc, f.goName+" ") { // a sentence: above the field
-					comment(&b, "\t", f.doc)
-					f.doc = ""
-				}
-				fmt.Fprintf(&b, "\t%s %s", f.goName, f.goType)
-				if f.doc != "" {
-					fmt.Fprintf(&b, " // %s", oneLine(f.doc))
-				}
-				b.WriteString("\n")
+`
+
+// publicType writes e's Go type: its doc, the EventHeader and either the
+// embedded type or its fields, a field's doc above it when it is a
+// sentence and beside it otherwise.
+func publicType(b *bytes.Buffer, e event) {
+	b.WriteString("\n")
+	comment(b, "", e.doc)
+	fmt.Fprintf(b, "type %s struct {\n\tEventHeader\n", e.goName)
+	if e.embed != "" {
+		fmt.Fprintf(b, "\t%s\n", e.embed)
+	} else {
+		for _, f := range e.fields {
+			if strings.HasPrefix(f.doc, f.goName+" ") { // a sentence: above the field
+				comment(b, "\t", f.doc)
+				f.doc = ""
 			}
+			fmt.Fprintf(b, "\t%s %s", f.goName, f.goType)
+			if f.doc != "" {
+				fmt.Fprintf(b, " // %s", oneLine(f.doc))
+			}
+			b.WriteString("\n")
 		}
-		b.WriteString("}\n")
 	}
-	for _, e := range evs {
-		fmt.Fprintf(&b, "\n// Type returns %q.\nfunc (%s) Type() string { return %q }\n", e.name, e.goName, e.name)
-	}
+	b.WriteString("}\n")
+}
+
+// publicFromWire writes fromWireEvent, which converts a wire event to its
+// Go type.
+func publicFromWire(b *bytes.Buffer, evs []event) {
 	b.WriteString("\n// fromWireEvent is the Go event of a wire event; false for an event this\n// version does not know.\n")
 	b.WriteString("func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {\n")
 	b.WriteString("\th := EventHeader{SessionID: ev.GetSessionId(), Seq: ev.GetSeq(), Time: time.UnixMilli(ev.GetTimeMs()), wire: ev}\n")
 	b.WriteString("\tswitch e := ev.GetEvent().(type) {\n")
 	for _, e := range evs {
 		oneof := camel(e.name)
-		fmt.Fprintf(&b, "\tcase *messages.SessionEvent_%s:\n", oneof)
+		fmt.Fprintf(b, "\tcase *messages.SessionEvent_%s:\n", oneof)
 		if e.embed != "" {
-			fmt.Fprintf(&b, "\t\treturn %s{EventHeader: h, %s: fromWire%s(e.%s)}, true\n", e.goName, e.embed, e.embed, oneof)
+			fmt.Fprintf(b, "\t\treturn %s{EventHeader: h, %s: fromWire%s(e.%s)}, true\n", e.goName, e.embed, e.embed, oneof)
 			continue
 		}
-		fmt.Fprintf(&b, "\t\tm := e.%s\n\t\treturn %s{EventHeader: h", oneof, e.goName)
+		fmt.Fprintf(b, "\t\tm := e.%s\n\t\treturn %s{EventHeader: h", oneof, e.goName)
 		for _, f := range e.fields {
-			fmt.Fprintf(&b, ", %s: %s", f.goName, fmt.Sprintf(goTypes[f.goType].read, "m.Get"+camel(f.protoName())+"()"))
+			fmt.Fprintf(b, ", %s: %s", f.goName, fmt.Sprintf(goTypes[f.goType].read, "m.Get"+camel(f.protoName())+"()"))
 		}
 		b.WriteString("}, true\n")
 	}
 	b.WriteString("\t}\n\treturn nil, false\n}\n")
-	return b.Bytes()
 }
 
 // wrap breaks text into lines of at most 72 characters.
@@ -354,20 +375,7 @@ func sessionFile(evs []event) []byte {
 		b.WriteString("\t\"time\"\n\n")
 	}
 	b.WriteString("\t\"github.com/musepi/musepi/messages\"\n\t\"github.com/musepi/musepi/retry\"\n)\n\n")
-	b.WriteString("// EventKind is the type of a session event.\ntype EventKind uint8\n\n// The session events.\nconst (\n")
-	for i, e := range core {
-		if i == 0 {
-			fmt.Fprintf(&b, "\tEvent%s EventKind = iota + 1\n", e.core)
-		} else {
-			fmt.Fprintf(&b, "\tEvent%s\n", e.core)
-		}
-	}
-	b.WriteString(")\n\nvar eventNames = [...]string{\n")
-	for _, e := range core {
-		fmt.Fprintf(&b, "\tEvent%s: %q,\n", e.core, e.name)
-	}
-	b.WriteString("}\n\n")
-	b.WriteString("func (k EventKind) String() string {\n\tif int(k) < len(eventNames) && eventNames[k] != \"\" {\n\t\treturn eventNames[k]\n\t}\n\treturn \"unknown\"\n}\n\n")
+	sessionKinds(&b, core)
 	b.WriteString("// Event is one session event. Only the fields its Kind names are set; its\n")
 	b.WriteString("// payloads live in the Effects that holds it, valid until that is Reset.\n")
 	b.WriteString("type Event struct {\n\tKind EventKind\n")
@@ -379,27 +387,7 @@ func sessionFile(evs []event) []byte {
 	b.WriteString("// ev's kind. What the core does not know (agent_start's user) is left to\n// the caller.\n")
 	b.WriteString("func (ev *Event) Wire(out *messages.SessionEvent) bool {\n\tswitch ev.Kind {\n")
 	for _, e := range core {
-		fmt.Fprintf(&b, "\tcase Event%s:\n\t\tm := &messages.%s{", e.core, e.messageName())
-		var optional []field
-		sep := ""
-		for _, f := range e.fields {
-			if f.core == "-" {
-				continue
-			}
-			if f.setIf != "" {
-				optional = append(optional, f)
-				continue
-			}
-			fmt.Fprintf(&b, "%s%s: %s", sep, camel(f.protoName()), fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)))
-			sep = ", "
-		}
-		b.WriteString("}\n")
-		for _, f := range optional {
-			fmt.Fprintf(&b, "\t\tif %s {\n\t\t\tv := %s\n\t\t\tm.%s = &v\n\t\t}\n", f.setIf,
-				fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)), camel(f.protoName()))
-		}
-		oneof := camel(e.name)
-		fmt.Fprintf(&b, "\t\tout.Event = &messages.SessionEvent_%s{%s: m}\n", oneof, oneof)
+		sessionWireCase(&b, e)
 	}
 	b.WriteString("\tdefault:\n\t\treturn false\n\t}\n\treturn true\n}\n")
 	if usesTime(core) {
@@ -407,6 +395,52 @@ func sessionFile(evs []event) []byte {
 		b.WriteString("\tif t.IsZero() {\n\t\treturn 0\n\t}\n\treturn t.UnixMilli()\n}\n")
 	}
 	return b.Bytes()
+}
+
+// sessionKinds writes the EventKind type, its constants (one per core
+// event) and its String method.
+func sessionKinds(b *bytes.Buffer, core []event) {
+	b.WriteString("// EventKind is the type of a session event.\ntype EventKind uint8\n\n// The session events.\nconst (\n")
+	for i, e := range core {
+		if i == 0 {
+			fmt.Fprintf(b, "\tEvent%s EventKind = iota + 1\n", e.core)
+		} else {
+			fmt.Fprintf(b, "\tEvent%s\n", e.core)
+		}
+	}
+	b.WriteString(")\n\nvar eventNames = [...]string{\n")
+	for _, e := range core {
+		fmt.Fprintf(b, "\tEvent%s: %q,\n", e.core, e.name)
+	}
+	b.WriteString("}\n\n")
+	b.WriteString("func (k EventKind) String() string {\n\tif int(k) < len(eventNames) && eventNames[k] != \"\" {\n\t\treturn eventNames[k]\n\t}\n\treturn \"unknown\"\n}\n\n")
+}
+
+// sessionWireCase writes Event.Wire's case for the core event e: its
+// message with the fields the core has, an optional field set only when
+// its condition holds.
+func sessionWireCase(b *bytes.Buffer, e event) {
+	fmt.Fprintf(b, "\tcase Event%s:\n\t\tm := &messages.%s{", e.core, e.messageName())
+	var optional []field
+	sep := ""
+	for _, f := range e.fields {
+		if f.core == "-" {
+			continue
+		}
+		if f.setIf != "" {
+			optional = append(optional, f)
+			continue
+		}
+		fmt.Fprintf(b, "%s%s: %s", sep, camel(f.protoName()), fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)))
+		sep = ", "
+	}
+	b.WriteString("}\n")
+	for _, f := range optional {
+		fmt.Fprintf(b, "\t\tif %s {\n\t\t\tv := %s\n\t\t\tm.%s = &v\n\t\t}\n", f.setIf,
+			fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)), camel(f.protoName()))
+	}
+	oneof := camel(e.name)
+	fmt.Fprintf(b, "\t\tout.Event = &messages.SessionEvent_%s{%s: m}\n", oneof, oneof)
 }
 
 // usesTime reports whether a core event has a time.Time field.
