@@ -128,31 +128,38 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 	case *messages.ReleaseSession:
 		a.cancelPacing(ctx, m.GetSessionId(), 0)
 		delete(a.sticky, m.GetSessionId())
-		if a.budget != nil {
-			a.budget.Forget(m.GetSessionId())
-			delete(a.holders, m.GetSessionId())
-		}
+		a.forgetBudget(m.GetSessionId())
 	case *messages.RetryBudgetRequest:
 		respond(ctx, a.clk, a.admit(ctx, m))
 		a.view.publish(a)
 	case *messages.RetryBudgetDrop:
-		if a.budget != nil {
-			a.budget.Forget(m.GetSessionId())
-			delete(a.holders, m.GetSessionId())
-		}
+		a.forgetBudget(m.GetSessionId())
 	case *messages.RetryBudgetOutcome:
 		a.report(ctx, m.GetSuccess())
 		a.view.publish(a)
 	case *messages.RetryBudgetStatsRequest:
-		var st retry.BudgetStats
-		if a.budget != nil {
-			st = a.budget.Stats()
-		}
 		// Asked by Runtime.RetryBudget's future: the reply is not counted
 		// on the clock (track.RequestFuture), or a virtual clock would wait
 		// for it forever.
-		ctx.Respond(&messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released})
+		ctx.Respond(a.budgetStats())
 	}
+}
+
+// forgetBudget drops what the retry budget holds for session.
+func (a *CredentialsActor) forgetBudget(session string) {
+	if a.budget != nil {
+		a.budget.Forget(session)
+		delete(a.holders, session)
+	}
+}
+
+// budgetStats is the retry budget's state; zero without a budget.
+func (a *CredentialsActor) budgetStats() *messages.RetryBudgetStats {
+	var st retry.BudgetStats
+	if a.budget != nil {
+		st = a.budget.Stats()
+	}
+	return &messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released}
 }
 
 // admit asks the budget when a retry may go out; without a budget, at once.
@@ -262,21 +269,41 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 		reply.Switched, reply.Credential = true, a.creds[i].Name
 		return reply
 	}
-	if a.autoRedeem {
-		for k := range a.creds {
-			i := (current + k) % len(a.creds)
-			if a.creds[i].BankedResets > 0 {
-				a.creds[i].BankedResets--
-				a.creds[i].blockedUntil = time.Time{}
-				if a.pacing != nil {
-					a.pacing.pacer.Block(a.creds[i].Name, time.Time{})
-				}
-				a.sticky[m.GetSessionId()] = i
-				reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
-				return reply
+	if i := a.redeem(current); i >= 0 {
+		a.sticky[m.GetSessionId()] = i
+		reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
+		return reply
+	}
+	if earliest := a.siblingsFreeAt(now, current); !earliest.IsZero() {
+		reply.RetryAtMs = earliest.UnixMilli()
+	}
+	return reply
+}
+
+// redeem spends a banked reset of the first credential from current on
+// that has one, and unblocks it, when auto-redeem is on; it returns that
+// credential's index, or -1.
+func (a *CredentialsActor) redeem(current int) int {
+	if !a.autoRedeem {
+		return -1
+	}
+	for k := range a.creds {
+		i := (current + k) % len(a.creds)
+		if a.creds[i].BankedResets > 0 {
+			a.creds[i].BankedResets--
+			a.creds[i].blockedUntil = time.Time{}
+			if a.pacing != nil {
+				a.pacing.pacer.Block(a.creds[i].Name, time.Time{})
 			}
+			return i
 		}
 	}
+	return -1
+}
+
+// siblingsFreeAt is when the first of the credentials other than current
+// that are blocked at now frees up; zero when none is.
+func (a *CredentialsActor) siblingsFreeAt(now time.Time, current int) time.Time {
 	var earliest time.Time
 	for i := range a.creds {
 		if i != current && a.creds[i].blockedUntil.After(now) &&
@@ -284,8 +311,5 @@ func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messa
 			earliest = a.creds[i].blockedUntil
 		}
 	}
-	if !earliest.IsZero() {
-		reply.RetryAtMs = earliest.UnixMilli()
-	}
-	return reply
+	return earliest
 }

@@ -107,29 +107,38 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 		}
 		clearRecord = clear
 	}
+	r, err := markInterrupted(deps, &cfg, entries, r, records, clearRecord)
+	if err != nil {
+		return nil, err
+	}
+	cfg.State.Init(r.model, cfg.Settings.Enabled)
+	return &PreparedSession{cfg: &cfg, resumed: &r}, nil
+}
+
+// markInterrupted closes the prompt entries show in progress, if any, with
+// an "interrupted" marker, written and synced (with clearRecord, in the
+// commit that clears the record not resumed: its due time must wake
+// nobody), and returns what the session resumes from after it.
+func markInterrupted(deps *Deps, cfg *SessionConfig, entries []*messages.Entry, r resumed, records history.RecordLog, clearRecord bool) (resumed, error) {
 	extra := interruption(entries, r.model, deps.Clock.Now().UnixMilli())
 	for i, e := range extra {
 		e.Seq = r.seq + uint64(i) + 1
 	}
 	var err error
 	switch {
-	case clearRecord: // a record not resumed goes, with the marker: its due time must wake nobody
+	case clearRecord:
 		err = records.CommitRecord(history.Record{}, extra...)
 	case len(extra) > 0:
 		err = cfg.History.Append(extra...)
 	}
-	if err != nil {
-		return nil, err
+	if err != nil || len(extra) == 0 {
+		return r, err
 	}
-	if len(extra) > 0 {
-		if err := cfg.History.Sync(); err != nil {
-			return nil, err
-		}
-		deps.Log.Warn("resumed a session whose last prompt was interrupted; marked it", slog.String("session", cfg.ID), slog.Uint64("seq", r.seq+1))
-		r = resume(append(entries, extra...), cfg.Model, deps.knownModel)
+	if err := cfg.History.Sync(); err != nil {
+		return r, err
 	}
-	cfg.State.Init(r.model, cfg.Settings.Enabled)
-	return &PreparedSession{cfg: &cfg, resumed: &r}, nil
+	deps.Log.Warn("resumed a session whose last prompt was interrupted; marked it", slog.String("session", cfg.ID), slog.Uint64("seq", r.seq+1))
+	return resume(append(entries, extra...), cfg.Model, deps.knownModel), nil
 }
 
 // PreparedSession is a session ready to start, and what its actor finds
@@ -538,18 +547,8 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 			s.commitStep(d)
 		}
 		buf.Reset() // drop what the effects point to
-		if err := s.stepHistoryErr; err != nil {
-			// A history write failed: the prompt ends with it (the core
-			// decides how).
-			if s.historyErr == nil {
-				s.historyErr = err
-			}
-			if historyErr == nil {
-				historyErr = err
-			}
-			failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
-			s.pending = slices.Insert(s.pending, next, failed) // before the answers the step's effects queued
-			s.stepHistoryErr, s.revertModel = nil, false
+		if err := s.queueHistoryFailure(next); err != nil && historyErr == nil {
+			historyErr = err
 		}
 		if next == len(s.pending) {
 			break
@@ -566,6 +565,24 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		s.handOverIfAtRest(ctx, d)
 	}
 	return historyErr
+}
+
+// queueHistoryFailure queues the history write that failed in the step,
+// if any, as the pending input next (before the answers the step's effects
+// queued): the prompt ends with it, the core decides how. It returns that
+// failure.
+func (s *SessionActor) queueHistoryFailure(next int) error {
+	err := s.stepHistoryErr
+	if err == nil {
+		return nil
+	}
+	if s.historyErr == nil {
+		s.historyErr = err
+	}
+	failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
+	s.pending = slices.Insert(s.pending, next, failed)
+	s.stepHistoryErr, s.revertModel = nil, false
+	return err
 }
 
 // stepContained runs one step into the empty out, rolled back (out
@@ -659,26 +676,9 @@ func (s *SessionActor) started(ctx actor.Context) {
 		s.publishState()
 		return
 	}
-	r := s.entry.resumed
-	s.entry.resumed = nil
-	restarted := r == nil
-	if restarted { // restarted after a panic: the history on disk is the truth
-		entries, err := s.cfg.History.Load()
-		if err != nil {
-			s.deps.Log.Error("reload history after a restart", slog.Any("error", err), slog.String("session", s.cfg.ID))
-		}
-		rr := resume(entries, s.cfg.Model, s.deps.knownModel)
-		r = &rr
-	}
+	r, restarted := s.takeResumed()
 	s.runtime, s.historySeq = r.runtime, r.seq
-	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
-		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
-		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
-		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After,
-		Paced: s.deps.shared().paced}
-	if r.primaryCooldownUntilMs > 0 {
-		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
-	}
+	cfg := s.coreConfig(r)
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:
 		// the session's next step at rest clears it.
@@ -696,6 +696,36 @@ func (s *SessionActor) started(ctx actor.Context) {
 	}
 	s.core = session.Make(cfg, s.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
+}
+
+// takeResumed is what the session starts from: what PrepareSession found,
+// taken once, or, restarted after a panic, the history on disk, reloaded:
+// that is the truth.
+func (s *SessionActor) takeResumed() (r *resumed, restarted bool) {
+	r = s.entry.resumed
+	s.entry.resumed = nil
+	if r != nil {
+		return r, false
+	}
+	entries, err := s.cfg.History.Load()
+	if err != nil {
+		s.deps.Log.Error("reload history after a restart", slog.Any("error", err), slog.String("session", s.cfg.ID))
+	}
+	rr := resume(entries, s.cfg.Model, s.deps.knownModel)
+	return &rr, true
+}
+
+// coreConfig is the configuration of the session's core, resuming r.
+func (s *SessionActor) coreConfig(r *resumed) session.Config {
+	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
+		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
+		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
+		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After,
+		Paced: s.deps.shared().paced}
+	if r.primaryCooldownUntilMs > 0 {
+		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
+	}
+	return cfg
 }
 
 // newSource is the jitter source of the session's retry chain.

@@ -57,27 +57,44 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 			Thinking: s.cfg.State.ThinkingLevel(),
 		},
 	}
-	if h, ok := s.cfg.History.(history.Holder); ok {
-		hold := holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
-		t.guard = func(ctx context.Context) error { // as the turn starts, and just before each request goes out
-			err := hold(ctx)
-			if errors.Is(err, history.ErrTaken) {
-				t.taken.Store(true)
-			}
-			return err
-		}
-	}
-	if creds := s.deps.Credentials[provName]; creds != nil && s.deps.shared().paced[provName] {
-		t.tellLimits = func(l *messages.RateLimits) { // as the headers arrive
-			t.limitsTold.Store(true)
-			track.Send(t.root, t.clk, creds, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: credential,
-				Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
-		}
-	}
+	s.guardTurn(t)
+	s.tellTurnLimits(t, provName, credential)
 	s.running = &t.runContext
 	s.turnModel = model
 	t.clk.Begin()
 	s.deps.goroutine(t)
+}
+
+// guardTurn holds t, as it starts and just before each request goes out,
+// while the session's history (when it can be held) is not decided, and
+// marks t taken when another holder has it.
+func (s *SessionActor) guardTurn(t *turnRun) {
+	h, ok := s.cfg.History.(history.Holder)
+	if !ok {
+		return
+	}
+	hold := holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
+	t.guard = func(ctx context.Context) error {
+		err := hold(ctx)
+		if errors.Is(err, history.ErrTaken) {
+			t.taken.Store(true)
+		}
+		return err
+	}
+}
+
+// tellTurnLimits has t send the rate limits its response's headers announce
+// to the provider's credentials actor, when that one paces its calls.
+func (s *SessionActor) tellTurnLimits(t *turnRun, provName, credential string) {
+	creds := s.deps.Credentials[provName]
+	if creds == nil || !s.deps.shared().paced[provName] {
+		return
+	}
+	t.tellLimits = func(l *messages.RateLimits) { // as the headers arrive
+		t.limitsTold.Store(true)
+		track.Send(t.root, t.clk, creds, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: credential,
+			Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
+	}
 }
 
 // turnRun is one turn's provider stream in its goroutine, with its idle
