@@ -155,23 +155,28 @@ func SettingsFromProto(p *messages.RetrySettings) (Settings, error) {
 		s.FallbackRevertPolicy = RevertPolicy(p.GetFallbackRevertPolicy())
 	}
 	if b := p.GetBudget(); b != nil {
-		if b.Enabled != nil {
-			s.Budget.Enabled = b.GetEnabled()
-		}
-		if b.MaxTokens != nil {
-			s.Budget.MaxTokens = b.GetMaxTokens()
-		}
-		if b.TokenRatio != nil {
-			s.Budget.TokenRatio = b.GetTokenRatio()
-		}
-		if b.ProbeIntervalMs != nil {
-			s.Budget.ProbeInterval = msToDuration(b.GetProbeIntervalMs())
-		}
-		if b.ReleaseWindowMs != nil {
-			s.Budget.ReleaseWindow = msToDuration(b.GetReleaseWindowMs())
-		}
+		s.Budget.applyProto(b)
 	}
 	return s, s.Validate()
+}
+
+// applyProto sets the fields set in p over b.
+func (b *BudgetSettings) applyProto(p *messages.RetryBudget) {
+	if p.Enabled != nil {
+		b.Enabled = p.GetEnabled()
+	}
+	if p.MaxTokens != nil {
+		b.MaxTokens = p.GetMaxTokens()
+	}
+	if p.TokenRatio != nil {
+		b.TokenRatio = p.GetTokenRatio()
+	}
+	if p.ProbeIntervalMs != nil {
+		b.ProbeInterval = msToDuration(p.GetProbeIntervalMs())
+	}
+	if p.ReleaseWindowMs != nil {
+		b.ReleaseWindow = msToDuration(p.GetReleaseWindowMs())
+	}
 }
 
 // Proto returns the wire form of s, every field set.
