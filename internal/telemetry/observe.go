@@ -44,12 +44,7 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 	s := t.sessions[ev.GetSessionId()]
 	switch e := ev.GetEvent().(type) {
 	case *messages.SessionEvent_AgentStart:
-		if s == nil {
-			s = &sessionTrack{id: ev.GetSessionId(), provider: unknown, model: unknown}
-			t.sessions[s.id] = s
-		}
-		t.stopWaiting(ctx, s)
-		s.trace.runStarted(t.tracer, s.id, e.AgentStart, at)
+		t.agentStarted(ctx, ev.GetSessionId(), e.AgentStart, at)
 	case *messages.SessionEvent_AgentEnd:
 		t.agentEnded(ctx, s, e.AgentEnd, at)
 	case *messages.SessionEvent_AutoRetryStart:
@@ -58,8 +53,7 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 		t.retryEnded(ctx, s, e.AutoRetryEnd, at)
 	case *messages.SessionEvent_RateLimitWait:
 		if s != nil {
-			w := e.RateLimitWait
-			s.pacing = &pacingWait{at: at, provider: orUnknown(w.GetProvider()), limit: w.GetLimit()}
+			s.pacing = newPacingWait(e.RateLimitWait, at)
 		}
 	case *messages.SessionEvent_MessageUpdate, *messages.SessionEvent_MessageEnd:
 		t.pacingEnded(ctx, s, at)
@@ -83,6 +77,23 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 	case *messages.SessionEvent_EventsLost:
 		t.in.eventsLost.Add(ctx, int64(e.EventsLost.GetCount()))
 	}
+}
+
+// agentStarted records an agent_start: the session is tracked from its
+// first, waits no longer, and its run's trace starts.
+func (t *Telemetry) agentStarted(ctx context.Context, id string, start *messages.AgentStart, at time.Time) {
+	s := t.sessions[id]
+	if s == nil {
+		s = &sessionTrack{id: id, provider: unknown, model: unknown}
+		t.sessions[id] = s
+	}
+	t.stopWaiting(ctx, s)
+	s.trace.runStarted(t.tracer, s.id, start, at)
+}
+
+// newPacingWait is the wait a rate_limit_wait at at starts.
+func newPacingWait(w *messages.RateLimitWait, at time.Time) *pacingWait {
+	return &pacingWait{at: at, provider: orUnknown(w.GetProvider()), limit: w.GetLimit()}
 }
 
 // agentEnded records an agent_end: a usage limit it hit, and the provider
