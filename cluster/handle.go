@@ -116,43 +116,52 @@ func (r *remoteSession) openLocked(ctx context.Context) error {
 				return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
 			}
 		}
-		pid := r.node.member.Resolver().Get(SessionKind, r.s.ID())
-		if pid == nil {
-			last = errors.New("no member hosts sessions (or the lookup timed out)")
-			continue
+		retry, err := r.openOnce(ctx, wait)
+		if !retry {
+			return err
 		}
-		if r.lost != "" {
-			addr := pid.GetAddress()
-			r.resume.Store(&addr)
-		}
-		reply, err := reply.Wait(ctx, r.node.rt.System().Root.RequestFuture(pid, r.open, wait))
-		if ctx.Err() != nil {
-			return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
-		}
-		if err != nil {
-			r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
-			last = err
-			continue
-		}
-		opened, ok := reply.(*messages.SessionOpened)
-		if !ok {
-			r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
-			last = fmt.Errorf("unexpected reply %T", reply)
-			continue
-		}
-		if e := opened.GetError(); e != "" {
-			return fmt.Errorf("musepi: open session %s: %s", r.s.ID(), e)
-		}
-		r.pid, r.events = pid, r.open.Events
-		r.known.Store(pid)
-		r.reachedLocked()
-		if st := opened.GetState(); st != nil {
-			r.s.State().SetWire(st)
-			r.settled.opened(st.GetGeneration())
-		}
-		return nil
+		last = err
 	}
 	return fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), last)
+}
+
+// openOnce asks the session's activation, as the resolver knows it, to
+// open the session, waiting up to wait; r.mu is held. It reports retry for
+// a failure that another lookup may mend (no host yet, a request lost, an
+// unexpected reply, the activation forgotten), with err saying why.
+func (r *remoteSession) openOnce(ctx context.Context, wait time.Duration) (retry bool, err error) {
+	pid := r.node.member.Resolver().Get(SessionKind, r.s.ID())
+	if pid == nil {
+		return true, errors.New("no member hosts sessions (or the lookup timed out)")
+	}
+	if r.lost != "" {
+		addr := pid.GetAddress()
+		r.resume.Store(&addr)
+	}
+	reply, err := reply.Wait(ctx, r.node.rt.System().Root.RequestFuture(pid, r.open, wait))
+	if ctx.Err() != nil {
+		return false, fmt.Errorf("musepi: open session %s in the cluster: %w", r.s.ID(), ctx.Err())
+	}
+	if err != nil {
+		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
+		return true, err
+	}
+	opened, ok := reply.(*messages.SessionOpened)
+	if !ok {
+		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
+		return true, fmt.Errorf("unexpected reply %T", reply)
+	}
+	if e := opened.GetError(); e != "" {
+		return false, fmt.Errorf("musepi: open session %s: %s", r.s.ID(), e)
+	}
+	r.pid, r.events = pid, r.open.Events
+	r.known.Store(pid)
+	r.reachedLocked()
+	if st := opened.GetState(); st != nil {
+		r.s.State().SetWire(st)
+		r.settled.opened(st.GetGeneration())
+	}
+	return false, nil
 }
 
 // listening reports whether anyone on this node reads the session's

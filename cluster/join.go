@@ -81,14 +81,9 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if cc.Store == nil {
-		return nil, fmt.Errorf("cluster: Join: no Store (the sessions' histories are shared through it)")
-	}
-	if cc.HandoverTimeout < 0 {
-		return nil, fmt.Errorf("cluster: Join: negative HandoverTimeout %v", cc.HandoverTimeout)
-	}
-	if cc.HandoverTimeout == 0 {
-		cc.HandoverTimeout = DefaultHandoverTimeout
+	cc, err := cc.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	public, rt, err := musepi.NewHostedRuntime(cc.Store, opts...)
 	if err != nil {
@@ -109,13 +104,7 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	}
 	node.member = m
 	rt.Attach(node, m)
-	m.System().EventStream.Subscribe(func(evt any) {
-		if t, ok := evt.(*protocluster.ClusterTopology); ok {
-			for _, left := range t.GetLeft() {
-				go node.left(left.Address()) // the handles may be opening a session: not on the event stream
-			}
-		}
-	})
+	node.watchLeaving()
 	close(node.ready)
 	node.auditPrompts()
 	if !cc.Client {
@@ -125,6 +114,33 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 		return nil, err
 	}
 	return public, nil
+}
+
+// withDefaults is cc with the default HandoverTimeout for a zero one; it
+// refuses a JoinConfig without a Store or with a negative HandoverTimeout.
+func (cc JoinConfig) withDefaults() (JoinConfig, error) {
+	if cc.Store == nil {
+		return cc, fmt.Errorf("cluster: Join: no Store (the sessions' histories are shared through it)")
+	}
+	if cc.HandoverTimeout < 0 {
+		return cc, fmt.Errorf("cluster: Join: negative HandoverTimeout %v", cc.HandoverTimeout)
+	}
+	if cc.HandoverTimeout == 0 {
+		cc.HandoverTimeout = DefaultHandoverTimeout
+	}
+	return cc, nil
+}
+
+// watchLeaving has the node learn of the members that leave the cluster,
+// from the member's topology events.
+func (n *clusterNode) watchLeaving() {
+	n.member.System().EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*protocluster.ClusterTopology); ok {
+			for _, left := range t.GetLeft() {
+				go n.left(left.Address()) // the handles may be opening a session: not on the event stream
+			}
+		}
+	})
 }
 
 // config is the member's Config: cc's addresses and membership, with the

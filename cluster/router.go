@@ -85,35 +85,14 @@ func (r *router) Receive(ctx actor.Context) {
 		r.drop(m.GetSessionId())
 		r.askBudget(ctx, &budgetWait{sender: ctx.Sender(), req: m, attempt: 1})
 	case *messages.RetryBudgetGrant:
-		w := r.waiting[m.GetSessionId()]
-		if w == nil || w.req.GetToken() != m.GetToken() {
-			return // answers an attempt given up on
-		}
-		w.stop()
-		delete(r.waiting, m.GetSessionId())
-		if m.GetAtUnixNano() > w.req.GetDueUnixNano() {
-			r.held[m.GetSessionId()] = w.sender
-		}
-		r.reply(ctx, w.sender, m)
+		r.granted(ctx, m)
 	case *messages.RetryBudgetRelease:
 		if pid := r.held[m.GetSessionId()]; pid != nil {
 			delete(r.held, m.GetSessionId())
 			r.reply(ctx, pid, m)
 		}
 	case *budgetTimeout:
-		w := r.waiting[m.session]
-		if w == nil || w.req.GetToken() != m.token || w.attempt != m.attempt {
-			return
-		}
-		r.res.Forget(r.kind, r.identity, w.pid)
-		if w.attempt < r.attempts {
-			w.attempt++
-			r.askBudget(ctx, w)
-			return
-		}
-		delete(r.waiting, m.session)
-		r.log.Warn("retry budget unreachable: the retry goes ahead unthrottled", slog.String("provider", r.identity))
-		r.reply(ctx, w.sender, &messages.RetryBudgetGrant{Token: w.req.GetToken(), AtUnixNano: w.req.GetDueUnixNano(), SessionId: m.session})
+		r.budgetTimedOut(ctx, m)
 	case *messages.RetryBudgetDrop:
 		r.drop(m.GetSessionId())
 		r.tell(ctx, m)
@@ -127,6 +106,39 @@ func (r *router) Receive(ctx actor.Context) {
 			w.stop()
 		}
 	}
+}
+
+// granted passes the budget's grant to the session that waits for it,
+// and remembers a delayed one's session for the release that follows.
+func (r *router) granted(ctx actor.Context, m *messages.RetryBudgetGrant) {
+	w := r.waiting[m.GetSessionId()]
+	if w == nil || w.req.GetToken() != m.GetToken() {
+		return // answers an attempt given up on
+	}
+	w.stop()
+	delete(r.waiting, m.GetSessionId())
+	if m.GetAtUnixNano() > w.req.GetDueUnixNano() {
+		r.held[m.GetSessionId()] = w.sender
+	}
+	r.reply(ctx, w.sender, m)
+}
+
+// budgetTimedOut asks the budget again, looked up anew, when an attempt
+// went unanswered; after the last attempt the retry goes ahead unthrottled.
+func (r *router) budgetTimedOut(ctx actor.Context, m *budgetTimeout) {
+	w := r.waiting[m.session]
+	if w == nil || w.req.GetToken() != m.token || w.attempt != m.attempt {
+		return
+	}
+	r.res.Forget(r.kind, r.identity, w.pid)
+	if w.attempt < r.attempts {
+		w.attempt++
+		r.askBudget(ctx, w)
+		return
+	}
+	delete(r.waiting, m.session)
+	r.log.Warn("retry budget unreachable: the retry goes ahead unthrottled", slog.String("provider", r.identity))
+	r.reply(ctx, w.sender, &messages.RetryBudgetGrant{Token: w.req.GetToken(), AtUnixNano: w.req.GetDueUnixNano(), SessionId: m.session})
 }
 
 // ask sends msg to the activation and passes its reply to sender; on a
