@@ -325,6 +325,8 @@ func (m model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	return m, cmd
 }
 
+// event shows a session event: in the transcript, the model's name and the
+// retry or pacing wait under way.
 func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 	m.tally.Add(ev)
 	switch p := ev.(type) {
@@ -360,20 +362,32 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 		m.modelName = p.Model
 	case musepi.ModelChanged:
 		m.modelName = p.To
-	case musepi.CompactionRequired:
-		m.add(noticeEntry, "Context window full: "+firstLine(p.ErrorMessage))
-	case musepi.CompactionEnd:
-		if p.WillRetry {
-			m.add(noticeEntry, "Context compacted: the prompt goes on")
+	default:
+		if text := notice(ev); text != "" {
+			m.add(noticeEntry, text)
 		}
-	case musepi.EventsLost:
-		m.add(noticeEntry, fmt.Sprintf("(%d events were lost)", p.Count))
-	case musepi.HostLost:
-		m.add(noticeEntry, fmt.Sprintf("⚠ Host %s lost: waiting for another node to take the session over", p.Member))
-	case musepi.Resumed:
-		m.add(noticeEntry, "↻ Resumed on "+p.Member)
 	}
 	return m, nil
+}
+
+// notice is the line an event that only informs shows in the transcript;
+// "" for one that shows nothing.
+func notice(ev musepi.Event) string {
+	switch p := ev.(type) {
+	case musepi.CompactionRequired:
+		return "Context window full: " + firstLine(p.ErrorMessage)
+	case musepi.CompactionEnd:
+		if p.WillRetry {
+			return "Context compacted: the prompt goes on"
+		}
+	case musepi.EventsLost:
+		return fmt.Sprintf("(%d events were lost)", p.Count)
+	case musepi.HostLost:
+		return fmt.Sprintf("⚠ Host %s lost: waiting for another node to take the session over", p.Member)
+	case musepi.Resumed:
+		return "↻ Resumed on " + p.Member
+	}
+	return ""
 }
 
 // showRetriedError shows the error of a turn that will be retried. It
