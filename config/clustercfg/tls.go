@@ -61,13 +61,7 @@ func (v *validator) loadTLS(t tlsTable, f *TLSFiles) *tls.Config {
 		}
 		return data
 	}
-	var certRequired, keyRequired string
-	switch {
-	case t.mutual:
-		certRequired, keyRequired = "the PEM file of this member's certificate, signed by ca_file's CA", "the PEM file of cert_file's private key"
-	case f.CertFile != "" || f.KeyFile != "":
-		certRequired, keyRequired = "with key_file: the PEM file of the client certificate", "with cert_file: the PEM file of its private key"
-	}
+	certRequired, keyRequired := pairRequired(t, f)
 	caPEM := read("ca_file", f.CAFile, "the PEM file of the certificate of "+t.ca)
 	certPEM := read("cert_file", f.CertFile, certRequired)
 	keyPEM := read("key_file", f.KeyFile, keyRequired)
@@ -93,6 +87,18 @@ func (v *validator) loadTLS(t tlsTable, f *TLSFiles) *tls.Config {
 		return nil
 	}
 	return cfg
+}
+
+// pairRequired says why cert_file and key_file are required, when they
+// are: in a mutual table, or when either is given; "" when they are not.
+func pairRequired(t tlsTable, f *TLSFiles) (cert, key string) {
+	switch {
+	case t.mutual:
+		return "the PEM file of this member's certificate, signed by ca_file's CA", "the PEM file of cert_file's private key"
+	case f.CertFile != "" || f.KeyFile != "":
+		return "with key_file: the PEM file of the client certificate", "with cert_file: the PEM file of its private key"
+	}
+	return "", ""
 }
 
 // keyPair parses a certificate file and its key file; when it cannot, it
