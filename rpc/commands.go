@@ -463,46 +463,60 @@ func (s *Server) sessionStats(ctx context.Context, _ []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var users, assistants, calls, results, total int
-	var in, out, cacheRead, cacheWrite int64
-	var cost float64
+	var h historyStats
 	for _, e := range entries {
-		switch {
-		case e.GetUser() != nil:
-			users++
-		case e.GetAssistant() != nil:
-			a := e.GetAssistant()
-			assistants++
-			calls += len(toolCallsOf(a))
-			u := a.GetUsage()
-			in, out, cacheRead, cacheWrite = in+u.GetInput(), out+u.GetOutput(), cacheRead+u.GetCacheRead(), cacheWrite+u.GetCacheWrite()
-			cost += usageJSON(u, s.model(a.GetProvider(), a.GetModel()).Cost)["cost"].(map[string]float64)["total"]
-		case e.GetToolResult() != nil:
-			results++
-		default:
-			continue
-		}
-		total++
+		h.count(e, s.model)
 	}
 	s.mu.Lock()
 	retries := s.tally.Made()
 	s.mu.Unlock()
 	stats := map[string]any{
 		"sessionId":         sess.ID(),
-		"userMessages":      users,
-		"assistantMessages": assistants,
-		"toolCalls":         calls,
-		"toolResults":       results,
-		"totalMessages":     total,
-		"tokens": map[string]int64{"input": in, "output": out, "cacheRead": cacheRead, "cacheWrite": cacheWrite,
-			"total": in + out + cacheRead + cacheWrite},
-		"cost":    cost,
+		"userMessages":      h.users,
+		"assistantMessages": h.assistants,
+		"toolCalls":         h.calls,
+		"toolResults":       h.results,
+		"totalMessages":     h.total,
+		"tokens": map[string]int64{"input": h.in, "output": h.out, "cacheRead": h.cacheRead, "cacheWrite": h.cacheWrite,
+			"total": h.in + h.out + h.cacheRead + h.cacheWrite},
+		"cost":    h.cost,
 		"retries": retries,
 	}
 	if f := s.sessionFile(sess.ID()); f != "" {
 		stats["sessionFile"] = f
 	}
 	return stats, nil
+}
+
+// historyStats are SessionStats' counts of a history's messages, and the
+// tokens and cost of its assistant messages.
+type historyStats struct {
+	users, assistants, calls, results, total int
+	in, out, cacheRead, cacheWrite           int64
+	cost                                     float64
+}
+
+// count adds e, a user, assistant or tool result message; other entries
+// are not messages and are not counted. model finds an assistant
+// message's model, for its cost.
+func (h *historyStats) count(e *messages.Entry, model func(provider, id string) Model) {
+	switch {
+	case e.GetUser() != nil:
+		h.users++
+	case e.GetAssistant() != nil:
+		a := e.GetAssistant()
+		h.assistants++
+		h.calls += len(toolCallsOf(a))
+		u := a.GetUsage()
+		h.in, h.out = h.in+u.GetInput(), h.out+u.GetOutput()
+		h.cacheRead, h.cacheWrite = h.cacheRead+u.GetCacheRead(), h.cacheWrite+u.GetCacheWrite()
+		h.cost += usageJSON(u, model(a.GetProvider(), a.GetModel()).Cost)["cost"].(map[string]float64)["total"]
+	case e.GetToolResult() != nil:
+		h.results++
+	default:
+		return
+	}
+	h.total++
 }
 
 // wireEntries are entries in the wire format, whose JSON the RPC writes.
