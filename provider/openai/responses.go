@@ -276,13 +276,7 @@ func (s *respState) apply(t *turn, ev responses.ResponseStreamEventUnion) (end b
 			it.args.WriteString(ev.Arguments)
 		}
 	case "response.completed", "response.incomplete", "response.failed":
-		r := ev.Response
-		s.final, s.end = &r, ev.Type
-		if r.JSON.Usage.Valid() {
-			t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
-		}
-		s.id = firstOf(r.ID, s.id)
-		t.model = firstOf(string(r.Model), t.model)
+		s.finished(t, ev)
 		return true
 	case "error":
 		s.end = ev.Type
@@ -293,6 +287,18 @@ func (s *respState) apply(t *turn, ev responses.ResponseStreamEventUnion) (end b
 		return true
 	}
 	return false
+}
+
+// finished takes the response's last event, completed, incomplete or
+// failed: the final response, its usage, id and model.
+func (s *respState) finished(t *turn, ev responses.ResponseStreamEventUnion) {
+	r := ev.Response
+	s.final, s.end = &r, ev.Type
+	if r.JSON.Usage.Valid() {
+		t.setUsage(r.Usage.InputTokens, r.Usage.InputTokensDetails.CachedTokens, r.Usage.OutputTokens)
+	}
+	s.id = firstOf(r.ID, s.id)
+	t.model = firstOf(string(r.Model), t.model)
 }
 
 // outputItem takes an output item's start or end: a function call's id,
