@@ -60,22 +60,15 @@ func runNode(configPath, metricsAddr string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var (
-		extra []musepi.Option
-		view  memberView
-		url   string // of view
-	)
-	if metricsAddr != "" {
-		metrics, err := serveMetrics("musepi node", metricsAddr)
-		if err != nil {
-			return err
-		}
+	var view memberView
+	metrics, url, err := nodeMetrics(metricsAddr, cfg, &view)
+	if err != nil {
+		return err
+	}
+	var extra []musepi.Option
+	if metrics != nil {
 		defer closeMetrics(metrics)
 		extra = append(extra, metrics.option())
-		if cfg.Cluster != nil { // (without one, joinNode says so)
-			metrics.handle("GET "+opsview.ViewPath, &view)
-			url = viewURL(metrics.addr, cfg.Cluster)
-		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -85,34 +78,63 @@ func runNode(configPath, metricsAddr string, log *slog.Logger) error {
 		if err != nil {
 			return errors.New(oneLine(err))
 		}
-		transport := "mutual TLS"
-		if cfg.Cluster.TLS == nil {
-			transport = "plaintext"
-		}
-		fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership, %s)\n",
-			nodeName(cfg.Cluster), rt.ClusterAddress(), cfg.Cluster.Name, cfg.Cluster.Membership, transport)
+		announce(cfg.Cluster, rt)
 		view.rt.Store(rt)
 		dropped := serve(ctx, rt)
 		view.rt.Store(nil)
-		if dropped {
-			// The others dropped this node (it was paused, or cut off from
-			// etcd, past its lease) and will not take it back as itself:
-			// leave, and join as a new member. (The member has said so in
-			// its log line.)
-			if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
-				fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
-			}
-			continue
+		if !dropped {
+			stop() // a second signal kills the process
+			return leaveGracefully(rt, cfg.Cluster.LeaveTimeout)
 		}
-		stop() // a second signal kills the process
-		fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", cfg.Cluster.LeaveTimeout)
-		start := time.Now()
+		// The others dropped this node (it was paused, or cut off from
+		// etcd, past its lease) and will not take it back as itself:
+		// leave, and join as a new member. (The member has said so in
+		// its log line.)
 		if err := leave(rt, cfg.Cluster.LeaveTimeout); err != nil {
-			return fmt.Errorf("leave: %w", err)
+			fmt.Fprintf(stderr, "musepi node: leave: %v\n", err)
 		}
-		fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
-		return nil
 	}
+}
+
+// nodeMetrics serves the node's metrics on addr, and in a cluster its
+// member view there: it returns the server (nil when addr is empty) and
+// the view's URL.
+func nodeMetrics(addr string, cfg *clustercfg.Config, view *memberView) (*metricsServer, string, error) {
+	if addr == "" {
+		return nil, "", nil
+	}
+	metrics, err := serveMetrics("musepi node", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	if cfg.Cluster == nil { // (without one, joinNode says so)
+		return metrics, "", nil
+	}
+	metrics.handle("GET "+opsview.ViewPath, view)
+	return metrics, viewURL(metrics.addr, cfg.Cluster), nil
+}
+
+// announce says where the node listens, in which cluster, membership and
+// transport.
+func announce(c *clustercfg.Cluster, rt *musepi.Runtime) {
+	transport := "mutual TLS"
+	if c.TLS == nil {
+		transport = "plaintext"
+	}
+	fmt.Fprintf(stderr, "musepi node: %s listening on %s (cluster %q, %s membership, %s)\n",
+		nodeName(c), rt.ClusterAddress(), c.Name, c.Membership, transport)
+}
+
+// leaveGracefully leaves the cluster within bound, saying so and how long
+// it took.
+func leaveGracefully(rt *musepi.Runtime, bound time.Duration) error {
+	fmt.Fprintf(stderr, "musepi node: leaving (bound %s)\n", bound)
+	start := time.Now()
+	if err := leave(rt, bound); err != nil {
+		return fmt.Errorf("leave: %w", err)
+	}
+	fmt.Fprintf(stderr, "musepi node: left in %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // rejoinPause is how long a node that was dropped waits between two
