@@ -5,7 +5,7 @@
 // the module's root:
 //
 //	go run ./internal/testkit/funclen             # list those over 50 lines
-//	go run ./internal/testkit/funclen -long 50 -max 80 -allow 20
+//	go run ./internal/testkit/funclen -long 45 -max 60 -allow 10
 //
 // It prints one line per long function, longest first, then the counts,
 // and exits 1 when a function is over -max lines or more than -allow are
