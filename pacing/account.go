@@ -46,7 +46,8 @@ type grant struct {
 	// the server's remaining holds the call, so its settle gives nothing
 	// back (a refund shows in later responses).
 	counted bool
-	probe   bool // it went out while no limit of the key was known
+	probe   bool      // it went out while no limit of the key was known
+	heard   time.Time // when its response's headers arrived (zero: not yet)
 }
 
 // The accounting rule, once: a key's level after a response is what the
@@ -62,10 +63,13 @@ type grant struct {
 // any order leave the level where the server's count puts it, and a
 // response read shortly before its reset does not make a runaway rate.
 //
-// count is what a response's count holds: the calls granted before its
-// own call (self), and self; without self (a call the budget does not
-// know), those granted by the response's arrival. Calls granted together
-// with self (one release) may reach the server after it: not counted.
+// count is what a response's count holds: its own call (self), the calls
+// granted before self's release, and those whose responses came back
+// before self's (the server answered them first); without self (a call
+// the budget does not know), the calls granted by the response's arrival.
+// Other calls of self's release, and later ones, may reach the server
+// after it: not counted until their own responses say so (taking them all
+// for not counted, a release of hundreds left a key idle for seconds).
 type count struct {
 	self    *grant
 	arrived time.Time
@@ -76,7 +80,7 @@ func (n count) holds(g *grant) bool {
 	if n.self == nil {
 		return !g.at.After(n.arrived)
 	}
-	return g == n.self || g.at.Before(n.self.at)
+	return g == n.self || g.at.Before(n.self.at) || (!g.heard.IsZero() && g.heard.Before(n.self.heard))
 }
 
 // observe applies it to kind k's limit l, announced by a response whose

@@ -111,6 +111,13 @@ func TestCallsOnTheirWay(t *testing.T) {
 	if got, _ := remaining(p, at(25), "a", ratelimit.Requests); math.Abs(got-597) > 0.5 {
 		t.Errorf("level %.2f after y's response, want 597 (x and z on their way)", got)
 	}
+	// x's response, back after y's, counts y too: the server answered y
+	// first.
+	snap.Set(ratelimit.Requests, ratelimit.Limit{Limit: 600, Remaining: 598, Reset: at(240), HasLimit: true, HasRemaining: true})
+	p.Observe(at(26), "a", "x", at(26), snap)
+	if got, _ := remaining(p, at(26), "a", ratelimit.Requests); math.Abs(got-597) > 0.5 {
+		t.Errorf("level %.2f after x's response, want 597 (z on its way)", got)
+	}
 }
 
 // TestRefusalHoldsTheKey: after a 429 with retry-after, nothing goes on

@@ -506,8 +506,11 @@ func (p *Pacer) Observe(now time.Time, credential, id string, arrived time.Time,
 	}
 	c.observed, c.headerless = true, false
 	n := count{self: c.granted(id), arrived: arrived}
-	if n.self != nil && n.self.at.After(arrived) {
+	switch {
+	case n.self != nil && n.self.at.After(arrived):
 		n.self = nil
+	case n.self != nil && n.self.heard.IsZero():
+		n.self.heard = arrived
 	}
 	told := false
 	for k := range Kind(numKinds) {
