@@ -181,9 +181,11 @@ func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on 
 // DefaultPacingStickyWait is WithPacingStickyWait's default.
 const DefaultPacingStickyWait = pacing.DefaultStickyWait
 
-// WithPacingStickyWait sets how long a paced turn waits for the key its
-// session last used before it moves to another key with room (default
-// DefaultPacingStickyWait, 2 s; a negative d moves at once). Providers
+// WithPacingStickyWait sets how much sooner another key must take a paced
+// turn before the turn moves there from the key its session last used
+// (default DefaultPacingStickyWait, 2 s; a negative d moves to any key
+// that takes it sooner); it moves only to a key no turn of its priority
+// or a more urgent one waits for. Providers
 // cache prompt prefixes per organization and model: when the keys belong
 // to different organizations, every move throws the session's prompt
 // cache away. A move is told as a credential_switch with reason pacing.

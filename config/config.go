@@ -62,10 +62,11 @@ type Config struct {
 	// configured ones (rpm, tpm, input_tpm, output_tpm) and those the
 	// provider's responses announce. Default true (see musepi.WithPacing).
 	Pacing bool
-	// PacingStickyWait ("pacing_sticky_wait_ms") is how long a paced turn
-	// waits for the key its session last used before it moves to another
-	// (musepi.WithPacingStickyWait). Parse sets the default, 2 s, when the
-	// key is left out; 0 moves at once.
+	// PacingStickyWait ("pacing_sticky_wait_ms") is how much sooner
+	// another key must take a paced turn before it moves there from the
+	// key its session last used (musepi.WithPacingStickyWait). Parse sets
+	// the default, 2 s, when the key is left out; 0 moves whenever another
+	// key is sooner.
 	PacingStickyWait time.Duration
 	// HistoryDir ("history_dir") is where session histories are kept, as
 	// written in the file ("" keeps them in memory); see HistoryPath.
