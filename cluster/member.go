@@ -217,8 +217,27 @@ func (m *Member) shutdown() {
 func (m *Member) clientShutdown() {
 	m.cluster.Gossip.SetState(protocluster.GracefullyLeftKey, &emptypb.Empty{})
 	m.system.Shutdown()
-	m.cluster.Remote.Shutdown(true)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		m.cluster.Remote.Shutdown(true)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(clientStopWait):
+		// The endpoints to a frozen or cut-off member wait on their
+		// streams (protoactor then waits 10 s more for the gRPC server):
+		// the server is killed, and the endpoints end with the process or
+		// their connections.
+		m.log.Warn("the remote's endpoints did not stop in time (a member does not answer); stopping the gRPC server at once",
+			slog.Duration("waited", clientStopWait))
+		m.cluster.Remote.Shutdown(false)
+	}
 }
+
+// clientStopWait bounds a client's graceful stop of its remote: a client
+// of a frozen host once took 25 s to exit, twice its close timeout.
+const clientStopWait = 3 * time.Second
 
 // startMember runs protoactor's StartMember, which panics on errors. Its
 // remote panics first of all when it cannot listen (a port in use), before
