@@ -10,12 +10,12 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/musepi/musepi/internal/protoname"
 	"go/format"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"unicode"
 )
 
 // event is one session event.
@@ -154,33 +154,7 @@ func (e event) messageName() string {
 }
 
 // protoName is f's protobuf field name.
-func (f field) protoName() string { return snake(f.goName) + goTypes[f.goType].suffix }
-
-// snake is "ErrorMessage" as "error_message".
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if unicode.IsUpper(r) {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r = unicode.ToLower(r)
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// camel is a protobuf name as protoc-gen-go names its Go field.
-func camel(s string) string {
-	var b strings.Builder
-	for _, part := range strings.Split(s, "_") {
-		if part != "" {
-			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-		}
-	}
-	return b.String()
-}
+func (f field) protoName() string { return protoname.Snake(f.goName) + goTypes[f.goType].suffix }
 
 // oneLine is a doc on one line.
 func oneLine(doc string) string { return strings.Join(strings.Fields(doc), " ") }
@@ -326,7 +300,7 @@ func publicFromWire(b *bytes.Buffer, evs []event) {
 	b.WriteString("\th := EventHeader{SessionID: ev.GetSessionId(), Seq: ev.GetSeq(), Time: time.UnixMilli(ev.GetTimeMs()), wire: ev}\n")
 	b.WriteString("\tswitch e := ev.GetEvent().(type) {\n")
 	for _, e := range evs {
-		oneof := camel(e.name)
+		oneof := protoname.Camel(e.name)
 		fmt.Fprintf(b, "\tcase *messages.SessionEvent_%s:\n", oneof)
 		if e.embed != "" {
 			fmt.Fprintf(b, "\t\treturn %s{EventHeader: h, %s: fromWire%s(e.%s)}, true\n", e.goName, e.embed, e.embed, oneof)
@@ -334,7 +308,7 @@ func publicFromWire(b *bytes.Buffer, evs []event) {
 		}
 		fmt.Fprintf(b, "\t\tm := e.%s\n\t\treturn %s{EventHeader: h", oneof, e.goName)
 		for _, f := range e.fields {
-			fmt.Fprintf(b, ", %s: %s", f.goName, fmt.Sprintf(goTypes[f.goType].read, "m.Get"+camel(f.protoName())+"()"))
+			fmt.Fprintf(b, ", %s: %s", f.goName, fmt.Sprintf(goTypes[f.goType].read, "m.Get"+protoname.Camel(f.protoName())+"()"))
 		}
 		b.WriteString("}, true\n")
 	}
@@ -431,15 +405,15 @@ func sessionWireCase(b *bytes.Buffer, e event) {
 			optional = append(optional, f)
 			continue
 		}
-		fmt.Fprintf(b, "%s%s: %s", sep, camel(f.protoName()), fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)))
+		fmt.Fprintf(b, "%s%s: %s", sep, protoname.Camel(f.protoName()), fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)))
 		sep = ", "
 	}
 	b.WriteString("}\n")
 	for _, f := range optional {
 		fmt.Fprintf(b, "\t\tif %s {\n\t\t\tv := %s\n\t\t\tm.%s = &v\n\t\t}\n", f.setIf,
-			fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)), camel(f.protoName()))
+			fmt.Sprintf(goTypes[f.goType].write, e.coreValue(f)), protoname.Camel(f.protoName()))
 	}
-	oneof := camel(e.name)
+	oneof := protoname.Camel(e.name)
 	fmt.Fprintf(b, "\t\tout.Event = &messages.SessionEvent_%s{%s: m}\n", oneof, oneof)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/musepi/musepi/internal/protoname"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,8 +64,8 @@ func TestNames(t *testing.T) {
 		{"MaxAttempts", "int", "max_attempts", "MaxAttempts"},
 	} {
 		got := field{goName: tt.goName, goType: tt.goType}.protoName()
-		if got != tt.proto || camel(got) != tt.camel {
-			t.Errorf("%s %s: %s, %s; want %s, %s", tt.goName, tt.goType, got, camel(got), tt.proto, tt.camel)
+		if got != tt.proto || protoname.Camel(got) != tt.camel {
+			t.Errorf("%s %s: %s, %s; want %s, %s", tt.goName, tt.goType, got, protoname.Camel(got), tt.proto, tt.camel)
 		}
 	}
 }

@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/musepi/musepi/internal/protoname"
 	"go/ast"
 	"go/format"
 	"go/parser"
@@ -24,7 +25,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 )
 
 // record is one Go struct stored as one protobuf message.
@@ -185,7 +185,7 @@ func storedFields(root string, f *ast.Field, tag string) ([]field, error) {
 		for _, id := range sf.Names {
 			t := typeString(sf.Type)
 			out = append(out, field{goPath: name + "." + id.Name, goType: t, number: n + len(out),
-				name: snake(strings.TrimSuffix(name, "s")) + "_" + protoName(id.Name, t), comment: strings.TrimSpace(sf.Comment.Text())})
+				name: protoname.Snake(strings.TrimSuffix(name, "s")) + "_" + protoName(id.Name, t), comment: strings.TrimSpace(sf.Comment.Text())})
 		}
 	}
 	return out, nil
@@ -209,37 +209,11 @@ func typeString(e ast.Expr) string {
 func protoName(goName, goType string) string {
 	switch goType {
 	case "time.Time":
-		return snake(goName) + "_unix_nano"
+		return protoname.Snake(goName) + "_unix_nano"
 	case "time.Duration":
-		return snake(goName) + "_ns"
+		return protoname.Snake(goName) + "_ns"
 	}
-	return snake(goName)
-}
-
-// snake is "PrimaryUntil" as "primary_until" ("HistorySeq": "history_seq").
-func snake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if unicode.IsUpper(r) {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r = unicode.ToLower(r)
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// camel is a protobuf name as protoc-gen-go names its Go field.
-func camel(s string) string {
-	var b strings.Builder
-	for _, part := range strings.Split(s, "_") {
-		if part != "" {
-			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-		}
-	}
-	return b.String()
+	return protoname.Snake(goName)
 }
 
 // protoFile is messages/record.proto.
@@ -346,7 +320,7 @@ func writeFunc(b *bytes.Buffer, r record) {
 	fmt.Fprintf(b, "\nfunc %sWire(x *%s) *messages.%s {\n", r.funcName(), r.goType(), r.message)
 	fmt.Fprintf(b, "\tif x == nil {\n\t\treturn nil\n\t}\n\treturn &messages.%s{\n", r.message)
 	for _, f := range r.fields {
-		fmt.Fprintf(b, "\t\t%s: %s,\n", camel(f.name), fmt.Sprintf(conversionOf(r.pkg, f.goType).write, "x."+f.goPath))
+		fmt.Fprintf(b, "\t\t%s: %s,\n", protoname.Camel(f.name), fmt.Sprintf(conversionOf(r.pkg, f.goType).write, "x."+f.goPath))
 	}
 	b.WriteString("\t}\n}\n")
 }
@@ -355,7 +329,7 @@ func readFunc(b *bytes.Buffer, r record) {
 	fmt.Fprintf(b, "\nfunc %sFromWire(w *messages.%s, x *%s) error {\n", r.funcName(), r.message, r.goType())
 	for _, f := range r.fields {
 		c := conversionOf(r.pkg, f.goType)
-		get := "w.Get" + camel(f.name) + "()"
+		get := "w.Get" + protoname.Camel(f.name) + "()"
 		switch {
 		case strings.HasPrefix(f.goType, "*") && c.fallible: // a nested record that may be absent
 			fmt.Fprintf(b, "\tif m := %s; m != nil {\n\t\tx.%s = new(%s)\n\t\tif err := %s(m, x.%s); err != nil {\n\t\t\treturn err\n\t\t}\n\t}\n",

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/musepi/musepi/internal/protoname"
 )
 
 // The committed record.proto and record_wire.go are what the record's Go
@@ -35,8 +37,8 @@ func TestNames(t *testing.T) {
 		{"ErrText", "string", "err_text", "ErrText"},
 	} {
 		got := protoName(tt.goName, tt.goType)
-		if got != tt.proto || camel(got) != tt.camel {
-			t.Errorf("%s %s: %s, %s; want %s, %s", tt.goName, tt.goType, got, camel(got), tt.proto, tt.camel)
+		if got != tt.proto || protoname.Camel(got) != tt.camel {
+			t.Errorf("%s %s: %s, %s; want %s, %s", tt.goName, tt.goType, got, protoname.Camel(got), tt.proto, tt.camel)
 		}
 	}
 }

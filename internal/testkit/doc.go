@@ -17,7 +17,7 @@
 //
 // Three programs stay outside it: internal/testrun, the README's test
 // command, keeps its short path (`go run ./internal/testrun ...`), and
-// internal/genrecord and internal/genevent generate the runtime's own code
+// internal/genrecord and internal/genevent (with internal/protoname) generate the runtime's own code
 // (go generate in messages/). Everything else under internal/ is the runtime's internals,
 // imported by the runtime's non-test code.
 //
