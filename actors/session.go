@@ -171,10 +171,6 @@ type asleep struct {
 	dur        *durable
 	promptUser *messages.UserMessage // the prompt running, for its agent_start
 	turnModel  string                // "provider/model" of the turn running
-	// turnLimits are the rate limits the ended turn's response announced,
-	// taken off its message (they are no part of the conversation) for the
-	// step that settles its reservation.
-	turnLimits *messages.RateLimits
 	// oversize is why the next turn cannot go out: pacing found it too
 	// large for every key of its provider ("": it can).
 	oversize string
@@ -285,6 +281,9 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 			Switched: m.GetSwitched()}, false, true
 	case *messages.TurnDelta:
 		return session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()}, false, true
+	case *messages.TurnLimits:
+		return session.Input{Kind: session.InRateLimits, Turn: m.GetTurn(), Limits: m.GetLimits(),
+			At: time.UnixMilli(m.GetArrivedUnixMs())}, false, true
 	case *messages.UsageLimitReply:
 		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
@@ -340,13 +339,10 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 	if msg.GetModel() == "" {
 		msg.Model = modelName
 	}
-	s.turnLimits, msg.RateLimits = msg.GetRateLimits(), nil
-	if m.GetLimitsTold() { // pacing has them already, from when the headers arrived
-		s.turnLimits = nil
-	}
+	limits := msg.GetRateLimits()
+	msg.RateLimits = nil // no part of the conversation
 	err := s.writeHistory(true, assistantEntry(msg)...)
-	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Err: err})
-	s.turnLimits = nil
+	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Limits: limits, Err: err})
 }
 
 // toolsFinished records the tool results, tells the subscribers, and steps

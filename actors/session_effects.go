@@ -32,6 +32,9 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.selectCredential(ctx, e)
 	case session.SettleReservation:
 		s.settleReservation(ctx, e)
+	case session.ObserveRateLimits:
+		s.tellCredentials(ctx, e.Model, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: e.Credential,
+			Limits: e.Limits, ArrivedUnixMs: e.At.UnixMilli()})
 	case session.CancelReservation:
 		s.tellCredentials(ctx, e.Model, &messages.PacingCancel{SessionId: s.cfg.ID, Token: e.Token})
 	case session.StartTurn:
@@ -129,14 +132,14 @@ func (s *SessionActor) selectCredential(ctx actor.Context, e *session.Effect) {
 // nothing and its response announced none.
 func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 	last := e.Message
-	if e.Token == 0 && s.turnLimits == nil {
+	if e.Token == 0 && e.Limits == nil {
 		return
 	}
 	u := last.GetUsage()
 	settle := &messages.PacingSettle{SessionId: s.cfg.ID, Token: e.Token, Credential: e.Credential,
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
 		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
-		Limits: s.turnLimits}
+		Limits: e.Limits}
 	if settle.Refused {
 		if h, ok := retry.ParseHint(last.GetHeaders(), last.GetErrorMessage(), s.deps.Clock.Now()); ok {
 			settle.RetryAfterMs = h.Delay.Milliseconds()

@@ -58,7 +58,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		},
 	}
 	s.guardTurn(t)
-	s.tellTurnLimits(t, provName, credential)
+	s.tellTurnLimits(t, provName)
 	s.running = &t.runContext
 	s.turnModel = model
 	t.clk.Begin()
@@ -83,17 +83,16 @@ func (s *SessionActor) guardTurn(t *turnRun) {
 	}
 }
 
-// tellTurnLimits has t send the rate limits its response's headers announce
-// to the provider's credentials actor, when that one paces its calls.
-func (s *SessionActor) tellTurnLimits(t *turnRun, provName, credential string) {
-	creds := s.deps.Credentials[provName]
-	if creds == nil || !s.deps.shared().paced[provName] {
+// tellTurnLimits has t send the session the rate limits its response's
+// headers announce as they arrive, when its provider paces its calls: the
+// core tells the pacer (session.InRateLimits).
+func (s *SessionActor) tellTurnLimits(t *turnRun, provName string) {
+	if s.deps.Credentials[provName] == nil || !s.deps.shared().paced[provName] {
 		return
 	}
-	t.tellLimits = func(l *messages.RateLimits) { // as the headers arrive
+	t.tellLimits = func(l *messages.RateLimits) {
 		t.limitsTold.Store(true)
-		track.Send(t.root, t.clk, creds, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: credential,
-			Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
+		track.Send(t.root, t.clk, t.self, &messages.TurnLimits{Turn: t.turn, Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
 	}
 }
 
@@ -124,9 +123,9 @@ type turnRun struct {
 	guard func(context.Context) error
 	taken atomic.Bool
 
-	// tellLimits gives pacing the limits the response's headers announce
-	// as they arrive (provider.WithLimitsSeen; nil: not paced);
-	// limitsTold says it did.
+	// tellLimits sends the session the limits the response's headers
+	// announce as they arrive (provider.WithLimitsSeen; nil: not paced);
+	// limitsTold says it did, and the final message then carries none.
 	tellLimits func(*messages.RateLimits)
 	limitsTold atomic.Bool
 
@@ -170,7 +169,10 @@ func (t *turnRun) Run() {
 	case errors.Is(cause, errResponseTooLarge):
 		msg = tooLarge(msg, t.maxBytes)
 	}
-	t.finished.Turn, t.finished.Message, t.finished.Taken, t.finished.LimitsTold = t.turn, msg, t.taken.Load(), t.limitsTold.Load()
+	if t.limitsTold.Load() { // the session has them
+		msg.RateLimits = nil
+	}
+	t.finished.Turn, t.finished.Message, t.finished.Taken = t.turn, msg, t.taken.Load()
 	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 

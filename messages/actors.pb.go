@@ -930,6 +930,69 @@ func (x *TurnDelta) GetText() string {
 	return ""
 }
 
+// TurnLimits is the rate limits the running turn's response announced, as
+// its headers arrived (provider.WithLimitsSeen); its final message then
+// carries none.
+type TurnLimits struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	Limits        *RateLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
+	ArrivedUnixMs int64                  `protobuf:"varint,3,opt,name=arrived_unix_ms,json=arrivedUnixMs,proto3" json:"arrived_unix_ms,omitempty"` // when the headers arrived, on the session's clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnLimits) Reset() {
+	*x = TurnLimits{}
+	mi := &file_actors_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnLimits) ProtoMessage() {}
+
+func (x *TurnLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_actors_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnLimits.ProtoReflect.Descriptor instead.
+func (*TurnLimits) Descriptor() ([]byte, []int) {
+	return file_actors_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TurnLimits) GetTurn() uint64 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *TurnLimits) GetLimits() *RateLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *TurnLimits) GetArrivedUnixMs() int64 {
+	if x != nil {
+		return x.ArrivedUnixMs
+	}
+	return 0
+}
+
 // TurnFinished carries the final assistant message of a turn. taken: the
 // turn's guard (provider.WithGuard) found the session another
 // activation's and sent no request.
@@ -938,14 +1001,13 @@ type TurnFinished struct {
 	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
 	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"`
-	LimitsTold    bool                   `protobuf:"varint,4,opt,name=limits_told,json=limitsTold,proto3" json:"limits_told,omitempty"` // the response's rate limits went to pacing as its headers arrived (PacingObserve)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnFinished) Reset() {
 	*x = TurnFinished{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1019,7 @@ func (x *TurnFinished) String() string {
 func (*TurnFinished) ProtoMessage() {}
 
 func (x *TurnFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1032,7 @@ func (x *TurnFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFinished.ProtoReflect.Descriptor instead.
 func (*TurnFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TurnFinished) GetTurn() uint64 {
@@ -994,13 +1056,6 @@ func (x *TurnFinished) GetTaken() bool {
 	return false
 }
 
-func (x *TurnFinished) GetLimitsTold() bool {
-	if x != nil {
-		return x.LimitsTold
-	}
-	return false
-}
-
 // ToolsFinished carries the results of a turn's tool calls.
 type ToolsFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1013,7 +1068,7 @@ type ToolsFinished struct {
 
 func (x *ToolsFinished) Reset() {
 	*x = ToolsFinished{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1080,7 @@ func (x *ToolsFinished) String() string {
 func (*ToolsFinished) ProtoMessage() {}
 
 func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1093,7 @@ func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsFinished.ProtoReflect.Descriptor instead.
 func (*ToolsFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolsFinished) GetTurn() uint64 {
@@ -1078,7 +1133,7 @@ type ArmRetryTimer struct {
 
 func (x *ArmRetryTimer) Reset() {
 	*x = ArmRetryTimer{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1145,7 @@ func (x *ArmRetryTimer) String() string {
 func (*ArmRetryTimer) ProtoMessage() {}
 
 func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1158,7 @@ func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArmRetryTimer.ProtoReflect.Descriptor instead.
 func (*ArmRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ArmRetryTimer) GetDelayNs() int64 {
@@ -1153,7 +1208,7 @@ type RetryStopped struct {
 
 func (x *RetryStopped) Reset() {
 	*x = RetryStopped{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1220,7 @@ func (x *RetryStopped) String() string {
 func (*RetryStopped) ProtoMessage() {}
 
 func (x *RetryStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1233,7 @@ func (x *RetryStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
 func (*RetryStopped) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RetryStopped) GetChildId() string {
@@ -1198,7 +1253,7 @@ type CancelRetryTimer struct {
 
 func (x *CancelRetryTimer) Reset() {
 	*x = CancelRetryTimer{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1265,7 @@ func (x *CancelRetryTimer) String() string {
 func (*CancelRetryTimer) ProtoMessage() {}
 
 func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1278,7 @@ func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
 func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelRetryTimer) GetToken() uint64 {
@@ -1255,7 +1310,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1322,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1335,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1368,7 +1423,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1435,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1448,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1452,7 +1507,7 @@ type PacingGrant struct {
 
 func (x *PacingGrant) Reset() {
 	*x = PacingGrant{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1519,7 @@ func (x *PacingGrant) String() string {
 func (*PacingGrant) ProtoMessage() {}
 
 func (x *PacingGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1532,7 @@ func (x *PacingGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
 func (*PacingGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PacingGrant) GetSessionId() string {
@@ -1528,7 +1583,7 @@ type PacingSettle struct {
 
 func (x *PacingSettle) Reset() {
 	*x = PacingSettle{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1595,7 @@ func (x *PacingSettle) String() string {
 func (*PacingSettle) ProtoMessage() {}
 
 func (x *PacingSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1608,7 @@ func (x *PacingSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
 func (*PacingSettle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PacingSettle) GetSessionId() string {
@@ -1641,7 +1696,7 @@ type PacingObserve struct {
 
 func (x *PacingObserve) Reset() {
 	*x = PacingObserve{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1708,7 @@ func (x *PacingObserve) String() string {
 func (*PacingObserve) ProtoMessage() {}
 
 func (x *PacingObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1721,7 @@ func (x *PacingObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
 func (*PacingObserve) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PacingObserve) GetSessionId() string {
@@ -1707,7 +1762,7 @@ type PacingTick struct {
 
 func (x *PacingTick) Reset() {
 	*x = PacingTick{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1774,7 @@ func (x *PacingTick) String() string {
 func (*PacingTick) ProtoMessage() {}
 
 func (x *PacingTick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1787,7 @@ func (x *PacingTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
 func (*PacingTick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 // PacingCancel drops a session's reservation: waiting, or granted and never
@@ -1747,7 +1802,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1814,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1827,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1803,7 +1858,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1870,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1883,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1873,7 +1928,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +1940,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +1953,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1947,7 +2002,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2014,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2027,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1996,7 +2051,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2063,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2076,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -2066,7 +2121,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2133,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2146,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -2126,7 +2181,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2193,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2206,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -2170,7 +2225,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2237,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2250,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -2211,7 +2266,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2278,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2291,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -2279,7 +2334,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2346,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2359,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -2338,7 +2393,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2405,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2418,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -2390,7 +2445,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2457,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2470,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2482,7 +2537,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2549,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2562,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2570,7 +2625,7 @@ type ScheduleTask struct {
 
 func (x *ScheduleTask) Reset() {
 	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2637,7 @@ func (x *ScheduleTask) String() string {
 func (*ScheduleTask) ProtoMessage() {}
 
 func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2650,7 @@ func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
 func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ScheduleTask) GetSessionId() string {
@@ -2650,7 +2705,7 @@ type SchedulerTimer struct {
 
 func (x *SchedulerTimer) Reset() {
 	*x = SchedulerTimer{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2717,7 @@ func (x *SchedulerTimer) String() string {
 func (*SchedulerTimer) ProtoMessage() {}
 
 func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2730,7 @@ func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
 func (*SchedulerTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 // Passivate is the marker a session sends itself once its root holds new
@@ -2690,7 +2745,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2757,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2770,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2737,7 +2792,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2804,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2817,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2799,7 +2854,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2866,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2879,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Forget) GetSessionId() string {
@@ -2854,7 +2909,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2921,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
+	mi := &file_actors_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2934,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
+	return file_actors_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2920,7 +2975,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +2987,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3000,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{47}
+	return file_actors_proto_rawDescGZIP(), []int{48}
 }
 
 // CompactReply answers CompactRequest.
@@ -2962,7 +3017,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3029,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3042,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{48}
+	return file_actors_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CompactReply) GetError() string {
@@ -3091,13 +3146,16 @@ const file_actors_proto_rawDesc = "" +
 	"\tTurnDelta\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\x90\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"w\n" +
+	"\n" +
+	"TurnLimits\x12\x12\n" +
+	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12-\n" +
+	"\x06limits\x18\x02 \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12&\n" +
+	"\x0farrived_unix_ms\x18\x03 \x01(\x03R\rarrivedUnixMs\"u\n" +
 	"\fTurnFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x125\n" +
 	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\x12\x1f\n" +
-	"\vlimits_told\x18\x04 \x01(\bR\n" +
-	"limitsTold\"j\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05takenJ\x04\b\x04\x10\x05\"j\n" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
 	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
@@ -3291,7 +3349,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_actors_proto_goTypes = []any{
 	(*ActorRef)(nil),                // 0: musepi.v1.ActorRef
 	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
@@ -3310,60 +3368,62 @@ var file_actors_proto_goTypes = []any{
 	(*MessagesReply)(nil),           // 14: musepi.v1.MessagesReply
 	(*Ack)(nil),                     // 15: musepi.v1.Ack
 	(*TurnDelta)(nil),               // 16: musepi.v1.TurnDelta
-	(*TurnFinished)(nil),            // 17: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 18: musepi.v1.ToolsFinished
-	(*ArmRetryTimer)(nil),           // 19: musepi.v1.ArmRetryTimer
-	(*RetryStopped)(nil),            // 20: musepi.v1.RetryStopped
-	(*CancelRetryTimer)(nil),        // 21: musepi.v1.CancelRetryTimer
-	(*SelectCredential)(nil),        // 22: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 23: musepi.v1.CredentialSelected
-	(*PacingGrant)(nil),             // 24: musepi.v1.PacingGrant
-	(*PacingSettle)(nil),            // 25: musepi.v1.PacingSettle
-	(*PacingObserve)(nil),           // 26: musepi.v1.PacingObserve
-	(*PacingTick)(nil),              // 27: musepi.v1.PacingTick
-	(*PacingCancel)(nil),            // 28: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 29: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 30: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 31: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 32: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 33: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 34: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 35: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 36: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 37: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 38: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 39: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 40: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 41: musepi.v1.ScheduleTask
-	(*SchedulerTimer)(nil),          // 42: musepi.v1.SchedulerTimer
-	(*Passivate)(nil),               // 43: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 44: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 45: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 46: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 47: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 48: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 49: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 50: musepi.v1.Entry
-	(*ToolResult)(nil),              // 51: musepi.v1.ToolResult
+	(*TurnLimits)(nil),              // 17: musepi.v1.TurnLimits
+	(*TurnFinished)(nil),            // 18: musepi.v1.TurnFinished
+	(*ToolsFinished)(nil),           // 19: musepi.v1.ToolsFinished
+	(*ArmRetryTimer)(nil),           // 20: musepi.v1.ArmRetryTimer
+	(*RetryStopped)(nil),            // 21: musepi.v1.RetryStopped
+	(*CancelRetryTimer)(nil),        // 22: musepi.v1.CancelRetryTimer
+	(*SelectCredential)(nil),        // 23: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 24: musepi.v1.CredentialSelected
+	(*PacingGrant)(nil),             // 25: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),            // 26: musepi.v1.PacingSettle
+	(*PacingObserve)(nil),           // 27: musepi.v1.PacingObserve
+	(*PacingTick)(nil),              // 28: musepi.v1.PacingTick
+	(*PacingCancel)(nil),            // 29: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 30: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 31: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 32: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 33: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 34: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 35: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 36: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 37: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 38: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 39: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 40: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 41: musepi.v1.NextModelReply
+	(*ScheduleTask)(nil),            // 42: musepi.v1.ScheduleTask
+	(*SchedulerTimer)(nil),          // 43: musepi.v1.SchedulerTimer
+	(*Passivate)(nil),               // 44: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 45: musepi.v1.TaskDue
+	(*Forget)(nil),                  // 46: musepi.v1.Forget
+	(*CompactionFinished)(nil),      // 47: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 48: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 49: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 50: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 51: musepi.v1.Entry
 	(*RateLimits)(nil),              // 52: musepi.v1.RateLimits
+	(*ToolResult)(nil),              // 53: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	49, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	50, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	8,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	7,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	50, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	49, // 4: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	51, // 5: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	0,  // 6: musepi.v1.ArmRetryTimer.session:type_name -> musepi.v1.ActorRef
-	0,  // 7: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
-	52, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
-	52, // 9: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
-	50, // 10: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	51, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	52, // 4: musepi.v1.TurnLimits.limits:type_name -> musepi.v1.RateLimits
+	50, // 5: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	53, // 6: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	0,  // 7: musepi.v1.ArmRetryTimer.session:type_name -> musepi.v1.ActorRef
+	0,  // 8: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
+	52, // 9: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	52, // 10: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
+	51, // 11: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3379,7 +3439,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

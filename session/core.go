@@ -276,9 +276,10 @@ func (c *Core) startTurn() {
 }
 
 // turnEnded takes a turn's message, which the owner has written
-// (historyErr: it could not).
-func (c *Core) turnEnded(msg *messages.AssistantMessage, historyErr string) {
-	c.settleReservation(c.r.Model, msg)
+// (historyErr: it could not), and the rate limits its response announced
+// that the pacer has not had yet.
+func (c *Core) turnEnded(msg *messages.AssistantMessage, limits *messages.RateLimits, historyErr string) {
+	c.settleReservation(c.r.Model, msg, limits)
 	c.r.Last = msg
 	c.emit(EventMessageEnd).Message = msg
 	c.endOnFailedWrite(historyErr)

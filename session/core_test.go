@@ -225,8 +225,23 @@ func (sc *script) input(line string) []string {
 	case "delta":
 		kind, text, _ := strings.Cut(arg, " ")
 		in = Input{Kind: InTurnDelta, Turn: sc.turn, DeltaKind: kind, Delta: text}
-	case "turn-end":
-		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(args)}
+	case "rate-limits": // REMAINING/LIMIT [at=-1s]: the running turn's headers announce its key's requests
+		in = Input{Kind: InRateLimits, Turn: sc.turn, At: sc.now}
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "at="); ok {
+				in.At = sc.at(v)
+			} else {
+				in.Limits = sc.limits(a)
+			}
+		}
+	case "turn-end": // [limits=REMAINING/LIMIT] KIND ...: the limits its response announced, not yet told
+		in = Input{Kind: InTurnEnded, Turn: sc.turn}
+		if len(args) > 0 {
+			if v, ok := strings.CutPrefix(args[0], "limits="); ok {
+				in.Limits, args = sc.limits(v), args[1:]
+			}
+		}
+		in.Message = sc.message(args)
 	case "turn-end-unrecorded": // the owner could not record the message: "KIND ... | ERROR"
 		kind, errText, _ := strings.Cut(arg, " | ")
 		in = Input{Kind: InTurnEnded, Turn: sc.turn, Message: sc.message(strings.Fields(kind)), Err: errText}
@@ -514,7 +529,13 @@ func (sc *script) render(e *Effect) string {
 		}
 		return line
 	case SettleReservation:
-		return fmt.Sprintf("%s %s credential=%s token=%d", e.Kind, e.Model, e.Credential, e.Token)
+		line := fmt.Sprintf("%s %s credential=%s token=%d", e.Kind, e.Model, e.Credential, e.Token)
+		if e.Limits != nil {
+			line += " limits=" + renderLimits(e.Limits)
+		}
+		return line
+	case ObserveRateLimits:
+		return fmt.Sprintf("%s %s credential=%s at=%s limits=%s", e.Kind, e.Model, e.Credential, e.At.Sub(sc.now), renderLimits(e.Limits))
 	case CancelReservation:
 		return fmt.Sprintf("%s %s token=%d", e.Kind, e.Model, e.Token)
 	case ResetProviderSession, DropBudgetHold, ReleaseSession:
@@ -564,6 +585,24 @@ func (sc *script) render(e *Effect) string {
 		return fmt.Sprintf("%s gen=%d %s %q", e.Kind, r.Generation, r.ErrorKind, r.Error)
 	}
 	return e.Kind.String()
+}
+
+// limits reads "REMAINING/LIMIT" as what a response announced of its
+// key's requests limit.
+func (sc *script) limits(v string) *messages.RateLimits {
+	rem, lim, ok := strings.Cut(v, "/")
+	r, err1 := strconv.ParseInt(rem, 10, 64)
+	l, err2 := strconv.ParseInt(lim, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		sc.t.Fatalf("limits %q: want REMAINING/LIMIT", v)
+	}
+	return &messages.RateLimits{Requests: &messages.RateLimit{Remaining: &r, Limit: &l}}
+}
+
+// renderLimits writes the requests limit a response announced as
+// REMAINING/LIMIT.
+func renderLimits(l *messages.RateLimits) string {
+	return fmt.Sprintf("%d/%d", l.GetRequests().GetRemaining(), l.GetRequests().GetLimit())
 }
 
 func renderEvent(ev *Event) string {

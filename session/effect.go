@@ -35,8 +35,14 @@ const (
 	SelectCredential
 	// SettleReservation ends reservation Token (0: none) of the turn that
 	// ended on Model with Credential in Message: what it used goes to the
-	// budget, with the limits its response announced.
+	// budget, with the limits its response announced, Limits, when they
+	// did not reach it as the headers arrived (ObserveRateLimits).
 	SettleReservation
+	// ObserveRateLimits tells the pacer of Model's provider the limits
+	// Limits that the response of the turn running on Credential
+	// announced, its headers arriving At: they set the key's budget, and
+	// end its cold start.
+	ObserveRateLimits
 	// CancelReservation drops reservation Token on Model's provider: a
 	// pacing wait ended by an abort, or a grant no turn takes.
 	CancelReservation
@@ -94,7 +100,7 @@ const (
 var effectNames = [...]string{
 	Emit: "emit", AppendModelChange: "append-model-change",
 	StripTrailingError: "strip-trailing-error", ReplaceContext: "replace-context",
-	SelectCredential: "select-credential", SettleReservation: "settle-reservation",
+	SelectCredential: "select-credential", SettleReservation: "settle-reservation", ObserveRateLimits: "observe-rate-limits",
 	CancelReservation: "cancel-reservation", StartTurn: "start-turn", CancelTurn: "cancel-turn",
 	RunTools: "run-tools", DeliverSteering: "deliver-steering", Compact: "compact", ArmTimer: "arm-timer", CancelTimer: "cancel-timer",
 	ResetProviderSession: "reset-provider-session",
@@ -131,9 +137,11 @@ type Effect struct {
 	Role          string
 	Due           time.Time
 	Latest        time.Time
+	At            time.Time // ObserveRateLimits: when the headers arrived
 	Calls         []*messages.ToolCall
 	Context       []*messages.Entry
 	Message       *messages.AssistantMessage // Compact: the failed turn's; SettleReservation: the ended turn's
+	Limits        *messages.RateLimits       // ObserveRateLimits, SettleReservation
 	Event         *Event
 	Change        *ModelChange
 	Result        *Result

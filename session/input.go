@@ -23,9 +23,16 @@ const (
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
+	// InRateLimits: the response of the running turn Turn announced
+	// Limits for its key, its headers arriving At (before its answer
+	// streams).
+	InRateLimits
 	// InTurnEnded: turn Turn ended with Message, which the owner wrote to
 	// the history
 	// (Err: the write that failed; nothing more of the prompt is tried).
+	// Limits: the rate limits its response announced, taken off Message
+	// (they are no part of the conversation), when they did not come as
+	// InRateLimits as its headers arrived.
 	InTurnEnded
 	// InToolsDone: the tools of turn Turn ran; the owner wrote their
 	// results to the history (Err: the write that failed). KeyFree: as
@@ -86,6 +93,7 @@ type Input struct {
 	DeltaKind  string
 	Delta      string
 	Message    *messages.AssistantMessage
+	Limits     *messages.RateLimits // InRateLimits, InTurnEnded
 	Token      uint64
 	Generation uint64
 	Enabled    bool
@@ -100,7 +108,7 @@ type Input struct {
 	From, To      string
 	Role          string
 	CooldownUntil time.Time
-	At            time.Time
+	At            time.Time // InBudgetGrant, InBudgetRelease, InRateLimits
 
 	Context     []*messages.Entry
 	Err         string

@@ -14,6 +14,10 @@ import (
 // A pacing wait is not a retry: it counts no attempt, and a 429 that
 // still comes is the retry policy's as ever. An abort, or abort_retry,
 // ends the wait and the prompt; a turn's end settles its reservation.
+// The rate limits a turn's response announces go to the pacer as its
+// headers arrive (InRateLimits), or else with the settle of its
+// reservation (InTurnEnded's Limits): the pacer learns every key's budget
+// from the core, whether the turn reserved or not.
 
 // RateLimitWait is a turn that waits for its key's rate-limit budget:
 // how long it should take, on which key, for which limit ("requests",
@@ -78,14 +82,25 @@ func (c *Core) cancelReservation(token uint64) {
 	e.Model, e.Token = c.r.Model, token
 }
 
+// rateLimitsSeen tells the pacer the limits the running turn's response
+// announced as its headers arrived at: a provider that is not paced has
+// no pacer to tell.
+func (c *Core) rateLimitsSeen(limits *messages.RateLimits, at time.Time) {
+	if !c.paced() || limits == nil {
+		return
+	}
+	e := c.add(ObserveRateLimits)
+	e.Model, e.Credential, e.Limits, e.At = c.r.Model, c.r.Credential, limits, at
+}
+
 // settleReservation ends the reservation of the turn that ended (none:
 // the turn on a paced provider reserved nothing, but its response may
-// still announce its key's limits).
-func (c *Core) settleReservation(model string, msg *messages.AssistantMessage) {
+// still announce its key's limits, which the settle carries).
+func (c *Core) settleReservation(model string, msg *messages.AssistantMessage, limits *messages.RateLimits) {
 	if !c.pacedProviders[provider(model)] {
 		return
 	}
 	e := c.add(SettleReservation)
-	e.Model, e.Credential, e.Token, e.Message = model, c.r.Credential, c.r.Reservation, msg
+	e.Model, e.Credential, e.Token, e.Message, e.Limits = model, c.r.Credential, c.r.Reservation, msg, limits
 	c.r.Reservation = 0
 }

@@ -132,8 +132,10 @@ func stepStreaming(c *Core, in Input) {
 	case in.Kind == InTurnDelta && in.Turn == c.r.Turn:
 		ev := c.emit(EventMessageUpdate)
 		ev.DeltaKind, ev.Delta = in.DeltaKind, in.Delta
+	case in.Kind == InRateLimits && in.Turn == c.r.Turn:
+		c.rateLimitsSeen(in.Limits, in.At)
 	case in.Kind == InTurnEnded && in.Turn == c.r.Turn:
-		c.turnEnded(in.Message, in.Err)
+		c.turnEnded(in.Message, in.Limits, in.Err)
 	default:
 		stepBusy(c, in)
 	}
