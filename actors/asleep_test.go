@@ -22,6 +22,7 @@ func TestAsleepKeepsTheActor(t *testing.T) {
 		"passivating":    "set as the actor stops to sleep",
 		"listening":      "read again by each step",
 		"revertModel":    "the model change of the step running",
+		"panicked":       "set as the actor panics, which restarts it",
 	}
 	st := reflect.TypeFor[SessionActor]()
 	for i := range st.NumField() {

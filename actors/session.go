@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -25,8 +26,8 @@ import (
 // the session stopping.
 const ShutdownError = session.ShutdownError
 
-// chainFailedError ends a prompt whose retry chain kept panicking.
-const chainFailedError = "retry chain failed repeatedly (panics while stepping it); retry chain ended"
+// panickedError begins the error of a prompt whose session actor panicked.
+const panickedError = "the session panicked (a bug, logged with its stack); prompt ended, the session restarts from its history"
 
 // SessionActor owns one conversation: the runtime context (what is sent to
 // the model), the persisted history (what is kept) and the event stream.
@@ -61,6 +62,7 @@ type SessionActor struct {
 	passivating bool
 	listening   bool // someone subscribes to the events, as the step running found
 	revertModel bool
+	panicked    string // what the actor panicked with (reportPanic), for its prompt's error
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -70,10 +72,6 @@ var effectBuffers = sync.Pool{New: func() any { return new(session.Effects) }}
 // pendingBuffers lend the sessions a buffer for the inputs one step's
 // effects answered at once.
 var pendingBuffers = sync.Pool{New: func() any { return new([]session.Input) }}
-
-// snapshots lend the sessions a copy of their core for one step, so an
-// idle session keeps none.
-var snapshots = sync.Pool{New: func() any { return new(session.Snapshot) }}
 
 // PrepareSession prepares the session on its open history (cfg.History,
 // with the entries cfg.Restored it held when opened) under name, for
@@ -205,6 +203,7 @@ func (p *PreparedSession) Passivated() bool { return p.passivated != nil }
 
 // Receive turns the session's messages into inputs of its core.
 func (s *SessionActor) Receive(ctx actor.Context) {
+	defer s.reportPanic()
 	if s.stepInput(ctx) {
 		return
 	}
@@ -240,8 +239,8 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.setOptions(ctx, m)
 	case *actor.Stopping:
 		s.stopping(ctx)
-	case *actor.Restarting: // after a panic: the next instance starts its own child
-		s.stopRetry(ctx)
+	case *actor.Restarting:
+		s.restarting(ctx)
 	case *actor.Stopped:
 		s.exited(ctx)
 	}
@@ -404,6 +403,40 @@ func (s *SessionActor) retryStopped(ctx actor.Context, m *messages.RetryStopped)
 	s.step(ctx, session.Input{Kind: session.InTimerLost})
 }
 
+// reportPanic reports a panic of the actor, a bug (in the caller's jitter
+// source, which the core's retry decision runs, or in ours): it is logged
+// with the session and its stack and raised again, to the actor's
+// supervisor, which restarts the actor (restarting). Nothing is rolled
+// back: the core's state after a panic is not trusted.
+func (s *SessionActor) reportPanic() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.panicked = fmt.Sprint(r)
+	id := ""
+	if s.cfg != nil {
+		id = s.cfg.ID
+	}
+	s.deps.Log.Error("session actor panicked; its prompt ends and the actor restarts from its history",
+		slog.String("session", id), slog.String("panic", s.panicked), slog.String("stack", string(debug.Stack())))
+	panic(r)
+}
+
+// restarting: the actor panicked (reportPanic) and its supervisor restarts
+// it. The prompt running ends with the panic as its error (never a hang),
+// its turn or tools are cancelled and its backoff timer stopped; the next
+// instance starts idle from the history, as after any restart.
+func (s *SessionActor) restarting(ctx actor.Context) {
+	s.cancelTurn()
+	if s.waiter != nil {
+		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindFailed),
+			Error: fmt.Sprintf("%s: %s", panickedError, s.panicked)})
+		s.waiter = nil
+	}
+	s.stopRetry(ctx)
+}
+
 // stopping ends the session's actor: a hand-over under way is refused, and
 // the core stops (a prompt running ends with ErrShutdown), unless the
 // session passivates or leaves for another node's activation.
@@ -513,14 +546,8 @@ func userEntry(text string, ms int64) (*messages.UserMessage, []*messages.Entry)
 	return &e.user, e.batch[:]
 }
 
-// chainAttempts is how often a step that panics is tried before the chain
-// is given up.
-const chainAttempts = 3
-
 // step feeds in to the core and carries out the effects, then the inputs
-// those effects answered at once. A step that panics (the retry chain runs
-// the caller's jitter source) is rolled back and tried again; when it keeps
-// panicking the chain is given up and the prompt ends with a clear error.
+// those effects answered at once.
 //
 // It returns the history write that failed in the course of it, if any.
 func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
@@ -529,12 +556,8 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pend := pendingBuffers.Get().(*[]session.Input)
 	s.pending = (*pend)[:0]
 	for next := 0; ; next++ {
-		now := s.deps.Clock.Now()
 		s.deps.steps.Add(1)
-		if !s.stepContained(buf, now, in) {
-			s.deps.Log.Error(chainFailedError, slog.String("session", s.cfg.ID))
-			s.core.Step(buf, now, session.Input{Kind: session.InChainFailed, Err: chainFailedError})
-		}
+		s.core.Step(buf, s.deps.Clock.Now(), in)
 		effects := buf.List()
 		for i := range effects {
 			s.execute(ctx, &effects[i])
@@ -579,48 +602,6 @@ func (s *SessionActor) queueHistoryFailure(next int) error {
 	s.pending = slices.Insert(s.pending, next, failed)
 	s.stepHistoryErr, s.revertModel = nil, false
 	return err
-}
-
-// stepContained runs one step into the empty out, rolled back (out
-// emptied again) and tried again when it panics; it reports false when
-// every try panicked.
-func (s *SessionActor) stepContained(out *session.Effects, now time.Time, in session.Input) bool {
-	if !drawsJitter(in.Kind) {
-		s.core.Step(out, now, in)
-		return true
-	}
-	snap := snapshots.Get().(*session.Snapshot)
-	defer func() {
-		*snap = session.Snapshot{}
-		snapshots.Put(snap)
-	}()
-	s.core.Snapshot(snap)
-	for try := 1; try <= chainAttempts; try++ {
-		if s.tryStep(out, now, in) {
-			return true
-		}
-		out.Reset()
-		s.core.Restore(snap)
-		s.deps.Log.Error("session step panicked; rolled back", slog.String("session", s.cfg.ID), slog.Int("try", try))
-	}
-	return false
-}
-
-// drawsJitter reports whether an input may reach the retry chain's
-// decision on a turn's end, the only step that runs the caller's code (the
-// jitter source).
-func drawsJitter(k session.InputKind) bool {
-	return k == session.InTurnEnded || k == session.InToolsDone
-}
-
-func (s *SessionActor) tryStep(out *session.Effects, now time.Time, in session.Input) (ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			ok = false
-		}
-	}()
-	s.core.Step(out, now, in)
-	return true
 }
 
 // setOptions applies the options a caller set (the thinking level of the
@@ -675,6 +656,9 @@ func (s *SessionActor) started(ctx actor.Context) {
 	r, restarted := s.takeResumed()
 	s.runtime, s.historySeq = r.runtime, r.seq
 	cfg := s.coreConfig(r)
+	if restarted { // after a panic: its generations go on
+		cfg.Generation = s.cfg.State.Generation()
+	}
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:
 		// the session's next step at rest clears it.

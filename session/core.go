@@ -45,6 +45,9 @@ type Config struct {
 	// key, unless the key held is free and unpaced as the node's view
 	// shows (KeyFree). Read only, shared.
 	Paced map[string]bool
+	// Generation is the last prompt's generation: a core rebuilt after its
+	// owner restarted goes on from it, so generations never repeat.
+	Generation uint64
 }
 
 // Core is one session's lifecycle as a pure state machine, its retry
@@ -89,7 +92,7 @@ func Make(cfg Config, src retry.Source) Core {
 		pacedProviders:  cfg.Paced,
 		passivateAfter:  cfg.PassivateAfter,
 		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
-	c.r.Primary, c.r.Role, c.r.Model = cfg.Model, cfg.Role, cfg.Model
+	c.r.Primary, c.r.Role, c.r.Model, c.r.Generation = cfg.Model, cfg.Role, cfg.Model, cfg.Generation
 	c.r.Pinned, c.r.PrimaryUntil, c.r.AutoRetry = cfg.Pinned, cfg.PrimaryUntil, cfg.Settings.Enabled
 	if cfg.InUse != "" {
 		c.r.Model = cfg.InUse
@@ -97,18 +100,6 @@ func Make(cfg Config, src retry.Source) Core {
 	c.become(Idle)
 	return c
 }
-
-// Snapshot is a copy of a core's state, taken before a step that may
-// panic (the jitter source is the caller's code) and put back by Restore.
-type Snapshot struct {
-	core Core
-}
-
-// Snapshot copies the core's state into snap.
-func (c *Core) Snapshot(snap *Snapshot) { snap.core = *c }
-
-// Restore puts back the state snap holds, as it was when it was taken.
-func (c *Core) Restore(snap *Snapshot) { *c = snap.core }
 
 // State reports what the session is doing.
 func (c *Core) State() State { return c.r.State }
@@ -156,8 +147,6 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		c.editGuardAbort()
 	case InStop:
 		c.stop()
-	case InChainFailed:
-		c.chainFailed(in.Err)
 	case InHistoryFailed:
 		c.historyFailed(in.Err, in.RevertModel)
 	default:
@@ -453,22 +442,6 @@ func (c *Core) stop() {
 		*res = Result{Generation: c.r.Generation, Message: c.r.Last, ErrorKind: KindShutdown, Error: ShutdownError}
 		c.add(Settle).Result = res
 	}
-}
-
-// chainFailed drops a retry chain that could not be stepped: an open
-// chain ends with auto_retry_end{success:false}, and a running prompt
-// settles with reason (a turn or tools still running are cancelled).
-func (c *Core) chainFailed(reason string) {
-	if c.IsRetrying() {
-		c.emitEnd(retry.EndEvent{Attempt: c.lastStarted(), FinalError: reason})
-	}
-	c.r.Chain = ChainRecord{}
-	if c.r.State == Idle {
-		return
-	}
-	c.add(CancelTurn)
-	c.r.FailureKind, c.r.Failure = KindFailed, reason
-	c.settle()
 }
 
 func (c *Core) modelState() ModelState {

@@ -73,10 +73,6 @@ const (
 	InCompactionDone
 	// InStop: the session is shutting down.
 	InStop
-	// InChainFailed: stepping the retry chain kept panicking (a broken
-	// jitter source, say); the chain is dropped and a running prompt ends
-	// with Err.
-	InChainFailed
 	// InHistoryFailed: a history write of the last step failed with Err.
 	// Like a user abort, nothing of the prompt is retried and it ends, with
 	// Err; a model change that could not be written is undone (RevertModel).
