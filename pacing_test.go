@@ -123,6 +123,18 @@ func TestAbortEndsAPacingWait(t *testing.T) {
 	}
 }
 
+func TestSetPriorityTakesUnknownPrioritiesAsLow(t *testing.T) {
+	h := newHarness(t)
+	s, _ := h.session()
+	for _, c := range []struct{ set, want musepi.Priority }{
+		{musepi.High, musepi.High}, {musepi.Low + 1, musepi.Low}, {musepi.Normal, musepi.Normal}, {255, musepi.Low},
+	} {
+		if s.SetPriority(c.set); s.Priority() != c.want {
+			t.Errorf("SetPriority(%d): Priority() = %v; want %v", c.set, s.Priority(), c.want)
+		}
+	}
+}
+
 func TestWithPriorityRefusesUnknownPriorities(t *testing.T) {
 	h := newHarness(t)
 	if _, err := h.rt.NewSession(t.Context(), musepi.WithModel("p/m"), musepi.WithPriority(musepi.Low+1)); err == nil {

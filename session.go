@@ -411,7 +411,7 @@ func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
 // WithPriority); it returns once the session applied it. An unknown
 // priority is taken as Low.
 func (s *Session) SetPriority(p Priority) {
-	n := int32(min(p, Low))
+	n := int32(p) // the session clamps it as it decodes it (pacing.PriorityOf)
 	s.apply(&messages.SessionOptions{Priority: &n})
 }
 
