@@ -48,16 +48,10 @@ type Credential struct {
 // requests, tokens, input tokens and output tokens.
 type RateLimits = pacing.Limits
 
-// Tool is a Go function the model may call (WithTools).
-type Tool struct {
-	Name        string // unique among the runtime's tools, not empty
-	Description string // what the tool does, for the model
-	SchemaJSON  string // JSON schema of the arguments object
-	// Run runs one call with its arguments (a JSON object) and returns the
-	// output the model sees; an error is shown to the model as a failed
-	// call. ctx ends when the prompt is aborted.
-	Run func(ctx context.Context, argsJSON string) (string, error)
-}
+// Tool is a Go function the model may call (WithTools): its name,
+// description and argument schema, sent to the model, and its Run. The
+// runtime's actors run it as it is (actors.Tool documents the fields).
+type Tool = actors.Tool
 
 // CompactionHook shrinks a runtime context that overflowed the model's
 // window (WithCompactionHook). It gets the session's id, its runtime

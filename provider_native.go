@@ -19,6 +19,11 @@ import (
 // GenAI semantic conventions name it ("openai", "aws.bedrock", ...): the
 // runtime's metrics and traces report it as gen_ai.provider.name, and
 // "_OTHER" for a provider without it.
+//
+// The runtime calls every provider through provider.Provider, the same
+// interface on the wire types (package messages) that the built-in
+// adapters implement without a conversion; WithCustomProvider adapts a
+// Provider to it, converting each turn's context and answer (wire.go).
 type Provider interface {
 	Stream(ctx context.Context, req ProviderRequest, onDelta func(Delta)) *AssistantMessage
 	// ResetSession drops anything cached for the session (a stateful
@@ -34,24 +39,21 @@ type ProviderRequest struct {
 	APIKey     string // that credential's key ("" without credentials)
 	// Context is the conversation to send, oldest first.
 	Context []Entry
-	Tools   []ToolSpec
+	// Tools are the runtime's tools, shared with its other turns: a
+	// provider only reads them.
+	Tools []ToolSpec
 	// Thinking is the session's thinking level: "" (off), "minimal",
 	// "low", "medium", "high" or "xhigh".
 	Thinking string
 }
 
-// ToolSpec is a tool the model may call, as a provider sends it.
-type ToolSpec struct {
-	Name        string
-	Description string
-	SchemaJSON  string // JSON schema of the arguments object
-}
+// ToolSpec is a tool the model may call, as a provider sends it: its
+// name, description and arguments' JSON schema.
+type ToolSpec = provider.ToolSpec
 
-// Delta is a piece of streamed output.
-type Delta struct {
-	Kind string // "text", "thinking" or "tool_call"
-	Text string
-}
+// Delta is a piece of streamed output: its Kind ("text", "thinking" or
+// "tool_call") and Text.
+type Delta = provider.Delta
 
 // WithCustomProvider registers p, written against the Go types, under
 // name with its credentials, as WithProvider does for the built-in
@@ -67,14 +69,10 @@ func WithCustomProvider(name string, p Provider, creds ...Credential) Option {
 type nativeProvider struct{ p Provider }
 
 func (n nativeProvider) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) *messages.AssistantMessage {
-	tools := make([]ToolSpec, len(req.Tools))
-	for i, t := range req.Tools {
-		tools[i] = ToolSpec{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON}
-	}
 	msg := n.p.Stream(ctx, ProviderRequest{
 		SessionID: req.SessionID, Model: req.Model, Credential: req.Credential, APIKey: req.APIKey,
-		Context: fromWireEntries(req.Context), Tools: tools, Thinking: string(req.Thinking),
-	}, func(d Delta) { onDelta(provider.Delta{Kind: d.Kind, Text: d.Text}) })
+		Context: fromWireEntries(req.Context), Tools: req.Tools, Thinking: string(req.Thinking),
+	}, onDelta)
 	if msg == nil {
 		return nil // the runtime turns it into a failed turn
 	}

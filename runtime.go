@@ -266,7 +266,7 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 		Keys:        map[string]map[string]string{},
 		Fallbacks:   map[string]*actor.PID{},
 		Providers:   cfg.providers,
-		Tools:       actorTools(cfg.tools),
+		Tools:       cfg.tools,
 		Compaction:  cfg.compaction.wire(),
 		NewSource:   rt.newSource,
 
@@ -351,15 +351,6 @@ func (c *runtimeConfig) actorCredentials(provider string) []actors.Credential {
 			limits = c.rateLimits[provider]
 		}
 		out[i] = actors.Credential{Name: cr.Name, APIKey: cr.APIKey, BankedResets: cr.BankedResets, Limits: limits}
-	}
-	return out
-}
-
-// actorTools are tools as the session actors run them.
-func actorTools(tools []Tool) []actors.Tool {
-	out := make([]actors.Tool, len(tools))
-	for i, t := range tools {
-		out[i] = actors.Tool{Name: t.Name, Description: t.Description, SchemaJSON: t.SchemaJSON, Run: t.Run}
 	}
 	return out
 }

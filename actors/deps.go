@@ -166,12 +166,16 @@ func present(pids map[string]*actor.PID) map[string]bool {
 	return out
 }
 
-// Tool is a Go function the model may call.
+// Tool is a Go function the model may call (musepi.WithTools, which
+// names it musepi.Tool).
 type Tool struct {
-	Name        string
-	Description string
+	Name        string // unique among the runtime's tools, not empty
+	Description string // what the tool does, for the model
 	SchemaJSON  string // JSON schema of the arguments object
-	Run         func(ctx context.Context, argsJSON string) (string, error)
+	// Run runs one call with its arguments (a JSON object) and returns the
+	// output the model sees; an error is shown to the model as a failed
+	// call. ctx ends when the prompt is aborted.
+	Run func(ctx context.Context, argsJSON string) (string, error)
 }
 
 // CompactionHook shrinks a runtime context that overflowed the model's
