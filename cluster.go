@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
@@ -161,8 +160,8 @@ func (h sessionHandle) Publish(ev *messages.SessionEvent) { h.s.events.Publish(e
 func (h sessionHandle) Listening() bool                   { return h.s.events.HasSubscribers() }
 func (h sessionHandle) State() *actors.SessionState       { return h.s.state }
 func (h sessionHandle) ClosedError() error                { return h.s.closedError() }
-func (h sessionHandle) Send(msg proto.Message)            { h.s.send(msg) }
-func (h sessionHandle) Ask(ctx context.Context, msg proto.Message) (any, error) {
+func (h sessionHandle) Send(msg hosting.Request)          { h.s.send(msg) }
+func (h sessionHandle) Ask(ctx context.Context, msg hosting.Request) (any, error) {
 	return h.s.ask(ctx, msg)
 }
 

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
@@ -279,8 +278,7 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 		done <- outcome{msg, err}
 	}))
 	err := s.deliver(func(pid *actor.PID) {
-		s.rt.cfg.clock.Begin()
-		s.rt.system.Root.RequestWithCustomSender(pid, &messages.AttachPrompt{}, reply)
+		track.RequestFrom(s.rt.system.Root, s.rt.cfg.clock, pid, &messages.AttachPrompt{}, reply)
 	})
 	if err != nil {
 		s.rt.system.Root.Stop(reply)
@@ -351,7 +349,7 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 
 // send sends msg to the session's actor (started by it if need be); to a
 // closed session it is dropped.
-func (s *Session) send(msg proto.Message) {
+func (s *Session) send(msg hosting.Request) {
 	_ = s.deliver(func(pid *actor.PID) { track.Send(s.rt.system.Root, s.rt.cfg.clock, pid, msg) })
 }
 
@@ -381,7 +379,7 @@ func (s *Session) SetAutoRetryEnabled(enabled bool) {
 // apply sends a setting to the session and waits until the session has
 // applied and published it; a closed session takes none. The session owns
 // what callers read of its state: they never write it.
-func (s *Session) apply(setting proto.Message) { _, _ = s.ask(context.Background(), setting) }
+func (s *Session) apply(setting hosting.Request) { _, _ = s.ask(context.Background(), setting) }
 
 // AutoRetryEnabled reads retry.enabled as the session last applied it.
 func (s *Session) AutoRetryEnabled() bool { return s.st().AutoRetryEnabled() }
@@ -498,15 +496,14 @@ func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
 }
 
 // ask sends a request and waits for the reply until ctx ends.
-func (s *Session) ask(ctx context.Context, msg proto.Message) (interface{}, error) {
+func (s *Session) ask(ctx context.Context, msg hosting.Request) (interface{}, error) {
 	for try := 1; ; try++ {
 		f := actor.NewFuture(s.rt.system, -1)
 		var to *actor.PID
 		err := s.deliver(func(pid *actor.PID) {
 			to = pid
 			s.at.Asked(f.PID(), pid)
-			s.rt.cfg.clock.Begin()
-			s.rt.system.Root.RequestWithCustomSender(pid, msg, f.PID())
+			track.RequestFrom(s.rt.system.Root, s.rt.cfg.clock, pid, msg, f.PID())
 		})
 		if err != nil {
 			s.rt.system.Root.Stop(f.PID())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/internal/hosting"
+	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 )
 
@@ -33,8 +34,7 @@ func (l *localActor) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
 	rt := l.s.rt
 	reply := p.Register(rt.system, p)
 	err := l.Deliver(func(pid *actor.PID) {
-		rt.cfg.clock.Begin()
-		rt.system.Root.RequestWithCustomSender(pid, req, reply)
+		track.RequestFrom(rt.system.Root, rt.cfg.clock, pid, req, reply)
 	})
 	if err != nil { // closed meanwhile, or the actor could not start
 		rt.system.Root.Stop(reply)

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/track"
@@ -10,7 +9,7 @@ import (
 
 // respond answers the sender of the current message, if there is one,
 // counting the reply in flight on clk.
-func respond(ctx actor.Context, clk clock.Clock, msg proto.Message) {
+func respond(ctx actor.Context, clk clock.Clock, msg track.Message) {
 	if ctx.Sender() != nil {
 		track.Send(ctx, clk, ctx.Sender(), msg)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -149,7 +148,7 @@ func (s *SessionActor) settleReservation(ctx actor.Context, e *session.Effect) {
 }
 
 // tellCredentials sends msg to model's provider's credentials actor.
-func (s *SessionActor) tellCredentials(ctx actor.Context, model string, msg proto.Message) {
+func (s *SessionActor) tellCredentials(ctx actor.Context, model string, msg track.Message) {
 	if pid := s.deps.Credentials[providerOf(model)]; pid != nil {
 		track.Send(ctx, s.deps.Clock, pid, msg)
 	}

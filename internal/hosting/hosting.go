@@ -24,6 +24,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/reply"
+	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
@@ -175,8 +176,16 @@ type Handle[S any] interface {
 	ClosedError() error
 	// Ask sends a request and waits for the reply until ctx ends; Send
 	// sends a message.
-	Ask(ctx context.Context, msg proto.Message) (any, error)
-	Send(msg proto.Message)
+	Ask(ctx context.Context, msg Request) (any, error)
+	Send(msg Request)
+}
+
+// Request is a message to a session: wire data, which a cluster forwards
+// to the session's node, and an actor message, counted in flight on the
+// clock of the runtime that hosts the session.
+type Request interface {
+	proto.Message
+	track.Message
 }
 
 // Local is a session this runtime hosts, as the cluster's activation of it

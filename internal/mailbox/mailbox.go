@@ -6,7 +6,7 @@
 // counted MusePi's messages on the clock. A session waiting in a retry
 // storm pays for each of these on every attempt. This mailbox keeps its
 // messages in a small ring under a mutex, binds its run function once, and
-// ends each MusePi protocol message on the clock itself once the actor has
+// ends each MusePi actor message (a track.Message) on the clock itself once the actor has
 // handled it (what internal/track's Begin starts), so no envelope is built.
 package mailbox
 
@@ -137,7 +137,7 @@ func (m *Mailbox) run() (emptied bool) {
 		case isSys:
 			m.handleSystem(msg)
 		case isUser:
-			protocol = track.IsProtocol(unwrap(msg))
+			protocol = track.Counted(unwrap(msg))
 			m.invoker.InvokeUserMessage(msg)
 			if protocol {
 				protocol = false
