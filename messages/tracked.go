@@ -45,4 +45,5 @@ func (*TaskDue) Tracked()                 {}
 func (*ToolsFinished) Tracked()           {}
 func (*TurnDelta) Tracked()               {}
 func (*TurnFinished) Tracked()            {}
+func (*TurnLimits) Tracked()              {}
 func (*UsageLimitReply) Tracked()         {}
