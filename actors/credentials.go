@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/credentials"
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
@@ -49,21 +50,13 @@ type CredentialsPolicy struct {
 	Window time.Duration
 }
 
-// credentialState is a credential and how long it is blocked.
-type credentialState struct {
-	Credential
-	blockedUntil time.Time
-}
-
-// CredentialsActor holds the credentials of one provider: session-sticky
-// selection, blocked-until times after usage limits, banked resets; and the
-// provider's retry budget, when there is one.
+// CredentialsActor carries out, for one provider, what its pure parts
+// decide: which key each session uses (credentials.Selector), the
+// rate-limit budgets of its keys (pacing.Pacer, when pacing is on) and the
+// retry budget (retry.Budget, when there is one).
 type CredentialsActor struct {
-	clk        clock.Clock
-	creds      []credentialState
-	sticky     map[string]int // session -> index into creds
-	next       int            // round-robin start for new sessions
-	autoRedeem bool
+	clk  clock.Clock
+	keys *credentials.Selector
 
 	budget  *retry.Budget         // nil: no budget
 	holders map[string]*actor.PID // session -> its retry actor, for releases
@@ -89,17 +82,25 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, sticky: map[string]int{}, autoRedeem: policy.AutoRedeem, view: view, provider: policy.Provider}
-	for _, c := range creds {
-		until, _ := view.Until(c.Name)
-		a.creds = append(a.creds, credentialState{Credential: c, blockedUntil: until})
-	}
+	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider}
 	if policy.Budget.Enabled {
 		a.budget = retry.NewBudget(policy.Budget)
 		a.holders = map[string]*actor.PID{}
 	}
+	keys := make([]credentials.Key, len(creds))
+	for i, c := range creds {
+		keys[i] = credentials.Key{Name: c.Name, BankedResets: c.BankedResets}
+	}
+	var blocker credentials.Blocker // the pacer, which keeps turns off blocked keys
 	if policy.Pacing && len(creds) > 0 {
 		a.pacing = newPacingState(clk.Now(), creds, policy)
+		blocker = a.pacing.pacer
+	}
+	a.keys = credentials.New(keys, policy.AutoRedeem, blocker)
+	for _, c := range creds {
+		if until, _ := view.Until(c.Name); !until.IsZero() {
+			a.keys.Block(c.Name, until)
+		}
 	}
 	view.publish(a)
 	return a
@@ -127,7 +128,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 		respond(ctx, a.clk, reply)
 	case *messages.ReleaseSession:
 		a.cancelPacing(ctx, m.GetSessionId(), 0)
-		delete(a.sticky, m.GetSessionId())
+		a.keys.Forget(m.GetSessionId())
 		a.forgetBudget(m.GetSessionId())
 	case *messages.RetryBudgetRequest:
 		respond(ctx, a.clk, a.admit(ctx, m))
@@ -194,122 +195,14 @@ func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 	}
 }
 
-// selectFor returns the session's sticky credential, choosing one (free,
-// round-robin) the first time or when the sticky one is blocked.
-func (a *CredentialsActor) selectFor(session string) string {
-	if len(a.creds) == 0 {
-		return ""
-	}
-	now := a.clk.Now()
-	if i, ok := a.sticky[session]; ok && !a.creds[i].blockedUntil.After(now) {
-		return a.creds[i].Name
-	}
-	i := a.firstFree(now, -1)
-	if i < 0 {
-		i = a.earliestFree()
-	}
-	a.sticky[session] = i
-	return a.creds[i].Name
-}
-
-// firstFree finds an unblocked credential other than skip, round-robin.
-func (a *CredentialsActor) firstFree(now time.Time, skip int) int {
-	for k := range a.creds {
-		i := (a.next + k) % len(a.creds)
-		if i != skip && !a.creds[i].blockedUntil.After(now) {
-			a.next = i + 1
-			return i
-		}
-	}
-	return -1
-}
-
-// indexOf is the index of key name, or -1.
-func (a *CredentialsActor) indexOf(name string) int {
-	for i := range a.creds {
-		if a.creds[i].Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
-func (a *CredentialsActor) earliestFree() int {
-	best := 0
-	for i := range a.creds {
-		if a.creds[i].blockedUntil.Before(a.creds[best].blockedUntil) {
-			best = i
-		}
-	}
-	return best
-}
-
-// markLimited blocks the session's credential and switches it to a free
+// markLimited blocks the session's key and switches it to a free
 // sibling, or spends a banked reset (auto-redeem), or reports when the
-// earliest blocked sibling frees up.
+// earliest blocked sibling frees up (credentials.Selector.Limited).
 func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messages.UsageLimitReply {
-	reply := &messages.UsageLimitReply{Token: m.GetToken()}
-	if len(a.creds) == 0 {
-		return reply
-	}
-	now := a.clk.Now()
-	current, ok := a.sticky[m.GetSessionId()]
-	if !ok {
-		current = 0
-	}
-	if i := a.indexOf(m.GetCredential()); i >= 0 { // an activation that moved has lost its sticky keys
-		current = i
-	}
-	a.creds[current].blockedUntil = now.Add(time.Duration(max(m.GetBlockForMs(), 0)) * time.Millisecond)
-	if a.pacing != nil {
-		a.pacing.pacer.Block(a.creds[current].Name, a.creds[current].blockedUntil)
-	}
-	if i := a.firstFree(now, current); i >= 0 {
-		a.sticky[m.GetSessionId()] = i
-		reply.Switched, reply.Credential = true, a.creds[i].Name
-		return reply
-	}
-	if i := a.redeem(current); i >= 0 {
-		a.sticky[m.GetSessionId()] = i
-		reply.Switched, reply.Redeemed, reply.Credential = true, true, a.creds[i].Name
-		return reply
-	}
-	if earliest := a.siblingsFreeAt(now, current); !earliest.IsZero() {
-		reply.RetryAtMs = earliest.UnixMilli()
+	sw := a.keys.Limited(a.clk.Now(), m.GetSessionId(), m.GetCredential(), time.Duration(m.GetBlockForMs())*time.Millisecond)
+	reply := &messages.UsageLimitReply{Token: m.GetToken(), Switched: sw.Switched, Redeemed: sw.Redeemed, Credential: sw.Credential}
+	if !sw.RetryAt.IsZero() {
+		reply.RetryAtMs = sw.RetryAt.UnixMilli()
 	}
 	return reply
-}
-
-// redeem spends a banked reset of the first credential from current on
-// that has one, and unblocks it, when auto-redeem is on; it returns that
-// credential's index, or -1.
-func (a *CredentialsActor) redeem(current int) int {
-	if !a.autoRedeem {
-		return -1
-	}
-	for k := range a.creds {
-		i := (current + k) % len(a.creds)
-		if a.creds[i].BankedResets > 0 {
-			a.creds[i].BankedResets--
-			a.creds[i].blockedUntil = time.Time{}
-			if a.pacing != nil {
-				a.pacing.pacer.Block(a.creds[i].Name, time.Time{})
-			}
-			return i
-		}
-	}
-	return -1
-}
-
-// siblingsFreeAt is when the first of the credentials other than current
-// that are blocked at now frees up; zero when none is.
-func (a *CredentialsActor) siblingsFreeAt(now time.Time, current int) time.Time {
-	var earliest time.Time
-	for i := range a.creds {
-		if i != current && a.creds[i].blockedUntil.After(now) &&
-			(earliest.IsZero() || a.creds[i].blockedUntil.Before(earliest)) {
-			earliest = a.creds[i].blockedUntil
-		}
-	}
-	return earliest
 }

@@ -67,7 +67,7 @@ func (p *pacingState) stop() {
 // large for every key.
 func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.SelectCredential) {
 	session := m.GetSessionId()
-	name := a.selectFor(session)
+	name := a.keys.Select(a.clk.Now(), session)
 	reply := &messages.CredentialSelected{Credential: name}
 	p := a.pacing
 	if p == nil || !m.GetPace() || !p.pacer.Paced() {
@@ -100,7 +100,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 		a.armRelease(ctx)
 	default:
 		p.granted[session] = r
-		a.keep(session, d.Grant)
+		a.keys.Keep(session, d.Credential)
 		reply.Credential, reply.Switched = d.Credential, d.Switched
 	}
 	a.view.publish(a)
@@ -114,13 +114,6 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.Selec
 func oversize(provider string, d pacing.Decision) string {
 	return fmt.Sprintf("pacing: the turn needs %d %s, more than any key of provider %q may use in a minute (key %s: %d); it was not sent",
 		d.TooLarge.Need, strings.ReplaceAll(d.TooLarge.Kind.String(), "_", " "), provider, d.Credential, d.TooLarge.Limit)
-}
-
-// keep makes a granted key the session's sticky one.
-func (a *CredentialsActor) keep(session string, g pacing.Grant) {
-	if i := a.indexOf(g.Credential); i >= 0 {
-		a.sticky[session] = i
-	}
 }
 
 // settlePacing ends a turn's reservation with what it used (its input
@@ -197,7 +190,7 @@ func (a *CredentialsActor) releasePacing(ctx actor.Context) {
 		waiter := r.waiter
 		r.credential, r.waiter = g.Credential, nil
 		p.granted[g.ID] = r
-		a.keep(g.ID, g)
+		a.keys.Keep(g.ID, g.Credential)
 		if waiter != nil {
 			track.Send(ctx, a.clk, waiter, &messages.PacingGrant{SessionId: g.ID, Token: r.token,
 				Credential: g.Credential, Switched: g.Switched})

@@ -40,10 +40,10 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 	if v == nil {
 		return
 	}
-	for i, c := range a.creds {
+	for i := range a.keys.Len() {
 		var ns int64
-		if !c.blockedUntil.IsZero() {
-			ns = c.blockedUntil.UnixNano()
+		if until := a.keys.BlockedUntil(i); !until.IsZero() {
+			ns = until.UnixNano()
 		}
 		v.until[i].Store(ns)
 	}
