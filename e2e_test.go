@@ -709,7 +709,7 @@ func TestModelFallbackApplied(t *testing.T) {
 		"model_change p/m -> q/m2 (fallback)",
 		`assistant stop "from q"`,
 	)
-	// The runtime context holds neither the failed turn nor the model change.
+	// The context holds neither the failed turn nor the model change.
 	expectLines(t, describe(runtimeContext(t, s)), "user hi", `assistant stop "from q"`)
 }
 
@@ -1048,7 +1048,7 @@ func TestHistoryKeepsErrorRuntimeContextDropsIt(t *testing.T) {
 
 // Note: Session.History and Session.Messages leave the virtual clock busy
 // (see TestHistoryReadBetweenPrompts), so this test reads them only after the
-// last run of each runtime; the restored runtime context is first checked
+// last run of each runtime; the restored context is first checked
 // through what the reopened session sends to the provider.
 func TestHistorySurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
@@ -1066,7 +1066,7 @@ func TestHistorySurvivesReopen(t *testing.T) {
 
 	h2 := newHarness(t, musepi.WithHistoryDir(dir), musepi.WithRetrySettings(noFallback()))
 	s2, rec := h2.session(musepi.WithSessionID(id))
-	// The reopened session continues from the restored runtime context:
+	// The reopened session continues from the restored context:
 	// without the failed turn.
 	h2.p.SetScript(id, answer("again"))
 	expectAnswer(t, h2.runPrompt(s2, "more"), "again")

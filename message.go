@@ -135,7 +135,7 @@ type ModelChange struct {
 	PrimaryCooldownUntil time.Time
 }
 
-// Entry is one item of a conversation, in the runtime context (what the
+// Entry is one item of a conversation, in the context (what the
 // next turn sends to the model) or in the persisted history. Exactly one
 // of User, Assistant, ToolResult and ModelChange is set.
 type Entry struct {

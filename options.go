@@ -53,21 +53,21 @@ type RateLimits = pacing.Limits
 // runtime's actors run it as it is (actors.Tool documents the fields).
 type Tool = actors.Tool
 
-// CompactionHook shrinks a runtime context that overflowed the model's
-// window (WithCompactionHook). It gets the session's id, its runtime
-// context and the failed turn (nil for a manual Session.Compact) and
-// returns the new runtime context, after which the session continues the
-// prompt, or an error that ends the prompt. Entries it keeps should keep
-// their Seq; new ones (a summary) have Seq 0.
-type CompactionHook func(ctx context.Context, sessionID string, runtime []Entry, failed *AssistantMessage) ([]Entry, error)
+// CompactionHook shrinks a session's context (what its next turn sends to
+// the model) that overflowed the model's window (WithCompactionHook). It
+// gets the session's id, its context and the failed turn (nil for a manual
+// Session.Compact) and returns the new context, after which the session
+// continues the prompt, or an error that ends the prompt. Entries it keeps
+// should keep their Seq; new ones (a summary) have Seq 0.
+type CompactionHook func(ctx context.Context, sessionID string, context []Entry, failed *AssistantMessage) ([]Entry, error)
 
 // wire is the hook on the actors' wire types.
 func (h CompactionHook) wire() actors.CompactionHook {
 	if h == nil {
 		return nil
 	}
-	return func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
-		out, err := h(ctx, sessionID, fromWireEntries(runtime), fromWireAssistant(failed))
+	return func(ctx context.Context, sessionID string, entries []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error) {
+		out, err := h(ctx, sessionID, fromWireEntries(entries), fromWireAssistant(failed))
 		if err != nil {
 			return nil, err
 		}

@@ -114,6 +114,6 @@ func TestGracefulShutdownKeepsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(msgs) != 1 || msgs[0].User == nil || msgs[0].User.Text != "remember me" {
-		t.Fatalf("runtime context after restart: %v (the failed turn stays out of it)", msgs)
+		t.Fatalf("context after restart: %v (the failed turn stays out of it)", msgs)
 	}
 }

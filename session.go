@@ -419,7 +419,7 @@ func (s *Session) Priority() Priority { return s.st().Priority() }
 // ThinkingLevel is the session's thinking level.
 func (s *Session) ThinkingLevel() provider.ThinkingLevel { return s.st().ThinkingLevel() }
 
-// CompactResult is what a manual compaction did to the runtime context.
+// CompactResult is what a manual compaction did to the context.
 type CompactResult struct {
 	EntriesBefore, EntriesAfter int
 	// FirstKeptSeq is the history seq of the first entry kept (0: none).
@@ -428,7 +428,7 @@ type CompactResult struct {
 	TokensBefore int64
 }
 
-// Compact runs the runtime's compaction hook on the runtime context now
+// Compact runs the runtime's compaction hook on the context now
 // (the hook gets a nil failed message). It fails while a prompt runs and
 // when no hook is configured.
 func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
@@ -472,13 +472,13 @@ func (s *Session) SetModel(ctx context.Context, selector string) error {
 	return nil
 }
 
-// Messages returns the runtime context: what the next turn sends to the model.
+// Messages returns the context: what the next turn sends to the model.
 func (s *Session) Messages(ctx context.Context) ([]Entry, error) {
 	return s.entries(ctx, false)
 }
 
 // History returns the persisted history: everything kept, including failed
-// turns that were stripped from the runtime context and model changes.
+// turns that were stripped from the context and model changes.
 func (s *Session) History(ctx context.Context) ([]Entry, error) {
 	return s.entries(ctx, true)
 }

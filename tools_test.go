@@ -111,12 +111,12 @@ func TestToolUseMessageEndsTheRetryChain(t *testing.T) {
 	}
 }
 
-// A compaction hook replaces the runtime context and the prompt continues.
+// A compaction hook replaces the context and the prompt continues.
 func TestCompactionHookContinuesThePrompt(t *testing.T) {
 	var failedText string
-	hook := func(_ context.Context, _ string, runtime []musepi.Entry, failed *musepi.AssistantMessage) ([]musepi.Entry, error) {
+	hook := func(_ context.Context, _ string, entries []musepi.Entry, failed *musepi.AssistantMessage) ([]musepi.Entry, error) {
 		failedText = failed.ErrorMessage
-		return runtime[len(runtime)-1:], nil // keep the last user message only
+		return entries[len(entries)-1:], nil // keep the last user message only
 	}
 	h := newHarness(t, musepi.WithRetrySettings(noFallback()), musepi.WithCompactionHook(hook))
 	s, rec := h.session()
@@ -152,10 +152,10 @@ func TestCompactionHookContinuesThePrompt(t *testing.T) {
 func TestIsCompactingWhileTheHookRuns(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	hook := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
+	hook := func(_ context.Context, _ string, entries []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
 		close(entered)
 		<-release
-		return runtime, nil
+		return entries, nil
 	}
 	rt, err := musepi.NewRuntime(musepi.WithProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Text("hi")})),
 		musepi.WithCompactionHook(hook))

@@ -178,12 +178,12 @@ type Tool struct {
 	Run func(ctx context.Context, argsJSON string) (string, error)
 }
 
-// CompactionHook shrinks a runtime context that overflowed the model's
+// CompactionHook shrinks a session's context that overflowed the model's
 // window. It returns the new context, after which the session continues the
 // prompt, or an error that ends the prompt. A manual compaction
 // (Session.Compact, the RPC's compact) calls it between prompts with a nil
 // failed message.
-type CompactionHook func(ctx context.Context, sessionID string, runtime []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error)
+type CompactionHook func(ctx context.Context, sessionID string, context []*messages.Entry, failed *messages.AssistantMessage) ([]*messages.Entry, error)
 
 // knownModel reports whether a "provider/model" names a registered provider.
 func (d *Deps) knownModel(model string) bool {

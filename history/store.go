@@ -1,5 +1,5 @@
 // Package history persists each session's conversation (what is kept, as
-// opposed to the runtime context sent to the model): one JSON-lines file per
+// opposed to the context sent to the model): one JSON-lines file per
 // session by default, or memory.
 package history
 

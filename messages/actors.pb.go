@@ -726,7 +726,7 @@ func (x *SetModelRequest) GetModel() string {
 	return ""
 }
 
-// MessagesRequest asks for the runtime context, or the persisted history.
+// MessagesRequest asks for the context, or the persisted history.
 type MessagesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	History       bool                   `protobuf:"varint,1,opt,name=history,proto3" json:"history,omitempty"`
@@ -2900,7 +2900,7 @@ func (x *Forget) GetToken() uint64 {
 type CompactionFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted runtime context
+	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted context
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
 	Manual        bool                   `protobuf:"varint,4,opt,name=manual,proto3" json:"manual,omitempty"`  // answers a CompactRequest
 	unknownFields protoimpl.UnknownFields
@@ -2965,7 +2965,7 @@ func (x *CompactionFinished) GetManual() bool {
 	return false
 }
 
-// CompactRequest runs the compaction hook on the runtime context now,
+// CompactRequest runs the compaction hook on the context now,
 // between prompts.
 type CompactRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

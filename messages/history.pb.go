@@ -21,7 +21,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Entry is one item of a conversation: in the runtime context (what is sent
+// Entry is one item of a conversation: in the context (what is sent
 // to the model) and in the persisted history (what is kept).
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

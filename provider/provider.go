@@ -16,7 +16,7 @@ type Request struct {
 	Model      string            // model id within the provider ("gpt-4o")
 	Credential string            // credential name chosen by the credential actor
 	APIKey     string            // the credential's key, if any
-	Context    []*messages.Entry // the runtime context, oldest first
+	Context    []*messages.Entry // the context, oldest first
 	Tools      []ToolSpec
 	// Thinking is the session's thinking level; adapters map it to their
 	// API's reasoning setting (off: none sent).

@@ -542,7 +542,7 @@ func toolCallsOf(m *messages.AssistantMessage) []*messages.ToolCall {
 }
 
 // lastAssistantText is the text of the last assistant message of the
-// runtime context; null when there is none.
+// context; null when there is none.
 func (s *Server) lastAssistantText(ctx context.Context, _ []byte) (any, error) {
 	entries, err := wireEntries(s.current().Messages(ctx))
 	if err != nil {
@@ -577,7 +577,7 @@ func (s *Server) setSessionName(_ context.Context, line []byte) (any, error) {
 	return nil, nil
 }
 
-// compact runs the runtime's compaction hook on the runtime context; the
+// compact runs the runtime's compaction hook on the context; the
 // result is pi's CompactionResult, its summary saying what the hook kept.
 // customInstructions are not passed on: the hook takes none.
 func (s *Server) compact(ctx context.Context, _ []byte) (any, error) {

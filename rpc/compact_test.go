@@ -19,9 +19,9 @@ import (
 // prompt ends with compaction_required); without a hook compact fails.
 func TestCompact(t *testing.T) {
 	var hookCalls atomic.Int32
-	keepLast := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
+	keepLast := func(_ context.Context, _ string, entries []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
 		hookCalls.Add(1)
-		return runtime[len(runtime)-1:], nil
+		return entries[len(entries)-1:], nil
 	}
 	overflow := provider.Failure(400, "prompt is too long: 250000 tokens > 200000 maximum", nil)
 	scripted := provider.NewScripted(provider.Outcome{Message: provider.Text("one")}, provider.Outcome{Message: provider.Text("two")},

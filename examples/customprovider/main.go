@@ -28,7 +28,7 @@ type chatProvider struct {
 	client  *http.Client
 }
 
-// Stream sends the runtime context and returns the whole answer at once
+// Stream sends the context and returns the whole answer at once
 // (a non-streaming provider calls onDelta once, with all the text).
 func (p *chatProvider) Stream(ctx context.Context, req musepi.ProviderRequest, onDelta func(musepi.Delta)) *musepi.AssistantMessage {
 	type message struct {

@@ -112,7 +112,7 @@ func New(cfg Config) *Provider {
 }
 
 // ResetSession does nothing. The Messages API is stateless: every call sends
-// the whole runtime context, so the adapter caches nothing per session (there
+// the whole context, so the adapter caches nothing per session (there
 // is no equivalent of OpenAI's previous_response_id to drop).
 func (p *Provider) ResetSession(string) {}
 

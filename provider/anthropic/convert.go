@@ -74,7 +74,7 @@ func inputSchema(schemaJSON string) (sdk.ToolInputSchemaParam, error) {
 	return param.Override[sdk.ToolInputSchemaParam](json.RawMessage(s)), nil
 }
 
-// contextBuilder turns runtime context entries into API messages, keeping
+// contextBuilder turns context entries into API messages, keeping
 // the request well formed for the API:
 //   - consecutive tool results share one user message, right after the
 //     assistant message whose tool calls they answer;

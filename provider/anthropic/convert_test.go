@@ -39,7 +39,7 @@ func toolCall(id, name, args string) *messages.ContentBlock {
 	return &messages.ContentBlock{Block: &messages.ContentBlock_ToolCall{ToolCall: &messages.ToolCall{Id: id, Name: name, ArgumentsJson: args}}}
 }
 
-// TestRequestMapping checks the messages sent for a runtime context, as
+// TestRequestMapping checks the messages sent for a context, as
 // decoded from the request body the server received.
 func TestRequestMapping(t *testing.T) {
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request, s *testServer) {

@@ -19,7 +19,7 @@ import (
 // TestChatReasoningIsThinking (spec 2): reasoning streamed by an
 // OpenAI-compatible chat server (reasoning_content, or OpenRouter's
 // reasoning) streams as thinking deltas, is a thinking block of the
-// message, is kept in history and the runtime context, and is never sent
+// message, is kept in history and the context, and is never sent
 // back to the server.
 func TestChatReasoningIsThinking(t *testing.T) {
 	t.Parallel()

@@ -91,12 +91,12 @@ func TestResponsesStaleReplayRecoversAfterResetSession(t *testing.T) {
 	}, "\n") {
 		t.Errorf("history:\n  %s", strings.Join(got, "\n  "))
 	}
-	runtime, err := s.Messages(ctx)
+	inContext, err := s.Messages(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(runtime); n != 4 {
-		t.Errorf("runtime context holds %d entries, want 4 (the stale error stripped): %v", n, describe(runtime))
+	if n := len(inContext); n != 4 {
+		t.Errorf("context holds %d entries, want 4 (the stale error stripped): %v", n, describe(inContext))
 	}
 }
 

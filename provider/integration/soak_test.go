@@ -279,7 +279,7 @@ func TestSoak(t *testing.T) {
 		c.mu.Unlock()
 	}
 	// History never loses or duplicates an entry: sequence numbers run
-	// 1..n, one user entry per prompt taken, and the runtime context is
+	// 1..n, one user entry per prompt taken, and the context is
 	// drawn from it.
 	for i, s := range handles {
 		hist, err := s.History(context.Background())
@@ -306,7 +306,7 @@ func TestSoak(t *testing.T) {
 		}
 		for _, e := range msgs {
 			if !seqs[e.Seq] {
-				t.Errorf("session %d: runtime entry %d is not in the history", i, e.Seq)
+				t.Errorf("session %d: context entry %d is not in the history", i, e.Seq)
 			}
 		}
 	}

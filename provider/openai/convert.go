@@ -40,7 +40,7 @@ type item struct {
 // unanswered tool call.
 const noResult = "No result provided"
 
-// itemsOf maps the runtime context to items: user messages, assistant
+// itemsOf maps the context to items: user messages, assistant
 // messages (text and tool calls; thinking is left out) and tool results.
 // ModelChange entries, assistant turns that failed or were aborted, and
 // empty assistant turns are skipped. Every tool call gets exactly one
