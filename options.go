@@ -20,29 +20,13 @@ import (
 	"github.com/musepi/musepi/retry"
 )
 
-// Credential is one API key of a provider (WithProvider). NewRuntime
-// refuses a credential without a key: a provider whose server needs no key
-// is given no credentials, and no adapter fills a missing key in from the
-// environment (OPENAI_API_KEY, ANTHROPIC_API_KEY).
-type Credential struct {
-	// Name names the credential in events and logs (never the key); unique
-	// within its provider, not empty.
-	Name string
-	// APIKey is the key sent with the credential's calls. Exactly one of
-	// APIKey and APIKeyEnv is set.
-	APIKey string
-	// APIKeyEnv names the environment variable holding the key, which
-	// NewRuntime reads (leading and trailing spaces trimmed); it refuses
-	// a variable that is not set or is empty, naming the credential.
-	APIKeyEnv string
-	// BankedResets is how many usage-limit resets this credential may
-	// spend when no sibling credential is free (only with WithAutoRedeem).
-	BankedResets int
-	// RateLimits are the credential's per-minute limits, which pace its
-	// turns until the provider's responses announce the limits (and for
-	// servers that announce none). None: the provider's (WithRateLimits).
-	RateLimits RateLimits
-}
+// Credential is one API key of a provider (WithProvider): its name, its
+// key (APIKey, or APIKeyEnv naming the environment variable NewRuntime
+// reads it from), the usage-limit resets it may spend (BankedResets) and
+// its RateLimits. NewRuntime refuses a credential without a key. The
+// runtime's actors spend it as it is (actors.Credential documents the
+// fields).
+type Credential = actors.Credential
 
 // RateLimits are a credential's per-minute rate limits (0: none):
 // requests, tokens, input tokens and output tokens.

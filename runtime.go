@@ -206,7 +206,7 @@ func (cfg *runtimeConfig) resolveCredentials(name string) error {
 			return fmt.Errorf("credential %d: empty or duplicate name %q", i, c.Name)
 		}
 		seen[c.Name] = true
-		key, err := c.key()
+		key, err := credentialKey(c)
 		if err != nil {
 			return fmt.Errorf("credential %q: %w", c.Name, err)
 		}
@@ -215,9 +215,9 @@ func (cfg *runtimeConfig) resolveCredentials(name string) error {
 	return nil
 }
 
-// key is the credential's API key: APIKey, or the value of the variable
+// credentialKey is c's API key: APIKey, or the value of the variable
 // APIKeyEnv names; an error when there is none.
-func (c *Credential) key() (string, error) {
+func credentialKey(c *Credential) (string, error) {
 	switch {
 	case c.APIKey != "" && c.APIKeyEnv != "":
 		return "", errors.New("both APIKey and APIKeyEnv are set: give one")
@@ -343,14 +343,11 @@ func (c *runtimeConfig) refunds(name string) bool {
 // holds them: a credential without rate limits of its own takes the
 // provider's (WithRateLimits).
 func (c *runtimeConfig) actorCredentials(provider string) []actors.Credential {
-	creds := c.creds[provider]
-	out := make([]actors.Credential, len(creds))
-	for i, cr := range creds {
-		limits := cr.RateLimits
-		if !limits.Any() {
-			limits = c.rateLimits[provider]
+	out := slices.Clone(c.creds[provider])
+	for i := range out {
+		if !out[i].RateLimits.Any() {
+			out[i].RateLimits = c.rateLimits[provider]
 		}
-		out[i] = actors.Credential{Name: cr.Name, APIKey: cr.APIKey, BankedResets: cr.BankedResets, Limits: limits}
 	}
 	return out
 }

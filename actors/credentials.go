@@ -14,16 +14,32 @@ import (
 	"github.com/musepi/musepi/retry"
 )
 
-// Credential is one API key of a provider.
+// Credential is one API key of a provider (musepi.WithProvider, which
+// names it musepi.Credential). NewRuntime refuses a credential without a
+// key: a provider whose server needs no key is given no credentials, and no
+// adapter fills a missing key in from the environment (OPENAI_API_KEY,
+// ANTHROPIC_API_KEY).
 type Credential struct {
-	Name   string // unique within the provider
+	// Name names the credential in events and logs (never the key); unique
+	// within its provider, not empty.
+	Name string
+	// APIKey is the key sent with the credential's calls. Exactly one of
+	// APIKey and APIKeyEnv is set.
 	APIKey string
-	// BankedResets is how many usage-limit resets this credential may spend
-	// (only with auto-redeem on).
+	// APIKeyEnv names the environment variable holding the key, which
+	// NewRuntime reads (leading and trailing spaces trimmed) into APIKey
+	// before the credential reaches its actor; it refuses a variable that
+	// is not set or is empty, naming the credential.
+	APIKeyEnv string
+	// BankedResets is how many usage-limit resets this credential may
+	// spend when no sibling credential is free (only with auto-redeem on:
+	// musepi.WithAutoRedeem).
 	BankedResets int
-	// Limits are the credential's configured rate limits, which pace its
-	// calls until its responses announce theirs (none: the headers only).
-	Limits pacing.Limits
+	// RateLimits are the credential's per-minute limits, which pace its
+	// turns until the provider's responses announce the limits (and for
+	// servers that announce none). None: the provider's
+	// (musepi.WithRateLimits).
+	RateLimits pacing.Limits
 }
 
 // CredentialsPolicy is how a provider's credentials actor spends its keys.

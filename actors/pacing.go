@@ -46,7 +46,7 @@ func newPacingState(now time.Time, creds []Credential, policy CredentialsPolicy)
 	limits := map[string]pacing.Limits{}
 	for i, c := range creds {
 		names[i] = c.Name
-		limits[c.Name] = c.Limits
+		limits[c.Name] = c.RateLimits
 	}
 	return &pacingState{pacer: pacing.New(names, limits, now, pacing.Options{Refunds: policy.Refunds, StickyWait: policy.StickyWait, Window: policy.Window}),
 		granted: map[string]reservation{}, waiting: map[string]reservation{}}

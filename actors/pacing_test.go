@@ -53,7 +53,7 @@ func newPacedActor(t *testing.T, limits pacing.Limits) *pacedActor {
 	clk := clock.NewVirtual(time.Unix(1_000, 0))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	t.Cleanup(sys.Shutdown)
-	creds := []Credential{{Name: "A", Limits: limits}, {Name: "B", Limits: limits}}
+	creds := []Credential{{Name: "A", RateLimits: limits}, {Name: "B", RateLimits: limits}}
 	p := &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{},
 		creds: sys.Root.Spawn(CredentialsProps(clk, creds, CredentialsPolicy{Pacing: true, Window: time.Minute}, NewCredentialsView(creds)))}
 	return p

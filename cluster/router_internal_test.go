@@ -190,7 +190,7 @@ func TestRouterPausesBetweenAttempts(t *testing.T) {
 func TestRouterPacing(t *testing.T) {
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
-	creds := []actors.Credential{{Name: "A", Limits: pacing.Limits{RPM: 1}}}
+	creds := []actors.Credential{{Name: "A", RateLimits: pacing.Limits{RPM: 1}}}
 	view := actors.NewCredentialsView(creds)
 	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{Pacing: true}, view)
