@@ -97,7 +97,7 @@ func TestPanickingJitterSourceEndsThePrompt(t *testing.T) {
 		"agent_settled success=true")
 }
 
-// armPanicClock panics once when the retry child arms a backoff timer
+// armPanicClock panics once when the retry actor arms a backoff timer
 // (the first AfterFunc called from RetryActor.Receive).
 type armPanicClock struct {
 	*clock.Virtual
@@ -127,7 +127,7 @@ func calledFrom(fn string) bool {
 	}
 }
 
-// The retry child owns the backoff. When it panics, its guardian
+// The retry actor owns the backoff. When it panics, its guardian
 // stops it and tells the session, which starts a new child from its core's
 // state (InTimerLost): the backoff is armed again for what is left of it,
 // and the prompt goes on as if nothing happened.
@@ -157,7 +157,7 @@ func TestCrashContainmentRetryChild(t *testing.T) {
 		"auto_retry_end success=true attempt=1",
 		"agent_settled success=true")
 	if !strings.Contains(logs.String(), "retry actor stopped; starting a new one") {
-		t.Fatalf("the session did not restart its retry child; logs:\n%s", logs.String())
+		t.Fatalf("the session did not restart its retry actor; logs:\n%s", logs.String())
 	}
 }
 

@@ -75,7 +75,7 @@ func startSessions(b *testing.B, ctx context.Context, clk *clock.Virtual, rt *mu
 }
 
 // BenchmarkIdleSession reports the heap and goroutines one idle session
-// holds (session actor, its retry child, registry entries), per session.
+// holds (session actor, its retry actor, registry entries), per session.
 func BenchmarkIdleSession(b *testing.B) {
 	clk := clock.NewVirtual(time.Unix(0, 0))
 	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())

@@ -1196,8 +1196,8 @@ func (x *ArmRetryTimer) GetSession() *ActorRef {
 	return nil
 }
 
-// RetryStopped tells a session its retry child panicked and was stopped
-// (by the retry children's guardian): the session arms its backoff again
+// RetryStopped tells a session its retry actor panicked and was stopped
+// (by the retry actorren's guardian): the session arms its backoff again
 // through a new child.
 type RetryStopped struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

@@ -59,7 +59,7 @@ func runMusePi(ctx context.Context, e *env, budget bool, nodes int) (System, err
 	if e.mode == "real" {
 		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4)}
 	}
-	name, desc := "musepi", "MusePi runtime: session actor + retry child per session, PromptAsync"
+	name, desc := "musepi", "MusePi runtime: session actor + retry actor per session, PromptAsync"
 	if e.budgetCompared {
 		if budget {
 			name, desc = "musepi-budget-on", desc+", retry budget on"
@@ -282,7 +282,7 @@ func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onD
 
 // latenessClock is the wall clock measuring how late each timer of the
 // runtime wakes: from its deadline to its callback. Each backoff is its
-// retry child's timer (a passivating session's waits in its scheduler's
+// retry actor's timer (a passivating session's waits in its scheduler's
 // queue, under a timer armed for the earliest task, whose lateness it so
 // measures), and the stream watchdog adds a check now and then.
 type latenessClock struct {
