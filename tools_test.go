@@ -186,3 +186,44 @@ func TestIsCompactingWhileTheHookRuns(t *testing.T) {
 		t.Error("IsCompacting = true after the hook returned")
 	}
 }
+
+// While a compaction asked for between prompts runs, a prompt and another
+// compaction are refused (the session's core is compacting), and the
+// compaction's caller gets the compacted context; a prompt then goes on.
+func TestCompactionBetweenPromptsRefusesAPrompt(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	hook := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
+		close(entered)
+		<-release
+		return runtime, nil
+	}
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Text("hi")})),
+		musepi.WithCompactionHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func() { _ = rt.Shutdown(ctx) }()
+	s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Compact(ctx); done <- err }()
+	<-entered
+	if _, err := s.Prompt(ctx, "hello"); !errors.Is(err, musepi.ErrBusy) {
+		t.Errorf("Prompt while compacting = %v, want ErrBusy", err)
+	}
+	if _, err := s.Compact(ctx); err == nil || !strings.Contains(err.Error(), "a prompt or a compaction is running") {
+		t.Errorf("Compact while compacting = %v, want refused", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prompt(ctx, "hello"); err != nil {
+		t.Fatalf("Prompt after the compaction: %v", err)
+	}
+}

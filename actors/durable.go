@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -15,34 +14,17 @@ import (
 
 // HandedOverError is the error text of a prompt whose session was handed
 // over.
-const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
+const HandedOverError = session.HandedOverError
 
-// durable is a session actor's state for durable chains (records: its Log,
-// when it keeps records; batch: the model changes of the step being
-// carried out; armed: the step armed a backoff timer; recordKept: a record
-// in backoff is stored), Attach (waiterAttached: the waiter came with
-// AttachPrompt, and a later one replaces it; orphan: the result of the
-// last prompt, when it settled with nobody waiting) and HandOver
-// (handOverTo asked for one, done once the session is at rest) or a take
-// over (leaving: the actor stops for either, with no InStop: the chain
-// goes on at the session's next activation).
+// durable is a session actor's state for durable chains, on a Log that
+// keeps records: the model changes of the step being carried out (batch),
+// whether the step armed a backoff timer (armed), and whether a record in
+// backoff is stored (recordKept).
 type durable struct {
-	records        history.RecordLog
-	batch          []*messages.Entry
-	armed          bool
-	recordKept     bool
-	waiterAttached bool
-	leaving        bool
-	orphan         *messages.PromptResult
-	handOverTo     *actor.PID
-}
-
-// durable returns the session's durable state, made on first use.
-func (s *SessionActor) durable() *durable {
-	if s.dur == nil {
-		s.dur = &durable{}
-	}
-	return s.dur
+	records    history.RecordLog
+	batch      []*messages.Entry
+	armed      bool
+	recordKept bool
 }
 
 // A session whose history Log is a history.RecordLog keeps its retry chain
@@ -215,73 +197,73 @@ func (s *SessionActor) batchModelChange(d *durable, entry *messages.Entry) {
 	d.batch = append(d.batch, entry)
 }
 
-// attach answers an AttachPrompt: the caller becomes the waiter of the
-// running prompt of the generation asked (0: the current one), replacing
-// an earlier attached caller (who is told so) but never the prompt's own
-// caller, unless the attach names the own caller's address as the one it
-// replaces: that is the prompt's handle, which gave its reply address up
-// (its node left the cluster and came back on the same address, so the
-// activation it attaches to is the one its prompt reached). A prompt that
-// already settled with nobody attached is answered at once.
-func (s *SessionActor) attach(ctx actor.Context, m *messages.AttachPrompt) {
-	d := s.durable()
-	gen := m.GetGeneration()
-	if gen == 0 {
-		gen = s.core.Generation()
+// executeLifecycle carries out the effects of what a session does
+// between and around its prompts: it answers their callers (a compaction
+// asked for, an attach, a hand-over), and leaves its actors.
+func (s *SessionActor) executeLifecycle(ctx actor.Context, e *session.Effect) {
+	switch e.Kind {
+	case session.RejectCompaction:
+		ctx.Respond(&messages.CompactReply{Error: e.Error})
+	case session.ReplyCompaction:
+		s.publishState() // its caller reads the session no longer compacting
+		tell(ctx, s.compactCaller, compactReply(s.runtime, e))
+		s.compactCaller = nil
+	case session.AttachCaller:
+		tell(ctx, s.waiter, &messages.PromptResult{Generation: e.Generation, ErrorKind: string(session.KindBusy),
+			Error: "another caller attached to the prompt"})
+		s.waiter, s.attached = ctx.Sender(), true
+	case session.AcceptHandOver:
+		s.handOverTo = ctx.Sender()
+	case session.RefuseHandOver:
+		ctx.Respond(&messages.Ack{Error: e.Error})
+	case session.ReplyHandOver:
+		tell(ctx, s.handOverTo, &messages.Ack{Error: e.Error})
+		s.handOverTo = nil
+	case session.HandOver:
+		s.handOver(ctx, e.Result)
+	case session.Leave:
+		s.leave(ctx, e.Result)
+	case session.Passivate:
+		s.passivate(ctx)
+	case session.CancelPassivation:
+		s.deps.Passivation.Unhold(s.cfg.ID)
 	}
-	switch {
-	case s.core.Busy() && gen == s.core.Generation() && s.waiter != nil && !d.waiterAttached &&
-		(s.waiter.GetAddress() != m.GetReplacesAddress() || s.waiter.GetId() != m.GetReplacesId()):
-		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: string(session.KindBusy),
-			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"})
-	case s.core.Busy() && gen == s.core.Generation():
-		if s.waiter != nil {
-			ctx.Send(s.waiter, &messages.PromptResult{Generation: gen, ErrorKind: string(session.KindBusy), Error: "another caller attached to the prompt"})
+}
+
+// tell sends msg to pid, when there is one to answer.
+func tell(ctx actor.Context, pid *actor.PID, msg any) {
+	if pid != nil {
+		ctx.Send(pid, msg)
+	}
+}
+
+// compactReply is the answer to a compaction asked for between prompts
+// (ReplyCompaction e), from the runtime context before it: its size, and
+// on success the compacted context's.
+func compactReply(runtime []*messages.Entry, e *session.Effect) *messages.CompactReply {
+	reply := &messages.CompactReply{Error: e.Error, EntriesBefore: int32(len(runtime))}
+	for i := len(runtime) - 1; i >= 0; i-- {
+		if a := runtime[i].GetAssistant(); a != nil {
+			u := a.GetUsage()
+			reply.TokensBefore = u.GetInput() + u.GetCacheRead() + u.GetCacheWrite()
+			break
 		}
-		s.waiter, d.waiterAttached = ctx.Sender(), true
-	case d.orphan != nil && d.orphan.GetGeneration() == gen:
-		ctx.Respond(d.orphan)
-	default:
-		ctx.Respond(&messages.PromptResult{Generation: gen, ErrorKind: string(session.KindNoPrompt),
-			Error: fmt.Sprintf("no prompt of generation %d to attach to (the session is at generation %d)", gen, s.core.Generation())})
 	}
+	if e.Error == "" {
+		reply.EntriesAfter = int32(len(e.Context))
+		if len(e.Context) > 0 {
+			reply.FirstKeptSeq = e.Context[0].GetSeq()
+		}
+	}
+	return reply
 }
 
-// handOver answers a HandOver request: refused without a Log that keeps
-// records, done at once when the session is at rest, else when it next is
-// (handOverIfAtRest, after each step).
-func (s *SessionActor) handOver(ctx actor.Context) {
-	d := s.durable()
-	switch {
-	case d.records == nil:
-		ctx.Respond(&messages.Ack{Error: "the session's history store keeps no records: its retry chain cannot be handed over"})
-	case d.handOverTo != nil:
-		ctx.Respond(&messages.Ack{Error: "a hand-over is in progress"})
-	case errors.Is(s.hold(), history.ErrTaken):
-		// Another activation has the session (this node was dropped, or
-		// paused past its lease): there is nothing to hand over.
-		s.leave(ctx)
-		ctx.Respond(&messages.Ack{})
-	default:
-		d.handOverTo = ctx.Sender()
-		s.handOverIfAtRest(ctx, d)
-	}
-}
-
-// handOverIfAtRest hands the session over when one is asked for and the
-// session is at rest (idle, or in a backoff whose record is written): its
-// record is written again (with the history's current seq), the prompt's
-// caller is told, and the actor stops without ending the chain (Stopping
-// is no InStop); its Stopped closes the history, which frees the session
-// for another runtime.
-func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
-	st := s.core.State()
-	if st != session.Idle && st != session.Backoff || s.compactWaiter != nil {
-		return
-	}
-	to := d.handOverTo
-	d.handOverTo = nil
-	if st == session.Backoff {
+// handOver hands the session over at rest: its record is written again
+// (in a backoff, with the history's current seq), the actor leaves, and
+// the hand-over's caller is told. A record that cannot be written keeps
+// the session here (InHandOverFailed).
+func (s *SessionActor) handOver(ctx actor.Context, res *session.Result) {
+	if s.core.State() == session.Backoff {
 		r, err := s.core.Record()
 		var enc history.Record
 		if err == nil {
@@ -289,31 +271,45 @@ func (s *SessionActor) handOverIfAtRest(ctx actor.Context, d *durable) {
 			enc, err = encodeRecord(r)
 		}
 		if err == nil {
-			err = d.records.CommitRecord(enc)
+			err = s.dur.records.CommitRecord(enc)
 		}
 		if err != nil {
-			ctx.Send(to, &messages.Ack{Error: fmt.Sprintf("write the session's record: %v", err)})
+			s.pending = append(s.pending, session.Input{Kind: session.InHandOverFailed, Err: err.Error()})
 			return
 		}
 	}
-	s.leave(ctx)
-	ctx.Send(to, &messages.Ack{})
+	s.leave(ctx, res)
+	tell(ctx, s.handOverTo, &messages.Ack{})
+	s.handOverTo = nil
 }
 
 // leave stops the actor without ending the session's chain, which goes on
 // at its next activation: the session was handed over (its record
-// written) or another activation took it (hold found history.ErrTaken:
-// this node was paused or cut off past its lease, and acts no more). A
-// waiting prompt is answered "handed over", so that its handle attaches
-// to the next activation.
-func (s *SessionActor) leave(ctx actor.Context) {
-	if s.waiter != nil {
-		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindHandedOver), Error: HandedOverError})
+// written) or another activation took it (its hold found
+// history.ErrTaken: this node was paused or cut off past its lease, and
+// acts no more). A waiting prompt is answered with res ("handed over"),
+// so that its handle attaches to the next activation.
+func (s *SessionActor) leave(ctx actor.Context, res *session.Result) {
+	if s.waiter != nil && res != nil {
+		ctx.Send(s.waiter, promptResult(res))
 		s.waiter = nil
 	}
 	if s.wakeAtScheduler {
 		ctx.Send(s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
 	}
-	s.durable().leaving = true
+	ctx.Stop(ctx.Self())
+}
+
+// passivate gives the session's state to its root for its next actor and
+// stops (see Passivation); if messages were held meanwhile the root
+// delivers them instead, and the session stays (InWake).
+func (s *SessionActor) passivate(ctx actor.Context) {
+	kept := s.asleep // the next actor's, untouched by this one as it stops
+	s.entry.passivated = &kept
+	if !s.deps.Passivation.Passivated(s.cfg.ID) {
+		s.entry.passivated = nil
+		s.pending = append(s.pending, session.Input{Kind: session.InWake})
+		return
+	}
 	ctx.Stop(ctx.Self())
 }

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -54,12 +55,9 @@ type SessionActor struct {
 	// carried out (historyErr: the one that ends the prompt).
 	stepHistoryErr *history.Error
 
-	compactWaiter *actor.PID // the caller of a manual compaction in progress
+	compactCaller *actor.PID // who asked for the compaction between prompts running
+	handOverTo    *actor.PID // who asked for the hand-over the core waits to do
 
-	stopped bool // Stopping was received
-	// passivating: the actor stops because the session left it while it
-	// waits (its state lives on in entry.passivated).
-	passivating bool
 	listening   bool // someone subscribes to the events, as the step running found
 	revertModel bool
 	panicked    string // what the actor panicked with (reportPanic), for its prompt's error
@@ -98,7 +96,7 @@ func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 			r.record = rec
 			cfg.State.Init(rec.Model, rec.AutoRetry)
 			if c, err := session.Resume(session.Config{}, nil, *rec); err == nil {
-				cfg.State.publish(c, false) // what the actor will stand at, for callers from now on
+				cfg.State.publish(c) // what the actor will stand at, for callers from now on
 			}
 			deps.Log.Info("resuming the session's retry chain from its record", slog.String("session", cfg.ID), slog.Int("attempt", rec.Chain.Attempt), slog.Time("due", rec.SleepUntil))
 			return &PreparedSession{cfg: &cfg, resumed: &r}, nil
@@ -161,11 +159,11 @@ type asleep struct {
 	runtime    []*messages.Entry
 	historySeq uint64
 	eventSeq   uint64
-	waiter     *actor.PID // the Prompt call's future
+	waiter     *actor.PID // the Prompt call's future, or the caller attached to the prompt
+	attached   bool       // the waiter attached (AttachPrompt): a later one replaces it
 	// historyErr is the history write that failed and ends the prompt.
 	historyErr *history.Error
-	// dur is the state of durable chains, attach and hand-over (nil until
-	// one is used: a session on a store without records rarely needs it).
+	// dur is the state of durable chains (nil on a store without records).
 	dur        *durable
 	promptUser *messages.UserMessage // the prompt running, for its agent_start
 	turnModel  string                // "provider/model" of the turn running
@@ -213,9 +211,10 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
 	case *messages.AttachPrompt:
-		s.attach(ctx, m)
+		s.step(ctx, session.Input{Kind: session.InAttach, Generation: m.GetGeneration(), OwnCaller: s.waiter != nil && !s.attached,
+			Replaces: s.waiter.GetAddress() == m.GetReplacesAddress() && s.waiter.GetId() == m.GetReplacesId()})
 	case *messages.HandOver:
-		s.handOver(ctx)
+		s.step(ctx, session.Input{Kind: session.InHandOver, Taken: errors.Is(s.hold(), history.ErrTaken)})
 	case *messages.TurnFinished:
 		s.turnFinished(ctx, m)
 	case *messages.ToolsFinished:
@@ -224,11 +223,11 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.wakeAtScheduler = false
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: s.keyFree()})
 	case *messages.Passivate:
-		s.passivate(ctx, m.GetToken())
+		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.GetToken()})
 	case *messages.CompactionFinished:
-		s.compactionFinished(ctx, m)
+		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
 	case *messages.CompactRequest:
-		s.manualCompact(ctx)
+		s.step(ctx, session.Input{Kind: session.InCompact})
 	case *messages.SetModelRequest:
 		ctx.Respond(s.setModel(ctx, m.GetModel()))
 	case *messages.MessagesRequest:
@@ -323,7 +322,7 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 		return
 	}
 	if m.GetTaken() { // its guard found the session another's: nothing was sent
-		s.leave(ctx)
+		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
 	s.running = nil // over: a session waiting in backoff keeps no turn
@@ -351,7 +350,7 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 		return
 	}
 	if m.GetTaken() { // its hold found the session another's: nothing ran
-		s.leave(ctx)
+		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
 	s.running = nil
@@ -370,16 +369,6 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err, KeyFree: s.keyFree()})
 }
 
-// compactionFinished hands an automatic compaction's outcome to the core;
-// a manual one ends on its own.
-func (s *SessionActor) compactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
-	if m.GetManual() {
-		s.manualCompactionFinished(ctx, m)
-		return
-	}
-	s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
-}
-
 // setModel switches the session's model, once checked and written to the history.
 func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
 	ack := s.checkModel(model)
@@ -395,7 +384,7 @@ func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
 // retryGuardian, says so); the core arms the backoff again, through a new
 // child, for what is left of it (its task replaces the old one's).
 func (s *SessionActor) retryStopped(ctx actor.Context, m *messages.RetryStopped) {
-	if s.stopped || s.retryPID == nil || m.GetChildId() != s.retryPID.GetId() {
+	if s.retryPID == nil || m.GetChildId() != s.retryPID.GetId() {
 		return
 	}
 	s.deps.Log.Error("retry actor stopped; starting a new one", slog.String("session", s.cfg.ID))
@@ -437,23 +426,14 @@ func (s *SessionActor) restarting(ctx actor.Context) {
 	s.stopRetry(ctx)
 }
 
-// stopping ends the session's actor: a hand-over under way is refused, and
-// the core stops (a prompt running ends with ErrShutdown), unless the
-// session passivates or leaves for another node's activation.
+// stopping ends the session's actor: the core stops (a prompt running
+// ends with ErrShutdown), unless the session passivated or left for
+// another activation, which its host may just have found.
 func (s *SessionActor) stopping(ctx actor.Context) {
-	s.stopped = true
-	d := s.dur
-	if d != nil && d.handOverTo != nil { // stopped before the session came to rest
-		ctx.Send(d.handOverTo, &messages.Ack{Error: "the session stopped before it could be handed over"})
-		d.handOverTo = nil
+	if s.core.Presence() == session.Present && s.taken() {
+		s.step(ctx, session.Input{Kind: session.InTaken})
 	}
-	switch {
-	case s.passivating || d != nil && d.leaving:
-	case s.taken(): // stopped by its host, which found the session another activation's
-		s.leave(ctx)
-	default:
-		s.step(ctx, session.Input{Kind: session.InStop})
-	}
+	s.step(ctx, session.Input{Kind: session.InStop})
 	s.stopRetry(ctx)
 }
 
@@ -461,7 +441,7 @@ func (s *SessionActor) stopping(ctx actor.Context) {
 // passivated (its next actor takes the history up).
 func (s *SessionActor) exited(ctx actor.Context) {
 	s.deps.sessions.remove(ctx.Self().Id, s.entry)
-	if s.passivating {
+	if s.core.Presence() == session.Passivated {
 		return
 	}
 	if err := s.cfg.History.Close(); err != nil {
@@ -474,19 +454,11 @@ func (s *SessionActor) exited(ctx actor.Context) {
 // it to the core; a prompt that cannot be written ends at once with the
 // error.
 func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
-	if s.compactWaiter != nil {
-		ctx.Respond(&messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindBusy),
-			Error: "the session is being compacted; wait for compact to answer"})
-		return
-	}
-	if s.core.Busy() {
+	if s.core.State() != session.Idle {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	s.waiter, s.historyErr = ctx.Sender(), nil
-	if d := s.dur; d != nil {
-		d.waiterAttached, d.orphan = false, nil
-	}
+	s.waiter, s.attached, s.historyErr = ctx.Sender(), false, nil
 	user, entry := userEntry(m.GetText(), s.deps.Clock.Now().UnixMilli())
 	s.promptUser = user
 	err := s.writeHistory(true, entry...)
@@ -580,9 +552,6 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	pendingBuffers.Put(pend)
 	s.pending = nil
 	s.publishState()
-	if d := s.dur; d != nil && d.handOverTo != nil {
-		s.handOverIfAtRest(ctx, d)
-	}
 	return historyErr
 }
 
@@ -625,13 +594,13 @@ func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions)
 
 // publishState mirrors what callers read without asking the actor.
 func (s *SessionActor) publishState() {
-	s.cfg.State.publish(&s.core, s.compactWaiter != nil)
+	s.cfg.State.publish(&s.core)
 }
 
-// publish mirrors the core's state; compacting: a manual compaction runs.
-func (st *SessionState) publish(c *session.Core, compacting bool) {
+// publish mirrors the core's state.
+func (st *SessionState) publish(c *session.Core) {
 	st.busy.Store(c.Busy())
-	st.compacting.Store(c.State() == session.Compacting || compacting)
+	st.compacting.Store(c.State() == session.Compacting || c.State() == session.CompactingOnRequest)
 	st.phase.Store(uint32(c.State()))
 	var retryAt int64
 	if t := c.WaitingUntil(); !t.IsZero() {
@@ -650,19 +619,19 @@ func (s *SessionActor) started(ctx actor.Context) {
 	if a := entry.passivated; a != nil { // the session comes back from waiting
 		entry.passivated = nil
 		s.asleep = *a
-		s.publishState()
+		s.step(ctx, session.Input{Kind: session.InWake})
 		return
 	}
 	r, restarted := s.takeResumed()
 	s.runtime, s.historySeq = r.runtime, r.seq
-	cfg := s.coreConfig(r)
-	if restarted { // after a panic: its generations go on
-		cfg.Generation = s.cfg.State.Generation()
-	}
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:
 		// the session's next step at rest clears it.
 		s.dur = &durable{records: records, recordKept: restarted}
+	}
+	cfg := s.coreConfig(r)
+	if restarted { // after a panic: its generations go on
+		cfg.Generation = s.cfg.State.Generation()
 	}
 	if rec := r.record; rec != nil && s.dur != nil {
 		core, err := session.Resume(cfg, s.newSource(), *rec)
@@ -700,7 +669,7 @@ func (s *SessionActor) coreConfig(r *resumed) session.Config {
 	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
 		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
 		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
-		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After,
+		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After, Recorded: s.dur != nil,
 		Paced: s.deps.shared().paced}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
@@ -839,23 +808,4 @@ var schedulerSeed = maphash.MakeSeed()
 func isFailure(m *messages.AssistantMessage) bool {
 	r := m.GetStopReason()
 	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
-}
-
-// passivate ends a passivation the session asked for (see Passivation):
-// when the marker of token comes the session, if it still waits out that
-// backoff, gives its state to its root and stops.
-func (s *SessionActor) passivate(ctx actor.Context, token uint64) {
-	p := s.deps.Passivation
-	if s.core.BackoffToken() != token || s.compactWaiter != nil {
-		p.Unhold(s.cfg.ID)
-		return
-	}
-	kept := s.asleep // the next actor's, untouched by this one as it stops
-	s.entry.passivated = &kept
-	if !p.Passivated(s.cfg.ID) {
-		s.entry.passivated = nil
-		return
-	}
-	s.passivating = true
-	ctx.Stop(ctx.Self())
 }

@@ -58,8 +58,10 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 		s.tellShared(ctx, e)
 	case session.Settle:
 		s.settle(ctx, e.Result)
-	case session.RejectPrompt:
+	case session.RejectPrompt, session.ReplyAttach:
 		ctx.Respond(promptResult(e.Result))
+	default:
+		s.executeLifecycle(ctx, e)
 	}
 }
 
@@ -165,14 +167,20 @@ func (s *SessionActor) keyFree() bool {
 }
 
 // compactFor compacts the context after an overflow, unless automatic
-// compaction is off: then the overflow ends the prompt.
+// compaction is off: then the overflow ends the prompt. A compaction asked
+// for between prompts runs whatever the setting.
 func (s *SessionActor) compactFor(ctx actor.Context, e *session.Effect) {
+	if e.Message == nil { // asked for between prompts: its caller waits
+		s.compactCaller = ctx.Sender()
+		s.compact(ctx, e.Generation, nil)
+		return
+	}
 	if !s.cfg.State.AutoCompaction() {
 		s.pending = append(s.pending, session.Input{Kind: session.InCompactionDone, Generation: e.Generation,
 			Err: e.Message.GetErrorMessage()})
 		return
 	}
-	s.compact(ctx, e.Generation, e.Message, false)
+	s.compact(ctx, e.Generation, e.Message)
 }
 
 // armTimer hands a backoff to the retry child, or, for a backoff the
@@ -253,11 +261,9 @@ func (s *SessionActor) tellShared(ctx actor.Context, e *session.Effect) {
 	}
 }
 
-// settle answers the prompt's waiter with its result, or keeps the result
-// for a caller that attaches later (a durable chain's orphan).
+// settle answers the prompt's waiter with its result, if any.
 func (s *SessionActor) settle(ctx actor.Context, r *session.Result) {
-	if s.waiter == nil {
-		s.durable().orphan = promptResult(r)
+	if s.waiter == nil { // an attach gets it from the core
 		return
 	}
 	res := promptResult(r)
@@ -265,10 +271,7 @@ func (s *SessionActor) settle(ctx actor.Context, r *session.Result) {
 		res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
 	}
 	ctx.Send(s.waiter, res)
-	s.waiter = nil
-	if s.dur != nil {
-		s.dur.waiterAttached = false
-	}
+	s.waiter, s.attached = nil, false
 }
 
 func promptResult(r *session.Result) *messages.PromptResult {

@@ -33,7 +33,7 @@ func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credenti
 		return
 	}
 	if s.taken() { // known already: nothing to check
-		s.leave(ctx)
+		s.pending = append(s.pending, session.Input{Kind: session.InTaken})
 		return
 	}
 	if why := s.oversize; why != "" { // no key can ever take it: it fails without going out
@@ -239,7 +239,7 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 // runTools runs the tool calls of turn in order in one goroutine.
 func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
 	if s.taken() { // known already: nothing to check
-		s.leave(ctx)
+		s.pending = append(s.pending, session.Input{Kind: session.InTaken})
 		return
 	}
 	var hold func(context.Context) error
@@ -409,9 +409,9 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 }
 
 // compact runs the compaction hook on failed, the overflowing turn of
-// generation gen (nil and manual for a compaction asked between prompts),
-// in its own goroutine; the outcome comes back as CompactionFinished.
-func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage, manual bool) {
+// generation gen (nil for a compaction asked between prompts), in its own
+// goroutine; the outcome comes back as CompactionFinished.
+func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage) {
 	hook, clk, root, self, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.cfg.ID
 	runtime := append([]*messages.Entry(nil), s.runtime...)
 	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
@@ -420,7 +420,7 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 	clk.Begin()
 	s.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
-		done := &messages.CompactionFinished{Generation: gen, Manual: manual}
+		done := &messages.CompactionFinished{Generation: gen}
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -435,44 +435,6 @@ func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.A
 		}()
 		track.Send(root, clk, self, done)
 	}))
-}
-
-// manualCompact runs the compaction hook on the runtime context between
-// prompts (the RPC's compact); failed is nil for the hook.
-func (s *SessionActor) manualCompact(ctx actor.Context) {
-	switch {
-	case s.deps.Compaction == nil:
-		ctx.Respond(&messages.CompactReply{Error: "no compaction hook is configured"})
-		return
-	case s.core.Busy() || s.compactWaiter != nil:
-		ctx.Respond(&messages.CompactReply{Error: "a prompt or a compaction is running"})
-		return
-	}
-	s.compactWaiter = ctx.Sender()
-	s.cfg.State.compacting.Store(true)
-	s.compact(ctx, s.core.Generation(), nil, true)
-}
-
-func (s *SessionActor) manualCompactionFinished(ctx actor.Context, m *messages.CompactionFinished) {
-	waiter := s.compactWaiter
-	s.compactWaiter = nil
-	s.cfg.State.compacting.Store(false)
-	reply := &messages.CompactReply{Error: m.GetError(), EntriesBefore: int32(len(s.runtime))}
-	for i := len(s.runtime) - 1; i >= 0; i-- {
-		if a := s.runtime[i].GetAssistant(); a != nil {
-			u := a.GetUsage()
-			reply.TokensBefore = u.GetInput() + u.GetCacheRead() + u.GetCacheWrite()
-			break
-		}
-	}
-	if m.GetError() == "" {
-		s.runtime = m.GetContext()
-		reply.EntriesAfter = int32(len(s.runtime))
-		if len(s.runtime) > 0 {
-			reply.FirstKeptSeq = s.runtime[0].GetSeq()
-		}
-	}
-	ctx.Send(waiter, reply)
 }
 
 func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {

@@ -2902,7 +2902,6 @@ type CompactionFinished struct {
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted context
 	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
-	Manual        bool                   `protobuf:"varint,4,opt,name=manual,proto3" json:"manual,omitempty"`  // answers a CompactRequest
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2956,13 +2955,6 @@ func (x *CompactionFinished) GetError() string {
 		return x.Error
 	}
 	return ""
-}
-
-func (x *CompactionFinished) GetManual() bool {
-	if x != nil {
-		return x.Manual
-	}
-	return false
 }
 
 // CompactRequest runs the compaction hook on the context now,
@@ -3321,14 +3313,13 @@ const file_actors_proto_rawDesc = "" +
 	"\x06Forget\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\x8e\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\x84\x01\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12*\n" +
 	"\acontext\x18\x02 \x03(\v2\x10.musepi.v1.EntryR\acontext\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
-	"\x06manual\x18\x04 \x01(\bR\x06manual\"\x10\n" +
+	"\x05error\x18\x03 \x01(\tR\x05errorJ\x04\b\x04\x10\x05R\x06manual\"\x10\n" +
 	"\x0eCompactRequest\"\xbb\x01\n" +
 	"\fCompactReply\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12%\n" +

@@ -48,6 +48,9 @@ type Config struct {
 	// Generation is the last prompt's generation: a core rebuilt after its
 	// owner restarted goes on from it, so generations never repeat.
 	Generation uint64
+	// Recorded says the session's history store keeps its record, so that
+	// it can be handed over (InHandOver) with its chain.
+	Recorded bool
 }
 
 // Core is one session's lifecycle as a pure state machine, its retry
@@ -66,7 +69,15 @@ type Core struct {
 	pacedProviders  map[string]bool // Config.Paced
 	passivateAfter  time.Duration   // Config.PassivateAfter
 	compaction      bool            // Config.Compaction
+	recorded        bool            // Config.Recorded
 	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
+
+	// Where the session stands with its actors: with them, or leaving
+	// (passivated, handed over); and a hand-over asked for, done once the
+	// session is at rest. An activation's, never in a record: a core
+	// resumed from one is with its new actors.
+	presence    Presence
+	handingOver bool
 
 	// What lives within a step, never at rest.
 	now time.Time
@@ -88,7 +99,8 @@ func Make(cfg Config, src retry.Source) Core {
 	if cfg.Settings == nil {
 		cfg.Settings = &defaultSettings
 	}
-	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
+	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, recorded: cfg.Recorded,
+		credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
 		pacedProviders:  cfg.Paced,
 		passivateAfter:  cfg.PassivateAfter,
 		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
@@ -105,7 +117,7 @@ func Make(cfg Config, src retry.Source) Core {
 func (c *Core) State() State { return c.r.State }
 
 // Busy reports whether a prompt runs.
-func (c *Core) Busy() bool { return c.r.State != Idle }
+func (c *Core) Busy() bool { return c.r.State != Idle && c.r.State != CompactingOnRequest }
 
 // IsRetrying reports whether the retry lifecycle is open.
 func (c *Core) IsRetrying() bool { return c.r.Chain.Attempt > 0 }
@@ -138,6 +150,10 @@ func (c *Core) AutoRetryEnabled() bool { return c.r.AutoRetry }
 func (c *Core) Step(out *Effects, now time.Time, in Input) {
 	c.out, c.now = out, now
 	defer func() { c.out = nil }()
+	if c.presence != Present {
+		c.stepAway(in)
+		return
+	}
 	switch in.Kind {
 	case InSetAutoRetry:
 		c.r.AutoRetry = in.Enabled
@@ -149,14 +165,25 @@ func (c *Core) Step(out *Effects, now time.Time, in Input) {
 		c.stop()
 	case InHistoryFailed:
 		c.historyFailed(in.Err, in.RevertModel)
+	case InAttach:
+		c.attach(in.Generation, in.OwnCaller && !in.Replaces)
+	case InHandOver:
+		c.askHandOver(in.Taken)
+	case InTaken:
+		c.leave()
+	case InPassivate:
+		c.passivate(in.Token)
 	default:
 		c.step(c, in)
+	}
+	if c.handingOver && c.r.State.atRest() && c.presence == Present {
+		c.handOver()
 	}
 }
 
 // editGuardAbort cancels the running turn for the streaming-edit guard.
 func (c *Core) editGuardAbort() {
-	if c.r.State != Idle {
+	if c.Busy() {
 		c.r.Aborts.EditGuard = true
 		c.r.FailureKind, c.r.Failure = KindAborted, "stream aborted by the streaming-edit guard"
 		c.add(CancelTurn)
@@ -427,6 +454,14 @@ func (c *Core) compactionDone(context []*messages.Entry, err string) {
 // shutdown error.
 func (c *Core) stop() {
 	c.r.Aborts.Dispose = true
+	if c.handingOver {
+		c.handingOver = false
+		c.add(ReplyHandOver).Error = "the session stopped before it could be handed over"
+	}
+	if c.r.State == CompactingOnRequest {
+		c.become(Idle)
+		c.add(ReplyCompaction).Error = "the session shut down before the compaction ended"
+	}
 	c.add(CancelTurn)
 	if c.IsRetrying() {
 		c.emitEnd(retry.EndEvent{Attempt: c.lastStarted(), FinalError: ShutdownError})
@@ -471,7 +506,7 @@ func (c *Core) historyFailed(err string, revert bool) {
 		b := c.r.Before
 		c.r.Model, c.r.Primary, c.r.Pinned, c.r.PrimaryUntil = b.Model, b.Primary, b.Pinned, b.PrimaryUntil
 	}
-	if c.r.State == Idle {
+	if !c.Busy() {
 		return
 	}
 	c.endOnFailedWrite(err)
@@ -484,6 +519,16 @@ func (c *Core) historyFailed(err string, revert bool) {
 func (c *Core) settle() {
 	c.become(Idle)
 	res := c.out.results.add()
+	c.result(res)
+	ev := c.emit(EventAgentSettled)
+	ev.Generation, ev.Success, ev.Error = c.r.Generation, res.Error == "", res.Error
+	c.r.Aborts.User, c.r.Aborts.EditGuard = false, false
+	c.add(Settle).Result = res
+}
+
+// result sets res to how the prompt of the current generation ended (or
+// stands: the record keeps its outcome until the next prompt).
+func (c *Core) result(res *Result) {
 	res.Generation, res.Message = c.r.Generation, c.r.Last
 	switch {
 	case c.r.FailureKind != "":
@@ -505,10 +550,6 @@ func (c *Core) settle() {
 	if res.Error != "" {
 		res.Retry = c.r.RetryEnd
 	}
-	ev := c.emit(EventAgentSettled)
-	ev.Generation, ev.Success, ev.Error = c.r.Generation, res.Error == "", res.Error
-	c.r.Aborts.User, c.r.Aborts.EditGuard = false, false
-	c.add(Settle).Result = res
 }
 
 // switchModel changes the model in use and appends a model_change.

@@ -300,8 +300,13 @@ func (sc *script) input(line string) []string {
 		in = Input{Kind: InHistoryFailed, Err: arg}
 	case "history-failed-revert":
 		in = Input{Kind: InHistoryFailed, Err: arg, RevertModel: true}
+	case "passivate": // the marker of the last arm-timer's passivation (token=REF: another's)
+		in = Input{Kind: InPassivate, Token: tokenOr(sc.timer)}
 	default:
-		sc.t.Fatalf("unknown command %q", line)
+		var ok bool
+		if in, ok = sc.lifecycleInput(cmd, args, arg); !ok {
+			sc.t.Fatalf("unknown command %q", line)
+		}
 	}
 	sc.buf.Reset()
 	sc.core.Step(&sc.buf, sc.now, in)
@@ -310,8 +315,14 @@ func (sc *script) input(line string) []string {
 	for i := range effects {
 		out = append(out, sc.render(&effects[i]))
 	}
-	out = append(out, "state "+sc.core.State().Phase())
-	if st := sc.core.State(); sc.resume && (st == Idle || st == Backoff) {
+	state := "state " + sc.core.State().Phase()
+	if p := sc.core.Presence(); p != Present {
+		state += " (" + p.String() + ")"
+	}
+	out = append(out, state)
+	// A core away from its actors (passivated, left) is its activation's
+	// to the end of its script: the next one resumes from its record.
+	if st := sc.core.State(); sc.resume && (st == Idle || st == Backoff) && sc.core.Presence() == Present {
 		rec, err := sc.core.Record()
 		if err != nil {
 			sc.t.Fatalf("Record at rest (%s): %v", st, err)
@@ -387,6 +398,8 @@ func (sc *script) set(kv string) {
 		sc.src = fixedJitter(r)
 	case "showBudget":
 		sc.showBudget = v == "true"
+	case "recorded":
+		sc.cfg.Recorded = v == "true"
 	default:
 		sc.t.Fatalf("unknown setting %q", kv)
 	}
@@ -577,12 +590,23 @@ func (sc *script) render(e *Effect) string {
 		return fmt.Sprintf("report-outcome %s success=%t", e.Model, e.Success)
 	case Compact:
 		return "compact gen=" + strconv.FormatUint(e.Generation, 10)
-	case Settle, RejectPrompt:
+	case Settle, RejectPrompt, ReplyAttach:
 		r := e.Result
 		if r.Error == "" {
 			return fmt.Sprintf("%s gen=%d ok", e.Kind, r.Generation)
 		}
 		return fmt.Sprintf("%s gen=%d %s %q", e.Kind, r.Generation, r.ErrorKind, r.Error)
+	case RejectCompaction, ReplyCompaction, RefuseHandOver, ReplyHandOver:
+		if e.Error == "" {
+			return e.Kind.String() + " ok"
+		}
+		return fmt.Sprintf("%s %q", e.Kind, e.Error)
+	case AttachCaller:
+		return fmt.Sprintf("%s gen=%d", e.Kind, e.Generation)
+	case HandOver, Leave: // the running prompt's caller is told
+		if r := e.Result; r != nil {
+			return fmt.Sprintf("%s gen=%d %s", e.Kind, r.Generation, r.ErrorKind)
+		}
 	}
 	return e.Kind.String()
 }
@@ -603,6 +627,50 @@ func (sc *script) limits(v string) *messages.RateLimits {
 // REMAINING/LIMIT.
 func renderLimits(l *messages.RateLimits) string {
 	return fmt.Sprintf("%d/%d", l.GetRequests().GetRemaining(), l.GetRequests().GetLimit())
+}
+
+// lifecycleInput reads the commands of what a session does between and
+// around its prompts (lifecycle.go):
+//
+//	compact                         a caller asks for a compaction
+//	attach [gen=N] [own-caller] [replaces]
+//	hand-over [taken]               taken: another activation has the session
+//	hand-over-failed ERROR          the hand-over's record was not written
+//	taken                           another activation has the session
+//	wake                            a passivated session is back with its actors
+func (sc *script) lifecycleInput(cmd string, args []string, arg string) (Input, bool) {
+	switch cmd {
+	case "compact":
+		return Input{Kind: InCompact}, true
+	case "attach":
+		in := Input{Kind: InAttach}
+		for _, a := range args {
+			switch k, v, _ := strings.Cut(a, "="); k {
+			case "gen":
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					sc.t.Fatalf("attach gen=%s: %v", v, err)
+				}
+				in.Generation = n
+			case "own-caller":
+				in.OwnCaller = true
+			case "replaces":
+				in.Replaces = true
+			default:
+				sc.t.Fatalf("attach: unknown %q", a)
+			}
+		}
+		return in, true
+	case "hand-over":
+		return Input{Kind: InHandOver, Taken: len(args) > 0 && args[0] == "taken"}, true
+	case "hand-over-failed":
+		return Input{Kind: InHandOverFailed, Err: arg}, true
+	case "taken":
+		return Input{Kind: InTaken}, true
+	case "wake":
+		return Input{Kind: InWake}, true
+	}
+	return Input{}, false
 }
 
 func renderEvent(ev *Event) string {

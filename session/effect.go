@@ -57,8 +57,9 @@ const (
 	// prompt to the conversation: after a turn's tool results, before the
 	// next turn.
 	DeliverSteering
-	// Compact runs the compaction hook on Message, the turn that overflowed;
-	// answer with InCompactionDone.
+	// Compact runs the compaction hook on Message, the turn that overflowed
+	// (nil: a compaction asked for between prompts, whose caller, InCompact's,
+	// ReplyCompaction answers); answer with InCompactionDone.
 	Compact
 	// ArmTimer starts the backoff timer Token for Delay; the retry's
 	// continue of Generation follows ContinueDelay after it (spec 3 step 13:
@@ -95,6 +96,39 @@ const (
 	// RejectPrompt answers a prompt that came while another runs with
 	// Result (ErrorKind busy); the running prompt goes on.
 	RejectPrompt
+	// RejectCompaction answers an InCompact that cannot be done with Error.
+	RejectCompaction
+	// ReplyCompaction answers the caller of a compaction between prompts:
+	// Error, or the runtime context becomes Context (ReplaceContext follows).
+	ReplyCompaction
+	// AttachCaller makes InAttach's caller the one that waits for the
+	// prompt of Generation; a caller attached before is told that another
+	// attached.
+	AttachCaller
+	// ReplyAttach answers InAttach's caller with Result at once.
+	ReplyAttach
+	// AcceptHandOver keeps InHandOver's caller: HandOver, or
+	// ReplyHandOver, answers it.
+	AcceptHandOver
+	// RefuseHandOver answers InHandOver's caller with Error.
+	RefuseHandOver
+	// ReplyHandOver answers the hand-over's caller (AcceptHandOver's):
+	// done, or Error, and the session stays.
+	ReplyHandOver
+	// HandOver writes the session's record (in a backoff), then leaves as
+	// Leave does and answers the hand-over's caller; a record that cannot
+	// be written is InHandOverFailed.
+	HandOver
+	// Leave stops the session's actors without ending its chain, which
+	// goes on where the session is opened next; Result (nil: none runs)
+	// answers the prompt's caller.
+	Leave
+	// Passivate gives the session's state to its root for its next actor
+	// and stops its actors (messages held meanwhile keep them: InWake).
+	Passivate
+	// CancelPassivation delivers the messages held for a passivation that
+	// does not happen (the session no longer waits out that backoff).
+	CancelPassivation
 )
 
 var effectNames = [...]string{
@@ -107,6 +141,10 @@ var effectNames = [...]string{
 	AskCredentialSwitch:  "ask-credential-switch", AskFallback: "ask-fallback", AskBudget: "ask-budget",
 	ReportOutcome: "report-outcome", DropBudgetHold: "drop-budget-hold", ReleaseSession: "release-session",
 	Settle: "settle", RejectPrompt: "reject-prompt",
+	RejectCompaction: "reject-compaction", ReplyCompaction: "reply-compaction",
+	AttachCaller: "attach-caller", ReplyAttach: "reply-attach",
+	AcceptHandOver: "accept-hand-over", RefuseHandOver: "refuse-hand-over", ReplyHandOver: "reply-hand-over",
+	HandOver: "hand-over", Leave: "leave", Passivate: "passivate", CancelPassivation: "cancel-passivation",
 }
 
 func (k EffectKind) String() string {
@@ -138,6 +176,7 @@ type Effect struct {
 	Due           time.Time
 	Latest        time.Time
 	At            time.Time // ObserveRateLimits: when the headers arrived
+	Error         string    // RejectCompaction, ReplyCompaction, RefuseHandOver, ReplyHandOver
 	Calls         []*messages.ToolCall
 	Context       []*messages.Entry
 	Message       *messages.AssistantMessage // Compact: the failed turn's; SettleReservation: the ended turn's
@@ -258,6 +297,10 @@ const (
 	// running: it goes on where the session is opened next.
 	KindHandedOver ErrorKind = "handed_over"
 )
+
+// HandedOverError is the error of a prompt whose session was handed over
+// (or taken by another activation) while it ran.
+const HandedOverError = "the session was handed over with this prompt running; it goes on where the session is opened next (attach there)"
 
 // Result is how a prompt ended: its last message, and for a prompt
 // without an answer the kind and text of the error.

@@ -77,6 +77,32 @@ const (
 	// Like a user abort, nothing of the prompt is retried and it ends, with
 	// Err; a model change that could not be written is undone (RevertModel).
 	InHistoryFailed
+	// InCompact: a caller asks for a compaction between prompts (the
+	// RPC's compact); its outcome comes back as InCompactionDone.
+	InCompact
+	// InAttach: a caller asks for the result of the prompt of Generation
+	// (0: the current one). OwnCaller: the prompt's own caller waits for
+	// it; Replaces: the attach names that caller's address as the one it
+	// replaces (the prompt's handle, which gave that address up).
+	InAttach
+	// InHandOver: a caller asks the session to leave its actors once at
+	// rest, its chain to go on where it is opened next. Taken: the
+	// session's history says another activation has it already.
+	InHandOver
+	// InHandOverFailed: the hand-over's record could not be written (Err);
+	// the session stays.
+	InHandOverFailed
+	// InTaken: the session's history says another activation has the
+	// session: this one acts no more.
+	InTaken
+	// InPassivate: the marker of the passivation that the backoff timer
+	// Token asked for came back (ArmTimer's Passivate): every message sent
+	// before it was taken.
+	InPassivate
+	// InWake: a passivated session is with its actors again: its next
+	// actor took its state up, or its actor kept it (a message came
+	// meanwhile).
+	InWake
 )
 
 // Input is one thing that happened to a session. Only the fields its Kind
@@ -109,4 +135,8 @@ type Input struct {
 	Context     []*messages.Entry
 	Err         string
 	RevertModel bool
+
+	OwnCaller bool // InAttach
+	Replaces  bool // InAttach
+	Taken     bool // InHandOver
 }

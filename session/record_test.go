@@ -30,6 +30,9 @@ func TestRecordCoversTheCore(t *testing.T) {
 		"pacedProviders":  "the runtime's configuration (Config.Paced), given again to Resume",
 		"passivateAfter":  "the runtime's configuration (Config.PassivateAfter), given again to Resume",
 		"noFallbackChain": "the runtime's configuration (Config.FallbackRoles), given again to Resume",
+		"recorded":        "the session's configuration (Config.Recorded), given again to Resume",
+		"presence":        "the activation's: a core resumed from a record is with its new actors",
+		"handingOver":     "done in the step that finds the session at rest: never set at rest",
 		"now":             "the instant of the step running",
 		"out":             "the effects of the step running",
 	}

@@ -35,10 +35,13 @@ const (
 	// AwaitingBudget: a turn's decision waits for the provider's retry
 	// budget to say when the retry may go.
 	AwaitingBudget
+	// CompactingOnRequest: the compaction hook runs between prompts, as
+	// a caller asked (InCompact); no prompt runs meanwhile.
+	CompactingOnRequest
 )
 
 var stateNames = [...]string{"idle", "selecting_credential", "streaming", "running_tools", "awaiting_credential",
-	"backoff", "awaiting_fallback", "compacting", "awaiting_budget"}
+	"backoff", "awaiting_fallback", "compacting", "awaiting_budget", "compacting_on_request"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -50,12 +53,20 @@ func (s State) String() string {
 // Phase is the state as the session's observers name it (Stats.ByPhase,
 // the musepi.sessions metric, the golden scripts): the three questions a
 // turn's decision may ask are one phase, "deciding".
+// A compaction is one phase, "compacting", on an overflow or on request.
 func (s State) Phase() string {
-	if s.asking() {
+	switch {
+	case s.asking():
 		return "deciding"
+	case s == CompactingOnRequest:
+		return Compacting.String()
 	}
 	return s.String()
 }
+
+// atRest reports whether s is a state a record can carry: idle, or in a
+// backoff (no turn, tools, compaction or ask to another actor in flight).
+func (s State) atRest() bool { return s == Idle || s == Backoff }
 
 // asking reports whether s waits for another actor's answer to the retry
 // chain's question.
@@ -89,6 +100,8 @@ func (c *Core) become(s State) {
 		c.step = stepBackoff
 	case Compacting:
 		c.step = stepCompacting
+	case CompactingOnRequest:
+		c.step = stepCompactingOnRequest
 	}
 }
 
@@ -98,6 +111,8 @@ func stepIdle(c *Core, in Input) {
 		c.prompt(in.Err)
 	case InCredentialSelected:
 		c.strayCredential(in)
+	case InCompact:
+		c.compactOnRequest()
 	}
 }
 
@@ -116,6 +131,8 @@ func stepBusy(c *Core, in Input) {
 		c.abort()
 	case InAbortRetry:
 		c.cancelRetry()
+	case InCompact:
+		c.add(RejectCompaction).Error = "a prompt or a compaction is running"
 	}
 }
 
@@ -155,6 +172,27 @@ func stepCompacting(c *Core, in Input) {
 		return
 	}
 	stepBusy(c, in)
+}
+
+// stepCompactingOnRequest takes the end of a compaction a caller asked
+// for; a prompt waits for it (it is refused), and an abort has nothing to
+// abort.
+func stepCompactingOnRequest(c *Core, in Input) {
+	switch in.Kind {
+	case InCompactionDone:
+		if in.Generation == c.r.Generation {
+			c.compactedOnRequest(in.Context, in.Err)
+		}
+	case InPrompt:
+		res := c.out.results.add()
+		*res = Result{Generation: c.r.Generation, ErrorKind: KindBusy,
+			Error: "the session is being compacted; wait for compact to answer"}
+		c.add(RejectPrompt).Result = res
+	case InCredentialSelected:
+		c.strayCredential(in)
+	case InCompact:
+		c.add(RejectCompaction).Error = "a prompt or a compaction is running"
+	}
 }
 
 func stepAwaitingCredential(c *Core, in Input) {
