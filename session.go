@@ -258,9 +258,9 @@ func (p *promptCall) finish(msg *AssistantMessage, err error) {
 // Attach waits for the result of the session's running prompt when its
 // caller is gone: the prompt a session resumed from its record (it was
 // waiting out a backoff when its process or node died, and goes on here),
-// and returns what Prompt would have returned. A prompt that settled with
-// nobody attached is answered at once (its result is kept until the next
-// prompt; the history has it too). A later Attach replaces an earlier one,
+// and returns what Prompt would have returned. A prompt that settled is
+// answered at once (its result is kept until the next prompt; the history
+// has it too). A later Attach replaces an earlier one,
 // which returns ErrBusy; a prompt whose own caller still waits, or no
 // prompt at all, returns ErrNoPrompt or ErrBusy at once. When ctx ends
 // first, ctx.Err() is returned and the prompt goes on.
