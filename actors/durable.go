@@ -238,7 +238,7 @@ func tell(ctx actor.Context, pid *actor.PID, msg any) {
 }
 
 // compactReply is the answer to a compaction asked for between prompts
-// (ReplyCompaction e), from the runtime context before it: its size, and
+// (ReplyCompaction e), from the context before it: its size, and
 // on success the compacted context's.
 func compactReply(runtime []*messages.Entry, e *session.Effect) *messages.CompactReply {
 	reply := &messages.CompactReply{Error: e.Error, EntriesBefore: int32(len(runtime))}

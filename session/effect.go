@@ -99,7 +99,7 @@ const (
 	// RejectCompaction answers an InCompact that cannot be done with Error.
 	RejectCompaction
 	// ReplyCompaction answers the caller of a compaction between prompts:
-	// Error, or the runtime context becomes Context (ReplaceContext follows).
+	// Error, or the context becomes Context (ReplaceContext follows).
 	ReplyCompaction
 	// AttachCaller makes InAttach's caller the one that waits for the
 	// prompt of Generation; a caller attached before is told that another
