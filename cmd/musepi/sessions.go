@@ -22,7 +22,7 @@ its epoch), its epoch, how it is held (held; owner left, claimable in N:
 held by a node that etcd no longer lists, killed or cut off, whose lease
 runs out in N, when the next open takes it over; expired: held by a node
 whose lease ran out; released), its phase as its record says (no record,
-idle, backoff: sleeping, backoff: awaiting_budget, ...), its retry chain's
+idle, backoff: sleeping), its retry chain's
 attempt, until when it waits, and its history's last seq. It reads only:
 plain SELECTs and, with the etcd membership, one etcd Get (over TLS with the
 file's [cluster.etcd.tls]); it takes no epoch and claims nothing. It exits 1
