@@ -74,8 +74,7 @@ type CredentialsActor struct {
 	clk  clock.Clock
 	keys *credentials.Selector
 
-	budget  *retry.Budget         // nil: no budget
-	holders map[string]*actor.PID // session -> its retry actor, for releases
+	budget *retry.Budget[*actor.PID] // nil: no budget; a hold's release goes to its session
 
 	pacing   *pacingState // nil: pacing off
 	provider string       // the provider's name
@@ -100,8 +99,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
 	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider}
 	if policy.Budget.Enabled {
-		a.budget = retry.NewBudget(policy.Budget)
-		a.holders = map[string]*actor.PID{}
+		a.budget = retry.NewBudget[*actor.PID](policy.Budget)
 	}
 	keys := make([]credentials.Key, len(creds))
 	for i, c := range creds {
@@ -166,7 +164,6 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 func (a *CredentialsActor) forgetBudget(session string) {
 	if a.budget != nil {
 		a.budget.Forget(session)
-		delete(a.holders, session)
 	}
 }
 
@@ -189,11 +186,11 @@ func (a *CredentialsActor) admit(ctx actor.Context, m *messages.RetryBudgetReque
 	if m.GetLatestUnixNano() != 0 {
 		latest = time.Unix(0, m.GetLatestUnixNano())
 	}
-	due := time.Unix(0, m.GetDueUnixNano())
-	at := a.budget.Admit(a.clk.Now(), m.GetSessionId(), m.GetToken(), due, latest)
-	if at.After(due) && ctx.Sender() != nil {
-		a.holders[m.GetSessionId()] = ctx.Sender()
+	to := PID(m.GetReplyTo())
+	if to == nil {
+		to = ctx.Sender()
 	}
+	at := a.budget.Admit(a.clk.Now(), m.GetSessionId(), m.GetToken(), time.Unix(0, m.GetDueUnixNano()), latest, to)
 	grant.AtUnixNano = at.UnixNano()
 	return grant
 }
@@ -204,9 +201,8 @@ func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 		return
 	}
 	for _, h := range a.budget.Report(a.clk.Now(), success) {
-		if pid := a.holders[h.Holder]; pid != nil {
-			delete(a.holders, h.Holder)
-			track.Send(ctx, a.clk, pid, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
+		if h.To != nil {
+			track.Send(ctx, a.clk, h.To, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
 		}
 	}
 }

@@ -230,7 +230,7 @@ func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 			SessionId: s.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
 			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:
-		req := &messages.RetryBudgetRequest{SessionId: s.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano()}
+		req := &messages.RetryBudgetRequest{SessionId: s.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano(), ReplyTo: Ref(ctx.Self())}
 		if !e.Latest.IsZero() {
 			req.LatestUnixNano = e.Latest.UnixNano()
 		}

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/messages"
 )
@@ -154,12 +155,13 @@ func budget(t *testing.T, ms []*cluster.Member) {
 	if g.GetAtUnixNano() != due {
 		t.Fatalf(failed+"node 2's first retry with the budget spent goes at %d; want its due time %d (the probe)", g.GetAtUnixNano(), due)
 	}
-	g = cs[2].ask(t, ms[2].Credentials("p"), &messages.RetryBudgetRequest{SessionId: "b3", Token: 3, DueUnixNano: due}).(*messages.RetryBudgetGrant)
+	g = cs[2].ask(t, ms[2].Credentials("p"), &messages.RetryBudgetRequest{SessionId: "b3", Token: 3, DueUnixNano: due,
+		ReplyTo: actors.Ref(cs[2].pid)}).(*messages.RetryBudgetGrant)
 	if g.GetAtUnixNano() <= due || g.GetSessionId() != "b3" {
 		t.Fatalf(failed+"node 3's retry right after node 2's probe: %v; want it held after its due time %d", g, due)
 	}
 	// A success while retries are held releases the next one: the release
-	// goes through node 3's router back to the session.
+	// goes from the activation to the session (its reply_to) directly.
 	cs[0].root.Send(ms[0].Credentials("p"), &messages.RetryBudgetOutcome{Success: true})
 	rel, ok := cs[2].next(t, 5*time.Second).(*messages.RetryBudgetRelease)
 	if !ok || rel.GetToken() != 3 || rel.GetSessionId() != "b3" {

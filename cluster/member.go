@@ -290,8 +290,7 @@ func (m *Member) startRouters() error {
 
 func (m *Member) newRouter(kind, identity string) *router {
 	return &router{kind: kind, identity: identity, res: m.resolver, timeout: m.cfg.RequestTimeout,
-		attempts: m.cfg.RequestAttempts, log: m.log,
-		waiting: map[string]*budgetWait{}, held: map[string]*actor.PID{}}
+		attempts: m.cfg.RequestAttempts, log: m.log}
 }
 
 // Wire puts the node's routers and views into d, where a single-machine

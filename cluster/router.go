@@ -29,11 +29,14 @@ import (
 // would have; none free: no switch, with the time the earliest frees up);
 // for a selection, the first key the view shows free; no model switch; a
 // budget grant at the requested time (the retry goes ahead unthrottled); a
-// paced selection so goes unpaced. A paced selection that waits names
-// its session as reply_to: the activation's PacingGrant goes there
-// directly. Messages with no reply (RetryBudgetOutcome, RetryBudgetDrop,
-// ReleaseSession, PacingSettle, PacingCancel, PacingObserve) go to the current activation
-// once, and are lost if it is gone.
+// paced selection so goes unpaced. A paced selection and a budget
+// request name their session as reply_to: the activation's PacingGrant
+// and RetryBudgetRelease go there directly, and the router keeps nothing
+// of them (the retry budget is the one owner of its holds, see
+// retry.Budget). Messages with no reply (RetryBudgetOutcome,
+// RetryBudgetDrop, ReleaseSession, PacingSettle, PacingCancel,
+// PacingObserve) go to the current activation once, and are lost if it
+// is gone.
 type router struct {
 	kind, identity string
 	res            lookup
@@ -42,12 +45,6 @@ type router struct {
 	creds          []string                // the provider's keys, in order (credentials kind)
 	view           *actors.CredentialsView // the node's mirror of the keys' blocks (credentials kind)
 	log            *slog.Logger
-
-	// Budget requests are sent with the router as sender, so that the
-	// activation's later RetryBudgetRelease comes back here too; both are
-	// routed by session id.
-	waiting map[string]*budgetWait // session -> its request awaiting a grant
-	held    map[string]*actor.PID  // session -> caller of a held retry
 }
 
 // lookup finds an identity's activation: a Resolver.
@@ -56,89 +53,15 @@ type lookup interface {
 	Forget(kind, identity string, stale *actor.PID)
 }
 
-type budgetWait struct {
-	sender  *actor.PID
-	req     *messages.RetryBudgetRequest
-	attempt int
-	pid     *actor.PID // the activation asked
-	timer   *time.Timer
-}
-
-func (w *budgetWait) stop() {
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-}
-
-// budgetTimeout fires when an attempt of a budget request got no grant.
-type budgetTimeout struct {
-	session string
-	token   uint64
-	attempt int
-}
-
 func (r *router) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.SelectCredential, *messages.MarkUsageLimitReached, *messages.NextModelRequest, *messages.RetryBudgetStatsRequest:
+	case *messages.SelectCredential, *messages.MarkUsageLimitReached, *messages.NextModelRequest,
+		*messages.RetryBudgetRequest, *messages.RetryBudgetStatsRequest:
 		r.ask(ctx, ctx.Sender(), m.(proto.Message), 1)
-	case *messages.RetryBudgetRequest:
-		r.drop(m.GetSessionId())
-		r.askBudget(ctx, &budgetWait{sender: ctx.Sender(), req: m, attempt: 1})
-	case *messages.RetryBudgetGrant:
-		r.granted(ctx, m)
-	case *messages.RetryBudgetRelease:
-		if pid := r.held[m.GetSessionId()]; pid != nil {
-			delete(r.held, m.GetSessionId())
-			r.reply(ctx, pid, m)
-		}
-	case *budgetTimeout:
-		r.budgetTimedOut(ctx, m)
-	case *messages.RetryBudgetDrop:
-		r.drop(m.GetSessionId())
-		r.tell(ctx, m)
-	case *messages.ReleaseSession:
-		r.drop(m.GetSessionId())
-		r.tell(ctx, m)
-	case *messages.RetryBudgetOutcome, *messages.PacingSettle, *messages.PacingCancel, *messages.PacingObserve:
+	case *messages.RetryBudgetOutcome, *messages.RetryBudgetDrop, *messages.ReleaseSession,
+		*messages.PacingSettle, *messages.PacingCancel, *messages.PacingObserve:
 		r.tell(ctx, m.(proto.Message))
-	case *actor.Stopping:
-		for _, w := range r.waiting {
-			w.stop()
-		}
 	}
-}
-
-// granted passes the budget's grant to the session that waits for it,
-// and remembers a delayed one's session for the release that follows.
-func (r *router) granted(ctx actor.Context, m *messages.RetryBudgetGrant) {
-	w := r.waiting[m.GetSessionId()]
-	if w == nil || w.req.GetToken() != m.GetToken() {
-		return // answers an attempt given up on
-	}
-	w.stop()
-	delete(r.waiting, m.GetSessionId())
-	if m.GetAtUnixNano() > w.req.GetDueUnixNano() {
-		r.held[m.GetSessionId()] = w.sender
-	}
-	r.reply(ctx, w.sender, m)
-}
-
-// budgetTimedOut asks the budget again, looked up anew, when an attempt
-// went unanswered; after the last attempt the retry goes ahead unthrottled.
-func (r *router) budgetTimedOut(ctx actor.Context, m *budgetTimeout) {
-	w := r.waiting[m.session]
-	if w == nil || w.req.GetToken() != m.token || w.attempt != m.attempt {
-		return
-	}
-	r.res.Forget(r.kind, r.identity, w.pid)
-	if w.attempt < r.attempts {
-		w.attempt++
-		r.askBudget(ctx, w)
-		return
-	}
-	delete(r.waiting, m.session)
-	r.log.Warn("retry budget unreachable: the retry goes ahead unthrottled", slog.String("provider", r.identity))
-	r.reply(ctx, w.sender, &messages.RetryBudgetGrant{Token: w.req.GetToken(), AtUnixNano: w.req.GetDueUnixNano(), SessionId: m.session})
 }
 
 // ask sends msg to the activation and passes its reply to sender; on a
@@ -168,21 +91,6 @@ func (r *router) ask(ctx actor.Context, sender *actor.PID, msg proto.Message, at
 	})
 }
 
-// askBudget sends one attempt of a budget request, with a timeout.
-func (r *router) askBudget(ctx actor.Context, w *budgetWait) {
-	session := w.req.GetSessionId()
-	r.waiting[session] = w
-	timeout := &budgetTimeout{session: session, token: w.req.GetToken(), attempt: w.attempt}
-	w.pid = r.res.Get(r.kind, r.identity)
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	if w.pid == nil {
-		w.timer = time.AfterFunc(r.pause(w.attempt), func() { root.Send(self, timeout) })
-		return
-	}
-	ctx.RequestWithCustomSender(w.pid, w.req, ctx.Self())
-	w.timer = time.AfterFunc(r.timeout, func() { root.Send(self, timeout) })
-}
-
 // firstPause is the wait after a first failed attempt; it doubles with
 // each attempt after that.
 const firstPause = 50 * time.Millisecond
@@ -193,15 +101,6 @@ const firstPause = 50 * time.Millisecond
 // dead PID. It is never longer than an attempt's timeout.
 func (r *router) pause(attempt int) time.Duration {
 	return min(firstPause<<(attempt-1), r.timeout)
-}
-
-// drop forgets a session's pending budget request and held retry.
-func (r *router) drop(session string) {
-	if w := r.waiting[session]; w != nil {
-		w.stop()
-		delete(r.waiting, session)
-	}
-	delete(r.held, session)
 }
 
 // tell passes a message with no reply to the current activation.
@@ -262,6 +161,8 @@ func (r *router) degraded(msg proto.Message) proto.Message {
 		return r.degradedUsageLimit(m)
 	case *messages.NextModelRequest:
 		return &messages.NextModelReply{From: m.GetCurrent(), Role: m.GetRole(), Token: m.GetToken()}
+	case *messages.RetryBudgetRequest: // the retry goes ahead unthrottled
+		return &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
 	default: // RetryBudgetStatsRequest
 		return &messages.RetryBudgetStats{}
 	}

@@ -41,7 +41,7 @@ func (l *lookups) Forget(string, string, *actor.PID) {
 func newTestRouter(t *testing.T, sys *actor.ActorSystem, kind string, l lookup, view *actors.CredentialsView) *actor.PID {
 	t.Helper()
 	r := &router{kind: kind, identity: "p", res: l, timeout: 50 * time.Millisecond, attempts: 2, creds: []string{"A", "B"}, view: view,
-		log: slog.New(slog.DiscardHandler), waiting: map[string]*budgetWait{}, held: map[string]*actor.PID{}}
+		log: slog.New(slog.DiscardHandler)}
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
 	return pid

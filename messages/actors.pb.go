@@ -2045,6 +2045,7 @@ type RetryBudgetRequest struct {
 	Token          uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	DueUnixNano    int64                  `protobuf:"varint,3,opt,name=due_unix_nano,json=dueUnixNano,proto3" json:"due_unix_nano,omitempty"`
 	LatestUnixNano int64                  `protobuf:"varint,4,opt,name=latest_unix_nano,json=latestUnixNano,proto3" json:"latest_unix_nano,omitempty"`
+	ReplyTo        *ActorRef              `protobuf:"bytes,5,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"` // where a RetryBudgetRelease of the held retry goes (unset: the sender; a cluster router asks with a future)
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2105,6 +2106,13 @@ func (x *RetryBudgetRequest) GetLatestUnixNano() int64 {
 		return x.LatestUnixNano
 	}
 	return 0
+}
+
+func (x *RetryBudgetRequest) GetReplyTo() *ActorRef {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
 }
 
 // RetryBudgetGrant answers RetryBudgetRequest: the retry goes out at
@@ -3243,13 +3251,14 @@ const file_actors_proto_rawDesc = "" +
 	"\bredeemed\x18\x04 \x01(\bR\bredeemed\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\".\n" +
 	"\x12RetryBudgetOutcome\x12\x18\n" +
-	"\asuccess\x18\x01 \x01(\bR\asuccess\"\x97\x01\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\"\xc7\x01\n" +
 	"\x12RetryBudgetRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\"\n" +
 	"\rdue_unix_nano\x18\x03 \x01(\x03R\vdueUnixNano\x12(\n" +
-	"\x10latest_unix_nano\x18\x04 \x01(\x03R\x0elatestUnixNano\"i\n" +
+	"\x10latest_unix_nano\x18\x04 \x01(\x03R\x0elatestUnixNano\x12.\n" +
+	"\breply_to\x18\x05 \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\"i\n" +
 	"\x10RetryBudgetGrant\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
@@ -3409,12 +3418,13 @@ var file_actors_proto_depIdxs = []int32{
 	0,  // 8: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
 	52, // 9: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
 	52, // 10: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
-	51, // 11: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 11: musepi.v1.RetryBudgetRequest.reply_to:type_name -> musepi.v1.ActorRef
+	51, // 12: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }

@@ -83,12 +83,19 @@ func (b BudgetSettings) Problems() []*SettingsError {
 // Budget is the retry budget of one provider, a pure state machine: the
 // actor that owns it feeds it outcomes and admission requests and delivers
 // the releases it returns. Not safe for concurrent use.
-type Budget struct {
+//
+// It is the one owner of the provider's held retries: each Hold keeps
+// where its release goes (To, of type A: an address the budget never
+// reads), so the actor that owns the budget and a cluster node's router
+// keep no copy. The session's core keeps only the ticket of the held
+// retry it waits for (session.ChainRecord.HeldToken), to tell its release
+// from a stale one.
+type Budget[A any] struct {
 	s         BudgetSettings
 	tokens    float64
 	nextProbe time.Time
-	held      holdQueue // earliest first, indexed by holder
-	out       []Hold
+	held      holdQueue[A] // earliest first, indexed by holder
+	out       []Hold[A]
 	delayed   int64
 	released  int64
 }
@@ -102,38 +109,42 @@ type BudgetStats struct {
 }
 
 // Stats reports the budget's state and counters.
-func (b *Budget) Stats() BudgetStats {
+func (b *Budget[A]) Stats() BudgetStats {
 	return BudgetStats{Tokens: b.tokens, Held: b.held.Len(), Delayed: b.delayed, Released: b.released}
 }
 
-// Hold is a retry the budget delayed: its holder (a session), the token
-// the holder tied to it, when its backoff was due and when it may go out.
-type Hold struct {
+// Hold is a retry the budget delayed: its holder (a session), the ticket
+// the holder tied to it, when its backoff was due, when it may go out,
+// and where its release goes.
+type Hold[A any] struct {
 	Holder string
 	Token  uint64
 	Due    time.Time
 	At     time.Time
+	To     A
 }
 
-// NewBudget returns a full budget; s must be valid.
-func NewBudget(s BudgetSettings) *Budget {
-	return &Budget{s: s, tokens: s.MaxTokens, held: holdQueue{index: map[string]int{}}}
+// NewBudget returns a full budget whose holds' releases go to addresses
+// of type A; s must be valid.
+func NewBudget[A any](s BudgetSettings) *Budget[A] {
+	return &Budget[A]{s: s, tokens: s.MaxTokens, held: holdQueue[A]{index: map[string]int{}}}
 }
 
 // Tokens is the number of tokens left.
-func (b *Budget) Tokens() float64 { return b.tokens }
+func (b *Budget[A]) Tokens() float64 { return b.tokens }
 
 // Open reports whether retries go out unheld.
-func (b *Budget) Open() bool { return b.tokens > b.s.MaxTokens/2 }
+func (b *Budget[A]) Open() bool { return b.tokens > b.s.MaxTokens/2 }
 
 // Held is the number of retries held now.
-func (b *Budget) Held() int { return b.held.Len() }
+func (b *Budget[A]) Held() int { return b.held.Len() }
 
 // Admit decides when the retry of holder, due at due, may go out: at due
 // while the budget is open, else at the next probe slot (but never later
 // than latest, the retry.maxDelayMs bound; zero means unbounded). A held
-// retry is remembered, to be released early when the budget recovers.
-func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest time.Time) time.Time {
+// retry is remembered, to be released early, to to, when the budget
+// recovers; a holder's earlier hold is dropped.
+func (b *Budget[A]) Admit(now time.Time, holder string, token uint64, due, latest time.Time, to A) time.Time {
 	b.held.remove(holder)
 	if b.Open() {
 		return due
@@ -148,7 +159,7 @@ func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest t
 		b.nextProbe = at.Add(b.s.ProbeInterval)
 	}
 	if at.After(due) {
-		heap.Push(&b.held, Hold{Holder: holder, Token: token, Due: due, At: at})
+		heap.Push(&b.held, Hold[A]{Holder: holder, Token: token, Due: due, At: at, To: to})
 		b.delayed++
 	}
 	return at
@@ -157,7 +168,7 @@ func (b *Budget) Admit(now time.Time, holder string, token uint64, due, latest t
 // Report counts the outcome of one request and returns the held retries
 // to release now (reused by the next call): the oldest one after a
 // success while the budget is spent, all of them when it recovers.
-func (b *Budget) Report(now time.Time, success bool) []Hold {
+func (b *Budget[A]) Report(now time.Time, success bool) []Hold[A] {
 	b.out = b.out[:0]
 	wasOpen := b.Open()
 	if !success {
@@ -180,10 +191,10 @@ func (b *Budget) Report(now time.Time, success bool) []Hold {
 }
 
 // Forget drops the held retry of holder (its session is gone).
-func (b *Budget) Forget(holder string) { b.held.remove(holder) }
+func (b *Budget[A]) Forget(holder string) { b.held.remove(holder) }
 
 // prune drops the holds whose time has come: they went out on their own.
-func (b *Budget) prune(now time.Time) {
+func (b *Budget[A]) prune(now time.Time) {
 	for b.held.Len() > 0 && !b.held.hs[0].At.After(now) {
 		heap.Pop(&b.held)
 	}
@@ -191,8 +202,8 @@ func (b *Budget) prune(now time.Time) {
 
 // releaseFirst lets the earliest held retry go out now (ack clocking: a
 // success while held paces the next probe).
-func (b *Budget) releaseFirst(now time.Time) {
-	first := heap.Pop(&b.held).(Hold)
+func (b *Budget[A]) releaseFirst(now time.Time) {
+	first := heap.Pop(&b.held).(Hold[A])
 	first.At = laterOf(now, first.Due)
 	b.out = append(b.out, first)
 	b.released++
@@ -201,13 +212,13 @@ func (b *Budget) releaseFirst(now time.Time) {
 // releaseAll lets every held retry go out, in the order they were held
 // for, spread evenly over the release window, none before its own backoff
 // was due.
-func (b *Budget) releaseAll(now time.Time) {
+func (b *Budget[A]) releaseAll(now time.Time) {
 	step := time.Duration(0)
 	if n := b.held.Len(); n > 1 {
 		step = b.s.ReleaseWindow / time.Duration(n)
 	}
 	for i := 0; b.held.Len() > 0; i++ {
-		h := heap.Pop(&b.held).(Hold)
+		h := heap.Pop(&b.held).(Hold[A])
 		at := now.Add(time.Duration(i) * step)
 		if at.After(h.At) {
 			continue // its own slot comes first: it goes out then anyway
@@ -221,34 +232,34 @@ func (b *Budget) releaseAll(now time.Time) {
 // holdQueue is a min-heap of holds by (At, Holder) with an index by holder
 // (container/heap), so that the earliest is found and any holder removed in
 // O(log n) whatever the number of sessions held.
-type holdQueue struct {
-	hs    []Hold
+type holdQueue[A any] struct {
+	hs    []Hold[A]
 	index map[string]int // holder -> position in hs
 }
 
-func (q *holdQueue) Len() int { return len(q.hs) }
+func (q *holdQueue[A]) Len() int { return len(q.hs) }
 
-func (q *holdQueue) Less(i, j int) bool {
+func (q *holdQueue[A]) Less(i, j int) bool {
 	if !q.hs[i].At.Equal(q.hs[j].At) {
 		return q.hs[i].At.Before(q.hs[j].At)
 	}
 	return q.hs[i].Holder < q.hs[j].Holder
 }
 
-func (q *holdQueue) Swap(i, j int) {
+func (q *holdQueue[A]) Swap(i, j int) {
 	q.hs[i], q.hs[j] = q.hs[j], q.hs[i]
 	q.index[q.hs[i].Holder], q.index[q.hs[j].Holder] = i, j
 }
 
 // Push adds a Hold (for container/heap; use heap.Push).
-func (q *holdQueue) Push(x any) {
-	h := x.(Hold)
+func (q *holdQueue[A]) Push(x any) {
+	h := x.(Hold[A])
 	q.index[h.Holder] = len(q.hs)
 	q.hs = append(q.hs, h)
 }
 
 // Pop removes the last Hold (for container/heap; use heap.Pop).
-func (q *holdQueue) Pop() any {
+func (q *holdQueue[A]) Pop() any {
 	h := q.hs[len(q.hs)-1]
 	q.hs = q.hs[:len(q.hs)-1]
 	delete(q.index, h.Holder)
@@ -256,7 +267,7 @@ func (q *holdQueue) Pop() any {
 }
 
 // remove drops holder's hold, if any.
-func (q *holdQueue) remove(holder string) {
+func (q *holdQueue[A]) remove(holder string) {
 	if i, ok := q.index[holder]; ok {
 		heap.Remove(q, i)
 	}

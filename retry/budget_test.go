@@ -28,12 +28,12 @@ func enabledBudget(mutate ...func(*BudgetSettings)) BudgetSettings {
 // budgetStep is one thing that happens to a budget, with what must follow.
 type budgetStep struct {
 	desc string
-	run  func(t *testing.T, b *Budget)
+	run  func(t *testing.T, b *Budget[string])
 }
 
 // failures records n failures at t0; a failure never releases anything.
 func failures(n int) budgetStep {
-	return budgetStep{fmt.Sprintf("%d failures", n), func(t *testing.T, b *Budget) {
+	return budgetStep{fmt.Sprintf("%d failures", n), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
 		for range n {
 			if rel := b.Report(t0, false); len(rel) != 0 {
@@ -45,7 +45,7 @@ func failures(n int) budgetStep {
 
 // failureAt records one failure at now ms with the holds in place.
 func failureAt(now int) budgetStep {
-	return budgetStep{fmt.Sprintf("failure at %dms", now), func(t *testing.T, b *Budget) {
+	return budgetStep{fmt.Sprintf("failure at %dms", now), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
 		held := b.Held()
 		if rel := b.Report(at(now), false); len(rel) != 0 {
@@ -58,10 +58,10 @@ func failureAt(now int) budgetStep {
 }
 
 // success records a success at now ms and wants exactly the releases want.
-func success(now int, want ...Hold) budgetStep {
-	return budgetStep{fmt.Sprintf("success at %dms", now), func(t *testing.T, b *Budget) {
+func success(now int, want ...Hold[string]) budgetStep {
+	return budgetStep{fmt.Sprintf("success at %dms", now), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
-		got := append([]Hold(nil), b.Report(at(now), true)...)
+		got := append([]Hold[string](nil), b.Report(at(now), true)...)
 		if len(got) == 0 && len(want) == 0 {
 			return
 		}
@@ -84,21 +84,21 @@ func admitBy(now int, holder string, token uint64, due, latest, want int) budget
 		bound = at(latest)
 		desc += fmt.Sprintf(" latest %dms", latest)
 	}
-	return budgetStep{desc, func(t *testing.T, b *Budget) {
+	return budgetStep{desc, func(t *testing.T, b *Budget[string]) {
 		t.Helper()
-		if got := b.Admit(at(now), holder, token, at(due), bound); !got.Equal(at(want)) {
+		if got := b.Admit(at(now), holder, token, at(due), bound, "to "+holder); !got.Equal(at(want)) {
 			t.Fatalf("Admit = %s, want %dms", got.Sub(t0), want)
 		}
 	}}
 }
 
 func forget(holder string) budgetStep {
-	return budgetStep{"forget " + holder, func(t *testing.T, b *Budget) { b.Forget(holder) }}
+	return budgetStep{"forget " + holder, func(t *testing.T, b *Budget[string]) { b.Forget(holder) }}
 }
 
 // state checks the budget's tokens, openness and number of holds.
 func state(tokens float64, open bool, held int) budgetStep {
-	return budgetStep{fmt.Sprintf("state %v open=%t held=%d", tokens, open, held), func(t *testing.T, b *Budget) {
+	return budgetStep{fmt.Sprintf("state %v open=%t held=%d", tokens, open, held), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
 		if math.Abs(b.Tokens()-tokens) > 1e-9 || b.Open() != open || b.Held() != held {
 			t.Fatalf("tokens=%v open=%t held=%d, want %v %t %d", b.Tokens(), b.Open(), b.Held(), tokens, open, held)
@@ -108,7 +108,7 @@ func state(tokens float64, open bool, held int) budgetStep {
 
 // held checks only the number of holds.
 func held(n int) budgetStep {
-	return budgetStep{fmt.Sprintf("held=%d", n), func(t *testing.T, b *Budget) {
+	return budgetStep{fmt.Sprintf("held=%d", n), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
 		if b.Held() != n {
 			t.Fatalf("Held() = %d, want %d", b.Held(), n)
@@ -116,15 +116,16 @@ func held(n int) budgetStep {
 	}}
 }
 
-// hold is the release of holder's retry (token), due at due ms, going out at at ms.
-func hold(holder string, token uint64, due, out int) Hold {
-	return Hold{Holder: holder, Token: token, Due: at(due), At: at(out)}
+// hold is the release of holder's retry (token), due at due ms, going out
+// at at ms, to where its admit said ("to HOLDER").
+func hold(holder string, token uint64, due, out int) Hold[string] {
+	return Hold[string]{Holder: holder, Token: token, Due: at(due), At: at(out), To: "to " + holder}
 }
 
-func renderHolds(hs []Hold) string {
+func renderHolds(hs []Hold[string]) string {
 	parts := make([]string, len(hs))
 	for i, h := range hs {
-		parts[i] = fmt.Sprintf("%s#%d due=%s at=%s", h.Holder, h.Token, h.Due.Sub(t0), h.At.Sub(t0))
+		parts[i] = fmt.Sprintf("%s#%d due=%s at=%s (%s)", h.Holder, h.Token, h.Due.Sub(t0), h.At.Sub(t0), h.To)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
@@ -142,7 +143,7 @@ func runBudgetCases(t *testing.T, cases []budgetCase) {
 			if err := tc.settings.Validate(); err != nil {
 				t.Fatalf("settings: %v", err)
 			}
-			b := NewBudget(tc.settings)
+			b := NewBudget[string](tc.settings)
 			for i, st := range tc.steps {
 				t.Run(fmt.Sprintf("%d %s", i, st.desc), func(t *testing.T) { st.run(t, b) })
 				if t.Failed() {
@@ -180,7 +181,7 @@ func TestBudgetTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewBudget(tt.settings)
+			b := NewBudget[string](tt.settings)
 			for _, o := range tt.outcomes {
 				b.Report(t0, o == 'S')
 			}
@@ -446,7 +447,7 @@ func TestBudgetForgetAndPrune(t *testing.T) {
 
 // stats checks Stats(): the state it mirrors and the counters.
 func stats(delayed, released int64) budgetStep {
-	return budgetStep{fmt.Sprintf("stats delayed=%d released=%d", delayed, released), func(t *testing.T, b *Budget) {
+	return budgetStep{fmt.Sprintf("stats delayed=%d released=%d", delayed, released), func(t *testing.T, b *Budget[string]) {
 		t.Helper()
 		want := BudgetStats{Tokens: b.Tokens(), Held: b.Held(), Delayed: delayed, Released: released}
 		if got := b.Stats(); got != want {
@@ -588,9 +589,9 @@ func TestDefaultBudgetSettings(t *testing.T) {
 	if err := got.Validate(); err != nil {
 		t.Errorf("enabled DefaultBudgetSettings().Validate() = %v; want nil", err)
 	}
-	b := NewBudget(got)
+	b := NewBudget[string](got)
 	if b.Tokens() != 10 || !b.Open() || b.Held() != 0 {
-		t.Errorf("NewBudget(defaults): tokens=%v open=%t held=%d; want 10, true, 0", b.Tokens(), b.Open(), b.Held())
+		t.Errorf("NewBudget[string](defaults): tokens=%v open=%t held=%d; want 10, true, 0", b.Tokens(), b.Open(), b.Held())
 	}
 }
 
