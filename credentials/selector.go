@@ -103,7 +103,7 @@ func (s *Selector) Limited(now time.Time, session, name string, blockFor time.Du
 	if len(s.keys) == 0 {
 		return Switch{}
 	}
-	current := s.sticky[session] // 0 when the session holds none
+	current := s.sticky[session]    // 0 when the session holds none
 	if i := s.index(name); i >= 0 { // an activation that moved has lost its sessions' keys
 		current = i
 	}
