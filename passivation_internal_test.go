@@ -10,10 +10,10 @@ import (
 	"github.com/musepi/musepi/provider"
 )
 
-// A message sent while the session's actor passivates is held, then keeps
+// A message sent while the session's actor passivates is buffered, then keeps
 // the actor: passivated says no and delivers it, in order, to the actor
 // that stays.
-func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
+func TestMessageBufferedDuringPassivationKeepsTheActor(t *testing.T) {
 	rt := internalRuntime(t, provider.NewScripted())
 	s, err := rt.NewSession(context.Background(), WithModel("p/m"))
 	if err != nil {
@@ -24,11 +24,11 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 	}
 	l := &s.local
 	running := l.pid.Load()
-	if !l.hold() {
-		t.Fatal("hold refused")
+	if !l.buffer() {
+		t.Fatal("buffer refused")
 	}
-	if l.hold() {
-		t.Error("a second hold accepted")
+	if l.buffer() {
+		t.Error("a second buffer accepted")
 	}
 	var got []*actor.PID
 	for range 2 {
@@ -37,13 +37,13 @@ func TestMessageHeldDuringPassivationKeepsTheActor(t *testing.T) {
 		}
 	}
 	if len(got) != 0 {
-		t.Fatalf("delivered %d messages while holding", len(got))
+		t.Fatalf("delivered %d messages while buffering", len(got))
 	}
 	if l.passivated() {
-		t.Fatal("passivated with messages held")
+		t.Fatal("passivated with messages buffered")
 	}
-	if len(got) != 2 || got[0] != running || got[1] != running || l.pid.Load() != running || l.holding {
-		t.Fatalf("held messages went to %v (actor %v, still holding %t)", got, running, l.holding)
+	if len(got) != 2 || got[0] != running || got[1] != running || l.pid.Load() != running || l.buffering {
+		t.Fatalf("buffered messages went to %v (actor %v, still buffering %t)", got, running, l.buffering)
 	}
 }
 

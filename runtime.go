@@ -523,7 +523,7 @@ func (rt *Runtime) passivation() actors.Passivation {
 		After: rt.cfg.passivate,
 		Hold: func(id string) bool {
 			s := rt.lookup(id)
-			return s != nil && s.local.hold()
+			return s != nil && s.local.buffer()
 		},
 		Passivated: func(id string) bool {
 			s := rt.lookup(id)
@@ -531,7 +531,7 @@ func (rt *Runtime) passivation() actors.Passivation {
 		},
 		Unhold: func(id string) {
 			if s := rt.lookup(id); s != nil {
-				s.local.unhold()
+				s.local.flush()
 			}
 		},
 	}

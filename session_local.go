@@ -19,14 +19,14 @@ import (
 // session's first message, stopped when it passivates, and started again
 // by the next message.
 type localActor struct {
-	s        *Session
-	pid      atomic.Pointer[actor.PID] // the session's actor, while it runs
-	start    sync.Mutex                // guards the fields below, and every delivery to the actor
-	prepared *actors.PreparedSession   // what starts it (again, after it passivated)
-	runs     int                       // actors started, for their names
-	holding  bool                      // the actor passivates: messages are held
-	held     []func(*actor.PID)        // the deliveries held, in order
-	closed   bool
+	s         *Session
+	pid       atomic.Pointer[actor.PID] // the session's actor, while it runs
+	start     sync.Mutex                // guards the fields below, and every delivery to the actor
+	prepared  *actors.PreparedSession   // what starts it (again, after it passivated)
+	runs      int                       // actors started, for their names
+	buffering bool                      // the actor passivates: deliveries are buffered
+	buffered  []func(*actor.PID)        // the deliveries buffered, in order
+	closed    bool
 }
 
 // Prompt sends req with p's reply address as the sender.
@@ -43,7 +43,7 @@ func (l *localActor) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
 
 // Deliver runs send with the session's actor, starting it if it is not
 // running (the first message, or one after the session passivated);
-// while the actor passivates, send is held and runs once that ends. It
+// while the actor passivates, send is buffered and runs once that ends. It
 // fails once the session is closed.
 func (l *localActor) Deliver(send func(*actor.PID)) error {
 	l.start.Lock()
@@ -51,8 +51,8 @@ func (l *localActor) Deliver(send func(*actor.PID)) error {
 	if l.closed {
 		return l.s.closedError()
 	}
-	if l.holding {
-		l.held = append(l.held, send)
+	if l.buffering {
+		l.buffered = append(l.buffered, send)
 		return nil
 	}
 	pid, err := l.actorLocked()
@@ -64,7 +64,7 @@ func (l *localActor) Deliver(send func(*actor.PID)) error {
 }
 
 // actorLocked returns the session's actor, starting it if it is not
-// running; l.start is held.
+// running; l.start is locked.
 func (l *localActor) actorLocked() (*actor.PID, error) {
 	if pid := l.pid.Load(); pid != nil {
 		return pid, nil
@@ -94,50 +94,51 @@ func (l *localActor) IsClosed() bool {
 	return l.closed
 }
 
-// hold starts holding the messages sent to the session (its actor
-// passivates); false when it is closed or holding already.
-func (l *localActor) hold() bool {
+// buffer starts buffering the messages sent to the session (its actor
+// passivates); false when it is closed or buffering already.
+func (l *localActor) buffer() bool {
 	l.start.Lock()
 	defer l.start.Unlock()
-	if l.closed || l.holding {
+	if l.closed || l.buffering {
 		return false
 	}
-	l.holding = true
+	l.buffering = true
 	return true
 }
 
 // passivated takes the state of an actor that passivates: with nothing
-// held meanwhile, the session has no actor until its next message (true);
-// otherwise the held messages go to the actor, which stays (false).
+// buffered meanwhile, the session has no actor until its next message
+// (true); otherwise the buffered messages go to the actor, which stays
+// (false).
 func (l *localActor) passivated() bool {
 	l.start.Lock()
 	defer l.start.Unlock()
-	if !l.holding {
+	if !l.buffering {
 		return false
 	}
-	if len(l.held) > 0 || l.closed {
-		l.releaseLocked()
+	if len(l.buffered) > 0 || l.closed {
+		l.flushLocked()
 		return false
 	}
-	l.holding = false
+	l.buffering = false
 	l.pid.Store(nil)
 	return true
 }
 
-// unhold delivers the held messages: the actor stays.
-func (l *localActor) unhold() {
+// flush delivers the buffered messages: the actor stays.
+func (l *localActor) flush() {
 	l.start.Lock()
 	defer l.start.Unlock()
-	l.releaseLocked()
+	l.flushLocked()
 }
 
-// releaseLocked stops holding and delivers what was held to the running
-// actor, in order; l.start is held.
-func (l *localActor) releaseLocked() {
-	held := l.held
-	l.holding, l.held = false, nil
+// flushLocked stops buffering and delivers what was buffered to the
+// running actor, in order; l.start is locked.
+func (l *localActor) flushLocked() {
+	buffered := l.buffered
+	l.buffering, l.buffered = false, nil
 	pid := l.pid.Load()
-	for _, send := range held {
+	for _, send := range buffered {
 		send(pid)
 	}
 }
@@ -153,8 +154,8 @@ func (l *localActor) Close(ctx context.Context) error {
 		l.start.Unlock()
 		return nil
 	}
-	if l.holding {
-		l.releaseLocked() // the actor stays, and stops now
+	if l.buffering {
+		l.flushLocked() // the actor stays, and stops now
 	}
 	pid := l.pid.Load()
 	if pid == nil && l.prepared.Passivated() {
