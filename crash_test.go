@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/musepi/musepi"
-	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -95,70 +92,6 @@ func TestPanickingJitterSourceEndsThePrompt(t *testing.T) {
 		"agent_end willRetry=false",
 		"auto_retry_end success=true attempt=1",
 		"agent_settled success=true")
-}
-
-// armPanicClock panics once when the retry actor arms a backoff timer
-// (the first AfterFunc called from RetryActor.Receive).
-type armPanicClock struct {
-	*clock.Virtual
-	left atomic.Int64
-}
-
-func (c *armPanicClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	if calledFrom("actors.(*RetryActor).Receive") && c.left.Add(-1) >= 0 {
-		panic("backoff exploded")
-	}
-	return c.Virtual.AfterFunc(d, f)
-}
-
-// calledFrom reports whether a function whose name ends in fn is on the
-// caller's stack.
-func calledFrom(fn string) bool {
-	pc := make([]uintptr, 32)
-	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc)])
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, fn) {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
-}
-
-// The retry actor owns the backoff. When it panics, its guardian
-// stops it and tells the session, which starts a new child from its core's
-// state (InTimerLost): the backoff is armed again for what is left of it,
-// and the prompt goes on as if nothing happened.
-func TestCrashContainmentRetryChild(t *testing.T) {
-	var armed *armPanicClock
-	wrap := func(v *clock.Virtual) clock.Clock {
-		armed = &armPanicClock{Virtual: v}
-		armed.left.Store(1)
-		return armed
-	}
-	var logs logRecorder
-	h := newHarnessClock(t, start, wrap, nil, musepi.WithRetrySettings(noFallback()), musepi.WithStreamIdleTimeout(0), musepi.WithLogger(logs.logger()))
-	s, rec := h.session()
-	h.p.SetScript(s.ID(), fail(503, "503 Service Unavailable"), answer("recovered"))
-	ch := h.prompt(s, "hi")
-	h.run()
-	if r := h.settle(ch); r.err != nil || r.msg.Text() != "recovered" {
-		t.Fatalf("prompt = %v, %v", r.msg, r.err)
-	}
-	if left := armed.left.Load(); left >= 0 {
-		t.Fatalf("no backoff timer was armed (%d panics left): the test proves nothing", left+1)
-	}
-	expectLines(t, rec.lines(retryEvents...),
-		"agent_end willRetry=true",
-		"auto_retry_start 1/10 delay=500ms class=transient",
-		"agent_end willRetry=false",
-		"auto_retry_end success=true attempt=1",
-		"agent_settled success=true")
-	if !strings.Contains(logs.String(), "retry actor stopped; starting a new one") {
-		t.Fatalf("the session did not restart its retry actor; logs:\n%s", logs.String())
-	}
 }
 
 // writerFunc is an io.Writer from a function.

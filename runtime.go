@@ -34,11 +34,12 @@ import (
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
-	"github.com/musepi/musepi/scheduler"
+	"github.com/musepi/musepi/timers"
 )
 
-// Runtime hosts sessions: one actor system with the scheduler, one
-// credentials actor per provider and one model-fallback actor per role.
+// Runtime hosts sessions: one actor system, one timer service for every
+// backoff, one credentials actor per provider and one model-fallback actor
+// per role.
 type Runtime struct {
 	cfg    runtimeConfig
 	system *actor.ActorSystem
@@ -55,7 +56,7 @@ type Runtime struct {
 	telemetry     *telemetry.Telemetry               // nil without WithMeterProvider and WithTracerProvider
 	unobserve     func()                             // unsubscribes the telemetry
 	deliveries    *deliveries                        // the runtime-wide fan-out's deliveries in flight (with telemetry)
-	timers        *timers                            // claims due sessions (a TimerStore); nil otherwise
+	timers        *timers.Service                    // every backoff's timer; claims due sessions on a TimerStore
 
 	// cluster is the runtime's part in a cluster (cluster.Join; nil: one
 	// machine). The sessions map then holds the sessions it hosts.
@@ -91,10 +92,6 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimitExceeded }
 
 // ErrRuntimeClosed is returned once Shutdown has begun.
 var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
-
-// schedulerShards is how many post-prompt schedulers a runtime runs, so
-// that a storm's continues do not all pass through one mailbox.
-const schedulerShards = 8
 
 // maxWaitingGoroutines is how many goroutines of ended turns a runtime
 // keeps for the next turns (each a few KB of stack).
@@ -253,7 +250,7 @@ func (cfg *runtimeConfig) historyStore() (history.Store, error) {
 }
 
 // start makes the deps the sessions share on rt.system: the dispatcher
-// pool and the schedulers, then the credentials and fallback actors
+// pool and the timer service, then the credentials and fallback actors
 // through shared.
 func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption)) {
 	cfg := rt.cfg
@@ -283,11 +280,8 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 	deps.Dispatcher = rt.pool
 	deps.Goroutines = dispatch.NewSpawner(maxWaitingGoroutines)
 	onPool := actor.WithDispatcher(rt.pool)
-	for range schedulerShards {
-		pid := rt.system.Root.Spawn(scheduler.Props(cfg.clock, rt.wake, onPool))
-		deps.Schedulers = append(deps.Schedulers, pid)
-		rt.pids = append(rt.pids, pid)
-	}
+	rt.timers = timers.New(cfg.clock, rt.deliverDue)
+	deps.Timers = rt.timers
 	shared(deps, onPool)
 	deps.Passivation = rt.passivation()
 	rt.deps = deps
@@ -505,9 +499,14 @@ func (rt *Runtime) lookup(id string) *Session {
 	return rt.sessions[id]
 }
 
-// wake delivers a task due to a session by id (its scheduler's wake,
-// for a session that may have left its actors while it waited).
-func (rt *Runtime) wake(id string, due *messages.TaskDue) {
+// deliverDue delivers a backoff's end from the timer service to the
+// session id: to its actor to, or by id when it left its actors while it
+// waited (passivated), starting it again.
+func (rt *Runtime) deliverDue(id string, to *actor.PID, due *messages.TaskDue) {
+	if to != nil {
+		track.Send(rt.system.Root, rt.cfg.clock, to, due)
+		return
+	}
 	if s := rt.lookup(id); s != nil {
 		_ = s.deliver(func(pid *actor.PID) { track.Send(rt.system.Root, rt.cfg.clock, pid, due) })
 	}
@@ -677,7 +676,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	rt.closed = true
 	rt.mu.Unlock()
-	rt.stopTimers() // it opens sessions: stopped before they are listed
+	rt.timers.StopClaiming() // it opens sessions: stopped before they are listed
 	var errs []error
 	if rt.cluster != nil {
 		if err := rt.cluster.Shutdown(ctx); err != nil {
@@ -700,6 +699,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 		rt.system.Shutdown()
 	}
+	rt.timers.Close()
 	rt.pool.Close()
 	rt.deps.Goroutines.Close()
 	if err := rt.store.Close(); err != nil {

@@ -2,12 +2,11 @@ package musepi
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/history"
+	"github.com/musepi/musepi/timers"
 )
 
 // TimerStore is a history store with durable timers, as cluster/pgstore's
@@ -18,7 +17,8 @@ import (
 // resumes its retry chain from its record, so a session that waited out a
 // long backoff (a usage limit: minutes to hours) on a node that died or
 // left wakes on whichever node claims it. Sessions a live node holds are
-// that node's to wake.
+// that node's to wake. Claiming is the durable side of the runtime's
+// timer service (package timers), which owns every backoff.
 type TimerStore interface {
 	history.Store
 	// Claim claims up to limit sessions due at or before t that nobody has
@@ -26,64 +26,14 @@ type TimerStore interface {
 	Claim(ctx context.Context, t time.Time, limit int, ttl time.Duration) ([]history.DueRecord, error)
 }
 
-// Bounds of one claim: how many sessions, and for how long another node
-// may not claim them (opening a session writes its record, which ends the
-// claim; a claimant that dies first lets it run out).
-const (
-	claimLimit = 64
-	claimTTL   = 30 * time.Second
-)
+var _ timers.Store = TimerStore(nil)
 
-// timers is a runtime's claiming loop.
-type timers struct {
-	stop context.CancelFunc
-	done sync.WaitGroup
-}
-
-// startTimers starts claiming due sessions when the store has durable
-// timers and claiming is on.
+// startTimers starts the durable side of the runtime's timer service
+// when the store has durable timers and claiming is on: due sessions that
+// no live node holds are claimed and opened here (see timers.ClaimDue).
 func (rt *Runtime) startTimers() {
-	ts, ok := rt.store.(TimerStore)
-	if !ok || rt.cfg.timerPoll <= 0 {
-		return
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	rt.timers = &timers{stop: stop}
-	rt.timers.done.Go(func() {
-		tick := time.NewTicker(rt.cfg.timerPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			rt.claimDue(ctx, ts)
-		}
-	})
-}
-
-// stopTimers stops the claiming loop and waits for it.
-func (rt *Runtime) stopTimers() {
-	if rt.timers != nil {
-		rt.timers.stop()
-		rt.timers.done.Wait()
-	}
-}
-
-// claimDue claims the due sessions once and opens each.
-func (rt *Runtime) claimDue(ctx context.Context, ts TimerStore) {
-	due, err := ts.Claim(ctx, rt.cfg.clock.Now(), claimLimit, claimTTL)
-	if err != nil {
-		if ctx.Err() == nil {
-			rt.cfg.log.Warn("claim due sessions", slog.Any("error", err))
-		}
-		return
-	}
-	for _, d := range due {
-		if err := rt.wakeDue(ctx, d); err != nil && ctx.Err() == nil {
-			rt.cfg.log.Warn("wake a due session", slog.Any("error", err), slog.String("session", d.Session))
-		}
+	if ts, ok := rt.store.(TimerStore); ok {
+		rt.timers.ClaimDue(rt.cfg.timerPoll, ts, rt.wakeDue, rt.cfg.log)
 	}
 }
 

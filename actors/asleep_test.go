@@ -13,7 +13,6 @@ func TestAsleepKeepsTheActor(t *testing.T) {
 		"deps":           "the runtime's, given to every actor",
 		"entry":          "the session's PreparedSession, found under its name at start",
 		"cfg":            "the session's configuration, from its PreparedSession",
-		"retryPID":       "the retry child, started with the next backoff",
 		"running":        "a turn, tools or a compaction running: none at rest",
 		"pending":        "the inputs of the step running",
 		"stepHistoryErr": "the write that failed in the step running",

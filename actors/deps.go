@@ -18,13 +18,14 @@ import (
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
+	"github.com/musepi/musepi/timers"
 )
 
 // Deps is what every session of a runtime shares.
 type Deps struct {
 	Clock       clock.Clock
 	Log         *slog.Logger
-	Schedulers  []*actor.PID                 // post-prompt schedulers, sharded by session id
+	Timers      *timers.Service              // every backoff's timer
 	Credentials map[string]*actor.PID        // credentials actor by provider name
 	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
@@ -44,7 +45,7 @@ type Deps struct {
 	MaxResponseBytes int
 	// NewSource returns the jitter source of one session's retry chain.
 	NewSource func() retry.Source
-	// Dispatcher runs the session and retry actors' mailboxes; nil is
+	// Dispatcher runs the session actors' mailboxes; nil is
 	// protoactor's default (a goroutine per mailbox activation).
 	Dispatcher actor.Dispatcher
 	// Goroutines runs turns, tools and compactions, reusing the goroutines
@@ -104,8 +105,8 @@ func (d *Deps) toolSpecs() []provider.ToolSpec {
 }
 
 // Passivation is how a session waiting out a backoff of at least After
-// leaves its actors: it hands its wake to its scheduler (by session id),
-// asks its root to Hold new messages and sends itself a marker; when the
+// leaves its actors: its timer wakes it by session id (Timers),
+// it asks its root to Hold new messages and sends itself a marker; when the
 // marker comes every earlier message is handled, and if it still waits it
 // gives its root its state (Passivated) and stops. A message held
 // meanwhile keeps it: the root delivers it and the session stays. The
@@ -125,14 +126,14 @@ type Passivation struct {
 	Unhold func(sessionID string)
 }
 
-// sharedState is what every session and retry actor of a runtime shares,
-// built once from the Deps on first use.
+// sharedState is what every session actor of a runtime shares, built
+// once from the Deps on first use.
 type sharedState struct {
-	session, retry *actor.Props    // what they are spawned from
-	credentialed   map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
-	budgeted       map[string]bool // the providers with a retry budget (session.Config.Budgeted)
-	fallbackRoles  map[string]bool // the roles with a model-fallback actor (session.Config.FallbackRoles)
-	paced          map[string]bool // the providers whose turns are paced (session.Config.Paced)
+	session       *actor.Props    // what they are spawned from
+	credentialed  map[string]bool // the providers with a credentials actor (session.Config.Credentialed)
+	budgeted      map[string]bool // the providers with a retry budget (session.Config.Budgeted)
+	fallbackRoles map[string]bool // the roles with a model-fallback actor (session.Config.FallbackRoles)
+	paced         map[string]bool // the providers whose turns are paced (session.Config.Paced)
 }
 
 // shared builds the shared state on first use: the actors' own mailbox on
@@ -144,8 +145,6 @@ func (d *Deps) shared() *sharedState {
 			opts = append(opts, actor.WithDispatcher(d.Dispatcher))
 		}
 		d.built.session = actor.PropsFromProducer(func() actor.Actor { return &SessionActor{deps: d} }, opts...)
-		d.built.retry = actor.PropsFromProducer(func() actor.Actor { return &RetryActor{deps: d} },
-			append(opts, actor.WithGuardian(retryGuardian{clk: d.Clock}))...)
 		d.built.credentialed = present(d.Credentials)
 		d.built.budgeted = present(d.Budgets)
 		d.built.fallbackRoles = present(d.Fallbacks)

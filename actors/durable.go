@@ -294,9 +294,6 @@ func (s *SessionActor) leave(ctx actor.Context, res *session.Result) {
 		ctx.Send(s.waiter, promptResult(res))
 		s.waiter = nil
 	}
-	if s.wakeAtScheduler {
-		ctx.Send(s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
-	}
 	ctx.Stop(ctx.Self())
 }
 

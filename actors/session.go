@@ -3,7 +3,6 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
@@ -34,7 +33,7 @@ const panickedError = "the session panicked (a bug, logged with its stack); prom
 // the model), the persisted history (what is kept) and the event stream.
 // Every decision is its session.Core's: the actor feeds the core its inputs
 // and carries out the effects the core returns (turns and tools in their
-// own goroutines, backoffs through its retry child and its scheduler,
+// own goroutines, backoffs through the runtime's timer service,
 // asks to the credentials, fallback and budget actors).
 type SessionActor struct {
 	// asleep is the session's state that outlives the actor when the
@@ -46,8 +45,7 @@ type SessionActor struct {
 	entry *PreparedSession // under its name in deps, while it lives
 	cfg   *SessionConfig
 
-	retryPID *actor.PID
-	running  *runContext // of the turn or tools running, until they finish (nil: none)
+	running *runContext // of the turn or tools running, until they finish (nil: none)
 
 	pending []session.Input // inputs an effect answered at once, during a step
 
@@ -170,9 +168,6 @@ type asleep struct {
 	// oversize is why the next turn cannot go out: pacing found it too
 	// large for every key of its provider ("": it can).
 	oversize string
-	// wakeAtScheduler: the session's backoff is its scheduler's (by
-	// session id), not its retry child's.
-	wakeAtScheduler bool
 }
 
 // StartSession spawns the prepared session p under name; a runtime starts
@@ -220,7 +215,6 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.ToolsFinished:
 		s.toolsFinished(ctx, m)
 	case *messages.TaskDue:
-		s.wakeAtScheduler = false
 		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: s.keyFree()})
 	case *messages.Passivate:
 		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.GetToken()})
@@ -232,8 +226,6 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		ctx.Respond(s.setModel(ctx, m.GetModel()))
 	case *messages.MessagesRequest:
 		ctx.Respond(s.messages(m.GetHistory()))
-	case *messages.RetryStopped:
-		s.retryStopped(ctx, m)
 	case *messages.SessionOptions:
 		s.setOptions(ctx, m)
 	case *actor.Stopping:
@@ -380,18 +372,6 @@ func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
 	return ack
 }
 
-// retryStopped: the retry child stopped after a panic (its guardian,
-// retryGuardian, says so); the core arms the backoff again, through a new
-// child, for what is left of it (its task replaces the old one's).
-func (s *SessionActor) retryStopped(ctx actor.Context, m *messages.RetryStopped) {
-	if s.retryPID == nil || m.GetChildId() != s.retryPID.GetId() {
-		return
-	}
-	s.deps.Log.Error("retry actor stopped; starting a new one", slog.String("session", s.cfg.ID))
-	s.retryPID = nil
-	s.step(ctx, session.Input{Kind: session.InTimerLost})
-}
-
 // reportPanic reports a panic of the actor, a bug (in the caller's jitter
 // source, which the core's retry decision runs, or in ours): it is logged
 // with the session and its stack and raised again, to the actor's
@@ -423,7 +403,9 @@ func (s *SessionActor) restarting(ctx actor.Context) {
 			Error: fmt.Sprintf("%s: %s", panickedError, s.panicked)})
 		s.waiter = nil
 	}
-	s.stopRetry(ctx)
+	if s.cfg != nil {
+		s.deps.Timers.Cancel(s.cfg.ID, 0)
+	}
 }
 
 // stopping ends the session's actor: the core stops (a prompt running
@@ -434,7 +416,9 @@ func (s *SessionActor) stopping(ctx actor.Context) {
 		s.step(ctx, session.Input{Kind: session.InTaken})
 	}
 	s.step(ctx, session.Input{Kind: session.InStop})
-	s.stopRetry(ctx)
+	if s.core.Presence() != session.Passivated { // a passivated session's timer wakes it by id
+		s.deps.Timers.Cancel(s.cfg.ID, 0)
+	}
 }
 
 // exited: the actor has stopped; the history closes unless the session
@@ -686,34 +670,6 @@ func (s *SessionActor) newSource() retry.Source {
 	return retry.NewPCGSource(seed, seed>>1)
 }
 
-// retry is the retry child, which owns the backoff; it is started
-// with the session's first backoff, so a session that never retries costs
-// one actor, not two. It is the session's child by name and by lifetime
-// (the session stops it), but spawned under a guardian rather than as a
-// protoactor child: a parent keeps a set of its children, a map that
-// would cost every waiting session about 450 bytes.
-func (s *SessionActor) retry(ctx actor.Context) *actor.PID {
-	if s.retryPID == nil {
-		sys := ctx.ActorSystem()
-		// Named after the session, unique: a child of a previous actor of
-		// the session may still be stopping.
-		pid, err := sys.Root.SpawnNamed(s.deps.shared().retry, ctx.Self().Id+retryName+sys.ProcessRegistry.NextId())
-		if err != nil {
-			panic(fmt.Sprintf("spawn the retry child of session %s: %v", s.cfg.ID, err)) // a unique name is never taken
-		}
-		s.retryPID = pid
-	}
-	return s.retryPID
-}
-
-// stopRetry stops the retry child, if any.
-func (s *SessionActor) stopRetry(ctx actor.Context) {
-	if s.retryPID != nil {
-		ctx.Stop(s.retryPID)
-		s.retryPID = nil
-	}
-}
-
 // append adds entries to the history, and to the runtime context when
 // toRuntime, all or nothing: after a failed write both are as they were
 // (no seq is spent) and the error is returned.
@@ -794,16 +750,6 @@ func (s *SessionActor) messages(history bool) *messages.MessagesReply {
 	}
 	return &messages.MessagesReply{Entries: entries}
 }
-
-// schedulerFor picks the scheduler shard of a session.
-func (d *Deps) schedulerFor(sessionID string) *actor.PID {
-	if len(d.Schedulers) == 1 {
-		return d.Schedulers[0]
-	}
-	return d.Schedulers[maphash.String(schedulerSeed, sessionID)%uint64(len(d.Schedulers))]
-}
-
-var schedulerSeed = maphash.MakeSeed()
 
 func isFailure(m *messages.AssistantMessage) bool {
 	r := m.GetStopReason()

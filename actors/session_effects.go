@@ -49,7 +49,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.ArmTimer:
 		s.armTimer(ctx, e)
 	case session.CancelTimer:
-		s.cancelTimer(ctx, e)
+		s.deps.Timers.Cancel(s.cfg.ID, e.Token)
 	case session.ResetProviderSession:
 		s.resetProviderSession(e.Model)
 	case session.AskCredentialSwitch, session.AskFallback, session.AskBudget:
@@ -183,35 +183,22 @@ func (s *SessionActor) compactFor(ctx actor.Context, e *session.Effect) {
 	s.compact(ctx, e.Generation, e.Message)
 }
 
-// armTimer hands a backoff to the retry child, or, for a backoff the
-// session waits out without its actors (Passivate), to the scheduler,
-// which wakes it by id.
+// armTimer arms the backoff and the retry's continue after it with the
+// runtime's timer service, the one owner of every backoff: its end
+// (TaskDue) comes to the actor, or, for a backoff the session waits out
+// without its actors (Passivate), by the session's id, which starts the
+// session again.
 func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
-	clk := s.deps.Clock
 	if s.dur != nil {
 		s.dur.armed = true
 	}
+	to := ctx.Self()
 	if e.Passivate {
-		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.ScheduleTask{SessionId: s.cfg.ID, Generation: e.Generation,
-			SleepNs: int64(e.Delay), DelayMs: e.ContinueDelay.Milliseconds(), Task: "continue", Token: e.Token})
-		s.wakeAtScheduler = true
-		if s.deps.Passivation.Hold(s.cfg.ID) {
-			track.Send(ctx, clk, ctx.Self(), &messages.Passivate{Token: e.Token})
-		}
-		return
+		to = nil
 	}
-	track.Send(ctx, clk, s.retry(ctx), &messages.ArmRetryTimer{DelayNs: int64(e.Delay), Token: e.Token,
-		Generation: e.Generation, ContinueDelayMs: e.ContinueDelay.Milliseconds(), Session: Ref(ctx.Self())})
-}
-
-// cancelTimer takes back the backoff from whoever holds it.
-func (s *SessionActor) cancelTimer(ctx actor.Context, e *session.Effect) {
-	switch {
-	case s.wakeAtScheduler:
-		s.wakeAtScheduler = false
-		track.Send(ctx, s.deps.Clock, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
-	case s.retryPID != nil: // no child yet: no timer to cancel
-		track.Send(ctx, s.deps.Clock, s.retryPID, &messages.CancelRetryTimer{Token: e.Token})
+	s.deps.Timers.Arm(s.cfg.ID, to, e.Delay+e.ContinueDelay, e.Generation, e.Token)
+	if e.Passivate && s.deps.Passivation.Hold(s.cfg.ID) {
+		track.Send(ctx, s.deps.Clock, ctx.Self(), &messages.Passivate{Token: e.Token})
 	}
 }
 
@@ -240,7 +227,7 @@ func (s *SessionActor) ask(ctx actor.Context, e *session.Effect) {
 
 // tellShared tells the provider's shared actors what they keep: the
 // outcome of a budgeted attempt, a dropped budget hold, or that the
-// session is done with them (and with its scheduler).
+// session is done with them (and with its timer).
 func (s *SessionActor) tellShared(ctx actor.Context, e *session.Effect) {
 	clk := s.deps.Clock
 	creds, budget := s.deps.Credentials[providerOf(e.Model)], s.deps.Budgets[providerOf(e.Model)]
@@ -257,7 +244,7 @@ func (s *SessionActor) tellShared(ctx actor.Context, e *session.Effect) {
 		if budget != nil && budget != creds {
 			track.Send(ctx, clk, budget, &messages.ReleaseSession{SessionId: s.cfg.ID})
 		}
-		track.Send(ctx, clk, s.deps.schedulerFor(s.cfg.ID), &messages.Forget{SessionId: s.cfg.ID})
+		s.deps.Timers.Cancel(s.cfg.ID, 0)
 	}
 }
 

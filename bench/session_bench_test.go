@@ -75,7 +75,7 @@ func startSessions(b *testing.B, ctx context.Context, clk *clock.Virtual, rt *mu
 }
 
 // BenchmarkIdleSession reports the heap and goroutines one idle session
-// holds (session actor, its retry actor, registry entries), per session.
+// holds (its actor, registry entries), per session.
 func BenchmarkIdleSession(b *testing.B) {
 	clk := clock.NewVirtual(time.Unix(0, 0))
 	rt := newRuntime(b, clk, provider.NewScripted(), retry.DefaultSettings())
@@ -116,7 +116,7 @@ func BenchmarkWaitingSession(b *testing.B) {
 }
 
 // BenchmarkRetryAttempt is one retry attempt end to end through the actors
-// (turn fails, the session core decides, backoff timer, scheduler, continue) on
+// (turn fails, the session core decides, the timer service's backoff, continue) on
 // the virtual clock, with the default settings (model fallback on, no
 // fallback chain): ns and protocol messages per attempt.
 func BenchmarkRetryAttempt(b *testing.B) { retryAttempt(b) }

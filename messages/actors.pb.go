@@ -1117,177 +1117,6 @@ func (x *ToolsFinished) GetTaken() bool {
 	return false
 }
 
-// ArmRetryTimer asks the session's retry actor to start the backoff of
-// token: after delay_ns and then continue_delay_ms (the retry's continue),
-// its timer sends the session TaskDue for generation.
-type ArmRetryTimer struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	DelayNs         int64                  `protobuf:"varint,1,opt,name=delay_ns,json=delayNs,proto3" json:"delay_ns,omitempty"`
-	Token           uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	Generation      uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
-	ContinueDelayMs int64                  `protobuf:"varint,5,opt,name=continue_delay_ms,json=continueDelayMs,proto3" json:"continue_delay_ms,omitempty"`
-	Session         *ActorRef              `protobuf:"bytes,6,opt,name=session,proto3" json:"session,omitempty"` // the session actor
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
-}
-
-func (x *ArmRetryTimer) Reset() {
-	*x = ArmRetryTimer{}
-	mi := &file_actors_proto_msgTypes[20]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ArmRetryTimer) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ArmRetryTimer) ProtoMessage() {}
-
-func (x *ArmRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ArmRetryTimer.ProtoReflect.Descriptor instead.
-func (*ArmRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
-}
-
-func (x *ArmRetryTimer) GetDelayNs() int64 {
-	if x != nil {
-		return x.DelayNs
-	}
-	return 0
-}
-
-func (x *ArmRetryTimer) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-func (x *ArmRetryTimer) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *ArmRetryTimer) GetContinueDelayMs() int64 {
-	if x != nil {
-		return x.ContinueDelayMs
-	}
-	return 0
-}
-
-func (x *ArmRetryTimer) GetSession() *ActorRef {
-	if x != nil {
-		return x.Session
-	}
-	return nil
-}
-
-// RetryStopped tells a session its retry actor panicked and was stopped
-// (by the retry actorren's guardian): the session arms its backoff again
-// through a new child.
-type RetryStopped struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ChildId       string                 `protobuf:"bytes,1,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"` // the child's actor id
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RetryStopped) Reset() {
-	*x = RetryStopped{}
-	mi := &file_actors_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RetryStopped) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RetryStopped) ProtoMessage() {}
-
-func (x *RetryStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RetryStopped.ProtoReflect.Descriptor instead.
-func (*RetryStopped) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
-}
-
-func (x *RetryStopped) GetChildId() string {
-	if x != nil {
-		return x.ChildId
-	}
-	return ""
-}
-
-// CancelRetryTimer stops the backoff of token.
-type CancelRetryTimer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CancelRetryTimer) Reset() {
-	*x = CancelRetryTimer{}
-	mi := &file_actors_proto_msgTypes[22]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CancelRetryTimer) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CancelRetryTimer) ProtoMessage() {}
-
-func (x *CancelRetryTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CancelRetryTimer.ProtoReflect.Descriptor instead.
-func (*CancelRetryTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
-}
-
-func (x *CancelRetryTimer) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
 // SelectCredential asks which credential a session uses (session-sticky).
 // With pace set, the turn also reserves its need from the credential's
 // rate-limit budget: the answer may be a switch to the key with the most
@@ -1310,7 +1139,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1151,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1164,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1423,7 +1252,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1264,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1277,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1507,7 +1336,7 @@ type PacingGrant struct {
 
 func (x *PacingGrant) Reset() {
 	*x = PacingGrant{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1348,7 @@ func (x *PacingGrant) String() string {
 func (*PacingGrant) ProtoMessage() {}
 
 func (x *PacingGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1361,7 @@ func (x *PacingGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
 func (*PacingGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PacingGrant) GetSessionId() string {
@@ -1583,7 +1412,7 @@ type PacingSettle struct {
 
 func (x *PacingSettle) Reset() {
 	*x = PacingSettle{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1424,7 @@ func (x *PacingSettle) String() string {
 func (*PacingSettle) ProtoMessage() {}
 
 func (x *PacingSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1437,7 @@ func (x *PacingSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
 func (*PacingSettle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PacingSettle) GetSessionId() string {
@@ -1696,7 +1525,7 @@ type PacingObserve struct {
 
 func (x *PacingObserve) Reset() {
 	*x = PacingObserve{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1537,7 @@ func (x *PacingObserve) String() string {
 func (*PacingObserve) ProtoMessage() {}
 
 func (x *PacingObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1550,7 @@ func (x *PacingObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
 func (*PacingObserve) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PacingObserve) GetSessionId() string {
@@ -1762,7 +1591,7 @@ type PacingTick struct {
 
 func (x *PacingTick) Reset() {
 	*x = PacingTick{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1603,7 @@ func (x *PacingTick) String() string {
 func (*PacingTick) ProtoMessage() {}
 
 func (x *PacingTick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1616,7 @@ func (x *PacingTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
 func (*PacingTick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 // PacingCancel drops a session's reservation: waiting, or granted and never
@@ -1802,7 +1631,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1643,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1656,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1858,7 +1687,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1699,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +1712,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1928,7 +1757,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +1769,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +1782,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -2002,7 +1831,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +1843,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +1856,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -2052,7 +1881,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +1893,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +1906,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -2129,7 +1958,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +1970,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +1983,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -2189,7 +2018,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2030,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2043,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -2233,7 +2062,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2074,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2087,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -2274,7 +2103,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2115,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2128,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -2342,7 +2171,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2183,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2196,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -2401,7 +2230,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2242,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
+	mi := &file_actors_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2255,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
+	return file_actors_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -2453,7 +2282,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2294,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
+	mi := &file_actors_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2307,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
+	return file_actors_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2545,7 +2374,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2386,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
+	mi := &file_actors_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2399,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
+	return file_actors_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2615,132 +2444,6 @@ func (x *NextModelReply) GetToken() uint64 {
 	return 0
 }
 
-// ScheduleTask asks for a post-prompt task after delay_ms (plus
-// sleep_ns: a passivating session hands the scheduler its whole backoff);
-// the scheduler sends the session (the message's sender) TaskDue when it
-// is due, or, without a sender, wakes the session by its id.
-type ScheduleTask struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	DelayMs       int64                  `protobuf:"varint,3,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	Task          string                 `protobuf:"bytes,4,opt,name=task,proto3" json:"task,omitempty"`    // "continue"
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"` // the backoff the task follows
-	SleepNs       int64                  `protobuf:"varint,6,opt,name=sleep_ns,json=sleepNs,proto3" json:"sleep_ns,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ScheduleTask) Reset() {
-	*x = ScheduleTask{}
-	mi := &file_actors_proto_msgTypes[42]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ScheduleTask) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ScheduleTask) ProtoMessage() {}
-
-func (x *ScheduleTask) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ScheduleTask.ProtoReflect.Descriptor instead.
-func (*ScheduleTask) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
-}
-
-func (x *ScheduleTask) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *ScheduleTask) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *ScheduleTask) GetDelayMs() int64 {
-	if x != nil {
-		return x.DelayMs
-	}
-	return 0
-}
-
-func (x *ScheduleTask) GetTask() string {
-	if x != nil {
-		return x.Task
-	}
-	return ""
-}
-
-func (x *ScheduleTask) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-func (x *ScheduleTask) GetSleepNs() int64 {
-	if x != nil {
-		return x.SleepNs
-	}
-	return 0
-}
-
-// SchedulerTimer is what a scheduler's timer sends the scheduler when it
-// fires: the tasks due by then go out.
-type SchedulerTimer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SchedulerTimer) Reset() {
-	*x = SchedulerTimer{}
-	mi := &file_actors_proto_msgTypes[43]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SchedulerTimer) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SchedulerTimer) ProtoMessage() {}
-
-func (x *SchedulerTimer) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SchedulerTimer.ProtoReflect.Descriptor instead.
-func (*SchedulerTimer) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
-}
-
 // Passivate is the marker a session sends itself once its root holds new
 // messages: when it comes, every message sent before is handled, and a
 // session still in the backoff of token may leave its actors.
@@ -2753,7 +2456,7 @@ type Passivate struct {
 
 func (x *Passivate) Reset() {
 	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2468,7 @@ func (x *Passivate) String() string {
 func (*Passivate) ProtoMessage() {}
 
 func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[44]
+	mi := &file_actors_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2481,7 @@ func (x *Passivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
 func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{44}
+	return file_actors_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Passivate) GetToken() uint64 {
@@ -2788,7 +2491,8 @@ func (x *Passivate) GetToken() uint64 {
 	return 0
 }
 
-// TaskDue is sent to the session when its task is due.
+// TaskDue is sent to the session by the timer service when its backoff,
+// and the retry's continue after it, have passed.
 type TaskDue struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
@@ -2800,7 +2504,7 @@ type TaskDue struct {
 
 func (x *TaskDue) Reset() {
 	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2516,7 @@ func (x *TaskDue) String() string {
 func (*TaskDue) ProtoMessage() {}
 
 func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[45]
+	mi := &file_actors_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2529,7 @@ func (x *TaskDue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
 func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{45}
+	return file_actors_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TaskDue) GetGeneration() uint64 {
@@ -2849,61 +2553,6 @@ func (x *TaskDue) GetToken() uint64 {
 	return 0
 }
 
-// Forget drops a session's pending task: the one that follows backoff
-// token, or whichever it is when token is 0 (the prompt settled, the
-// session stopped).
-type Forget struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Forget) Reset() {
-	*x = Forget{}
-	mi := &file_actors_proto_msgTypes[46]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Forget) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Forget) ProtoMessage() {}
-
-func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[46]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
-func (*Forget) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{46}
-}
-
-func (x *Forget) GetSessionId() string {
-	if x != nil {
-		return x.SessionId
-	}
-	return ""
-}
-
-func (x *Forget) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
 // CompactionFinished carries the compaction hook's outcome.
 type CompactionFinished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2916,7 +2565,7 @@ type CompactionFinished struct {
 
 func (x *CompactionFinished) Reset() {
 	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +2577,7 @@ func (x *CompactionFinished) String() string {
 func (*CompactionFinished) ProtoMessage() {}
 
 func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[47]
+	mi := &file_actors_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +2590,7 @@ func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
 func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{47}
+	return file_actors_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CompactionFinished) GetGeneration() uint64 {
@@ -2975,7 +2624,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +2636,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[48]
+	mi := &file_actors_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +2649,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{48}
+	return file_actors_proto_rawDescGZIP(), []int{42}
 }
 
 // CompactReply answers CompactRequest.
@@ -3017,7 +2666,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[49]
+	mi := &file_actors_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +2678,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[49]
+	mi := &file_actors_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +2691,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{49}
+	return file_actors_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CompactReply) GetError() string {
@@ -3159,19 +2808,7 @@ const file_actors_proto_rawDesc = "" +
 	"\rToolsFinished\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
 	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xc1\x01\n" +
-	"\rArmRetryTimer\x12\x19\n" +
-	"\bdelay_ns\x18\x01 \x01(\x03R\adelayNs\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\x12*\n" +
-	"\x11continue_delay_ms\x18\x05 \x01(\x03R\x0fcontinueDelayMs\x12-\n" +
-	"\asession\x18\x06 \x01(\v2\x13.musepi.v1.ActorRefR\asessionJ\x04\b\x03\x10\x04\")\n" +
-	"\fRetryStopped\x12\x19\n" +
-	"\bchild_id\x18\x01 \x01(\tR\achildId\"(\n" +
-	"\x10CancelRetryTimer\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"\xcc\x02\n" +
+	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xcc\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -3299,18 +2936,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"\xad\x01\n" +
-	"\fScheduleTask\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\x12\x19\n" +
-	"\bdelay_ms\x18\x03 \x01(\x03R\adelayMs\x12\x12\n" +
-	"\x04task\x18\x04 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x19\n" +
-	"\bsleep_ns\x18\x06 \x01(\x03R\asleepNs\"\x10\n" +
-	"\x0eSchedulerTimer\"!\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"!\n" +
 	"\tPassivate\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\"S\n" +
 	"\aTaskDue\x12\x1e\n" +
@@ -3318,11 +2944,7 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"=\n" +
-	"\x06Forget\x12\x1d\n" +
-	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\x84\x01\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"\x84\x01\n" +
 	"\x12CompactionFinished\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
@@ -3349,7 +2971,7 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_actors_proto_goTypes = []any{
 	(*ActorRef)(nil),                // 0: musepi.v1.ActorRef
 	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
@@ -3371,60 +2993,53 @@ var file_actors_proto_goTypes = []any{
 	(*TurnLimits)(nil),              // 17: musepi.v1.TurnLimits
 	(*TurnFinished)(nil),            // 18: musepi.v1.TurnFinished
 	(*ToolsFinished)(nil),           // 19: musepi.v1.ToolsFinished
-	(*ArmRetryTimer)(nil),           // 20: musepi.v1.ArmRetryTimer
-	(*RetryStopped)(nil),            // 21: musepi.v1.RetryStopped
-	(*CancelRetryTimer)(nil),        // 22: musepi.v1.CancelRetryTimer
-	(*SelectCredential)(nil),        // 23: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 24: musepi.v1.CredentialSelected
-	(*PacingGrant)(nil),             // 25: musepi.v1.PacingGrant
-	(*PacingSettle)(nil),            // 26: musepi.v1.PacingSettle
-	(*PacingObserve)(nil),           // 27: musepi.v1.PacingObserve
-	(*PacingTick)(nil),              // 28: musepi.v1.PacingTick
-	(*PacingCancel)(nil),            // 29: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 30: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 31: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 32: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 33: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 34: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 35: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 36: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 37: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 38: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 39: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 40: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 41: musepi.v1.NextModelReply
-	(*ScheduleTask)(nil),            // 42: musepi.v1.ScheduleTask
-	(*SchedulerTimer)(nil),          // 43: musepi.v1.SchedulerTimer
-	(*Passivate)(nil),               // 44: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 45: musepi.v1.TaskDue
-	(*Forget)(nil),                  // 46: musepi.v1.Forget
-	(*CompactionFinished)(nil),      // 47: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 48: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 49: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 50: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 51: musepi.v1.Entry
-	(*RateLimits)(nil),              // 52: musepi.v1.RateLimits
-	(*ToolResult)(nil),              // 53: musepi.v1.ToolResult
+	(*SelectCredential)(nil),        // 20: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 21: musepi.v1.CredentialSelected
+	(*PacingGrant)(nil),             // 22: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),            // 23: musepi.v1.PacingSettle
+	(*PacingObserve)(nil),           // 24: musepi.v1.PacingObserve
+	(*PacingTick)(nil),              // 25: musepi.v1.PacingTick
+	(*PacingCancel)(nil),            // 26: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 27: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 28: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 29: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 30: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 31: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 32: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 33: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 34: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 35: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 36: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 37: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 38: musepi.v1.NextModelReply
+	(*Passivate)(nil),               // 39: musepi.v1.Passivate
+	(*TaskDue)(nil),                 // 40: musepi.v1.TaskDue
+	(*CompactionFinished)(nil),      // 41: musepi.v1.CompactionFinished
+	(*CompactRequest)(nil),          // 42: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 43: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 44: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 45: musepi.v1.Entry
+	(*RateLimits)(nil),              // 46: musepi.v1.RateLimits
+	(*ToolResult)(nil),              // 47: musepi.v1.ToolResult
 }
 var file_actors_proto_depIdxs = []int32{
-	50, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	44, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	8,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	7,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	51, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	52, // 4: musepi.v1.TurnLimits.limits:type_name -> musepi.v1.RateLimits
-	50, // 5: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	53, // 6: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	0,  // 7: musepi.v1.ArmRetryTimer.session:type_name -> musepi.v1.ActorRef
-	0,  // 8: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
-	52, // 9: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
-	52, // 10: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
-	0,  // 11: musepi.v1.RetryBudgetRequest.reply_to:type_name -> musepi.v1.ActorRef
-	51, // 12: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	45, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	46, // 4: musepi.v1.TurnLimits.limits:type_name -> musepi.v1.RateLimits
+	44, // 5: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
+	47, // 6: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
+	0,  // 7: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
+	46, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	46, // 9: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
+	0,  // 10: musepi.v1.RetryBudgetRequest.reply_to:type_name -> musepi.v1.ActorRef
+	45, // 11: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3440,7 +3055,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -6,13 +6,10 @@ package messages
 // written out) is not among them.
 func (*AbortRequest) Tracked()            {}
 func (*AbortRetryRequest) Tracked()       {}
-func (*ArmRetryTimer) Tracked()           {}
 func (*AttachPrompt) Tracked()            {}
-func (*CancelRetryTimer) Tracked()        {}
 func (*CompactRequest) Tracked()          {}
 func (*CompactionFinished) Tracked()      {}
 func (*CredentialSelected) Tracked()      {}
-func (*Forget) Tracked()                  {}
 func (*HandOver) Tracked()                {}
 func (*MarkUsageLimitReached) Tracked()   {}
 func (*MessagesRequest) Tracked()         {}
@@ -33,9 +30,6 @@ func (*RetryBudgetOutcome) Tracked()      {}
 func (*RetryBudgetRelease) Tracked()      {}
 func (*RetryBudgetRequest) Tracked()      {}
 func (*RetryBudgetStatsRequest) Tracked() {}
-func (*RetryStopped) Tracked()            {}
-func (*ScheduleTask) Tracked()            {}
-func (*SchedulerTimer) Tracked()          {}
 func (*SelectCredential) Tracked()        {}
 func (*SessionClose) Tracked()            {}
 func (*SessionOptions) Tracked()          {}

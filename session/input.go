@@ -44,9 +44,9 @@ const (
 	// free now, as the node's view of its credentials shows, so the retry
 	// keeps it without asking the credentials actor.
 	InBackoffDone
-	// InTimerLost: the backoff timer's owner is gone (the retry child
-	// stopped); a core in backoff arms the same timer again for what is
-	// left of its delay.
+	// InTimerLost: the backoff timer's owner no longer holds it (a core
+	// resumed from its record, on another actor or node); a core in
+	// backoff arms the same timer again for what is left of its delay.
 	InTimerLost
 	// InAbort: the user's global abort (cancels a pending retry, then the stream).
 	InAbort

@@ -59,7 +59,7 @@ func runMusePi(ctx context.Context, e *env, budget bool, nodes int) (System, err
 	if e.mode == "real" {
 		clk = &latenessClock{rec: rec, firstWaveEnd: start.Add(e.settings.BaseDelay * 3 / 4)}
 	}
-	name, desc := "musepi", "MusePi runtime: session actor + retry actor per session, PromptAsync"
+	name, desc := "musepi", "MusePi runtime: session actor per session, one timer service, PromptAsync"
 	if e.budgetCompared {
 		if budget {
 			name, desc = "musepi-budget-on", desc+", retry budget on"
@@ -281,10 +281,10 @@ func (p *countingProvider) Stream(ctx context.Context, req provider.Request, onD
 }
 
 // latenessClock is the wall clock measuring how late each timer of the
-// runtime wakes: from its deadline to its callback. Each backoff is its
-// retry actor's timer (a passivating session's waits in its scheduler's
-// queue, under a timer armed for the earliest task, whose lateness it so
-// measures), and the stream watchdog adds a check now and then.
+// runtime wakes: from its deadline to its callback. The backoffs wait in
+// the timer service's shards, each under a timer armed for its earliest
+// (whose lateness it so measures), and the stream watchdog adds a check
+// now and then.
 type latenessClock struct {
 	clock.Real
 	rec          *recorder

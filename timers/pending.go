@@ -1,4 +1,4 @@
-package scheduler
+package timers
 
 import "hash/maphash"
 
