@@ -10,17 +10,11 @@ import (
 // rest: a new field must say which.
 func TestAsleepKeepsTheActor(t *testing.T) {
 	notKept := map[string]string{
-		"deps":           "the runtime's, given to every actor",
-		"entry":          "the session's PreparedSession, found under its name at start",
-		"cfg":            "the session's configuration, from its PreparedSession",
-		"running":        "a turn, tools or a compaction running: none at rest",
-		"pending":        "the inputs of the step running",
-		"stepHistoryErr": "the write that failed in the step running",
-		"compactCaller":  "a compaction between prompts: a session in a backoff runs none",
-		"handOverTo":     "a hand-over: done as soon as the session is at rest",
-		"listening":      "read again by each step",
-		"revertModel":    "the model change of the step running",
-		"panicked":       "set as the actor panics, which restarts it",
+		"deps":     "the runtime's, given to every actor",
+		"entry":    "the session's PreparedSession, found under its name at start",
+		"cfg":      "the session's configuration, from its PreparedSession",
+		"pending":  "the inputs of the step running",
+		"panicked": "set as the actor panics, which restarts it",
 	}
 	st := reflect.TypeFor[SessionActor]()
 	for i := range st.NumField() {

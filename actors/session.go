@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
@@ -45,20 +44,9 @@ type SessionActor struct {
 	entry *PreparedSession // under its name in deps, while it lives
 	cfg   *SessionConfig
 
-	running *runContext // of the turn or tools running, until they finish (nil: none)
-
 	pending []session.Input // inputs an effect answered at once, during a step
 
-	// stepHistoryErr is the history write that failed in the step being
-	// carried out (historyErr: the one that ends the prompt).
-	stepHistoryErr *history.Error
-
-	compactCaller *actor.PID // who asked for the compaction between prompts running
-	handOverTo    *actor.PID // who asked for the hand-over the core waits to do
-
-	listening   bool // someone subscribes to the events, as the step running found
-	revertModel bool
-	panicked    string // what the actor panicked with (reportPanic), for its prompt's error
+	panicked string // what the actor panicked with (reportPanic), for its prompt's error
 }
 
 // effectBuffers lend the sessions a buffer for one step's effects, so an
@@ -153,21 +141,11 @@ type PreparedSession struct {
 // or is empty at rest, with no turn, tools, compaction or step running
 // (TestAsleepKeepsTheActor).
 type asleep struct {
-	core       session.Core
-	runtime    []*messages.Entry
-	historySeq uint64
-	eventSeq   uint64
-	waiter     *actor.PID // the Prompt call's future, or the caller attached to the prompt
-	attached   bool       // the waiter attached (AttachPrompt): a later one replaces it
-	// historyErr is the history write that failed and ends the prompt.
-	historyErr *history.Error
-	// dur is the state of durable chains (nil on a store without records).
-	dur        *durable
-	promptUser *messages.UserMessage // the prompt running, for its agent_start
-	turnModel  string                // "provider/model" of the turn running
-	// oversize is why the next turn cannot go out: pacing found it too
-	// large for every key of its provider ("": it can).
-	oversize string
+	core    session.Core
+	hist    historyWriter
+	events  eventPublisher
+	callers callers // who waits for its answers
+	work    turnRunner
 }
 
 // StartSession spawns the prepared session p under name; a runtime starts
@@ -206,16 +184,16 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.PromptRequest:
 		s.prompt(ctx, m)
 	case *messages.AttachPrompt:
-		s.step(ctx, session.Input{Kind: session.InAttach, Generation: m.GetGeneration(), OwnCaller: s.waiter != nil && !s.attached,
-			Replaces: s.waiter.GetAddress() == m.GetReplacesAddress() && s.waiter.GetId() == m.GetReplacesId()})
+		s.step(ctx, session.Input{Kind: session.InAttach, Generation: m.GetGeneration(), OwnCaller: s.callers.prompt != nil && !s.callers.attached,
+			Replaces: s.callers.prompt.GetAddress() == m.GetReplacesAddress() && s.callers.prompt.GetId() == m.GetReplacesId()})
 	case *messages.HandOver:
-		s.step(ctx, session.Input{Kind: session.InHandOver, Taken: errors.Is(s.hold(), history.ErrTaken)})
+		s.step(ctx, session.Input{Kind: session.InHandOver, Taken: errors.Is(s.work.hold(), history.ErrTaken)})
 	case *messages.TurnFinished:
 		s.turnFinished(ctx, m)
 	case *messages.ToolsFinished:
 		s.toolsFinished(ctx, m)
 	case *messages.TaskDue:
-		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: s.keyFree()})
+		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
 	case *messages.Passivate:
 		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.GetToken()})
 	case *messages.CompactionFinished:
@@ -225,7 +203,7 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *messages.SetModelRequest:
 		ctx.Respond(s.setModel(ctx, m.GetModel()))
 	case *messages.MessagesRequest:
-		ctx.Respond(s.messages(m.GetHistory()))
+		ctx.Respond(s.hist.messages(m.GetHistory()))
 	case *messages.SessionOptions:
 		s.setOptions(ctx, m)
 	case *actor.Stopping:
@@ -245,7 +223,7 @@ func (s *SessionActor) stepInput(ctx actor.Context) bool {
 		return false
 	}
 	if sel, isSel := ctx.Message().(*messages.CredentialSelected); isSel {
-		s.oversize = sel.GetTooLarge()
+		s.work.oversize = sel.GetTooLarge()
 	}
 	s.step(ctx, in)
 	if ack {
@@ -317,21 +295,21 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
-	s.running = nil // over: a session waiting in backoff keeps no turn
+	s.work.running = nil // over: a session waiting in backoff keeps no turn
 	msg := m.GetMessage()
 	if msg.GetTimestampMs() == 0 {
 		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 	}
 	// The provider is the configured name the model selector uses
 	// ("fake"), not the adapter's wire kind ("openai").
-	provName, modelName, _ := retry.SplitModel(s.turnModel)
+	provName, modelName, _ := retry.SplitModel(s.work.turnModel)
 	msg.Provider = provName
 	if msg.GetModel() == "" {
 		msg.Model = modelName
 	}
 	limits := msg.GetRateLimits()
 	msg.RateLimits = nil // no part of the conversation
-	err := s.writeHistory(true, assistantEntry(msg)...)
+	err := s.hist.write(true, assistantEntry(msg)...)
 	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Limits: limits, Err: err})
 }
 
@@ -345,25 +323,25 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinishe
 		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
-	s.running = nil
+	s.work.running = nil
 	now := s.deps.Clock.Now().UnixMilli()
 	entries := make([]*messages.Entry, len(m.GetResults()))
 	for i, r := range m.GetResults() {
 		r.TimestampMs = now
 		entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
 	}
-	err := s.writeHistory(true, entries...)
+	err := s.hist.write(true, entries...)
 	for _, r := range m.GetResults() {
-		s.emitWire(func(ev *messages.SessionEvent) {
+		s.events.emitWire(func(ev *messages.SessionEvent) {
 			ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
 		})
 	}
-	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err, KeyFree: s.keyFree()})
+	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
 }
 
 // setModel switches the session's model, once checked and written to the history.
 func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
-	ack := s.checkModel(model)
+	ack := s.deps.checkModel(model)
 	if ack.GetError() == "" {
 		if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: model}); err != nil {
 			ack.Error = err.Error() // not written: the model stays as it was
@@ -397,11 +375,11 @@ func (s *SessionActor) reportPanic() {
 // its turn or tools are cancelled and its backoff timer stopped; the next
 // instance starts idle from the history, as after any restart.
 func (s *SessionActor) restarting(ctx actor.Context) {
-	s.cancelTurn()
-	if s.waiter != nil {
-		ctx.Send(s.waiter, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindFailed),
+	s.work.cancel()
+	if s.callers.prompt != nil {
+		ctx.Send(s.callers.prompt, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindFailed),
 			Error: fmt.Sprintf("%s: %s", panickedError, s.panicked)})
-		s.waiter = nil
+		s.callers.prompt = nil
 	}
 	if s.cfg != nil {
 		s.deps.Timers.Cancel(s.cfg.ID, 0)
@@ -412,7 +390,7 @@ func (s *SessionActor) restarting(ctx actor.Context) {
 // ends with ErrShutdown), unless the session passivated or left for
 // another activation, which its host may just have found.
 func (s *SessionActor) stopping(ctx actor.Context) {
-	if s.core.Presence() == session.Present && s.taken() {
+	if s.core.Presence() == session.Present && s.work.taken() {
 		s.step(ctx, session.Input{Kind: session.InTaken})
 	}
 	s.step(ctx, session.Input{Kind: session.InStop})
@@ -442,31 +420,14 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
 	}
-	s.waiter, s.attached, s.historyErr = ctx.Sender(), false, nil
+	s.callers.prompt, s.callers.attached, s.hist.promptErr = ctx.Sender(), false, nil
 	user, entry := userEntry(m.GetText(), s.deps.Clock.Now().UnixMilli())
-	s.promptUser = user
-	err := s.writeHistory(true, entry...)
+	s.events.promptUser = user
+	err := s.hist.write(true, entry...)
 	if err == "" && m.GetAck() {
 		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
 	}
 	s.step(ctx, session.Input{Kind: session.InPrompt, Err: err})
-}
-
-// writeHistory appends entries (to the runtime context too when toRuntime) and
-// syncs the history, as at the end of a turn; it returns the error text
-// of a write that failed ("" when written), keeping the error for the
-// prompt's result.
-func (s *SessionActor) writeHistory(toRuntime bool, entries ...*messages.Entry) string {
-	if len(entries) == 0 {
-		return ""
-	}
-	if err := s.appendSynced(toRuntime, entries...); err != nil {
-		if s.historyErr == nil {
-			s.historyErr = s.historyError(err)
-		}
-		return err.Error()
-	}
-	return ""
 }
 
 // assistantEntry is msg as a batch of one entry for writeHistory, in one
@@ -507,7 +468,7 @@ func userEntry(text string, ms int64) (*messages.UserMessage, []*messages.Entry)
 //
 // It returns the history write that failed in the course of it, if any.
 func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr error) {
-	s.listening = s.listened() // once per step: each event would read both fan-outs
+	s.events.listening = s.events.listened() // once per step: each event would read both fan-outs
 	buf := effectBuffers.Get().(*session.Effects)
 	pend := pendingBuffers.Get().(*[]session.Input)
 	s.pending = (*pend)[:0]
@@ -518,12 +479,13 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 		for i := range effects {
 			s.execute(ctx, &effects[i])
 		}
-		if d := s.dur; d != nil && d.records != nil {
-			s.commitStep(d)
-		}
-		buf.Reset() // drop what the effects point to
-		if err := s.queueHistoryFailure(next); err != nil && historyErr == nil {
-			historyErr = err
+		s.hist.commitStep(&s.core)
+		buf.Reset()                                          // drop what the effects point to
+		if failed, err := s.hist.stepFailure(); err != nil { // before what the effects answered
+			s.pending = slices.Insert(s.pending, next, failed)
+			if historyErr == nil {
+				historyErr = err
+			}
 		}
 		if next == len(s.pending) {
 			break
@@ -537,24 +499,6 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 	s.pending = nil
 	s.publishState()
 	return historyErr
-}
-
-// queueHistoryFailure queues the history write that failed in the step,
-// if any, as the pending input next (before the answers the step's effects
-// queued): the prompt ends with it, the core decides how. It returns that
-// failure.
-func (s *SessionActor) queueHistoryFailure(next int) error {
-	err := s.stepHistoryErr
-	if err == nil {
-		return nil
-	}
-	if s.historyErr == nil {
-		s.historyErr = err
-	}
-	failed := session.Input{Kind: session.InHistoryFailed, Err: err.Error(), RevertModel: s.revertModel}
-	s.pending = slices.Insert(s.pending, next, failed)
-	s.stepHistoryErr, s.revertModel = nil, false
-	return err
 }
 
 // setOptions applies the options a caller set (the thinking level of the
@@ -606,55 +550,63 @@ func (s *SessionActor) started(ctx actor.Context) {
 		s.step(ctx, session.Input{Kind: session.InWake})
 		return
 	}
-	r, restarted := s.takeResumed()
-	s.runtime, s.historySeq = r.runtime, r.seq
+	r, restarted := s.entry.takeResumed(s.deps)
+	s.hist = historyWriter{cfg: s.cfg, deps: s.deps, context: r.runtime, seq: r.seq}
+	s.events = eventPublisher{cfg: s.cfg, deps: s.deps}
+	s.work = turnRunner{cfg: s.cfg, deps: s.deps}
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:
 		// the session's next step at rest clears it.
-		s.dur = &durable{records: records, recordKept: restarted}
+		s.hist.dur = &durable{records: records, recordKept: restarted}
 	}
-	cfg := s.coreConfig(r)
+	cfg := s.deps.coreConfig(s.cfg, r, s.hist.dur != nil)
 	if restarted { // after a panic: its generations go on
 		cfg.Generation = s.cfg.State.Generation()
 	}
-	if rec := r.record; rec != nil && s.dur != nil {
-		core, err := session.Resume(cfg, s.newSource(), *rec)
+	if rec := r.record; rec != nil && s.hist.dur != nil {
+		core, err := session.Resume(cfg, s.deps.newSource(), *rec)
 		if err == nil {
-			s.core, s.dur.recordKept = *core, true
+			s.core, s.hist.dur.recordKept = *core, true
 			s.cfg.State.Init(rec.Model, rec.AutoRetry)
 			s.publishState() // the record's timer is owed: its runtime sends ResumeChain
 			return
 		}
 		s.deps.Log.Error("resume from the session record; starting idle", slog.Any("error", err), slog.String("session", s.cfg.ID))
 	}
-	s.core = session.Make(cfg, s.newSource())
+	s.core = session.Make(cfg, s.deps.newSource())
 	s.cfg.State.Init(r.model, s.cfg.Settings.Enabled)
+}
+
+func isFailure(m *messages.AssistantMessage) bool {
+	r := m.GetStopReason()
+	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
 }
 
 // takeResumed is what the session starts from: what PrepareSession found,
 // taken once, or, restarted after a panic, the history on disk, reloaded:
 // that is the truth.
-func (s *SessionActor) takeResumed() (r *resumed, restarted bool) {
-	r = s.entry.resumed
-	s.entry.resumed = nil
+func (p *PreparedSession) takeResumed(deps *Deps) (r *resumed, restarted bool) {
+	r = p.resumed
+	p.resumed = nil
 	if r != nil {
 		return r, false
 	}
-	entries, err := s.cfg.History.Load()
+	entries, err := p.cfg.History.Load()
 	if err != nil {
-		s.deps.Log.Error("reload history after a restart", slog.Any("error", err), slog.String("session", s.cfg.ID))
+		deps.Log.Error("reload history after a restart", slog.Any("error", err), slog.String("session", p.cfg.ID))
 	}
-	rr := resume(entries, s.cfg.Model, s.deps.knownModel)
+	rr := resume(entries, p.cfg.Model, deps.knownModel)
 	return &rr, true
 }
 
-// coreConfig is the configuration of the session's core, resuming r.
-func (s *SessionActor) coreConfig(r *resumed) session.Config {
-	cfg := session.Config{Model: r.primary, Role: s.cfg.Role, Settings: s.cfg.Settings,
-		Compaction: s.deps.Compaction != nil, InUse: r.model, Pinned: r.pinned,
-		Credentialed: s.deps.shared().credentialed, Budgeted: s.deps.shared().budgeted,
-		FallbackRoles: s.deps.shared().fallbackRoles, PassivateAfter: s.deps.Passivation.After, Recorded: s.dur != nil,
-		Paced: s.deps.shared().paced}
+// coreConfig is the configuration of the core of the session sc, resuming
+// r; recorded: its history keeps its record.
+func (d *Deps) coreConfig(sc *SessionConfig, r *resumed, recorded bool) session.Config {
+	cfg := session.Config{Model: r.primary, Role: sc.Role, Settings: sc.Settings,
+		Compaction: d.Compaction != nil, InUse: r.model, Pinned: r.pinned,
+		Credentialed: d.shared().credentialed, Budgeted: d.shared().budgeted,
+		FallbackRoles: d.shared().fallbackRoles, PassivateAfter: d.Passivation.After, Recorded: recorded,
+		Paced: d.shared().paced}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}
@@ -662,67 +614,16 @@ func (s *SessionActor) coreConfig(r *resumed) session.Config {
 }
 
 // newSource is the jitter source of the session's retry chain.
-func (s *SessionActor) newSource() retry.Source {
-	if s.deps.NewSource != nil {
-		return s.deps.NewSource()
+func (d *Deps) newSource() retry.Source {
+	if d.NewSource != nil {
+		return d.NewSource()
 	}
 	seed := rand.Uint64()
 	return retry.NewPCGSource(seed, seed>>1)
 }
 
-// append adds entries to the history, and to the runtime context when
-// toRuntime, all or nothing: after a failed write both are as they were
-// (no seq is spent) and the error is returned.
-func (s *SessionActor) append(toRuntime bool, entries ...*messages.Entry) error {
-	for i, e := range entries {
-		e.Seq = s.historySeq + uint64(i) + 1
-	}
-	if err := s.cfg.History.Append(entries...); err != nil {
-		for _, e := range entries {
-			e.Seq = 0
-		}
-		s.deps.Log.Error("append history", slog.Any("error", err), slog.String("session", s.cfg.ID))
-		return err
-	}
-	s.historySeq += uint64(len(entries))
-	if toRuntime {
-		s.runtime = append(s.runtime, entries...)
-	}
-	return nil
-}
-
-// appendSynced is append, then the store's sync (the end of a turn).
-func (s *SessionActor) appendSynced(toRuntime bool, entries ...*messages.Entry) error {
-	if err := s.append(toRuntime, entries...); err != nil {
-		return err
-	}
-	err := s.cfg.History.Sync()
-	if err != nil {
-		s.deps.Log.Error("sync history", slog.Any("error", err), slog.String("session", s.cfg.ID))
-	}
-	return err
-}
-
-// historyFailed records a history write of this step that failed; once
-// the step's effects are carried out the core learns of it.
-func (s *SessionActor) historyFailed(err error, revertModel bool) {
-	if s.stepHistoryErr == nil {
-		s.stepHistoryErr, s.revertModel = s.historyError(err), revertModel
-	}
-}
-
-// historyError is err, a failed write of the session's Log, as the
-// *history.Error the Log's contract promises (another error is wrapped in
-// one).
-func (s *SessionActor) historyError(err error) *history.Error {
-	if he, ok := err.(*history.Error); ok {
-		return he
-	}
-	return &history.Error{Op: "append", Path: s.cfg.ID, Err: err}
-}
-
 // checkModel validates a model the user picks.
-func (s *SessionActor) checkModel(model string) *messages.Ack {
+func (d *Deps) checkModel(model string) *messages.Ack {
 	if err := plaintext.Check("model", model); err != nil {
 		return &messages.Ack{Error: err.Error()}
 	}
@@ -730,28 +631,8 @@ func (s *SessionActor) checkModel(model string) *messages.Ack {
 	if !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}
 	}
-	if _, ok := s.deps.Providers[prov]; !ok {
+	if _, ok := d.Providers[prov]; !ok {
 		return &messages.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
 	}
 	return &messages.Ack{}
-}
-
-func (s *SessionActor) messages(history bool) *messages.MessagesReply {
-	if !history {
-		out := make([]*messages.Entry, len(s.runtime))
-		for i, e := range s.runtime {
-			out[i] = proto.Clone(e).(*messages.Entry)
-		}
-		return &messages.MessagesReply{Entries: out}
-	}
-	entries, err := s.cfg.History.Load()
-	if err != nil {
-		return &messages.MessagesReply{Error: err.Error()}
-	}
-	return &messages.MessagesReply{Entries: entries}
-}
-
-func isFailure(m *messages.AssistantMessage) bool {
-	r := m.GetStopReason()
-	return r == messages.StopReason_STOP_REASON_ERROR || r == messages.StopReason_STOP_REASON_ABORTED
 }

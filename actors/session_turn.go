@@ -22,58 +22,73 @@ import (
 	"github.com/musepi/musepi/session"
 )
 
-// startTurn streams turn on model with credential in its own goroutine;
-// deltas and the final message come back as TurnDelta and TurnFinished.
-func (s *SessionActor) startTurn(ctx actor.Context, turn uint64, model, credential string) {
+// turnRunner runs a session's turns, tools and compactions, each in a
+// goroutine of its own that answers the actor with a message, and cancels
+// the turn or tools running. What the next turn needs of it is kept while
+// the session is passivated (no turn runs then).
+type turnRunner struct {
+	cfg       *SessionConfig
+	deps      *Deps
+	running   *runContext // of the turn or tools running, until they finish (nil: none)
+	turnModel string      // "provider/model" of the turn running
+	// oversize is why the next turn cannot go out: pacing found it too
+	// large for every key of its provider ("": it can).
+	oversize string
+}
+
+// start streams turn on model with credential, on the context entries, in
+// its own goroutine; deltas and the final message come back as TurnDelta
+// and TurnFinished. A turn that cannot go out ends at once (pending).
+func (tr *turnRunner) start(ctx actor.Context, pending *[]session.Input, entries []*messages.Entry, turn uint64, model, credential string) {
 	provName, modelName, _ := retry.SplitModel(model) // once: providerOf and modelOf would split it three times
-	prov := s.deps.Providers[provName]
+	prov := tr.deps.Providers[provName]
 	if prov == nil {
-		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
+		*pending = append(*pending, session.Input{Kind: session.InTurnEnded, Turn: turn,
 			Message: provider.Failure(0, fmt.Sprintf("no provider %q for model %q", provName, model), nil)})
 		return
 	}
-	if s.taken() { // known already: nothing to check
-		s.pending = append(s.pending, session.Input{Kind: session.InTaken})
+	if tr.taken() { // known already: nothing to check
+		*pending = append(*pending, session.Input{Kind: session.InTaken})
 		return
 	}
-	if why := s.oversize; why != "" { // no key can ever take it: it fails without going out
-		s.oversize = ""
-		s.pending = append(s.pending, session.Input{Kind: session.InTurnEnded, Turn: turn, Message: provider.Failure(http.StatusBadRequest, why, nil)})
+	if why := tr.oversize; why != "" { // no key can ever take it: it fails without going out
+		tr.oversize = ""
+		*pending = append(*pending, session.Input{Kind: session.InTurnEnded, Turn: turn, Message: provider.Failure(http.StatusBadRequest, why, nil)})
 		return
 	}
-	n := len(s.runtime)
+	n := len(entries)
 	t := &turnRun{
-		turn: turn, prov: prov, clk: s.deps.Clock, root: ctx.ActorSystem().Root, self: ctx.Self(),
-		watch: s.deps.watchdog(), maxBytes: s.deps.MaxResponseBytes,
+		turn: turn, prov: prov, clk: tr.deps.Clock, root: ctx.ActorSystem().Root, self: ctx.Self(),
+		watch: tr.deps.watchdog(), maxBytes: tr.deps.MaxResponseBytes,
 		req: provider.Request{
-			SessionID:  s.cfg.ID,
+			SessionID:  tr.cfg.ID,
 			Model:      modelName,
 			Credential: credential,
-			APIKey:     s.deps.Keys[provName][credential],
+			APIKey:     tr.deps.Keys[provName][credential],
 			// The context as it stands: the session only appends past its
 			// end, or swaps the whole slice, while the turn runs.
-			Context:  s.runtime[:n:n],
-			Tools:    s.deps.toolSpecs(),
-			Thinking: s.cfg.State.ThinkingLevel(),
+			Context:  entries[:n:n],
+			Tools:    tr.deps.toolSpecs(),
+			Thinking: tr.cfg.State.ThinkingLevel(),
 		},
 	}
-	s.guardTurn(t)
-	s.tellTurnLimits(t, provName)
-	s.running = &t.runContext
-	s.turnModel = model
+	tr.guard(t)
+	tr.tellLimits(t, provName)
+	tr.running = &t.runContext
+	tr.turnModel = model
 	t.clk.Begin()
-	s.deps.goroutine(t)
+	tr.deps.goroutine(t)
 }
 
-// guardTurn holds t, as it starts and just before each request goes out,
+// guard holds t, as it starts and just before each request goes out,
 // while the session's history (when it can be held) is not decided, and
 // marks t taken when another holder has it.
-func (s *SessionActor) guardTurn(t *turnRun) {
-	h, ok := s.cfg.History.(history.Holder)
+func (tr *turnRunner) guard(t *turnRun) {
+	h, ok := tr.cfg.History.(history.Holder)
 	if !ok {
 		return
 	}
-	hold := holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
+	hold := holdUntilDecided(h, tr.deps.Clock, tr.deps.Log, tr.cfg.ID)
 	t.guard = func(ctx context.Context) error {
 		err := hold(ctx)
 		if errors.Is(err, history.ErrTaken) {
@@ -83,16 +98,32 @@ func (s *SessionActor) guardTurn(t *turnRun) {
 	}
 }
 
-// tellTurnLimits has t send the session the rate limits its response's
+// tellLimits has t send the session the rate limits its response's
 // headers announce as they arrive, when its provider paces its calls: the
 // core tells the pacer (session.InRateLimits).
-func (s *SessionActor) tellTurnLimits(t *turnRun, provName string) {
-	if s.deps.Credentials[provName] == nil || !s.deps.shared().paced[provName] {
+func (tr *turnRunner) tellLimits(t *turnRun, provName string) {
+	if tr.deps.Credentials[provName] == nil || !tr.deps.shared().paced[provName] {
 		return
 	}
 	t.tellLimits = func(l *messages.RateLimits) {
 		t.limitsTold.Store(true)
 		track.Send(t.root, t.clk, t.self, &messages.TurnLimits{Turn: t.turn, Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
+	}
+}
+
+// cancel stops the running turn, if any.
+func (tr *turnRunner) cancel() {
+	if tr.running != nil {
+		tr.running.cancel(context.Canceled)
+		tr.running = nil
+	}
+}
+
+// resetProviderSession drops what model's provider keeps for the session
+// (a stored previous_response_id): a stale replay starts afresh.
+func (tr *turnRunner) resetProviderSession(model string) {
+	if p := tr.deps.Providers[providerOf(model)]; p != nil {
+		p.ResetSession(tr.cfg.ID)
 	}
 }
 
@@ -236,30 +267,32 @@ func streamContained(ctx context.Context, prov provider.Provider, req provider.R
 	return provider.ValidUTF8(msg)
 }
 
-// runTools runs the tool calls of turn in order in one goroutine.
-func (s *SessionActor) runTools(ctx actor.Context, turn uint64, calls []*messages.ToolCall) {
-	if s.taken() { // known already: nothing to check
-		s.pending = append(s.pending, session.Input{Kind: session.InTaken})
+// runTools runs the tool calls of turn in order in one goroutine, each
+// told to the subscribers (events) as it starts. Calls that cannot run end
+// at once (pending).
+func (tr *turnRunner) runTools(ctx actor.Context, pending *[]session.Input, events *eventPublisher, turn uint64, calls []*messages.ToolCall) {
+	if tr.taken() { // known already: nothing to check
+		*pending = append(*pending, session.Input{Kind: session.InTaken})
 		return
 	}
 	var hold func(context.Context) error
-	if h, ok := s.cfg.History.(history.Holder); ok {
-		hold = holdUntilDecided(h, s.deps.Clock, s.deps.Log, s.cfg.ID)
+	if h, ok := tr.cfg.History.(history.Holder); ok {
+		hold = holdUntilDecided(h, tr.deps.Clock, tr.deps.Log, tr.cfg.ID)
 	}
 	tools := map[string]Tool{}
-	for _, t := range s.deps.Tools {
+	for _, t := range tr.deps.Tools {
 		tools[t.Name] = t
 	}
 	for _, c := range calls {
-		s.emitWire(func(ev *messages.SessionEvent) {
+		events.emitWire(func(ev *messages.SessionEvent) {
 			ev.Event = &messages.SessionEvent_ToolExecutionStart{ToolExecutionStart: &messages.ToolExecutionStart{Call: c}}
 		})
 	}
 	toolCtx := new(runContext)
-	s.running = toolCtx
-	clk, root, self := s.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
+	tr.running = toolCtx
+	clk, root, self := tr.deps.Clock, ctx.ActorSystem().Root, ctx.Self()
 	clk.Begin()
-	s.deps.goroutine(dispatch.Func(func() {
+	tr.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		defer toolCtx.cancel(context.Canceled)
 		if hold != nil {
@@ -292,8 +325,8 @@ func notRun(turn uint64, calls []*messages.ToolCall, err error) *messages.ToolsF
 
 // taken reports whether the session's history already knows that
 // another activation has the session (history.Holder's Taken).
-func (s *SessionActor) taken() bool {
-	h, ok := s.cfg.History.(history.Holder)
+func (tr *turnRunner) taken() bool {
+	h, ok := tr.cfg.History.(history.Holder)
 	return ok && h.Taken()
 }
 
@@ -304,8 +337,8 @@ const holdTimeout = 5 * time.Second
 // session is still this activation's before it acts: another node may
 // have taken it over while this one was paused or cut off. An error ends
 // the prompt like a failed history write, with nothing started.
-func (s *SessionActor) hold() error {
-	h, ok := s.cfg.History.(history.Holder)
+func (tr *turnRunner) hold() error {
+	h, ok := tr.cfg.History.(history.Holder)
 	if !ok {
 		return nil
 	}
@@ -316,8 +349,8 @@ func (s *SessionActor) hold() error {
 		if errors.Is(err, history.ErrTaken) { // certain, and said once for the node
 			level = slog.LevelDebug
 		}
-		s.deps.Log.LogAttrs(ctx, level, "not acting for the session: this node may no longer hold it",
-			slog.Any("error", err), slog.String("session", s.cfg.ID))
+		tr.deps.Log.LogAttrs(ctx, level, "not acting for the session: this node may no longer hold it",
+			slog.Any("error", err), slog.String("session", tr.cfg.ID))
 		return err
 	}
 	return nil
@@ -408,17 +441,24 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 	return res
 }
 
-// compact runs the compaction hook on failed, the overflowing turn of
-// generation gen (nil for a compaction asked between prompts), in its own
-// goroutine; the outcome comes back as CompactionFinished.
-func (s *SessionActor) compact(ctx actor.Context, gen uint64, failed *messages.AssistantMessage) {
-	hook, clk, root, self, id := s.deps.Compaction, s.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), s.cfg.ID
-	runtime := append([]*messages.Entry(nil), s.runtime...)
+// compact runs the compaction hook of Compact e on the context entries,
+// in its own goroutine; the outcome comes back as CompactionFinished. An
+// overflow's compaction (e.Message: the turn that overflowed) with
+// automatic compaction off ends the prompt at once (pending); one asked for
+// between prompts runs whatever the setting.
+func (tr *turnRunner) compact(ctx actor.Context, pending *[]session.Input, entries []*messages.Entry, e *session.Effect, auto bool) {
+	gen, failed := e.Generation, e.Message
+	if failed != nil && !auto {
+		*pending = append(*pending, session.Input{Kind: session.InCompactionDone, Generation: gen, Err: failed.GetErrorMessage()})
+		return
+	}
+	hook, clk, root, self, id := tr.deps.Compaction, tr.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), tr.cfg.ID
+	runtime := append([]*messages.Entry(nil), entries...)
 	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
 		runtime = runtime[:n-1] // the failed turn itself is passed as failed
 	}
 	clk.Begin()
-	s.deps.goroutine(dispatch.Func(func() {
+	tr.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
 		done := &messages.CompactionFinished{Generation: gen}
 		func() {
@@ -445,22 +485,4 @@ func toolCalls(msg *messages.AssistantMessage) []*messages.ToolCall {
 		}
 	}
 	return out
-}
-
-// deliverSteering adds the waiting steering messages to the conversation,
-// between a turn's tool results and the next turn.
-func (s *SessionActor) deliverSteering() {
-	if s.cfg.Steering == nil {
-		return
-	}
-	for _, text := range s.cfg.Steering() {
-		user := &messages.UserMessage{Text: text, TimestampMs: s.deps.Clock.Now().UnixMilli()}
-		if err := s.writeHistory(true, &messages.Entry{Entry: &messages.Entry_User{User: user}}); err != "" {
-			s.deps.Log.Error("steering message not written to the history", slog.String("session", s.cfg.ID), slog.String("error", err))
-			continue
-		}
-		s.emitWire(func(ev *messages.SessionEvent) {
-			ev.Event = &messages.SessionEvent_SteeringDelivered{SteeringDelivered: &messages.SteeringDelivered{User: user}}
-		})
-	}
 }
