@@ -227,3 +227,37 @@ func TestCompactionBetweenPromptsRefusesAPrompt(t *testing.T) {
 		t.Fatalf("Prompt after the compaction: %v", err)
 	}
 }
+
+// A session closed while a compaction asked for between prompts runs
+// answers the compaction's caller with an error (it waited forever).
+func TestCompactionBetweenPromptsEndsWithTheSession(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	entered := make(chan struct{})
+	hook := func(_ context.Context, _ string, runtime []musepi.Entry, _ *musepi.AssistantMessage) ([]musepi.Entry, error) {
+		close(entered)
+		<-release
+		return runtime, nil
+	}
+	rt, err := musepi.NewRuntime(musepi.WithProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Text("hi")})),
+		musepi.WithCompactionHook(hook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	defer func() { _ = rt.Shutdown(ctx) }()
+	s, err := rt.NewSession(ctx, musepi.WithModel("p/m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Compact(ctx); done <- err }()
+	<-entered
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "shut down before the compaction ended") {
+		t.Fatalf("Compact of a session closed meanwhile = %v, want the shutdown", err)
+	}
+}
