@@ -16,6 +16,7 @@ func (s *SessionActor) executeLifecycle(ctx actor.Context, e *session.Effect) {
 		if e.Message == nil { // asked for between prompts: its caller waits
 			s.callers.compaction = ctx.Sender()
 		}
+		s.publishState() // compacting, before the hook runs
 		s.work.compact(ctx, &s.pending, s.hist.context, e, s.cfg.State.AutoCompaction())
 	case session.HandOver:
 		s.handOver(ctx, e.Result)
