@@ -9,16 +9,18 @@ import (
 )
 
 // FuzzCore feeds random inputs (answering the core's own asks and timers
-// most of the time) and checks the invariants of a session: it never
-// panics, each prompt settles at most once, and Idle is exactly "no prompt
-// runs".
+// most of the time), the lifecycle's around its prompts among them
+// (compaction on request, attach, hand-over, passivation), and checks the
+// invariants of a session: it never panics, each prompt settles at most
+// once, and Busy is exactly "a prompt runs".
 func FuzzCore(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 5, 6, 1, 2})
 	f.Add([]byte{0, 1, 4, 7, 0, 8, 9, 10, 11})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := retry.DefaultSettings()
 		s.Budget.Enabled = len(ops) > 0 && ops[0]%2 == 0
-		cfg := Config{Model: "fake/m1", Role: "default", Settings: &s, Compaction: len(ops)%3 == 0, Budgeted: map[string]bool{"fake": true}}
+		cfg := Config{Model: "fake/m1", Role: "default", Settings: &s, Compaction: len(ops)%3 == 0, Budgeted: map[string]bool{"fake": true},
+			Recorded: true, PassivateAfter: time.Second}
 		c := New(cfg, nominal{})
 		now := t0
 		var token, turn uint64
@@ -36,13 +38,13 @@ func FuzzCore(f *testing.F) {
 		for i, op := range ops {
 			now = now.Add(time.Duration(op) * time.Millisecond)
 			var in Input
-			switch op % 15 {
+			switch op % 20 {
 			case 0:
 				in = Input{Kind: InPrompt}
 			case 1:
 				in = Input{Kind: InCredentialSelected, Credential: "k"}
 			case 2:
-				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/15)%len(msgs)]}
+				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/20)%len(msgs)]}
 			case 3:
 				in = Input{Kind: InToolsDone, Turn: turn}
 			case 4, 5:
@@ -65,6 +67,19 @@ func FuzzCore(f *testing.F) {
 				in = Input{Kind: InEditGuardAbort}
 			case 14:
 				in = Input{Kind: InTimerLost}
+			case 15:
+				in = Input{Kind: InCompact}
+			case 16:
+				in = Input{Kind: InAttach, OwnCaller: op%2 == 0}
+			case 17:
+				in = Input{Kind: InHandOver, Taken: op%4 == 1}
+			case 18:
+				in = Input{Kind: InPassivate, Token: token}
+			case 19:
+				in = Input{Kind: InWake}
+				if op%2 == 0 {
+					in = Input{Kind: InHandOverFailed, Err: "disk full"}
+				}
 			}
 			if i == len(ops)-1 && op%5 == 0 {
 				in = Input{Kind: InStop}
@@ -84,7 +99,7 @@ func FuzzCore(f *testing.F) {
 					settled[e.Result.Generation] = true
 				}
 			}
-			if (c.State() == Idle) != (c.Generation() == 0 || settled[c.Generation()]) {
+			if !c.Busy() != (c.Generation() == 0 || settled[c.Generation()]) {
 				t.Fatalf("state %v, generation %d settled %t", c.State(), c.Generation(), settled[c.Generation()])
 			}
 			if st := c.State(); op%3 == 0 && (st == Idle || st == Backoff) { // moved to another node

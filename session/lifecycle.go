@@ -83,14 +83,16 @@ func (c *Core) attach(gen uint64, ownWaits bool) {
 	if gen == 0 {
 		gen = c.r.Generation
 	}
-	res := c.out.results.add()
-	switch {
-	case c.Busy() && gen == c.r.Generation && ownWaits:
-		*res = Result{Generation: gen, ErrorKind: KindBusy,
-			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"}
-	case c.Busy() && gen == c.r.Generation:
+	running := c.Busy() && gen == c.r.Generation
+	if running && !ownWaits {
 		c.add(AttachCaller).Generation = gen
 		return
+	}
+	res := c.out.results.add()
+	switch {
+	case running:
+		*res = Result{Generation: gen, ErrorKind: KindBusy,
+			Error: "the prompt's own caller waits for it; attach is for a prompt nobody waits for"}
 	case gen == c.r.Generation && gen > 0:
 		c.result(res)
 	default:

@@ -1,9 +1,10 @@
 package session
 
 // State is what a session is doing, its retry chain's phases included:
-// one variable for the whole lifecycle. A prompt is settled exactly when
-// the state is Idle; the retry chain is open exactly when its attempt is
-// above 0 (Core.IsRetrying), whatever the state.
+// one variable for the whole lifecycle. No prompt runs exactly when the
+// state is Idle or CompactingOnRequest (Core.Busy); the retry chain is
+// open exactly when its attempt is above 0 (Core.IsRetrying), whatever
+// the state. Whether the session is with its actors is its Presence.
 //
 // Each state has its step function (stepIdle, stepStreaming, ...), which
 // takes the inputs of that state; become sets both, as etcd-io/raft's
