@@ -68,16 +68,20 @@ type CredentialsPolicy struct {
 
 // CredentialsActor carries out, for one provider, what its pure parts
 // decide: which key each session uses (credentials.Selector), the
-// rate-limit budgets of its keys (pacing.Pacer, when pacing is on) and the
-// retry budget (retry.Budget, when there is one).
+// reservations of its paced turns on its keys' rate-limit budgets
+// (pacing.Reservations, when pacing is on: the actor sends their grants
+// and arms their release timer) and the retry budget (retry.Budget, when
+// there is one).
 type CredentialsActor struct {
 	clk  clock.Clock
 	keys *credentials.Selector
 
 	budget *retry.Budget[*actor.PID] // nil: no budget; a hold's release goes to its session
 
-	pacing   *pacingState // nil: pacing off
-	provider string       // the provider's name
+	pacing    *pacing.Reservations[*actor.PID] // nil: pacing off; a waiting turn's grant goes to its session
+	release   clock.Timer                      // the next release, while turns wait
+	releaseAt time.Time                        // when release fires
+	provider  string                           // the provider's name
 
 	view *CredentialsView // written after each change (nil: none)
 }
@@ -107,8 +111,8 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, policy Credentials
 	}
 	var blocker credentials.Blocker // the pacer, which keeps turns off blocked keys
 	if policy.Pacing && len(creds) > 0 {
-		a.pacing = newPacingState(clk.Now(), creds, policy)
-		blocker = a.pacing.pacer
+		a.pacing = newReservations(clk.Now(), creds, policy)
+		blocker = a.pacing.Pacer()
 	}
 	a.keys = credentials.New(keys, policy.AutoRedeem, blocker)
 	for _, c := range creds {
@@ -120,28 +124,22 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, policy Credentials
 	return a
 }
 
-// Receive answers SelectCredential, MarkUsageLimitReached, ReleaseSession
-// and the retry budget's messages.
+// Receive answers SelectCredential, the pacing messages (pace),
+// MarkUsageLimitReached, ReleaseSession and the retry budget's messages.
 func (a *CredentialsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SelectCredential:
 		a.selectCredential(ctx, m)
-	case *messages.PacingSettle:
-		a.settlePacing(ctx, m)
-	case *messages.PacingObserve:
-		a.observePacing(ctx, m)
-	case *messages.PacingCancel:
-		a.cancelPacing(ctx, m.GetSessionId(), m.GetToken())
-	case *messages.PacingTick:
-		a.releasePacing(ctx)
+	case *messages.PacingSettle, *messages.PacingObserve, *messages.PacingCancel, *messages.PacingTick:
+		a.pace(ctx, m)
 	case *actor.Stopping:
-		a.pacing.stop()
+		a.stopRelease()
 	case *messages.MarkUsageLimitReached:
 		reply := a.markLimited(m)
 		a.view.publish(a) // before the answer: the sessions read it
 		respond(ctx, a.clk, reply)
 	case *messages.ReleaseSession:
-		a.cancelPacing(ctx, m.GetSessionId(), 0)
+		a.pace(ctx, m) // its reservation, if any, dropped
 		a.keys.Forget(m.GetSessionId())
 		a.forgetBudget(m.GetSessionId())
 	case *messages.RetryBudgetRequest:

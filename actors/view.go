@@ -48,12 +48,13 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 		v.until[i].Store(ns)
 	}
 	var levels []pacing.Level
-	if p := a.pacing; p != nil {
-		v.paced.Store(p.pacer.Paced())
-		for i, n := range p.pacer.Waiting() {
+	if a.pacing != nil {
+		p := a.pacing.Pacer()
+		v.paced.Store(p.Paced())
+		for i, n := range p.Waiting() {
 			v.waiting[i].Store(int64(n))
 		}
-		levels = p.pacer.Levels(a.clk.Now())
+		levels = p.Levels(a.clk.Now())
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()

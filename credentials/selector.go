@@ -5,7 +5,8 @@
 //
 // A Selector is pure: no goroutines, no clock (every method that needs
 // the time takes now), no locks. The credentials actor of a provider owns
-// one, beside the provider's pacing.Pacer, and carries out what it says.
+// one, beside the reservations of its paced turns (pacing.Reservations),
+// and carries out what it says.
 package credentials
 
 import "time"

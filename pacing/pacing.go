@@ -6,7 +6,10 @@
 // until a budget refills.
 //
 // A Pacer is pure: no goroutines, no clock (every method takes now), no
-// locks. The credentials actor of a provider owns one.
+// locks. Reservations, as pure, keep over it each paced turn's
+// reservation, from its reserve to its settle or cancel, and where a
+// waiting turn's grant goes; the credentials actor of a provider owns them
+// and carries out what they return.
 //
 // A budget is a token bucket per kind (requests, tokens, input tokens,
 // output tokens): its capacity is the window's limit, it refills at the
