@@ -224,7 +224,7 @@ type SessionState struct {
 	retrying   atomic.Bool
 	busy       atomic.Bool
 	compacting atomic.Bool
-	phase      atomic.Uint32 // the core's session.State
+	state      atomic.Uint32 // the core's session.State (the wire's phase)
 	retryAt    atomic.Int64  // Unix ns when the backoff's timer fires (0: not in backoff)
 	generation atomic.Uint64
 	model      atomic.Pointer[string]
@@ -265,7 +265,7 @@ func (s *SessionState) IsRetrying() bool { return s.retrying.Load() }
 
 // Phase is what the session is doing: its core's state ("idle",
 // "streaming", "backoff", ...).
-func (s *SessionState) Phase() string { return session.State(s.phase.Load()).Phase() }
+func (s *SessionState) Phase() string { return session.State(s.state.Load()).Phase() }
 
 // RetryAt is when the session's backoff ends and its next attempt is due
 // (zero: not in a backoff).
@@ -298,7 +298,7 @@ func (s *SessionState) Model() string {
 // another node.
 func (s *SessionState) Wire() *messages.SessionStateReply {
 	return &messages.SessionStateReply{Busy: s.Busy(), Retrying: s.IsRetrying(), AutoRetry: s.AutoRetryEnabled(),
-		Phase: s.phase.Load(), RetryAtUnixNano: s.retryAt.Load(), Generation: s.Generation(), Model: s.Model(),
+		Phase: s.state.Load(), RetryAtUnixNano: s.retryAt.Load(), Generation: s.Generation(), Model: s.Model(),
 		ThinkingLevel: string(s.ThinkingLevel()), Compacting: s.Compacting(), AutoCompaction: s.AutoCompaction()}
 }
 
@@ -308,7 +308,7 @@ func (s *SessionState) SetWire(w *messages.SessionStateReply) {
 	s.busy.Store(w.GetBusy())
 	s.retrying.Store(w.GetRetrying())
 	s.autoRetry.Store(w.GetAutoRetry())
-	s.phase.Store(w.GetPhase())
+	s.state.Store(w.GetPhase())
 	s.retryAt.Store(w.GetRetryAtUnixNano())
 	s.generation.Store(w.GetGeneration())
 	model := w.GetModel()

@@ -529,7 +529,7 @@ func (s *SessionActor) publishState() {
 func (st *SessionState) publish(c *session.Core) {
 	st.busy.Store(c.Busy())
 	st.compacting.Store(c.State() == session.Compacting || c.State() == session.CompactingOnRequest)
-	st.phase.Store(uint32(c.State()))
+	st.state.Store(uint32(c.State()))
 	var retryAt int64
 	if t := c.WaitingUntil(); !t.IsZero() {
 		retryAt = t.UnixNano()
