@@ -14,7 +14,7 @@ const StopDetailInterrupted = "interrupted"
 
 // resumed is a session's state rebuilt from its persisted history.
 type resumed struct {
-	runtime []*messages.Entry // the runtime context
+	context []*messages.Entry // the context
 	seq     uint64            // of the last entry
 	primary string            // the primary model: set by the user, else configured
 	model   string            // the model in use when the history ends
@@ -26,7 +26,7 @@ type resumed struct {
 	record *session.Record
 }
 
-// resume rebuilds a session from entries. The runtime context is the
+// resume rebuilds a session from entries. The context is the
 // history without failed turns (stripped when retried) and model changes.
 // The model in use is the last model change's (with its pinning), the
 // primary the last one the user chose; a model whose provider is no
@@ -48,7 +48,7 @@ func resume(entries []*messages.Entry, configured string, known func(model strin
 		if a := e.GetAssistant(); a != nil && isFailure(a) {
 			continue
 		}
-		r.runtime = append(r.runtime, e)
+		r.context = append(r.context, e)
 	}
 	if !known(r.primary) {
 		r.primary = configured

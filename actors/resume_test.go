@@ -60,8 +60,8 @@ func TestResume(t *testing.T) {
 	tests := []struct {
 		name    string
 		entries []*messages.Entry
-		want    resumed // runtime compared through describe
-		runtime string
+		want    resumed // context compared through describe
+		context string
 	}{
 		{"empty", nil, resumed{primary: "p/m", model: "p/m"}, ""},
 		{"failures and changes stay out of the context",
@@ -81,10 +81,10 @@ func TestResume(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := resume(tt.entries, "p/m", known)
-			if d := describe(got.runtime); d != tt.runtime {
-				t.Errorf("runtime = %q, want %q", d, tt.runtime)
+			if d := describe(got.context); d != tt.context {
+				t.Errorf("context = %q, want %q", d, tt.context)
 			}
-			got.runtime = nil
+			got.context = nil
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("resume = %+v, want %+v", got, tt.want)
 			}

@@ -28,7 +28,7 @@ const ShutdownError = session.ShutdownError
 // panickedError begins the error of a prompt whose session actor panicked.
 const panickedError = "the session panicked (a bug, logged with its stack); prompt ended, the session restarts from its history"
 
-// SessionActor owns one conversation: the runtime context (what is sent to
+// SessionActor owns one conversation: the context (what is sent to
 // the model), the persisted history (what is kept) and the event stream.
 // Every decision is its session.Core's: the actor feeds the core its inputs
 // and carries out the effects the core returns (turns and tools in their
@@ -551,7 +551,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 		return
 	}
 	r, restarted := s.entry.takeResumed(s.deps)
-	s.hist = historyWriter{cfg: s.cfg, deps: s.deps, context: r.runtime, seq: r.seq}
+	s.hist = historyWriter{cfg: s.cfg, deps: s.deps, context: r.context, seq: r.seq}
 	s.events = eventPublisher{cfg: s.cfg, deps: s.deps}
 	s.work = turnRunner{cfg: s.cfg, deps: s.deps}
 	if records, ok := s.cfg.History.(history.RecordLog); ok {

@@ -78,10 +78,10 @@ func tell(ctx actor.Context, pid *actor.PID, msg any) {
 // compactReply is the answer to a compaction asked for between prompts
 // (ReplyCompaction e), from the context before it: its size, and
 // on success the compacted context's.
-func compactReply(runtime []*messages.Entry, e *session.Effect) *messages.CompactReply {
-	reply := &messages.CompactReply{Error: e.Error, EntriesBefore: int32(len(runtime))}
-	for i := len(runtime) - 1; i >= 0; i-- {
-		if a := runtime[i].GetAssistant(); a != nil {
+func compactReply(before []*messages.Entry, e *session.Effect) *messages.CompactReply {
+	reply := &messages.CompactReply{Error: e.Error, EntriesBefore: int32(len(before))}
+	for i := len(before) - 1; i >= 0; i-- {
+		if a := before[i].GetAssistant(); a != nil {
 			u := a.GetUsage()
 			reply.TokensBefore = u.GetInput() + u.GetCacheRead() + u.GetCacheWrite()
 			break

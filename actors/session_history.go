@@ -42,15 +42,15 @@ func (w *historyWriter) writeRecord(c *session.Core) error {
 	return err
 }
 
-// write appends entries (to the runtime context too when toRuntime) and
+// write appends entries (to the context too when toContext) and
 // syncs the history, as at the end of a turn; it returns the error text
 // of a write that failed ("" when written), keeping the error for the
 // prompt's result.
-func (w *historyWriter) write(toRuntime bool, entries ...*messages.Entry) string {
+func (w *historyWriter) write(toContext bool, entries ...*messages.Entry) string {
 	if len(entries) == 0 {
 		return ""
 	}
-	if err := w.appendSynced(toRuntime, entries...); err != nil {
+	if err := w.appendSynced(toContext, entries...); err != nil {
 		if w.promptErr == nil {
 			w.promptErr = w.asError(err)
 		}
@@ -75,10 +75,10 @@ func (w *historyWriter) stepFailure() (session.Input, error) {
 	return failed, err
 }
 
-// append adds entries to the history, and to the runtime context when
-// toRuntime, all or nothing: after a failed write both are as they were
+// append adds entries to the history, and to the context when
+// toContext, all or nothing: after a failed write both are as they were
 // (no seq is spent) and the error is returned.
-func (w *historyWriter) append(toRuntime bool, entries ...*messages.Entry) error {
+func (w *historyWriter) append(toContext bool, entries ...*messages.Entry) error {
 	for i, e := range entries {
 		e.Seq = w.seq + uint64(i) + 1
 	}
@@ -90,15 +90,15 @@ func (w *historyWriter) append(toRuntime bool, entries ...*messages.Entry) error
 		return err
 	}
 	w.seq += uint64(len(entries))
-	if toRuntime {
+	if toContext {
 		w.context = append(w.context, entries...)
 	}
 	return nil
 }
 
 // appendSynced is append, then the store's sync (the end of a turn).
-func (w *historyWriter) appendSynced(toRuntime bool, entries ...*messages.Entry) error {
-	if err := w.append(toRuntime, entries...); err != nil {
+func (w *historyWriter) appendSynced(toContext bool, entries ...*messages.Entry) error {
+	if err := w.append(toContext, entries...); err != nil {
 		return err
 	}
 	err := w.cfg.History.Sync()
@@ -148,7 +148,7 @@ func (w *historyWriter) appendModelChange(change *session.ModelChange) {
 }
 
 // stripTrailingError removes the failed assistant message at the end of
-// the runtime context (it stays in the history).
+// the context (it stays in the history).
 func (w *historyWriter) stripTrailingError() {
 	if n := len(w.context); n > 0 {
 		if m := w.context[n-1].GetAssistant(); m != nil && isFailure(m) {

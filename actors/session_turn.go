@@ -453,9 +453,9 @@ func (tr *turnRunner) compact(ctx actor.Context, pending *[]session.Input, entri
 		return
 	}
 	hook, clk, root, self, id := tr.deps.Compaction, tr.deps.Clock, ctx.ActorSystem().Root, ctx.Self(), tr.cfg.ID
-	runtime := append([]*messages.Entry(nil), entries...)
-	if n := len(runtime); n > 0 && isFailure(runtime[n-1].GetAssistant()) {
-		runtime = runtime[:n-1] // the failed turn itself is passed as failed
+	before := append([]*messages.Entry(nil), entries...)
+	if n := len(before); n > 0 && isFailure(before[n-1].GetAssistant()) {
+		before = before[:n-1] // the failed turn itself is passed as failed
 	}
 	clk.Begin()
 	tr.deps.goroutine(dispatch.Func(func() {
@@ -467,7 +467,7 @@ func (tr *turnRunner) compact(ctx actor.Context, pending *[]session.Input, entri
 					done.Error = fmt.Sprintf("compaction hook panicked: %v", r)
 				}
 			}()
-			entries, err := hook(context.Background(), id, runtime, failed)
+			entries, err := hook(context.Background(), id, before, failed)
 			if err != nil {
 				done.Error = err.Error()
 			}

@@ -20,9 +20,9 @@ const (
 	// is told.
 	AppendModelChange
 	// StripTrailingError removes the trailing assistant error from the
-	// runtime context; it stays in the history.
+	// context; it stays in the history.
 	StripTrailingError
-	// ReplaceContext sets the runtime context to Context (after compaction).
+	// ReplaceContext sets the context to Context (after compaction).
 	ReplaceContext
 	// SelectCredential asks the credentials actor of Model's provider which
 	// credential the next turn uses; answer with InCredentialSelected. On a
