@@ -478,7 +478,7 @@ func (rt *Runtime) openLocal(cfg sessionConfig, settings *retry.Settings, open f
 			_ = s.local.prepared.Drop()
 			return nil, err
 		}
-		track.Send(rt.system.Root, rt.cfg.clock, pid, &messages.ResumeChain{})
+		track.Send(rt.system.Root, rt.cfg.clock, pid, &actors.ResumeChain{})
 	}
 	return s, nil
 }
@@ -502,7 +502,7 @@ func (rt *Runtime) lookup(id string) *Session {
 // deliverDue delivers a backoff's end from the timer service to the
 // session id: to its actor to, or by id when it left its actors while it
 // waited (passivated), starting it again.
-func (rt *Runtime) deliverDue(id string, to *actor.PID, due *messages.TaskDue) {
+func (rt *Runtime) deliverDue(id string, to *actor.PID, due *timers.Due) {
 	if to != nil {
 		track.Send(rt.system.Root, rt.cfg.clock, to, due)
 		return

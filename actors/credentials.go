@@ -130,7 +130,7 @@ func (a *CredentialsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SelectCredential:
 		a.selectCredential(ctx, m)
-	case *messages.PacingSettle, *messages.PacingObserve, *messages.PacingCancel, *messages.PacingTick:
+	case *messages.PacingSettle, *messages.PacingObserve, *messages.PacingCancel, *pacingTick:
 		a.pace(ctx, m)
 	case *actor.Stopping:
 		a.stopRelease()

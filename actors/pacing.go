@@ -100,7 +100,7 @@ func (a *CredentialsActor) pace(ctx actor.Context, msg any) {
 		released = p.Cancel(now, m.GetSessionId(), m.GetToken())
 	case *messages.ReleaseSession:
 		released = p.Cancel(now, m.GetSessionId(), 0)
-	case *messages.PacingTick:
+	case *pacingTick:
 		released = p.Release(now)
 	}
 	a.carryOut(ctx, released)
@@ -137,7 +137,7 @@ func (a *CredentialsActor) armRelease(ctx actor.Context) {
 	}
 	clk, root, self := a.clk, ctx.ActorSystem().Root, ctx.Self()
 	a.releaseAt = next
-	a.release = clk.AfterFunc(next.Sub(now), func() { track.Send(root, clk, self, &messages.PacingTick{}) })
+	a.release = clk.AfterFunc(next.Sub(now), func() { track.Send(root, clk, self, &pacingTick{}) })
 }
 
 // stopRelease stops the release timer.

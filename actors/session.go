@@ -19,6 +19,7 @@ import (
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
+	"github.com/musepi/musepi/timers"
 )
 
 // ShutdownError is the final error of a retry chain or prompt cut short by
@@ -188,16 +189,16 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 			Replaces: s.callers.prompt.GetAddress() == m.GetReplacesAddress() && s.callers.prompt.GetId() == m.GetReplacesId()})
 	case *messages.HandOver:
 		s.step(ctx, session.Input{Kind: session.InHandOver, Taken: errors.Is(s.work.hold(), history.ErrTaken)})
-	case *messages.TurnFinished:
+	case *turnFinished:
 		s.turnFinished(ctx, m)
-	case *messages.ToolsFinished:
+	case *toolsFinished:
 		s.toolsFinished(ctx, m)
-	case *messages.TaskDue:
-		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.GetToken(), Generation: m.GetGeneration(), KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
-	case *messages.Passivate:
-		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.GetToken()})
-	case *messages.CompactionFinished:
-		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.GetGeneration(), Context: m.GetContext(), Err: m.GetError()})
+	case *timers.Due:
+		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.Token, Generation: m.Generation, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
+	case *passivate:
+		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.token})
+	case *compactionFinished:
+		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.generation, Context: m.context, Err: m.err})
 	case *messages.CompactRequest:
 		s.step(ctx, session.Input{Kind: session.InCompact})
 	case *messages.SetModelRequest:
@@ -237,7 +238,7 @@ func (s *SessionActor) stepInput(ctx actor.Context) bool {
 // stepped: ack).
 func inputOf(msg any) (in session.Input, ack, ok bool) {
 	switch m := msg.(type) {
-	case *messages.ResumeChain:
+	case *ResumeChain:
 		// A session resumed from its record arms its backoff timer again for
 		// what is left of it (at once when it is past due).
 		return session.Input{Kind: session.InTimerLost}, false, true
@@ -247,11 +248,10 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 	case *messages.PacingGrant:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched()}, false, true
-	case *messages.TurnDelta:
-		return session.Input{Kind: session.InTurnDelta, Turn: m.GetTurn(), DeltaKind: m.GetKind(), Delta: m.GetText()}, false, true
-	case *messages.TurnLimits:
-		return session.Input{Kind: session.InRateLimits, Turn: m.GetTurn(), Limits: m.GetLimits(),
-			At: time.UnixMilli(m.GetArrivedUnixMs())}, false, true
+	case *turnDelta:
+		return session.Input{Kind: session.InTurnDelta, Turn: m.turn, DeltaKind: m.kind, Delta: m.text}, false, true
+	case *turnLimits:
+		return session.Input{Kind: session.InRateLimits, Turn: m.turn, Limits: m.limits, At: m.arrived}, false, true
 	case *messages.UsageLimitReply:
 		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
@@ -287,16 +287,16 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 // provider and model names, and steps the core with it; a turn the session
 // gave up on (aborted, shut down) is dropped, and one whose guard found the
 // session taken by another node makes the actor leave.
-func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished) {
-	if !s.core.AwaitsTurn(m.GetTurn()) {
+func (s *SessionActor) turnFinished(ctx actor.Context, m *turnFinished) {
+	if !s.core.AwaitsTurn(m.turn) {
 		return
 	}
-	if m.GetTaken() { // its guard found the session another's: nothing was sent
+	if m.taken { // its guard found the session another's: nothing was sent
 		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
 	s.work.running = nil // over: a session waiting in backoff keeps no turn
-	msg := m.GetMessage()
+	msg := m.msg
 	if msg.GetTimestampMs() == 0 {
 		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()
 	}
@@ -310,33 +310,33 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *messages.TurnFinished)
 	limits := msg.GetRateLimits()
 	msg.RateLimits = nil // no part of the conversation
 	err := s.hist.write(true, assistantEntry(msg)...)
-	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.GetTurn(), Message: msg, Limits: limits, Err: err})
+	s.step(ctx, session.Input{Kind: session.InTurnEnded, Turn: m.turn, Message: msg, Limits: limits, Err: err})
 }
 
 // toolsFinished records the tool results, tells the subscribers, and steps
 // the core.
-func (s *SessionActor) toolsFinished(ctx actor.Context, m *messages.ToolsFinished) {
-	if !s.core.AwaitsTools(m.GetTurn()) {
+func (s *SessionActor) toolsFinished(ctx actor.Context, m *toolsFinished) {
+	if !s.core.AwaitsTools(m.turn) {
 		return
 	}
-	if m.GetTaken() { // its hold found the session another's: nothing ran
+	if m.taken { // its hold found the session another's: nothing ran
 		s.step(ctx, session.Input{Kind: session.InTaken})
 		return
 	}
 	s.work.running = nil
 	now := s.deps.Clock.Now().UnixMilli()
-	entries := make([]*messages.Entry, len(m.GetResults()))
-	for i, r := range m.GetResults() {
+	entries := make([]*messages.Entry, len(m.results))
+	for i, r := range m.results {
 		r.TimestampMs = now
 		entries[i] = &messages.Entry{Entry: &messages.Entry_ToolResult{ToolResult: r}}
 	}
 	err := s.hist.write(true, entries...)
-	for _, r := range m.GetResults() {
+	for _, r := range m.results {
 		s.events.emitWire(func(ev *messages.SessionEvent) {
 			ev.Event = &messages.SessionEvent_ToolExecutionEnd{ToolExecutionEnd: &messages.ToolExecutionEnd{Result: r}}
 		})
 	}
-	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.GetTurn(), Err: err, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
+	s.step(ctx, session.Input{Kind: session.InToolsDone, Turn: m.turn, Err: err, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
 }
 
 // setModel switches the session's model, once checked and written to the history.

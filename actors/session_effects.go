@@ -58,7 +58,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 
 // armTimer arms the backoff and the retry's continue after it with the
 // runtime's timer service, the one owner of every backoff: its end
-// (TaskDue) comes to the actor, or, for a backoff the session waits out
+// (timers.Due) comes to the actor, or, for a backoff the session waits out
 // without its actors (Passivate), by the session's id, which starts the
 // session again.
 func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
@@ -71,7 +71,7 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 	}
 	s.deps.Timers.Arm(s.cfg.ID, to, e.Delay+e.ContinueDelay, e.Generation, e.Token)
 	if e.Passivate && s.deps.Passivation.Hold(s.cfg.ID) {
-		track.Send(ctx, s.deps.Clock, ctx.Self(), &messages.Passivate{Token: e.Token})
+		track.Send(ctx, s.deps.Clock, ctx.Self(), &passivate{token: e.Token})
 	}
 }
 

@@ -37,8 +37,8 @@ type turnRunner struct {
 }
 
 // start streams turn on model with credential, on the context entries, in
-// its own goroutine; deltas and the final message come back as TurnDelta
-// and TurnFinished. A turn that cannot go out ends at once (pending).
+// its own goroutine; deltas and the final message come back as turnDelta
+// and turnFinished. A turn that cannot go out ends at once (pending).
 func (tr *turnRunner) start(ctx actor.Context, pending *[]session.Input, entries []*messages.Entry, turn uint64, model, credential string) {
 	provName, modelName, _ := retry.SplitModel(model) // once: providerOf and modelOf would split it three times
 	prov := tr.deps.Providers[provName]
@@ -107,7 +107,7 @@ func (tr *turnRunner) tellLimits(t *turnRun, provName string) {
 	}
 	t.tellLimits = func(l *messages.RateLimits) {
 		t.limitsTold.Store(true)
-		track.Send(t.root, t.clk, t.self, &messages.TurnLimits{Turn: t.turn, Limits: l, ArrivedUnixMs: t.clk.Now().UnixMilli()})
+		track.Send(t.root, t.clk, t.self, &turnLimits{turn: t.turn, limits: l, arrived: t.clk.Now()})
 	}
 }
 
@@ -162,7 +162,7 @@ type turnRun struct {
 
 	// finished is the message Run ends with, sent from here: the turn's
 	// allocation holds it.
-	finished messages.TurnFinished
+	finished turnFinished
 }
 
 // errStreamStalled is the cause a turn is cancelled with by its watchdog.
@@ -203,7 +203,7 @@ func (t *turnRun) Run() {
 	if t.limitsTold.Load() { // the session has them
 		msg.RateLimits = nil
 	}
-	t.finished.Turn, t.finished.Message, t.finished.Taken = t.turn, msg, t.taken.Load()
+	t.finished.turn, t.finished.msg, t.finished.taken = t.turn, msg, t.taken.Load()
 	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 
@@ -213,7 +213,7 @@ func (t *turnRun) onDelta(d provider.Delta) {
 		t.lastData.Store(t.clk.Now().UnixNano())
 	}
 	if t.withinBound(len(d.Text)) {
-		track.Send(t.root, t.clk, t.self, &messages.TurnDelta{Turn: t.turn, Kind: d.Kind, Text: d.Text})
+		track.Send(t.root, t.clk, t.self, &turnDelta{turn: t.turn, kind: d.Kind, text: d.Text})
 	}
 }
 
@@ -305,22 +305,22 @@ func (tr *turnRunner) runTools(ctx actor.Context, pending *[]session.Input, even
 		for _, c := range calls {
 			results = append(results, runTool(toolCtx, tools, c))
 		}
-		track.Send(root, clk, self, &messages.ToolsFinished{Turn: turn, Results: results})
+		track.Send(root, clk, self, &toolsFinished{turn: turn, results: results})
 	}))
 }
 
 // notRun is the end of tool calls that did not run because the session's
 // hold said no: taken, when another activation has the session (it acts
 // no more), else error results with why (the turn was aborted).
-func notRun(turn uint64, calls []*messages.ToolCall, err error) *messages.ToolsFinished {
+func notRun(turn uint64, calls []*messages.ToolCall, err error) *toolsFinished {
 	if errors.Is(err, history.ErrTaken) {
-		return &messages.ToolsFinished{Turn: turn, Taken: true}
+		return &toolsFinished{turn: turn, taken: true}
 	}
 	results := make([]*messages.ToolResult, len(calls))
 	for i, c := range calls {
 		results[i] = &messages.ToolResult{ToolCallId: c.GetId(), Name: c.GetName(), Output: "not run: " + err.Error(), IsError: true}
 	}
-	return &messages.ToolsFinished{Turn: turn, Results: results}
+	return &toolsFinished{turn: turn, results: results}
 }
 
 // taken reports whether the session's history already knows that
@@ -442,7 +442,7 @@ func runTool(ctx context.Context, tools map[string]Tool, c *messages.ToolCall) (
 }
 
 // compact runs the compaction hook of Compact e on the context entries,
-// in its own goroutine; the outcome comes back as CompactionFinished. An
+// in its own goroutine; the outcome comes back as compactionFinished. An
 // overflow's compaction (e.Message: the turn that overflowed) with
 // automatic compaction off ends the prompt at once (pending); one asked for
 // between prompts runs whatever the setting.
@@ -460,18 +460,18 @@ func (tr *turnRunner) compact(ctx actor.Context, pending *[]session.Input, entri
 	clk.Begin()
 	tr.deps.goroutine(dispatch.Func(func() {
 		defer clk.End()
-		done := &messages.CompactionFinished{Generation: gen}
+		done := &compactionFinished{generation: gen}
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					done.Error = fmt.Sprintf("compaction hook panicked: %v", r)
+					done.err = fmt.Sprintf("compaction hook panicked: %v", r)
 				}
 			}()
 			entries, err := hook(context.Background(), id, before, failed)
 			if err != nil {
-				done.Error = err.Error()
+				done.err = err.Error()
 			}
-			done.Context = entries
+			done.context = entries
 		}()
 		track.Send(root, clk, self, done)
 	}))

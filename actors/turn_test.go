@@ -46,11 +46,11 @@ func (d drip) Stream(ctx context.Context, _ provider.Request, onDelta func(provi
 
 func (drip) ResetSession(string) {}
 
-// finishedTo forwards the TurnFinished a turn sends to a channel.
-type finishedTo chan *messages.TurnFinished
+// finishedTo forwards the turnFinished a turn sends to a channel.
+type finishedTo chan *turnFinished
 
 func (f finishedTo) Receive(ctx actor.Context) {
-	if m, ok := ctx.Message().(*messages.TurnFinished); ok {
+	if m, ok := ctx.Message().(*turnFinished); ok {
 		f <- m
 	}
 }
@@ -70,7 +70,7 @@ func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes 
 	go tr.Run()
 	select {
 	case m := <-got:
-		return m.GetMessage()
+		return m.msg
 	case <-time.After(30 * time.Second):
 		t.Fatal("the turn never finished")
 		return nil

@@ -210,45 +210,6 @@ func (x *AttachPrompt) GetReplacesId() string {
 	return ""
 }
 
-// ResumeChain tells a session resumed from its record in backoff to arm its
-// backoff timer again, for what is left of it (its runtime sends it when it
-// opens the session, so a virtual clock counts the work).
-type ResumeChain struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ResumeChain) Reset() {
-	*x = ResumeChain{}
-	mi := &file_actors_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ResumeChain) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ResumeChain) ProtoMessage() {}
-
-func (x *ResumeChain) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ResumeChain.ProtoReflect.Descriptor instead.
-func (*ResumeChain) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
-}
-
 // HandOver asks a session whose history keeps records to leave this
 // runtime without ending its prompt: once it is at rest (idle, or waiting
 // out a backoff, whose record it writes), it answers its prompt's caller
@@ -263,7 +224,7 @@ type HandOver struct {
 
 func (x *HandOver) Reset() {
 	*x = HandOver{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +236,7 @@ func (x *HandOver) String() string {
 func (*HandOver) ProtoMessage() {}
 
 func (x *HandOver) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_actors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +249,7 @@ func (x *HandOver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOver.ProtoReflect.Descriptor instead.
 func (*HandOver) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_actors_proto_rawDescGZIP(), []int{3}
 }
 
 // PromptAccepted tells a PromptRequest's sender (with ack) that the prompt
@@ -302,7 +263,7 @@ type PromptAccepted struct {
 
 func (x *PromptAccepted) Reset() {
 	*x = PromptAccepted{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +275,7 @@ func (x *PromptAccepted) String() string {
 func (*PromptAccepted) ProtoMessage() {}
 
 func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +288,7 @@ func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptAccepted.ProtoReflect.Descriptor instead.
 func (*PromptAccepted) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PromptAccepted) GetGeneration() uint64 {
@@ -352,7 +313,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +325,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +338,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_actors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PromptResult) GetGeneration() uint64 {
@@ -435,7 +396,7 @@ type RetryFailure struct {
 
 func (x *RetryFailure) Reset() {
 	*x = RetryFailure{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +408,7 @@ func (x *RetryFailure) String() string {
 func (*RetryFailure) ProtoMessage() {}
 
 func (x *RetryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +421,7 @@ func (x *RetryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailure.ProtoReflect.Descriptor instead.
 func (*RetryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RetryFailure) GetClass() string {
@@ -503,7 +464,7 @@ type HistoryFailure struct {
 
 func (x *HistoryFailure) Reset() {
 	*x = HistoryFailure{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +476,7 @@ func (x *HistoryFailure) String() string {
 func (*HistoryFailure) ProtoMessage() {}
 
 func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +489,7 @@ func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryFailure.ProtoReflect.Descriptor instead.
 func (*HistoryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HistoryFailure) GetOp() string {
@@ -564,7 +525,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +537,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +550,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AbortRequest) GetEditGuard() bool {
@@ -608,7 +569,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +581,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +594,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_actors_proto_rawDescGZIP(), []int{9}
 }
 
 // SetAutoRetryRequest writes retry.enabled.
@@ -646,7 +607,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +619,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +632,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetAutoRetryRequest) GetEnabled() bool {
@@ -691,7 +652,7 @@ type SetModelRequest struct {
 
 func (x *SetModelRequest) Reset() {
 	*x = SetModelRequest{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +664,7 @@ func (x *SetModelRequest) String() string {
 func (*SetModelRequest) ProtoMessage() {}
 
 func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +677,7 @@ func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
 func (*SetModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetModelRequest) GetModel() string {
@@ -736,7 +697,7 @@ type MessagesRequest struct {
 
 func (x *MessagesRequest) Reset() {
 	*x = MessagesRequest{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +709,7 @@ func (x *MessagesRequest) String() string {
 func (*MessagesRequest) ProtoMessage() {}
 
 func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +722,7 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
 func (*MessagesRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MessagesRequest) GetHistory() bool {
@@ -782,7 +743,7 @@ type MessagesReply struct {
 
 func (x *MessagesReply) Reset() {
 	*x = MessagesReply{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +755,7 @@ func (x *MessagesReply) String() string {
 func (*MessagesReply) ProtoMessage() {}
 
 func (x *MessagesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +768,7 @@ func (x *MessagesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesReply.ProtoReflect.Descriptor instead.
 func (*MessagesReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_actors_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MessagesReply) GetEntries() []*Entry {
@@ -834,7 +795,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +807,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +820,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetError() string {
@@ -867,254 +828,6 @@ func (x *Ack) GetError() string {
 		return x.Error
 	}
 	return ""
-}
-
-// TurnDelta is streamed output of the running turn.
-type TurnDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // "text", "thinking", "tool_call"
-	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TurnDelta) Reset() {
-	*x = TurnDelta{}
-	mi := &file_actors_proto_msgTypes[16]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TurnDelta) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TurnDelta) ProtoMessage() {}
-
-func (x *TurnDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TurnDelta.ProtoReflect.Descriptor instead.
-func (*TurnDelta) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
-}
-
-func (x *TurnDelta) GetTurn() uint64 {
-	if x != nil {
-		return x.Turn
-	}
-	return 0
-}
-
-func (x *TurnDelta) GetKind() string {
-	if x != nil {
-		return x.Kind
-	}
-	return ""
-}
-
-func (x *TurnDelta) GetText() string {
-	if x != nil {
-		return x.Text
-	}
-	return ""
-}
-
-// TurnLimits is the rate limits the running turn's response announced, as
-// its headers arrived (provider.WithLimitsSeen); its final message then
-// carries none.
-type TurnLimits struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Limits        *RateLimits            `protobuf:"bytes,2,opt,name=limits,proto3" json:"limits,omitempty"`
-	ArrivedUnixMs int64                  `protobuf:"varint,3,opt,name=arrived_unix_ms,json=arrivedUnixMs,proto3" json:"arrived_unix_ms,omitempty"` // when the headers arrived, on the session's clock
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TurnLimits) Reset() {
-	*x = TurnLimits{}
-	mi := &file_actors_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TurnLimits) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TurnLimits) ProtoMessage() {}
-
-func (x *TurnLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TurnLimits.ProtoReflect.Descriptor instead.
-func (*TurnLimits) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *TurnLimits) GetTurn() uint64 {
-	if x != nil {
-		return x.Turn
-	}
-	return 0
-}
-
-func (x *TurnLimits) GetLimits() *RateLimits {
-	if x != nil {
-		return x.Limits
-	}
-	return nil
-}
-
-func (x *TurnLimits) GetArrivedUnixMs() int64 {
-	if x != nil {
-		return x.ArrivedUnixMs
-	}
-	return 0
-}
-
-// TurnFinished carries the final assistant message of a turn. taken: the
-// turn's guard (provider.WithGuard) found the session another
-// activation's and sent no request.
-type TurnFinished struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TurnFinished) Reset() {
-	*x = TurnFinished{}
-	mi := &file_actors_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TurnFinished) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TurnFinished) ProtoMessage() {}
-
-func (x *TurnFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TurnFinished.ProtoReflect.Descriptor instead.
-func (*TurnFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *TurnFinished) GetTurn() uint64 {
-	if x != nil {
-		return x.Turn
-	}
-	return 0
-}
-
-func (x *TurnFinished) GetMessage() *AssistantMessage {
-	if x != nil {
-		return x.Message
-	}
-	return nil
-}
-
-func (x *TurnFinished) GetTaken() bool {
-	if x != nil {
-		return x.Taken
-	}
-	return false
-}
-
-// ToolsFinished carries the results of a turn's tool calls.
-type ToolsFinished struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint64                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Results       []*ToolResult          `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
-	Taken         bool                   `protobuf:"varint,3,opt,name=taken,proto3" json:"taken,omitempty"` // the hold found the session another activation's: nothing ran
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ToolsFinished) Reset() {
-	*x = ToolsFinished{}
-	mi := &file_actors_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ToolsFinished) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ToolsFinished) ProtoMessage() {}
-
-func (x *ToolsFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ToolsFinished.ProtoReflect.Descriptor instead.
-func (*ToolsFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *ToolsFinished) GetTurn() uint64 {
-	if x != nil {
-		return x.Turn
-	}
-	return 0
-}
-
-func (x *ToolsFinished) GetResults() []*ToolResult {
-	if x != nil {
-		return x.Results
-	}
-	return nil
-}
-
-func (x *ToolsFinished) GetTaken() bool {
-	if x != nil {
-		return x.Taken
-	}
-	return false
 }
 
 // SelectCredential asks which credential a session uses (session-sticky).
@@ -1139,7 +852,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +864,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +877,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -1252,7 +965,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +977,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +990,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1336,7 +1049,7 @@ type PacingGrant struct {
 
 func (x *PacingGrant) Reset() {
 	*x = PacingGrant{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1061,7 @@ func (x *PacingGrant) String() string {
 func (*PacingGrant) ProtoMessage() {}
 
 func (x *PacingGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1074,7 @@ func (x *PacingGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
 func (*PacingGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PacingGrant) GetSessionId() string {
@@ -1412,7 +1125,7 @@ type PacingSettle struct {
 
 func (x *PacingSettle) Reset() {
 	*x = PacingSettle{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1137,7 @@ func (x *PacingSettle) String() string {
 func (*PacingSettle) ProtoMessage() {}
 
 func (x *PacingSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1150,7 @@ func (x *PacingSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
 func (*PacingSettle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PacingSettle) GetSessionId() string {
@@ -1525,7 +1238,7 @@ type PacingObserve struct {
 
 func (x *PacingObserve) Reset() {
 	*x = PacingObserve{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1250,7 @@ func (x *PacingObserve) String() string {
 func (*PacingObserve) ProtoMessage() {}
 
 func (x *PacingObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1263,7 @@ func (x *PacingObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
 func (*PacingObserve) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PacingObserve) GetSessionId() string {
@@ -1581,44 +1294,6 @@ func (x *PacingObserve) GetArrivedUnixMs() int64 {
 	return 0
 }
 
-// PacingTick is a credentials actor's release timer firing: the turns that
-// wait for its keys' budgets may fit now.
-type PacingTick struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PacingTick) Reset() {
-	*x = PacingTick{}
-	mi := &file_actors_proto_msgTypes[25]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PacingTick) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PacingTick) ProtoMessage() {}
-
-func (x *PacingTick) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PacingTick.ProtoReflect.Descriptor instead.
-func (*PacingTick) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
-}
-
 // PacingCancel drops a session's reservation: waiting, or granted and never
 // used.
 type PacingCancel struct {
@@ -1631,7 +1306,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1318,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1331,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1687,7 +1362,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1374,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1387,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1757,7 +1432,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1444,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1457,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1831,7 +1506,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1518,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1531,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1881,7 +1556,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +1568,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +1581,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1958,7 +1633,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +1645,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +1658,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -2018,7 +1693,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +1705,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +1718,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -2062,7 +1737,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +1749,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +1762,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_actors_proto_rawDescGZIP(), []int{27}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -2103,7 +1778,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +1790,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +1803,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -2171,7 +1846,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +1858,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[35]
+	mi := &file_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +1871,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{35}
+	return file_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -2230,7 +1905,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +1917,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[36]
+	mi := &file_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +1930,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{36}
+	return file_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -2282,7 +1957,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +1969,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[37]
+	mi := &file_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +1982,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{37}
+	return file_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2374,7 +2049,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2061,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[38]
+	mi := &file_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2074,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{38}
+	return file_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2444,176 +2119,6 @@ func (x *NextModelReply) GetToken() uint64 {
 	return 0
 }
 
-// Passivate is the marker a session sends itself once its root holds new
-// messages: when it comes, every message sent before is handled, and a
-// session still in the backoff of token may leave its actors.
-type Passivate struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Passivate) Reset() {
-	*x = Passivate{}
-	mi := &file_actors_proto_msgTypes[39]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Passivate) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Passivate) ProtoMessage() {}
-
-func (x *Passivate) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[39]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Passivate.ProtoReflect.Descriptor instead.
-func (*Passivate) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{39}
-}
-
-func (x *Passivate) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-// TaskDue is sent to the session by the timer service when its backoff,
-// and the retry's continue after it, have passed.
-type TaskDue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TaskDue) Reset() {
-	*x = TaskDue{}
-	mi := &file_actors_proto_msgTypes[40]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TaskDue) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TaskDue) ProtoMessage() {}
-
-func (x *TaskDue) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[40]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TaskDue.ProtoReflect.Descriptor instead.
-func (*TaskDue) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{40}
-}
-
-func (x *TaskDue) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *TaskDue) GetTask() string {
-	if x != nil {
-		return x.Task
-	}
-	return ""
-}
-
-func (x *TaskDue) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-// CompactionFinished carries the compaction hook's outcome.
-type CompactionFinished struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Context       []*Entry               `protobuf:"bytes,2,rep,name=context,proto3" json:"context,omitempty"` // the compacted context
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`     // non-empty: the prompt ends with this error
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CompactionFinished) Reset() {
-	*x = CompactionFinished{}
-	mi := &file_actors_proto_msgTypes[41]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CompactionFinished) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CompactionFinished) ProtoMessage() {}
-
-func (x *CompactionFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[41]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CompactionFinished.ProtoReflect.Descriptor instead.
-func (*CompactionFinished) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{41}
-}
-
-func (x *CompactionFinished) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *CompactionFinished) GetContext() []*Entry {
-	if x != nil {
-		return x.Context
-	}
-	return nil
-}
-
-func (x *CompactionFinished) GetError() string {
-	if x != nil {
-		return x.Error
-	}
-	return ""
-}
-
 // CompactRequest runs the compaction hook on the context now,
 // between prompts.
 type CompactRequest struct {
@@ -2624,7 +2129,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2141,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[42]
+	mi := &file_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2154,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{42}
+	return file_actors_proto_rawDescGZIP(), []int{33}
 }
 
 // CompactReply answers CompactRequest.
@@ -2666,7 +2171,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2183,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[43]
+	mi := &file_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2196,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{43}
+	return file_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2748,8 +2253,7 @@ const file_actors_proto_rawDesc = "" +
 	"generation\x12)\n" +
 	"\x10replaces_address\x18\x02 \x01(\tR\x0freplacesAddress\x12\x1f\n" +
 	"\vreplaces_id\x18\x03 \x01(\tR\n" +
-	"replacesId\"\r\n" +
-	"\vResumeChain\"\n" +
+	"replacesId\"\n" +
 	"\n" +
 	"\bHandOver\"0\n" +
 	"\x0ePromptAccepted\x12\x1e\n" +
@@ -2791,24 +2295,7 @@ const file_actors_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error\"G\n" +
-	"\tTurnDelta\x12\x12\n" +
-	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"w\n" +
-	"\n" +
-	"TurnLimits\x12\x12\n" +
-	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12-\n" +
-	"\x06limits\x18\x02 \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12&\n" +
-	"\x0farrived_unix_ms\x18\x03 \x01(\x03R\rarrivedUnixMs\"u\n" +
-	"\fTurnFinished\x12\x12\n" +
-	"\x04turn\x18\x01 \x01(\x04R\x04turn\x125\n" +
-	"\amessage\x18\x02 \x01(\v2\x1b.musepi.v1.AssistantMessageR\amessage\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05takenJ\x04\b\x04\x10\x05\"j\n" +
-	"\rToolsFinished\x12\x12\n" +
-	"\x04turn\x18\x01 \x01(\x04R\x04turn\x12/\n" +
-	"\aresults\x18\x02 \x03(\v2\x15.musepi.v1.ToolResultR\aresults\x12\x14\n" +
-	"\x05taken\x18\x03 \x01(\bR\x05taken\"\xcc\x02\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\xcc\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2863,9 +2350,7 @@ const file_actors_proto_rawDesc = "" +
 	"credential\x18\x02 \x01(\tR\n" +
 	"credential\x12-\n" +
 	"\x06limits\x18\x03 \x01(\v2\x15.musepi.v1.RateLimitsR\x06limits\x12&\n" +
-	"\x0farrived_unix_ms\x18\x04 \x01(\x03R\rarrivedUnixMs\"\f\n" +
-	"\n" +
-	"PacingTick\"C\n" +
+	"\x0farrived_unix_ms\x18\x04 \x01(\x03R\rarrivedUnixMs\"C\n" +
 	"\fPacingCancel\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2936,21 +2421,7 @@ const file_actors_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"!\n" +
-	"\tPassivate\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\x04R\x05token\"S\n" +
-	"\aTaskDue\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\x12\x12\n" +
-	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\x84\x01\n" +
-	"\x12CompactionFinished\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\x12*\n" +
-	"\acontext\x18\x02 \x03(\v2\x10.musepi.v1.EntryR\acontext\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05errorJ\x04\b\x04\x10\x05R\x06manual\"\x10\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\"\x10\n" +
 	"\x0eCompactRequest\"\xbb\x01\n" +
 	"\fCompactReply\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12%\n" +
@@ -2971,75 +2442,61 @@ func file_actors_proto_rawDescGZIP() []byte {
 	return file_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_actors_proto_goTypes = []any{
 	(*ActorRef)(nil),                // 0: musepi.v1.ActorRef
 	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
 	(*AttachPrompt)(nil),            // 2: musepi.v1.AttachPrompt
-	(*ResumeChain)(nil),             // 3: musepi.v1.ResumeChain
-	(*HandOver)(nil),                // 4: musepi.v1.HandOver
-	(*PromptAccepted)(nil),          // 5: musepi.v1.PromptAccepted
-	(*PromptResult)(nil),            // 6: musepi.v1.PromptResult
-	(*RetryFailure)(nil),            // 7: musepi.v1.RetryFailure
-	(*HistoryFailure)(nil),          // 8: musepi.v1.HistoryFailure
-	(*AbortRequest)(nil),            // 9: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 10: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 11: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 12: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 13: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 14: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 15: musepi.v1.Ack
-	(*TurnDelta)(nil),               // 16: musepi.v1.TurnDelta
-	(*TurnLimits)(nil),              // 17: musepi.v1.TurnLimits
-	(*TurnFinished)(nil),            // 18: musepi.v1.TurnFinished
-	(*ToolsFinished)(nil),           // 19: musepi.v1.ToolsFinished
-	(*SelectCredential)(nil),        // 20: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 21: musepi.v1.CredentialSelected
-	(*PacingGrant)(nil),             // 22: musepi.v1.PacingGrant
-	(*PacingSettle)(nil),            // 23: musepi.v1.PacingSettle
-	(*PacingObserve)(nil),           // 24: musepi.v1.PacingObserve
-	(*PacingTick)(nil),              // 25: musepi.v1.PacingTick
-	(*PacingCancel)(nil),            // 26: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 27: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 28: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 29: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 30: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 31: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 32: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 33: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 34: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 35: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 36: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 37: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 38: musepi.v1.NextModelReply
-	(*Passivate)(nil),               // 39: musepi.v1.Passivate
-	(*TaskDue)(nil),                 // 40: musepi.v1.TaskDue
-	(*CompactionFinished)(nil),      // 41: musepi.v1.CompactionFinished
-	(*CompactRequest)(nil),          // 42: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 43: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 44: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 45: musepi.v1.Entry
-	(*RateLimits)(nil),              // 46: musepi.v1.RateLimits
-	(*ToolResult)(nil),              // 47: musepi.v1.ToolResult
+	(*HandOver)(nil),                // 3: musepi.v1.HandOver
+	(*PromptAccepted)(nil),          // 4: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),            // 5: musepi.v1.PromptResult
+	(*RetryFailure)(nil),            // 6: musepi.v1.RetryFailure
+	(*HistoryFailure)(nil),          // 7: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),            // 8: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),       // 9: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),     // 10: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),         // 11: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),         // 12: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),           // 13: musepi.v1.MessagesReply
+	(*Ack)(nil),                     // 14: musepi.v1.Ack
+	(*SelectCredential)(nil),        // 15: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),      // 16: musepi.v1.CredentialSelected
+	(*PacingGrant)(nil),             // 17: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),            // 18: musepi.v1.PacingSettle
+	(*PacingObserve)(nil),           // 19: musepi.v1.PacingObserve
+	(*PacingCancel)(nil),            // 20: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),   // 21: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),         // 22: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),      // 23: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),      // 24: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),        // 25: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),         // 26: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil), // 27: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),        // 28: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),      // 29: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),          // 30: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),        // 31: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),          // 32: musepi.v1.NextModelReply
+	(*CompactRequest)(nil),          // 33: musepi.v1.CompactRequest
+	(*CompactReply)(nil),            // 34: musepi.v1.CompactReply
+	(*AssistantMessage)(nil),        // 35: musepi.v1.AssistantMessage
+	(*Entry)(nil),                   // 36: musepi.v1.Entry
+	(*RateLimits)(nil),              // 37: musepi.v1.RateLimits
 }
 var file_actors_proto_depIdxs = []int32{
-	44, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
-	8,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
-	7,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
-	45, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
-	46, // 4: musepi.v1.TurnLimits.limits:type_name -> musepi.v1.RateLimits
-	44, // 5: musepi.v1.TurnFinished.message:type_name -> musepi.v1.AssistantMessage
-	47, // 6: musepi.v1.ToolsFinished.results:type_name -> musepi.v1.ToolResult
-	0,  // 7: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
-	46, // 8: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
-	46, // 9: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
-	0,  // 10: musepi.v1.RetryBudgetRequest.reply_to:type_name -> musepi.v1.ActorRef
-	45, // 11: musepi.v1.CompactionFinished.context:type_name -> musepi.v1.Entry
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	35, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
+	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
+	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
+	36, // 3: musepi.v1.MessagesReply.entries:type_name -> musepi.v1.Entry
+	0,  // 4: musepi.v1.SelectCredential.reply_to:type_name -> musepi.v1.ActorRef
+	37, // 5: musepi.v1.PacingSettle.limits:type_name -> musepi.v1.RateLimits
+	37, // 6: musepi.v1.PacingObserve.limits:type_name -> musepi.v1.RateLimits
+	0,  // 7: musepi.v1.RetryBudgetRequest.reply_to:type_name -> musepi.v1.ActorRef
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_actors_proto_init() }
@@ -3055,7 +2512,7 @@ func file_actors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,7 +8,6 @@ func (*AbortRequest) Tracked()            {}
 func (*AbortRetryRequest) Tracked()       {}
 func (*AttachPrompt) Tracked()            {}
 func (*CompactRequest) Tracked()          {}
-func (*CompactionFinished) Tracked()      {}
 func (*CredentialSelected) Tracked()      {}
 func (*HandOver) Tracked()                {}
 func (*MarkUsageLimitReached) Tracked()   {}
@@ -19,11 +18,8 @@ func (*PacingCancel) Tracked()            {}
 func (*PacingGrant) Tracked()             {}
 func (*PacingObserve) Tracked()           {}
 func (*PacingSettle) Tracked()            {}
-func (*PacingTick) Tracked()              {}
-func (*Passivate) Tracked()               {}
 func (*PromptRequest) Tracked()           {}
 func (*ReleaseSession) Tracked()          {}
-func (*ResumeChain) Tracked()             {}
 func (*RetryBudgetDrop) Tracked()         {}
 func (*RetryBudgetGrant) Tracked()        {}
 func (*RetryBudgetOutcome) Tracked()      {}
@@ -35,9 +31,4 @@ func (*SessionClose) Tracked()            {}
 func (*SessionOptions) Tracked()          {}
 func (*SetAutoRetryRequest) Tracked()     {}
 func (*SetModelRequest) Tracked()         {}
-func (*TaskDue) Tracked()                 {}
-func (*ToolsFinished) Tracked()           {}
-func (*TurnDelta) Tracked()               {}
-func (*TurnFinished) Tracked()            {}
-func (*TurnLimits) Tracked()              {}
 func (*UsageLimitReply) Tracked()         {}

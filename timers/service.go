@@ -9,13 +9,12 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/timeheap"
-	"github.com/musepi/musepi/messages"
 )
 
 // Service owns the backoff timers of a runtime's sessions. A session's
 // ArmTimer effect arms its one timer here (Arm) and its CancelTimer effect
 // stops it (Cancel), whatever the session's state: live, the timer's
-// TaskDue goes to its actor; passivated (it leaves its actors while it
+// Due goes to its actor; passivated (it leaves its actors while it
 // waits), it goes by the session's id and starts the session again. A
 // session on a store with durable timers also has its due time in its
 // record: when its node is gone, a claim loop (ClaimDue) on any node opens
@@ -23,7 +22,7 @@ import (
 //
 // Arming and cancelling are calls, not messages, and a timer is a queue
 // entry, not an actor or a clock timer of its own: a backoff costs one
-// message (its TaskDue) and a passivated session no actor. The entries wait
+// message (its Due) and a passivated session no actor. The entries wait
 // in shards by session id, so that sessions arming at once rarely wait on
 // one another; each shard keeps one queue ordered by due time under one
 // clock timer armed for the earliest, and the entries due at the same
@@ -43,7 +42,18 @@ type Service struct {
 // the clock (internal/track): to its actor to, or, with to nil, by the
 // session's id, starting its actor again. It is called from a shard's
 // clock timer.
-type Deliver func(sessionID string, to *actor.PID, due *messages.TaskDue)
+type Deliver func(sessionID string, to *actor.PID, due *Due)
+
+// Due is what a timer delivers to its session when the backoff of the
+// prompt Generation that Token names has passed (and the retry's continue
+// after it). It never leaves the process: a plain Go value, counted in
+// flight on the clock (a track.Message).
+type Due struct {
+	Generation, Token uint64
+}
+
+// Tracked marks Due as an actor message (track.Message).
+func (*Due) Tracked() {}
 
 // shardCount is how many shards a service has.
 const shardCount = 8
@@ -60,12 +70,12 @@ func New(clk clock.Clock, deliver Deliver) *Service {
 
 // Arm arms the backoff of generation's prompt that ticket names for the
 // session sessionID, replacing the session's timer if it has one: after
-// delay (at the clock's next instant when delay <= 0), TaskDue{generation,
-// "continue", ticket} goes to the session, to its actor to or, with to
+// delay (at the clock's next instant when delay <= 0), Due{generation,
+// ticket} goes to the session, to its actor to or, with to
 // nil, by its id (see Deliver).
 func (s *Service) Arm(sessionID string, to *actor.PID, delay time.Duration, generation, ticket uint64) {
 	t := &task{session: sessionID, to: to}
-	t.due.Generation, t.due.Task, t.due.Token = generation, "continue", ticket
+	t.due.Generation, t.due.Token = generation, ticket
 	s.shard(sessionID).add(t, int64(s.clk.Now().Add(max(delay, 0)).Sub(s.origin)))
 }
 
@@ -123,10 +133,10 @@ type shard struct {
 // task is a session's armed timer.
 type task struct {
 	session string
-	key     uint64           // the hash of session in pendingTasks
-	to      *actor.PID       // nil: delivered by session id
-	due     messages.TaskDue // sent as is: one allocation with the task
-	dropped bool             // replaced or cancelled
+	key     uint64     // the hash of session in pendingTasks
+	to      *actor.PID // nil: delivered by session id
+	due     Due        // sent as is: one allocation with the task
+	dropped bool       // replaced or cancelled
 }
 
 // add queues t at at, replacing its session's pending task.
@@ -148,7 +158,7 @@ func (sh *shard) add(t *task, at int64) {
 func (sh *shard) cancel(session string, ticket uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if t := sh.pending.get(session); t != nil && (ticket == 0 || ticket == t.due.GetToken()) {
+	if t := sh.pending.get(session); t != nil && (ticket == 0 || ticket == t.due.Token) {
 		sh.drop(t)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/timers"
 )
 
@@ -52,14 +51,14 @@ type probe struct {
 
 func newProbe() *probe {
 	p := &probe{clk: clock.NewVirtual(t0)}
-	p.svc = timers.New(p.clk, func(id string, to *actor.PID, due *messages.TaskDue) {
+	p.svc = timers.New(p.clk, func(id string, to *actor.PID, due *timers.Due) {
 		how := "by-id"
 		if to != nil {
 			how = "to " + to.GetId()
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.got = append(p.got, fmt.Sprintf("%v %s token=%d gen=%d %s %s", p.clk.Now().Sub(t0), id, due.GetToken(), due.GetGeneration(), due.GetTask(), how))
+		p.got = append(p.got, fmt.Sprintf("%v %s token=%d gen=%d %s", p.clk.Now().Sub(t0), id, due.Token, due.Generation, how))
 	})
 	return p
 }
@@ -93,34 +92,34 @@ func TestService(t *testing.T) {
 	}{
 		{"a backoff ends after its delay",
 			[]op{arm("a", 3*time.Second, 1)},
-			[]string{"3s a token=1 gen=7 continue to a"}},
+			[]string{"3s a token=1 gen=7 to a"}},
 		{"a passivated session's backoff goes by its id",
 			[]op{armByID("a", 40*time.Second, 1)},
-			[]string{"40s a token=1 gen=7 continue by-id"}},
+			[]string{"40s a token=1 gen=7 by-id"}},
 		{"a delay of 0 ends at the clock's next instant",
 			[]op{arm("a", 0, 1), wait(0)},
-			[]string{"0s a token=1 gen=7 continue to a"}},
+			[]string{"0s a token=1 gen=7 to a"}},
 		{"a new backoff replaces the session's timer",
 			[]op{arm("a", 3*time.Second, 1), wait(time.Second), arm("a", 5*time.Second, 2)},
-			[]string{"6s a token=2 gen=7 continue to a"}},
+			[]string{"6s a token=2 gen=7 to a"}},
 		{"an abort during the backoff cancels its timer",
 			[]op{arm("a", 3*time.Second, 1), wait(time.Second), cancel("a", 1)},
 			nil},
 		{"a cancel of an older backoff leaves the new one",
 			[]op{arm("a", 3*time.Second, 2), cancel("a", 1)},
-			[]string{"3s a token=2 gen=7 continue to a"}},
+			[]string{"3s a token=2 gen=7 to a"}},
 		{"a cancel of token 0 takes any",
 			[]op{armByID("a", 3*time.Second, 2), cancel("a", 0)},
 			nil},
 		{"a cancel of a session with no timer does nothing",
 			[]op{arm("a", time.Second, 1), cancel("b", 0)},
-			[]string{"1s a token=1 gen=7 continue to a"}},
+			[]string{"1s a token=1 gen=7 to a"}},
 		{"sessions' backoffs end in due order, those of one instant together",
 			[]op{arm("a", 2*time.Second, 1), arm("b", time.Second, 2), arm("c", 2*time.Second, 3), arm("d", 500*time.Millisecond, 4), cancel("d", 4)},
-			[]string{"1s b token=2 gen=7 continue to b", "2s a token=1 gen=7 continue to a", "2s c token=3 gen=7 continue to c"}},
+			[]string{"1s b token=2 gen=7 to b", "2s a token=1 gen=7 to a", "2s c token=3 gen=7 to c"}},
 		{"a backoff armed when another fired ends on time",
 			[]op{arm("a", time.Second, 1), wait(time.Second), arm("a", time.Second, 2)},
-			[]string{"1s a token=1 gen=7 continue to a", "2s a token=2 gen=7 continue to a"}},
+			[]string{"1s a token=1 gen=7 to a", "2s a token=2 gen=7 to a"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

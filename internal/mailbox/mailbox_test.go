@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,8 +37,13 @@ func (c *inFlight) waitZero(t *testing.T) {
 	}
 }
 
-// recorder keeps the generations of the TaskDue messages it gets, and
-// panics on generation 0 (once per incarnation's first message).
+// numbered is a test's actor message (a track.Message), counted in flight.
+type numbered struct{ n uint64 }
+
+func (*numbered) Tracked() {}
+
+// recorder keeps the numbers of the numbered messages it gets, and
+// panics on number 0 (once per incarnation's first message).
 type recorder struct {
 	mu      *sync.Mutex
 	got     *[]uint64
@@ -50,12 +54,12 @@ func (r *recorder) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		r.started.Add(1)
-	case *messages.TaskDue:
-		if m.GetGeneration() == 0 {
-			panic("generation 0")
+	case *numbered:
+		if m.n == 0 {
+			panic("number 0")
 		}
 		r.mu.Lock()
-		*r.got = append(*r.got, m.GetGeneration())
+		*r.got = append(*r.got, m.n)
 		r.mu.Unlock()
 	}
 }
@@ -89,7 +93,7 @@ func TestMessagesArriveInOrderAndEndOnTheClock(t *testing.T) {
 			defer senders.Done()
 			for i := range n {
 				clk.Begin()
-				system.Root.Send(pid, &messages.TaskDue{Generation: uint64(g*n + i + 1)})
+				system.Root.Send(pid, &numbered{n: uint64(g*n + i + 1)})
 			}
 		}()
 	}
@@ -131,9 +135,9 @@ func TestPanicHoldsTheMessageUntilRestarted(t *testing.T) {
 	system := newSystem(t)
 	pid, r := spawnRecorder(t, system, clk)
 	clk.Begin()
-	system.Root.Send(pid, &messages.TaskDue{Generation: 0}) // panics
+	system.Root.Send(pid, &numbered{n: 0}) // panics
 	clk.Begin()
-	system.Root.Send(pid, &messages.TaskDue{Generation: 7})
+	system.Root.Send(pid, &numbered{n: 7})
 	clk.waitZero(t)
 	if got := r.started.Load(); got != 2 {
 		t.Fatalf("started %d times, want 2 (restarted once)", got)
