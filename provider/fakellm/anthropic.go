@@ -47,13 +47,9 @@ func anthropicStopDetails(c *content) any {
 func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 	id := s.letterID("msg_fakellm")
 	b := &anthropicBlocks{index: -1}
-	b.add(eventFrame("message_start", obj{"type", "message_start", "message", obj{
-		"id", id, "type", "message", "role", "assistant", "model", req.Model,
-		"content", []any{}, "stop_reason", nil, "stop_sequence", nil, "stop_details", nil,
-		"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
-			"cache_read_input_tokens", 0, "output_tokens", 1},
-	}}))
-	b.add(eventFrame("ping", obj{"type", "ping"}))
+	for _, f := range anthropicOpening(req, id) {
+		b.add(f)
+	}
 
 	if len(c.thinkingC) > 0 {
 		b.start(obj{"type", "thinking", "thinking", "", "signature", ""})
@@ -76,6 +72,20 @@ func (s *Server) anthropicSteps(req *apiRequest, c *content) steps {
 		"usage", obj{"output_tokens", c.outputTokens()}}))
 	b.add(eventFrame("message_stop", obj{"type", "message_stop"}))
 	return b.finish()
+}
+
+// anthropicOpening is what Messages stream id opens with: message_start
+// and ping.
+func anthropicOpening(req *apiRequest, id string) [][]byte {
+	return [][]byte{
+		eventFrame("message_start", obj{"type", "message_start", "message", obj{
+			"id", id, "type", "message", "role", "assistant", "model", req.Model,
+			"content", []any{}, "stop_reason", nil, "stop_sequence", nil, "stop_details", nil,
+			"usage", obj{"input_tokens", req.inputTokens, "cache_creation_input_tokens", 0,
+				"cache_read_input_tokens", 0, "output_tokens", 1},
+		}}),
+		eventFrame("ping", obj{"type", "ping"}),
+	}
 }
 
 // anthropicBlocks builds a Messages stream, numbering its content blocks.

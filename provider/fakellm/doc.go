@@ -8,8 +8,10 @@
 // model, time window and request count. Its rate limits (requests, tokens,
 // input and output tokens per minute, per key and model, over the minute
 // or a shorter window) follow the rules the providers publish, and send
-// their rate-limit headers and 429s. See README.md for the scenario format
-// and the rules, with their sources.
+// their rate-limit headers and 429s. Its capacity (calls in flight per
+// model, changing over time) answers the providers' overload errors
+// beyond it and slows the answers as it fills. See README.md for the
+// scenario format and the rules, with their sources.
 //
 //	sc, err := fakellm.LoadScenario("testdata/outage.json")
 //	srv := fakellm.New(sc)

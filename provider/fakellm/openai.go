@@ -28,9 +28,9 @@ func chatUsage(req *apiRequest, c *content) obj {
 // chunk (with stop_details and an error object when the scenario says), the
 // usage chunk when stream_options.include_usage is set, and [DONE].
 func (s *Server) chatSteps(req *apiRequest, c *content) steps {
-	k := chatChunks{id: s.letterID("chatcmpl-fakellm"), created: now(), model: req.Model, usage: req.includeUsage()}
+	k := s.chatChunks(req)
 	b := &stepBuilder{}
-	b.add(k.delta(obj{"role", "assistant", "content", "", "refusal", nil}, nil))
+	b.add(k.opening())
 	b.eachChunk(c.thinkingC, func(p string) { b.add(k.delta(obj{c.reasoningField, p}, nil)) })
 	b.eachChunk(c.textC, func(p string) { b.add(k.delta(obj{"content", p}, nil)) })
 	if c.tool != nil {
@@ -60,6 +60,16 @@ type chatChunks struct {
 	created int64
 	model   string
 	usage   bool // stream_options.include_usage: every chunk has a "usage" key
+}
+
+// chatChunks starts the chunks of a stream answering req.
+func (s *Server) chatChunks(req *apiRequest) chatChunks {
+	return chatChunks{id: s.letterID("chatcmpl-fakellm"), created: now(), model: req.Model, usage: req.includeUsage()}
+}
+
+// opening is the chunk a stream opens with: the assistant's role.
+func (k chatChunks) opening() []byte {
+	return k.delta(obj{"role", "assistant", "content", "", "refusal", nil}, nil)
 }
 
 // head is a fresh copy of the fields every chunk of the stream starts with.
@@ -242,8 +252,7 @@ func (s *Server) responsesSteps(req *apiRequest, c *content) (steps, string) {
 	ids := s.newRespIDs()
 	created := now()
 	e := &responsesEvents{}
-	e.event("response.created", "response", responseObject(req, c, id, created, nil))
-	e.event("response.in_progress", "response", responseObject(req, c, id, created, nil))
+	e.open(req, c, id, created)
 
 	final := responsesOutput(c, ids)
 	index := -1
@@ -280,6 +289,13 @@ func (e *responsesEvents) event(typ string, fields ...any) {
 	o = append(o, "sequence_number", e.seq)
 	e.seq++
 	e.add(eventFrame(typ, o))
+}
+
+// open adds what a stream opens with: response.created and
+// response.in_progress of response id.
+func (e *responsesEvents) open(req *apiRequest, c *content, id string, created int64) {
+	e.event("response.created", "response", responseObject(req, c, id, created, nil))
+	e.event("response.in_progress", "response", responseObject(req, c, id, created, nil))
 }
 
 // reasoning streams the reasoning item at index: its summary part with

@@ -286,6 +286,7 @@ func TestStats(t *testing.T) {
 		ByRule:   map[string]int64{"limited": 2, "rules[1]": 1, "cut": 1, "default": 1},
 		ByStatus: map[string]int64{"429": 2, "200": 3},
 		ByLimit:  map[string]int64{},
+		InFlight: map[string]int64{},
 	}
 	got := st
 	got.ByWindow, got.Active = nil, 0 // a cut stream's handler may still be unwinding

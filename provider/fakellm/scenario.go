@@ -26,12 +26,14 @@ const DefaultText = "Hello from fakellm"
 
 // Scenario is a fault-injection script: rules tried in order, the first
 // matching rule answers, otherwise Default does. A nil or empty Default
-// streams DefaultText. Limits are rate limits the answers that would
-// succeed must fit in. A Scenario is read-only once handed to a Server.
+// streams DefaultText. Capacity is how many calls each model takes at
+// once, and Limits are rate limits: the answers that would succeed must
+// fit in both. A Scenario is read-only once handed to a Server.
 type Scenario struct {
-	Rules   []Rule   `json:"rules,omitempty"`
-	Default *Respond `json:"default,omitempty"`
-	Limits  []Limit  `json:"limits,omitempty"`
+	Rules    []Rule     `json:"rules,omitempty"`
+	Default  *Respond   `json:"default,omitempty"`
+	Limits   []Limit    `json:"limits,omitempty"`
+	Capacity []Capacity `json:"capacity,omitempty"`
 }
 
 // Rule is one scripted answer for the requests it matches.
@@ -462,6 +464,19 @@ func (o *object) integer(name string, dst *int64) error {
 	return nil
 }
 
+// number reads a JSON number.
+func (o *object) number(name string, dst *float64) error {
+	raw, ok := o.fields[name]
+	if !ok {
+		return nil
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || !(raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9')) {
+		return errAt(pathJoin(o.path, name), "must be a number, got %s", describeJSON(raw))
+	}
+	return json.Unmarshal(raw, dst)
+}
+
 // intField reads an int that must fit in 32 bits (limits are in ms or
 // counts, far below that).
 func (o *object) intField(name string, dst *int) error {
@@ -512,7 +527,7 @@ func (o *object) stringMap(name string, dst *map[string]string) error {
 }
 
 func decodeScenario(data []byte) (*Scenario, error) {
-	top, err := readObject("", data, "rules", "default", "limits")
+	top, err := readObject("", data, "rules", "default", "limits", "capacity")
 	if err != nil {
 		var se *ScenarioError
 		if errors.As(err, &se) && se.Path == "" {
@@ -522,13 +537,9 @@ func decodeScenario(data []byte) (*Scenario, error) {
 	}
 	sc := &Scenario{}
 	if raw, ok := top.fields["rules"]; ok {
-		raw = bytes.TrimSpace(raw)
-		if len(raw) == 0 || raw[0] != '[' {
-			return nil, errAt("rules", "must be an array, got %s", describeJSON(raw))
-		}
-		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, errAt("rules", "%v", err)
+		items, err := readArray("rules", raw)
+		if err != nil {
+			return nil, err
 		}
 		for i, item := range items {
 			r, err := decodeRule(fmt.Sprintf("rules[%d]", i), item)
@@ -550,18 +561,19 @@ func decodeScenario(data []byte) (*Scenario, error) {
 			return nil, err
 		}
 	}
+	if raw, ok := top.fields["capacity"]; ok {
+		if sc.Capacity, err = decodeCapacity(raw); err != nil {
+			return nil, err
+		}
+	}
 	return sc, nil
 }
 
 // decodeLimits reads the limits array.
 func decodeLimits(raw json.RawMessage) ([]Limit, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '[' {
-		return nil, errAt("limits", "must be an array, got %s", describeJSON(raw))
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, errAt("limits", "%v", err)
+	items, err := readArray("limits", raw)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Limit, 0, len(items))
 	for i, item := range items {
@@ -754,7 +766,10 @@ func (sc *Scenario) Validate() error {
 			return err
 		}
 	}
-	return validateLimits(sc.Limits)
+	if err := validateLimits(sc.Limits); err != nil {
+		return err
+	}
+	return validateCapacity(sc.Capacity)
 }
 
 var apiNames = []string{APIOpenAIChat, APIOpenAIResponses, APIAnthropic}

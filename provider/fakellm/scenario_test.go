@@ -152,7 +152,7 @@ func TestLoadScenario(t *testing.T) {
 
 func TestReadmeExamplesParse(t *testing.T) {
 	// Every ```json block of the README that holds a whole scenario (has
-	// "rules", "default" or "limits" at the top) must parse.
+	// "rules", "default", "limits" or "capacity" at the top) must parse.
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestReadmeExamplesParse(t *testing.T) {
 	n := 0
 	for _, blk := range blocks[1:] {
 		doc, _, _ := strings.Cut(blk, "```")
-		if !strings.HasPrefix(strings.TrimSpace(doc), "{") || !(strings.Contains(doc, `"rules"`) || strings.Contains(doc, `"default"`) || strings.Contains(doc, `"limits"`)) {
+		if !strings.HasPrefix(strings.TrimSpace(doc), "{") || !(strings.Contains(doc, `"rules"`) || strings.Contains(doc, `"default"`) || strings.Contains(doc, `"limits"`) || strings.Contains(doc, `"capacity"`)) {
 			continue
 		}
 		if strings.Contains(doc, "//") { // an annotated snippet, not a file

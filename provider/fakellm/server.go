@@ -28,6 +28,7 @@ type Server struct {
 	start     time.Time       // the clock's origin: from_ms/to_ms and by_window count from it
 	known     map[string]bool // Responses ids issued and not forgotten
 	limits    map[limitKey]*limitState
+	loads     map[string]*loadState // by model: calls in flight (they outlive a SetScenario)
 	stats     statsState
 
 	ids    atomic.Uint64 // for every generated id
@@ -52,6 +53,7 @@ func New(sc *Scenario) *Server {
 		start:     time.Now(),
 		known:     map[string]bool{},
 		limits:    map[limitKey]*limitState{},
+		loads:     map[string]*loadState{},
 		closeCtx:  ctx,
 		closeFn:   cancel,
 	}
@@ -321,6 +323,7 @@ func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	a := s.decide(req)
+	defer s.releaseCapacity(a.load)
 	status, failed := a.status()
 	s.record(req, a.label, status, failed)
 	if a.grant != nil {
@@ -338,7 +341,7 @@ func (s *Server) handleAPI(ctx context.Context, w http.ResponseWriter, r *http.R
 	case a.errOut != nil:
 		s.writeError(w, api, *a.errOut, resp.Headers)
 	case a.streamErr != nil:
-		s.writeStreamError(w, api, *a.streamErr, resp.Headers)
+		s.writeStreamError(w, req, *a.streamErr, resp.Headers, a.load.midStream)
 	case req.Stream:
 		s.writeStream(ctx, w, req, resp)
 	default:
@@ -356,26 +359,51 @@ type answer struct {
 	// hints); the respond's own headers are set after them and win.
 	rateHeaders map[string]string
 	grant       *rateGrant // what the rate limits took, settled once answered
+	load        load       // the place the capacity gave, or its refusal
 }
 
 // decide chooses the answer to req. The scenario decides first (its
 // rules, then the stale-response check); an answer that would succeed
-// must then fit in the rate limits, or becomes their 429. Errors take
-// nothing from the buckets.
+// must then find a place in its model's capacity, or becomes the
+// provider's overload answer, and fit in the rate limits, or becomes
+// their 429. Errors take nothing from the buckets, and hold no place.
 func (s *Server) decide(req *apiRequest) *answer {
 	resp, label := s.choose(req)
 	a := &answer{resp: resp, label: label}
 	a.errOut, a.streamErr = s.outcome(req, resp)
-	if a.errOut != nil || a.streamErr != nil {
+	if a.errOut == nil && a.streamErr == nil {
+		a.load = s.takeCapacity(req)
+	}
+	if a.errOut != nil || a.streamErr != nil || a.load.refused {
+		if a.load.refused {
+			a.overloaded(req)
+		}
 		a.rateHeaders = s.peekRate(req)
 		return a
 	}
 	var refused *errSpec
 	a.grant, refused, a.rateHeaders = s.takeRate(req)
 	if refused != nil {
+		s.releaseCapacity(a.load)
+		a.load = load{}
 		a.resp, a.label, a.errOut = &Respond{}, labelRateLimit, refused
+		return a
 	}
+	a.resp = a.load.slowed(a.resp)
 	return a
+}
+
+// overloaded makes a the provider's overload answer to req: the
+// "overloaded" preset's error (Anthropic 529 overloaded_error, OpenAI 503),
+// inside the stream when the load says so.
+func (a *answer) overloaded(req *apiRequest) {
+	e := resolveError(req.api, &Respond{Preset: "overloaded"}, req)
+	a.resp, a.label = &Respond{}, labelOverloaded
+	if a.load.midStream {
+		a.streamErr = &e
+	} else {
+		a.errOut = &e
+	}
 }
 
 // status is the answer's HTTP status, and whether the stats count it as

@@ -23,8 +23,9 @@ type Stats struct {
 	ByModel map[string]int64 `json:"by_model"`
 	ByAPI   map[string]int64 `json:"by_api"`
 	// ByRule counts by the rule that answered: its name, "rules[<i>]"
-	// when unnamed, "default", "(invalid)", or "(rate_limit)" for the
-	// 429s of the scenario's rate limits.
+	// when unnamed, "default", "(invalid)", "(rate_limit)" for the 429s
+	// of the scenario's rate limits, or "(overloaded)" for the overload
+	// answers of its capacity.
 	ByRule map[string]int64 `json:"by_rule"`
 	// ByStatus counts by HTTP status ("200", "429", ...); in-stream errors
 	// and cut streams count as "200".
@@ -36,6 +37,9 @@ type Stats struct {
 	// ByWindow holds the non-empty 100 ms buckets in time order; T is the
 	// bucket's start in ms since the clock started (or ResetClock).
 	ByWindow []Window `json:"by_window"`
+	// InFlight counts, by model, the calls that hold a place in the
+	// scenario's capacity now (models it never applied to are left out).
+	InFlight map[string]int64 `json:"in_flight"`
 }
 
 // Window is one 100 ms bucket of Stats.ByWindow.
@@ -99,7 +103,10 @@ func (s *Server) Stats() Stats {
 		Total: st.total, Active: s.active.Load(), Errors: st.errors,
 		ByKey: cp(st.byKey), ByModel: cp(st.byModel), ByAPI: cp(st.byAPI),
 		ByRule: cp(st.byRule), ByStatus: cp(st.byStatus), ByLimit: cp(st.byLimit),
-		ByWindow: make([]Window, 0, len(st.windows)),
+		ByWindow: make([]Window, 0, len(st.windows)), InFlight: make(map[string]int64, len(s.loads)),
+	}
+	for model, l := range s.loads {
+		out.InFlight[model] = int64(l.inFlight)
 	}
 	for _, w := range st.windows {
 		out.ByWindow = append(out.ByWindow, *w)

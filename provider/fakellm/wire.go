@@ -109,26 +109,45 @@ func startSSE(w http.ResponseWriter) *http.ResponseController {
 	return rc
 }
 
-// writeStreamError answers 200 and a single in-stream error event, then
-// ends the body.
-func (s *Server) writeStreamError(w http.ResponseWriter, api string, e errSpec, headers map[string]string) {
-	s.setCommonHeaders(w, api, headers)
+// writeStreamError answers 200 and an in-stream error event, after the
+// stream's opening events when opened (the stream starts, then fails
+// before any content), then ends the body.
+func (s *Server) writeStreamError(w http.ResponseWriter, req *apiRequest, e errSpec, headers map[string]string, opened bool) {
+	s.setCommonHeaders(w, req.api, headers)
 	rc := startSSE(w)
-	var frame []byte
-	switch api {
+	for _, f := range s.streamErrorFrames(req, e, opened) {
+		_, _ = w.Write(f)
+	}
+	_ = rc.Flush()
+}
+
+// streamErrorFrames are the frames of an in-stream error: the API's
+// opening events when opened, then its error event.
+func (s *Server) streamErrorFrames(req *apiRequest, e errSpec, opened bool) [][]byte {
+	var frames [][]byte
+	switch req.api {
 	case APIAnthropic:
-		frame = eventFrame("error", obj{"type", "error", "error", obj{"type", e.typ, "message", e.msg}})
+		if opened {
+			frames = anthropicOpening(req, s.letterID("msg_fakellm"))
+		}
+		return append(frames, eventFrame("error", obj{"type", "error", "error", obj{"type", e.typ, "message", e.msg}}))
 	case APIOpenAIResponses:
+		ev := &responsesEvents{}
+		if opened {
+			ev.open(req, &content{}, s.responseID(), now())
+		}
 		code := e.code
 		if code == "" {
 			code = e.typ
 		}
-		frame = eventFrame("error", obj{"type", "error", "code", code, "message", e.msg, "param", nullable(e.param), "sequence_number", 0})
+		ev.event("error", "code", code, "message", e.msg, "param", nullable(e.param))
+		return ev.cur
 	default:
-		frame = dataFrame(obj{"error", obj{"message", e.msg, "type", e.typ, "param", nullable(e.param), "code", nullable(e.code)}})
+		if opened {
+			frames = append(frames, s.chatChunks(req).opening())
+		}
+		return append(frames, dataFrame(obj{"error", obj{"message", e.msg, "type", e.typ, "param", nullable(e.param), "code", nullable(e.code)}}))
 	}
-	_, _ = w.Write(frame)
-	_ = rc.Flush()
 }
 
 // pacing is how a stream is delivered over time.
