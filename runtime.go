@@ -520,7 +520,7 @@ func (rt *Runtime) passivation() actors.Passivation {
 	}
 	return actors.Passivation{
 		After: rt.cfg.passivate,
-		Hold: func(id string) bool {
+		Buffer: func(id string) bool {
 			s := rt.lookup(id)
 			return s != nil && s.local.buffer()
 		},
@@ -528,7 +528,7 @@ func (rt *Runtime) passivation() actors.Passivation {
 			s := rt.lookup(id)
 			return s != nil && s.local.passivated()
 		},
-		Unhold: func(id string) {
+		Flush: func(id string) {
 			if s := rt.lookup(id); s != nil {
 				s.local.flush()
 			}

@@ -106,24 +106,24 @@ func (d *Deps) toolSpecs() []provider.ToolSpec {
 
 // Passivation is how a session waiting out a backoff of at least After
 // leaves its actors: its timer wakes it by session id (Timers),
-// it asks its root to Hold new messages and sends itself a marker; when the
-// marker comes every earlier message is handled, and if it still waits it
-// gives its root its state (Passivated) and stops. A message held
+// it asks its root to Buffer new messages and sends itself a marker; when
+// the marker comes every earlier message is handled, and if it still waits
+// it gives its root its state (Passivated) and stops. A message buffered
 // meanwhile keeps it: the root delivers it and the session stays. The
 // root starts the actor again from that state with the next message (the
 // wake among them).
 type Passivation struct {
 	After time.Duration // 0: sessions never passivate
-	// Hold asks the session's root to hold the messages sent to it from
-	// now on; false when it cannot (the session is closing).
-	Hold func(sessionID string) bool
+	// Buffer asks the session's root to buffer the messages sent to it
+	// from now on; false when it cannot (the session is closing).
+	Buffer func(sessionID string) bool
 	// Passivated tells the root the session's state is kept (in its
-	// PreparedSession): true, the actor may stop; false, messages were held
-	// meanwhile and are now delivered to it, which stays.
+	// PreparedSession): true, the actor may stop; false, messages were
+	// buffered meanwhile and are now delivered to it, which stays.
 	Passivated func(sessionID string) bool
-	// Unhold delivers the held messages and stops holding: the session
-	// stays (it no longer waits).
-	Unhold func(sessionID string)
+	// Flush delivers the buffered messages and stops buffering: the
+	// session stays (it no longer waits).
+	Flush func(sessionID string)
 }
 
 // sharedState is what every session actor of a runtime shares, built

@@ -70,7 +70,7 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 		to = nil
 	}
 	s.deps.Timers.Arm(s.cfg.ID, to, e.Delay+e.ContinueDelay, e.Generation, e.Token)
-	if e.Passivate && s.deps.Passivation.Hold(s.cfg.ID) {
+	if e.Passivate && s.deps.Passivation.Buffer(s.cfg.ID) {
 		track.Send(ctx, s.deps.Clock, ctx.Self(), &passivate{token: e.Token})
 	}
 }

@@ -25,7 +25,7 @@ func (s *SessionActor) executeLifecycle(ctx actor.Context, e *session.Effect) {
 	case session.Passivate:
 		s.passivate(ctx)
 	case session.CancelPassivation:
-		s.deps.Passivation.Unhold(s.cfg.ID)
+		s.deps.Passivation.Flush(s.cfg.ID)
 	case session.ReplyCompaction:
 		s.publishState() // its caller reads the session no longer compacting
 		fallthrough
