@@ -84,11 +84,11 @@ func (p sharedActors) ask(ctx actor.Context, e *session.Effect, held string) {
 	switch e.Kind {
 	case session.AskCredentialSwitch:
 		track.Request(ctx, clk, p.deps.Credentials[providerOf(e.Model)], &messages.MarkUsageLimitReached{
-			SessionId: p.cfg.ID, BlockForMs: e.BlockFor.Milliseconds(), Token: e.Token, Credential: held})
+			SessionId: p.cfg.ID, BlockForMs: e.Cooldown.Milliseconds(), Token: e.Token, Credential: held})
 	case session.AskFallback:
 		track.Request(ctx, clk, p.deps.Fallbacks[e.Role], &messages.NextModelRequest{
 			SessionId: p.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
-			CooldownMs: e.BlockFor.Milliseconds(), Pin: e.Pin, Token: e.Token})
+			CooldownMs: e.Cooldown.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:
 		req := &messages.RetryBudgetRequest{SessionId: p.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano(), ReplyTo: Ref(ctx.Self())}
 		if !e.Latest.IsZero() {

@@ -186,14 +186,14 @@ func (c *Core) retryable(msg *messages.AssistantMessage, class retry.Class, rd *
 }
 
 // askCredentialSwitch asks the credentials actor to switch from the
-// session's key, blocked for blockFor; a provider without credentials has
+// session's key, blocked for its cooldown; a provider without credentials has
 // no actor to ask (decide answers for it).
-func (c *Core) askCredentialSwitch(blockFor time.Duration) {
+func (c *Core) askCredentialSwitch(cooldown time.Duration) {
 	if !c.credentialed[provider(c.r.Model)] {
 		return
 	}
 	ask := c.add(AskCredentialSwitch)
-	ask.Model, ask.BlockFor, ask.Token = c.r.Model, blockFor, c.r.Chain.Token
+	ask.Model, ask.Cooldown, ask.Token = c.r.Model, cooldown, c.r.Chain.Token
 }
 
 // credentialReplied takes the credentials actor's answer: switched, or
@@ -225,7 +225,7 @@ func (c *Core) askFallback() {
 		}
 		ask := c.add(AskFallback)
 		ask.Model, ask.Primary, ask.Role = c.r.Model, c.r.Primary, c.r.Role
-		ask.BlockFor, ask.Pin, ask.Token = cooldown, pin, ch.Token
+		ask.Cooldown, ask.Pin, ask.Token = cooldown, pin, ch.Token
 		return
 	}
 	if ch.Class == retry.ClassifierRefusal {

@@ -567,10 +567,10 @@ func (sc *script) render(e *Effect) string {
 		return line
 	case AskCredentialSwitch:
 		sc.token = e.Token
-		return fmt.Sprintf("ask-credential-switch %s block=%s", e.Model, e.BlockFor)
+		return fmt.Sprintf("ask-credential-switch %s block=%s", e.Model, e.Cooldown)
 	case AskFallback:
 		sc.token = e.Token
-		return fmt.Sprintf("ask-fallback %s primary=%s role=%s cooldown=%s pin=%t", e.Model, e.Primary, e.Role, e.BlockFor, e.Pin)
+		return fmt.Sprintf("ask-fallback %s primary=%s role=%s cooldown=%s pin=%t", e.Model, e.Primary, e.Role, e.Cooldown, e.Pin)
 	case AskBudget:
 		sc.token, sc.ask = e.Token, e.Token
 		s := fmt.Sprintf("ask-budget %s due=+%s", e.Model, e.Due.Sub(sc.now))

@@ -70,11 +70,11 @@ const (
 	CancelTimer
 	// ResetProviderSession drops Model's provider's cached state for the session.
 	ResetProviderSession
-	// AskCredentialSwitch marks the credential in use on Model's provider
-	// limited for BlockFor and asks for another; answer with
+	// AskCredentialSwitch blocks the credential in use on Model's provider
+	// for Cooldown and asks for another; answer with
 	// InCredentialReply and Token.
 	AskCredentialSwitch
-	// AskFallback puts Model in cooldown for BlockFor (unless Pin) and asks
+	// AskFallback puts Model in cooldown for Cooldown (unless Pin) and asks
 	// the fallback actor of Role for the next model after Model (Primary
 	// being the session's primary); answer with InFallbackReply and Token.
 	AskFallback
@@ -168,7 +168,7 @@ type Effect struct {
 	Generation    uint64
 	Delay         time.Duration
 	ContinueDelay time.Duration
-	BlockFor      time.Duration
+	Cooldown      time.Duration // of a key or model (AskCredentialSwitch, AskFallback)
 	Model         string
 	Credential    string
 	Primary       string
