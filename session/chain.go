@@ -41,7 +41,7 @@ type ChainRecord struct {
 }
 
 // continueDelay is the delay of the continue a retry schedules after its
-// backoff sleep (spec 3 step 13).
+// backoff (spec 3 step 13).
 const continueDelay = time.Millisecond
 
 // maxAttempt bounds the chain's counter so it never overflows.
@@ -66,8 +66,8 @@ func (c *Core) decide(msg *messages.AssistantMessage, calls []*messages.ToolCall
 
 // decided goes on from a turn's decision once it asks no more: agent_end
 // (at mark, before what the decision's last input added) says whether the
-// chain retries, and the session sleeps, compacts a context overflow or
-// settles.
+// chain retries, and the session backs off, compacts a context overflow
+// or settles.
 func (c *Core) decided(mark int, overflow bool) {
 	if c.r.State.asking() && c.IsRetrying() {
 		return // another actor's answer is awaited
@@ -261,7 +261,7 @@ func (c *Core) fallbackReplied(in Input) {
 }
 
 // decideDelay runs steps 9-12: the max-delay fail-fast, then start and
-// sleep.
+// back off.
 func (c *Core) decideDelay() {
 	ch, s := &c.r.Chain, c.settings
 	if !ch.Switched && s.MaxDelay > 0 && ch.Delay > s.MaxDelay {
@@ -310,20 +310,20 @@ func (c *Core) dropHold() {
 	}
 }
 
-// budgetReleased moves a held retry's sleep to end at at (the budget
+// budgetReleased moves a held retry's backoff to end at at (the budget
 // recovered before the retry's slot).
 func (c *Core) budgetReleased(at time.Time) {
 	ch := &c.r.Chain
 	ch.HeldToken = 0
 	c.add(CancelTimer).Token = ch.Token
 	ch.Token++
-	c.sleep(max(at.Sub(c.now), 0))
+	c.backOff(max(at.Sub(c.now), 0))
 }
 
-// startRetry runs steps 11-12: auto_retry_start, then the backoff sleep
-// for sleep. The event's delay counts from the decision, extra of it
-// added by the budget.
-func (c *Core) startRetry(extra, sleep time.Duration) {
+// startRetry runs steps 11-12: auto_retry_start, then the backoff for
+// d. The event's delay counts from the decision, extra of it added by the
+// budget.
+func (c *Core) startRetry(extra, d time.Duration) {
 	ch := &c.r.Chain
 	ch.Started = true
 	ch.Delay += extra
@@ -333,11 +333,11 @@ func (c *Core) startRetry(extra, sleep time.Duration) {
 	c.emit(EventAutoRetryStart).Start = start
 	c.add(StripTrailingError)
 	ch.Token++
-	c.sleep(sleep)
+	c.backOff(d)
 }
 
-// sleep starts the backoff sleep of the chain's token for d.
-func (c *Core) sleep(d time.Duration) {
+// backOff starts the chain's backoff for d, its timer the chain's token.
+func (c *Core) backOff(d time.Duration) {
 	c.become(Backoff)
 	c.r.SleepUntil = c.now.Add(d)
 	c.armTimer(d)

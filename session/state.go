@@ -26,7 +26,8 @@ const (
 	// AwaitingCredential: a turn's end hit a usage limit, and its
 	// decision waits for the credentials actor to switch keys.
 	AwaitingCredential
-	// Backoff: the retry chain sleeps before its next attempt.
+	// Backoff: the retry chain waits out its delay before its next
+	// attempt.
 	Backoff
 	// AwaitingFallback: a turn's decision waits for the model-fallback
 	// actor's next model.
