@@ -7,7 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/session"
 )
@@ -34,22 +34,22 @@ func TestAttachReplacesTheOwnCallerOnlyWhenNamed(t *testing.T) {
 		}
 		return f
 	}
-	own := request(&messages.PromptRequest{Text: "hi"}, 3*time.Second)
+	own := request(&protocol.PromptRequest{Text: "hi"}, 3*time.Second)
 	for !s.Busy() {
 		time.Sleep(time.Millisecond)
 	}
 
-	res, err := request(&messages.AttachPrompt{}, 5*time.Second).Result()
-	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindBusy) {
+	res, err := request(&protocol.AttachPrompt{}, 5*time.Second).Result()
+	if r, ok := res.(*protocol.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindBusy) {
 		t.Fatalf("attach naming nobody = %v, %v; want the %s refusal", res, err, string(session.KindBusy))
 	}
-	replacing := request(&messages.AttachPrompt{ReplacesAddress: own.PID().GetAddress(), ReplacesId: own.PID().GetId()}, 5*time.Second)
+	replacing := request(&protocol.AttachPrompt{ReplacesAddress: own.PID().GetAddress(), ReplacesId: own.PID().GetId()}, 5*time.Second)
 	s.Abort()
 	res, err = replacing.Result()
-	if r, ok := res.(*messages.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindAborted) {
+	if r, ok := res.(*protocol.PromptResult); err != nil || !ok || r.GetErrorKind() != string(session.KindAborted) {
 		t.Fatalf("attach replacing the own caller = %v, %v; want the aborted prompt's result", res, err)
 	}
-	if res, err := own.Result(); err != nil || res.(*messages.PromptResult).GetErrorKind() != string(session.KindBusy) {
+	if res, err := own.Result(); err != nil || res.(*protocol.PromptResult).GetErrorKind() != string(session.KindBusy) {
 		t.Errorf("the address given up got %v, %v; want told another caller attached", res, err)
 	}
 }

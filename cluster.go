@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
@@ -131,7 +132,7 @@ func (n nodeRuntime) NewHandle(id, model string, autoRetry bool, r hosting.Runne
 
 // Open hosts session id here, as req configures it, on the history open
 // returns.
-func (n nodeRuntime) Open(id string, req *messages.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (hosting.Local, error) {
+func (n nodeRuntime) Open(id string, req *protocol.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (hosting.Local, error) {
 	cfg := sessionConfig{id: id, model: req.GetModel(), role: req.GetRole(), priority: pacing.PriorityOf(req.GetPriority())}
 	if req.GetSettings() != nil {
 		settings, err := retry.SettingsFromProto(req.GetSettings())
@@ -174,7 +175,7 @@ func (h hostedSession) Subscribe(fn func(*messages.SessionEvent)) func() {
 }
 func (h hostedSession) Flush(ctx context.Context) error        { return h.s.events.Flush(ctx) }
 func (h hostedSession) Busy() bool                             { return h.s.Busy() }
-func (h hostedSession) StateWire() *messages.SessionStateReply { return h.s.state.Wire() }
+func (h hostedSession) StateWire() *protocol.SessionStateReply { return h.s.state.Wire() }
 func (h hostedSession) HandOver(ctx context.Context) error     { return h.s.HandOver(ctx) }
 func (h hostedSession) Close(ctx context.Context) error        { return h.s.Close(ctx) }
 func (h hostedSession) CloseHere(ctx context.Context) error    { return h.s.local.CloseHere(ctx) }

@@ -32,6 +32,7 @@ import (
 	"github.com/musepi/musepi/internal/telemetry"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/timers"
@@ -716,11 +717,11 @@ func (rt *Runtime) RetryBudget(ctx context.Context, providerName string) (retry.
 	if pid == nil {
 		return retry.BudgetStats{}, fmt.Errorf("musepi: provider %q has no retry budget (retry.budget.enabled is off, or no such provider)", providerName)
 	}
-	res, err := reply.Wait(ctx, track.RequestFuture(rt.system.Root, rt.cfg.clock, pid, &messages.RetryBudgetStatsRequest{}, -1))
+	res, err := reply.Wait(ctx, track.RequestFuture(rt.system.Root, rt.cfg.clock, pid, &protocol.RetryBudgetStatsRequest{}, -1))
 	if err != nil {
 		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: %w", providerName, err)
 	}
-	st, ok := res.(*messages.RetryBudgetStats)
+	st, ok := res.(*protocol.RetryBudgetStats)
 	if !ok {
 		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: unexpected reply %T", providerName, res)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/session"
 )
@@ -175,7 +176,7 @@ func (s *Session) submit(ctx context.Context, text string, accepted func(error),
 		defer p.sending.Done()
 		p.stopWatch = context.AfterFunc(ctx, p.cancelled)
 	}
-	s.at.Prompt(&messages.PromptRequest{Text: text, Ack: accepted != nil}, p)
+	s.at.Prompt(&protocol.PromptRequest{Text: text, Ack: accepted != nil}, p)
 }
 
 // admit checks that the session takes a prompt now, and counts it in
@@ -278,7 +279,7 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 		done <- outcome{msg, err}
 	}))
 	err := s.deliver(func(pid *actor.PID) {
-		track.RequestFrom(s.rt.system.Root, s.rt.cfg.clock, pid, &messages.AttachPrompt{}, reply)
+		track.RequestFrom(s.rt.system.Root, s.rt.cfg.clock, pid, &protocol.AttachPrompt{}, reply)
 	})
 	if err != nil {
 		s.rt.system.Root.Stop(reply)
@@ -304,11 +305,11 @@ func (s *Session) Attach(ctx context.Context) (*AssistantMessage, error) {
 // records (history.RecordLog) and fails otherwise, and when ctx ends first
 // (the hand-over may still happen).
 func (s *Session) HandOver(ctx context.Context) error {
-	res, err := s.ask(ctx, &messages.HandOver{})
+	res, err := s.ask(ctx, &protocol.HandOver{})
 	if err != nil {
 		return fmt.Errorf("musepi: hand over session %s: %w", s.id, err)
 	}
-	if e := res.(*messages.Ack).GetError(); e != "" {
+	if e := res.(*protocol.Ack).GetError(); e != "" {
 		return fmt.Errorf("musepi: hand over session %s: %s", s.id, e)
 	}
 	return s.at.CloseHere(ctx)
@@ -322,7 +323,7 @@ func (s *Session) result(res interface{}, err error) (*AssistantMessage, error) 
 	if err != nil {
 		return nil, fmt.Errorf("musepi: prompt on session %s: %w", s.id, err)
 	}
-	r, ok := res.(*messages.PromptResult)
+	r, ok := res.(*protocol.PromptResult)
 	if !ok {
 		return nil, fmt.Errorf("musepi: prompt on session %s: unexpected reply %T", s.id, res)
 	}
@@ -358,22 +359,22 @@ func (s *Session) deliver(send func(*actor.PID)) error { return s.at.Deliver(sen
 
 // Abort cancels a pending retry backoff first, then the active stream; the
 // running Prompt returns ErrAborted.
-func (s *Session) Abort() { s.send(&messages.AbortRequest{}) }
+func (s *Session) Abort() { s.send(&protocol.AbortRequest{}) }
 
 // GuardAbort aborts the active stream on behalf of a streaming-edit guard:
 // a deliberate stop, so the turn settles (the Prompt returns ErrAborted) and
 // is never retried as a reason-less abort.
-func (s *Session) GuardAbort() { s.send(&messages.AbortRequest{EditGuard: true}) }
+func (s *Session) GuardAbort() { s.send(&protocol.AbortRequest{EditGuard: true}) }
 
 // AbortRetry cancels the retry backoff: the chain ends with
 // auto_retry_end{success: false, finalError: "Retry cancelled"}.
-func (s *Session) AbortRetry() { s.send(&messages.AbortRetryRequest{}) }
+func (s *Session) AbortRetry() { s.send(&protocol.AbortRetryRequest{}) }
 
 // SetAutoRetryEnabled writes retry.enabled. Switched off mid-chain, the
 // backoff in progress finishes and the next error ends the chain. It
 // returns once the session has applied it (a read right after sees it).
 func (s *Session) SetAutoRetryEnabled(enabled bool) {
-	s.apply(&messages.SetAutoRetryRequest{Enabled: enabled})
+	s.apply(&protocol.SetAutoRetryRequest{Enabled: enabled})
 }
 
 // apply sends a setting to the session and waits until the session has
@@ -402,7 +403,7 @@ func (s *Session) Generation() uint64 { return s.st().Generation() }
 // thinking budget).
 func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
 	l := string(level)
-	s.apply(&messages.SessionOptions{ThinkingLevel: &l})
+	s.apply(&protocol.SessionOptions{ThinkingLevel: &l})
 }
 
 // SetPriority sets the pacing priority of the session's next turns (see
@@ -410,7 +411,7 @@ func (s *Session) SetThinkingLevel(level provider.ThinkingLevel) {
 // priority is taken as Low.
 func (s *Session) SetPriority(p Priority) {
 	n := int32(p) // the session clamps it as it decodes it (pacing.PriorityOf)
-	s.apply(&messages.SessionOptions{Priority: &n})
+	s.apply(&protocol.SessionOptions{Priority: &n})
 }
 
 // Priority is the session's pacing priority.
@@ -432,11 +433,11 @@ type CompactResult struct {
 // (the hook gets a nil failed message). It fails while a prompt runs and
 // when no hook is configured.
 func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
-	res, err := s.ask(ctx, &messages.CompactRequest{})
+	res, err := s.ask(ctx, &protocol.CompactRequest{})
 	if err != nil {
 		return CompactResult{}, err
 	}
-	r := res.(*messages.CompactReply)
+	r := res.(*protocol.CompactReply)
 	if r.GetError() != "" {
 		return CompactResult{}, fmt.Errorf("musepi: compact: %s", r.GetError())
 	}
@@ -448,7 +449,7 @@ func (s *Session) Compact(ctx context.Context) (CompactResult, error) {
 // (the default) or off: off, an overflow emits compaction_required and
 // ends the prompt.
 func (s *Session) SetAutoCompaction(on bool) {
-	s.apply(&messages.SessionOptions{AutoCompaction: &on})
+	s.apply(&protocol.SessionOptions{AutoCompaction: &on})
 }
 
 // AutoCompaction reports whether a compaction hook is configured and runs
@@ -462,11 +463,11 @@ func (s *Session) Model() string { return s.st().Model() }
 
 // SetModel switches the session's primary model.
 func (s *Session) SetModel(ctx context.Context, selector string) error {
-	res, err := s.ask(ctx, &messages.SetModelRequest{Model: selector})
+	res, err := s.ask(ctx, &protocol.SetModelRequest{Model: selector})
 	if err != nil {
 		return err
 	}
-	if e := res.(*messages.Ack).GetError(); e != "" {
+	if e := res.(*protocol.Ack).GetError(); e != "" {
 		return fmt.Errorf("musepi: %s", e)
 	}
 	return nil
@@ -484,11 +485,11 @@ func (s *Session) History(ctx context.Context) ([]Entry, error) {
 }
 
 func (s *Session) entries(ctx context.Context, history bool) ([]Entry, error) {
-	res, err := s.ask(ctx, &messages.MessagesRequest{History: history})
+	res, err := s.ask(ctx, &protocol.MessagesRequest{History: history})
 	if err != nil {
 		return nil, err
 	}
-	reply := res.(*messages.MessagesReply)
+	reply := res.(*protocol.MessagesReply)
 	if e := reply.GetError(); e != "" {
 		return nil, fmt.Errorf("musepi: session %s: %s", s.id, e)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/internal/track"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // localActor runs a session as an actor of its runtime: started by the
@@ -30,7 +30,7 @@ type localActor struct {
 }
 
 // Prompt sends req with p's reply address as the sender.
-func (l *localActor) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
+func (l *localActor) Prompt(req *protocol.PromptRequest, p hosting.Prompt) {
 	rt := l.s.rt
 	reply := p.Register(rt.system, p)
 	err := l.Deliver(func(pid *actor.PID) {

@@ -9,7 +9,7 @@ import (
 	"github.com/musepi/musepi/credentials"
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
@@ -128,29 +128,29 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, policy Credentials
 // MarkUsageLimitReached, ReleaseSession and the retry budget's messages.
 func (a *CredentialsActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.SelectCredential:
+	case *protocol.SelectCredential:
 		a.selectCredential(ctx, m)
-	case *messages.PacingSettle, *messages.PacingObserve, *messages.PacingCancel, *pacingTick:
+	case *protocol.PacingSettle, *protocol.PacingObserve, *protocol.PacingCancel, *pacingTick:
 		a.pace(ctx, m)
 	case *actor.Stopping:
 		a.stopRelease()
-	case *messages.MarkUsageLimitReached:
+	case *protocol.MarkUsageLimitReached:
 		reply := a.markLimited(m)
 		a.view.publish(a) // before the answer: the sessions read it
 		respond(ctx, a.clk, reply)
-	case *messages.ReleaseSession:
+	case *protocol.ReleaseSession:
 		a.pace(ctx, m) // its reservation, if any, dropped
 		a.keys.Forget(m.GetSessionId())
 		a.forgetBudget(m.GetSessionId())
-	case *messages.RetryBudgetRequest:
+	case *protocol.RetryBudgetRequest:
 		respond(ctx, a.clk, a.admit(ctx, m))
 		a.view.publish(a)
-	case *messages.RetryBudgetDrop:
+	case *protocol.RetryBudgetDrop:
 		a.forgetBudget(m.GetSessionId())
-	case *messages.RetryBudgetOutcome:
+	case *protocol.RetryBudgetOutcome:
 		a.report(ctx, m.GetSuccess())
 		a.view.publish(a)
-	case *messages.RetryBudgetStatsRequest:
+	case *protocol.RetryBudgetStatsRequest:
 		// Asked by Runtime.RetryBudget's future: the reply is not counted
 		// on the clock (track.RequestFuture), or a virtual clock would wait
 		// for it forever.
@@ -166,17 +166,17 @@ func (a *CredentialsActor) forgetBudget(session string) {
 }
 
 // budgetStats is the retry budget's state; zero without a budget.
-func (a *CredentialsActor) budgetStats() *messages.RetryBudgetStats {
+func (a *CredentialsActor) budgetStats() *protocol.RetryBudgetStats {
 	var st retry.BudgetStats
 	if a.budget != nil {
 		st = a.budget.Stats()
 	}
-	return &messages.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released}
+	return &protocol.RetryBudgetStats{Tokens: st.Tokens, Held: int64(st.Held), Delayed: st.Delayed, Released: st.Released}
 }
 
 // admit asks the budget when a retry may go out; without a budget, at once.
-func (a *CredentialsActor) admit(ctx actor.Context, m *messages.RetryBudgetRequest) *messages.RetryBudgetGrant {
-	grant := &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
+func (a *CredentialsActor) admit(ctx actor.Context, m *protocol.RetryBudgetRequest) *protocol.RetryBudgetGrant {
+	grant := &protocol.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
 	if a.budget == nil {
 		return grant
 	}
@@ -200,7 +200,7 @@ func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 	}
 	for _, h := range a.budget.Report(a.clk.Now(), success) {
 		if h.To != nil {
-			track.Send(ctx, a.clk, h.To, &messages.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
+			track.Send(ctx, a.clk, h.To, &protocol.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
 		}
 	}
 }
@@ -208,9 +208,9 @@ func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 // markLimited blocks the session's key and switches it to a free
 // sibling, or spends a banked reset (auto-redeem), or reports when the
 // earliest blocked sibling frees up (credentials.Selector.Limited).
-func (a *CredentialsActor) markLimited(m *messages.MarkUsageLimitReached) *messages.UsageLimitReply {
+func (a *CredentialsActor) markLimited(m *protocol.MarkUsageLimitReached) *protocol.UsageLimitReply {
 	sw := a.keys.Limited(a.clk.Now(), m.GetSessionId(), m.GetCredential(), time.Duration(m.GetBlockForMs())*time.Millisecond)
-	reply := &messages.UsageLimitReply{Token: m.GetToken(), Switched: sw.Switched, Redeemed: sw.Redeemed, Credential: sw.Credential}
+	reply := &protocol.UsageLimitReply{Token: m.GetToken(), Switched: sw.Switched, Redeemed: sw.Redeemed, Credential: sw.Credential}
 	if !sw.RetryAt.IsZero() {
 		reply.RetryAtMs = sw.RetryAt.UnixMilli()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/internal/dispatch"
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -296,15 +297,15 @@ func (s *SessionState) Model() string {
 
 // Wire is the state as a SessionStateReply, for a session handle on
 // another node.
-func (s *SessionState) Wire() *messages.SessionStateReply {
-	return &messages.SessionStateReply{Busy: s.Busy(), Retrying: s.IsRetrying(), AutoRetry: s.AutoRetryEnabled(),
+func (s *SessionState) Wire() *protocol.SessionStateReply {
+	return &protocol.SessionStateReply{Busy: s.Busy(), Retrying: s.IsRetrying(), AutoRetry: s.AutoRetryEnabled(),
 		Phase: s.state.Load(), RetryAtUnixNano: s.retryAt.Load(), Generation: s.Generation(), Model: s.Model(),
 		ThinkingLevel: string(s.ThinkingLevel()), Compacting: s.Compacting(), AutoCompaction: s.AutoCompaction()}
 }
 
 // SetWire sets the state from a SessionStateReply: the mirror a session
 // handle keeps of a session hosted on another node.
-func (s *SessionState) SetWire(w *messages.SessionStateReply) {
+func (s *SessionState) SetWire(w *protocol.SessionStateReply) {
 	s.busy.Store(w.GetBusy())
 	s.retrying.Store(w.GetRetrying())
 	s.autoRetry.Store(w.GetAutoRetry())

@@ -7,7 +7,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/mailbox"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // FallbackActor holds one role's fallback chain and the cooldowns of model
@@ -38,20 +38,20 @@ func NewFallbackActor(clk clock.Clock, role string, chain []string, view *Cooldo
 
 // Receive answers NextModelRequest.
 func (a *FallbackActor) Receive(ctx actor.Context) {
-	if m, ok := ctx.Message().(*messages.NextModelRequest); ok {
+	if m, ok := ctx.Message().(*protocol.NextModelRequest); ok {
 		respond(ctx, a.clk, a.next(m))
 	}
 }
 
 // next puts the current selector in cooldown (unless pinning) and picks
 // the first chain entry after it that is not cooling down.
-func (a *FallbackActor) next(m *messages.NextModelRequest) *messages.NextModelReply {
+func (a *FallbackActor) next(m *protocol.NextModelRequest) *protocol.NextModelReply {
 	now := a.clk.Now()
 	if !m.GetPin() && m.GetCooldownMs() > 0 {
 		a.cooldown[m.GetCurrent()] = now.Add(time.Duration(m.GetCooldownMs()) * time.Millisecond)
 		a.view.Set(m.GetCurrent(), a.cooldown[m.GetCurrent()])
 	}
-	reply := &messages.NextModelReply{From: m.GetCurrent(), Role: a.role, Token: m.GetToken()}
+	reply := &protocol.NextModelReply{From: m.GetCurrent(), Role: a.role, Token: m.GetToken()}
 	start := 0
 	for i, sel := range a.chain {
 		if sel == m.GetCurrent() {

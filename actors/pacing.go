@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/internal/track"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider/ratelimit"
 )
@@ -30,10 +30,10 @@ func newReservations(now time.Time, creds []Credential, policy CredentialsPolicy
 // pacing the reservation of its turn's need (pacing.Reservations.Reserve):
 // granted on that key or the one with the most room, a wait that a
 // PacingGrant ends, or too large for every key.
-func (a *CredentialsActor) selectCredential(ctx actor.Context, m *messages.SelectCredential) {
+func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.SelectCredential) {
 	session := m.GetSessionId()
 	now := a.clk.Now()
-	reply := &messages.CredentialSelected{Credential: a.keys.Select(now, session)}
+	reply := &protocol.CredentialSelected{Credential: a.keys.Select(now, session)}
 	if a.pacing == nil || !m.GetPace() {
 		respond(ctx, a.clk, reply)
 		return
@@ -89,16 +89,16 @@ func (a *CredentialsActor) pace(ctx actor.Context, msg any) {
 	now := a.clk.Now()
 	var released []pacing.Granted[*actor.PID]
 	switch m := msg.(type) {
-	case *messages.PacingSettle:
+	case *protocol.PacingSettle:
 		released = p.Settle(now, pacing.Settlement{Session: m.GetSessionId(), Ticket: m.GetToken(), Credential: m.GetCredential(),
 			Limits: ratelimit.FromProto(m.GetLimits()), CachedInput: m.GetCachedInputTokens(),
 			Used: pacing.Usage{Sent: m.GetSent(), Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Refused: m.GetRefused(),
 				RetryAfter: time.Duration(m.GetRetryAfterMs()) * time.Millisecond}})
-	case *messages.PacingObserve:
+	case *protocol.PacingObserve:
 		released = p.Observe(now, m.GetCredential(), m.GetSessionId(), time.UnixMilli(m.GetArrivedUnixMs()), ratelimit.FromProto(m.GetLimits()))
-	case *messages.PacingCancel:
+	case *protocol.PacingCancel:
 		released = p.Cancel(now, m.GetSessionId(), m.GetToken())
-	case *messages.ReleaseSession:
+	case *protocol.ReleaseSession:
 		released = p.Cancel(now, m.GetSessionId(), 0)
 	case *pacingTick:
 		released = p.Release(now)
@@ -116,7 +116,7 @@ func (a *CredentialsActor) carryOut(ctx actor.Context, released []pacing.Granted
 	for _, g := range released {
 		a.keys.Keep(g.ID, g.Credential)
 		if g.To != nil {
-			track.Send(ctx, a.clk, g.To, &messages.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched})
+			track.Send(ctx, a.clk, g.To, &protocol.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched})
 		}
 	}
 	a.armRelease(ctx)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/mailbox"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 )
 
@@ -83,18 +83,18 @@ func (p *pacedActor) settle(s string) []proto.Message {
 	return p.boxes[s].take()
 }
 
-func reserve(token uint64, prio pacing.Priority, held string, input int64) *messages.SelectCredential {
-	return &messages.SelectCredential{SessionId: "", Pace: true, Token: token, Priority: int32(prio), Credential: held,
+func reserve(token uint64, prio pacing.Priority, held string, input int64) *protocol.SelectCredential {
+	return &protocol.SelectCredential{SessionId: "", Pace: true, Token: token, Priority: int32(prio), Credential: held,
 		InputTokens: input, OutputTokens: 0}
 }
 
 // selected is the one CredentialSelected of got.
-func selected(t *testing.T, got []proto.Message) *messages.CredentialSelected {
+func selected(t *testing.T, got []proto.Message) *protocol.CredentialSelected {
 	t.Helper()
 	if len(got) != 1 {
 		t.Fatalf("got %d messages %v; want one CredentialSelected", len(got), got)
 	}
-	m, ok := got[0].(*messages.CredentialSelected)
+	m, ok := got[0].(*protocol.CredentialSelected)
 	if !ok {
 		t.Fatalf("got %T; want CredentialSelected", got[0])
 	}
@@ -103,7 +103,7 @@ func selected(t *testing.T, got []proto.Message) *messages.CredentialSelected {
 
 func TestPacingGrantsSwitchesAndWaits(t *testing.T) {
 	p := newPacedActor(t, pacing.Limits{RPM: 2}) // each key: 2 requests, then one every 30 s
-	ask := func(s string, token uint64, prio pacing.Priority) *messages.CredentialSelected {
+	ask := func(s string, token uint64, prio pacing.Priority) *protocol.CredentialSelected {
 		m := reserve(token, prio, "", 0)
 		m.SessionId = s
 		return selected(t, p.send(s, m))
@@ -113,17 +113,17 @@ func TestPacingGrantsSwitchesAndWaits(t *testing.T) {
 		if got := ask("s1", uint64(i+1), pacing.Normal); got.GetCredential() != want || got.GetWaitMs() != 0 {
 			t.Fatalf("turn %d: %v; want %s at once", i+1, got, want)
 		}
-		p.send("s1", &messages.PacingSettle{SessionId: "s1", Token: uint64(i + 1), Credential: "A", Sent: true})
+		p.send("s1", &protocol.PacingSettle{SessionId: "s1", Token: uint64(i + 1), Credential: "A", Sent: true})
 	}
 	if got := ask("s1", 3, pacing.Normal); got.GetCredential() != "B" || !got.GetSwitched() {
 		t.Fatalf("turn 3: %v; want a pacing switch to B", got)
 	}
-	p.send("s1", &messages.PacingSettle{SessionId: "s1", Token: 3, Credential: "B", Sent: true})
+	p.send("s1", &protocol.PacingSettle{SessionId: "s1", Token: 3, Credential: "B", Sent: true})
 	ask("s2", 1, pacing.Normal) // B's last request, held by s2
 	// Now both keys are empty: a low and then a high turn wait, 30 s each.
 	low := ask("low", 1, pacing.Low)
 	high := ask("high", 1, pacing.High)
-	for _, w := range []*messages.CredentialSelected{low, high} {
+	for _, w := range []*protocol.CredentialSelected{low, high} {
 		if w.GetWaitMs() != 30_000 || w.GetLimit() != "requests" {
 			t.Fatalf("%v; want a 30 s wait for requests", w)
 		}
@@ -144,7 +144,7 @@ func TestPacingGrantsSwitchesAndWaits(t *testing.T) {
 
 func TestPacingCancelGivesBack(t *testing.T) {
 	p := newPacedActor(t, pacing.Limits{RPM: 1})
-	ask := func(s string) *messages.CredentialSelected {
+	ask := func(s string) *protocol.CredentialSelected {
 		m := reserve(1, pacing.Normal, "", 0)
 		m.SessionId = s
 		return selected(t, p.send(s, m))
@@ -153,7 +153,7 @@ func TestPacingCancelGivesBack(t *testing.T) {
 	ask("b") // both keys spent
 	// A granted turn never sent gives its request back: "a" cancels, and
 	// "c" gets its key at once.
-	p.send("a", &messages.PacingCancel{SessionId: "a", Token: 1})
+	p.send("a", &protocol.PacingCancel{SessionId: "a", Token: 1})
 	if got := ask("c"); got.GetWaitMs() != 0 {
 		t.Fatalf("%v; want a grant once the unused turn gave back its request", got)
 	}
@@ -161,7 +161,7 @@ func TestPacingCancelGivesBack(t *testing.T) {
 	if w := ask("waits"); w.GetWaitMs() == 0 {
 		t.Fatalf("%v; want a wait", w)
 	}
-	p.send("waits", &messages.PacingCancel{SessionId: "waits", Token: 1})
+	p.send("waits", &protocol.PacingCancel{SessionId: "waits", Token: 1})
 	if err := p.clk.Advance(context.Background(), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -2,21 +2,20 @@ package actors
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
-// Ref is pid as the protocol carries it (messages.ActorRef: the same
+// Ref is pid as the protocol carries it (protocol.ActorRef: the same
 // fields, so package messages needs no protoactor); nil for nil.
-func Ref(pid *actor.PID) *messages.ActorRef {
+func Ref(pid *actor.PID) *protocol.ActorRef {
 	if pid == nil {
 		return nil
 	}
-	return &messages.ActorRef{Address: pid.GetAddress(), Id: pid.GetId(), RequestId: pid.GetRequestId()}
+	return &protocol.ActorRef{Address: pid.GetAddress(), Id: pid.GetId(), RequestId: pid.GetRequestId()}
 }
 
 // PID is the actor that ref names; nil for nil.
-func PID(ref *messages.ActorRef) *actor.PID {
+func PID(ref *protocol.ActorRef) *actor.PID {
 	if ref == nil {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -182,12 +183,12 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.started(ctx)
-	case *messages.PromptRequest:
+	case *protocol.PromptRequest:
 		s.prompt(ctx, m)
-	case *messages.AttachPrompt:
+	case *protocol.AttachPrompt:
 		s.step(ctx, session.Input{Kind: session.InAttach, Generation: m.GetGeneration(), OwnCaller: s.callers.prompt != nil && !s.callers.attached,
 			Replaces: s.callers.prompt.GetAddress() == m.GetReplacesAddress() && s.callers.prompt.GetId() == m.GetReplacesId()})
-	case *messages.HandOver:
+	case *protocol.HandOver:
 		s.step(ctx, session.Input{Kind: session.InHandOver, Taken: errors.Is(s.work.hold(), history.ErrTaken)})
 	case *turnFinished:
 		s.turnFinished(ctx, m)
@@ -199,13 +200,13 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.token})
 	case *compactionFinished:
 		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.generation, Context: m.context, Err: m.err})
-	case *messages.CompactRequest:
+	case *protocol.CompactRequest:
 		s.step(ctx, session.Input{Kind: session.InCompact})
-	case *messages.SetModelRequest:
+	case *protocol.SetModelRequest:
 		ctx.Respond(s.setModel(ctx, m.GetModel()))
-	case *messages.MessagesRequest:
+	case *protocol.MessagesRequest:
 		ctx.Respond(s.hist.messages(m.GetHistory()))
-	case *messages.SessionOptions:
+	case *protocol.SessionOptions:
 		s.setOptions(ctx, m)
 	case *actor.Stopping:
 		s.stopping(ctx)
@@ -223,12 +224,12 @@ func (s *SessionActor) stepInput(ctx actor.Context) bool {
 	if !ok {
 		return false
 	}
-	if sel, isSel := ctx.Message().(*messages.CredentialSelected); isSel {
+	if sel, isSel := ctx.Message().(*protocol.CredentialSelected); isSel {
 		s.work.oversize = sel.GetTooLarge()
 	}
 	s.step(ctx, in)
 	if ack {
-		ctx.Respond(&messages.Ack{})
+		ctx.Respond(&protocol.Ack{})
 	}
 	return true
 }
@@ -242,42 +243,42 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 		// A session resumed from its record arms its backoff timer again for
 		// what is left of it (at once when it is past due).
 		return session.Input{Kind: session.InTimerLost}, false, true
-	case *messages.CredentialSelected:
+	case *protocol.CredentialSelected:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched(), Wait: time.Duration(m.GetWaitMs()) * time.Millisecond, Limit: m.GetLimit()}, false, true
-	case *messages.PacingGrant:
+	case *protocol.PacingGrant:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched()}, false, true
 	case *turnDelta:
 		return session.Input{Kind: session.InTurnDelta, Turn: m.turn, DeltaKind: m.kind, Delta: m.text}, false, true
 	case *turnLimits:
 		return session.Input{Kind: session.InRateLimits, Turn: m.turn, Limits: m.limits, At: m.arrived}, false, true
-	case *messages.UsageLimitReply:
+	case *protocol.UsageLimitReply:
 		in := session.Input{Kind: session.InCredentialReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			Redeemed: m.GetRedeemed(), Credential: m.GetCredential()}
 		if m.GetRetryAtMs() > 0 {
 			in.RetryAt = time.UnixMilli(m.GetRetryAtMs())
 		}
 		return in, false, true
-	case *messages.NextModelReply:
+	case *protocol.NextModelReply:
 		in := session.Input{Kind: session.InFallbackReply, Token: m.GetToken(), Switched: m.GetSwitched(),
 			From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()}
 		if ms := m.GetPrimaryCooldownUntilMs(); ms > 0 {
 			in.CooldownUntil = time.UnixMilli(ms)
 		}
 		return in, false, true
-	case *messages.RetryBudgetGrant:
+	case *protocol.RetryBudgetGrant:
 		return session.Input{Kind: session.InBudgetGrant, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())}, false, true
-	case *messages.RetryBudgetRelease:
+	case *protocol.RetryBudgetRelease:
 		return session.Input{Kind: session.InBudgetRelease, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())}, false, true
-	case *messages.AbortRequest:
+	case *protocol.AbortRequest:
 		if m.GetEditGuard() {
 			return session.Input{Kind: session.InEditGuardAbort}, true, true
 		}
 		return session.Input{Kind: session.InAbort}, true, true
-	case *messages.AbortRetryRequest:
+	case *protocol.AbortRetryRequest:
 		return session.Input{Kind: session.InAbortRetry}, true, true
-	case *messages.SetAutoRetryRequest:
+	case *protocol.SetAutoRetryRequest:
 		return session.Input{Kind: session.InSetAutoRetry, Enabled: m.GetEnabled()}, true, true
 	}
 	return session.Input{}, false, false
@@ -340,7 +341,7 @@ func (s *SessionActor) toolsFinished(ctx actor.Context, m *toolsFinished) {
 }
 
 // setModel switches the session's model, once checked and written to the history.
-func (s *SessionActor) setModel(ctx actor.Context, model string) *messages.Ack {
+func (s *SessionActor) setModel(ctx actor.Context, model string) *protocol.Ack {
 	ack := s.deps.checkModel(model)
 	if ack.GetError() == "" {
 		if err := s.step(ctx, session.Input{Kind: session.InSetModel, Model: model}); err != nil {
@@ -377,7 +378,7 @@ func (s *SessionActor) reportPanic() {
 func (s *SessionActor) restarting(ctx actor.Context) {
 	s.work.cancel()
 	if s.callers.prompt != nil {
-		ctx.Send(s.callers.prompt, &messages.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindFailed),
+		ctx.Send(s.callers.prompt, &protocol.PromptResult{Generation: s.core.Generation(), ErrorKind: string(session.KindFailed),
 			Error: fmt.Sprintf("%s: %s", panickedError, s.panicked)})
 		s.callers.prompt = nil
 	}
@@ -415,7 +416,7 @@ func (s *SessionActor) exited(ctx actor.Context) {
 // tells a sender that asked for it that the prompt is written, and hands
 // it to the core; a prompt that cannot be written ends at once with the
 // error.
-func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
+func (s *SessionActor) prompt(ctx actor.Context, m *protocol.PromptRequest) {
 	if s.core.State() != session.Idle {
 		s.step(ctx, session.Input{Kind: session.InPrompt}) // rejected
 		return
@@ -425,7 +426,7 @@ func (s *SessionActor) prompt(ctx actor.Context, m *messages.PromptRequest) {
 	s.events.promptUser = user
 	err := s.hist.write(true, entry...)
 	if err == "" && m.GetAck() {
-		ctx.Send(ctx.Sender(), &messages.PromptAccepted{Generation: s.core.Generation() + 1})
+		ctx.Send(ctx.Sender(), &protocol.PromptAccepted{Generation: s.core.Generation() + 1})
 	}
 	s.step(ctx, session.Input{Kind: session.InPrompt, Err: err})
 }
@@ -504,7 +505,7 @@ func (s *SessionActor) step(ctx actor.Context, in session.Input) (historyErr err
 // setOptions applies the options a caller set (the thinking level of the
 // next turns, compaction on overflow) and publishes them; a caller that
 // asked gets an Ack once they are.
-func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions) {
+func (s *SessionActor) setOptions(ctx actor.Context, m *protocol.SessionOptions) {
 	if m.ThinkingLevel != nil {
 		s.cfg.State.setThinkingLevel(provider.ThinkingLevel(m.GetThinkingLevel()))
 	}
@@ -516,7 +517,7 @@ func (s *SessionActor) setOptions(ctx actor.Context, m *messages.SessionOptions)
 		s.cfg.State.priority.Store(uint32(s.cfg.Priority))
 	}
 	if ctx.Sender() != nil {
-		ctx.Respond(&messages.Ack{})
+		ctx.Respond(&protocol.Ack{})
 	}
 }
 
@@ -623,16 +624,16 @@ func (d *Deps) newSource() retry.Source {
 }
 
 // checkModel validates a model the user picks.
-func (d *Deps) checkModel(model string) *messages.Ack {
+func (d *Deps) checkModel(model string) *protocol.Ack {
 	if err := plaintext.Check("model", model); err != nil {
-		return &messages.Ack{Error: err.Error()}
+		return &protocol.Ack{Error: err.Error()}
 	}
 	prov, _, ok := retry.SplitModel(model)
 	if !ok {
-		return &messages.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}
+		return &protocol.Ack{Error: fmt.Sprintf("model %q: want \"provider/model\"", model)}
 	}
 	if _, ok := d.Providers[prov]; !ok {
-		return &messages.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
+		return &protocol.Ack{Error: fmt.Sprintf("model %q: unknown provider %q", model, prov)}
 	}
-	return &messages.Ack{}
+	return &protocol.Ack{}
 }

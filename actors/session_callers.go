@@ -5,6 +5,7 @@ import (
 
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -27,20 +28,20 @@ func (c *callers) answer(ctx actor.Context, e *session.Effect, context []*messag
 	case session.RejectPrompt, session.ReplyAttach:
 		ctx.Respond(promptResult(e.Result))
 	case session.RejectCompaction:
-		ctx.Respond(&messages.CompactReply{Error: e.Error})
+		ctx.Respond(&protocol.CompactReply{Error: e.Error})
 	case session.ReplyCompaction:
 		tell(ctx, c.compaction, compactReply(context, e))
 		c.compaction = nil
 	case session.AttachCaller:
-		tell(ctx, c.prompt, &messages.PromptResult{Generation: e.Generation, ErrorKind: string(session.KindBusy),
+		tell(ctx, c.prompt, &protocol.PromptResult{Generation: e.Generation, ErrorKind: string(session.KindBusy),
 			Error: "another caller attached to the prompt"})
 		c.prompt, c.attached = ctx.Sender(), true
 	case session.AcceptHandOver:
 		c.handOver = ctx.Sender()
 	case session.RefuseHandOver:
-		ctx.Respond(&messages.Ack{Error: e.Error})
+		ctx.Respond(&protocol.Ack{Error: e.Error})
 	case session.ReplyHandOver:
-		tell(ctx, c.handOver, &messages.Ack{Error: e.Error})
+		tell(ctx, c.handOver, &protocol.Ack{Error: e.Error})
 		c.handOver = nil
 	}
 }
@@ -53,7 +54,7 @@ func (c *callers) settle(ctx actor.Context, r *session.Result, he *history.Error
 	}
 	res := promptResult(r)
 	if he != nil && r.ErrorKind == session.KindHistory {
-		res.History = &messages.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
+		res.History = &protocol.HistoryFailure{Op: he.Op, Path: he.Path, Cause: he.Err.Error()}
 	}
 	ctx.Send(c.prompt, res)
 	c.prompt, c.attached = nil, false
@@ -78,8 +79,8 @@ func tell(ctx actor.Context, pid *actor.PID, msg any) {
 // compactReply is the answer to a compaction asked for between prompts
 // (ReplyCompaction e), from the context before it: its size, and
 // on success the compacted context's.
-func compactReply(before []*messages.Entry, e *session.Effect) *messages.CompactReply {
-	reply := &messages.CompactReply{Error: e.Error, EntriesBefore: int32(len(before))}
+func compactReply(before []*messages.Entry, e *session.Effect) *protocol.CompactReply {
+	reply := &protocol.CompactReply{Error: e.Error, EntriesBefore: int32(len(before))}
 	for i := len(before) - 1; i >= 0; i-- {
 		if a := before[i].GetAssistant(); a != nil {
 			u := a.GetUsage()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -27,10 +28,10 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.SettleReservation:
 		peers.settleReservation(ctx, e)
 	case session.ObserveRateLimits:
-		peers.tellCredentials(ctx, e.Model, &messages.PacingObserve{SessionId: s.cfg.ID, Credential: e.Credential,
+		peers.tellCredentials(ctx, e.Model, &protocol.PacingObserve{SessionId: s.cfg.ID, Credential: e.Credential,
 			Limits: e.Limits, ArrivedUnixMs: e.At.UnixMilli()})
 	case session.CancelReservation:
-		peers.tellCredentials(ctx, e.Model, &messages.PacingCancel{SessionId: s.cfg.ID, Token: e.Token})
+		peers.tellCredentials(ctx, e.Model, &protocol.PacingCancel{SessionId: s.cfg.ID, Token: e.Token})
 	case session.StartTurn:
 		s.work.start(ctx, &s.pending, s.hist.context, e.Turn, e.Model, e.Credential)
 	case session.CancelTurn:
@@ -75,10 +76,10 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 	}
 }
 
-func promptResult(r *session.Result) *messages.PromptResult {
-	res := &messages.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
+func promptResult(r *session.Result) *protocol.PromptResult {
+	res := &protocol.PromptResult{Generation: r.Generation, Message: r.Message, ErrorKind: string(r.ErrorKind), Error: r.Error}
 	if end := r.Retry; end != nil {
-		res.Retry = &messages.RetryFailure{Class: end.Class.String(), Attempt: int32(end.Attempt),
+		res.Retry = &protocol.RetryFailure{Class: end.Class.String(), Attempt: int32(end.Attempt),
 			HttpStatus: r.Message.GetHttpStatus(), FinalError: end.FinalError}
 	}
 	return res

@@ -7,6 +7,7 @@ import (
 
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -160,19 +161,19 @@ func (w *historyWriter) stripTrailingError() {
 
 // messages answers a MessagesRequest: a copy of the context, or the
 // history as stored.
-func (w *historyWriter) messages(history bool) *messages.MessagesReply {
+func (w *historyWriter) messages(history bool) *protocol.MessagesReply {
 	if !history {
 		out := make([]*messages.Entry, len(w.context))
 		for i, e := range w.context {
 			out[i] = proto.Clone(e).(*messages.Entry)
 		}
-		return &messages.MessagesReply{Entries: out}
+		return &protocol.MessagesReply{Entries: out}
 	}
 	entries, err := w.cfg.History.Load()
 	if err != nil {
-		return &messages.MessagesReply{Error: err.Error()}
+		return &protocol.MessagesReply{Error: err.Error()}
 	}
-	return &messages.MessagesReply{Entries: entries}
+	return &protocol.MessagesReply{Entries: entries}
 }
 
 // commitStep writes what the step just carried out leaves for a Log that

@@ -3,7 +3,7 @@ package actors
 import (
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -46,7 +46,7 @@ func (s *SessionActor) handOver(ctx actor.Context, res *session.Result) {
 		}
 	}
 	s.leave(ctx, res)
-	tell(ctx, s.callers.handOver, &messages.Ack{})
+	tell(ctx, s.callers.handOver, &protocol.Ack{})
 	s.callers.handOver = nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -28,7 +29,7 @@ type sharedActors struct {
 // from the model's answers) on the context entries, at the session's
 // priority; held is the key the session holds.
 func (p sharedActors) selectCredential(ctx actor.Context, e *session.Effect, held string, entries []*messages.Entry) {
-	m := &messages.SelectCredential{SessionId: p.cfg.ID}
+	m := &protocol.SelectCredential{SessionId: p.cfg.ID}
 	if e.Pace {
 		prov := providerOf(e.Model)
 		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(p.cfg.Priority), held, Ref(ctx.Self())
@@ -47,7 +48,7 @@ func (p sharedActors) settleReservation(ctx actor.Context, e *session.Effect) {
 		return
 	}
 	u := last.GetUsage()
-	settle := &messages.PacingSettle{SessionId: p.cfg.ID, Token: e.Token, Credential: e.Credential,
+	settle := &protocol.PacingSettle{SessionId: p.cfg.ID, Token: e.Token, Credential: e.Credential,
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
 		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
 		Limits: e.Limits}
@@ -83,14 +84,14 @@ func (p sharedActors) ask(ctx actor.Context, e *session.Effect, held string) {
 	clk := p.deps.Clock
 	switch e.Kind {
 	case session.AskCredentialSwitch:
-		track.Request(ctx, clk, p.deps.Credentials[providerOf(e.Model)], &messages.MarkUsageLimitReached{
+		track.Request(ctx, clk, p.deps.Credentials[providerOf(e.Model)], &protocol.MarkUsageLimitReached{
 			SessionId: p.cfg.ID, BlockForMs: e.Cooldown.Milliseconds(), Token: e.Token, Credential: held})
 	case session.AskFallback:
-		track.Request(ctx, clk, p.deps.Fallbacks[e.Role], &messages.NextModelRequest{
+		track.Request(ctx, clk, p.deps.Fallbacks[e.Role], &protocol.NextModelRequest{
 			SessionId: p.cfg.ID, Role: e.Role, Current: e.Model, Primary: e.Primary,
 			CooldownMs: e.Cooldown.Milliseconds(), Pin: e.Pin, Token: e.Token})
 	case session.AskBudget:
-		req := &messages.RetryBudgetRequest{SessionId: p.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano(), ReplyTo: Ref(ctx.Self())}
+		req := &protocol.RetryBudgetRequest{SessionId: p.cfg.ID, Token: e.Token, DueUnixNano: e.Due.UnixNano(), ReplyTo: Ref(ctx.Self())}
 		if !e.Latest.IsZero() {
 			req.LatestUnixNano = e.Latest.UnixNano()
 		}
@@ -107,15 +108,15 @@ func (p sharedActors) tell(ctx actor.Context, e *session.Effect) {
 	switch {
 	case budget == nil && e.Kind != session.ReleaseSession:
 	case e.Kind == session.ReportOutcome:
-		track.Send(ctx, clk, budget, &messages.RetryBudgetOutcome{Success: e.Success})
+		track.Send(ctx, clk, budget, &protocol.RetryBudgetOutcome{Success: e.Success})
 	case e.Kind == session.DropBudgetHold:
-		track.Send(ctx, clk, budget, &messages.RetryBudgetDrop{SessionId: p.cfg.ID})
+		track.Send(ctx, clk, budget, &protocol.RetryBudgetDrop{SessionId: p.cfg.ID})
 	case e.Kind == session.ReleaseSession:
 		if creds != nil {
-			track.Send(ctx, clk, creds, &messages.ReleaseSession{SessionId: p.cfg.ID})
+			track.Send(ctx, clk, creds, &protocol.ReleaseSession{SessionId: p.cfg.ID})
 		}
 		if budget != nil && budget != creds {
-			track.Send(ctx, clk, budget, &messages.ReleaseSession{SessionId: p.cfg.ID})
+			track.Send(ctx, clk, budget, &protocol.ReleaseSession{SessionId: p.cfg.ID})
 		}
 		p.deps.Timers.Cancel(p.cfg.ID, 0)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -44,7 +44,7 @@ func BenchmarkBlockPropagation(b *testing.B) {
 	for i := range b.N {
 		// Each mark blocks A for a minute from now: later than the last one.
 		minUntil := time.Now().Add(time.Minute)
-		f := root.RequestFuture(router, &messages.MarkUsageLimitReached{SessionId: fmt.Sprint("b", i), BlockForMs: 60_000}, 10*time.Second)
+		f := root.RequestFuture(router, &protocol.MarkUsageLimitReached{SessionId: fmt.Sprint("b", i), BlockForMs: 60_000}, 10*time.Second)
 		if _, err := f.Result(); err != nil {
 			b.Fatal(err)
 		}

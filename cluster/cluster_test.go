@@ -10,7 +10,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // TestSharedActors runs the shared-actor scenarios on 3 members in one
@@ -64,7 +64,7 @@ func usageLimit(t *testing.T, ms []*cluster.Member) {
 	c1, c2, c3 := newCaller(t, ms[0]), newCaller(t, ms[1]), newCaller(t, ms[2])
 	selected := func(c *caller, m *cluster.Member, session string) string {
 		t.Helper()
-		return c.ask(t, m.Credentials("p"), &messages.SelectCredential{SessionId: session}).(*messages.CredentialSelected).GetCredential()
+		return c.ask(t, m.Credentials("p"), &protocol.SelectCredential{SessionId: session}).(*protocol.CredentialSelected).GetCredential()
 	}
 	// Round robin: s1 on node 1 gets A, then B, then A again for s3 on node 3.
 	if got := selected(c1, ms[0], "s1"); got != "A" {
@@ -82,7 +82,7 @@ func usageLimit(t *testing.T, ms []*cluster.Member) {
 		}
 	}
 
-	reply := c1.ask(t, ms[0].Credentials("p"), &messages.MarkUsageLimitReached{SessionId: "s1", BlockForMs: 60_000, Token: 7}).(*messages.UsageLimitReply)
+	reply := c1.ask(t, ms[0].Credentials("p"), &protocol.MarkUsageLimitReached{SessionId: "s1", BlockForMs: 60_000, Token: 7}).(*protocol.UsageLimitReply)
 	marked := time.Now()
 	if !reply.GetSwitched() || reply.GetCredential() != "B" || reply.GetToken() != 7 {
 		t.Fatalf(failed+"MarkUsageLimitReached: %v; want switched to B, token 7", reply)
@@ -109,8 +109,8 @@ func usageLimit(t *testing.T, ms []*cluster.Member) {
 // cooldown: a model put in cooldown through node 2 is skipped by node 3.
 func cooldown(t *testing.T, ms []*cluster.Member) {
 	c2, c3 := newCaller(t, ms[1]), newCaller(t, ms[2])
-	r := c2.ask(t, ms[1].Fallback("default"), &messages.NextModelRequest{SessionId: "f2", Role: "default",
-		Current: "p/m1", Primary: "p/m1", CooldownMs: 60_000, Token: 1}).(*messages.NextModelReply)
+	r := c2.ask(t, ms[1].Fallback("default"), &protocol.NextModelRequest{SessionId: "f2", Role: "default",
+		Current: "p/m1", Primary: "p/m1", CooldownMs: 60_000, Token: 1}).(*protocol.NextModelReply)
 	set := time.Now()
 	if !r.GetSwitched() || r.GetTo() != "p/m2" {
 		t.Fatalf(failed+"node 2 NextModel: %v; want a switch to p/m2", r)
@@ -119,8 +119,8 @@ func cooldown(t *testing.T, ms []*cluster.Member) {
 		return slices.Contains(ms[2].CooldownView("default").CoolingDown(time.Now()), "p/m1")
 	})
 	t.Logf("node 3's view saw p/m1 cooling down %v after node 2's reply (publish->apply: %+v)", time.Since(set), ms[2].Propagation())
-	r = c3.ask(t, ms[2].Fallback("default"), &messages.NextModelRequest{SessionId: "f3", Role: "default",
-		Current: "p/m2", Primary: "p/m1", CooldownMs: 60_000, Token: 2}).(*messages.NextModelReply)
+	r = c3.ask(t, ms[2].Fallback("default"), &protocol.NextModelRequest{SessionId: "f3", Role: "default",
+		Current: "p/m2", Primary: "p/m1", CooldownMs: 60_000, Token: 2}).(*protocol.NextModelReply)
 	if !r.GetSwitched() || r.GetTo() != "p/m3" || r.GetPrimaryCooldownUntilMs() == 0 {
 		t.Errorf(failed+"node 3 NextModel from p/m2: %v; want p/m3 (p/m1 cooling down) with the primary's cooldown", r)
 	}
@@ -133,37 +133,37 @@ func budget(t *testing.T, ms []*cluster.Member) {
 	cs := []*caller{newCaller(t, ms[0]), newCaller(t, ms[1]), newCaller(t, ms[2])}
 	tokens := func() float64 {
 		t.Helper()
-		return cs[0].ask(t, ms[0].Credentials("p"), &messages.RetryBudgetStatsRequest{}).(*messages.RetryBudgetStats).GetTokens()
+		return cs[0].ask(t, ms[0].Credentials("p"), &protocol.RetryBudgetStatsRequest{}).(*protocol.RetryBudgetStats).GetTokens()
 	}
 	fail := func(i int) {
 		for range 2 {
-			cs[i].root.Send(ms[i].Credentials("p"), &messages.RetryBudgetOutcome{Success: false})
+			cs[i].root.Send(ms[i].Credentials("p"), &protocol.RetryBudgetOutcome{Success: false})
 		}
 	}
 	fail(0)
 	fail(1)
 	waitFor(t, 5*time.Second, func() bool { return tokens() == 6 })
 	due := time.Now().Add(time.Second).UnixNano()
-	g := cs[0].ask(t, ms[0].Credentials("p"), &messages.RetryBudgetRequest{SessionId: "b1", Token: 1, DueUnixNano: due}).(*messages.RetryBudgetGrant)
+	g := cs[0].ask(t, ms[0].Credentials("p"), &protocol.RetryBudgetRequest{SessionId: "b1", Token: 1, DueUnixNano: due}).(*protocol.RetryBudgetGrant)
 	if g.GetAtUnixNano() != due {
 		t.Fatalf(failed+"with 6 tokens a retry is held until %d; want its due time %d", g.GetAtUnixNano(), due)
 	}
 	fail(2)
 	waitFor(t, 5*time.Second, func() bool { return tokens() == 4 })
 	due = time.Now().Add(time.Second).UnixNano()
-	g = cs[1].ask(t, ms[1].Credentials("p"), &messages.RetryBudgetRequest{SessionId: "b2", Token: 2, DueUnixNano: due}).(*messages.RetryBudgetGrant)
+	g = cs[1].ask(t, ms[1].Credentials("p"), &protocol.RetryBudgetRequest{SessionId: "b2", Token: 2, DueUnixNano: due}).(*protocol.RetryBudgetGrant)
 	if g.GetAtUnixNano() != due {
 		t.Fatalf(failed+"node 2's first retry with the budget spent goes at %d; want its due time %d (the probe)", g.GetAtUnixNano(), due)
 	}
-	g = cs[2].ask(t, ms[2].Credentials("p"), &messages.RetryBudgetRequest{SessionId: "b3", Token: 3, DueUnixNano: due,
-		ReplyTo: actors.Ref(cs[2].pid)}).(*messages.RetryBudgetGrant)
+	g = cs[2].ask(t, ms[2].Credentials("p"), &protocol.RetryBudgetRequest{SessionId: "b3", Token: 3, DueUnixNano: due,
+		ReplyTo: actors.Ref(cs[2].pid)}).(*protocol.RetryBudgetGrant)
 	if g.GetAtUnixNano() <= due || g.GetSessionId() != "b3" {
 		t.Fatalf(failed+"node 3's retry right after node 2's probe: %v; want it held after its due time %d", g, due)
 	}
 	// A success while retries are held releases the next one: the release
 	// goes from the activation to the session (its reply_to) directly.
-	cs[0].root.Send(ms[0].Credentials("p"), &messages.RetryBudgetOutcome{Success: true})
-	rel, ok := cs[2].next(t, 5*time.Second).(*messages.RetryBudgetRelease)
+	cs[0].root.Send(ms[0].Credentials("p"), &protocol.RetryBudgetOutcome{Success: true})
+	rel, ok := cs[2].next(t, 5*time.Second).(*protocol.RetryBudgetRelease)
 	if !ok || rel.GetToken() != 3 || rel.GetSessionId() != "b3" {
 		t.Fatalf(failed+"node 3's session got %v; want the release of token 3", rel)
 	}
@@ -180,16 +180,16 @@ func activationStops(t *testing.T, ms []*cluster.Member) {
 	h := slices.IndexFunc(ms, func(m *cluster.Member) bool { return m.Address() == pid.GetAddress() })
 	o := (h + 1) % len(ms)
 	c := newCaller(t, ms[o])
-	if r := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "d0", Role: "default",
-		Current: "p/m2", Primary: "p/m2", Token: 1}).(*messages.NextModelReply); !r.GetSwitched() {
+	if r := c.ask(t, ms[o].Fallback("default"), &protocol.NextModelRequest{SessionId: "d0", Role: "default",
+		Current: "p/m2", Primary: "p/m2", Token: 1}).(*protocol.NextModelReply); !r.GetSwitched() {
 		t.Fatalf(failed+"before the stop: %v; want a switch", r)
 	}
 	if err := ms[h].System().Root.StopFuture(pid).Wait(); err != nil {
 		t.Fatal(failed, err)
 	}
 	start := time.Now()
-	r := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "d1", Role: "default",
-		Current: "p/m2", Primary: "p/m1", Token: 2}).(*messages.NextModelReply)
+	r := c.ask(t, ms[o].Fallback("default"), &protocol.NextModelRequest{SessionId: "d1", Role: "default",
+		Current: "p/m2", Primary: "p/m1", Token: 2}).(*protocol.NextModelReply)
 	t.Logf("the first request after the activation stopped took %v", time.Since(start))
 	if !r.GetSwitched() || r.GetTo() != "p/m3" || r.GetPrimaryCooldownUntilMs() == 0 {
 		t.Errorf(failed+"after the stop: %v; want p/m3 with p/m1's cooldown kept", r)
@@ -210,7 +210,7 @@ func nodeLeaves(t *testing.T, ms []*cluster.Member) {
 	h := slices.IndexFunc(ms, func(m *cluster.Member) bool { return m.Address() == host.GetAddress() })
 	o := (h + 1) % len(ms)
 	c := newCaller(t, ms[o])
-	r := c.ask(t, ms[o].Credentials("p"), &messages.MarkUsageLimitReached{SessionId: "L1", BlockForMs: 60_000, Token: 1}).(*messages.UsageLimitReply)
+	r := c.ask(t, ms[o].Credentials("p"), &protocol.MarkUsageLimitReached{SessionId: "L1", BlockForMs: 60_000, Token: 1}).(*protocol.UsageLimitReply)
 	if !r.GetSwitched() || r.GetCredential() != "B" {
 		t.Fatalf(failed+"MarkUsageLimitReached: %v; want a switch to B", r)
 	}
@@ -221,7 +221,7 @@ func nodeLeaves(t *testing.T, ms []*cluster.Member) {
 		t.Fatal(failed, err)
 	}
 	left := time.Now()
-	got := c.ask(t, ms[o].Credentials("p"), &messages.SelectCredential{SessionId: "L2"}).(*messages.CredentialSelected)
+	got := c.ask(t, ms[o].Credentials("p"), &protocol.SelectCredential{SessionId: "L2"}).(*protocol.CredentialSelected)
 	t.Logf("node %d left in %v; the next request took %v", h+1, left.Sub(start), time.Since(left))
 	if got.GetCredential() != "B" {
 		t.Errorf(failed+"after the move, a new session selected %q; want B (A's block kept)", got.GetCredential())
@@ -231,11 +231,11 @@ func nodeLeaves(t *testing.T, ms []*cluster.Member) {
 		t.Errorf(failed+"the activation is at %v; want it on a remaining node", moved)
 	}
 	// The budget's state is not carried over: the new bucket starts full.
-	if tokens := c.ask(t, ms[o].Credentials("p"), &messages.RetryBudgetStatsRequest{}).(*messages.RetryBudgetStats).GetTokens(); tokens != 10 {
+	if tokens := c.ask(t, ms[o].Credentials("p"), &protocol.RetryBudgetStatsRequest{}).(*protocol.RetryBudgetStats).GetTokens(); tokens != 10 {
 		t.Errorf(failed+"the moved budget has %v tokens; want a full bucket of 10", tokens)
 	}
-	f := c.ask(t, ms[o].Fallback("default"), &messages.NextModelRequest{SessionId: "L3", Role: "default",
-		Current: "p/m2", Primary: "p/m2", Token: 4}).(*messages.NextModelReply)
+	f := c.ask(t, ms[o].Fallback("default"), &protocol.NextModelRequest{SessionId: "L3", Role: "default",
+		Current: "p/m2", Primary: "p/m2", Token: 4}).(*protocol.NextModelReply)
 	if !f.GetSwitched() {
 		t.Errorf(failed+"fallback after the node left: %v; want a switch", f)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -29,7 +30,7 @@ import (
 type remoteSession struct {
 	s     hosting.Handle[*musepi.Session]
 	node  *clusterNode
-	open  *messages.SessionOpen
+	open  *protocol.SessionOpen
 	relay *actor.PID
 
 	// known is pid, for the reads (State), which never wait on mu: an open
@@ -57,7 +58,7 @@ type remoteSession struct {
 // newHandle is a handle of session req.ID on node n, not yet connected.
 func newHandle(n *clusterNode, req hosting.HandleRequest) *remoteSession {
 	r := &remoteSession{node: n, pending: map[*pendingPrompt]struct{}{}, asks: map[*actor.PID]*actor.PID{},
-		open: &messages.SessionOpen{Model: req.Model, Role: req.Role, Settings: req.Settings.Proto(), Priority: int32(req.Priority)}}
+		open: &protocol.SessionOpen{Model: req.Model, Role: req.Role, Settings: req.Settings.Proto(), Priority: int32(req.Priority)}}
 	r.s = n.rt.NewHandle(req.ID, req.Model, req.Settings.Enabled, r)
 	reg := n.rt.System().ProcessRegistry
 	r.relay, _ = reg.Add(&relayProcess{r: r}, "session-relay"+reg.NextId())
@@ -146,7 +147,7 @@ func (r *remoteSession) openOnce(ctx context.Context, wait time.Duration) (retry
 		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
 		return true, err
 	}
-	opened, ok := reply.(*messages.SessionOpened)
+	opened, ok := reply.(*protocol.SessionOpened)
 	if !ok {
 		r.node.member.Resolver().Forget(SessionKind, r.s.ID(), pid)
 		return true, fmt.Errorf("unexpected reply %T", reply)
@@ -179,7 +180,7 @@ func (r *remoteSession) Watch() {
 	if r.pid == nil || r.gone || on == r.events {
 		return
 	}
-	_, err := r.node.rt.System().Root.RequestFuture(r.pid, &messages.SessionWatch{
+	_, err := r.node.rt.System().Root.RequestFuture(r.pid, &protocol.SessionWatch{
 		WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId(), Events: on}, r.node.member.RequestTimeout()).Result()
 	if err == nil {
 		r.events = on
@@ -337,11 +338,11 @@ func (r *remoteSession) release() {
 	r.pending = map[*pendingPrompt]struct{}{}
 	r.mu.Unlock()
 	if pid != nil && r.events {
-		r.node.rt.System().Root.Send(pid, &messages.SessionWatch{WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId()})
+		r.node.rt.System().Root.Send(pid, &protocol.SessionWatch{WatcherAddress: r.relay.GetAddress(), WatcherId: r.relay.GetId()})
 	}
 	r.node.rt.System().ProcessRegistry.Remove(r.relay)
 	for p := range pending {
-		p.finish(&messages.PromptResult{ErrorKind: string(session.KindShutdown), Error: actors.ShutdownError}, nil)
+		p.finish(&protocol.PromptResult{ErrorKind: string(session.KindShutdown), Error: actors.ShutdownError}, nil)
 		p.mu.Lock()
 		reply := p.reply
 		p.mu.Unlock()
@@ -365,7 +366,7 @@ func (r *remoteSession) Close(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.node.cc.HandoverTimeout+r.node.member.RequestTimeout())
 	defer cancel()
-	_, err := r.s.Ask(ctx, &messages.SessionClose{})
+	_, err := r.s.Ask(ctx, &protocol.SessionClose{})
 	r.release()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) { // ask names the session in its other errors
 		return fmt.Errorf("musepi: close session %s: %w", r.s.ID(), err)
@@ -387,8 +388,8 @@ func (r *remoteSession) State() *actors.SessionState {
 	if pid == nil {
 		return r.s.State()
 	}
-	res, err := r.node.rt.System().Root.RequestFuture(pid, &messages.SessionStateRequest{}, r.node.member.RequestTimeout()).Result()
-	if w, ok := res.(*messages.SessionStateReply); ok && err == nil {
+	res, err := r.node.rt.System().Root.RequestFuture(pid, &protocol.SessionStateRequest{}, r.node.member.RequestTimeout()).Result()
+	if w, ok := res.(*protocol.SessionStateReply); ok && err == nil {
 		r.s.State().SetWire(w)
 	}
 	return r.s.State()
@@ -398,7 +399,7 @@ func (r *remoteSession) State() *actors.SessionState {
 // answered.
 type pendingPrompt struct {
 	r      *remoteSession
-	req    *messages.PromptRequest
+	req    *protocol.PromptRequest
 	caller reply.Replier // takes the result, and the PromptAccepted
 
 	mu           sync.Mutex
@@ -418,7 +419,7 @@ type pendingPrompt struct {
 // from a reply address of this runtime. A prompt that reaches no session
 // (the activation was gone: a dead letter) is sent again to the new one;
 // one whose node leaves while it waits ends with musepi.ErrHostLeft.
-func (r *remoteSession) Prompt(req *messages.PromptRequest, p hosting.Prompt) {
+func (r *remoteSession) Prompt(req *protocol.PromptRequest, p hosting.Prompt) {
 	req.Ack = true // the generation tells which prompt a handover orphaned
 	pending := &pendingPrompt{r: r, req: req, caller: p}
 	if err := pending.send(); err != nil {
@@ -498,7 +499,7 @@ func (p *pendingPrompt) Replied(res interface{}, err error) {
 	r.mu.Unlock()
 	deadLetter := errors.Is(err, reply.ErrNoSession)
 	if handedOver(res) { // the session moved with the prompt waiting in a backoff
-		lost, gen = true, max(gen, res.(*messages.PromptResult).GetGeneration())
+		lost, gen = true, max(gen, res.(*protocol.PromptResult).GetGeneration())
 		p.mu.Lock()
 		p.gen = gen
 		p.mu.Unlock()
@@ -545,7 +546,7 @@ func (p *pendingPrompt) attach() {
 	reply := reply.New(p.r.node.rt.System(), p)
 	err := p.r.Deliver(func(pid *actor.PID) {
 		p.sentTo(pid, reply)
-		p.r.node.rt.System().Root.RequestWithCustomSender(pid, &messages.AttachPrompt{Generation: gen,
+		p.r.node.rt.System().Root.RequestWithCustomSender(pid, &protocol.AttachPrompt{Generation: gen,
 			ReplacesAddress: gaveUp.GetAddress(), ReplacesId: gaveUp.GetId()}, reply)
 	})
 	if err == nil {
@@ -569,7 +570,7 @@ const attachPause = time.Second
 // with its prompt waiting in a backoff: the prompt goes on where the
 // session is opened next.
 func handedOver(res interface{}) bool {
-	r, ok := res.(*messages.PromptResult)
+	r, ok := res.(*protocol.PromptResult)
 	return ok && r.GetErrorKind() == string(session.KindHandedOver)
 }
 
@@ -577,7 +578,7 @@ func handedOver(res interface{}) bool {
 // it answers, rather than a refusal that says nothing of it: the session
 // busy with another prompt, another caller attached, no such prompt, or
 // handed over.
-func promptEnd(res *messages.PromptResult) bool {
+func promptEnd(res *protocol.PromptResult) bool {
 	switch session.ErrorKind(res.GetErrorKind()) {
 	case session.KindBusy, session.KindNoPrompt, session.KindHandedOver:
 		return false
@@ -588,7 +589,7 @@ func promptEnd(res *messages.PromptResult) bool {
 // isNoPrompt reports whether res is the answer of an AttachPrompt that
 // found no prompt to attach to.
 func isNoPrompt(res interface{}) bool {
-	r, ok := res.(*messages.PromptResult)
+	r, ok := res.(*protocol.PromptResult)
 	return ok && r.GetErrorKind() == string(session.KindNoPrompt)
 }
 
@@ -612,7 +613,7 @@ func (p *pendingPrompt) lose() {
 // a later agent_settled for it is dropped.
 func (p *pendingPrompt) finish(res interface{}, err error) {
 	p.once.Do(func() {
-		result, _ := res.(*messages.PromptResult)
+		result, _ := res.(*protocol.PromptResult)
 		gen := max(p.generation(), result.GetGeneration())
 		switch {
 		case gen == 0 || !promptEnd(result):
@@ -642,7 +643,7 @@ func (r *remoteSession) publish(ev *messages.SessionEvent) {
 // res's prompt: the activation relays the session's agent_settled, which
 // may come a moment after the result; without it within a request
 // timeout (or with no events relayed), the handle tells them itself.
-func (r *remoteSession) tellSettled(res *messages.PromptResult) {
+func (r *remoteSession) tellSettled(res *protocol.PromptResult) {
 	gen := res.GetGeneration()
 	r.mu.Lock()
 	relayed := r.events
@@ -669,7 +670,7 @@ func (p *relayProcess) SendUserMessage(_ *actor.PID, message interface{}) {
 		}
 		p.r.tellResumed() // before the first event of the activation an open after a host_lost reached
 		p.r.publish(m)
-	case *messages.SessionMoved:
+	case *protocol.SessionMoved:
 		// Not on the remote's reader: moving on may open the session
 		// elsewhere, and wait for replies this reader delivers.
 		go p.r.moved(sender)

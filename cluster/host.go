@@ -16,6 +16,7 @@ import (
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/hosting"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // sessionHost is the session kind's activation (identity: the session
@@ -129,24 +130,24 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		h.node.hosted(h.id, ctx.Self())
 	case memberLeft:
 		h.memberLeft(m.addr)
-	case *messages.SessionOpen:
+	case *protocol.SessionOpen:
 		h.openFor(ctx, m)
-	case *messages.SessionWatch:
+	case *protocol.SessionWatch:
 		h.watch(m.GetWatcherAddress(), m.GetWatcherId(), m.GetEvents())
-		ctx.Respond(&messages.Ack{})
-	case *messages.SessionStateRequest:
+		ctx.Respond(&protocol.Ack{})
+	case *protocol.SessionStateRequest:
 		if h.s == nil {
 			ctx.Respond(&actor.DeadLetterResponse{Target: ctx.Self()})
 			break
 		}
 		ctx.Respond(h.s.StateWire())
 
-	case *messages.AttachPrompt:
+	case *protocol.AttachPrompt:
 		h.forward(ctx, m)
 		if h.backlog != nil {
 			h.backlog.attached()
 		}
-	case *messages.SessionClose:
+	case *protocol.SessionClose:
 		h.close(ctx)
 	case *actor.Stopping:
 		h.handover()
@@ -157,7 +158,7 @@ func (h *sessionHost) Receive(ctx actor.Context) {
 		h.node.unhosted(h.id, ctx.Self())
 		h.moved(ctx)
 		if h.closer != nil {
-			ctx.Send(h.closer, &messages.Ack{})
+			ctx.Send(h.closer, &protocol.Ack{})
 		}
 	case actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
@@ -179,7 +180,7 @@ func (h *sessionHost) memberLeft(addr string) {
 // to it once it is open. A node that is leaving, or cannot open the
 // session now (notHere), answers a dead letter, on which the handle looks
 // the session up again, and the activation stops.
-func (h *sessionHost) openFor(ctx actor.Context, m *messages.SessionOpen) {
+func (h *sessionHost) openFor(ctx actor.Context, m *protocol.SessionOpen) {
 	reply := h.open(m)
 	switch {
 	case reply == nil:
@@ -239,9 +240,9 @@ func (h *sessionHost) forward(ctx actor.Context, msg interface{}) {
 // open hosts the session here, as SessionOpen configures it (once: later
 // opens find it open). It returns nil when the node is leaving or cannot
 // open the session now (notHere).
-func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
+func (h *sessionHost) open(m *protocol.SessionOpen) *protocol.SessionOpened {
 	if h.s != nil {
-		return &messages.SessionOpened{State: h.s.StateWire()}
+		return &protocol.SessionOpened{State: h.s.StateWire()}
 	}
 	<-h.node.ready
 	rt := h.node.rt
@@ -254,7 +255,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		h.node.rt.Log().Warn("cannot open the session on this node now; its handle looks it up again", slog.Any("error", err), slog.String("session", h.id))
 		return nil
 	case err != nil:
-		return &messages.SessionOpened{Error: fmt.Sprintf("open session %s: %v", h.id, err)}
+		return &protocol.SessionOpened{Error: fmt.Sprintf("open session %s: %v", h.id, err)}
 	}
 	used := false
 	s, err := rt.Open(h.id, m, func() (history.Log, []*messages.Entry, error) {
@@ -268,7 +269,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		if errors.Is(err, musepi.ErrRuntimeClosed) {
 			return nil
 		}
-		return &messages.SessionOpened{Error: err.Error()}
+		return &protocol.SessionOpened{Error: err.Error()}
 	}
 	h.s, h.log = s, log
 	if s.Busy() { // its prompt resumed from the record: keep its events for the caller
@@ -276,7 +277,7 @@ func (h *sessionHost) open(m *messages.SessionOpen) *messages.SessionOpened {
 		b.unsubscribe = s.Subscribe(b.add)
 		h.backlog = b
 	}
-	return &messages.SessionOpened{State: s.StateWire()}
+	return &protocol.SessionOpened{State: s.StateWire()}
 }
 
 // notHere reports whether an open failed for a reason of this node's or
@@ -477,7 +478,7 @@ func (h *sessionHost) handover() {
 func (h *sessionHost) moved(ctx actor.Context) {
 	for _, w := range h.watchers {
 		if h.node.isMember(w.pid.GetAddress()) { // a node that left would only be dialled in vain
-			ctx.RequestWithCustomSender(w.pid, &messages.SessionMoved{}, ctx.Self())
+			ctx.RequestWithCustomSender(w.pid, &protocol.SessionMoved{}, ctx.Self())
 		}
 	}
 	h.unwatchAll()

@@ -14,6 +14,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // kinds are the cluster kinds the node hosts, built from its config: an
@@ -194,7 +195,7 @@ func (a *fallbackActivation) Receive(ctx actor.Context) {
 			}
 		})
 		a.inner = actors.NewFallbackActor(clock.Real{}, a.role, chain, a.view)
-	case *messages.NextModelRequest:
+	case *protocol.NextModelRequest:
 		if a.inner == nil {
 			return
 		}

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/cluster"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // leaveCases are TestLeaveClosesConnections' scenarios.
@@ -73,11 +73,11 @@ func leaveClosesConnections(t *testing.T, stays *cluster.Member, agent *test.InM
 	// Connections both ways: a request to the activation, on whichever
 	// node hosts it, and gossip.
 	c := newCaller(t, leaves)
-	if got := c.ask(t, leaves.Credentials("p"), &messages.SelectCredential{SessionId: "s"}); got == nil {
+	if got := c.ask(t, leaves.Credentials("p"), &protocol.SelectCredential{SessionId: "s"}); got == nil {
 		t.Fatal(failed + "no credential selected")
 	}
 	if gone {
-		leaves.System().Root.Send(actor.NewPID(fmt.Sprintf("127.0.0.1:%d", freePort(t)), "gone"), &messages.SelectCredential{})
+		leaves.System().Root.Send(actor.NewPID(fmt.Sprintf("127.0.0.1:%d", freePort(t)), "gone"), &protocol.SelectCredential{})
 	}
 	start := time.Now()
 	if err := leaves.Leave(); err != nil {

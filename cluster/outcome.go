@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/session"
 )
 
@@ -16,9 +17,9 @@ import (
 // The session's history, read from that activation, tells how the prompt
 // ended (promptOutcome); hostLeft is the error when it does not.
 func (p *pendingPrompt) outcomeFromHistory(to *actor.PID, gen uint64, hostLeft error) {
-	res, err := p.r.node.rt.System().Root.RequestFuture(to, &messages.MessagesRequest{History: true},
+	res, err := p.r.node.rt.System().Root.RequestFuture(to, &protocol.MessagesRequest{History: true},
 		p.r.node.member.RequestTimeout()).Result()
-	reply, ok := res.(*messages.MessagesReply)
+	reply, ok := res.(*protocol.MessagesReply)
 	if err != nil || !ok || reply.GetError() != "" {
 		p.finish(nil, fmt.Errorf("%w; its new activation has no record of it, and its history could not be read", hostLeft))
 		return
@@ -35,7 +36,7 @@ func (p *pendingPrompt) outcomeFromHistory(to *actor.PID, gen uint64, hostLeft e
 // entry (the last user entry with its text), an answer or the failure
 // that ended it (an interrupted marker among them). It is nil when the
 // history holds no such entry, or no assistant message after it.
-func promptOutcome(entries []*messages.Entry, text string, gen uint64) *messages.PromptResult {
+func promptOutcome(entries []*messages.Entry, text string, gen uint64) *protocol.PromptResult {
 	var last *messages.AssistantMessage
 	for i := len(entries) - 1; i >= 0; i-- {
 		e := entries[i]
@@ -53,8 +54,8 @@ func promptOutcome(entries []*messages.Entry, text string, gen uint64) *messages
 	case last == nil:
 		return nil
 	case last.GetStopReason() == messages.StopReason_STOP_REASON_ERROR || last.GetStopReason() == messages.StopReason_STOP_REASON_ABORTED:
-		return &messages.PromptResult{Generation: gen, Message: last, ErrorKind: string(session.KindFailed), Error: last.GetErrorMessage()}
+		return &protocol.PromptResult{Generation: gen, Message: last, ErrorKind: string(session.KindFailed), Error: last.GetErrorMessage()}
 	default:
-		return &messages.PromptResult{Generation: gen, Message: last}
+		return &protocol.PromptResult{Generation: gen, Message: last}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // TestBlocksOutliveTheCluster: with Config.Blocks on PostgreSQL, a key
@@ -37,11 +37,11 @@ func TestBlocksOutliveTheCluster(t *testing.T) {
 	}
 
 	m1, c1 := start(clusterName(t) + "-1")
-	if r := c1.ask(t, m1.Credentials("p"), &messages.MarkUsageLimitReached{SessionId: "s1", BlockForMs: 60_000, Token: 1}).(*messages.UsageLimitReply); !r.GetSwitched() || r.GetCredential() != "B" {
+	if r := c1.ask(t, m1.Credentials("p"), &protocol.MarkUsageLimitReached{SessionId: "s1", BlockForMs: 60_000, Token: 1}).(*protocol.UsageLimitReply); !r.GetSwitched() || r.GetCredential() != "B" {
 		t.Fatalf("mark: %v; want a switch to B", r)
 	}
-	if r := c1.ask(t, m1.Fallback("default"), &messages.NextModelRequest{SessionId: "s1", Role: "default",
-		Current: "p/m1", Primary: "p/m1", CooldownMs: 60_000, Token: 2}).(*messages.NextModelReply); r.GetTo() != "p/m2" {
+	if r := c1.ask(t, m1.Fallback("default"), &protocol.NextModelRequest{SessionId: "s1", Role: "default",
+		Current: "p/m1", Primary: "p/m1", CooldownMs: 60_000, Token: 2}).(*protocol.NextModelReply); r.GetTo() != "p/m2" {
 		t.Fatalf("fallback: %v; want p/m2", r)
 	}
 	if err := m1.Leave(); err != nil {
@@ -52,14 +52,14 @@ func TestBlocksOutliveTheCluster(t *testing.T) {
 	if !m2.CredentialsView("p").Free("A", time.Now()) {
 		t.Fatal("the new node's view knows A's block before any activation")
 	}
-	if r := c2.ask(t, m2.Credentials("p"), &messages.SelectCredential{SessionId: "s2"}).(*messages.CredentialSelected); r.GetCredential() != "B" {
+	if r := c2.ask(t, m2.Credentials("p"), &protocol.SelectCredential{SessionId: "s2"}).(*protocol.CredentialSelected); r.GetCredential() != "B" {
 		t.Errorf("the new cluster selected %q; want B (A blocked in the database)", r.GetCredential())
 	}
 	if m2.CredentialsView("p").Free("A", time.Now()) {
 		t.Error("the new node's view does not show A's block loaded from the database")
 	}
-	r := c2.ask(t, m2.Fallback("default"), &messages.NextModelRequest{SessionId: "s2", Role: "default",
-		Current: "p/m2", Primary: "p/m1", Token: 3}).(*messages.NextModelReply)
+	r := c2.ask(t, m2.Fallback("default"), &protocol.NextModelRequest{SessionId: "s2", Role: "default",
+		Current: "p/m2", Primary: "p/m1", Token: 3}).(*protocol.NextModelReply)
 	if r.GetTo() != "p/m3" || r.GetPrimaryCooldownUntilMs() == 0 {
 		t.Errorf("the new cluster's fallback: %v; want p/m3 with p/m1 cooling down", r)
 	}

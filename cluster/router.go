@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // router is a node's local stand-in for one shared actor (a provider's
@@ -55,11 +55,11 @@ type lookup interface {
 
 func (r *router) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *messages.SelectCredential, *messages.MarkUsageLimitReached, *messages.NextModelRequest,
-		*messages.RetryBudgetRequest, *messages.RetryBudgetStatsRequest:
+	case *protocol.SelectCredential, *protocol.MarkUsageLimitReached, *protocol.NextModelRequest,
+		*protocol.RetryBudgetRequest, *protocol.RetryBudgetStatsRequest:
 		r.ask(ctx, ctx.Sender(), m.(proto.Message), 1)
-	case *messages.RetryBudgetOutcome, *messages.RetryBudgetDrop, *messages.ReleaseSession,
-		*messages.PacingSettle, *messages.PacingCancel, *messages.PacingObserve:
+	case *protocol.RetryBudgetOutcome, *protocol.RetryBudgetDrop, *protocol.ReleaseSession,
+		*protocol.PacingSettle, *protocol.PacingCancel, *protocol.PacingObserve:
 		r.tell(ctx, m.(proto.Message))
 	}
 }
@@ -118,8 +118,8 @@ func (r *router) reply(ctx actor.Context, to *actor.PID, msg any) {
 
 // degradedUsageLimit blocks the session's key in the node's view and
 // switches it to the first key the view shows free.
-func (r *router) degradedUsageLimit(m *messages.MarkUsageLimitReached) *messages.UsageLimitReply {
-	reply := &messages.UsageLimitReply{Token: m.GetToken()}
+func (r *router) degradedUsageLimit(m *protocol.MarkUsageLimitReached) *protocol.UsageLimitReply {
+	reply := &protocol.UsageLimitReply{Token: m.GetToken()}
 	now := time.Now()
 	if m.GetCredential() != "" {
 		r.view.Set(m.GetCredential(), now.Add(time.Duration(max(m.GetBlockForMs(), 0))*time.Millisecond))
@@ -146,24 +146,24 @@ func (r *router) degradedUsageLimit(m *messages.MarkUsageLimitReached) *messages
 // degraded is the answer to a request the activation never answered.
 func (r *router) degraded(msg proto.Message) proto.Message {
 	switch m := msg.(type) {
-	case *messages.SelectCredential:
+	case *protocol.SelectCredential:
 		now := time.Now()
 		for _, c := range r.creds {
 			if r.view.Free(c, now) {
-				return &messages.CredentialSelected{Credential: c}
+				return &protocol.CredentialSelected{Credential: c}
 			}
 		}
 		if len(r.creds) > 0 {
-			return &messages.CredentialSelected{Credential: r.creds[0]}
+			return &protocol.CredentialSelected{Credential: r.creds[0]}
 		}
-		return &messages.CredentialSelected{}
-	case *messages.MarkUsageLimitReached:
+		return &protocol.CredentialSelected{}
+	case *protocol.MarkUsageLimitReached:
 		return r.degradedUsageLimit(m)
-	case *messages.NextModelRequest:
-		return &messages.NextModelReply{From: m.GetCurrent(), Role: m.GetRole(), Token: m.GetToken()}
-	case *messages.RetryBudgetRequest: // the retry goes ahead unthrottled
-		return &messages.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
+	case *protocol.NextModelRequest:
+		return &protocol.NextModelReply{From: m.GetCurrent(), Role: m.GetRole(), Token: m.GetToken()}
+	case *protocol.RetryBudgetRequest: // the retry goes ahead unthrottled
+		return &protocol.RetryBudgetGrant{Token: m.GetToken(), AtUnixNano: m.GetDueUnixNano(), SessionId: m.GetSessionId()}
 	default: // RetryBudgetStatsRequest
-		return &messages.RetryBudgetStats{}
+		return &protocol.RetryBudgetStats{}
 	}
 }

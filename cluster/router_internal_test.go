@@ -11,7 +11,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 )
 
@@ -66,20 +66,20 @@ func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 		want    proto.Message
 	}{
 		{"usage limit: switch to the key the view shows free", CredentialsKind, nil,
-			&messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 60_000, Token: 5, Credential: "A"},
-			&messages.UsageLimitReply{Token: 5, Switched: true, Credential: "B"}},
+			&protocol.MarkUsageLimitReached{SessionId: "s", BlockForMs: 60_000, Token: 5, Credential: "A"},
+			&protocol.UsageLimitReply{Token: 5, Switched: true, Credential: "B"}},
 		{"usage limit: no key free, the earliest's time", CredentialsKind, map[string]time.Time{"B": bUntil},
-			&messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5, Credential: "A"},
-			&messages.UsageLimitReply{Token: 5, RetryAtMs: bUntil.UnixMilli()}},
+			&protocol.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 5, Credential: "A"},
+			&protocol.UsageLimitReply{Token: 5, RetryAtMs: bUntil.UnixMilli()}},
 		{"selection: the first key free", CredentialsKind, map[string]time.Time{"A": bUntil},
-			&messages.SelectCredential{SessionId: "s"}, &messages.CredentialSelected{Credential: "B"}},
+			&protocol.SelectCredential{SessionId: "s"}, &protocol.CredentialSelected{Credential: "B"}},
 		{"selection: none free, the first key", CredentialsKind, map[string]time.Time{"A": bUntil, "B": bUntil},
-			&messages.SelectCredential{SessionId: "s"}, &messages.CredentialSelected{Credential: "A"}},
-		{"budget: at the due time", CredentialsKind, nil, &messages.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42},
-			&messages.RetryBudgetGrant{Token: 6, AtUnixNano: 42, SessionId: "s"}},
-		{"budget stats: empty", CredentialsKind, nil, &messages.RetryBudgetStatsRequest{}, &messages.RetryBudgetStats{}},
-		{"fallback: no switch", FallbackKind, nil, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7},
-			&messages.NextModelReply{From: "p/m1", Role: "default", Token: 7}},
+			&protocol.SelectCredential{SessionId: "s"}, &protocol.CredentialSelected{Credential: "A"}},
+		{"budget: at the due time", CredentialsKind, nil, &protocol.RetryBudgetRequest{SessionId: "s", Token: 6, DueUnixNano: 42},
+			&protocol.RetryBudgetGrant{Token: 6, AtUnixNano: 42, SessionId: "s"}},
+		{"budget stats: empty", CredentialsKind, nil, &protocol.RetryBudgetStatsRequest{}, &protocol.RetryBudgetStats{}},
+		{"fallback: no switch", FallbackKind, nil, &protocol.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Token: 7},
+			&protocol.NextModelReply{From: "p/m1", Role: "default", Token: 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &lookups{pids: []*actor.PID{silent}}
@@ -96,7 +96,7 @@ func TestRouterAnswersDegradedWhenUnreachable(t *testing.T) {
 			if !proto.Equal(got.(proto.Message), tc.want) {
 				t.Fatalf("got %v; want %v", got, tc.want)
 			}
-			if m, ok := tc.req.(*messages.MarkUsageLimitReached); ok && view.Free(m.GetCredential(), time.Now()) {
+			if m, ok := tc.req.(*protocol.MarkUsageLimitReached); ok && view.Free(m.GetCredential(), time.Now()) {
 				t.Errorf("the node's view still shows %s free after its usage limit", m.GetCredential())
 			}
 			l.mu.Lock()
@@ -127,11 +127,11 @@ func TestRouterFindsTheNewActivation(t *testing.T) {
 	}))
 	l := &lookups{pids: []*actor.PID{dead, live}}
 	pid := newTestRouter(t, sys, CredentialsKind, l, actors.NewCredentialsView(creds))
-	got, err := sys.Root.RequestFuture(pid, &messages.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 3}, 5*time.Second).Result()
+	got, err := sys.Root.RequestFuture(pid, &protocol.MarkUsageLimitReached{SessionId: "s", BlockForMs: 1000, Token: 3}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatalf("no answer: %v", err)
 	}
-	if r, ok := got.(*messages.UsageLimitReply); !ok || !r.GetSwitched() || r.GetCredential() != "B" {
+	if r, ok := got.(*protocol.UsageLimitReply); !ok || !r.GetSwitched() || r.GetCredential() != "B" {
 		t.Fatalf("got %v; want the live actor's switch to B", got)
 	}
 	l.mu.Lock()
@@ -175,11 +175,11 @@ func TestRouterPausesBetweenAttempts(t *testing.T) {
 	}))
 	l := &lagging{dead: dead, live: live, caughtUp: time.Now().Add(25 * time.Millisecond)} // less than the pause
 	pid := newTestRouter(t, sys, FallbackKind, l, nil)
-	got, err := sys.Root.RequestFuture(pid, &messages.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Primary: "p/m1", Token: 4}, 5*time.Second).Result()
+	got, err := sys.Root.RequestFuture(pid, &protocol.NextModelRequest{SessionId: "s", Role: "default", Current: "p/m1", Primary: "p/m1", Token: 4}, 5*time.Second).Result()
 	if err != nil {
 		t.Fatalf("no answer: %v", err)
 	}
-	if r, ok := got.(*messages.NextModelReply); !ok || !r.GetSwitched() || r.GetTo() != "p/m2" {
+	if r, ok := got.(*protocol.NextModelReply); !ok || !r.GetSwitched() || r.GetTo() != "p/m2" {
 		t.Fatalf("got %v; want the new activation's switch to p/m2", got)
 	}
 }
@@ -196,18 +196,18 @@ func TestRouterPacing(t *testing.T) {
 		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{Pacing: true}, view)
 	}))
 	pid := newTestRouter(t, sys, CredentialsKind, &lookups{pids: []*actor.PID{live}}, view)
-	grants := make(chan *messages.PacingGrant, 1)
+	grants := make(chan *protocol.PacingGrant, 1)
 	session := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if g, ok := ctx.Message().(*messages.PacingGrant); ok {
+		if g, ok := ctx.Message().(*protocol.PacingGrant); ok {
 			grants <- g
 		}
 	}))
-	ask := func(s string) *messages.CredentialSelected {
-		got, err := sys.Root.RequestFuture(pid, &messages.SelectCredential{SessionId: s, Pace: true, Token: 1, ReplyTo: actors.Ref(session)}, 5*time.Second).Result()
+	ask := func(s string) *protocol.CredentialSelected {
+		got, err := sys.Root.RequestFuture(pid, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, ReplyTo: actors.Ref(session)}, 5*time.Second).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return got.(*messages.CredentialSelected)
+		return got.(*protocol.CredentialSelected)
 	}
 	if r := ask("first"); r.GetWaitMs() != 0 {
 		t.Fatalf("first: %v; want a grant", r)
@@ -217,7 +217,7 @@ func TestRouterPacing(t *testing.T) {
 	}
 	// The first turn was never sent: cancelling it gives its request back,
 	// and the waiting turn is granted at its session.
-	sys.Root.Send(pid, &messages.PacingCancel{SessionId: "first", Token: 1})
+	sys.Root.Send(pid, &protocol.PacingCancel{SessionId: "first", Token: 1})
 	select {
 	case g := <-grants:
 		if g.GetSessionId() != "second" || g.GetCredential() != "A" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // settledLedger keeps, for one handle, the rule that its subscribers are
@@ -97,7 +98,7 @@ func (l *settledLedger) wait(gen uint64, d time.Duration) bool {
 // settledEvent is the agent_settled of a prompt's result, for a handle
 // whose subscribers were not told by the session itself; its seq is 0
 // (the session's events number from 1).
-func settledEvent(session string, res *messages.PromptResult) *messages.SessionEvent {
+func settledEvent(session string, res *protocol.PromptResult) *messages.SessionEvent {
 	return &messages.SessionEvent{SessionId: session, TimeMs: time.Now().UnixMilli(),
 		Event: &messages.SessionEvent_AgentSettled{AgentSettled: &messages.AgentSettled{
 			Generation: res.GetGeneration(), Success: res.GetError() == "", Error: res.GetError()}}}

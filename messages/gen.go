@@ -1,7 +1,9 @@
-// Package messages is MusePi's wire protocol: the protobuf messages that
-// the actors exchange (within a process and across cluster nodes), that
-// history files store (as JSON lines) and that the RPC server writes (as
-// JSON). It has no logic.
+// Package messages is MusePi's wire data: the protobuf messages that
+// history files store (as JSON lines: entries, records), that the RPC
+// server writes (as JSON: events) and that the session's core reads and
+// writes. It holds no actor addresses and no actor protocol: the messages
+// the actors send one another across nodes are package messages/protocol's.
+// It has no logic.
 //
 // It is not the embedding API: package musepi gives embedders Go types
 // (musepi.AssistantMessage, musepi.Entry, the events of musepi.Event) and
@@ -13,7 +15,7 @@ package messages
 // record.proto is generated from session.Record first (see
 // internal/genrecord), and events.proto from the table of events (see
 // internal/genevent, which also writes the events' Go types and
-// conversions), then every .proto's Go code.
+// conversions), then every .proto's Go code, protocol/'s included.
 //go:generate go run ../internal/genrecord ..
 //go:generate go run ../internal/genevent ..
 //go:generate sh genproto.sh

@@ -8,4 +8,4 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
 protoc --plugin=protoc-gen-go="$bin/protoc-gen-go" -I . \
-  --go_out=. --go_opt=paths=source_relative *.proto
+  --go_out=. --go_opt=paths=source_relative *.proto protocol/*.proto

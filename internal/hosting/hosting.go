@@ -26,6 +26,7 @@ import (
 	"github.com/musepi/musepi/internal/reply"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
@@ -90,7 +91,7 @@ type Runtime[S any] interface {
 	// Open hosts session id here, as req configures it, on the history
 	// that open returns; it fails with musepi.ErrRuntimeClosed once the
 	// runtime is shut down.
-	Open(id string, req *messages.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (Local, error)
+	Open(id string, req *protocol.SessionOpen, open func() (history.Log, []*messages.Entry, error)) (Local, error)
 }
 
 // Node is a runtime's part in its cluster: package cluster implements it,
@@ -135,7 +136,7 @@ type Prompt interface {
 // actor in this runtime, or its activation on whichever node hosts it.
 type Runner interface {
 	// Prompt sends req; its reply (and PromptAccepted) go to p.
-	Prompt(req *messages.PromptRequest, p Prompt)
+	Prompt(req *protocol.PromptRequest, p Prompt)
 	// Deliver runs send with the session's actor, starting it (or opening
 	// the session at its activation) if need be; it fails once the
 	// session is closed.
@@ -199,7 +200,7 @@ type Local interface {
 	Flush(ctx context.Context) error
 	Busy() bool
 	// StateWire is the session's state as a handle mirrors it.
-	StateWire() *messages.SessionStateReply
+	StateWire() *protocol.SessionStateReply
 	// HandOver hands the session over (musepi.Session.HandOver), Close
 	// closes it, CloseHere closes it here without ending its chain (its
 	// history is another activation's).

@@ -11,8 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
-
-	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/messages/protocol"
 )
 
 // ErrNoSession is the error of a reply address whose message went to a
@@ -77,7 +76,7 @@ func (a *Address) SendUserMessage(_ *actor.PID, message interface{}) {
 	switch m := msg.(type) {
 	case *actor.DeadLetterResponse:
 		a.end(nil, ErrNoSession)
-	case *messages.PromptAccepted:
+	case *protocol.PromptAccepted:
 		a.to.AcceptedAt(m.GetGeneration())
 	default:
 		a.end(msg, nil)

@@ -1,4 +1,4 @@
-package messages
+package protocol
 
 // The messages below are sent to actors: each counts in flight on the
 // runtime's clock until its receiver has handled it (internal/track).

@@ -2,11 +2,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: session_kind.proto
+// source: protocol/session_kind.proto
 
-package messages
+package protocol
 
 import (
+	messages "github.com/musepi/musepi/messages"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -27,21 +28,21 @@ const (
 // activation hands the session over (SessionMoved) and, with events, gets
 // the session's events.
 type SessionOpen struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Model          string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`                                         // primary "provider/model"
-	Role           string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`                                           // model role for fallback chains
-	Settings       *RetrySettings         `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`                                   // unset: the hosting node's
-	WatcherAddress string                 `protobuf:"bytes,4,opt,name=watcher_address,json=watcherAddress,proto3" json:"watcher_address,omitempty"` // the watcher's PID; empty: none
-	WatcherId      string                 `protobuf:"bytes,5,opt,name=watcher_id,json=watcherId,proto3" json:"watcher_id,omitempty"`
-	Events         bool                   `protobuf:"varint,6,opt,name=events,proto3" json:"events,omitempty"`     // relay the session's events to the watcher
-	Priority       int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"` // pacing.Priority: 0 normal, 1 high, 2 low
+	state          protoimpl.MessageState  `protogen:"open.v1"`
+	Model          string                  `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`                                         // primary "provider/model"
+	Role           string                  `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`                                           // model role for fallback chains
+	Settings       *messages.RetrySettings `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`                                   // unset: the hosting node's
+	WatcherAddress string                  `protobuf:"bytes,4,opt,name=watcher_address,json=watcherAddress,proto3" json:"watcher_address,omitempty"` // the watcher's PID; empty: none
+	WatcherId      string                  `protobuf:"bytes,5,opt,name=watcher_id,json=watcherId,proto3" json:"watcher_id,omitempty"`
+	Events         bool                    `protobuf:"varint,6,opt,name=events,proto3" json:"events,omitempty"`     // relay the session's events to the watcher
+	Priority       int32                   `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"` // pacing.Priority: 0 normal, 1 high, 2 low
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SessionOpen) Reset() {
 	*x = SessionOpen{}
-	mi := &file_session_kind_proto_msgTypes[0]
+	mi := &file_protocol_session_kind_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -53,7 +54,7 @@ func (x *SessionOpen) String() string {
 func (*SessionOpen) ProtoMessage() {}
 
 func (x *SessionOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[0]
+	mi := &file_protocol_session_kind_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -66,7 +67,7 @@ func (x *SessionOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpen.ProtoReflect.Descriptor instead.
 func (*SessionOpen) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{0}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *SessionOpen) GetModel() string {
@@ -83,7 +84,7 @@ func (x *SessionOpen) GetRole() string {
 	return ""
 }
 
-func (x *SessionOpen) GetSettings() *RetrySettings {
+func (x *SessionOpen) GetSettings() *messages.RetrySettings {
 	if x != nil {
 		return x.Settings
 	}
@@ -132,7 +133,7 @@ type SessionOpened struct {
 
 func (x *SessionOpened) Reset() {
 	*x = SessionOpened{}
-	mi := &file_session_kind_proto_msgTypes[1]
+	mi := &file_protocol_session_kind_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +145,7 @@ func (x *SessionOpened) String() string {
 func (*SessionOpened) ProtoMessage() {}
 
 func (x *SessionOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[1]
+	mi := &file_protocol_session_kind_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +158,7 @@ func (x *SessionOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOpened.ProtoReflect.Descriptor instead.
 func (*SessionOpened) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{1}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SessionOpened) GetError() string {
@@ -187,7 +188,7 @@ type SessionWatch struct {
 
 func (x *SessionWatch) Reset() {
 	*x = SessionWatch{}
-	mi := &file_session_kind_proto_msgTypes[2]
+	mi := &file_protocol_session_kind_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -199,7 +200,7 @@ func (x *SessionWatch) String() string {
 func (*SessionWatch) ProtoMessage() {}
 
 func (x *SessionWatch) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[2]
+	mi := &file_protocol_session_kind_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -212,7 +213,7 @@ func (x *SessionWatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionWatch.ProtoReflect.Descriptor instead.
 func (*SessionWatch) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{2}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SessionWatch) GetWatcherAddress() string {
@@ -248,7 +249,7 @@ type SessionMoved struct {
 
 func (x *SessionMoved) Reset() {
 	*x = SessionMoved{}
-	mi := &file_session_kind_proto_msgTypes[3]
+	mi := &file_protocol_session_kind_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +261,7 @@ func (x *SessionMoved) String() string {
 func (*SessionMoved) ProtoMessage() {}
 
 func (x *SessionMoved) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[3]
+	mi := &file_protocol_session_kind_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +274,7 @@ func (x *SessionMoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionMoved.ProtoReflect.Descriptor instead.
 func (*SessionMoved) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{3}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{3}
 }
 
 // SessionStateRequest asks the activation for what a Session reads
@@ -286,7 +287,7 @@ type SessionStateRequest struct {
 
 func (x *SessionStateRequest) Reset() {
 	*x = SessionStateRequest{}
-	mi := &file_session_kind_proto_msgTypes[4]
+	mi := &file_protocol_session_kind_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +299,7 @@ func (x *SessionStateRequest) String() string {
 func (*SessionStateRequest) ProtoMessage() {}
 
 func (x *SessionStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[4]
+	mi := &file_protocol_session_kind_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +312,7 @@ func (x *SessionStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStateRequest.ProtoReflect.Descriptor instead.
 func (*SessionStateRequest) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{4}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{4}
 }
 
 // SessionStateReply is a session's state as actors.SessionState holds it.
@@ -333,7 +334,7 @@ type SessionStateReply struct {
 
 func (x *SessionStateReply) Reset() {
 	*x = SessionStateReply{}
-	mi := &file_session_kind_proto_msgTypes[5]
+	mi := &file_protocol_session_kind_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +346,7 @@ func (x *SessionStateReply) String() string {
 func (*SessionStateReply) ProtoMessage() {}
 
 func (x *SessionStateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[5]
+	mi := &file_protocol_session_kind_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +359,7 @@ func (x *SessionStateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStateReply.ProtoReflect.Descriptor instead.
 func (*SessionStateReply) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{5}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionStateReply) GetBusy() bool {
@@ -444,7 +445,7 @@ type SessionOptions struct {
 
 func (x *SessionOptions) Reset() {
 	*x = SessionOptions{}
-	mi := &file_session_kind_proto_msgTypes[6]
+	mi := &file_protocol_session_kind_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +457,7 @@ func (x *SessionOptions) String() string {
 func (*SessionOptions) ProtoMessage() {}
 
 func (x *SessionOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[6]
+	mi := &file_protocol_session_kind_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +470,7 @@ func (x *SessionOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOptions.ProtoReflect.Descriptor instead.
 func (*SessionOptions) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{6}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionOptions) GetThinkingLevel() string {
@@ -503,7 +504,7 @@ type SessionClose struct {
 
 func (x *SessionClose) Reset() {
 	*x = SessionClose{}
-	mi := &file_session_kind_proto_msgTypes[7]
+	mi := &file_protocol_session_kind_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +516,7 @@ func (x *SessionClose) String() string {
 func (*SessionClose) ProtoMessage() {}
 
 func (x *SessionClose) ProtoReflect() protoreflect.Message {
-	mi := &file_session_kind_proto_msgTypes[7]
+	mi := &file_protocol_session_kind_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,14 +529,14 @@ func (x *SessionClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionClose.ProtoReflect.Descriptor instead.
 func (*SessionClose) Descriptor() ([]byte, []int) {
-	return file_session_kind_proto_rawDescGZIP(), []int{7}
+	return file_protocol_session_kind_proto_rawDescGZIP(), []int{7}
 }
 
-var File_session_kind_proto protoreflect.FileDescriptor
+var File_protocol_session_kind_proto protoreflect.FileDescriptor
 
-const file_session_kind_proto_rawDesc = "" +
+const file_protocol_session_kind_proto_rawDesc = "" +
 	"\n" +
-	"\x12session_kind.proto\x12\tmusepi.v1\x1a\x0esettings.proto\"\xe9\x01\n" +
+	"\x1bprotocol/session_kind.proto\x12\tmusepi.v1\x1a\x0esettings.proto\"\xe9\x01\n" +
 	"\vSessionOpen\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x124\n" +
@@ -579,33 +580,33 @@ const file_session_kind_proto_rawDesc = "" +
 	"\x0f_thinking_levelB\x12\n" +
 	"\x10_auto_compactionB\v\n" +
 	"\t_priority\"\x0e\n" +
-	"\fSessionCloseB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\fSessionCloseB,Z*github.com/musepi/musepi/messages/protocolb\x06proto3"
 
 var (
-	file_session_kind_proto_rawDescOnce sync.Once
-	file_session_kind_proto_rawDescData []byte
+	file_protocol_session_kind_proto_rawDescOnce sync.Once
+	file_protocol_session_kind_proto_rawDescData []byte
 )
 
-func file_session_kind_proto_rawDescGZIP() []byte {
-	file_session_kind_proto_rawDescOnce.Do(func() {
-		file_session_kind_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_session_kind_proto_rawDesc), len(file_session_kind_proto_rawDesc)))
+func file_protocol_session_kind_proto_rawDescGZIP() []byte {
+	file_protocol_session_kind_proto_rawDescOnce.Do(func() {
+		file_protocol_session_kind_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_protocol_session_kind_proto_rawDesc), len(file_protocol_session_kind_proto_rawDesc)))
 	})
-	return file_session_kind_proto_rawDescData
+	return file_protocol_session_kind_proto_rawDescData
 }
 
-var file_session_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
-var file_session_kind_proto_goTypes = []any{
-	(*SessionOpen)(nil),         // 0: musepi.v1.SessionOpen
-	(*SessionOpened)(nil),       // 1: musepi.v1.SessionOpened
-	(*SessionWatch)(nil),        // 2: musepi.v1.SessionWatch
-	(*SessionMoved)(nil),        // 3: musepi.v1.SessionMoved
-	(*SessionStateRequest)(nil), // 4: musepi.v1.SessionStateRequest
-	(*SessionStateReply)(nil),   // 5: musepi.v1.SessionStateReply
-	(*SessionOptions)(nil),      // 6: musepi.v1.SessionOptions
-	(*SessionClose)(nil),        // 7: musepi.v1.SessionClose
-	(*RetrySettings)(nil),       // 8: musepi.v1.RetrySettings
+var file_protocol_session_kind_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_protocol_session_kind_proto_goTypes = []any{
+	(*SessionOpen)(nil),            // 0: musepi.v1.SessionOpen
+	(*SessionOpened)(nil),          // 1: musepi.v1.SessionOpened
+	(*SessionWatch)(nil),           // 2: musepi.v1.SessionWatch
+	(*SessionMoved)(nil),           // 3: musepi.v1.SessionMoved
+	(*SessionStateRequest)(nil),    // 4: musepi.v1.SessionStateRequest
+	(*SessionStateReply)(nil),      // 5: musepi.v1.SessionStateReply
+	(*SessionOptions)(nil),         // 6: musepi.v1.SessionOptions
+	(*SessionClose)(nil),           // 7: musepi.v1.SessionClose
+	(*messages.RetrySettings)(nil), // 8: musepi.v1.RetrySettings
 }
-var file_session_kind_proto_depIdxs = []int32{
+var file_protocol_session_kind_proto_depIdxs = []int32{
 	8, // 0: musepi.v1.SessionOpen.settings:type_name -> musepi.v1.RetrySettings
 	5, // 1: musepi.v1.SessionOpened.state:type_name -> musepi.v1.SessionStateReply
 	2, // [2:2] is the sub-list for method output_type
@@ -615,28 +616,27 @@ var file_session_kind_proto_depIdxs = []int32{
 	0, // [0:2] is the sub-list for field type_name
 }
 
-func init() { file_session_kind_proto_init() }
-func file_session_kind_proto_init() {
-	if File_session_kind_proto != nil {
+func init() { file_protocol_session_kind_proto_init() }
+func file_protocol_session_kind_proto_init() {
+	if File_protocol_session_kind_proto != nil {
 		return
 	}
-	file_settings_proto_init()
-	file_session_kind_proto_msgTypes[6].OneofWrappers = []any{}
+	file_protocol_session_kind_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_session_kind_proto_rawDesc), len(file_session_kind_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_session_kind_proto_rawDesc), len(file_protocol_session_kind_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_session_kind_proto_goTypes,
-		DependencyIndexes: file_session_kind_proto_depIdxs,
-		MessageInfos:      file_session_kind_proto_msgTypes,
+		GoTypes:           file_protocol_session_kind_proto_goTypes,
+		DependencyIndexes: file_protocol_session_kind_proto_depIdxs,
+		MessageInfos:      file_protocol_session_kind_proto_msgTypes,
 	}.Build()
-	File_session_kind_proto = out.File
-	file_session_kind_proto_goTypes = nil
-	file_session_kind_proto_depIdxs = nil
+	File_protocol_session_kind_proto = out.File
+	file_protocol_session_kind_proto_goTypes = nil
+	file_protocol_session_kind_proto_depIdxs = nil
 }

@@ -2,11 +2,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: actors.proto
+// source: protocol/actors.proto
 
-package messages
+package protocol
 
 import (
+	messages "github.com/musepi/musepi/messages"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -22,9 +23,8 @@ const (
 )
 
 // ActorRef is where an actor is: protoactor's actor.PID, field for field
-// (the same bytes on the wire), declared here so that this package, and
-// the pure core that imports it, need no protoactor. Package actors
-// converts (actors.Ref, actors.PID).
+// (the same bytes on the wire), declared here so that this package needs
+// no protoactor. Package actors converts (actors.Ref, actors.PID).
 type ActorRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
@@ -36,7 +36,7 @@ type ActorRef struct {
 
 func (x *ActorRef) Reset() {
 	*x = ActorRef{}
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_protocol_actors_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *ActorRef) String() string {
 func (*ActorRef) ProtoMessage() {}
 
 func (x *ActorRef) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[0]
+	mi := &file_protocol_actors_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *ActorRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorRef.ProtoReflect.Descriptor instead.
 func (*ActorRef) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{0}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ActorRef) GetAddress() string {
@@ -99,7 +99,7 @@ type PromptRequest struct {
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_protocol_actors_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +111,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[1]
+	mi := &file_protocol_actors_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +124,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{1}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PromptRequest) GetText() string {
@@ -161,7 +161,7 @@ type AttachPrompt struct {
 
 func (x *AttachPrompt) Reset() {
 	*x = AttachPrompt{}
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_protocol_actors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +173,7 @@ func (x *AttachPrompt) String() string {
 func (*AttachPrompt) ProtoMessage() {}
 
 func (x *AttachPrompt) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[2]
+	mi := &file_protocol_actors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +186,7 @@ func (x *AttachPrompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachPrompt.ProtoReflect.Descriptor instead.
 func (*AttachPrompt) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{2}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AttachPrompt) GetGeneration() uint64 {
@@ -224,7 +224,7 @@ type HandOver struct {
 
 func (x *HandOver) Reset() {
 	*x = HandOver{}
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_protocol_actors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +236,7 @@ func (x *HandOver) String() string {
 func (*HandOver) ProtoMessage() {}
 
 func (x *HandOver) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[3]
+	mi := &file_protocol_actors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +249,7 @@ func (x *HandOver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandOver.ProtoReflect.Descriptor instead.
 func (*HandOver) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{3}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{3}
 }
 
 // PromptAccepted tells a PromptRequest's sender (with ack) that the prompt
@@ -263,7 +263,7 @@ type PromptAccepted struct {
 
 func (x *PromptAccepted) Reset() {
 	*x = PromptAccepted{}
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_protocol_actors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +275,7 @@ func (x *PromptAccepted) String() string {
 func (*PromptAccepted) ProtoMessage() {}
 
 func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[4]
+	mi := &file_protocol_actors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +288,7 @@ func (x *PromptAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptAccepted.ProtoReflect.Descriptor instead.
 func (*PromptAccepted) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{4}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PromptAccepted) GetGeneration() uint64 {
@@ -300,20 +300,20 @@ func (x *PromptAccepted) GetGeneration() uint64 {
 
 // PromptResult answers PromptRequest.
 type PromptResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
-	Message       *AssistantMessage      `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`                      // the last assistant message, if any
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`                          // empty on success
-	ErrorKind     string                 `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown", "history"
-	History       *HistoryFailure        `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`                      // with error_kind "history": the write that failed
-	Retry         *RetryFailure          `protobuf:"bytes,6,opt,name=retry,proto3" json:"retry,omitempty"`                          // a retry chain that ended without success, if any
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Generation    uint64                     `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Message       *messages.AssistantMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`                      // the last assistant message, if any
+	Error         string                     `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`                          // empty on success
+	ErrorKind     string                     `protobuf:"bytes,4,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"` // "failed", "busy", "aborted", "context_overflow", "retry_cancelled", "shutdown", "history"
+	History       *HistoryFailure            `protobuf:"bytes,5,opt,name=history,proto3" json:"history,omitempty"`                      // with error_kind "history": the write that failed
+	Retry         *RetryFailure              `protobuf:"bytes,6,opt,name=retry,proto3" json:"retry,omitempty"`                          // a retry chain that ended without success, if any
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_protocol_actors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +325,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[5]
+	mi := &file_protocol_actors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +338,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{5}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PromptResult) GetGeneration() uint64 {
@@ -348,7 +348,7 @@ func (x *PromptResult) GetGeneration() uint64 {
 	return 0
 }
 
-func (x *PromptResult) GetMessage() *AssistantMessage {
+func (x *PromptResult) GetMessage() *messages.AssistantMessage {
 	if x != nil {
 		return x.Message
 	}
@@ -396,7 +396,7 @@ type RetryFailure struct {
 
 func (x *RetryFailure) Reset() {
 	*x = RetryFailure{}
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_protocol_actors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +408,7 @@ func (x *RetryFailure) String() string {
 func (*RetryFailure) ProtoMessage() {}
 
 func (x *RetryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[6]
+	mi := &file_protocol_actors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +421,7 @@ func (x *RetryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFailure.ProtoReflect.Descriptor instead.
 func (*RetryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{6}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RetryFailure) GetClass() string {
@@ -464,7 +464,7 @@ type HistoryFailure struct {
 
 func (x *HistoryFailure) Reset() {
 	*x = HistoryFailure{}
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_protocol_actors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +476,7 @@ func (x *HistoryFailure) String() string {
 func (*HistoryFailure) ProtoMessage() {}
 
 func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[7]
+	mi := &file_protocol_actors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +489,7 @@ func (x *HistoryFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryFailure.ProtoReflect.Descriptor instead.
 func (*HistoryFailure) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{7}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HistoryFailure) GetOp() string {
@@ -525,7 +525,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_protocol_actors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +537,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[8]
+	mi := &file_protocol_actors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +550,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{8}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AbortRequest) GetEditGuard() bool {
@@ -569,7 +569,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_protocol_actors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +581,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[9]
+	mi := &file_protocol_actors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +594,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{9}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{9}
 }
 
 // SetAutoRetryRequest writes retry.enabled.
@@ -607,7 +607,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_protocol_actors_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +619,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[10]
+	mi := &file_protocol_actors_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +632,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{10}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetAutoRetryRequest) GetEnabled() bool {
@@ -652,7 +652,7 @@ type SetModelRequest struct {
 
 func (x *SetModelRequest) Reset() {
 	*x = SetModelRequest{}
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_protocol_actors_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +664,7 @@ func (x *SetModelRequest) String() string {
 func (*SetModelRequest) ProtoMessage() {}
 
 func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[11]
+	mi := &file_protocol_actors_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +677,7 @@ func (x *SetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModelRequest.ProtoReflect.Descriptor instead.
 func (*SetModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{11}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetModelRequest) GetModel() string {
@@ -697,7 +697,7 @@ type MessagesRequest struct {
 
 func (x *MessagesRequest) Reset() {
 	*x = MessagesRequest{}
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_protocol_actors_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +709,7 @@ func (x *MessagesRequest) String() string {
 func (*MessagesRequest) ProtoMessage() {}
 
 func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[12]
+	mi := &file_protocol_actors_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +722,7 @@ func (x *MessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesRequest.ProtoReflect.Descriptor instead.
 func (*MessagesRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{12}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MessagesRequest) GetHistory() bool {
@@ -735,7 +735,7 @@ func (x *MessagesRequest) GetHistory() bool {
 // MessagesReply answers MessagesRequest.
 type MessagesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Entries       []*messages.Entry      `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // the history could not be read
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -743,7 +743,7 @@ type MessagesReply struct {
 
 func (x *MessagesReply) Reset() {
 	*x = MessagesReply{}
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_protocol_actors_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +755,7 @@ func (x *MessagesReply) String() string {
 func (*MessagesReply) ProtoMessage() {}
 
 func (x *MessagesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[13]
+	mi := &file_protocol_actors_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,10 +768,10 @@ func (x *MessagesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesReply.ProtoReflect.Descriptor instead.
 func (*MessagesReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{13}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *MessagesReply) GetEntries() []*Entry {
+func (x *MessagesReply) GetEntries() []*messages.Entry {
 	if x != nil {
 		return x.Entries
 	}
@@ -795,7 +795,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_protocol_actors_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +807,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[14]
+	mi := &file_protocol_actors_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +820,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{14}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetError() string {
@@ -852,7 +852,7 @@ type SelectCredential struct {
 
 func (x *SelectCredential) Reset() {
 	*x = SelectCredential{}
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_protocol_actors_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +864,7 @@ func (x *SelectCredential) String() string {
 func (*SelectCredential) ProtoMessage() {}
 
 func (x *SelectCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[15]
+	mi := &file_protocol_actors_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +877,7 @@ func (x *SelectCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectCredential.ProtoReflect.Descriptor instead.
 func (*SelectCredential) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{15}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SelectCredential) GetSessionId() string {
@@ -965,7 +965,7 @@ type CredentialSelected struct {
 
 func (x *CredentialSelected) Reset() {
 	*x = CredentialSelected{}
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_protocol_actors_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +977,7 @@ func (x *CredentialSelected) String() string {
 func (*CredentialSelected) ProtoMessage() {}
 
 func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[16]
+	mi := &file_protocol_actors_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +990,7 @@ func (x *CredentialSelected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSelected.ProtoReflect.Descriptor instead.
 func (*CredentialSelected) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{16}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CredentialSelected) GetCredential() string {
@@ -1049,7 +1049,7 @@ type PacingGrant struct {
 
 func (x *PacingGrant) Reset() {
 	*x = PacingGrant{}
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_protocol_actors_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1061,7 @@ func (x *PacingGrant) String() string {
 func (*PacingGrant) ProtoMessage() {}
 
 func (x *PacingGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[17]
+	mi := &file_protocol_actors_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1074,7 @@ func (x *PacingGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingGrant.ProtoReflect.Descriptor instead.
 func (*PacingGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{17}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PacingGrant) GetSessionId() string {
@@ -1115,7 +1115,7 @@ type PacingSettle struct {
 	Sent              bool                   `protobuf:"varint,4,opt,name=sent,proto3" json:"sent,omitempty"`                                  // the request went out
 	InputTokens       int64                  `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"` // used, as the provider reported
 	OutputTokens      int64                  `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	Limits            *RateLimits            `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`                                                   // announced by the response (absent: none)
+	Limits            *messages.RateLimits   `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`                                                   // announced by the response (absent: none)
 	Refused           bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`                                                // the server refused the call (429)
 	CachedInputTokens int64                  `protobuf:"varint,9,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"` // input read from or written to the prompt cache (not in input_tokens)
 	RetryAfterMs      int64                  `protobuf:"varint,10,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`               // a refusal's retry hint (0: none): nothing goes on the key before it
@@ -1125,7 +1125,7 @@ type PacingSettle struct {
 
 func (x *PacingSettle) Reset() {
 	*x = PacingSettle{}
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_protocol_actors_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1137,7 @@ func (x *PacingSettle) String() string {
 func (*PacingSettle) ProtoMessage() {}
 
 func (x *PacingSettle) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[18]
+	mi := &file_protocol_actors_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1150,7 @@ func (x *PacingSettle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingSettle.ProtoReflect.Descriptor instead.
 func (*PacingSettle) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{18}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PacingSettle) GetSessionId() string {
@@ -1195,7 +1195,7 @@ func (x *PacingSettle) GetOutputTokens() int64 {
 	return 0
 }
 
-func (x *PacingSettle) GetLimits() *RateLimits {
+func (x *PacingSettle) GetLimits() *messages.RateLimits {
 	if x != nil {
 		return x.Limits
 	}
@@ -1230,7 +1230,7 @@ type PacingObserve struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Credential    string                 `protobuf:"bytes,2,opt,name=credential,proto3" json:"credential,omitempty"`
-	Limits        *RateLimits            `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits        *messages.RateLimits   `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	ArrivedUnixMs int64                  `protobuf:"varint,4,opt,name=arrived_unix_ms,json=arrivedUnixMs,proto3" json:"arrived_unix_ms,omitempty"` // when the headers arrived, on the session's clock
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1238,7 +1238,7 @@ type PacingObserve struct {
 
 func (x *PacingObserve) Reset() {
 	*x = PacingObserve{}
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_protocol_actors_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1250,7 @@ func (x *PacingObserve) String() string {
 func (*PacingObserve) ProtoMessage() {}
 
 func (x *PacingObserve) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[19]
+	mi := &file_protocol_actors_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1263,7 @@ func (x *PacingObserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingObserve.ProtoReflect.Descriptor instead.
 func (*PacingObserve) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{19}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PacingObserve) GetSessionId() string {
@@ -1280,7 +1280,7 @@ func (x *PacingObserve) GetCredential() string {
 	return ""
 }
 
-func (x *PacingObserve) GetLimits() *RateLimits {
+func (x *PacingObserve) GetLimits() *messages.RateLimits {
 	if x != nil {
 		return x.Limits
 	}
@@ -1306,7 +1306,7 @@ type PacingCancel struct {
 
 func (x *PacingCancel) Reset() {
 	*x = PacingCancel{}
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_protocol_actors_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1318,7 @@ func (x *PacingCancel) String() string {
 func (*PacingCancel) ProtoMessage() {}
 
 func (x *PacingCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[20]
+	mi := &file_protocol_actors_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1331,7 @@ func (x *PacingCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PacingCancel.ProtoReflect.Descriptor instead.
 func (*PacingCancel) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{20}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PacingCancel) GetSessionId() string {
@@ -1362,7 +1362,7 @@ type MarkUsageLimitReached struct {
 
 func (x *MarkUsageLimitReached) Reset() {
 	*x = MarkUsageLimitReached{}
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_protocol_actors_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1374,7 @@ func (x *MarkUsageLimitReached) String() string {
 func (*MarkUsageLimitReached) ProtoMessage() {}
 
 func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[21]
+	mi := &file_protocol_actors_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1387,7 @@ func (x *MarkUsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUsageLimitReached.ProtoReflect.Descriptor instead.
 func (*MarkUsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{21}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MarkUsageLimitReached) GetSessionId() string {
@@ -1432,7 +1432,7 @@ type UsageLimitReply struct {
 
 func (x *UsageLimitReply) Reset() {
 	*x = UsageLimitReply{}
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_protocol_actors_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1444,7 @@ func (x *UsageLimitReply) String() string {
 func (*UsageLimitReply) ProtoMessage() {}
 
 func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[22]
+	mi := &file_protocol_actors_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1457,7 @@ func (x *UsageLimitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReply.ProtoReflect.Descriptor instead.
 func (*UsageLimitReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{22}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UsageLimitReply) GetSwitched() bool {
@@ -1506,7 +1506,7 @@ type RetryBudgetOutcome struct {
 
 func (x *RetryBudgetOutcome) Reset() {
 	*x = RetryBudgetOutcome{}
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_protocol_actors_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1518,7 @@ func (x *RetryBudgetOutcome) String() string {
 func (*RetryBudgetOutcome) ProtoMessage() {}
 
 func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[23]
+	mi := &file_protocol_actors_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1531,7 @@ func (x *RetryBudgetOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetOutcome.ProtoReflect.Descriptor instead.
 func (*RetryBudgetOutcome) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{23}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RetryBudgetOutcome) GetSuccess() bool {
@@ -1556,7 +1556,7 @@ type RetryBudgetRequest struct {
 
 func (x *RetryBudgetRequest) Reset() {
 	*x = RetryBudgetRequest{}
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_protocol_actors_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1568,7 @@ func (x *RetryBudgetRequest) String() string {
 func (*RetryBudgetRequest) ProtoMessage() {}
 
 func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[24]
+	mi := &file_protocol_actors_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1581,7 @@ func (x *RetryBudgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{24}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RetryBudgetRequest) GetSessionId() string {
@@ -1633,7 +1633,7 @@ type RetryBudgetGrant struct {
 
 func (x *RetryBudgetGrant) Reset() {
 	*x = RetryBudgetGrant{}
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_protocol_actors_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1645,7 @@ func (x *RetryBudgetGrant) String() string {
 func (*RetryBudgetGrant) ProtoMessage() {}
 
 func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[25]
+	mi := &file_protocol_actors_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1658,7 @@ func (x *RetryBudgetGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetGrant.ProtoReflect.Descriptor instead.
 func (*RetryBudgetGrant) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{25}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryBudgetGrant) GetToken() uint64 {
@@ -1693,7 +1693,7 @@ type RetryBudgetDrop struct {
 
 func (x *RetryBudgetDrop) Reset() {
 	*x = RetryBudgetDrop{}
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_protocol_actors_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1705,7 @@ func (x *RetryBudgetDrop) String() string {
 func (*RetryBudgetDrop) ProtoMessage() {}
 
 func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[26]
+	mi := &file_protocol_actors_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1718,7 @@ func (x *RetryBudgetDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetDrop.ProtoReflect.Descriptor instead.
 func (*RetryBudgetDrop) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{26}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryBudgetDrop) GetSessionId() string {
@@ -1737,7 +1737,7 @@ type RetryBudgetStatsRequest struct {
 
 func (x *RetryBudgetStatsRequest) Reset() {
 	*x = RetryBudgetStatsRequest{}
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_protocol_actors_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1749,7 @@ func (x *RetryBudgetStatsRequest) String() string {
 func (*RetryBudgetStatsRequest) ProtoMessage() {}
 
 func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[27]
+	mi := &file_protocol_actors_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1762,7 @@ func (x *RetryBudgetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStatsRequest.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{27}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{27}
 }
 
 // RetryBudgetStats is a budget's state and counters (retry.BudgetStats).
@@ -1778,7 +1778,7 @@ type RetryBudgetStats struct {
 
 func (x *RetryBudgetStats) Reset() {
 	*x = RetryBudgetStats{}
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_protocol_actors_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1790,7 @@ func (x *RetryBudgetStats) String() string {
 func (*RetryBudgetStats) ProtoMessage() {}
 
 func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[28]
+	mi := &file_protocol_actors_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1803,7 @@ func (x *RetryBudgetStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetStats.ProtoReflect.Descriptor instead.
 func (*RetryBudgetStats) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{28}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RetryBudgetStats) GetTokens() float64 {
@@ -1846,7 +1846,7 @@ type RetryBudgetRelease struct {
 
 func (x *RetryBudgetRelease) Reset() {
 	*x = RetryBudgetRelease{}
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_protocol_actors_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1858,7 @@ func (x *RetryBudgetRelease) String() string {
 func (*RetryBudgetRelease) ProtoMessage() {}
 
 func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[29]
+	mi := &file_protocol_actors_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1871,7 @@ func (x *RetryBudgetRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryBudgetRelease.ProtoReflect.Descriptor instead.
 func (*RetryBudgetRelease) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{29}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RetryBudgetRelease) GetToken() uint64 {
@@ -1905,7 +1905,7 @@ type ReleaseSession struct {
 
 func (x *ReleaseSession) Reset() {
 	*x = ReleaseSession{}
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_protocol_actors_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +1917,7 @@ func (x *ReleaseSession) String() string {
 func (*ReleaseSession) ProtoMessage() {}
 
 func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[30]
+	mi := &file_protocol_actors_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +1930,7 @@ func (x *ReleaseSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseSession.ProtoReflect.Descriptor instead.
 func (*ReleaseSession) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{30}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseSession) GetSessionId() string {
@@ -1957,7 +1957,7 @@ type NextModelRequest struct {
 
 func (x *NextModelRequest) Reset() {
 	*x = NextModelRequest{}
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_protocol_actors_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +1969,7 @@ func (x *NextModelRequest) String() string {
 func (*NextModelRequest) ProtoMessage() {}
 
 func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[31]
+	mi := &file_protocol_actors_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +1982,7 @@ func (x *NextModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelRequest.ProtoReflect.Descriptor instead.
 func (*NextModelRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{31}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NextModelRequest) GetSessionId() string {
@@ -2049,7 +2049,7 @@ type NextModelReply struct {
 
 func (x *NextModelReply) Reset() {
 	*x = NextModelReply{}
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_protocol_actors_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2061,7 @@ func (x *NextModelReply) String() string {
 func (*NextModelReply) ProtoMessage() {}
 
 func (x *NextModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[32]
+	mi := &file_protocol_actors_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2074,7 @@ func (x *NextModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextModelReply.ProtoReflect.Descriptor instead.
 func (*NextModelReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{32}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NextModelReply) GetSwitched() bool {
@@ -2129,7 +2129,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_protocol_actors_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2141,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[33]
+	mi := &file_protocol_actors_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2154,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{33}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{33}
 }
 
 // CompactReply answers CompactRequest.
@@ -2171,7 +2171,7 @@ type CompactReply struct {
 
 func (x *CompactReply) Reset() {
 	*x = CompactReply{}
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_protocol_actors_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2183,7 @@ func (x *CompactReply) String() string {
 func (*CompactReply) ProtoMessage() {}
 
 func (x *CompactReply) ProtoReflect() protoreflect.Message {
-	mi := &file_actors_proto_msgTypes[34]
+	mi := &file_protocol_actors_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2196,7 @@ func (x *CompactReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactReply.ProtoReflect.Descriptor instead.
 func (*CompactReply) Descriptor() ([]byte, []int) {
-	return file_actors_proto_rawDescGZIP(), []int{34}
+	return file_protocol_actors_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CompactReply) GetError() string {
@@ -2234,11 +2234,11 @@ func (x *CompactReply) GetTokensBefore() int64 {
 	return 0
 }
 
-var File_actors_proto protoreflect.FileDescriptor
+var File_protocol_actors_proto protoreflect.FileDescriptor
 
-const file_actors_proto_rawDesc = "" +
+const file_protocol_actors_proto_rawDesc = "" +
 	"\n" +
-	"\factors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"S\n" +
+	"\x15protocol/actors.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\x1a\rhistory.proto\"S\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -2428,62 +2428,62 @@ const file_actors_proto_rawDesc = "" +
 	"\x0eentries_before\x18\x02 \x01(\x05R\rentriesBefore\x12#\n" +
 	"\rentries_after\x18\x03 \x01(\x05R\fentriesAfter\x12$\n" +
 	"\x0efirst_kept_seq\x18\x04 \x01(\x04R\ffirstKeptSeq\x12#\n" +
-	"\rtokens_before\x18\x05 \x01(\x03R\ftokensBeforeB#Z!github.com/musepi/musepi/messagesb\x06proto3"
+	"\rtokens_before\x18\x05 \x01(\x03R\ftokensBeforeB,Z*github.com/musepi/musepi/messages/protocolb\x06proto3"
 
 var (
-	file_actors_proto_rawDescOnce sync.Once
-	file_actors_proto_rawDescData []byte
+	file_protocol_actors_proto_rawDescOnce sync.Once
+	file_protocol_actors_proto_rawDescData []byte
 )
 
-func file_actors_proto_rawDescGZIP() []byte {
-	file_actors_proto_rawDescOnce.Do(func() {
-		file_actors_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)))
+func file_protocol_actors_proto_rawDescGZIP() []byte {
+	file_protocol_actors_proto_rawDescOnce.Do(func() {
+		file_protocol_actors_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_protocol_actors_proto_rawDesc), len(file_protocol_actors_proto_rawDesc)))
 	})
-	return file_actors_proto_rawDescData
+	return file_protocol_actors_proto_rawDescData
 }
 
-var file_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
-var file_actors_proto_goTypes = []any{
-	(*ActorRef)(nil),                // 0: musepi.v1.ActorRef
-	(*PromptRequest)(nil),           // 1: musepi.v1.PromptRequest
-	(*AttachPrompt)(nil),            // 2: musepi.v1.AttachPrompt
-	(*HandOver)(nil),                // 3: musepi.v1.HandOver
-	(*PromptAccepted)(nil),          // 4: musepi.v1.PromptAccepted
-	(*PromptResult)(nil),            // 5: musepi.v1.PromptResult
-	(*RetryFailure)(nil),            // 6: musepi.v1.RetryFailure
-	(*HistoryFailure)(nil),          // 7: musepi.v1.HistoryFailure
-	(*AbortRequest)(nil),            // 8: musepi.v1.AbortRequest
-	(*AbortRetryRequest)(nil),       // 9: musepi.v1.AbortRetryRequest
-	(*SetAutoRetryRequest)(nil),     // 10: musepi.v1.SetAutoRetryRequest
-	(*SetModelRequest)(nil),         // 11: musepi.v1.SetModelRequest
-	(*MessagesRequest)(nil),         // 12: musepi.v1.MessagesRequest
-	(*MessagesReply)(nil),           // 13: musepi.v1.MessagesReply
-	(*Ack)(nil),                     // 14: musepi.v1.Ack
-	(*SelectCredential)(nil),        // 15: musepi.v1.SelectCredential
-	(*CredentialSelected)(nil),      // 16: musepi.v1.CredentialSelected
-	(*PacingGrant)(nil),             // 17: musepi.v1.PacingGrant
-	(*PacingSettle)(nil),            // 18: musepi.v1.PacingSettle
-	(*PacingObserve)(nil),           // 19: musepi.v1.PacingObserve
-	(*PacingCancel)(nil),            // 20: musepi.v1.PacingCancel
-	(*MarkUsageLimitReached)(nil),   // 21: musepi.v1.MarkUsageLimitReached
-	(*UsageLimitReply)(nil),         // 22: musepi.v1.UsageLimitReply
-	(*RetryBudgetOutcome)(nil),      // 23: musepi.v1.RetryBudgetOutcome
-	(*RetryBudgetRequest)(nil),      // 24: musepi.v1.RetryBudgetRequest
-	(*RetryBudgetGrant)(nil),        // 25: musepi.v1.RetryBudgetGrant
-	(*RetryBudgetDrop)(nil),         // 26: musepi.v1.RetryBudgetDrop
-	(*RetryBudgetStatsRequest)(nil), // 27: musepi.v1.RetryBudgetStatsRequest
-	(*RetryBudgetStats)(nil),        // 28: musepi.v1.RetryBudgetStats
-	(*RetryBudgetRelease)(nil),      // 29: musepi.v1.RetryBudgetRelease
-	(*ReleaseSession)(nil),          // 30: musepi.v1.ReleaseSession
-	(*NextModelRequest)(nil),        // 31: musepi.v1.NextModelRequest
-	(*NextModelReply)(nil),          // 32: musepi.v1.NextModelReply
-	(*CompactRequest)(nil),          // 33: musepi.v1.CompactRequest
-	(*CompactReply)(nil),            // 34: musepi.v1.CompactReply
-	(*AssistantMessage)(nil),        // 35: musepi.v1.AssistantMessage
-	(*Entry)(nil),                   // 36: musepi.v1.Entry
-	(*RateLimits)(nil),              // 37: musepi.v1.RateLimits
+var file_protocol_actors_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_protocol_actors_proto_goTypes = []any{
+	(*ActorRef)(nil),                  // 0: musepi.v1.ActorRef
+	(*PromptRequest)(nil),             // 1: musepi.v1.PromptRequest
+	(*AttachPrompt)(nil),              // 2: musepi.v1.AttachPrompt
+	(*HandOver)(nil),                  // 3: musepi.v1.HandOver
+	(*PromptAccepted)(nil),            // 4: musepi.v1.PromptAccepted
+	(*PromptResult)(nil),              // 5: musepi.v1.PromptResult
+	(*RetryFailure)(nil),              // 6: musepi.v1.RetryFailure
+	(*HistoryFailure)(nil),            // 7: musepi.v1.HistoryFailure
+	(*AbortRequest)(nil),              // 8: musepi.v1.AbortRequest
+	(*AbortRetryRequest)(nil),         // 9: musepi.v1.AbortRetryRequest
+	(*SetAutoRetryRequest)(nil),       // 10: musepi.v1.SetAutoRetryRequest
+	(*SetModelRequest)(nil),           // 11: musepi.v1.SetModelRequest
+	(*MessagesRequest)(nil),           // 12: musepi.v1.MessagesRequest
+	(*MessagesReply)(nil),             // 13: musepi.v1.MessagesReply
+	(*Ack)(nil),                       // 14: musepi.v1.Ack
+	(*SelectCredential)(nil),          // 15: musepi.v1.SelectCredential
+	(*CredentialSelected)(nil),        // 16: musepi.v1.CredentialSelected
+	(*PacingGrant)(nil),               // 17: musepi.v1.PacingGrant
+	(*PacingSettle)(nil),              // 18: musepi.v1.PacingSettle
+	(*PacingObserve)(nil),             // 19: musepi.v1.PacingObserve
+	(*PacingCancel)(nil),              // 20: musepi.v1.PacingCancel
+	(*MarkUsageLimitReached)(nil),     // 21: musepi.v1.MarkUsageLimitReached
+	(*UsageLimitReply)(nil),           // 22: musepi.v1.UsageLimitReply
+	(*RetryBudgetOutcome)(nil),        // 23: musepi.v1.RetryBudgetOutcome
+	(*RetryBudgetRequest)(nil),        // 24: musepi.v1.RetryBudgetRequest
+	(*RetryBudgetGrant)(nil),          // 25: musepi.v1.RetryBudgetGrant
+	(*RetryBudgetDrop)(nil),           // 26: musepi.v1.RetryBudgetDrop
+	(*RetryBudgetStatsRequest)(nil),   // 27: musepi.v1.RetryBudgetStatsRequest
+	(*RetryBudgetStats)(nil),          // 28: musepi.v1.RetryBudgetStats
+	(*RetryBudgetRelease)(nil),        // 29: musepi.v1.RetryBudgetRelease
+	(*ReleaseSession)(nil),            // 30: musepi.v1.ReleaseSession
+	(*NextModelRequest)(nil),          // 31: musepi.v1.NextModelRequest
+	(*NextModelReply)(nil),            // 32: musepi.v1.NextModelReply
+	(*CompactRequest)(nil),            // 33: musepi.v1.CompactRequest
+	(*CompactReply)(nil),              // 34: musepi.v1.CompactReply
+	(*messages.AssistantMessage)(nil), // 35: musepi.v1.AssistantMessage
+	(*messages.Entry)(nil),            // 36: musepi.v1.Entry
+	(*messages.RateLimits)(nil),       // 37: musepi.v1.RateLimits
 }
-var file_actors_proto_depIdxs = []int32{
+var file_protocol_actors_proto_depIdxs = []int32{
 	35, // 0: musepi.v1.PromptResult.message:type_name -> musepi.v1.AssistantMessage
 	7,  // 1: musepi.v1.PromptResult.history:type_name -> musepi.v1.HistoryFailure
 	6,  // 2: musepi.v1.PromptResult.retry:type_name -> musepi.v1.RetryFailure
@@ -2499,28 +2499,26 @@ var file_actors_proto_depIdxs = []int32{
 	0,  // [0:8] is the sub-list for field type_name
 }
 
-func init() { file_actors_proto_init() }
-func file_actors_proto_init() {
-	if File_actors_proto != nil {
+func init() { file_protocol_actors_proto_init() }
+func file_protocol_actors_proto_init() {
+	if File_protocol_actors_proto != nil {
 		return
 	}
-	file_assistant_proto_init()
-	file_history_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actors_proto_rawDesc), len(file_actors_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_actors_proto_rawDesc), len(file_protocol_actors_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_actors_proto_goTypes,
-		DependencyIndexes: file_actors_proto_depIdxs,
-		MessageInfos:      file_actors_proto_msgTypes,
+		GoTypes:           file_protocol_actors_proto_goTypes,
+		DependencyIndexes: file_protocol_actors_proto_depIdxs,
+		MessageInfos:      file_protocol_actors_proto_msgTypes,
 	}.Build()
-	File_actors_proto = out.File
-	file_actors_proto_goTypes = nil
-	file_actors_proto_depIdxs = nil
+	File_protocol_actors_proto = out.File
+	file_protocol_actors_proto_goTypes = nil
+	file_protocol_actors_proto_depIdxs = nil
 }
