@@ -50,10 +50,10 @@ type compactionFinished struct {
 	err        string
 }
 
-// passivate is the marker a session sends itself once its root holds new
-// messages: when it comes, every message sent before is handled, and a
-// session still in the backoff of token may leave its actors.
-type passivate struct{ token uint64 }
+// passivate is the marker a session sends itself once its root buffers
+// new messages: when it comes, every message sent before is handled, and a
+// session still in the backoff of ticket may leave its actors.
+type passivate struct{ ticket uint64 }
 
 // pacingTick is a credentials actor's release timer firing: the turns that
 // wait for its keys' budgets may fit now.

@@ -195,9 +195,9 @@ func (s *SessionActor) Receive(ctx actor.Context) {
 	case *toolsFinished:
 		s.toolsFinished(ctx, m)
 	case *timers.Due:
-		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.Token, Generation: m.Generation, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
+		s.step(ctx, session.Input{Kind: session.InBackoffDone, Token: m.Ticket, Generation: m.Generation, KeyFree: sharedActors{s.deps, s.cfg}.keyFree(s.core.Credential(), s.core.Model())})
 	case *passivate:
-		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.token})
+		s.step(ctx, session.Input{Kind: session.InPassivate, Token: m.ticket})
 	case *compactionFinished:
 		s.step(ctx, session.Input{Kind: session.InCompactionDone, Generation: m.generation, Context: m.context, Err: m.err})
 	case *protocol.CompactRequest:

@@ -72,7 +72,7 @@ func (s *SessionActor) armTimer(ctx actor.Context, e *session.Effect) {
 	}
 	s.deps.Timers.Arm(s.cfg.ID, to, e.Delay+e.ContinueDelay, e.Generation, e.Token)
 	if e.Passivate && s.deps.Passivation.Buffer(s.cfg.ID) {
-		track.Send(ctx, s.deps.Clock, ctx.Self(), &passivate{token: e.Token})
+		track.Send(ctx, s.deps.Clock, ctx.Self(), &passivate{ticket: e.Token})
 	}
 }
 

@@ -45,11 +45,11 @@ type Service struct {
 type Deliver func(sessionID string, to *actor.PID, due *Due)
 
 // Due is what a timer delivers to its session when the backoff of the
-// prompt Generation that Token names has passed (and the retry's continue
+// prompt Generation that Ticket names has passed (and the retry's continue
 // after it). It never leaves the process: a plain Go value, counted in
 // flight on the clock (a track.Message).
 type Due struct {
-	Generation, Token uint64
+	Generation, Ticket uint64
 }
 
 // Tracked marks Due as an actor message (track.Message).
@@ -75,7 +75,7 @@ func New(clk clock.Clock, deliver Deliver) *Service {
 // nil, by its id (see Deliver).
 func (s *Service) Arm(sessionID string, to *actor.PID, delay time.Duration, generation, ticket uint64) {
 	t := &task{session: sessionID, to: to}
-	t.due.Generation, t.due.Token = generation, ticket
+	t.due.Generation, t.due.Ticket = generation, ticket
 	s.shard(sessionID).add(t, int64(s.clk.Now().Add(max(delay, 0)).Sub(s.origin)))
 }
 
@@ -158,7 +158,7 @@ func (sh *shard) add(t *task, at int64) {
 func (sh *shard) cancel(session string, ticket uint64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if t := sh.pending.get(session); t != nil && (ticket == 0 || ticket == t.due.Token) {
+	if t := sh.pending.get(session); t != nil && (ticket == 0 || ticket == t.due.Ticket) {
 		sh.drop(t)
 	}
 }

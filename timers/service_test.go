@@ -27,21 +27,21 @@ type op struct {
 	arm, cancel string // the session
 	byID        bool   // arm: delivered by id (a passivated session)
 	delay       time.Duration
-	token       uint64
+	ticket      uint64
 	wait        time.Duration
 }
 
-func arm(session string, delay time.Duration, token uint64) op {
-	return op{arm: session, delay: delay, token: token}
+func arm(session string, delay time.Duration, ticket uint64) op {
+	return op{arm: session, delay: delay, ticket: ticket}
 }
-func armByID(session string, delay time.Duration, token uint64) op {
-	return op{arm: session, byID: true, delay: delay, token: token}
+func armByID(session string, delay time.Duration, ticket uint64) op {
+	return op{arm: session, byID: true, delay: delay, ticket: ticket}
 }
-func cancel(session string, token uint64) op { return op{cancel: session, token: token} }
-func wait(d time.Duration) op                { return op{wait: d} }
+func cancel(session string, ticket uint64) op { return op{cancel: session, ticket: ticket} }
+func wait(d time.Duration) op                 { return op{wait: d} }
 
 // probe is a service on a virtual clock whose deliveries are kept as
-// lines "offset session token=n gen=n to|by-id".
+// lines "offset session ticket=n gen=n to|by-id".
 type probe struct {
 	clk *clock.Virtual
 	svc *timers.Service
@@ -58,7 +58,7 @@ func newProbe() *probe {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.got = append(p.got, fmt.Sprintf("%v %s token=%d gen=%d %s", p.clk.Now().Sub(t0), id, due.Token, due.Generation, how))
+		p.got = append(p.got, fmt.Sprintf("%v %s ticket=%d gen=%d %s", p.clk.Now().Sub(t0), id, due.Ticket, due.Generation, how))
 	})
 	return p
 }
@@ -71,9 +71,9 @@ func (p *probe) do(t *testing.T, o op) {
 		if !o.byID {
 			to = actor.NewPID("local", o.arm)
 		}
-		p.svc.Arm(o.arm, to, o.delay, 7, o.token)
+		p.svc.Arm(o.arm, to, o.delay, 7, o.ticket)
 	case o.cancel != "":
-		p.svc.Cancel(o.cancel, o.token)
+		p.svc.Cancel(o.cancel, o.ticket)
 	default:
 		if err := p.clk.Advance(context.Background(), o.wait); err != nil {
 			t.Fatal(err)
@@ -92,34 +92,34 @@ func TestService(t *testing.T) {
 	}{
 		{"a backoff ends after its delay",
 			[]op{arm("a", 3*time.Second, 1)},
-			[]string{"3s a token=1 gen=7 to a"}},
+			[]string{"3s a ticket=1 gen=7 to a"}},
 		{"a passivated session's backoff goes by its id",
 			[]op{armByID("a", 40*time.Second, 1)},
-			[]string{"40s a token=1 gen=7 by-id"}},
+			[]string{"40s a ticket=1 gen=7 by-id"}},
 		{"a delay of 0 ends at the clock's next instant",
 			[]op{arm("a", 0, 1), wait(0)},
-			[]string{"0s a token=1 gen=7 to a"}},
+			[]string{"0s a ticket=1 gen=7 to a"}},
 		{"a new backoff replaces the session's timer",
 			[]op{arm("a", 3*time.Second, 1), wait(time.Second), arm("a", 5*time.Second, 2)},
-			[]string{"6s a token=2 gen=7 to a"}},
+			[]string{"6s a ticket=2 gen=7 to a"}},
 		{"an abort during the backoff cancels its timer",
 			[]op{arm("a", 3*time.Second, 1), wait(time.Second), cancel("a", 1)},
 			nil},
 		{"a cancel of an older backoff leaves the new one",
 			[]op{arm("a", 3*time.Second, 2), cancel("a", 1)},
-			[]string{"3s a token=2 gen=7 to a"}},
-		{"a cancel of token 0 takes any",
+			[]string{"3s a ticket=2 gen=7 to a"}},
+		{"a cancel of ticket 0 takes any",
 			[]op{armByID("a", 3*time.Second, 2), cancel("a", 0)},
 			nil},
 		{"a cancel of a session with no timer does nothing",
 			[]op{arm("a", time.Second, 1), cancel("b", 0)},
-			[]string{"1s a token=1 gen=7 to a"}},
+			[]string{"1s a ticket=1 gen=7 to a"}},
 		{"sessions' backoffs end in due order, those of one instant together",
 			[]op{arm("a", 2*time.Second, 1), arm("b", time.Second, 2), arm("c", 2*time.Second, 3), arm("d", 500*time.Millisecond, 4), cancel("d", 4)},
-			[]string{"1s b token=2 gen=7 to b", "2s a token=1 gen=7 to a", "2s c token=3 gen=7 to c"}},
+			[]string{"1s b ticket=2 gen=7 to b", "2s a ticket=1 gen=7 to a", "2s c ticket=3 gen=7 to c"}},
 		{"a backoff armed when another fired ends on time",
 			[]op{arm("a", time.Second, 1), wait(time.Second), arm("a", time.Second, 2)},
-			[]string{"1s a token=1 gen=7 to a", "2s a token=2 gen=7 to a"}},
+			[]string{"1s a ticket=1 gen=7 to a", "2s a ticket=2 gen=7 to a"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
