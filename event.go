@@ -18,12 +18,12 @@ import (
 //	}
 //
 // The types are AgentStart, MessageUpdate, MessageEnd, AgentEnd,
-// AgentSettled, AutoRetryStart, AutoRetryEnd, RetryFallbackApplied,
-// RetryFallbackSucceeded, ModelChanged, CompactionRequired,
-// CredentialSwitch, RateLimitWait, CompactionEnd, ToolExecutionStart,
-// ToolExecutionEnd, SteeringDelivered, HostLost, Resumed and EventsLost
-// (HostLost and Resumed only in a cluster). Every one embeds an
-// EventHeader.
+// AgentSettled, AutoRetryStart, AutoRetryEnd, RetryReleased,
+// RetryFallbackApplied, RetryFallbackSucceeded, ModelChanged,
+// CompactionRequired, CredentialSwitch, RateLimitWait, CompactionEnd,
+// ToolExecutionStart, ToolExecutionEnd, SteeringDelivered, HostLost,
+// Resumed and EventsLost (HostLost and Resumed only in a cluster). Every
+// one embeds an EventHeader.
 type Event interface {
 	// Header says which session emitted the event, its place in the
 	// session's sequence and when.
@@ -109,6 +109,15 @@ type AutoRetryEnd struct {
 	Success    bool
 	Attempt    int    // the last attempt
 	FinalError string // why it failed ("" on success)
+}
+
+// RetryReleased: the provider's retry budget, which held the retry of an
+// AutoRetryStart with a BudgetDelay, released it early: the attempt goes
+// out after Delay from now, not when that AutoRetryStart's Delay ends.
+type RetryReleased struct {
+	EventHeader
+	Attempt int           // the attempt released, as its AutoRetryStart numbered it
+	Delay   time.Duration // what is left of its backoff
 }
 
 // RetryFallbackApplied: a retry switched to a fallback model.
@@ -243,6 +252,9 @@ func (AutoRetryStart) Type() string { return "auto_retry_start" }
 // Type returns "auto_retry_end".
 func (AutoRetryEnd) Type() string { return "auto_retry_end" }
 
+// Type returns "retry_released".
+func (RetryReleased) Type() string { return "retry_released" }
+
 // Type returns "retry_fallback_applied".
 func (RetryFallbackApplied) Type() string { return "retry_fallback_applied" }
 
@@ -308,6 +320,9 @@ func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
 	case *messages.SessionEvent_AutoRetryEnd:
 		m := e.AutoRetryEnd
 		return AutoRetryEnd{EventHeader: h, Success: m.GetSuccess(), Attempt: int(m.GetAttempt()), FinalError: m.GetFinalError()}, true
+	case *messages.SessionEvent_RetryReleased:
+		m := e.RetryReleased
+		return RetryReleased{EventHeader: h, Attempt: int(m.GetAttempt()), Delay: msDuration(m.GetDelayMs())}, true
 	case *messages.SessionEvent_RetryFallbackApplied:
 		m := e.RetryFallbackApplied
 		return RetryFallbackApplied{EventHeader: h, From: m.GetFrom(), To: m.GetTo(), Role: m.GetRole()}, true

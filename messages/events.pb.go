@@ -51,6 +51,7 @@ type SessionEvent struct {
 	//	*SessionEvent_HostLost
 	//	*SessionEvent_Resumed
 	//	*SessionEvent_CompactionEnd
+	//	*SessionEvent_RetryReleased
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -294,6 +295,15 @@ func (x *SessionEvent) GetCompactionEnd() *CompactionEnd {
 	return nil
 }
 
+func (x *SessionEvent) GetRetryReleased() *RetryReleased {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_RetryReleased); ok {
+			return x.RetryReleased
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -378,6 +388,10 @@ type SessionEvent_CompactionEnd struct {
 	CompactionEnd *CompactionEnd `protobuf:"bytes,29,opt,name=compaction_end,json=compactionEnd,proto3,oneof"`
 }
 
+type SessionEvent_RetryReleased struct {
+	RetryReleased *RetryReleased `protobuf:"bytes,30,opt,name=retry_released,json=retryReleased,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -417,6 +431,8 @@ func (*SessionEvent_HostLost) isSessionEvent_Event() {}
 func (*SessionEvent_Resumed) isSessionEvent_Event() {}
 
 func (*SessionEvent_CompactionEnd) isSessionEvent_Event() {}
+
+func (*SessionEvent_RetryReleased) isSessionEvent_Event() {}
 
 // AgentStart: a prompt (or a retry's continue) starts a run.
 type AgentStart struct {
@@ -831,6 +847,61 @@ func (x *AutoRetryEnd) GetFinalError() string {
 	return ""
 }
 
+// RetryReleased: the provider's retry budget, which held the retry of an
+// AutoRetryStart with a BudgetDelay, released it early: the attempt goes
+// out after Delay from now, not when that AutoRetryStart's Delay ends.
+type RetryReleased struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`                // the attempt released, as its AutoRetryStart numbered it
+	DelayMs       int64                  `protobuf:"varint,2,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"` // what is left of its backoff
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryReleased) Reset() {
+	*x = RetryReleased{}
+	mi := &file_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryReleased) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryReleased) ProtoMessage() {}
+
+func (x *RetryReleased) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryReleased.ProtoReflect.Descriptor instead.
+func (*RetryReleased) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RetryReleased) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RetryReleased) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
 // RetryFallbackApplied: a retry switched to a fallback model.
 type RetryFallbackApplied struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -843,7 +914,7 @@ type RetryFallbackApplied struct {
 
 func (x *RetryFallbackApplied) Reset() {
 	*x = RetryFallbackApplied{}
-	mi := &file_events_proto_msgTypes[8]
+	mi := &file_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +926,7 @@ func (x *RetryFallbackApplied) String() string {
 func (*RetryFallbackApplied) ProtoMessage() {}
 
 func (x *RetryFallbackApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[8]
+	mi := &file_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +939,7 @@ func (x *RetryFallbackApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFallbackApplied.ProtoReflect.Descriptor instead.
 func (*RetryFallbackApplied) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{8}
+	return file_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RetryFallbackApplied) GetFrom() string {
@@ -903,7 +974,7 @@ type RetryFallbackSucceeded struct {
 
 func (x *RetryFallbackSucceeded) Reset() {
 	*x = RetryFallbackSucceeded{}
-	mi := &file_events_proto_msgTypes[9]
+	mi := &file_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +986,7 @@ func (x *RetryFallbackSucceeded) String() string {
 func (*RetryFallbackSucceeded) ProtoMessage() {}
 
 func (x *RetryFallbackSucceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[9]
+	mi := &file_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +999,7 @@ func (x *RetryFallbackSucceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFallbackSucceeded.ProtoReflect.Descriptor instead.
 func (*RetryFallbackSucceeded) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{9}
+	return file_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RetryFallbackSucceeded) GetModel() string {
@@ -962,7 +1033,7 @@ type ModelChange struct {
 
 func (x *ModelChange) Reset() {
 	*x = ModelChange{}
-	mi := &file_events_proto_msgTypes[10]
+	mi := &file_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1045,7 @@ func (x *ModelChange) String() string {
 func (*ModelChange) ProtoMessage() {}
 
 func (x *ModelChange) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[10]
+	mi := &file_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1058,7 @@ func (x *ModelChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelChange.ProtoReflect.Descriptor instead.
 func (*ModelChange) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{10}
+	return file_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ModelChange) GetFrom() string {
@@ -1043,7 +1114,7 @@ type CompactionRequired struct {
 
 func (x *CompactionRequired) Reset() {
 	*x = CompactionRequired{}
-	mi := &file_events_proto_msgTypes[11]
+	mi := &file_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1126,7 @@ func (x *CompactionRequired) String() string {
 func (*CompactionRequired) ProtoMessage() {}
 
 func (x *CompactionRequired) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[11]
+	mi := &file_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1139,7 @@ func (x *CompactionRequired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionRequired.ProtoReflect.Descriptor instead.
 func (*CompactionRequired) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{11}
+	return file_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CompactionRequired) GetErrorMessage() string {
@@ -1092,7 +1163,7 @@ type CredentialSwitch struct {
 
 func (x *CredentialSwitch) Reset() {
 	*x = CredentialSwitch{}
-	mi := &file_events_proto_msgTypes[12]
+	mi := &file_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1175,7 @@ func (x *CredentialSwitch) String() string {
 func (*CredentialSwitch) ProtoMessage() {}
 
 func (x *CredentialSwitch) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[12]
+	mi := &file_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1188,7 @@ func (x *CredentialSwitch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSwitch.ProtoReflect.Descriptor instead.
 func (*CredentialSwitch) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{12}
+	return file_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CredentialSwitch) GetProvider() string {
@@ -1164,7 +1235,7 @@ type RateLimitWait struct {
 
 func (x *RateLimitWait) Reset() {
 	*x = RateLimitWait{}
-	mi := &file_events_proto_msgTypes[13]
+	mi := &file_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1247,7 @@ func (x *RateLimitWait) String() string {
 func (*RateLimitWait) ProtoMessage() {}
 
 func (x *RateLimitWait) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[13]
+	mi := &file_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1260,7 @@ func (x *RateLimitWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimitWait.ProtoReflect.Descriptor instead.
 func (*RateLimitWait) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{13}
+	return file_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RateLimitWait) GetDelayMs() int64 {
@@ -1235,7 +1306,7 @@ type CompactionEnd struct {
 
 func (x *CompactionEnd) Reset() {
 	*x = CompactionEnd{}
-	mi := &file_events_proto_msgTypes[14]
+	mi := &file_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1318,7 @@ func (x *CompactionEnd) String() string {
 func (*CompactionEnd) ProtoMessage() {}
 
 func (x *CompactionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[14]
+	mi := &file_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1331,7 @@ func (x *CompactionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEnd.ProtoReflect.Descriptor instead.
 func (*CompactionEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{14}
+	return file_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CompactionEnd) GetReason() string {
@@ -1301,7 +1372,7 @@ type ToolExecutionStart struct {
 
 func (x *ToolExecutionStart) Reset() {
 	*x = ToolExecutionStart{}
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1384,7 @@ func (x *ToolExecutionStart) String() string {
 func (*ToolExecutionStart) ProtoMessage() {}
 
 func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1397,7 @@ func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionStart.ProtoReflect.Descriptor instead.
 func (*ToolExecutionStart) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{15}
+	return file_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolExecutionStart) GetCall() *ToolCall {
@@ -1346,7 +1417,7 @@ type ToolExecutionEnd struct {
 
 func (x *ToolExecutionEnd) Reset() {
 	*x = ToolExecutionEnd{}
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1429,7 @@ func (x *ToolExecutionEnd) String() string {
 func (*ToolExecutionEnd) ProtoMessage() {}
 
 func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1442,7 @@ func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionEnd.ProtoReflect.Descriptor instead.
 func (*ToolExecutionEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{16}
+	return file_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolExecutionEnd) GetResult() *ToolResult {
@@ -1391,7 +1462,7 @@ type SteeringDelivered struct {
 
 func (x *SteeringDelivered) Reset() {
 	*x = SteeringDelivered{}
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1474,7 @@ func (x *SteeringDelivered) String() string {
 func (*SteeringDelivered) ProtoMessage() {}
 
 func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1487,7 @@ func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteeringDelivered.ProtoReflect.Descriptor instead.
 func (*SteeringDelivered) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{17}
+	return file_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SteeringDelivered) GetUser() *UserMessage {
@@ -1441,7 +1512,7 @@ type HostLost struct {
 
 func (x *HostLost) Reset() {
 	*x = HostLost{}
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1524,7 @@ func (x *HostLost) String() string {
 func (*HostLost) ProtoMessage() {}
 
 func (x *HostLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1537,7 @@ func (x *HostLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostLost.ProtoReflect.Descriptor instead.
 func (*HostLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{18}
+	return file_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostLost) GetMember() string {
@@ -1489,7 +1560,7 @@ type Resumed struct {
 
 func (x *Resumed) Reset() {
 	*x = Resumed{}
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1572,7 @@ func (x *Resumed) String() string {
 func (*Resumed) ProtoMessage() {}
 
 func (x *Resumed) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1585,7 @@ func (x *Resumed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resumed.ProtoReflect.Descriptor instead.
 func (*Resumed) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{19}
+	return file_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Resumed) GetMember() string {
@@ -1535,7 +1606,7 @@ type EventsLost struct {
 
 func (x *EventsLost) Reset() {
 	*x = EventsLost{}
-	mi := &file_events_proto_msgTypes[20]
+	mi := &file_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1618,7 @@ func (x *EventsLost) String() string {
 func (*EventsLost) ProtoMessage() {}
 
 func (x *EventsLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[20]
+	mi := &file_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1631,7 @@ func (x *EventsLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsLost.ProtoReflect.Descriptor instead.
 func (*EventsLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{20}
+	return file_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsLost) GetCount() uint64 {
@@ -1574,7 +1645,7 @@ var File_events_proto protoreflect.FileDescriptor
 
 const file_events_proto_rawDesc = "" +
 	"\n" +
-	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xbb\v\n" +
+	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xfe\v\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1603,7 +1674,8 @@ const file_events_proto_rawDesc = "" +
 	"\x0frate_limit_wait\x18\x1a \x01(\v2\x18.musepi.v1.RateLimitWaitH\x00R\rrateLimitWait\x122\n" +
 	"\thost_lost\x18\x1b \x01(\v2\x13.musepi.v1.HostLostH\x00R\bhostLost\x12.\n" +
 	"\aresumed\x18\x1c \x01(\v2\x12.musepi.v1.ResumedH\x00R\aresumed\x12A\n" +
-	"\x0ecompaction_end\x18\x1d \x01(\v2\x18.musepi.v1.CompactionEndH\x00R\rcompactionEndB\a\n" +
+	"\x0ecompaction_end\x18\x1d \x01(\v2\x18.musepi.v1.CompactionEndH\x00R\rcompactionEnd\x12A\n" +
+	"\x0eretry_released\x18\x1e \x01(\v2\x18.musepi.v1.RetryReleasedH\x00R\rretryReleasedB\a\n" +
 	"\x05event\"X\n" +
 	"\n" +
 	"AgentStart\x12\x1e\n" +
@@ -1640,7 +1712,10 @@ const file_events_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12$\n" +
 	"\vfinal_error\x18\x03 \x01(\tH\x00R\n" +
 	"finalError\x88\x01\x01B\x0e\n" +
-	"\f_final_error\"N\n" +
+	"\f_final_error\"D\n" +
+	"\rRetryReleased\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x19\n" +
+	"\bdelay_ms\x18\x02 \x01(\x03R\adelayMs\"N\n" +
 	"\x14RetryFallbackApplied\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
@@ -1702,7 +1777,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: musepi.v1.SessionEvent
 	(*AgentStart)(nil),             // 1: musepi.v1.AgentStart
@@ -1712,56 +1787,58 @@ var file_events_proto_goTypes = []any{
 	(*AgentSettled)(nil),           // 5: musepi.v1.AgentSettled
 	(*AutoRetryStart)(nil),         // 6: musepi.v1.AutoRetryStart
 	(*AutoRetryEnd)(nil),           // 7: musepi.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),   // 8: musepi.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil), // 9: musepi.v1.RetryFallbackSucceeded
-	(*ModelChange)(nil),            // 10: musepi.v1.ModelChange
-	(*CompactionRequired)(nil),     // 11: musepi.v1.CompactionRequired
-	(*CredentialSwitch)(nil),       // 12: musepi.v1.CredentialSwitch
-	(*RateLimitWait)(nil),          // 13: musepi.v1.RateLimitWait
-	(*CompactionEnd)(nil),          // 14: musepi.v1.CompactionEnd
-	(*ToolExecutionStart)(nil),     // 15: musepi.v1.ToolExecutionStart
-	(*ToolExecutionEnd)(nil),       // 16: musepi.v1.ToolExecutionEnd
-	(*SteeringDelivered)(nil),      // 17: musepi.v1.SteeringDelivered
-	(*HostLost)(nil),               // 18: musepi.v1.HostLost
-	(*Resumed)(nil),                // 19: musepi.v1.Resumed
-	(*EventsLost)(nil),             // 20: musepi.v1.EventsLost
-	(*UserMessage)(nil),            // 21: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 22: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 23: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 24: musepi.v1.ToolResult
+	(*RetryReleased)(nil),          // 8: musepi.v1.RetryReleased
+	(*RetryFallbackApplied)(nil),   // 9: musepi.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil), // 10: musepi.v1.RetryFallbackSucceeded
+	(*ModelChange)(nil),            // 11: musepi.v1.ModelChange
+	(*CompactionRequired)(nil),     // 12: musepi.v1.CompactionRequired
+	(*CredentialSwitch)(nil),       // 13: musepi.v1.CredentialSwitch
+	(*RateLimitWait)(nil),          // 14: musepi.v1.RateLimitWait
+	(*CompactionEnd)(nil),          // 15: musepi.v1.CompactionEnd
+	(*ToolExecutionStart)(nil),     // 16: musepi.v1.ToolExecutionStart
+	(*ToolExecutionEnd)(nil),       // 17: musepi.v1.ToolExecutionEnd
+	(*SteeringDelivered)(nil),      // 18: musepi.v1.SteeringDelivered
+	(*HostLost)(nil),               // 19: musepi.v1.HostLost
+	(*Resumed)(nil),                // 20: musepi.v1.Resumed
+	(*EventsLost)(nil),             // 21: musepi.v1.EventsLost
+	(*UserMessage)(nil),            // 22: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 23: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 24: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 25: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
 	6,  // 0: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
 	7,  // 1: musepi.v1.SessionEvent.auto_retry_end:type_name -> musepi.v1.AutoRetryEnd
-	8,  // 2: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
-	9,  // 3: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
-	10, // 4: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
+	9,  // 2: musepi.v1.SessionEvent.retry_fallback_applied:type_name -> musepi.v1.RetryFallbackApplied
+	10, // 3: musepi.v1.SessionEvent.retry_fallback_succeeded:type_name -> musepi.v1.RetryFallbackSucceeded
+	11, // 4: musepi.v1.SessionEvent.model_change:type_name -> musepi.v1.ModelChange
 	4,  // 5: musepi.v1.SessionEvent.agent_end:type_name -> musepi.v1.AgentEnd
 	5,  // 6: musepi.v1.SessionEvent.agent_settled:type_name -> musepi.v1.AgentSettled
-	11, // 7: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
+	12, // 7: musepi.v1.SessionEvent.compaction_required:type_name -> musepi.v1.CompactionRequired
 	1,  // 8: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
 	2,  // 9: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
 	3,  // 10: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
-	20, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
-	15, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
-	16, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
-	12, // 14: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
-	17, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
-	13, // 16: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
-	18, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
-	19, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
-	14, // 19: musepi.v1.SessionEvent.compaction_end:type_name -> musepi.v1.CompactionEnd
-	21, // 20: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	22, // 21: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	22, // 22: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	23, // 23: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	24, // 24: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	21, // 25: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	21, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	16, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
+	17, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
+	13, // 14: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
+	18, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
+	14, // 16: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
+	19, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
+	20, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
+	15, // 19: musepi.v1.SessionEvent.compaction_end:type_name -> musepi.v1.CompactionEnd
+	8,  // 20: musepi.v1.SessionEvent.retry_released:type_name -> musepi.v1.RetryReleased
+	22, // 21: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	23, // 22: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	23, // 23: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	24, // 24: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	25, // 25: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	22, // 26: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1791,16 +1868,17 @@ func file_events_proto_init() {
 		(*SessionEvent_HostLost)(nil),
 		(*SessionEvent_Resumed)(nil),
 		(*SessionEvent_CompactionEnd)(nil),
+		(*SessionEvent_RetryReleased)(nil),
 	}
 	file_events_proto_msgTypes[7].OneofWrappers = []any{}
-	file_events_proto_msgTypes[14].OneofWrappers = []any{}
+	file_events_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -311,13 +311,16 @@ func (c *Core) dropHold() {
 }
 
 // budgetReleased moves a held retry's backoff to end at at (the budget
-// recovered before the retry's slot).
+// recovered before the retry's slot), and says so (retry_released).
 func (c *Core) budgetReleased(at time.Time) {
 	ch := &c.r.Chain
 	ch.HeldToken = 0
 	c.add(CancelTimer).Token = ch.Token
 	ch.Token++
-	c.backOff(max(at.Sub(c.now), 0))
+	left := max(at.Sub(c.now), 0)
+	ev := c.emit(EventRetryReleased)
+	ev.Attempt, ev.Delay = ch.Attempt, left
+	c.backOff(left)
 }
 
 // startRetry runs steps 11-12: auto_retry_start, then the backoff for

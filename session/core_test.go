@@ -717,6 +717,8 @@ func renderEvent(ev *Event) string {
 		if r := ev.Switch.Reason; r != SwitchUsageLimit {
 			return fmt.Sprintf("credential_switch %s -> %s (%s)", ev.Switch.From, ev.Switch.To, r)
 		}
+	case EventRetryReleased:
+		return fmt.Sprintf("retry_released %d delay=%s", ev.Attempt, ev.Delay)
 	case EventRateLimitWait:
 		return fmt.Sprintf("rate_limit_wait %s credential=%s limit=%s delay=%s", ev.Wait.Model, ev.Wait.Credential, ev.Wait.Limit, ev.Wait.Delay)
 	}

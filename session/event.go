@@ -21,6 +21,7 @@ const (
 	EventAgentSettled
 	EventAutoRetryStart
 	EventAutoRetryEnd
+	EventRetryReleased
 	EventFallbackApplied
 	EventFallbackSucceeded
 	EventModelChange
@@ -38,6 +39,7 @@ var eventNames = [...]string{
 	EventAgentSettled:       "agent_settled",
 	EventAutoRetryStart:     "auto_retry_start",
 	EventAutoRetryEnd:       "auto_retry_end",
+	EventRetryReleased:      "retry_released",
 	EventFallbackApplied:    "retry_fallback_applied",
 	EventFallbackSucceeded:  "retry_fallback_succeeded",
 	EventModelChange:        "model_change",
@@ -63,6 +65,8 @@ type Event struct {
 	Success     bool                       // agent_settled
 	Aborted     bool                       // compaction_end
 	Generation  uint64                     // agent_start, agent_settled
+	Attempt     int                        // retry_released
+	Delay       time.Duration              // retry_released
 	DeltaKind   string                     // message_update: "text", "thinking", "tool_call"
 	Delta       string                     // message_update
 	Error       string                     // agent_settled, compaction_required, compaction_end
@@ -106,6 +110,9 @@ func (ev *Event) Wire(out *messages.SessionEvent) bool {
 			m.FinalError = &v
 		}
 		out.Event = &messages.SessionEvent_AutoRetryEnd{AutoRetryEnd: m}
+	case EventRetryReleased:
+		m := &messages.RetryReleased{Attempt: int32(ev.Attempt), DelayMs: ev.Delay.Milliseconds()}
+		out.Event = &messages.SessionEvent_RetryReleased{RetryReleased: m}
 	case EventFallbackApplied:
 		m := &messages.RetryFallbackApplied{From: ev.Fallback.From, To: ev.Fallback.To, Role: ev.Fallback.Role}
 		out.Event = &messages.SessionEvent_RetryFallbackApplied{RetryFallbackApplied: m}

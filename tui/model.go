@@ -350,6 +350,10 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 	case musepi.AutoRetryStart:
 		m.startRetry(p)
 		return m, m.tickCmd()
+	case musepi.RetryReleased:
+		if m.releaseRetry(p) {
+			return m, m.tickCmd()
+		}
 	case musepi.AutoRetryEnd:
 		m.endRetry(p)
 	case musepi.RateLimitWait:
@@ -413,6 +417,19 @@ func (m *model) startRetry(p musepi.AutoRetryStart) {
 		seq:      m.retrySeq,
 		held:     p.BudgetDelay > 0,
 	}
+}
+
+// releaseRetry moves the countdown of the retry line that the retry
+// budget held to what a retry_released leaves of it; it reports whether
+// the line is that retry's.
+func (m *model) releaseRetry(p musepi.RetryReleased) bool {
+	r := m.retry
+	if r == nil || r.pacing != "" || r.attempt != p.Attempt {
+		return false
+	}
+	m.retrySeq++
+	r.deadline, r.seq, r.held = m.now().Add(p.Delay), m.retrySeq, false
+	return true
 }
 
 // startPacingWait shows a rate_limit_wait's countdown in the status line

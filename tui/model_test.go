@@ -150,6 +150,33 @@ func TestModelRetryCountdown(t *testing.T) {
 	}
 }
 
+// TestModelRetryReleased: a retry_released moves the held retry's
+// countdown to what is left, and the line no longer says it is held; a
+// release of another attempt changes nothing.
+func TestModelRetryReleased(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.heldRetryStart(4, 10, 6*time.Second, 2*time.Second)
+	h.clock = h.clock.Add(time.Second)
+	if cmd := h.event(musepi.RetryReleased{Attempt: 3, Delay: 0}); cmd != nil {
+		t.Error("a release of another attempt scheduled a tick")
+	}
+	if got, want := h.statusLine(), "Retrying (4/10) in 5s, held by the retry budget… (esc to cancel)"; !strings.HasSuffix(got, want) {
+		t.Errorf("after another attempt's release: status %q, want %q", got, want)
+	}
+	if cmd := h.event(musepi.RetryReleased{Attempt: 4, Delay: 700 * time.Millisecond}); cmd == nil {
+		t.Error("the release scheduled no tick")
+	}
+	if got, want := h.statusLine(), "Retrying (4/10) in 1s… (esc to cancel)"; !strings.HasSuffix(got, want) {
+		t.Errorf("released: status %q, want %q", got, want)
+	}
+	h.clock = h.clock.Add(700 * time.Millisecond)
+	h.send(retryTickMsg{seq: h.m.retry.seq})
+	if got, want := h.statusLine(), "Retrying (4/10)… (esc to cancel)"; !strings.HasSuffix(got, want) {
+		t.Errorf("released, 700ms later: status %q, want %q", got, want)
+	}
+}
+
 func TestModelNextTick(t *testing.T) {
 	base := time.Unix(0, 0)
 	cases := []struct {

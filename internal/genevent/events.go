@@ -111,6 +111,20 @@ var events = []event{
 		},
 	},
 	{
+		name: "retry_released", goName: "RetryReleased", number: 30, core: "RetryReleased",
+		doc: "RetryReleased: the provider's retry budget, which held the retry of an\n" +
+			"AutoRetryStart with a BudgetDelay, released it early: the attempt goes\n" +
+			"out after Delay from now, not when that AutoRetryStart's Delay ends.",
+		coreFields: []coreField{
+			{"Attempt", "int", ""},
+			{"Delay", "time.Duration", ""},
+		},
+		fields: []field{
+			{goName: "Attempt", goType: "int", doc: "the attempt released, as its AutoRetryStart numbered it"},
+			{goName: "Delay", goType: "time.Duration", doc: "what is left of its backoff"},
+		},
+	},
+	{
 		name: "retry_fallback_applied", goName: "RetryFallbackApplied", number: 12, core: "FallbackApplied",
 		doc:        "RetryFallbackApplied: a retry switched to a fallback model.",
 		coreFields: []coreField{{"Fallback", "*retry.FallbackEvent", ""}},
