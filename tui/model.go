@@ -329,6 +329,32 @@ func (m model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 // retry or pacing wait under way.
 func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 	m.tally.Add(ev)
+	if m.countdown(ev) {
+		return m, m.tickCmd()
+	}
+	m.show(ev)
+	return m, nil
+}
+
+// countdown starts or moves the status line's countdown of a retry or a
+// pacing wait for ev, and reports whether it did (tickCmd redraws it).
+func (m *model) countdown(ev musepi.Event) bool {
+	switch p := ev.(type) {
+	case musepi.AutoRetryStart:
+		m.startRetry(p)
+		return true
+	case musepi.RetryReleased:
+		return m.releaseRetry(p)
+	case musepi.RateLimitWait:
+		m.startPacingWait(p)
+		return true
+	}
+	return false
+}
+
+// show shows an event that starts no countdown: in the transcript, and the
+// model's name.
+func (m *model) show(ev musepi.Event) {
 	switch p := ev.(type) {
 	case musepi.AgentStart:
 		m.open = -1
@@ -347,18 +373,8 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 	case musepi.AgentEnd:
 		m.open = -1
 		m.showRetriedError(p)
-	case musepi.AutoRetryStart:
-		m.startRetry(p)
-		return m, m.tickCmd()
-	case musepi.RetryReleased:
-		if m.releaseRetry(p) {
-			return m, m.tickCmd()
-		}
 	case musepi.AutoRetryEnd:
 		m.endRetry(p)
-	case musepi.RateLimitWait:
-		m.startPacingWait(p)
-		return m, m.tickCmd()
 	case musepi.RetryFallbackApplied:
 		m.modelName = p.To
 		m.add(noticeEntry, fmt.Sprintf("⇄ Model fallback: %s → %s", p.From, p.To))
@@ -371,7 +387,6 @@ func (m model) event(ev musepi.Event) (tea.Model, tea.Cmd) {
 			m.add(noticeEntry, text)
 		}
 	}
-	return m, nil
 }
 
 // notice is the line an event that only informs shows in the transcript;
