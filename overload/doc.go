@@ -67,6 +67,8 @@
 // 429s are not this package's business: rate limits are announced and
 // pacing spends them. A 429, a refused request, an abort or a network
 // failure only frees the call's place (Neutral).
+// OutcomeOf reads a call's Outcome off its last message, with retry's
+// classification: the one place that says what counts as an overload.
 //
 // # Queue
 //

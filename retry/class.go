@@ -217,6 +217,17 @@ func (rd *Reading) LimitWait(text string, status int, r float64) (LimitReason, t
 	return limitWait(rd.r.of(text), status, r)
 }
 
+// TimedOut reports whether the failure whose error text and HTTP status
+// are text and status is a time-out: a 408 or 504, or time-out wording
+// (a client's time-out, a gRPC deadline, a stalled stream).
+func (rd *Reading) TimedOut(text string, status int) bool {
+	r := rd.r.of(text)
+	return status == 408 || status == 504 || anyIn(timeoutWords, &r.set, r.provider(status))
+}
+
+// timeoutWords are the wordings of a time-out.
+var timeoutWords = needles("timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout", "stream stalled")
+
 // reading is a failed turn's error text as the policy reads it, once for
 // classification, the text hint and the usage-limit reason: the set of the
 // byte pairs of the text with its ASCII letters lowered (only those, so
