@@ -151,9 +151,9 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 // provider with credentials first reserves a request, its estimated input
 // tokens and its output bound from its key's rate limits, which configured
 // limits (RateLimits) seed and the provider's rate-limit headers correct;
-// a turn that fits no key waits (a rate_limit_wait event) until a budget
-// refills, in priority order (WithPriority). Without limits known, turns
-// go at once.
+// a turn that fits no key waits (a rate_limit_wait event) until a key's
+// rate-limit budget refills, in priority order (WithPriority). Without
+// limits known, turns go at once.
 func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on } }
 
 // DefaultPacingStickyWait is WithPacingStickyWait's default.
