@@ -200,7 +200,7 @@ func (a *CredentialsActor) report(ctx actor.Context, success bool) {
 	}
 	for _, h := range a.budget.Report(a.clk.Now(), success) {
 		if h.To != nil {
-			track.Send(ctx, a.clk, h.To, &protocol.RetryBudgetRelease{Token: h.Token, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
+			track.Send(ctx, a.clk, h.To, &protocol.RetryBudgetRelease{Token: h.Ticket, AtUnixNano: h.At.UnixNano(), SessionId: h.Holder})
 		}
 	}
 }

@@ -118,7 +118,7 @@ func (b *Budget[A]) Stats() BudgetStats {
 // and where its release goes.
 type Hold[A any] struct {
 	Holder string
-	Token  uint64
+	Ticket uint64
 	Due    time.Time
 	At     time.Time
 	To     A
@@ -144,7 +144,7 @@ func (b *Budget[A]) Held() int { return b.held.Len() }
 // than latest, the retry.maxDelayMs bound; zero means unbounded). A held
 // retry is remembered, to be released early, to to, when the budget
 // recovers; a holder's earlier hold is dropped.
-func (b *Budget[A]) Admit(now time.Time, holder string, token uint64, due, latest time.Time, to A) time.Time {
+func (b *Budget[A]) Admit(now time.Time, holder string, ticket uint64, due, latest time.Time, to A) time.Time {
 	b.held.remove(holder)
 	if b.Open() {
 		return due
@@ -159,7 +159,7 @@ func (b *Budget[A]) Admit(now time.Time, holder string, token uint64, due, lates
 		b.nextProbe = at.Add(b.s.ProbeInterval)
 	}
 	if at.After(due) {
-		heap.Push(&b.held, Hold[A]{Holder: holder, Token: token, Due: due, At: at, To: to})
+		heap.Push(&b.held, Hold[A]{Holder: holder, Ticket: ticket, Due: due, At: at, To: to})
 		b.delayed++
 	}
 	return at

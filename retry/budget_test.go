@@ -116,16 +116,16 @@ func held(n int) budgetStep {
 	}}
 }
 
-// hold is the release of holder's retry (token), due at due ms, going out
+// hold is the release of holder's retry (ticket), due at due ms, going out
 // at at ms, to where its admit said ("to HOLDER").
-func hold(holder string, token uint64, due, out int) Hold[string] {
-	return Hold[string]{Holder: holder, Token: token, Due: at(due), At: at(out), To: "to " + holder}
+func hold(holder string, ticket uint64, due, out int) Hold[string] {
+	return Hold[string]{Holder: holder, Ticket: ticket, Due: at(due), At: at(out), To: "to " + holder}
 }
 
 func renderHolds(hs []Hold[string]) string {
 	parts := make([]string, len(hs))
 	for i, h := range hs {
-		parts[i] = fmt.Sprintf("%s#%d due=%s at=%s (%s)", h.Holder, h.Token, h.Due.Sub(t0), h.At.Sub(t0), h.To)
+		parts[i] = fmt.Sprintf("%s#%d due=%s at=%s (%s)", h.Holder, h.Ticket, h.Due.Sub(t0), h.At.Sub(t0), h.To)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
