@@ -20,10 +20,10 @@ import (
 // The types are AgentStart, MessageUpdate, MessageEnd, AgentEnd,
 // AgentSettled, AutoRetryStart, AutoRetryEnd, RetryReleased,
 // RetryFallbackApplied, RetryFallbackSucceeded, ModelChanged,
-// CompactionRequired, CredentialSwitch, RateLimitWait, CompactionEnd,
-// ToolExecutionStart, ToolExecutionEnd, SteeringDelivered, HostLost,
-// Resumed and EventsLost (HostLost and Resumed only in a cluster). Every
-// one embeds an EventHeader.
+// CompactionRequired, CredentialSwitch, RateLimitWait, CapacityWait,
+// CompactionEnd, ToolExecutionStart, ToolExecutionEnd, SteeringDelivered,
+// HostLost, Resumed and EventsLost (HostLost and Resumed only in a
+// cluster). Every one embeds an EventHeader.
 type Event interface {
 	// Header says which session emitted the event, its place in the
 	// session's sequence and when.
@@ -175,6 +175,19 @@ type RateLimitWait struct {
 	Limit      string // "requests", "tokens", "input_tokens" or "output_tokens"
 }
 
+// CapacityWait: a turn waits for a place within its model's concurrency
+// limit (WithOverloadLimiter), which the provider's overload answers
+// lowered, instead of going out to be refused; it goes when an answer
+// frees a place, in priority order. It is not a retry (no attempt
+// counts); Abort and AbortRetry cancel it.
+type CapacityWait struct {
+	EventHeader
+	Delay    time.Duration // about how long, when known (0: unknown)
+	Provider string
+	Model    string // the model's name, without its provider
+	Queued   int    // the turns waiting for the model, this one included
+}
+
 // CompactionEnd: the compaction hook that ran on a context overflow (after
 // CompactionRequired) returned. With WillRetry the prompt goes on with the
 // compacted context; otherwise it ends with ErrContextOverflow.
@@ -273,6 +286,9 @@ func (CredentialSwitch) Type() string { return "credential_switch" }
 // Type returns "rate_limit_wait".
 func (RateLimitWait) Type() string { return "rate_limit_wait" }
 
+// Type returns "capacity_wait".
+func (CapacityWait) Type() string { return "capacity_wait" }
+
 // Type returns "compaction_end".
 func (CompactionEnd) Type() string { return "compaction_end" }
 
@@ -340,6 +356,9 @@ func fromWireEvent(ev *messages.SessionEvent) (Event, bool) {
 	case *messages.SessionEvent_RateLimitWait:
 		m := e.RateLimitWait
 		return RateLimitWait{EventHeader: h, Delay: msDuration(m.GetDelayMs()), Provider: m.GetProvider(), Credential: m.GetCredential(), Limit: m.GetLimit()}, true
+	case *messages.SessionEvent_CapacityWait:
+		m := e.CapacityWait
+		return CapacityWait{EventHeader: h, Delay: msDuration(m.GetDelayMs()), Provider: m.GetProvider(), Model: m.GetModel(), Queued: int(m.GetQueued())}, true
 	case *messages.SessionEvent_CompactionEnd:
 		m := e.CompactionEnd
 		return CompactionEnd{EventHeader: h, Reason: m.GetReason(), Aborted: m.GetAborted(), WillRetry: m.GetWillRetry(), ErrorMessage: m.GetErrorMessage()}, true

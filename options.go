@@ -15,6 +15,7 @@ import (
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
@@ -67,6 +68,7 @@ type runtimeConfig struct {
 	creds       map[string][]Credential
 	autoRedeem  bool
 	pacing      bool                  // WithPacing (default on)
+	overload    *overload.Settings    // WithOverloadLimiter (nil: off)
 	stickyWait  time.Duration         // WithPacingStickyWait (0: the default)
 	rateLimits  map[string]RateLimits // WithRateLimits, by provider
 	settings    retry.Settings
@@ -155,6 +157,19 @@ func WithProvider(name string, p provider.Provider, creds ...Credential) Option 
 // rate-limit budget refills, in priority order (WithPriority). Without
 // limits known, turns go at once.
 func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on } }
+
+// WithOverloadLimiter turns on an adaptive concurrency limit per model
+// (package overload), tuned by s (zero fields: the defaults): each turn
+// on a provider with credentials asks for a place within its model's
+// limit as it asks for its key, and a turn that finds the limit full
+// waits (a capacity_wait event) until an answer frees a place, in
+// priority order (WithPriority). The limit falls when the provider
+// answers that it is overloaded (529, 503, overload wording) or a call
+// times out, and rises while it answers. Default off: without it each
+// session backs off and retries on its own, the reference policy.
+func WithOverloadLimiter(s overload.Settings) Option {
+	return func(c *runtimeConfig) { c.overload = &s }
+}
 
 // DefaultPacingStickyWait is WithPacingStickyWait's default.
 const DefaultPacingStickyWait = pacing.DefaultStickyWait

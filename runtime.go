@@ -277,6 +277,12 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 			deps.Paced[name] = true
 		}
 	}
+	if cfg.overload != nil {
+		deps.Limited = map[string]bool{}
+		for name := range cfg.providers {
+			deps.Limited[name] = true
+		}
+	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool
 	deps.Goroutines = dispatch.NewSpawner(maxWaitingGoroutines)
@@ -302,7 +308,7 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 		view := actors.NewCredentialsView(actorCreds)
 		rt.credViews[name] = view
 		policy := actors.CredentialsPolicy{AutoRedeem: cfg.autoRedeem, Budget: cfg.settings.Budget, Pacing: cfg.pacing,
-			Refunds: cfg.refunds(name), Provider: name, StickyWait: cfg.stickyWait}
+			Refunds: cfg.refunds(name), Provider: name, StickyWait: cfg.stickyWait, Overload: cfg.overload}
 		pid := root.Spawn(actors.CredentialsProps(cfg.clock, actorCreds, policy, view, onPool))
 		rt.pids = append(rt.pids, pid)
 		if cfg.settings.Budget.Enabled {

@@ -10,6 +10,7 @@ import (
 	"github.com/musepi/musepi/internal/mailbox"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
@@ -64,6 +65,10 @@ type CredentialsPolicy struct {
 	// per-minute limits over (pacing.Options.Window; 0: unknown, each key
 	// starts at a second's worth at once and learns).
 	Window time.Duration
+	// Overload keeps a concurrency limit per model (overload.Limiter):
+	// a turn that finds its model's limit full waits for a place (nil:
+	// no limit).
+	Overload *overload.Settings
 }
 
 // CredentialsActor carries out, for one provider, what its pure parts
@@ -83,6 +88,8 @@ type CredentialsActor struct {
 	releaseAt time.Time                        // when release fires
 	provider  string                           // the provider's name
 
+	places *places // the overload limiter's places (nil: no limiter)
+
 	view *CredentialsView // written after each change (nil: none)
 }
 
@@ -101,7 +108,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider}
+	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider, places: newPlaces(policy.Overload)}
 	if policy.Budget.Enabled {
 		a.budget = retry.NewBudget[*actor.PID](policy.Budget)
 	}

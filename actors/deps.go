@@ -31,6 +31,7 @@ type Deps struct {
 	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Paced       map[string]bool              // providers whose credentials actor paces turns (session.Config.Paced)
+	Limited     map[string]bool              // providers whose credentials actor keeps an overload limiter (session.Config.Limited)
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
 	Providers   map[string]provider.Provider // by provider name
@@ -135,6 +136,7 @@ type sharedState struct {
 	budgeted      map[string]bool // the providers with a retry budget (session.Config.Budgeted)
 	fallbackRoles map[string]bool // the roles with a model-fallback actor (session.Config.FallbackRoles)
 	paced         map[string]bool // the providers whose turns are paced (session.Config.Paced)
+	limited       map[string]bool // the providers with an overload limiter (session.Config.Limited)
 }
 
 // shared builds the shared state on first use: the actors' own mailbox on
@@ -152,6 +154,10 @@ func (d *Deps) shared() *sharedState {
 		d.built.paced = map[string]bool{}
 		for name, on := range d.Paced {
 			d.built.paced[name] = on && d.Credentials[name] != nil
+		}
+		d.built.limited = map[string]bool{}
+		for name, on := range d.Limited {
+			d.built.limited[name] = on && d.Credentials[name] != nil
 		}
 	})
 	return &d.built

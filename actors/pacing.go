@@ -34,21 +34,21 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.Selec
 	session := m.GetSessionId()
 	now := a.clk.Now()
 	reply := &protocol.CredentialSelected{Credential: a.keys.Select(now, session)}
-	if a.pacing == nil || !m.GetPace() {
-		respond(ctx, a.clk, reply)
-		return
-	}
 	to := ctx.Sender()
 	if ref := m.GetReplyTo(); ref != nil {
 		to = PID(ref)
+	}
+	if a.pacing == nil || !m.GetPace() {
+		a.seat(ctx, m, reply, to)
+		return
 	}
 	d, paced, released := a.pacing.Reserve(now, pacing.Turn[*actor.PID]{Session: session, Ticket: m.GetToken(),
 		Priority: pacing.PriorityOf(m.GetPriority()), Prefer: reply.Credential, Model: m.GetModel(),
 		Need: pacing.Need{Input: m.GetInputTokens(), Output: m.GetOutputTokens(), Bounded: m.GetOutputBounded()}, To: to})
 	if !paced {
-		// Nothing to reserve: the answer has no token, so the turn holds no
-		// reservation and settles none.
-		respond(ctx, a.clk, reply)
+		// Nothing to reserve: the answer has no token (unless the turn holds
+		// a place), so the turn holds no reservation and settles none.
+		a.seat(ctx, m, reply, to)
 		return
 	}
 	a.carryOut(ctx, released)
@@ -59,10 +59,14 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.Selec
 		// The wait names the key the session holds; the grant says when it
 		// goes out on another (switched).
 		reply.Token, reply.WaitMs, reply.Limit = m.GetToken(), max(d.Wait.Milliseconds(), 1), d.Limit.String()
+		a.paceFirst(m)
 		a.armRelease(ctx)
 	default:
 		a.keys.Keep(session, d.Credential)
 		reply.Token, reply.Credential, reply.Switched = m.GetToken(), d.Credential, d.Switched
+		a.view.publish(a)
+		a.seat(ctx, m, reply, to)
+		return
 	}
 	a.view.publish(a)
 	respond(ctx, a.clk, reply)
@@ -82,6 +86,7 @@ func oversize(provider string, d pacing.Decision) string {
 // headers announced as they arrived, its cancel, its session's release
 // (any reservation of it dropped), the release timer's tick.
 func (a *CredentialsActor) pace(ctx actor.Context, msg any) {
+	a.limit(ctx, msg)
 	p := a.pacing
 	if p == nil {
 		return
@@ -114,9 +119,13 @@ func (a *CredentialsActor) carryOut(ctx actor.Context, released []pacing.Granted
 		return
 	}
 	for _, g := range released {
+		grant := &protocol.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched}
+		if !a.seatPaced(grant, g.To) {
+			continue // it waits for a place now
+		}
 		a.keys.Keep(g.ID, g.Credential)
 		if g.To != nil {
-			track.Send(ctx, a.clk, g.To, &protocol.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched})
+			track.Send(ctx, a.clk, g.To, grant)
 		}
 	}
 	a.armRelease(ctx)

@@ -245,7 +245,8 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 		return session.Input{Kind: session.InTimerLost}, false, true
 	case *protocol.CredentialSelected:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
-			Switched: m.GetSwitched(), Wait: time.Duration(m.GetWaitMs()) * time.Millisecond, Limit: m.GetLimit()}, false, true
+			Switched: m.GetSwitched(), Wait: time.Duration(m.GetWaitMs()) * time.Millisecond, Limit: m.GetLimit(),
+			Queued: int(m.GetQueued())}, false, true
 	case *protocol.PacingGrant:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched()}, false, true
@@ -607,7 +608,7 @@ func (d *Deps) coreConfig(sc *SessionConfig, r *resumed, recorded bool) session.
 		Compaction: d.Compaction != nil, InUse: r.model, Pinned: r.pinned,
 		Credentialed: d.shared().credentialed, Budgeted: d.shared().budgeted,
 		FallbackRoles: d.shared().fallbackRoles, PassivateAfter: d.Passivation.After, Recorded: recorded,
-		Paced: d.shared().paced}
+		Paced: d.shared().paced, Limited: d.shared().limited}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/session"
@@ -52,6 +53,9 @@ func (p sharedActors) settleReservation(ctx actor.Context, e *session.Effect) {
 		Sent: last.GetHttpStatus() != 0 || !isFailure(last), Refused: last.GetHttpStatus() == http.StatusTooManyRequests,
 		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
 		Limits: e.Limits}
+	if p.deps.shared().limited[providerOf(e.Model)] {
+		settle.Overload = int32(overload.OutcomeOf(last, 0).Result)
+	}
 	if settle.Refused {
 		if h, ok := retry.ParseHint(last.GetHeaders(), last.GetErrorMessage(), p.deps.Clock.Now()); ok {
 			settle.RetryAfterMs = h.Delay.Milliseconds()

@@ -52,6 +52,7 @@ type SessionEvent struct {
 	//	*SessionEvent_Resumed
 	//	*SessionEvent_CompactionEnd
 	//	*SessionEvent_RetryReleased
+	//	*SessionEvent_CapacityWait
 	Event         isSessionEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -304,6 +305,15 @@ func (x *SessionEvent) GetRetryReleased() *RetryReleased {
 	return nil
 }
 
+func (x *SessionEvent) GetCapacityWait() *CapacityWait {
+	if x != nil {
+		if x, ok := x.Event.(*SessionEvent_CapacityWait); ok {
+			return x.CapacityWait
+		}
+	}
+	return nil
+}
+
 type isSessionEvent_Event interface {
 	isSessionEvent_Event()
 }
@@ -392,6 +402,10 @@ type SessionEvent_RetryReleased struct {
 	RetryReleased *RetryReleased `protobuf:"bytes,30,opt,name=retry_released,json=retryReleased,proto3,oneof"`
 }
 
+type SessionEvent_CapacityWait struct {
+	CapacityWait *CapacityWait `protobuf:"bytes,31,opt,name=capacity_wait,json=capacityWait,proto3,oneof"`
+}
+
 func (*SessionEvent_AutoRetryStart) isSessionEvent_Event() {}
 
 func (*SessionEvent_AutoRetryEnd) isSessionEvent_Event() {}
@@ -433,6 +447,8 @@ func (*SessionEvent_Resumed) isSessionEvent_Event() {}
 func (*SessionEvent_CompactionEnd) isSessionEvent_Event() {}
 
 func (*SessionEvent_RetryReleased) isSessionEvent_Event() {}
+
+func (*SessionEvent_CapacityWait) isSessionEvent_Event() {}
 
 // AgentStart: a prompt (or a retry's continue) starts a run.
 type AgentStart struct {
@@ -1291,6 +1307,79 @@ func (x *RateLimitWait) GetLimit() string {
 	return ""
 }
 
+// CapacityWait: a turn waits for a place within its model's concurrency
+// limit (WithOverloadLimiter), which the provider's overload answers
+// lowered, instead of going out to be refused; it goes when an answer
+// frees a place, in priority order. It is not a retry (no attempt
+// counts); Abort and AbortRetry cancel it.
+type CapacityWait struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DelayMs       *int64                 `protobuf:"varint,1,opt,name=delay_ms,json=delayMs,proto3,oneof" json:"delay_ms,omitempty"` // about how long, when known (0: unknown)
+	Provider      string                 `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	Model         string                 `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`    // the model's name, without its provider
+	Queued        int32                  `protobuf:"varint,4,opt,name=queued,proto3" json:"queued,omitempty"` // the turns waiting for the model, this one included
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityWait) Reset() {
+	*x = CapacityWait{}
+	mi := &file_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityWait) ProtoMessage() {}
+
+func (x *CapacityWait) ProtoReflect() protoreflect.Message {
+	mi := &file_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityWait.ProtoReflect.Descriptor instead.
+func (*CapacityWait) Descriptor() ([]byte, []int) {
+	return file_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CapacityWait) GetDelayMs() int64 {
+	if x != nil && x.DelayMs != nil {
+		return *x.DelayMs
+	}
+	return 0
+}
+
+func (x *CapacityWait) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *CapacityWait) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CapacityWait) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 // CompactionEnd: the compaction hook that ran on a context overflow (after
 // CompactionRequired) returned. With WillRetry the prompt goes on with the
 // compacted context; otherwise it ends with ErrContextOverflow.
@@ -1306,7 +1395,7 @@ type CompactionEnd struct {
 
 func (x *CompactionEnd) Reset() {
 	*x = CompactionEnd{}
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1407,7 @@ func (x *CompactionEnd) String() string {
 func (*CompactionEnd) ProtoMessage() {}
 
 func (x *CompactionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[15]
+	mi := &file_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1420,7 @@ func (x *CompactionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionEnd.ProtoReflect.Descriptor instead.
 func (*CompactionEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{15}
+	return file_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CompactionEnd) GetReason() string {
@@ -1372,7 +1461,7 @@ type ToolExecutionStart struct {
 
 func (x *ToolExecutionStart) Reset() {
 	*x = ToolExecutionStart{}
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1473,7 @@ func (x *ToolExecutionStart) String() string {
 func (*ToolExecutionStart) ProtoMessage() {}
 
 func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[16]
+	mi := &file_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1486,7 @@ func (x *ToolExecutionStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionStart.ProtoReflect.Descriptor instead.
 func (*ToolExecutionStart) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{16}
+	return file_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolExecutionStart) GetCall() *ToolCall {
@@ -1417,7 +1506,7 @@ type ToolExecutionEnd struct {
 
 func (x *ToolExecutionEnd) Reset() {
 	*x = ToolExecutionEnd{}
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1518,7 @@ func (x *ToolExecutionEnd) String() string {
 func (*ToolExecutionEnd) ProtoMessage() {}
 
 func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[17]
+	mi := &file_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1531,7 @@ func (x *ToolExecutionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolExecutionEnd.ProtoReflect.Descriptor instead.
 func (*ToolExecutionEnd) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{17}
+	return file_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolExecutionEnd) GetResult() *ToolResult {
@@ -1462,7 +1551,7 @@ type SteeringDelivered struct {
 
 func (x *SteeringDelivered) Reset() {
 	*x = SteeringDelivered{}
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1563,7 @@ func (x *SteeringDelivered) String() string {
 func (*SteeringDelivered) ProtoMessage() {}
 
 func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[18]
+	mi := &file_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1576,7 @@ func (x *SteeringDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteeringDelivered.ProtoReflect.Descriptor instead.
 func (*SteeringDelivered) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{18}
+	return file_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SteeringDelivered) GetUser() *UserMessage {
@@ -1512,7 +1601,7 @@ type HostLost struct {
 
 func (x *HostLost) Reset() {
 	*x = HostLost{}
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1613,7 @@ func (x *HostLost) String() string {
 func (*HostLost) ProtoMessage() {}
 
 func (x *HostLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[19]
+	mi := &file_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1626,7 @@ func (x *HostLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostLost.ProtoReflect.Descriptor instead.
 func (*HostLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{19}
+	return file_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HostLost) GetMember() string {
@@ -1560,7 +1649,7 @@ type Resumed struct {
 
 func (x *Resumed) Reset() {
 	*x = Resumed{}
-	mi := &file_events_proto_msgTypes[20]
+	mi := &file_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1661,7 @@ func (x *Resumed) String() string {
 func (*Resumed) ProtoMessage() {}
 
 func (x *Resumed) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[20]
+	mi := &file_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1674,7 @@ func (x *Resumed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resumed.ProtoReflect.Descriptor instead.
 func (*Resumed) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{20}
+	return file_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Resumed) GetMember() string {
@@ -1606,7 +1695,7 @@ type EventsLost struct {
 
 func (x *EventsLost) Reset() {
 	*x = EventsLost{}
-	mi := &file_events_proto_msgTypes[21]
+	mi := &file_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1707,7 @@ func (x *EventsLost) String() string {
 func (*EventsLost) ProtoMessage() {}
 
 func (x *EventsLost) ProtoReflect() protoreflect.Message {
-	mi := &file_events_proto_msgTypes[21]
+	mi := &file_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1720,7 @@ func (x *EventsLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsLost.ProtoReflect.Descriptor instead.
 func (*EventsLost) Descriptor() ([]byte, []int) {
-	return file_events_proto_rawDescGZIP(), []int{21}
+	return file_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventsLost) GetCount() uint64 {
@@ -1645,7 +1734,7 @@ var File_events_proto protoreflect.FileDescriptor
 
 const file_events_proto_rawDesc = "" +
 	"\n" +
-	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xfe\v\n" +
+	"\fevents.proto\x12\tmusepi.v1\x1a\x0fassistant.proto\"\xbe\f\n" +
 	"\fSessionEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1675,7 +1764,8 @@ const file_events_proto_rawDesc = "" +
 	"\thost_lost\x18\x1b \x01(\v2\x13.musepi.v1.HostLostH\x00R\bhostLost\x12.\n" +
 	"\aresumed\x18\x1c \x01(\v2\x12.musepi.v1.ResumedH\x00R\aresumed\x12A\n" +
 	"\x0ecompaction_end\x18\x1d \x01(\v2\x18.musepi.v1.CompactionEndH\x00R\rcompactionEnd\x12A\n" +
-	"\x0eretry_released\x18\x1e \x01(\v2\x18.musepi.v1.RetryReleasedH\x00R\rretryReleasedB\a\n" +
+	"\x0eretry_released\x18\x1e \x01(\v2\x18.musepi.v1.RetryReleasedH\x00R\rretryReleased\x12>\n" +
+	"\rcapacity_wait\x18\x1f \x01(\v2\x17.musepi.v1.CapacityWaitH\x00R\fcapacityWaitB\a\n" +
 	"\x05event\"X\n" +
 	"\n" +
 	"AgentStart\x12\x1e\n" +
@@ -1743,7 +1833,13 @@ const file_events_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\tR\x05limit\"\x9c\x01\n" +
+	"\x05limit\x18\x04 \x01(\tR\x05limit\"\x85\x01\n" +
+	"\fCapacityWait\x12\x1e\n" +
+	"\bdelay_ms\x18\x01 \x01(\x03H\x00R\adelayMs\x88\x01\x01\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x16\n" +
+	"\x06queued\x18\x04 \x01(\x05R\x06queuedB\v\n" +
+	"\t_delay_ms\"\x9c\x01\n" +
 	"\rCompactionEnd\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
 	"\aaborted\x18\x02 \x01(\bR\aaborted\x12\x1d\n" +
@@ -1777,7 +1873,7 @@ func file_events_proto_rawDescGZIP() []byte {
 	return file_events_proto_rawDescData
 }
 
-var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_events_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_events_proto_goTypes = []any{
 	(*SessionEvent)(nil),           // 0: musepi.v1.SessionEvent
 	(*AgentStart)(nil),             // 1: musepi.v1.AgentStart
@@ -1794,17 +1890,18 @@ var file_events_proto_goTypes = []any{
 	(*CompactionRequired)(nil),     // 12: musepi.v1.CompactionRequired
 	(*CredentialSwitch)(nil),       // 13: musepi.v1.CredentialSwitch
 	(*RateLimitWait)(nil),          // 14: musepi.v1.RateLimitWait
-	(*CompactionEnd)(nil),          // 15: musepi.v1.CompactionEnd
-	(*ToolExecutionStart)(nil),     // 16: musepi.v1.ToolExecutionStart
-	(*ToolExecutionEnd)(nil),       // 17: musepi.v1.ToolExecutionEnd
-	(*SteeringDelivered)(nil),      // 18: musepi.v1.SteeringDelivered
-	(*HostLost)(nil),               // 19: musepi.v1.HostLost
-	(*Resumed)(nil),                // 20: musepi.v1.Resumed
-	(*EventsLost)(nil),             // 21: musepi.v1.EventsLost
-	(*UserMessage)(nil),            // 22: musepi.v1.UserMessage
-	(*AssistantMessage)(nil),       // 23: musepi.v1.AssistantMessage
-	(*ToolCall)(nil),               // 24: musepi.v1.ToolCall
-	(*ToolResult)(nil),             // 25: musepi.v1.ToolResult
+	(*CapacityWait)(nil),           // 15: musepi.v1.CapacityWait
+	(*CompactionEnd)(nil),          // 16: musepi.v1.CompactionEnd
+	(*ToolExecutionStart)(nil),     // 17: musepi.v1.ToolExecutionStart
+	(*ToolExecutionEnd)(nil),       // 18: musepi.v1.ToolExecutionEnd
+	(*SteeringDelivered)(nil),      // 19: musepi.v1.SteeringDelivered
+	(*HostLost)(nil),               // 20: musepi.v1.HostLost
+	(*Resumed)(nil),                // 21: musepi.v1.Resumed
+	(*EventsLost)(nil),             // 22: musepi.v1.EventsLost
+	(*UserMessage)(nil),            // 23: musepi.v1.UserMessage
+	(*AssistantMessage)(nil),       // 24: musepi.v1.AssistantMessage
+	(*ToolCall)(nil),               // 25: musepi.v1.ToolCall
+	(*ToolResult)(nil),             // 26: musepi.v1.ToolResult
 }
 var file_events_proto_depIdxs = []int32{
 	6,  // 0: musepi.v1.SessionEvent.auto_retry_start:type_name -> musepi.v1.AutoRetryStart
@@ -1818,27 +1915,28 @@ var file_events_proto_depIdxs = []int32{
 	1,  // 8: musepi.v1.SessionEvent.agent_start:type_name -> musepi.v1.AgentStart
 	2,  // 9: musepi.v1.SessionEvent.message_update:type_name -> musepi.v1.MessageUpdate
 	3,  // 10: musepi.v1.SessionEvent.message_end:type_name -> musepi.v1.MessageEnd
-	21, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
-	16, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
-	17, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
+	22, // 11: musepi.v1.SessionEvent.events_lost:type_name -> musepi.v1.EventsLost
+	17, // 12: musepi.v1.SessionEvent.tool_execution_start:type_name -> musepi.v1.ToolExecutionStart
+	18, // 13: musepi.v1.SessionEvent.tool_execution_end:type_name -> musepi.v1.ToolExecutionEnd
 	13, // 14: musepi.v1.SessionEvent.credential_switch:type_name -> musepi.v1.CredentialSwitch
-	18, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
+	19, // 15: musepi.v1.SessionEvent.steering_delivered:type_name -> musepi.v1.SteeringDelivered
 	14, // 16: musepi.v1.SessionEvent.rate_limit_wait:type_name -> musepi.v1.RateLimitWait
-	19, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
-	20, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
-	15, // 19: musepi.v1.SessionEvent.compaction_end:type_name -> musepi.v1.CompactionEnd
+	20, // 17: musepi.v1.SessionEvent.host_lost:type_name -> musepi.v1.HostLost
+	21, // 18: musepi.v1.SessionEvent.resumed:type_name -> musepi.v1.Resumed
+	16, // 19: musepi.v1.SessionEvent.compaction_end:type_name -> musepi.v1.CompactionEnd
 	8,  // 20: musepi.v1.SessionEvent.retry_released:type_name -> musepi.v1.RetryReleased
-	22, // 21: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
-	23, // 22: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
-	23, // 23: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
-	24, // 24: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
-	25, // 25: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
-	22, // 26: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	15, // 21: musepi.v1.SessionEvent.capacity_wait:type_name -> musepi.v1.CapacityWait
+	23, // 22: musepi.v1.AgentStart.user:type_name -> musepi.v1.UserMessage
+	24, // 23: musepi.v1.MessageEnd.message:type_name -> musepi.v1.AssistantMessage
+	24, // 24: musepi.v1.AgentEnd.message:type_name -> musepi.v1.AssistantMessage
+	25, // 25: musepi.v1.ToolExecutionStart.call:type_name -> musepi.v1.ToolCall
+	26, // 26: musepi.v1.ToolExecutionEnd.result:type_name -> musepi.v1.ToolResult
+	23, // 27: musepi.v1.SteeringDelivered.user:type_name -> musepi.v1.UserMessage
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_events_proto_init() }
@@ -1869,16 +1967,18 @@ func file_events_proto_init() {
 		(*SessionEvent_Resumed)(nil),
 		(*SessionEvent_CompactionEnd)(nil),
 		(*SessionEvent_RetryReleased)(nil),
+		(*SessionEvent_CapacityWait)(nil),
 	}
 	file_events_proto_msgTypes[7].OneofWrappers = []any{}
 	file_events_proto_msgTypes[15].OneofWrappers = []any{}
+	file_events_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_events_proto_rawDesc), len(file_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

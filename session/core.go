@@ -45,6 +45,11 @@ type Config struct {
 	// key, unless the key held is free and unpaced as the node's view
 	// shows (KeyFree). Read only, shared.
 	Paced map[string]bool
+	// Limited names the providers whose credentials actor keeps an
+	// overload limiter (see overload.go): every turn there asks for its
+	// key and a place in its model's concurrency limit, even with its key
+	// held and free. Read only, shared.
+	Limited map[string]bool
 	// Generation is the last prompt's generation: a core rebuilt after its
 	// owner restarted goes on from it, so generations never repeat.
 	Generation uint64
@@ -62,15 +67,16 @@ type Core struct {
 	step stepFunc // the step function of r.State (become sets both)
 
 	// The session's configuration, given again when it is resumed.
-	src             retry.Source
-	settings        *retry.Settings // Config.Settings (Enabled is r.AutoRetry)
-	credentialed    map[string]bool // Config.Credentialed
-	budgeted        map[string]bool // Config.Budgeted
-	pacedProviders  map[string]bool // Config.Paced
-	passivateAfter  time.Duration   // Config.PassivateAfter
-	compaction      bool            // Config.Compaction
-	recorded        bool            // Config.Recorded
-	noFallbackChain bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
+	src              retry.Source
+	settings         *retry.Settings // Config.Settings (Enabled is r.AutoRetry)
+	credentialed     map[string]bool // Config.Credentialed
+	budgeted         map[string]bool // Config.Budgeted
+	pacedProviders   map[string]bool // Config.Paced
+	limitedProviders map[string]bool // Config.Limited
+	passivateAfter   time.Duration   // Config.PassivateAfter
+	compaction       bool            // Config.Compaction
+	recorded         bool            // Config.Recorded
+	noFallbackChain  bool            // the role has no fallback actor (Config.FallbackRoles): fallback is never asked
 
 	// Where the session stands with its actors: with them, or leaving
 	// (passivated, handed over); and a hand-over asked for, done once the
@@ -78,6 +84,10 @@ type Core struct {
 	// resumed from one is with its new actors.
 	presence    Presence
 	handingOver bool
+	// queued says the turn selecting its key waits for a place in its
+	// model's concurrency limit (not for its key's rate-limit budget). A
+	// wait is never at rest, so never in a record.
+	queued bool
 
 	// What lives within a step, never at rest.
 	now time.Time
@@ -101,7 +111,7 @@ func Make(cfg Config, src retry.Source) Core {
 	}
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, recorded: cfg.Recorded,
 		credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
-		pacedProviders:  cfg.Paced,
+		pacedProviders: cfg.Paced, limitedProviders: cfg.Limited,
 		passivateAfter:  cfg.PassivateAfter,
 		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
 	c.r.Primary, c.r.Role, c.r.Model, c.r.Generation = cfg.Model, cfg.Role, cfg.Model, cfg.Generation
@@ -247,7 +257,7 @@ func (c *Core) selectCredential(keep bool) {
 	switch {
 	case !c.credentialed[provider(c.r.Model)]:
 		c.credentialSelected("")
-	case keep:
+	case keep && !c.limited():
 		c.credentialSelected(c.r.Credential)
 	default:
 		e := c.add(SelectCredential)
@@ -255,7 +265,7 @@ func (c *Core) selectCredential(keep bool) {
 		if isFailure(c.r.Last) {
 			e.Credential = c.r.Credential
 		}
-		if c.paced() {
+		if c.gated() {
 			e.Pace, e.Token = true, c.r.Turn+1
 		}
 	}
@@ -329,7 +339,7 @@ func (c *Core) toolsDone(historyErr string, keyFree bool) {
 		return
 	}
 	c.add(DeliverSteering)
-	if c.paced() && !keyFree {
+	if c.limited() || c.paced() && !keyFree {
 		c.selectCredential(false)
 		return
 	}
@@ -619,6 +629,12 @@ func (c *Core) emitFallback(k EventKind, f retry.FallbackEvent) {
 // provider is the provider part of a "provider/model" selector.
 func provider(selector string) string {
 	name, _, _ := retry.SplitModel(selector)
+	return name
+}
+
+// modelName is the model part of a "provider/model" selector.
+func modelName(selector string) string {
+	_, name, _ := retry.SplitModel(selector)
 	return name
 }
 

@@ -373,13 +373,9 @@ func (sc *script) set(kv string) {
 			}
 		}
 	case "paced": // none | provider,provider
-		sc.cfg.Paced = nil
-		if v != "none" {
-			sc.cfg.Paced = map[string]bool{}
-			for _, p := range strings.Split(v, ",") {
-				sc.cfg.Paced[p] = true
-			}
-		}
+		sc.cfg.Paced = providers(v)
+	case "limited": // none | provider,provider
+		sc.cfg.Limited = providers(v)
 	case "passivateAfter":
 		sc.cfg.PassivateAfter, _ = time.ParseDuration(v)
 	case "maxRetries":
@@ -719,6 +715,8 @@ func renderEvent(ev *Event) string {
 		}
 	case EventRetryReleased:
 		return fmt.Sprintf("retry_released %d delay=%s", ev.Attempt, ev.Delay)
+	case EventCapacityWait:
+		return fmt.Sprintf("capacity_wait %s queued=%d", ev.Capacity.Model, ev.Capacity.Queued)
 	case EventRateLimitWait:
 		return fmt.Sprintf("rate_limit_wait %s credential=%s limit=%s delay=%s", ev.Wait.Model, ev.Wait.Credential, ev.Wait.Limit, ev.Wait.Delay)
 	}
@@ -807,8 +805,20 @@ func TestChainAttemptNeverOverflows(t *testing.T) {
 	t.Fatal("no auto_retry_start")
 }
 
+// providers is the set of providers "p1,p2" names (nil for "none").
+func providers(v string) map[string]bool {
+	if v == "none" {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, p := range strings.Split(v, ",") {
+		out[p] = true
+	}
+	return out
+}
+
 // credential reads a credentials actor's answer: "KEY", or for a paced
-// ask "KEY paced [switched] [wait=DUR limit=KIND] [token=REF]" (the token of
+// ask "KEY paced [switched] [wait=DUR limit=KIND | queued=N] [token=REF]" (the token of
 // the last paced select-credential unless token= says another).
 func (sc *script) credential(args []string) Input {
 	in := Input{Kind: InCredentialSelected}
@@ -830,6 +840,8 @@ func (sc *script) credential(args []string) Input {
 			in.Wait = d
 		case "limit":
 			in.Limit = v
+		case "queued":
+			in.Queued, _ = strconv.Atoi(v)
 		case "token":
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {

@@ -198,6 +198,7 @@ type Effects struct {
 	fallbacks slab[retry.FallbackEvent]
 	switches  slab[CredentialSwitch]
 	waits     slab[RateLimitWait]
+	capacity  slab[CapacityWait]
 	changes   slab[ModelChange]
 	results   slab[Result]
 }
@@ -216,6 +217,7 @@ func (o *Effects) Reset() {
 	o.fallbacks.reset()
 	o.switches.reset()
 	o.waits.reset()
+	o.capacity.reset()
 	o.changes.reset()
 	o.results.reset()
 }

@@ -28,6 +28,7 @@ const (
 	EventCompactionRequired
 	EventCredentialSwitch
 	EventRateLimitWait
+	EventCapacityWait
 	EventCompactionEnd
 )
 
@@ -46,6 +47,7 @@ var eventNames = [...]string{
 	EventCompactionRequired: "compaction_required",
 	EventCredentialSwitch:   "credential_switch",
 	EventRateLimitWait:      "rate_limit_wait",
+	EventCapacityWait:       "capacity_wait",
 	EventCompactionEnd:      "compaction_end",
 }
 
@@ -78,6 +80,7 @@ type Event struct {
 	Change      *ModelChange               // model_change
 	Switch      *CredentialSwitch          // credential_switch
 	Wait        *RateLimitWait             // rate_limit_wait
+	Capacity    *CapacityWait              // capacity_wait
 }
 
 // Wire sets out's event to ev's wire form, and reports whether it knows
@@ -131,6 +134,13 @@ func (ev *Event) Wire(out *messages.SessionEvent) bool {
 	case EventRateLimitWait:
 		m := &messages.RateLimitWait{DelayMs: ev.Wait.Delay.Milliseconds(), Provider: provider(ev.Wait.Model), Credential: ev.Wait.Credential, Limit: ev.Wait.Limit}
 		out.Event = &messages.SessionEvent_RateLimitWait{RateLimitWait: m}
+	case EventCapacityWait:
+		m := &messages.CapacityWait{Provider: provider(ev.Capacity.Model), Model: modelName(ev.Capacity.Model), Queued: int32(ev.Capacity.Queued)}
+		if ev.Capacity.Delay > 0 {
+			v := ev.Capacity.Delay.Milliseconds()
+			m.DelayMs = &v
+		}
+		out.Event = &messages.SessionEvent_CapacityWait{CapacityWait: m}
 	case EventCompactionEnd:
 		m := &messages.CompactionEnd{Reason: ev.Reason, Aborted: ev.Aborted, WillRetry: ev.WillRetry}
 		if ev.Error != "" {

@@ -19,7 +19,9 @@ const (
 	// turn about to start ("" for a provider without credentials). With a
 	// Token, it answers a paced SelectCredential: Wait above 0 says the
 	// turn waits (for Limit) until a grant (Wait 0) comes; Switched says
-	// the key held had no room.
+	// the key held had no room. Queued above 0 says the turn waits for a
+	// place in its model's concurrency limit, Queued turns waiting with it
+	// (see overload.go), until a grant.
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
@@ -123,6 +125,7 @@ type Input struct {
 
 	KeyFree       bool // InBackoffDone, InToolsDone
 	Wait          time.Duration
+	Queued        int // InCredentialSelected: turns queued for the model's concurrency limit
 	Limit         string
 	Switched      bool
 	Redeemed      bool // InCredentialReply: the switch spent a banked reset

@@ -47,6 +47,11 @@ func (c *Core) credentialAnswer(in Input) {
 		return
 	}
 	c.r.Reservation = in.Token
+	c.queued = false
+	if in.Queued > 0 {
+		c.capacityQueued(in)
+		return
+	}
 	if in.Wait > 0 { // the turn waits for the key named: the session holds it
 		c.r.Credential = in.Credential
 		w := c.out.waits.add()
@@ -72,7 +77,11 @@ func (c *Core) endPacingWait() {
 	c.r.Reservation = 0
 	if c.r.FailureKind == "" {
 		c.r.FailureKind, c.r.Failure = KindAborted, "rate limit wait cancelled"
+		if c.queued {
+			c.r.Failure = "capacity wait cancelled"
+		}
 	}
+	c.queued = false
 	c.settle()
 }
 
@@ -97,7 +106,7 @@ func (c *Core) rateLimitsSeen(limits *messages.RateLimits, at time.Time) {
 // the turn on a paced provider reserved nothing, but its response may
 // still announce its key's limits, which the settle carries).
 func (c *Core) settleReservation(model string, msg *messages.AssistantMessage, limits *messages.RateLimits) {
-	if !c.pacedProviders[provider(model)] {
+	if p := provider(model); !c.pacedProviders[p] && !c.limitedProviders[p] {
 		return
 	}
 	e := c.add(SettleReservation)

@@ -20,21 +20,23 @@ import (
 // which, or go into Record.
 func TestRecordCoversTheCore(t *testing.T) {
 	notAtRest := map[string]string{
-		"r":               "the record itself",
-		"step":            "the step function of the record's state, set with it (become)",
-		"src":             "the jitter source, given to Resume",
-		"settings":        "the session's configuration (Config.Settings), given again to Resume",
-		"compaction":      "the session's configuration (Config.Compaction), given again to Resume",
-		"credentialed":    "the runtime's configuration (Config.Credentialed), given again to Resume",
-		"budgeted":        "the runtime's configuration (Config.Budgeted), given again to Resume",
-		"pacedProviders":  "the runtime's configuration (Config.Paced), given again to Resume",
-		"passivateAfter":  "the runtime's configuration (Config.PassivateAfter), given again to Resume",
-		"noFallbackChain": "the runtime's configuration (Config.FallbackRoles), given again to Resume",
-		"recorded":        "the session's configuration (Config.Recorded), given again to Resume",
-		"presence":        "the activation's: a core resumed from a record is with its new actors",
-		"handingOver":     "done in the step that finds the session at rest: never set at rest",
-		"now":             "the instant of the step running",
-		"out":             "the effects of the step running",
+		"r":                "the record itself",
+		"step":             "the step function of the record's state, set with it (become)",
+		"src":              "the jitter source, given to Resume",
+		"settings":         "the session's configuration (Config.Settings), given again to Resume",
+		"compaction":       "the session's configuration (Config.Compaction), given again to Resume",
+		"credentialed":     "the runtime's configuration (Config.Credentialed), given again to Resume",
+		"budgeted":         "the runtime's configuration (Config.Budgeted), given again to Resume",
+		"pacedProviders":   "the runtime's configuration (Config.Paced), given again to Resume",
+		"passivateAfter":   "the runtime's configuration (Config.PassivateAfter), given again to Resume",
+		"limitedProviders": "the runtime's configuration (Config.Limited), given again to Resume",
+		"queued":           "a wait for a place (SelectingCredential), never at rest",
+		"noFallbackChain":  "the runtime's configuration (Config.FallbackRoles), given again to Resume",
+		"recorded":         "the session's configuration (Config.Recorded), given again to Resume",
+		"presence":         "the activation's: a core resumed from a record is with its new actors",
+		"handingOver":      "done in the step that finds the session at rest: never set at rest",
+		"now":              "the instant of the step running",
+		"out":              "the effects of the step running",
 	}
 	ct := reflect.TypeFor[Core]()
 	for i := range ct.NumField() {

@@ -57,13 +57,15 @@ type entry struct {
 }
 
 // retryState is the retry line between auto_retry_start and auto_retry_end,
-// or the pacing line of a rate_limit_wait until its turn goes out.
+// or the pacing line of a rate_limit_wait or a capacity_wait until its
+// turn goes out.
 type retryState struct {
 	attempt, max int
 	deadline     time.Time
 	seq          int
 	held         bool   // the provider's retry budget extended the delay
-	pacing       string // a rate_limit_wait's limit and key ("": a retry)
+	pacing       string // a rate_limit_wait's limit and key, a capacity_wait's model and queue ("": a retry)
+	capacity     bool   // pacing is a capacity_wait's
 }
 
 var (
@@ -220,11 +222,15 @@ func (r *retryState) nextTick(now time.Time) time.Duration {
 // retryLine is the status line while a retry chain is open, or a turn
 // waits for its key's rate-limit budget.
 func (r *retryState) line(now time.Time) string {
+	what := "the rate limit"
+	if r.capacity {
+		what = "capacity"
+	}
 	if r.pacing != "" {
 		if secs := r.remaining(now); secs > 0 {
-			return fmt.Sprintf("Waiting for the rate limit (%s) %ds… (esc to cancel)", r.pacing, secs)
+			return fmt.Sprintf("Waiting for %s (%s) %ds… (esc to cancel)", what, r.pacing, secs)
 		}
-		return fmt.Sprintf("Waiting for the rate limit (%s)… (esc to cancel)", r.pacing)
+		return fmt.Sprintf("Waiting for %s (%s)… (esc to cancel)", what, r.pacing)
 	}
 	if secs := r.remaining(now); secs > 0 {
 		if r.held {
@@ -348,6 +354,9 @@ func (m *model) countdown(ev musepi.Event) bool {
 	case musepi.RateLimitWait:
 		m.startPacingWait(p)
 		return true
+	case musepi.CapacityWait:
+		m.startCapacityWait(p)
+		return true
 	}
 	return false
 }
@@ -453,6 +462,14 @@ func (m *model) startPacingWait(p musepi.RateLimitWait) {
 	m.retrySeq++
 	m.retry = &retryState{deadline: m.now().Add(p.Delay), seq: m.retrySeq,
 		pacing: fmt.Sprintf("%s on %s", strings.ReplaceAll(p.Limit, "_", " "), p.Credential)}
+}
+
+// startCapacityWait shows a capacity_wait in the status line (counting
+// down when it says how long) until its turn goes out.
+func (m *model) startCapacityWait(p musepi.CapacityWait) {
+	m.retrySeq++
+	m.retry = &retryState{deadline: m.now().Add(p.Delay), seq: m.retrySeq, capacity: true,
+		pacing: fmt.Sprintf("%s/%s, %d queued", p.Provider, p.Model, p.Queued)}
 }
 
 // endPacingWait closes the pacing line once the turn streams.

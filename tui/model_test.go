@@ -565,6 +565,20 @@ func TestModelPacingWaitCountdown(t *testing.T) {
 	}
 }
 
+// A capacity_wait shows in the status line until its turn streams.
+func TestModelCapacityWait(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.event(musepi.CapacityWait{Provider: "fake", Model: "m1", Queued: 3})
+	if got, want := h.statusLine(), "Waiting for capacity (fake/m1, 3 queued)… (esc to cancel)"; !strings.HasSuffix(got, want) {
+		t.Errorf("status %q, want %q", got, want)
+	}
+	h.event(musepi.MessageUpdate{Kind: "text", Delta: "hi"})
+	if got := h.statusLine(); strings.Contains(got, "capacity") {
+		t.Errorf("status %q after the turn streamed; want the capacity line gone", got)
+	}
+}
+
 // A compaction that lets the prompt go on says so; one that failed leaves
 // it to the prompt's error.
 func TestModelCompactionEnd(t *testing.T) {

@@ -18,6 +18,8 @@ export interface CredentialSwitch { type: "credential_switch"; sessionId: string
 export interface RateLimitWait { type: "rate_limit_wait"; sessionId: string; delayMs: number; provider: string; credential: string; limit: "requests" | "tokens" | "input_tokens" | "output_tokens"; }
 /** The provider's retry budget let a held retry (budgetDelayMs of its auto_retry_start) go early: attempt goes out in delayMs. */
 export interface RetryReleased { type: "retry_released"; sessionId: string; attempt: number; delayMs: number; }
+/** A turn waits for a place within its model's concurrency limit (WithOverloadLimiter): not a retry; abort and abort_retry cancel it. */
+export interface CapacityWait { type: "capacity_wait"; sessionId: string; delayMs?: number; provider: string; model: string; queued: number; }
 /** The default compaction hook met a context overflow. */
 export interface CompactionRequired { type: "compaction_required"; sessionId: string; errorMessage: string; }
 /** A slow reader lost events. */
@@ -27,4 +29,4 @@ export interface HostLost { type: "host_lost"; sessionId: string; member: string
 /** --cluster: after host_lost, the session was reached again on member (the node that took it over). */
 export interface Resumed { type: "resumed"; sessionId: string; member: string; }
 
-export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | RateLimitWait | RetryReleased | CompactionRequired | EventsLost | HostLost | Resumed;
+export type MusePiEvent = AgentSettled | RetryFallbackApplied | RetryFallbackSucceeded | ModelChange | CredentialSwitch | RateLimitWait | CapacityWait | RetryReleased | CompactionRequired | EventsLost | HostLost | Resumed;

@@ -198,6 +198,21 @@ var events = []event{
 		},
 	},
 	{
+		name: "capacity_wait", goName: "CapacityWait", number: 31, core: "CapacityWait",
+		doc: "CapacityWait: a turn waits for a place within its model's concurrency\n" +
+			"limit (WithOverloadLimiter), which the provider's overload answers\n" +
+			"lowered, instead of going out to be refused; it goes when an answer\n" +
+			"frees a place, in priority order. It is not a retry (no attempt\n" +
+			"counts); Abort and AbortRetry cancel it.",
+		coreFields: []coreField{{"Capacity", "*CapacityWait", ""}},
+		fields: []field{
+			{goName: "Delay", goType: "time.Duration", setIf: "ev.Capacity.Delay > 0", doc: "about how long, when known (0: unknown)"},
+			{goName: "Provider", goType: "string", core: "provider(ev.Capacity.Model)"},
+			{goName: "Model", goType: "string", core: "modelName(ev.Capacity.Model)", doc: "the model's name, without its provider"},
+			{goName: "Queued", goType: "int", doc: "the turns waiting for the model, this one included"},
+		},
+	},
+	{
 		name: "compaction_end", goName: "CompactionEnd", number: 29, core: "CompactionEnd",
 		doc: "CompactionEnd: the compaction hook that ran on a context overflow (after\n" +
 			"CompactionRequired) returned. With WillRetry the prompt goes on with the\n" +

@@ -959,6 +959,7 @@ type CredentialSelected struct {
 	WaitMs        int64                  `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`      // pacing: above 0, no key has room; a PacingGrant follows
 	Limit         string                 `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`                       // pacing: the limit waited for (requests, tokens, input_tokens, output_tokens)
 	TooLarge      string                 `protobuf:"bytes,6,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"` // pacing: no key can ever take the turn (it needs more than a whole window); why
+	Queued        int32                  `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`                    // overload: above 0, the model's concurrency limit is full and this many turns wait for it (this one included); a PacingGrant follows
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1033,6 +1034,13 @@ func (x *CredentialSelected) GetTooLarge() string {
 		return x.TooLarge
 	}
 	return ""
+}
+
+func (x *CredentialSelected) GetQueued() int32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
 }
 
 // PacingGrant ends a session's pacing wait: its turn may go out on
@@ -1119,6 +1127,8 @@ type PacingSettle struct {
 	Refused           bool                   `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`                                                // the server refused the call (429)
 	CachedInputTokens int64                  `protobuf:"varint,9,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"` // input read from or written to the prompt cache (not in input_tokens)
 	RetryAfterMs      int64                  `protobuf:"varint,10,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`               // a refusal's retry hint (0: none): nothing goes on the key before it
+	Overload          int32                  `protobuf:"varint,11,opt,name=overload,proto3" json:"overload,omitempty"`                                             // overload.Result: what the call's end says of its model's load (0: neutral)
+	FirstTokenMs      int64                  `protobuf:"varint,12,opt,name=first_token_ms,json=firstTokenMs,proto3" json:"first_token_ms,omitempty"`               // an answer's time to first token (0: not measured)
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1219,6 +1229,20 @@ func (x *PacingSettle) GetCachedInputTokens() int64 {
 func (x *PacingSettle) GetRetryAfterMs() int64 {
 	if x != nil {
 		return x.RetryAfterMs
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetOverload() int32 {
+	if x != nil {
+		return x.Overload
+	}
+	return 0
+}
+
+func (x *PacingSettle) GetFirstTokenMs() int64 {
+	if x != nil {
+		return x.FirstTokenMs
 	}
 	return 0
 }
@@ -2310,7 +2334,7 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\x0eoutput_bounded\x18\t \x01(\bR\routputBounded\x12\x14\n" +
 	"\x05model\x18\n" +
 	" \x01(\tR\x05model\x12.\n" +
-	"\breply_to\x18\b \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\"\xb2\x01\n" +
+	"\breply_to\x18\b \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\"\xca\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
@@ -2319,7 +2343,8 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\bswitched\x18\x03 \x01(\bR\bswitched\x12\x17\n" +
 	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\tR\x05limit\x12\x1b\n" +
-	"\ttoo_large\x18\x06 \x01(\tR\btooLarge\"~\n" +
+	"\ttoo_large\x18\x06 \x01(\tR\btooLarge\x12\x16\n" +
+	"\x06queued\x18\a \x01(\x05R\x06queued\"~\n" +
 	"\vPacingGrant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2327,7 +2352,7 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x03 \x01(\tR\n" +
 	"credential\x12\x1a\n" +
-	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xde\x02\n" +
+	"\bswitched\x18\x04 \x01(\bR\bswitched\"\xa0\x03\n" +
 	"\fPacingSettle\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -2342,7 +2367,9 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\arefused\x18\b \x01(\bR\arefused\x12.\n" +
 	"\x13cached_input_tokens\x18\t \x01(\x03R\x11cachedInputTokens\x12$\n" +
 	"\x0eretry_after_ms\x18\n" +
-	" \x01(\x03R\fretryAfterMs\"\xa5\x01\n" +
+	" \x01(\x03R\fretryAfterMs\x12\x1a\n" +
+	"\boverload\x18\v \x01(\x05R\boverload\x12$\n" +
+	"\x0efirst_token_ms\x18\f \x01(\x03R\ffirstTokenMs\"\xa5\x01\n" +
 	"\rPacingObserve\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1e\n" +

@@ -1,0 +1,75 @@
+package actors
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/musepi/musepi/clock"
+	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
+	"github.com/musepi/musepi/pacing"
+)
+
+// newLimitedActor is a credentials actor with key A, no pacing, and an
+// overload limiter that starts at max places a model.
+func newLimitedActor(t *testing.T, max int) *pacedActor {
+	clk := clock.NewVirtual(time.Unix(1_000, 0))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
+	t.Cleanup(sys.Shutdown)
+	creds := []Credential{{Name: "A"}}
+	policy := CredentialsPolicy{Overload: &overload.Settings{Max: max}}
+	return &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{},
+		creds: sys.Root.Spawn(CredentialsProps(clk, creds, policy, NewCredentialsView(creds)))}
+}
+
+func TestOverloadQueuesGrantsAndCancels(t *testing.T) {
+	p := newLimitedActor(t, 2)
+	ask := func(s string, prio pacing.Priority) *protocol.CredentialSelected {
+		return selected(t, p.send(s, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, Priority: int32(prio), Model: "fake/m1"}))
+	}
+	end := func(s string, r overload.Result) []proto.Message {
+		return p.send(s, &protocol.PacingSettle{SessionId: s, Token: 1, Credential: "A", Sent: true, Overload: int32(r)})
+	}
+	granted := func(s string) bool {
+		got := p.settle(s)
+		if len(got) > 1 {
+			t.Fatalf("%s got %v", s, got)
+		}
+		return len(got) == 1 && got[0].(*protocol.PacingGrant).GetToken() == 1
+	}
+	for _, s := range []string{"a", "b"} {
+		if got := ask(s, pacing.Normal); got.GetQueued() != 0 || got.GetToken() != 1 || got.GetCredential() != "A" {
+			t.Fatalf("%s: %v; want a place at once, with its token", s, got)
+		}
+	}
+	// The limit (2) is full: the next turns queue, high before low.
+	for i, s := range []string{"low", "high", "gone"} {
+		prio := []pacing.Priority{pacing.Low, pacing.High, pacing.Normal}[i]
+		if got := ask(s, prio); got.GetQueued() != int32(i+1) {
+			t.Fatalf("%s: %v; want queued=%d", s, got, i+1)
+		}
+	}
+	// A queued turn aborted leaves the queue: no grant ever comes to it.
+	p.send("gone", &protocol.PacingCancel{SessionId: "gone", Token: 1})
+	// An overload answer lowers the limit to 1 (0.9 of the 1 in flight as
+	// a went): b still holds the one place, nobody goes.
+	end("a", overload.Overloaded)
+	if granted("high") || granted("low") {
+		t.Fatal("a turn went though the lowered limit was full")
+	}
+	// b's end (a 429: it says nothing of load) frees the place: the
+	// high-priority turn goes first.
+	end("b", overload.Neutral)
+	if !granted("high") || granted("low") {
+		t.Fatal("want high granted, low still queued")
+	}
+	// high's session goes away: its place goes to low.
+	p.send("high", &protocol.ReleaseSession{SessionId: "high"})
+	if !granted("low") || granted("gone") {
+		t.Fatal("want low granted once high's session was released, and nothing for the aborted turn")
+	}
+}
