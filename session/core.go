@@ -273,10 +273,14 @@ func (c *Core) selectCredential(keep bool) {
 
 // credentialSelected starts the turn on cred, unless the prompt was
 // aborted, or the retry this turn was to make was cancelled, while the
-// key was chosen.
+// key was chosen (a reservation or place granted to it goes back).
 func (c *Core) credentialSelected(cred string) {
 	c.r.Credential = cred
 	if c.r.Aborts.User || (isFailure(c.r.Last) && !c.IsRetrying()) {
+		if c.r.Reservation != 0 {
+			c.cancelReservation(c.r.Reservation)
+			c.r.Reservation = 0
+		}
 		c.settle()
 		return
 	}
