@@ -114,8 +114,9 @@ func (a *CredentialsActor) paceFirst(m *protocol.SelectCredential) {
 }
 
 // seatPaced asks a place for a paced turn whose reservation was granted
-// (g); false: it waits for it, and its grant goes when it has one.
-func (a *CredentialsActor) seatPaced(g *protocol.PacingGrant, to *actor.PID) bool {
+// (g); false: it waits for it (its session is told so, and how many
+// wait), and its grant goes when it has one.
+func (a *CredentialsActor) seatPaced(ctx actor.Context, g *protocol.PacingGrant, to *actor.PID) bool {
 	if a.places == nil {
 		return true
 	}
@@ -124,7 +125,10 @@ func (a *CredentialsActor) seatPaced(g *protocol.PacingGrant, to *actor.PID) boo
 		return true
 	}
 	t.paced = false
-	granted, _ := a.places.acquire(g.GetSessionId(), t, g, to)
+	granted, queued := a.places.acquire(g.GetSessionId(), t, g, to)
+	if !granted && to != nil {
+		track.Send(ctx, a.clk, to, &protocol.CredentialSelected{Credential: g.GetCredential(), Token: g.GetToken(), Queued: int32(queued)})
+	}
 	return granted
 }
 

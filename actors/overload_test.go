@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -14,20 +15,20 @@ import (
 	"github.com/musepi/musepi/pacing"
 )
 
-// newLimitedActor is a credentials actor with key A, no pacing, and an
-// overload limiter that starts at max places a model.
-func newLimitedActor(t *testing.T, max int) *pacedActor {
+// newLimitedActor is a credentials actor with key A (paced by limits,
+// when set), and an overload limiter that starts at max places a model.
+func newLimitedActor(t *testing.T, max int, limits pacing.Limits) *pacedActor {
 	clk := clock.NewVirtual(time.Unix(1_000, 0))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	t.Cleanup(sys.Shutdown)
-	creds := []Credential{{Name: "A"}}
-	policy := CredentialsPolicy{Overload: &overload.Settings{Max: max}}
+	creds := []Credential{{Name: "A", RateLimits: limits}}
+	policy := CredentialsPolicy{Overload: &overload.Settings{Max: max}, Pacing: limits != pacing.Limits{}, Window: time.Minute}
 	return &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{},
 		creds: sys.Root.Spawn(CredentialsProps(clk, creds, policy, NewCredentialsView(creds)))}
 }
 
 func TestOverloadQueuesGrantsAndCancels(t *testing.T) {
-	p := newLimitedActor(t, 2)
+	p := newLimitedActor(t, 2, pacing.Limits{})
 	ask := func(s string, prio pacing.Priority) *protocol.CredentialSelected {
 		return selected(t, p.send(s, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, Priority: int32(prio), Model: "fake/m1"}))
 	}
@@ -71,5 +72,35 @@ func TestOverloadQueuesGrantsAndCancels(t *testing.T) {
 	p.send("high", &protocol.ReleaseSession{SessionId: "high"})
 	if !granted("low") || granted("gone") {
 		t.Fatal("want low granted once high's session was released, and nothing for the aborted turn")
+	}
+}
+
+// A paced turn asks for its place once its reservation is granted: one
+// that waited for its key's budget may then find the limit full, and its
+// session is told it waits again, for a place.
+func TestOverloadAfterAPacingWait(t *testing.T) {
+	p := newLimitedActor(t, 1, pacing.Limits{RPM: 1})
+	ask := func(s string) *protocol.CredentialSelected {
+		return selected(t, p.send(s, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, Model: "fake/m1"}))
+	}
+	if got := ask("first"); got.GetWaitMs() != 0 || got.GetQueued() != 0 {
+		t.Fatalf("first: %v; want its key and place at once", got)
+	}
+	if got := ask("next"); got.GetWaitMs() == 0 {
+		t.Fatalf("next: %v; want a pacing wait", got)
+	}
+	if err := p.clk.Advance(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := selected(t, p.settle("next")); got.GetQueued() != 1 || got.GetToken() != 1 {
+		t.Fatalf("next, its reservation granted: %v; want queued=1 for a place", got)
+	}
+	p.send("first", &protocol.PacingSettle{SessionId: "first", Token: 1, Credential: "A", Sent: true})
+	got := p.settle("next")
+	if len(got) != 1 {
+		t.Fatalf("next once first ended: %v; want its grant", got)
+	}
+	if g, ok := got[0].(*protocol.PacingGrant); !ok || g.GetCredential() != "A" {
+		t.Fatalf("next once first ended: %v; want its grant on A", got)
 	}
 }

@@ -120,7 +120,7 @@ func (a *CredentialsActor) carryOut(ctx actor.Context, released []pacing.Granted
 	}
 	for _, g := range released {
 		grant := &protocol.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched}
-		if !a.seatPaced(grant, g.To) {
+		if !a.seatPaced(ctx, grant, g.To) {
 			continue // it waits for a place now
 		}
 		a.keys.Keep(g.ID, g.Credential)

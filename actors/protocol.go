@@ -29,9 +29,10 @@ type turnLimits struct {
 // turn's guard (provider.WithGuard) found the session another
 // activation's and sent no request.
 type turnFinished struct {
-	turn  uint64
-	msg   *messages.AssistantMessage
-	taken bool
+	turn       uint64
+	msg        *messages.AssistantMessage
+	taken      bool
+	firstToken time.Duration // from the start to the first delta (no delta: to the end)
 }
 
 // toolsFinished carries the results of a turn's tool calls. taken: the

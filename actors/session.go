@@ -298,6 +298,7 @@ func (s *SessionActor) turnFinished(ctx actor.Context, m *turnFinished) {
 		return
 	}
 	s.work.running = nil // over: a session waiting in backoff keeps no turn
+	s.work.firstToken = m.firstToken
 	msg := m.msg
 	if msg.GetTimestampMs() == 0 {
 		msg.TimestampMs = s.deps.Clock.Now().UnixMilli()

@@ -26,7 +26,7 @@ func (s *SessionActor) execute(ctx actor.Context, e *session.Effect) {
 	case session.SelectCredential:
 		peers.selectCredential(ctx, e, s.core.Credential(), s.hist.context)
 	case session.SettleReservation:
-		peers.settleReservation(ctx, e)
+		peers.settleReservation(ctx, e, s.work.firstToken)
 	case session.ObserveRateLimits:
 		peers.tellCredentials(ctx, e.Model, &protocol.PacingObserve{SessionId: s.cfg.ID, Credential: e.Credential,
 			Limits: e.Limits, ArrivedUnixMs: e.At.UnixMilli()})

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -41,9 +42,11 @@ func (p sharedActors) selectCredential(ctx actor.Context, e *session.Effect, hel
 }
 
 // settleReservation tells the credentials actor what a paced turn used
-// and the limits its response announced: nothing to tell when it reserved
-// nothing and its response announced none.
-func (p sharedActors) settleReservation(ctx actor.Context, e *session.Effect) {
+// and the limits its response announced, and with an overload limiter how
+// its end went (overload.OutcomeOf, its time to first token firstToken):
+// nothing to tell when it reserved nothing and its response announced
+// none.
+func (p sharedActors) settleReservation(ctx actor.Context, e *session.Effect, firstToken time.Duration) {
 	last := e.Message
 	if e.Token == 0 && e.Limits == nil {
 		return
@@ -54,7 +57,8 @@ func (p sharedActors) settleReservation(ctx actor.Context, e *session.Effect) {
 		InputTokens: u.GetInput(), OutputTokens: u.GetOutput(), CachedInputTokens: u.GetCacheRead() + u.GetCacheWrite(),
 		Limits: e.Limits}
 	if p.deps.shared().limited[providerOf(e.Model)] {
-		settle.Overload = int32(overload.OutcomeOf(last, 0).Result)
+		o := overload.OutcomeOf(last, firstToken)
+		settle.Overload, settle.FirstTokenMs = int32(o.Result), o.FirstToken.Milliseconds()
 	}
 	if settle.Refused {
 		if h, ok := retry.ParseHint(last.GetHeaders(), last.GetErrorMessage(), p.deps.Clock.Now()); ok {

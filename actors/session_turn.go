@@ -34,6 +34,9 @@ type turnRunner struct {
 	// oversize is why the next turn cannot go out: pacing found it too
 	// large for every key of its provider ("": it can).
 	oversize string
+	// firstToken is the time to first token of the turn that ended last,
+	// which its settle tells the overload limiter.
+	firstToken time.Duration
 }
 
 // start streams turn on model with credential, on the context entries, in
@@ -160,6 +163,11 @@ type turnRun struct {
 	tellLimits func(*messages.RateLimits)
 	limitsTold atomic.Bool
 
+	// started is when Run started, firstToken how long its first delta
+	// took (0: none yet).
+	started    time.Time
+	firstToken time.Duration
+
 	// finished is the message Run ends with, sent from here: the turn's
 	// allocation holds it.
 	finished turnFinished
@@ -173,6 +181,7 @@ var errStreamStalled = errors.New("stream stalled")
 func (t *turnRun) Run() {
 	defer t.clk.End()
 	defer t.cancel(context.Canceled)
+	t.started = t.clk.Now()
 	if t.watch != nil {
 		t.lastData.Store(t.clk.Now().UnixNano())
 		t.watch.add(t)
@@ -203,7 +212,10 @@ func (t *turnRun) Run() {
 	if t.limitsTold.Load() { // the session has them
 		msg.RateLimits = nil
 	}
-	t.finished.turn, t.finished.msg, t.finished.taken = t.turn, msg, t.taken.Load()
+	if t.firstToken == 0 { // not streamed: the whole answer
+		t.firstToken = t.clk.Now().Sub(t.started)
+	}
+	t.finished.turn, t.finished.msg, t.finished.taken, t.finished.firstToken = t.turn, msg, t.taken.Load(), t.firstToken
 	track.Send(t.root, t.clk, t.self, &t.finished)
 }
 
@@ -211,6 +223,9 @@ func (t *turnRun) Run() {
 func (t *turnRun) onDelta(d provider.Delta) {
 	if t.watch != nil {
 		t.lastData.Store(t.clk.Now().UnixNano())
+	}
+	if t.firstToken == 0 {
+		t.firstToken = max(t.clk.Now().Sub(t.started), 1)
 	}
 	if t.withinBound(len(d.Text)) {
 		track.Send(t.root, t.clk, t.self, &turnDelta{turn: t.turn, kind: d.Kind, text: d.Text})
