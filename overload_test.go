@@ -83,3 +83,26 @@ func TestAbortEndsACapacityWait(t *testing.T) {
 		})
 	}
 }
+
+// Runtime.ConcurrencyLimit reads a model's limit once a turn asked for
+// it; nothing for a model never asked for, a selector without a provider,
+// or a runtime without the limiter.
+func TestConcurrencyLimitIsReadFromTheRuntime(t *testing.T) {
+	h, a, held := limitedHarness(t)
+	for _, c := range []struct {
+		model string
+		limit int
+		ok    bool
+	}{{"p/m", 1, true}, {"p/other", 0, false}, {"m", 0, false}, {"nope/m", 0, false}} {
+		if n, ok := h.rt.ConcurrencyLimit(c.model); n != c.limit || ok != c.ok {
+			t.Errorf("ConcurrencyLimit(%q) = %d, %v; want %d, %v", c.model, n, ok, c.limit, c.ok)
+		}
+	}
+	a.Abort()
+	h.run()
+	h.settle(held)
+	off := newHarness(t)
+	if n, ok := off.rt.ConcurrencyLimit("p/m"); ok {
+		t.Errorf("ConcurrencyLimit without the limiter = %d, true; want false", n)
+	}
+}

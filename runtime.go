@@ -33,6 +33,7 @@ import (
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 	"github.com/musepi/musepi/timers"
@@ -732,6 +733,20 @@ func (rt *Runtime) RetryBudget(ctx context.Context, providerName string) (retry.
 		return retry.BudgetStats{}, fmt.Errorf("musepi: retry budget of %q: unexpected reply %T", providerName, res)
 	}
 	return retry.BudgetStats{Tokens: st.GetTokens(), Held: int(st.GetHeld()), Delayed: st.GetDelayed(), Released: st.GetReleased()}, nil
+}
+
+// ConcurrencyLimit is the overload limiter's concurrency limit of model
+// ("provider/model", as WithModel takes it) as its provider's credentials
+// actor last published it: how many calls to it may be in flight now (on
+// a runtime of cluster.Join, this node's). False when the limiter is off
+// (WithOverloadLimiter), the provider unknown, or no turn asked for the
+// model yet.
+func (rt *Runtime) ConcurrencyLimit(model string) (int, bool) {
+	name, m, ok := retry.SplitModel(model)
+	if !ok || rt.cfg.overload == nil {
+		return 0, false
+	}
+	return rt.credViews[name].ConcurrencyLimit(overload.Key{Provider: name, Model: m})
 }
 
 // waitFuture waits for f until ctx ends.

@@ -108,7 +108,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider, places: newPlaces(policy.Overload)}
+	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider, places: newPlaces(policy.Overload, view)}
 	if policy.Budget.Enabled {
 		a.budget = retry.NewBudget[*actor.PID](policy.Budget)
 	}

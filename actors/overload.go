@@ -19,6 +19,7 @@ import (
 type places struct {
 	limiter *overload.Limiter
 	turns   map[string]place // by session
+	view    *CredentialsView // where each model's limit is published (nil: nowhere)
 }
 
 // place is a session's turn: its token, model and priority, and while it
@@ -33,12 +34,12 @@ type place struct {
 }
 
 // newPlaces keeps the limits of a provider's models with s (nil: none,
-// no limiter).
-func newPlaces(s *overload.Settings) *places {
+// no limiter), publishing them to view.
+func newPlaces(s *overload.Settings, view *CredentialsView) *places {
 	if s == nil {
 		return nil
 	}
-	return &places{limiter: overload.New(*s), turns: map[string]place{}}
+	return &places{limiter: overload.New(*s), turns: map[string]place{}, view: view}
 }
 
 // turn is the place of the turn of session (token) on model, of priority.
@@ -50,6 +51,7 @@ func turn(token uint64, model string, priority int32) place {
 // with grant, sent to to; true: it is in flight; false: it waits, and
 // acquire says how many wait.
 func (p *places) acquire(session string, t place, grant *protocol.PacingGrant, to *actor.PID) (bool, int) {
+	p.view.setLimit(t.key, p.limiter.Limit(t.key)) // the model known from its first call
 	if p.limiter.Acquire(session, t.key, t.priority) {
 		p.turns[session] = t
 		return true, 0
@@ -77,7 +79,9 @@ func (p *places) release(now time.Time, session string, token uint64, o overload
 		return nil
 	}
 	var out []place
-	for _, g := range p.limiter.Release(now, session, o) {
+	granted := p.limiter.Release(now, session, o)
+	p.view.setLimit(t.key, p.limiter.Limit(t.key))
+	for _, g := range granted {
 		w := p.turns[g.ID]
 		out = append(out, w)
 		p.turns[g.ID] = place{token: w.token, key: w.key, priority: w.priority}

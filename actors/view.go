@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 )
 
@@ -22,9 +23,10 @@ type CredentialsView struct {
 	budget bool
 	tokens float64
 
-	paced   atomic.Bool     // a rate limit of a key is known: turns reserve
-	waiting [3]atomic.Int64 // turns waiting for a budget, by priority
-	levels  []pacing.Level  // what the keys have left, guarded by mu
+	paced   atomic.Bool          // a rate limit of a key is known: turns reserve
+	waiting [3]atomic.Int64      // turns waiting for a budget, by priority
+	levels  []pacing.Level       // what the keys have left, guarded by mu
+	limits  map[overload.Key]int // the overload limiter's limit per model, guarded by mu
 }
 
 // NewCredentialsView returns the view of a credentials actor holding creds.
@@ -62,6 +64,31 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 	if v.budget = a.budget != nil; v.budget {
 		v.tokens = a.budget.Tokens()
 	}
+}
+
+// setLimit records the overload limiter's limit of key.
+func (v *CredentialsView) setLimit(key overload.Key, limit int) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.limits == nil {
+		v.limits = map[overload.Key]int{}
+	}
+	v.limits[key] = limit
+}
+
+// ConcurrencyLimit is the overload limiter's limit of key as the actor
+// last published it; false when key has had no call under a limiter.
+func (v *CredentialsView) ConcurrencyLimit(key overload.Key) (int, bool) {
+	if v == nil {
+		return 0, false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n, ok := v.limits[key]
+	return n, ok
 }
 
 // Until is until when the key named name is blocked (zero: free); false
