@@ -110,6 +110,11 @@ type options struct {
 	wire         string // the API fakellm speaks: openai or anthropic
 	itpm, otpm   int64  // Anthropic's input and output tokens per minute
 	window       time.Duration
+	// The overload scenario's own (overload_flags.go): the model's
+	// capacity, its low capacity, and when the low window starts (-window
+	// is its length).
+	capacity, lowCapacity int
+	lowStart              time.Duration
 	// runs are -mode both's runs, in bothModes' order, each with the
 	// options its mode alone would have (nil in the other modes).
 	runs []*options
@@ -147,12 +152,14 @@ func parseFlagsAs(args []string, stderr io.Writer, mode string) (*options, error
 	switch o.scenario {
 	case "ratelimit":
 		return o, rateLimitOptions(o, set)
+	case "overload":
+		return o, overloadOptions(o, set)
 	case "outage":
 		if err := outageOnly(set); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, fmt.Errorf("-scenario must be outage or ratelimit, got %q", o.scenario)
+		return nil, fmt.Errorf("-scenario must be outage, ratelimit or overload, got %q", o.scenario)
 	}
 	if err := applyModeDefaults(o, set); err != nil {
 		return nil, err
@@ -188,7 +195,10 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bars")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (-mode both: one per mode, suffixed .virtual and .real)")
 	fs.StringVar(&o.heapProfile, "heapprofile", "", "write each contender's heap profile at mid-outage to this file, suffixed .<contender> (-mode both: .<mode>.<contender>)")
-	fs.StringVar(&o.scenario, "scenario", "outage", "outage (sessions ride out a provider outage) or ratelimit (sessions send prompts to two rate-limited keys: pacing, issue 28)")
+	fs.StringVar(&o.scenario, "scenario", "outage", "outage (sessions ride out a provider outage), ratelimit (sessions send prompts to two rate-limited keys: pacing, issue 28) or overload (sessions send prompts to a model whose capacity drops: the overload limiter, issue 40)")
+	fs.IntVar(&o.capacity, "capacity", 0, "overload: the model's calls in flight (default 200)")
+	fs.IntVar(&o.lowCapacity, "low-capacity", 0, "overload: the model's calls in flight in the low window (default 40)")
+	fs.DurationVar(&o.lowStart, "low-start", 0, "overload: when the low window starts, from the first prompt (default 10s)")
 	fs.IntVar(&o.prompts, "prompts", 0, "ratelimit: prompts per session, one after the other (default 3)")
 	fs.Int64Var(&o.rpm, "rpm", 0, "ratelimit: requests per minute of each key (default 600)")
 	fs.Int64Var(&o.tpm, "tpm", 0, "ratelimit: tokens per minute of each key (default 200000; -wire anthropic: 0, a total of input and output)")
@@ -199,7 +209,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.keys, "keys", 0, "ratelimit: API keys, each with the limits -rpm and -tpm (default 2)")
 	fs.Int64Var(&o.itpm, "itpm", 0, "ratelimit, -wire anthropic: input tokens per minute of each key (default 200000)")
 	fs.Int64Var(&o.otpm, "otpm", 0, "ratelimit, -wire anthropic: output tokens per minute of each key (default 40000)")
-	fs.DurationVar(&o.window, "window", 0, "ratelimit: fakellm enforces each per-minute limit over windows this long (whole ms, up to 1m; 0: the minute)")
+	fs.DurationVar(&o.window, "window", 0, "ratelimit: fakellm enforces each per-minute limit over windows this long (whole ms, up to 1m; 0: the minute); overload: the low window's length (default 60s)")
 	fs.StringVar(&o.wire, "wire", "", "ratelimit: the API fakellm speaks and the adapter MusePi and the peer use: openai (Chat Completions, the openai-go SDK) or anthropic (Messages, the anthropic-sdk-go SDK) (default openai)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "ratelimit: a contender still running after this long is stopped, its unfinished prompts lost (default 20m)")
 	return fs
@@ -296,18 +306,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	command := "go run ./bench/storm " + strings.Join(args, " ")
-	if o.scenario == "ratelimit" {
+	if measure, files := scenarioRun(o.scenario); measure != nil {
 		stopProfile, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return err
 		}
 		raiseFileLimit()
-		c, err := measureRateLimit(ctx, o, command, stderr)
+		c, err := measure(ctx, o, command, stderr)
 		stopProfile()
 		if err != nil {
 			return err
 		}
-		return publish(o.out, rlFiles(c), stdout, stderr)
+		return publish(o.out, files(c), stdout, stderr)
 	}
 	if o.mode == "both" {
 		c, err := measureBoth(ctx, o, command, stderr)

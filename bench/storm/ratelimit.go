@@ -55,6 +55,9 @@ type rateLimitScenario struct {
 	MaxTokens   int64         // max_completion_tokens (Anthropic: max_tokens) of every request; 0: none
 	Ramp        time.Duration
 	Wire        string // the API: "openai" (Chat Completions) or "anthropic" (Messages)
+	// Capacity, when set, is the model's capacity over time (the overload
+	// scenario): the keys have no rate limits then.
+	Capacity *ovCapacity
 }
 
 // rlKeys are the names (and the API keys) of n keys: key-a, key-b, ...
@@ -119,17 +122,27 @@ func (sc *rateLimitScenario) totalPrompts() int { return sc.Sessions * sc.Prompt
 // is refused.
 func (sc *rateLimitScenario) fakellm() *fakellm.Scenario {
 	out := &fakellm.Scenario{Default: &fakellm.Respond{Preset: "auth"}}
+	if sc.Capacity != nil {
+		out.Capacity = []fakellm.Capacity{sc.Capacity.fakellm(rlModel)}
+	}
 	for _, k := range sc.Keys {
-		out.Limits = append(out.Limits, fakellm.Limit{Key: k, RPM: sc.RPM, TPM: sc.TPM, ITPM: sc.ITPM, OTPM: sc.OTPM,
-			WindowMs: sc.Window.Milliseconds()})
 		out.Rules = append(out.Rules, fakellm.Rule{Name: k, Match: fakellm.Match{Key: k},
 			Respond: fakellm.Respond{Text: rlAnswer, Chunks: 1}})
+		if sc.Capacity != nil {
+			continue
+		}
+		out.Limits = append(out.Limits, fakellm.Limit{Key: k, RPM: sc.RPM, TPM: sc.TPM, ITPM: sc.ITPM, OTPM: sc.OTPM,
+			WindowMs: sc.Window.Milliseconds()})
 	}
 	return out
 }
 
 // String describes the scenario in one line.
 func (sc *rateLimitScenario) String() string {
+	if sc.Capacity != nil {
+		return fmt.Sprintf("overload: %s sessions × %d prompts one after the other (each on the context of the ones before; answers %d tokens), one key with no rate limit, the model's %s, %d %% of the sessions at high priority, the rest low, %s",
+			groupThousands(int64(sc.Sessions)), sc.Prompts, len(rlAnswer)/4, sc.Capacity, sc.HighPercent, sc.wireText())
+	}
 	s := fmt.Sprintf("ratelimit: %s sessions × %d prompts one after the other (sizes %d/%d/%d tokens, 6:3:1, each on the context of the ones before; answers %d tokens; %s), %d keys × %s, %d %% of the sessions at high priority, the rest low, %s",
 		groupThousands(int64(sc.Sessions)), sc.Prompts, rlSizes[0], rlSizes[1], rlSizes[2], len(rlAnswer)/4, sc.maxTokensText(),
 		len(sc.Keys), sc.limitsText(), sc.HighPercent, sc.wireText())

@@ -22,6 +22,9 @@ func outageOnly(set map[string]bool) error {
 	if f := setAmong(set, rateLimitFlags); f != "" {
 		return fmt.Errorf("-%s applies to -scenario ratelimit only", f)
 	}
+	if f := setAmong(set, overloadFlags); f != "" {
+		return fmt.Errorf("-%s applies to -scenario overload only", f)
+	}
 	return nil
 }
 
@@ -66,6 +69,9 @@ const (
 func rateLimitOptions(o *options, set map[string]bool) error {
 	if f := setAmong(set, outageFlags); f != "" {
 		return fmt.Errorf("-%s applies to -scenario outage only", f)
+	}
+	if f := setAmong(set, overloadFlags); f != "" {
+		return fmt.Errorf("-%s applies to -scenario overload only", f)
 	}
 	if !set["mode"] {
 		o.mode = "real"

@@ -60,7 +60,7 @@ func TestParseFlagsRateLimit(t *testing.T) {
 		{name: "the budget", args: rl("-budget", "on"), errHas: "-budget applies to -scenario outage only"},
 		{name: "a ratelimit flag in the outage", args: []string{"-prompts", "2"}, errHas: "-prompts applies to -scenario ratelimit only"},
 		{name: "a ratelimit flag with -mode both", args: []string{"-mode", "both", "-rpm", "2"}, errHas: "-rpm applies to -scenario ratelimit only"},
-		{name: "bad scenario", args: []string{"-scenario", "flood"}, errHas: `-scenario must be outage or ratelimit, got "flood"`},
+		{name: "bad scenario", args: []string{"-scenario", "flood"}, errHas: `-scenario must be outage, ratelimit or overload, got "flood"`},
 		{name: "no prompts", args: rl("-prompts", "0"), errHas: "-prompts must be 1 or more"},
 		{name: "no sessions", args: rl("-sessions", "0"), errHas: "-sessions must be 1 or more"},
 		{name: "no limits", args: rl("-rpm", "0", "-tpm", "0"), errHas: "-rpm, -tpm, -itpm or -otpm must be above 0"},

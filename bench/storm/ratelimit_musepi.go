@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider"
 )
 
@@ -18,9 +20,10 @@ import (
 // per storm session at its priority, each prompt sent with PromptAsync
 // when the one before it answered.
 type rlMusePi struct {
-	run    *rlRun
-	pacing bool
-	nodes  int // cluster mode: the nodes (0: one runtime)
+	run     *rlRun
+	pacing  bool
+	nodes   int  // cluster mode: the nodes (0: one runtime)
+	limiter bool // the overload limiter on (WithOverloadLimiter), its limit sampled
 
 	rts      []*musepi.Runtime
 	cluster  *stormCluster
@@ -29,8 +32,10 @@ type rlMusePi struct {
 	mu       sync.Mutex
 	timers   []*time.Timer // the starts of a ramp
 
-	waits    atomic.Int64 // rate_limit_wait events
-	switches atomic.Int64 // credential_switch events with reason pacing
+	waits         atomic.Int64 // rate_limit_wait events
+	switches      atomic.Int64 // credential_switch events with reason pacing
+	capacityWaits atomic.Int64 // capacity_wait events
+	limits        *limitSampler
 }
 
 // runRLMusePi runs MusePi with pacing on or off against a fresh fake
@@ -48,6 +53,18 @@ func runRLMusePi(ctx context.Context, e *rlEnv, pacing bool, nodes int) (System,
 	}
 	return runRateLimitContender(ctx, e, name, desc, pacing, func(run *rlRun) rlContender {
 		return &rlMusePi{run: run, pacing: pacing, nodes: nodes}
+	})
+}
+
+// runOverloadMusePi runs MusePi in the overload scenario, its overload
+// limiter on or off, against a fresh fake server.
+func runOverloadMusePi(ctx context.Context, e *rlEnv, limiter bool) (System, error) {
+	name, desc := ovLimiterOff, "MusePi runtime, one session per storm session at its priority, PromptAsync, pacing off, the overload limiter off (each session backs off on its own)"
+	if limiter {
+		name, desc = ovLimiterOn, "MusePi runtime, one session per storm session at its priority, PromptAsync, pacing off, the overload limiter on (WithOverloadLimiter, its defaults)"
+	}
+	return runRateLimitContender(ctx, e, name, desc, false, func(run *rlRun) rlContender {
+		return &rlMusePi{run: run, limiter: limiter}
 	})
 }
 
@@ -69,7 +86,7 @@ func (m *rlMusePi) options(prov provider.Provider) []musepi.Option {
 			creds[i].RateLimits = musepi.RateLimits{RPM: e.sc.RPM, TPM: e.sc.TPM, InputTPM: e.sc.ITPM, OutputTPM: e.sc.OTPM}
 		}
 	}
-	return []musepi.Option{
+	opts := []musepi.Option{
 		musepi.WithLogger(slog.New(slog.DiscardHandler)),
 		musepi.WithProvider(stormProvider, prov, creds...),
 		musepi.WithRetrySettings(e.settings),
@@ -78,6 +95,10 @@ func (m *rlMusePi) options(prov provider.Provider) []musepi.Option {
 		musepi.WithPassivateAfter(e.passivate),
 		musepi.WithPacing(m.pacing),
 	}
+	if m.limiter {
+		opts = append(opts, musepi.WithOverloadLimiter(overload.Settings{}))
+	}
+	return opts
 }
 
 // setup starts the runtime (or the cluster's nodes), the sessions and
@@ -127,12 +148,17 @@ func (m *rlMusePi) count(ev musepi.Event) {
 		if ev.Reason == "pacing" {
 			m.switches.Add(1)
 		}
+	case musepi.CapacityWait:
+		m.capacityWaits.Add(1)
 	}
 }
 
 // launch sends each session's first prompt at its start.
 func (m *rlMusePi) launch(ctx context.Context) {
 	sc := m.run.e.sc
+	if m.limiter {
+		m.limits = sampleLimit(m.rts[0], stormProvider+"/"+rlModel, 100*time.Millisecond)
+	}
 	for i := range sc.Sessions {
 		d := sc.startAt(i)
 		if d <= 0 {
@@ -164,12 +190,20 @@ func (m *rlMusePi) send(ctx context.Context, i, j int) {
 	})
 }
 
-// counts are the pacing events counted.
+// counts are the pacing and capacity events counted, and with the
+// limiter the figures of its limit over the run.
 func (m *rlMusePi) counts() map[string]float64 {
-	return map[string]float64{
+	f := map[string]float64{
 		"rate_limit_waits":           float64(m.waits.Load()),
 		"credential_switches_pacing": float64(m.switches.Load()),
 	}
+	if m.limiter {
+		f["capacity_waits"] = float64(m.capacityWaits.Load())
+		if c := m.run.e.sc.Capacity; c != nil {
+			maps.Copy(f, limitFigures(c, m.limits.samples()))
+		}
+	}
+	return f
 }
 
 // close stops the starts to come and shuts the runtime (or the nodes)
@@ -181,6 +215,7 @@ func (m *rlMusePi) close() error {
 	}
 	m.timers = nil
 	m.mu.Unlock()
+	m.limits.stop()
 	for _, unsub := range m.unsubs {
 		unsub()
 	}

@@ -84,19 +84,20 @@ func rlRows(systems []System) []Figure {
 	return rows
 }
 
-// writeRateLimitMarkdown renders a ratelimit run as a Markdown document:
-// a header block, the figure table (a row per figure, a column per
-// contender), the ratios to the peer, the targets and the notes.
-func writeRateLimitMarkdown(w io.Writer, c *Combined) error {
+// writeScenarioMarkdown renders a ratelimit or overload run as a
+// Markdown document titled title: a header block, the figure table (a row
+// per figure of rows, a column per contender), the ratios to the peer,
+// the targets and the notes.
+func writeScenarioMarkdown(w io.Writer, c *Combined, title string, rows func([]System) []Figure) error {
 	var b bytes.Buffer
-	b.WriteString("# Rate-limit storm (pacing)\n\n")
+	b.WriteString("# " + title + "\n\n")
 	fmt.Fprintf(&b, "- Command: %s\n", codeSpan(c.Command))
 	for _, r := range c.Runs {
 		fmt.Fprintf(&b, "- Mode: %s\n", r.Mode)
 		fmt.Fprintf(&b, "- Go: %s, CPUs: %d\n", r.GoVersion, r.CPUs)
 		fmt.Fprintf(&b, "- Scenario: %s\n", r.Scenario)
 		fmt.Fprintf(&b, "- Elapsed: %s s\n\n", formatNumber(r.Elapsed.Seconds()))
-		writeFigureTable(&b, r.Systems, rlRows(r.Systems))
+		writeFigureTable(&b, r.Systems, rows(r.Systems))
 		if len(r.Ratios) > 0 {
 			b.WriteString("\n## Ratios\n\n| Ratio | Value |\n|---|--:|\n")
 			for _, q := range r.Ratios {
@@ -116,7 +117,7 @@ func writeRateLimitMarkdown(w io.Writer, c *Combined) error {
 // its one report; targets) and storm.svg.
 func rlFiles(c *Combined) []outputFile {
 	return []outputFile{
-		{"storm.md", func(w io.Writer) error { return writeRateLimitMarkdown(w, c) }},
+		{"storm.md", func(w io.Writer) error { return writeScenarioMarkdown(w, c, "Rate-limit storm (pacing)", rlRows) }},
 		{"storm.json", func(w io.Writer) error { return writeJSON(w, c) }},
 		{"storm.svg", func(w io.Writer) error { return writeSVG(w, c.Runs[0]) }},
 	}

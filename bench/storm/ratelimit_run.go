@@ -292,6 +292,9 @@ func rlFigures(sc *rateLimitScenario, prompts []rlPrompt, stats fakellm.Stats, r
 		}
 	}
 	promptFigures(f, sc, prompts, last.Minutes())
+	if sc.Capacity != nil {
+		overloadFigures(f, sc.Capacity, prompts, stats)
+	}
 	if n := f["prompts_completed"]; n > 0 {
 		f["requests_per_prompt"] = float64(stats.Total) / n
 	}

@@ -33,7 +33,7 @@ func (c comparison) holds(v, bound float64) bool {
 // over the same figure of the floor or the peer in the same run, and the
 // bound it must meet.
 type target struct {
-	mode   string // the mode it applies to: "virtual", "real", "ratelimit" or "ratelimit-cluster"
+	mode   string // the mode it applies to: "virtual", "real", "ratelimit", "ratelimit-cluster" or "overload"
 	label  string // what the figure is, e.g. "CPU per attempt"
 	key    string // the figure's Figure.Key
 	versus string // a system ("floor", "peer", "musepi-pacing-off"): a ratio to its figure; empty: MusePi's own figure
@@ -77,6 +77,19 @@ var targets = []target{
 	{"ratelimit", "429 responses", "http_429_responses", rlUnpacedSystem, below, 1, rlPacedSystem},
 	{"ratelimit-cluster", "429 responses per request", "http_429_share", "", atMost, 0.01, rlClusterSystem},
 	{"ratelimit-cluster", "prompts lost", "prompts_lost", "", atMost, 0, rlClusterSystem},
+	// Issue 40 (the overload limiter): the overload scenario, for MusePi
+	// with the limiter on; the peer and MusePi without it must fail some
+	// prompts, or the storm shows nothing.
+	{"overload", "overload responses", "http_5xx_responses", ovPeer, atMost, 0.1, ovLimiterOn},
+	{"overload", "overload responses per request", "http_5xx_share", "", atMost, 0.05, ovLimiterOn},
+	{"overload", "prompts failed", "prompts_failed", "", atMost, 0, ovLimiterOn},
+	{"overload", "prompts lost", "prompts_lost", "", atMost, 0, ovLimiterOn},
+	{"overload", "prompts failed without the limiter (some)", "prompts_failed", "", atLeast, 1, ovPeer},
+	{"overload", "prompts failed without the limiter (some)", "prompts_failed", "", atLeast, 1, ovLimiterOff},
+	{"overload", "goodput vs the capacity in the low window", "goodput_vs_capacity", "", atLeast, 0.9, ovLimiterOn},
+	{"overload", "p99 prompt latency", "p99_prompt_latency_ms", ovPeer, atMost, 1.0, ovLimiterOn},
+	{"overload", "p99 prompt latency, high priority / low priority", "p99_high_vs_low", "", atMost, 0.5, ovLimiterOn},
+	{"overload", "limit back to 90 % of the capacity after its return", "limit_recovery_s", "", atMost, 10, ovLimiterOn},
 }
 
 // The systems the ratelimit targets are checked on: MusePi with pacing

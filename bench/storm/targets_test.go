@@ -41,10 +41,10 @@ func TestTargetTable(t *testing.T) {
 	for _, f := range figures {
 		keys[f.Key] = true
 	}
-	for _, f := range rlFigureRows {
+	for _, f := range append(slices.Clone(rlFigureRows), ovFigureRows...) {
 		keys[f.Key] = true
 	}
-	modes := append([]string{"ratelimit", "ratelimit-cluster"}, bothModes...)
+	modes := append([]string{"ratelimit", "ratelimit-cluster", "overload"}, bothModes...)
 	for _, tg := range targets {
 		if !slices.Contains(modes, tg.mode) || !keys[tg.key] || tg.label == "" ||
 			!slices.Contains([]string{"", "floor", "peer", rlUnpacedSystem}, tg.versus) ||

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/provider/fakellm"
+)
+
+// The overload scenario (issue 40): the ratelimit scenario's sessions and
+// prompts sent to one key with no rate limit, but to a model whose
+// capacity changes: High calls in flight, Low for a while, then High
+// again. A call beyond the capacity is answered with the provider's
+// overload answer (503 on the OpenAI wire, 529 on Anthropic's), which
+// announces nothing: no retry-after, no headers to pace by.
+
+// ovCapacity is the model's capacity over the run: High calls in flight,
+// Low from LowStart for LowFor, then High again. A call takes LatencyMs
+// to answer with no other call in flight, twice that when the model is
+// full (fakellm.Capacity).
+type ovCapacity struct {
+	High, Low        int
+	LowStart, LowFor time.Duration
+	LatencyMs        int
+}
+
+// returnAt is when the capacity comes back, from the start of the run.
+func (c *ovCapacity) returnAt() time.Duration { return c.LowStart + c.LowFor }
+
+// fakellm is c as fakellm's capacity of model.
+func (c *ovCapacity) fakellm(model string) fakellm.Capacity {
+	return fakellm.Capacity{Model: model, InFlight: c.High, LatencyMs: c.LatencyMs, Changes: []fakellm.CapacityChange{
+		{FromMs: c.LowStart.Milliseconds(), InFlight: c.Low},
+		{FromMs: c.returnAt().Milliseconds(), InFlight: c.High},
+	}}
+}
+
+// lowAllows is how many calls the model can answer in the low window: Low
+// calls at a time, each taking twice LatencyMs (the model full), back to
+// back for the whole window: the physical limit.
+func (c *ovCapacity) lowAllows() float64 {
+	if c.LatencyMs <= 0 {
+		return 0
+	}
+	return float64(c.Low) * c.LowFor.Seconds() / (2 * float64(c.LatencyMs) / 1000)
+}
+
+// String describes the capacity in one line.
+func (c *ovCapacity) String() string {
+	return fmt.Sprintf("capacity %d calls in flight, %d from %v for %v, then %d again; a call takes %d ms alone, up to twice that as the model fills",
+		c.High, c.Low, c.LowStart, c.LowFor, c.High, c.LatencyMs)
+}
+
+// overloadFigures are the overload scenario's own figures of a run:
+// the overload answers (http_5xx_responses, and their share of the
+// requests) and the prompts completed in the low window over what the
+// capacity allowed there (goodput_vs_capacity).
+func overloadFigures(f map[string]float64, c *ovCapacity, prompts []rlPrompt, stats fakellm.Stats) {
+	var fivexx int64
+	for status, n := range stats.ByStatus {
+		if strings.HasPrefix(status, "5") {
+			fivexx += n
+		}
+	}
+	f["http_5xx_responses"], f["http_5xx_share"] = float64(fivexx), 0
+	if stats.Total > 0 {
+		f["http_5xx_share"] = float64(fivexx) / float64(stats.Total)
+	}
+	low := 0
+	for _, p := range prompts {
+		if p.ok && p.end >= c.LowStart && p.end < c.returnAt() {
+			low++
+		}
+	}
+	f["prompts_completed_low_window"] = float64(low)
+	f["low_window_allows"] = c.lowAllows()
+	if a := c.lowAllows(); a > 0 {
+		f["goodput_vs_capacity"] = float64(low) / a
+	}
+}
+
+// limitSample is the limiter's limit at a moment of the run.
+type limitSample struct {
+	at    time.Duration // from the start of the run
+	limit int
+}
+
+// limitFigures are the figures of the limit sampled over a run: its
+// lowest (limit_min) and the time from the capacity's return to the
+// first sample at 90 % of it or more (limit_recovery_s; left out when the
+// limit never got there after the return).
+func limitFigures(c *ovCapacity, samples []limitSample) map[string]float64 {
+	f := map[string]float64{}
+	if len(samples) == 0 {
+		return f
+	}
+	lowest := samples[0].limit
+	for _, s := range samples {
+		lowest = min(lowest, s.limit)
+	}
+	f["limit_min"] = float64(lowest)
+	for _, s := range samples {
+		if s.at >= c.returnAt() && float64(s.limit) >= 0.9*float64(c.High) {
+			f["limit_recovery_s"] = (s.at - c.returnAt()).Seconds()
+			break
+		}
+	}
+	return f
+}
+
+// The overload scenario's contenders, and the system its targets are
+// checked on.
+const (
+	ovPeer       = "peer"
+	ovLimiterOff = "musepi-limiter-off"
+	ovLimiterOn  = "musepi-limiter-on"
+)
+
+// measureOverload runs the overload scenario's contenders in order and
+// reports what they measured and the targets.
+func measureOverload(ctx context.Context, o *options, command string, stderr io.Writer) (*Combined, error) {
+	e, err := newRLEnv(o, stderr)
+	if err != nil {
+		return nil, err
+	}
+	e.sc.Capacity = &ovCapacity{High: o.capacity, Low: o.lowCapacity, LowStart: o.lowStart, LowFor: o.window, LatencyMs: ovLatencyMs}
+	e.sc.Window = 0 // -window is the low window's length here, not a rate limit's
+	r := &Report{Command: command, Mode: o.mode, Sessions: o.sessions, GoVersion: runtime.Version(),
+		CPUs: runtime.GOMAXPROCS(0), Started: time.Now(), Scenario: e.sc.String()}
+	for _, c := range strings.Split(o.contenders, ",") {
+		var s System
+		switch c {
+		case ovPeer:
+			s, err = runRLPeer(ctx, e)
+		case ovLimiterOff, ovLimiterOn:
+			s, err = runOverloadMusePi(ctx, e, c == ovLimiterOn)
+		default:
+			err = fmt.Errorf("unknown contender %q", c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.Systems = append(r.Systems, s)
+	}
+	r.Ratios = ovRatios(r.Systems)
+	r.Targets = checkTargets("overload", r.Systems)
+	r.Notes = ovNotes(e)
+	r.Elapsed = time.Since(r.Started)
+	return &Combined{Command: command, Mode: "overload", Started: r.Started, Runs: []*Report{r},
+		Targets: r.Targets, Elapsed: r.Elapsed}, nil
+}
+
+// ovRatios compare each MusePi system with the peer on the overload
+// figures.
+func ovRatios(systems []System) []Ratio {
+	i := slices.IndexFunc(systems, func(s System) bool { return s.Name == ovPeer })
+	if i < 0 {
+		return nil
+	}
+	var out []Ratio
+	for _, m := range systems {
+		if strings.HasPrefix(m.Name, "musepi") {
+			out = ratiosTo(out, m, systems[i], []figureLabel{
+				{"http_5xx_responses", "overload responses"},
+				{"requests", "provider requests"},
+				{"p99_prompt_latency_ms", "p99 prompt latency"},
+				{"goodput_vs_capacity", "goodput vs the capacity in the low window"},
+			})
+		}
+	}
+	return out
+}
+
+// ovFiles are the outputs of an overload run: storm.md, storm.json and
+// storm.svg.
+func ovFiles(c *Combined) []outputFile {
+	return []outputFile{
+		{"storm.md", func(w io.Writer) error {
+			return writeScenarioMarkdown(w, c, "Overload storm (the concurrency limiter)", ovRows)
+		}},
+		{"storm.json", func(w io.Writer) error { return writeJSON(w, c) }},
+		{"storm.svg", func(w io.Writer) error { return writeSVG(w, c.Runs[0]) }},
+	}
+}
+
+// ovRows are the rows of the overload run's figure table.
+func ovRows([]System) []Figure { return ovFigureRows }
+
+// ovFigureRows are the overload run's figures, in the table's order.
+var ovFigureRows = []Figure{
+	{"prompts_started", "prompts started", ""},
+	{"prompts_completed", "prompts completed", ""},
+	{"prompts_failed", "prompts failed (retries exhausted)", ""},
+	{"prompts_lost", "prompts lost", ""},
+	{"requests", "provider requests (fakellm's count)", ""},
+	{"http_5xx_responses", "overload responses (fakellm's 5xx)", ""},
+	{"http_5xx_share", "overload responses per request", ""},
+	{"requests_per_prompt", "provider requests per completed prompt", ""},
+	{"prompts_completed_low_window", "prompts completed in the low window", ""},
+	{"low_window_allows", "what the capacity allows in the low window", ""},
+	{"goodput_vs_capacity", "goodput vs the capacity in the low window", ""},
+	{"p50_prompt_latency_ms", "prompt latency p50", "ms"},
+	{"p99_prompt_latency_ms", "prompt latency p99", "ms"},
+	{"p99_prompt_latency_ms_high", "prompt latency p99, high priority", "ms"},
+	{"p99_prompt_latency_ms_low", "prompt latency p99, low priority", "ms"},
+	{"p99_high_vs_low", "p99 high / p99 low", ""},
+	{"limit_min", "the limiter's lowest limit", ""},
+	{"limit_recovery_s", "from the capacity's return to the limit at 90 % of it", "s"},
+	{"capacity_waits", "capacity_wait events", ""},
+	{"run_minutes", "run, first prompt to last answer (to the stop when a prompt never ended)", "min"},
+	{"cpu_seconds", "CPU time (the process: contender and fakellm)", "s"},
+	{"wall_seconds", "wall time", "s"},
+	{"setup_seconds", "setup before the first prompt (sessions created)", "s"},
+}
+
+// ovNotes explain the overload run's figures.
+func ovNotes(e *rlEnv) []string {
+	sc, c := e.sc, e.sc.Capacity
+	return []string{
+		fmt.Sprintf("sessions: %s, each sending %d prompts one after the other (the next when the one before is answered), each with the conversation before it; one key with no rate limit; %d %% of the sessions (%s) at high priority (musepi.High), the rest low (musepi.Low).",
+			groupThousands(int64(sc.Sessions)), sc.Prompts, sc.HighPercent, everyNth(sc.HighPercent)),
+		"fakellm (in this process, on loopback behind a counting front, a fresh server per contender, its clock reset as the first prompt goes) models the model's " + c.String() + ". A call beyond the capacity gets the overload answer at once (" + sc.wireText() + ": 503 on the OpenAI wire, 529 on Anthropic's), with no retry-after.",
+		fmt.Sprintf("retries: the peer (cenkalti/backoff/v5) and MusePi retry each prompt up to %d times (base delay %v, backoff capped at 8 s); a prompt whose retries run out fails (prompts_failed); a prompt unfinished when -timeout (%v) stops a contender is lost.",
+			e.settings.MaxRetries, e.settings.BaseDelay, e.timeout),
+		"musepi-limiter-off: MusePi as today (each session backs off on its own); musepi-limiter-on: WithOverloadLimiter(overload.Settings{}), the defaults, untuned for this run. Pacing is off in both (no rate limit to pace).",
+		"http_5xx_responses: fakellm's count of the responses with a 5xx status (stats by_status), the overload answers; http_5xx_share over its requests.",
+		fmt.Sprintf("goodput_vs_capacity: the prompts completed (answered) within the low window [%v, %v) over what the capacity allows there, %d calls at a time each taking twice %d ms (the model full) for the whole window: %s.",
+			c.LowStart, c.returnAt(), c.Low, c.LatencyMs, formatNumber(c.lowAllows())),
+		"limit_recovery_s (musepi-limiter-on): the limiter's limit of the model, read every 100 ms with Runtime.ConcurrencyLimit, from the capacity's return to the first reading at 90 % of it or more; left out when the run ended (or stopped) before; limit_min is the lowest reading. The limit starts at overload.DefaultMax, above the capacity.",
+		"prompt latency: from the prompt sent to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority.",
+		"musepi-limiter-on-cluster (three in-process nodes, each with its own limiter) is not run yet: a later step.",
+		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
+	}
+}
+
+// limitSampler reads a runtime's overload limit of a model at a steady
+// pace until stopped.
+type limitSampler struct {
+	mu    sync.Mutex
+	start time.Time
+	got   []limitSample
+	done  chan struct{}
+	ended chan struct{}
+}
+
+// sampleLimit reads rt's limit of model every period from now on.
+func sampleLimit(rt *musepi.Runtime, model string, period time.Duration) *limitSampler {
+	s := &limitSampler{start: time.Now(), done: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(s.ended)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case now := <-tick.C:
+				if n, ok := rt.ConcurrencyLimit(model); ok {
+					s.mu.Lock()
+					s.got = append(s.got, limitSample{at: now.Sub(s.start), limit: n})
+					s.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// samples are the readings so far.
+func (s *limitSampler) samples() []limitSample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// stop ends the readings; a nil sampler has none.
+func (s *limitSampler) stop() {
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+	<-s.ended
+}
