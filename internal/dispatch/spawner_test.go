@@ -59,11 +59,12 @@ func TestSpawnerReusesAFinishedGoroutine(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	ran := make(chan struct{})
-	s.Go(Func(func() { close(ran) }))
+	checked, ran := make(chan struct{}), make(chan struct{})
+	s.Go(Func(func() { <-checked; close(ran) })) // it waits again only after the check
 	s.mu.Lock()
 	taken := len(s.idle) == 0 // Go hands the function to the waiting goroutine before it returns
 	s.mu.Unlock()
+	close(checked)
 	<-ran
 	if !taken {
 		t.Fatal("Go started a new goroutine while one was waiting")
