@@ -115,8 +115,11 @@ func TestClusterTLS(t *testing.T) {
 	rogue := other.Issue(t, testcert.Cert{Name: "rogue"})
 	foreignCluster := env.Member("foreign")
 	foreignCluster.TLS = &rogue
-	// They give up after 2×1 s + 5 s, not the default 25 s.
-	etcdOnly.HandoverTimeout, foreignCluster.HandoverTimeout = time.Second, time.Second
+	// They give up after 2×(1 s + 1 s + 1 s) + 5 s, not the defaults'
+	// 2×(10 s + 15 s + 1 s) + 5 s (cluster's openWait).
+	for _, m := range []*nodetest.Member{&etcdOnly, &foreignCluster} {
+		m.HandoverTimeout, m.Lease = time.Second, time.Second
+	}
 	mallory := env.Launch("mallory", nodetest.Member{TLS: &rogue, EtcdTLS: &rogue})
 	var wg sync.WaitGroup
 	for _, c := range []struct {

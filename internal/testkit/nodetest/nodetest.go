@@ -268,9 +268,11 @@ type Member struct {
 	// Host is [cluster] host ("": the default, 127.0.0.1); an unspecified
 	// address ("0.0.0.0") comes with advertise_address 127.0.0.1:PORT.
 	Host string
-	// HandoverTimeout is [cluster] handover_timeout_ms (0: the default).
-	// A client gives up opening a session after twice that and 5 s more.
-	HandoverTimeout time.Duration
+	// HandoverTimeout is [cluster] handover_timeout_ms and Lease
+	// [cluster] lease_ms (0: the defaults). A client gives up opening a
+	// session after twice the sum of both and a second, and 5 s more.
+	// Options.Extra must not set them too.
+	HandoverTimeout, Lease time.Duration
 }
 
 // Member is node name's member: with Options.TLS, a certificate of its
@@ -304,16 +306,7 @@ func (e *Env) Member(name string) Member {
 // Options say), and a [cluster] table with etcd membership and the
 // cluster's database.
 func (e *Env) Config(name string, port int, m Member) string {
-	var host, tables strings.Builder
-	if m.Host != "" {
-		fmt.Fprintf(&host, "host = %q\n", m.Host)
-		if ip := net.ParseIP(m.Host); ip != nil && ip.IsUnspecified() {
-			fmt.Fprintf(&host, "advertise_address = \"127.0.0.1:%d\"\n", port)
-		}
-	}
-	if m.HandoverTimeout > 0 {
-		fmt.Fprintf(&host, "handover_timeout_ms = %d\n", m.HandoverTimeout.Milliseconds())
-	}
+	var tables strings.Builder
 	for _, t := range []struct {
 		header string
 		files  *testcert.Files
@@ -346,7 +339,25 @@ database_url = %q
 %s%s
   [cluster.etcd]
   endpoints = [%q]
-%s`, e.LLMBase+"/v1", e.models(), KeyAEnv, KeyBEnv, e.retryKeys(), port, name, e.DB, host.String(), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+%s`, e.LLMBase+"/v1", e.models(), KeyAEnv, KeyBEnv, e.retryKeys(), port, name, e.DB, m.keys(port), e.opts.Extra, e.Etcd.Endpoint(), tables.String())
+}
+
+// keys are the [cluster] keys m sets, for a member on port.
+func (m Member) keys(port int) string {
+	var keys strings.Builder
+	if m.Host != "" {
+		fmt.Fprintf(&keys, "host = %q\n", m.Host)
+		if ip := net.ParseIP(m.Host); ip != nil && ip.IsUnspecified() {
+			fmt.Fprintf(&keys, "advertise_address = \"127.0.0.1:%d\"\n", port)
+		}
+	}
+	if m.HandoverTimeout > 0 {
+		fmt.Fprintf(&keys, "handover_timeout_ms = %d\n", m.HandoverTimeout.Milliseconds())
+	}
+	if m.Lease > 0 {
+		fmt.Fprintf(&keys, "lease_ms = %d\n", m.Lease.Milliseconds())
+	}
+	return keys.String()
 }
 
 // models is the provider's models, a TOML array.
