@@ -5,7 +5,9 @@
 // It runs `go test -json` with its arguments and, at the same time, builds
 // the programs that tests run as processes (internal/testkit/testbin.All)
 // in one `go build`, so that this build overlaps go test's compiling and
-// no test package has to build them itself. Of go test's output it prints
+// no test package has to build them itself. It gives go test the packages
+// whose tests take longest first (first, in order.go), so that their tests
+// start as soon as they are built. Of go test's output it prints
 // what a person wants: one line per package as go test prints it (ok,
 // FAIL, or no test files), the whole output of every failed test, package
 // and build, and at the end the tests skipped for want of a tool (the
@@ -58,7 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { built <- testbin.BuildAll(building, dir) }()
 
 	s := newSummary(stdout)
-	goTest := exec.Command("go", append([]string{"test", "-json"}, args...)...)
+	goTest := exec.Command("go", append([]string{"test", "-json"}, ordered(args, goList)...)...)
 	goTest.Env = append(os.Environ(), testbin.Env+"="+dir)
 	goTest.Stderr = stderr
 	err = readEvents(goTest, s)
