@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/musepi/musepi/internal/testkit/testbin"
+	"github.com/musepi/musepi/internal/testkit/waiting"
 )
 
 // waitingTests is how many tests of this package run at once unless
@@ -28,14 +27,9 @@ import (
 const waitingTests = 6
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	parallelSet := false
-	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
-	if !parallelSet {
-		if err := flag.Set("test.parallel", strconv.Itoa(waitingTests)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	if err := waiting.Parallel(waitingTests); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	// The programs build while the tests that need no process run.
 	building, stopBuilding := context.WithCancel(context.Background())
