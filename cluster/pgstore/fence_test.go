@@ -27,6 +27,7 @@ func checkFenced(t *testing.T, err error, op string) {
 // gone); A's next append fails with ErrFenced and writes nothing, B
 // appends fine, and the history stays contiguous.
 func TestTakeoverFencesTheOldOwner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")
@@ -79,6 +80,7 @@ func TestTakeoverFencesTheOldOwner(t *testing.T) {
 // sessions to the next Open on another node, without a forced takeover;
 // while its lease lasts, the session stays locked.
 func TestOpenTakesOverFromADeadNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := server.NewDatabase(t)
 	a := connect(t, url, "node-a", pgstore.WithLease(2*time.Second))
@@ -117,6 +119,7 @@ func TestOpenTakesOverFromADeadNode(t *testing.T) {
 // every append either lands before the takeover or fails with ErrFenced
 // and writes nothing; the new owner continues from exactly what landed.
 func TestTakeoverDuringAppends(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")
@@ -176,6 +179,7 @@ func TestTakeoverDuringAppends(t *testing.T) {
 // re-claims the session with a new epoch, only if nobody claimed it
 // meanwhile; a claim by another node makes the Hold fail as taken.
 func TestHoldAfterTheLeaseLapsedReclaims(t *testing.T) {
+	t.Parallel()
 	for _, claimed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "nobody claimed it", true: "another node claimed it"}[claimed], func(t *testing.T) {
 			ctx := context.Background()
@@ -226,6 +230,7 @@ func TestHoldAfterTheLeaseLapsedReclaims(t *testing.T) {
 // anew and the session re-claimed before Fence says yes. A live holder's
 // Open error names it (LockedError).
 func TestFenceAsksTheDatabase(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")

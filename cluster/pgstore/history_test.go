@@ -27,6 +27,7 @@ var (
 
 // The store passes the history.Store contract of the file and memory stores.
 func TestContract(t *testing.T) {
+	t.Parallel()
 	historytest.Contract(t, func(t *testing.T) history.Store {
 		s, _ := newStore(t)
 		return s
@@ -36,6 +37,7 @@ func TestContract(t *testing.T) {
 // The store's Logs pass the history.RecordLog contract of the memory
 // store WithRecords.
 func TestRecordContract(t *testing.T) {
+	t.Parallel()
 	historytest.RecordContract(t, func(t *testing.T) history.Store {
 		s, _ := newStore(t)
 		return s
@@ -45,6 +47,7 @@ func TestRecordContract(t *testing.T) {
 // Beyond the contract: Sync fails on a closed log, and a log still open
 // fails once its store is closed.
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	l, _ := openLog(t, s, "s")
 	if err := l.Close(); err != nil {
@@ -65,6 +68,7 @@ func TestClosed(t *testing.T) {
 // One writer: a second Open fails with ErrLocked, naming the holder, until
 // the first Log is closed.
 func TestLocked(t *testing.T) {
+	t.Parallel()
 	s, url := newStore(t)
 	other := connect(t, url, "node-b")
 	l, _ := openLog(t, s, "s")
@@ -88,6 +92,7 @@ func TestLocked(t *testing.T) {
 // Append is all or nothing: a batch whose seq does not continue the
 // history writes nothing, and a later good Append succeeds.
 func TestAppendBadSeqWritesNothing(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		batch []uint64
@@ -129,6 +134,7 @@ func TestAppendBadSeqWritesNothing(t *testing.T) {
 }
 
 func TestBadSessionID(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	for _, id := range []string{"", "../x", ".hidden", "a b", "é", strings.Repeat("x", 129)} {
 		if _, _, err := s.Open(id); !errors.Is(err, history.ErrBadSessionID) {
@@ -141,6 +147,7 @@ func TestBadSessionID(t *testing.T) {
 // Load with ErrInvalid naming the seq as the line; the failed Open takes no
 // epoch.
 func TestInvalidContent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		entry []byte
@@ -180,6 +187,7 @@ func TestInvalidContent(t *testing.T) {
 
 // The table itself refuses gaps and duplicates, whatever a writer checks.
 func TestSchemaRefusesGapsAndDuplicates(t *testing.T) {
+	t.Parallel()
 	s, url := newStore(t)
 	l, _ := openLog(t, s, "s")
 	if err := l.Append(user(1, "a"), user(2, "b")); err != nil {
@@ -198,6 +206,7 @@ func TestSchemaRefusesGapsAndDuplicates(t *testing.T) {
 
 // Sessions on two nodes append concurrently, each from its own goroutine.
 func TestConcurrentSessions(t *testing.T) {
+	t.Parallel()
 	const sessions, perSession = 8, 20
 	s, url := newStore(t)
 	nodes := []*pgstore.Store{s, connect(t, url, "node-b")}

@@ -20,6 +20,7 @@ import (
 // histories, and changes nothing: no node row, no epoch, no claim; its
 // connections refuse writes.
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, url := newStore(t)
 	held, _, err := s.OpenContext(ctx, "held")
@@ -137,6 +138,7 @@ func dump(t *testing.T, url string) string {
 // Inspect reads only a database at this program's schema version, and
 // creates nothing in one without the schema.
 func TestInspectChecksTheSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("no schema", func(t *testing.T) {
 		url := server.NewDatabase(t)
@@ -167,6 +169,7 @@ func TestInspectChecksTheSchema(t *testing.T) {
 // History fails on an entry that does not decode, as opening the session
 // would.
 func TestInspectHistoryInvalid(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, url := newStore(t)
 	good, err := proto.Marshal(user(1, "fine"))

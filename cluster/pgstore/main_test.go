@@ -12,14 +12,24 @@ import (
 
 	"github.com/musepi/musepi/cluster/pgstore"
 	"github.com/musepi/musepi/cluster/pgstore/pgtest"
+	"github.com/musepi/musepi/internal/testkit/waiting"
 	"github.com/musepi/musepi/messages"
 )
 
 // server is one PostgreSQL for the package's tests; each test gets its own
-// database.
+// database, so they run in parallel.
 var server pgtest.Shared
 
+// waitingTests is how many tests run at once unless -parallel says
+// otherwise: they mostly wait on the server, and each holds a few of its
+// 100 connections.
+const waitingTests = 4
+
 func TestMain(m *testing.M) {
+	if err := waiting.Parallel(waitingTests); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if err := server.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)

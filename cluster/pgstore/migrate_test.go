@@ -36,6 +36,7 @@ func schemaVersions(t *testing.T, url string) []int {
 }
 
 func TestEmbeddedMigrationsAreNumbered(t *testing.T) {
+	t.Parallel()
 	if pgstore.SchemaVersion() < 1 {
 		t.Fatalf("SchemaVersion = %d", pgstore.SchemaVersion())
 	}
@@ -63,6 +64,7 @@ func TestEmbeddedMigrationsAreNumbered(t *testing.T) {
 // Starting twice, and three nodes starting at once on an empty database,
 // apply each migration exactly once.
 func TestMigrationsIdempotent(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	var wg sync.WaitGroup
 	for range 3 {
@@ -86,6 +88,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 // A database migrated by a newer program is refused with a clear error,
 // and left as it is.
 func TestRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	connect(t, url, "old")
 	newer := pgstore.SchemaVersion() + 1
@@ -107,6 +110,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 // within the grace period, a live node's and the Store's own stay. A
 // session whose owner's row went is as free as it was before.
 func TestPruneDeadNodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		lease time.Duration
@@ -193,6 +197,7 @@ func nodeRows(t *testing.T, url string) map[string]bool {
 }
 
 func TestConnectRefusesBadOptions(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	for name, opt := range map[string]pgstore.Option{
 		"empty node name":  pgstore.WithNode(""),
@@ -215,6 +220,7 @@ func TestConnectRefusesBadOptions(t *testing.T) {
 // never answers fails within its connect timeout: DefaultConnectTimeout
 // when the URL sets none, the URL's connect_timeout otherwise.
 func TestConnectTimesOut(t *testing.T) {
+	t.Parallel()
 	silent := pgtest.Silent(t)
 	for _, tc := range []struct {
 		name string

@@ -73,6 +73,7 @@ func (f fixed) Float64() float64 { return float64(f) }
 
 // TestRetryDelay: 100 ms doubling to 2 s, jittered to 75-100 %.
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 	for _, tc := range []struct {
 		attempt int
@@ -94,6 +95,7 @@ func TestRetryDelay(t *testing.T) {
 // gets through, each history holds exactly what was appended, in order,
 // and the outage is logged once.
 func TestWritesRetryThroughARestart(t *testing.T) {
+	t.Parallel()
 	srv := pgtest.Start(t)
 	url := srv.NewDatabase(t)
 	log, logOpt := logged()
@@ -158,7 +160,8 @@ func TestWritesRetryThroughARestart(t *testing.T) {
 // the Store's write retry and then fails with the last transient error,
 // saying so; one whose Store closes fails at once with history.ErrClosed.
 // The Log stays usable: once the server is back, the same append gets
-// through.
+// through. It runs alone, before the package's parallel tests: it bounds
+// how soon after the Close the append ends (300 ms).
 func TestWriteRetryEnds(t *testing.T) {
 	srv := pgtest.Start(t)
 	url := srv.NewDatabase(t)
@@ -221,6 +224,7 @@ func TestWriteRetryEnds(t *testing.T) {
 // server committed it (the reply lost on the way) is retried, and the
 // retry neither fails on the entries already there nor writes them twice.
 func TestRetryAfterALostReply(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	p := startCutProxy(t, url)
 	// One connection, kept: the second append's batch is one round trip

@@ -126,6 +126,7 @@ func says(text string) provider.Outcome {
 // b. Node a was not dead after all: when its timer fires, its attempt's
 // write is fenced and it writes nothing; the history has every turn once.
 func TestDurableChainTakeoverFencesTheStaleNode(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	sa, sb := connect(t, url, "a"), connect(t, url, "b")
 	clkA := clock.NewVirtual(time.Now())
@@ -199,6 +200,7 @@ func TestDurableChainTakeoverFencesTheStaleNode(t *testing.T) {
 // goes on, the prompt completes with nobody attached, and a caller that
 // attaches later gets its answer.
 func TestDurableTimerWakesTheSessionOnAnotherNode(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	sa, sb := connect(t, url, "a"), connect(t, url, "b")
 	clkA := clock.NewVirtual(time.Now())

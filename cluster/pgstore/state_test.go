@@ -42,6 +42,7 @@ func sessionsOf(ds []pgstore.DueRecord) []string {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := newStore(t)
 	l, _, err := s.OpenContext(ctx, "s")
@@ -67,6 +68,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // Due lists the passivated sessions due by t, earliest first, up to the
 // limit; a session held open on a live node is not passivated.
 func TestDue(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, _ := newStore(t)
 	passivate(t, s, "late", t0.Add(3*time.Second))
@@ -115,6 +117,7 @@ func TestDue(t *testing.T) {
 // Two nodes claim due records concurrently, a few at a time: each record is
 // claimed exactly once.
 func TestClaimConcurrentlyOnce(t *testing.T) {
+	t.Parallel()
 	const records = 60
 	ctx := context.Background()
 	a, url := newStore(t)
@@ -166,6 +169,7 @@ func TestClaimConcurrentlyOnce(t *testing.T) {
 // A claim whose claimant died runs out and the record can be claimed again;
 // a record the woken session saved is no longer claimed.
 func TestClaimExpiresAndSaveClears(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")
@@ -201,6 +205,7 @@ func TestClaimExpiresAndSaveClears(t *testing.T) {
 // Later wins: a block is only ever extended, by any node; Clear ends only
 // the block it saw.
 func TestBlocksLaterWins(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, url := newStore(t)
 	b := connect(t, url, "node-b")
@@ -266,6 +271,7 @@ func TestBlocksLaterWins(t *testing.T) {
 // the entries fail (here the table already holds their seq, written behind
 // the log's back), the record is not saved either.
 func TestCommitAllOrNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, url := newStore(t)
 	l, _, err := s.OpenContext(ctx, "s")

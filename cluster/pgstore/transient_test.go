@@ -21,6 +21,7 @@ import (
 
 // TestTransient: which errors a write retries.
 func TestTransient(t *testing.T) {
+	t.Parallel()
 	pg := func(code string) error { return &pgconn.PgError{Severity: "FATAL", Code: code} }
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
@@ -62,6 +63,7 @@ func TestTransient(t *testing.T) {
 // TestTransientFromPgx: the errors pgx returns for a closed port, a server
 // that never answers, a closed connection and a missing database.
 func TestTransientFromPgx(t *testing.T) {
+	t.Parallel()
 	url := server.NewDatabase(t)
 	closed := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/x?sslmode=disable", freePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
