@@ -18,10 +18,20 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/etcdtest"
+	"github.com/musepi/musepi/internal/testkit/waiting"
 	"github.com/musepi/musepi/retry"
 )
 
+// waitingTests is how many tests run at once unless -parallel says
+// otherwise: the child processes (runChild) and the tests with servers of
+// their own mostly wait.
+const waitingTests = 6
+
 func TestMain(m *testing.M) {
+	if err := waiting.Parallel(waitingTests); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	opts := leakyDependencies
 	for _, mb := range memberships {
 		if os.Getenv(childEnv) == mb.name { // a child: its membership's own leaks too

@@ -40,6 +40,7 @@ func TestPromptsThroughADatabaseRestart(t *testing.T) {
 	downs := []time.Duration{0, 3 * time.Second}
 	switch os.Getenv(childEnv) {
 	case "":
+		t.Parallel() // with the other children: it mostly waits
 		runChild(t, "^TestPromptsThroughADatabaseRestart$", "restart", len(downs))
 		return
 	case "restart":

@@ -19,6 +19,7 @@ import (
 // cooling down in a new cluster on the same database, whose nodes' views
 // never saw the change.
 func TestBlocksOutliveTheCluster(t *testing.T) {
+	t.Parallel() // its own server: it mostly waits for it and the members
 	server := pgtest.Start(t)
 	store, err := pgstore.Connect(context.Background(), server.NewDatabase(t))
 	if err != nil {
