@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,11 +95,14 @@ func TestPiRPCCompat(t *testing.T) {
 		t.Skip("builds the TypeScript test and runs Node")
 	}
 	t.Parallel() // mostly waiting on processes
-	dir, err := filepath.Abs("../../compat/pi")
-	if err != nil {
-		t.Fatal(err)
+	pi := preparePi()
+	switch {
+	case pi.missing != "":
+		testtool.Missing(t, testtool.Node, pi.missing)
+	case pi.failed != nil:
+		t.Fatal(pi.failed)
 	}
-	node := piClient(t, dir)
+	dir, node := pi.dir, pi.node
 	srv := fakellm.New(&compatScenario)
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
@@ -119,11 +123,6 @@ func TestPiRPCCompat(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "npm", "run", "--silent", "build")
-	build.Dir = dir
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("npm run build (tsc --strict, schema generation): %v\n%s", err, out)
-	}
 	bin := buildCommand(t)
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "build", "compat.js"))
 	cmd.Dir = dir
@@ -146,31 +145,56 @@ func TestPiRPCCompat(t *testing.T) {
 	}
 }
 
-// piClient makes sure pi's client is installed in dir (compat/pi) and
-// returns the path of node: it runs `npm ci` when node_modules lacks it, as
-// a fresh clone does. Without Node.js >= 20.6 and npm, or when npm ci
-// fails (no registry), the test ends by testtool.Missing.
-func piClient(t *testing.T, dir string) string {
-	t.Helper()
-	node := testtool.Need(t, testtool.Node, "node")
-	npm := testtool.Need(t, testtool.Node, "npm")
+// piPrepared is compat/pi (dir) made ready for TestPiRPCCompat: pi's
+// client installed and the TypeScript test built, with node the path of
+// Node.js; or why not: a tool missing (Node.js >= 20.6 and npm; npm ci
+// failing, as with no registry), for testtool.Missing, or the build
+// failed.
+type piPrepared struct {
+	dir, node string
+	missing   string
+	failed    error
+}
+
+// preparePi makes compat/pi ready once: `npm ci` when node_modules lacks
+// pi's client, as in a fresh clone, then `npm run build`. TestMain starts
+// it when the run may hold TestPiRPCCompat, so that it goes on while the
+// other tests run, and the test, whenever its turn among the parallel
+// tests comes, finds it done.
+var preparePi = sync.OnceValue(func() piPrepared {
+	dir, err := filepath.Abs("../../compat/pi")
+	if err != nil {
+		return piPrepared{failed: err}
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		return piPrepared{missing: "node not found on PATH"}
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return piPrepared{missing: "npm not found on PATH"}
+	}
 	out, err := exec.Command(node, "-e", `const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=6)?0:1)`).CombinedOutput()
 	if err != nil {
 		version, _ := exec.Command(node, "--version").Output()
-		testtool.Missing(t, testtool.Node, fmt.Sprintf("node %s is older than 20.6 (%v %s)", bytes.TrimSpace(version), err, out))
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-coding-agent")); err == nil {
-		return node
+		return piPrepared{missing: fmt.Sprintf("node %s is older than 20.6 (%v %s)", bytes.TrimSpace(version), err, out)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	install.Dir = dir
-	if out, err := install.CombinedOutput(); err != nil {
-		testtool.Missing(t, testtool.Node, fmt.Sprintf("npm ci in %s failed: %v: %s", dir, err, lastLine(out)))
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mariozechner", "pi-coding-agent")); err != nil {
+		install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		install.Dir = dir
+		if out, err := install.CombinedOutput(); err != nil {
+			return piPrepared{missing: fmt.Sprintf("npm ci in %s failed: %v: %s", dir, err, lastLine(out))}
+		}
 	}
-	return node
-}
+	build := exec.CommandContext(ctx, npm, "run", "--silent", "build")
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		return piPrepared{failed: fmt.Errorf("npm run build (tsc --strict, schema generation): %v\n%s", err, out)}
+	}
+	return piPrepared{dir: dir, node: node}
+})
 
 // lastLine is the last non-empty line of out.
 func lastLine(out []byte) string {

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,13 +33,21 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The programs build while the tests that need no process run.
+	// The programs build while the tests that need no process run, and
+	// pi's client while the other tests run.
 	building, stopBuilding := context.WithCancel(context.Background())
+	pi := !testing.Short() && mayRun("TestPiRPCCompat")
 	if !testing.Short() {
 		go func() { _ = programs.Build(building) }()
 	}
+	if pi {
+		go preparePi()
+	}
 	code := m.Run()
 	stopBuilding()
+	if pi {
+		preparePi() // not left running for the leak check
+	}
 	if err := programs.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
@@ -48,6 +58,21 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// mayRun reports whether -test.run and -test.skip may run the top-level
+// test name, by their patterns' first elements: a guess, for work started
+// ahead of a test (a wrong guess costs time, never a result).
+func mayRun(name string) bool {
+	matches := func(flagName string, empty bool) bool {
+		pattern, _, _ := strings.Cut(flag.Lookup(flagName).Value.String(), "/")
+		if pattern == "" {
+			return empty
+		}
+		ok, err := regexp.MatchString(pattern, name)
+		return ok || err != nil
+	}
+	return matches("test.run", true) && !matches("test.skip", false)
 }
 
 // runCaptured runs the command line args (without the program name) in
