@@ -26,7 +26,7 @@ import (
 // waitingTests is how many tests of this package run at once unless
 // -parallel says otherwise: most of them wait on processes, leases and
 // timers, not on the CPU.
-const waitingTests = 6
+const waitingTests = 8
 
 func TestMain(m *testing.M) {
 	if err := waiting.Parallel(waitingTests); err != nil {
