@@ -26,7 +26,7 @@ import (
 // waitingTests is how many tests of this package run at once unless
 // -parallel says otherwise: most of them wait on processes, leases and
 // timers, not on the CPU.
-const waitingTests = 8
+const waitingTests = 6
 
 func TestMain(m *testing.M) {
 	if err := waiting.Parallel(waitingTests); err != nil {
