@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/musepi/musepi"
+	"github.com/musepi/musepi/internal/testkit/waiting"
 	"go.uber.org/goleak"
 )
 
@@ -26,6 +27,11 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	// The tests that run alone (alone_test.go) wait on the wall clock.
+	if err := waiting.Parallel(3); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }
@@ -378,6 +384,9 @@ func TestRunBadFlags(t *testing.T) {
 func TestRunRealMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real mode runs on the wall clock")
+	}
+	if !alone(t) {
+		return
 	}
 	defer goleak.VerifyNone(t)
 	dir := filepath.Join(t.TempDir(), "out")

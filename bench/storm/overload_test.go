@@ -119,6 +119,9 @@ func TestRunOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs on the wall clock")
 	}
+	if !alone(t) {
+		return
+	}
 	defer goleak.VerifyNone(t)
 	dir := filepath.Join(t.TempDir(), "out")
 	args := []string{"-scenario", "overload", "-sessions", "30", "-prompts", "2", "-capacity", "10", "-low-capacity", "2",

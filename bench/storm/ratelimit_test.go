@@ -436,6 +436,9 @@ func TestRunRateLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs on the wall clock")
 	}
+	if !alone(t) {
+		return
+	}
 	defer goleak.VerifyNone(t)
 	dir := filepath.Join(t.TempDir(), "out")
 	// 260 prompts of about 500 tokens as fakellm charges them (max_tokens
