@@ -25,7 +25,7 @@ import (
 // waitingTests is how many tests run at once unless -parallel says
 // otherwise: the child processes (runChild) and the tests with servers of
 // their own mostly wait.
-const waitingTests = 6
+const waitingTests = 3
 
 func TestMain(m *testing.M) {
 	if err := waiting.Parallel(waitingTests); err != nil {
