@@ -10,6 +10,7 @@
 //   - testcert: certificate authorities and certificates for mutual TLS.
 //   - testtool: skip (or fail under CI) when a program a test needs is
 //     missing.
+//   - waiting: more tests at once for a package whose tests mostly wait.
 //   - soak: whether the long runs were asked for (go test -tags soak).
 //   - memstat: the memory a program holds, as bench/ reports it.
 //   - doclinks: the tests that keep the Markdown files true.
