@@ -43,9 +43,15 @@ type Outcome struct {
 
 // Settings tune a Limiter; the zero value gives the defaults.
 type Settings struct {
-	// Max is the limit a model starts at and never exceeds: high enough
-	// never to bind on a healthy provider. 0 is DefaultMax.
+	// Max is the highest the limit goes: high enough never to bind on a
+	// healthy provider. 0 is DefaultMax.
 	Max int
+	// Initial is the limit a model starts at. Until its first overload
+	// answer the limit grows by one an answer while it is used, doubling
+	// every round (TCP's slow start), up to Max: a cold burst larger than
+	// it waits a round or two instead of flooding a provider whose
+	// capacity nobody knows yet. 0 is DefaultInitial; above Max, Max.
+	Initial int
 	// Backoff is the share of the calls in flight that an overload answer
 	// or a time-out leaves as the limit, in (0, 1). 0 is DefaultBackoff.
 	Backoff float64
@@ -65,6 +71,7 @@ type Settings struct {
 // The defaults of Settings.
 const (
 	DefaultMax        = 1000
+	DefaultInitial    = 100
 	DefaultBackoff    = 0.9
 	DefaultTolerance  = 2.0
 	DefaultProbeAfter = 3 * time.Second
@@ -87,6 +94,10 @@ func (s Settings) withDefaults() Settings {
 	if s.Max <= 0 {
 		s.Max = DefaultMax
 	}
+	if s.Initial <= 0 {
+		s.Initial = DefaultInitial
+	}
+	s.Initial = min(s.Initial, s.Max)
 	if s.Backoff <= 0 || s.Backoff >= 1 {
 		s.Backoff = DefaultBackoff
 	}
@@ -217,7 +228,7 @@ func (l *Limiter) Limit(key Key) int {
 	if m, ok := l.models[key]; ok {
 		return m.allowed()
 	}
-	return l.s.Max
+	return l.s.Initial
 }
 
 // InFlight is how many calls to key are in flight.
@@ -252,7 +263,7 @@ func (l *Limiter) History(key Key) []Change {
 func (l *Limiter) model(key Key) *model {
 	m := l.models[key]
 	if m == nil {
-		m = &model{limit: float64(l.s.Max)}
+		m = &model{limit: float64(l.s.Initial)}
 		l.models[key] = m
 	}
 	return m

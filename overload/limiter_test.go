@@ -103,21 +103,29 @@ func TestLimitArithmetic(t *testing.T) {
 		s     Settings
 		steps []step
 	}{
-		{"starts at Max, which a healthy provider never reaches", Settings{Max: 4}, []step{
+		{"starts at Initial (100)", Settings{}, []step{
+			{0, send(pacing.Normal, calls("c", 101)...), "limit 100, 100 in flight, waiting [0 1 0]"},
+		}},
+		{"slow start: until an overload, each answer raises it by one, a round doubles it", Settings{Initial: 2}, []step{
+			{0, send(pacing.Normal, calls("c", 7)...), "c1 goes, c2 goes, c3 waits, c4 waits, c5 waits, c6 waits, c7 waits; limit 2, 2 in flight, waiting [0 5 0]"},
+			{ms, answer(100*ms, "c1"), "c3 granted, c4 granted; limit 3, 3 in flight, waiting [0 3 0]"},
+			{ms, answer(100*ms, "c2", "c3", "c4"), "c5 granted, c6 granted, c7 granted; limit 6, 3 in flight"},
+		}},
+		{"never above Max: Initial above it is Max", Settings{Initial: 8, Max: 4}, []step{
 			{0, send(pacing.Normal, "c1", "c2", "c3", "c4", "c5"), "c1 goes, c2 goes, c3 goes, c4 goes, c5 waits; limit 4, 4 in flight, waiting [0 1 0]"},
 			{ms, answer(100*ms, "c1"), "c5 granted; limit 4, 4 in flight"},
 		}},
 		{"an overload answer lowers the limit to 0.9 of the calls in flight when it went", Settings{}, []step{
-			{0, send(pacing.Normal, calls("c", 10)...), "limit 1000, 10 in flight"},
+			{0, send(pacing.Normal, calls("c", 10)...), "limit 100, 10 in flight"},
 			{ms, overloaded("c10"), "ended; limit 9, 9 in flight"},
 			{ms, send(pacing.Normal, "d1"), "d1 waits; limit 9, 9 in flight, waiting [0 1 0]"},
 		}},
 		{"a time-out lowers it the same way", Settings{}, []step{
-			{0, send(pacing.Normal, calls("c", 20)...), "limit 1000, 20 in flight"},
+			{0, send(pacing.Normal, calls("c", 20)...), "limit 100, 20 in flight"},
 			{ms, timedOut("c20"), "ended; limit 18, 19 in flight"},
 		}},
 		{"refusals of one round do not compound: the limit comes down to the lowest level one saw", Settings{}, []step{
-			{0, send(pacing.Normal, calls("c", 30)...), "limit 1000, 30 in flight"},
+			{0, send(pacing.Normal, calls("c", 30)...), "limit 100, 30 in flight"},
 			{ms, overloaded("c30"), "ended; limit 27, 29 in flight"},
 			{ms, overloaded("c29", "c28", "c27", "c26", "c25"), "ended; limit 22, 24 in flight"},
 			// c1 went after the decrease: a new round, 0.9 of 21 in flight.
@@ -126,7 +134,7 @@ func TestLimitArithmetic(t *testing.T) {
 			{2 * ms, overloaded("d1"), "ended; limit 18, 20 in flight"},
 		}},
 		{"never below 1: one probe always goes out", Settings{}, []step{
-			{0, send(pacing.Normal, "c1", "c2"), "limit 1000, 2 in flight"},
+			{0, send(pacing.Normal, "c1", "c2"), "limit 100, 2 in flight"},
 			{ms, overloaded("c2"), "ended; limit 1, 1 in flight"},
 			{ms, overloaded("c1"), "ended; limit 1, 0 in flight"},
 			{ms, send(pacing.Normal, "p1", "p2"), "p1 goes, p2 waits; limit 1, 1 in flight, waiting [0 1 0]"},
@@ -134,8 +142,8 @@ func TestLimitArithmetic(t *testing.T) {
 			{3 * ms, answer(0, "p2"), "ended; limit 2, 0 in flight"},
 		}},
 		{"429s and other failures only free the place", Settings{}, []step{
-			{0, send(pacing.Normal, calls("c", 10)...), "limit 1000, 10 in flight"},
-			{ms, neutral("c10", "c9"), "ended; limit 1000, 8 in flight"},
+			{0, send(pacing.Normal, calls("c", 10)...), "limit 100, 10 in flight"},
+			{ms, neutral("c10", "c9"), "ended; limit 100, 8 in flight"},
 		}},
 		{"within ProbeAfter of a decrease, answers raise it by one a round (1/limit each)", Settings{Max: 10}, []step{
 			{0, send(pacing.Normal, calls("c", 10)...), "limit 10, 10 in flight"},
@@ -146,7 +154,7 @@ func TestLimitArithmetic(t *testing.T) {
 			{2 * time.Second, answer(0, "w5"), "ended; limit 10, 4 in flight"},
 		}},
 		{"after ProbeAfter, by one an answer (a round doubles it)", Settings{}, []step{
-			{0, send(pacing.Normal, calls("c", 10)...), "limit 1000, 10 in flight"},
+			{0, send(pacing.Normal, calls("c", 10)...), "limit 100, 10 in flight"},
 			{ms, overloaded("c10"), "ended; limit 9, 9 in flight"},
 			{ms, send(pacing.Normal, calls("w", 20)...), "limit 9, 9 in flight, waiting [0 20 0]"},
 			{3*time.Second + ms, answer(0, "c9"), "w1 granted, w2 granted; limit 10, 10 in flight, waiting [0 18 0]"},
@@ -189,8 +197,8 @@ func TestGradient(t *testing.T) {
 	// A baseline of 100 ms; a decrease to 18 long ago; d1 goes with 18 in
 	// flight, and answers.
 	setup := []step{
-		{0, warm(10, 100*ms), "warm; limit 1000, 0 in flight"},
-		{0, send(pacing.Normal, calls("c", 20)...), "limit 1000, 20 in flight"},
+		{0, warm(10, 100*ms), "warm; limit 100, 0 in flight"},
+		{0, send(pacing.Normal, calls("c", 20)...), "limit 100, 20 in flight"},
 		{0, overloaded("c20"), "ended; limit 18, 19 in flight"},
 		{0, neutral("c19", "c18"), "ended; limit 18, 17 in flight"},
 		{10 * time.Second, send(pacing.Normal, "d1"), "d1 goes; limit 18, 18 in flight"},

@@ -233,7 +233,7 @@ func ovNotes(e *rlEnv) []string {
 		"http_5xx_responses: fakellm's count of the responses with a 5xx status (stats by_status), the overload answers; http_5xx_share over its requests.",
 		fmt.Sprintf("goodput_vs_capacity: the prompts completed (answered) within the low window [%v, %v) over what the capacity allows there, %d calls at a time each taking twice %d ms (the model full) for the whole window: %s. Prompts count by their answer's time, so calls the high capacity took just before the window and answered in it count too: up to %d more, which can put the ratio above 1.",
 			c.LowStart, c.returnAt(), c.Low, c.LatencyMs, formatNumber(c.lowAllows()), c.High),
-		"limit_recovery_s (musepi-limiter-on): the limiter's limit of the model, read every 100 ms with Runtime.ConcurrencyLimit, from the capacity's return to the first reading at 90 % of it or more; left out when the run ended (or stopped) before; limit_min is the lowest reading. The limit starts at overload.DefaultMax, above the capacity.",
+		"limit_recovery_s (musepi-limiter-on): the limiter's limit of the model, read every 100 ms with Runtime.ConcurrencyLimit, from the capacity's return to the first reading at 90 % of it or more; left out when the run ended (or stopped) before; limit_min is the lowest reading. The limit starts at overload.DefaultInitial (100) and grows by one an answer until the first overload answer.",
 		"prompt latency: from the prompt sent to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority.",
 		"musepi-limiter-on-cluster (three in-process nodes, each with its own limiter) is not run yet: a later step.",
 		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
