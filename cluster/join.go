@@ -89,7 +89,7 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	if err != nil {
 		return nil, err
 	}
-	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}),
+	node := &clusterNode{rt: rt, cc: cc, ready: make(chan struct{}), done: make(chan struct{}),
 		handles: map[string]*remoteSession{}, hosts: map[string]*actor.PID{}}
 	var sessions *actor.Props
 	if !cc.Client {
@@ -109,6 +109,7 @@ func Join(ctx context.Context, cc JoinConfig, opts ...musepi.Option) (*musepi.Ru
 	node.auditPrompts()
 	if !cc.Client {
 		node.checkLease()
+		go node.abandonLeaseOnDrop()
 	}
 	if err := rt.Serve(cc.Client); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ type clusterNode struct {
 	handles map[string]*remoteSession
 	hosts   map[string]*actor.PID // the session kind's activations here, by session id
 	leaving context.Context       // Shutdown's, while the node leaves
+	done    chan struct{}         // closed by Shutdown
 	audit   *time.Timer           // the next auditPrompts
 	lease   *time.Timer           // the next checkLease
 	stopped bool
@@ -84,6 +86,28 @@ func (n *clusterNode) checkLease() {
 	defer n.mu.Unlock()
 	if !n.stopped {
 		n.lease = time.AfterFunc(store.Lease()/3, n.checkLease)
+	}
+}
+
+// abandonLeaseOnDrop gives the store's lease up as soon as the cluster
+// drops the node (pgstore.Store.Abandon): its sessions act no more, and
+// the other nodes may open them at once, whatever its leave takes (a
+// leave waits on etcd, and on a link that may be cut again).
+func (n *clusterNode) abandonLeaseOnDrop() {
+	select {
+	case <-n.member.Dropped():
+	case <-n.done: // a leave of its own, unless it was dropped first
+		select {
+		case <-n.member.Dropped():
+		default:
+			return
+		}
+	}
+	store := n.cc.Store
+	ctx, cancel := context.WithTimeout(context.Background(), store.Lease()/3)
+	defer cancel()
+	if err := store.Abandon(ctx); err != nil {
+		n.rt.Log().Warn("the dropped node could not give its lease up; its sessions are free once it runs out", slog.Any("error", err))
 	}
 }
 
@@ -265,6 +289,9 @@ func (n *clusterNode) Shutdown(ctx context.Context) error {
 		n.letGo(r)
 	}
 	n.mu.Lock()
+	if !n.stopped {
+		close(n.done)
+	}
 	n.leaving, n.stopped = ctx, true
 	for _, t := range []*time.Timer{n.audit, n.lease} {
 		if t != nil {

@@ -278,3 +278,47 @@ func TestFenceAsksTheDatabase(t *testing.T) {
 	}
 	checkFenced(t, la.Append(user(1, "stale")), "append")
 }
+
+// A node that gives its lease up (the cluster dropped it) frees its
+// sessions at once: another node opens them without waiting for the
+// lease, which the dropped node can renew no more.
+func TestAbandonFreesTheSessionsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := server.NewDatabase(t)
+	a := connect(t, url, "node-a", pgstore.WithLease(time.Minute))
+	b := connect(t, url, "node-b")
+	la, _, err := a.OpenContext(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Append(user(1, "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Open("s"); !errors.Is(err, history.ErrLocked) {
+		t.Fatalf("Open while A holds its lease = %v, want ErrLocked", err)
+	}
+	for range 2 { // the second call does nothing
+		if err := a.Abandon(ctx); err != nil {
+			t.Fatalf("Abandon = %v", err)
+		}
+	}
+	lb, _, err := b.Open("s")
+	if err != nil {
+		t.Fatalf("Open right after A gave its lease up = %v, want the session", err)
+	}
+	defer lb.Close()
+	if err := a.RenewLease(ctx); !errors.Is(err, pgstore.ErrAbandoned) {
+		t.Errorf("A's RenewLease after Abandon = %v, want ErrAbandoned", err)
+	}
+	if a.LeaseSure() {
+		t.Error("A's LeaseSure after Abandon = true")
+	}
+	if err := la.Hold(ctx); err == nil {
+		t.Error("A's Hold after Abandon = nil, want an error")
+	}
+	checkFenced(t, la.Append(user(2, "A after its lease")), "append")
+	if err := lb.Append(user(2, "B")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -45,6 +45,9 @@ type Store struct {
 	// found the lease lapsed and began a new one (see Log.Hold).
 	renewMu  sync.Mutex
 	leaseGen atomic.Uint64
+	// abandoned is set once the node gave its lease up (Abandon): no
+	// renewal goes through after it.
+	abandoned atomic.Bool
 
 	closed    atomic.Bool
 	closing   chan struct{} // closed when Close begins
@@ -194,6 +197,9 @@ func incarnation() string {
 func (s *Store) renew(ctx context.Context) error {
 	s.renewMu.Lock()
 	defer s.renewMu.Unlock()
+	if s.abandoned.Load() {
+		return ErrAbandoned
+	}
 	start := time.Since(s.born)
 	var live *bool // nil: no row (the first renewal, or a pruned one)
 	err := s.pool.QueryRow(ctx, `WITH old AS (SELECT lease_until > now() AS live FROM musepi_nodes WHERE node = $1)
@@ -230,7 +236,7 @@ func (s *Store) Lease() time.Duration { return s.lease }
 // applying the renewal and the clocks' drift). A process paused past that
 // cannot be sure: other nodes may have taken its sessions over.
 func (s *Store) LeaseSure() bool {
-	return time.Since(s.born) < time.Duration(s.renewed.Load())+s.lease*2/3
+	return !s.abandoned.Load() && time.Since(s.born) < time.Duration(s.renewed.Load())+s.lease*2/3
 }
 
 // PruneGrace is how long a node incarnation's row stays in musepi_nodes
@@ -270,7 +276,7 @@ func (s *Store) heartbeat(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, s.lease/3)
 		err := s.renew(rctx)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrAbandoned) {
 			s.log.Warn("cannot renew the node's lease; once it runs out other nodes may take its sessions over", slog.Any("error", err), slog.String("node", s.node))
 		}
 		if beat%pruneBeats == 0 {
@@ -290,6 +296,33 @@ func (s *Store) pruneBeat(ctx context.Context) {
 	case n > 0:
 		s.log.Debug("pruned the rows of dead node incarnations", slog.Int64("rows", n), slog.Duration("grace", PruneGrace(s.lease)))
 	}
+}
+
+// ErrAbandoned is why a Store that gave its lease up (Abandon) renews it
+// no more.
+var ErrAbandoned = errors.New("pgstore: the node gave its lease up (the cluster dropped it)")
+
+// Abandon gives the node's lease up at once, for a node the cluster
+// dropped: it acts for its sessions no more, so they are free for the
+// other nodes to take over now, not once a lease that its heartbeat would
+// go on renewing through a long (with etcd away, endless) leave has run
+// out. The heartbeat stops, every renewal fails with ErrAbandoned from now
+// on (so Log.Hold does), and the node's row goes; when the database is out
+// of reach the lease runs out unrenewed instead. Close still closes the
+// pool. A second call does nothing.
+func (s *Store) Abandon(ctx context.Context) error {
+	s.renewMu.Lock()
+	first := !s.abandoned.Swap(true)
+	s.renewMu.Unlock()
+	if !first || s.closed.Load() {
+		return nil
+	}
+	s.stop()
+	s.beating.Wait()
+	if _, err := s.pool.Exec(ctx, "DELETE FROM musepi_nodes WHERE node = $1", s.node); err != nil {
+		return fmt.Errorf("pgstore: give node %s's lease up: %w", s.node, err)
+	}
+	return nil
 }
 
 // Close stops renewing the lease and removes the node's row, so that the
