@@ -1,11 +1,14 @@
 package musepi_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider"
+	"github.com/musepi/musepi/retry"
 )
 
 // limitedHarness is a harness whose provider "p" has one key and an
@@ -104,5 +107,55 @@ func TestConcurrencyLimitIsReadFromTheRuntime(t *testing.T) {
 	off := newHarness(t)
 	if n, ok := off.rt.ConcurrencyLimit("p/m"); ok {
 		t.Errorf("ConcurrencyLimit without the limiter = %d, true; want false", n)
+	}
+}
+
+// A retry whose model and every fallback of its role are cooling down
+// waits for the first of them to come back (capacity_wait with its
+// delay), at most MaxQueueWait, instead of retrying into a cooling model
+// every backoff; the wait is not a retry.
+func TestARetryWaitsForACoolingModel(t *testing.T) {
+	tests := []struct {
+		name      string
+		maxWait   time.Duration
+		wantDelay time.Duration
+		calls     int // to the provider, the answer included
+	}{
+		// p/m cools 75 s (an overload's 45 s and the nominal jitter's 30 s),
+		// p/m2 from the fallback on, 1 ms later (its attempt's continue):
+		// the wait ends as p/m comes back.
+		{"until the primary comes back", 0, 75*time.Second - time.Millisecond, 3},
+		{"at most MaxQueueWait", 20 * time.Second, 20 * time.Second, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			settings := retry.DefaultSettings()
+			settings.FallbackChains = map[string][]string{"default": {"p/m2"}}
+			creds := []musepi.Credential{{Name: "A", APIKey: "key-a"}}
+			h := newHarnessCreds(t, creds, musepi.WithRetrySettings(settings),
+				musepi.WithOverloadLimiter(overload.Settings{MaxQueueWait: tt.maxWait}))
+			s, rec := h.session()
+			overloaded := fail(529, `529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+			h.p.SetScript(s.ID(), overloaded, overloaded, answer("back"))
+			ch := h.prompt(s, "rides out the cooldown")
+			h.run()
+			if r := h.settle(ch); r.err != nil {
+				t.Fatalf("prompt failed: %v", r.err)
+			}
+			waits := rec.ofType("capacity_wait")
+			if len(waits) != 1 {
+				t.Fatalf("%d capacity_wait events, want 1: %v", len(waits), rec.lines())
+			}
+			if w := waits[0].(musepi.CapacityWait); w.Delay != tt.wantDelay || w.Queued != 0 || w.Model != "m2" {
+				t.Errorf("capacity_wait %+v, want a delay of %v on p/m2, none queued", w, tt.wantDelay)
+			}
+			if n := len(h.p.Calls()); n != tt.calls {
+				t.Errorf("%d provider calls, want %d", n, tt.calls)
+			}
+			expectLines(t, rec.lines("auto_retry_start", "auto_retry_end"),
+				"auto_retry_start 1/10 delay=0ms class=transient",
+				fmt.Sprintf("auto_retry_start 2/10 delay=%dms class=transient", tt.wantDelay.Milliseconds()),
+				"auto_retry_end success=true attempt=2")
+		})
 	}
 }

@@ -283,6 +283,7 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 		for name := range cfg.providers {
 			deps.Limited[name] = true
 		}
+		deps.QueueWait = max(cfg.overload.WithDefaults().MaxQueueWait, 0)
 	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool

@@ -32,6 +32,7 @@ type Deps struct {
 	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
 	Paced       map[string]bool              // providers whose credentials actor paces turns (session.Config.Paced)
 	Limited     map[string]bool              // providers whose credentials actor keeps an overload limiter (session.Config.Limited)
+	QueueWait   time.Duration                // how long a retry waits for a cooling model (session.Config.QueueWait)
 	Keys        map[string]map[string]string // provider -> credential name -> API key
 	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
 	Providers   map[string]provider.Provider // by provider name

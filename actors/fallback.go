@@ -68,5 +68,27 @@ func (a *FallbackActor) next(m *protocol.NextModelRequest) *protocol.NextModelRe
 	if until, ok := a.cooldown[m.GetPrimary()]; ok && until.After(now) {
 		reply.PrimaryCooldownUntilMs = until.UnixMilli()
 	}
+	if !reply.Switched {
+		if back := a.firstBack(m, now); !back.IsZero() {
+			reply.NextBackMs = back.UnixMilli()
+		}
+	}
 	return reply
+}
+
+// firstBack is when the first of the role's models that m's session
+// could use (its primary, the one in use, the chain) comes out of its
+// cooldown; zero when one is out of it now.
+func (a *FallbackActor) firstBack(m *protocol.NextModelRequest, now time.Time) time.Time {
+	var first time.Time
+	for _, sel := range append([]string{m.GetPrimary(), m.GetCurrent()}, a.chain...) {
+		until := a.cooldown[sel]
+		if !until.After(now) {
+			return time.Time{}
+		}
+		if first.IsZero() || until.Before(first) {
+			first = until
+		}
+	}
+	return first
 }

@@ -267,6 +267,9 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 		if ms := m.GetPrimaryCooldownUntilMs(); ms > 0 {
 			in.CooldownUntil = time.UnixMilli(ms)
 		}
+		if ms := m.GetNextBackMs(); ms > 0 {
+			in.Back = time.UnixMilli(ms)
+		}
 		return in, false, true
 	case *protocol.RetryBudgetGrant:
 		return session.Input{Kind: session.InBudgetGrant, Token: m.GetToken(), At: time.Unix(0, m.GetAtUnixNano())}, false, true
@@ -609,7 +612,7 @@ func (d *Deps) coreConfig(sc *SessionConfig, r *resumed, recorded bool) session.
 		Compaction: d.Compaction != nil, InUse: r.model, Pinned: r.pinned,
 		Credentialed: d.shared().credentialed, Budgeted: d.shared().budgeted,
 		FallbackRoles: d.shared().fallbackRoles, PassivateAfter: d.Passivation.After, Recorded: recorded,
-		Paced: d.shared().paced, Limited: d.shared().limited}
+		Paced: d.shared().paced, Limited: d.shared().limited, QueueWait: d.QueueWait}
 	if r.primaryCooldownUntilMs > 0 {
 		cfg.PrimaryUntil = time.UnixMilli(r.primaryCooldownUntilMs)
 	}

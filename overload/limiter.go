@@ -66,6 +66,12 @@ type Settings struct {
 	// Window is how many answers the latency baseline averages over (an
 	// exponential moving average). 0 is DefaultWindow.
 	Window int
+	// MaxQueueWait bounds how long a retry waits for its model, or another
+	// of its role's fallback chain, to come out of its cooldown when all
+	// are cooling, rather than retry into one that is (a session reads
+	// it: docs/retry-policy.md). 0 is DefaultMaxQueueWait; negative: the
+	// retry never waits for a cooldown.
+	MaxQueueWait time.Duration
 }
 
 // The defaults of Settings.
@@ -76,6 +82,9 @@ const (
 	DefaultTolerance  = 2.0
 	DefaultProbeAfter = 3 * time.Second
 	DefaultWindow     = 100
+	// DefaultMaxQueueWait is two minutes: longer than the longest
+	// cooldown an overload answer sets (75 s).
+	DefaultMaxQueueWait = 2 * time.Minute
 )
 
 // smoothing is how much of the gradient's decrease a slow answer applies
@@ -89,8 +98,8 @@ const warmup = 10
 // historyLen bounds each model's history: the latest changes are kept.
 const historyLen = 4096
 
-// withDefaults is s with every zero field at its default.
-func (s Settings) withDefaults() Settings {
+// WithDefaults is s with every zero field at its default.
+func (s Settings) WithDefaults() Settings {
 	if s.Max <= 0 {
 		s.Max = DefaultMax
 	}
@@ -109,6 +118,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.Window <= 0 {
 		s.Window = DefaultWindow
+	}
+	if s.MaxQueueWait == 0 {
+		s.MaxQueueWait = DefaultMaxQueueWait
 	}
 	return s
 }
@@ -171,7 +183,7 @@ type call struct {
 
 // New returns a limiter with settings s (zero fields: defaults).
 func New(s Settings) *Limiter {
-	return &Limiter{s: s.withDefaults(), models: map[Key]*model{}, inFlight: map[string]call{}, queued: map[string]Key{}}
+	return &Limiter{s: s.WithDefaults(), models: map[Key]*model{}, inFlight: map[string]call{}, queued: map[string]Key{}}
 }
 
 // Acquire asks whether call id (unique among the calls in flight and

@@ -245,6 +245,7 @@ func (c *Core) fallbackReplied(in Input) {
 			c.endRefusal()
 			return
 		}
+		c.waitForCooling(in.Back)
 		c.decideDelay()
 		return
 	}

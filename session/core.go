@@ -50,6 +50,11 @@ type Config struct {
 	// key and a place in its model's concurrency limit, even with its key
 	// held and free. Read only, shared.
 	Limited map[string]bool
+	// QueueWait bounds how long a retry on a Limited provider waits, when
+	// every model of its role is cooling down, for the earliest to come
+	// back, instead of retrying into one that cools (see overload.go);
+	// 0: it never waits. Beyond the reference policy.
+	QueueWait time.Duration
 	// Generation is the last prompt's generation: a core rebuilt after its
 	// owner restarted goes on from it, so generations never repeat.
 	Generation uint64
@@ -73,6 +78,7 @@ type Core struct {
 	budgeted         map[string]bool // Config.Budgeted
 	pacedProviders   map[string]bool // Config.Paced
 	limitedProviders map[string]bool // Config.Limited
+	queueWait        time.Duration   // Config.QueueWait
 	passivateAfter   time.Duration   // Config.PassivateAfter
 	compaction       bool            // Config.Compaction
 	recorded         bool            // Config.Recorded
@@ -111,7 +117,7 @@ func Make(cfg Config, src retry.Source) Core {
 	}
 	c := Core{src: src, settings: cfg.Settings, compaction: cfg.Compaction, recorded: cfg.Recorded,
 		credentialed: cfg.Credentialed, budgeted: cfg.Budgeted,
-		pacedProviders: cfg.Paced, limitedProviders: cfg.Limited,
+		pacedProviders: cfg.Paced, limitedProviders: cfg.Limited, queueWait: cfg.QueueWait,
 		passivateAfter:  cfg.PassivateAfter,
 		noFallbackChain: !cfg.FallbackRoles[cfg.Role]}
 	c.r.Primary, c.r.Role, c.r.Model, c.r.Generation = cfg.Model, cfg.Role, cfg.Model, cfg.Generation

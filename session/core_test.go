@@ -272,13 +272,15 @@ func (sc *script) input(line string) []string {
 				in.RetryAt = sc.at(v)
 			}
 		}
-	case "fallback-reply": // "FROM TO [until=+60s]" | "none"
+	case "fallback-reply": // "FROM TO [until=+60s]" | "none [back=+60s]"
 		in = Input{Kind: InFallbackReply, Token: tokenOr(sc.token), Role: sc.cfg.Role}
 		var models []string
 		for _, a := range args {
 			if v, ok := strings.CutPrefix(a, "until="); ok {
 				in.CooldownUntil = sc.at(v)
-			} else {
+			} else if v, ok := strings.CutPrefix(a, "back="); ok {
+				in.Back = sc.at(v)
+			} else if a != "none" {
 				models = append(models, a)
 			}
 		}
@@ -376,6 +378,8 @@ func (sc *script) set(kv string) {
 		sc.cfg.Paced = providers(v)
 	case "limited": // none | provider,provider
 		sc.cfg.Limited = providers(v)
+	case "queueWait":
+		sc.cfg.QueueWait, _ = time.ParseDuration(v)
 	case "passivateAfter":
 		sc.cfg.PassivateAfter, _ = time.ParseDuration(v)
 	case "maxRetries":
@@ -716,7 +720,11 @@ func renderEvent(ev *Event) string {
 	case EventRetryReleased:
 		return fmt.Sprintf("retry_released %d delay=%s", ev.Attempt, ev.Delay)
 	case EventCapacityWait:
-		return fmt.Sprintf("capacity_wait %s queued=%d", ev.Capacity.Model, ev.Capacity.Queued)
+		s := fmt.Sprintf("capacity_wait %s queued=%d", ev.Capacity.Model, ev.Capacity.Queued)
+		if ev.Capacity.Delay > 0 {
+			s += " delay=" + ev.Capacity.Delay.String()
+		}
+		return s
 	case EventRateLimitWait:
 		return fmt.Sprintf("rate_limit_wait %s credential=%s limit=%s delay=%s", ev.Wait.Model, ev.Wait.Credential, ev.Wait.Limit, ev.Wait.Delay)
 	}

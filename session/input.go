@@ -64,7 +64,10 @@ const (
 	// Credential), and RetryAt, when the earliest blocked sibling frees up.
 	InCredentialReply
 	// InFallbackReply answers AskFallback of Token: Switched, From, To,
-	// Role, and CooldownUntil, when the primary may be restored.
+	// Role, and CooldownUntil, when the primary may be restored; not
+	// switched, Back: when the first of the role's models (its primary,
+	// the one in use, its chain) comes out of its cooldown (zero: one is
+	// out of it now).
 	InFallbackReply
 	// InBudgetGrant answers AskBudget of Token: the retry may go out At.
 	InBudgetGrant
@@ -133,6 +136,7 @@ type Input struct {
 	From, To      string
 	Role          string
 	CooldownUntil time.Time
+	Back          time.Time // InFallbackReply
 	At            time.Time // InBudgetGrant, InBudgetRelease, InRateLimits
 
 	Context     []*messages.Entry

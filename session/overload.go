@@ -25,11 +25,37 @@ func (c *Core) gated() bool { return c.paced() || c.limited() }
 
 // CapacityWait is a turn that waits for a place within its model's
 // concurrency limit: the model, how many turns wait for it (this one
-// included), and about how long (0: unknown).
+// included), and about how long (0: unknown); or a retry that waits for
+// a cooling model to come back (waitForCooling): Queued 0, and its delay.
 type CapacityWait struct {
 	Model  string // "provider/model" in use
 	Queued int
 	Delay  time.Duration
+}
+
+// waitForCooling: a retry on a limited provider (Config.QueueWait) whose
+// model and every fallback of its role are cooling down waits for the
+// first of them to come back (back), at most QueueWait (and never past
+// retry.maxDelayMs), rather than retry into a model that cools every
+// backoff: capacity_wait {delayMs}, then the attempt's auto_retry_start
+// with that delay. The wait spends no retry: the attempt after it is the
+// one the chain counts. Beyond the reference policy.
+func (c *Core) waitForCooling(back time.Time) {
+	ch := &c.r.Chain
+	if !c.limited() || c.queueWait <= 0 || !back.After(c.now) {
+		return
+	}
+	wait := min(back.Sub(c.now), c.queueWait)
+	if m := c.settings.MaxDelay; m > 0 {
+		wait = min(wait, m)
+	}
+	if wait <= ch.Delay {
+		return
+	}
+	ch.Delay = wait
+	w := c.out.capacity.add()
+	*w = CapacityWait{Model: c.r.Model, Delay: wait}
+	c.emit(EventCapacityWait).Capacity = w
 }
 
 // capacityQueued takes the answer that queues the turn for a place in its

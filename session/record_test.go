@@ -30,6 +30,7 @@ func TestRecordCoversTheCore(t *testing.T) {
 		"pacedProviders":   "the runtime's configuration (Config.Paced), given again to Resume",
 		"passivateAfter":   "the runtime's configuration (Config.PassivateAfter), given again to Resume",
 		"limitedProviders": "the runtime's configuration (Config.Limited), given again to Resume",
+		"queueWait":        "the runtime's configuration (Config.QueueWait), given again to Resume",
 		"queued":           "a wait for a place (SelectingCredential), never at rest",
 		"noFallbackChain":  "the runtime's configuration (Config.FallbackRoles), given again to Resume",
 		"recorded":         "the session's configuration (Config.Recorded), given again to Resume",

@@ -2067,8 +2067,11 @@ type NextModelReply struct {
 	Role                   string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	PrimaryCooldownUntilMs int64                  `protobuf:"varint,5,opt,name=primary_cooldown_until_ms,json=primaryCooldownUntilMs,proto3" json:"primary_cooldown_until_ms,omitempty"`
 	Token                  uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Not switched: when the first of the role's models (its primary, the
+	// one in use, its chain) comes out of its cooldown (0: one is out now).
+	NextBackMs    int64 `protobuf:"varint,7,opt,name=next_back_ms,json=nextBackMs,proto3" json:"next_back_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NextModelReply) Reset() {
@@ -2139,6 +2142,13 @@ func (x *NextModelReply) GetPrimaryCooldownUntilMs() int64 {
 func (x *NextModelReply) GetToken() uint64 {
 	if x != nil {
 		return x.Token
+	}
+	return 0
+}
+
+func (x *NextModelReply) GetNextBackMs() int64 {
+	if x != nil {
+		return x.NextBackMs
 	}
 	return 0
 }
@@ -2441,14 +2451,16 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\vcooldown_ms\x18\x05 \x01(\x03R\n" +
 	"cooldownMs\x12\x10\n" +
 	"\x03pin\x18\x06 \x01(\bR\x03pin\x12\x14\n" +
-	"\x05token\x18\a \x01(\x04R\x05token\"\xb5\x01\n" +
+	"\x05token\x18\a \x01(\x04R\x05token\"\xd7\x01\n" +
 	"\x0eNextModelReply\x12\x1a\n" +
 	"\bswitched\x18\x01 \x01(\bR\bswitched\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x129\n" +
 	"\x19primary_cooldown_until_ms\x18\x05 \x01(\x03R\x16primaryCooldownUntilMs\x12\x14\n" +
-	"\x05token\x18\x06 \x01(\x04R\x05token\"\x10\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\x12 \n" +
+	"\fnext_back_ms\x18\a \x01(\x03R\n" +
+	"nextBackMs\"\x10\n" +
 	"\x0eCompactRequest\"\xbb\x01\n" +
 	"\fCompactReply\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12%\n" +
