@@ -88,7 +88,7 @@ type CredentialsActor struct {
 	releaseAt time.Time                        // when release fires
 	provider  string                           // the provider's name
 
-	places *places // the overload limiter's places (nil: no limiter)
+	places *Places // the overload limiter's places (nil: no limiter)
 
 	view *CredentialsView // written after each change (nil: none)
 }
@@ -108,7 +108,7 @@ func CredentialsProps(clk clock.Clock, creds []Credential, policy CredentialsPol
 // start blocked until what view holds (a new activation in a cluster takes
 // over the blocks its node's view learned), then it publishes to view.
 func NewCredentialsActor(clk clock.Clock, creds []Credential, policy CredentialsPolicy, view *CredentialsView) *CredentialsActor {
-	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider, places: newPlaces(policy.Overload, view)}
+	a := &CredentialsActor{clk: clk, view: view, provider: policy.Provider}
 	if policy.Budget.Enabled {
 		a.budget = retry.NewBudget[*actor.PID](policy.Budget)
 	}
@@ -122,6 +122,10 @@ func NewCredentialsActor(clk clock.Clock, creds []Credential, policy Credentials
 		blocker = a.pacing.Pacer()
 	}
 	a.keys = credentials.New(keys, policy.AutoRedeem, blocker)
+	if policy.Overload != nil {
+		a.places = NewPlaces(clk, *policy.Overload, view)
+		a.places.keep = a.keys.Keep
+	}
 	for _, c := range creds {
 		if until, _ := view.Until(c.Name); !until.IsZero() {
 			a.keys.Block(c.Name, until)
@@ -222,4 +226,11 @@ func (a *CredentialsActor) markLimited(m *protocol.MarkUsageLimitReached) *proto
 		reply.RetryAtMs = sw.RetryAt.UnixMilli()
 	}
 	return reply
+}
+
+// seat asks a place for the turn that reply answers (Places.Seat), then
+// sends reply.
+func (a *CredentialsActor) seat(ctx actor.Context, m *protocol.SelectCredential, reply *protocol.CredentialSelected, to *actor.PID) {
+	a.places.Seat(ctx, m, reply, to)
+	respond(ctx, a.clk, reply)
 }

@@ -5,21 +5,30 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 )
 
-// places are the sessions' places in the provider's models' concurrency
+// Places are the sessions' places in one provider's models' concurrency
 // limits (overload.Limiter): a session's turn holds one while it is in
 // flight, or waits for one. A turn is one call to the limiter, named by
 // its session (a session has one turn out at a time). A paced turn asks
 // for its place once its reservation is granted.
-type places struct {
+//
+// A runtime's credentials actor keeps its provider's (CredentialsPolicy.
+// Overload); in a cluster, where that actor is one for all nodes, each
+// node's stand-in for it keeps its own, as Envoy keeps a limit per host
+// (package cluster). An actor owns them: they are not safe for
+// concurrent use. A nil *Places is no limiter: its methods do nothing.
+type Places struct {
+	clk     clock.Clock
 	limiter *overload.Limiter
-	turns   map[string]place // by session
-	view    *CredentialsView // where each model's limit is published (nil: nowhere)
+	turns   map[string]place                 // by session
+	view    *CredentialsView                 // where each model's limit is published (nil: nowhere)
+	keep    func(session, credential string) // a granted turn's key made its session's (nil: none)
 }
 
 // place is a session's turn: its token, model and priority, and while it
@@ -33,13 +42,11 @@ type place struct {
 	paced    bool // it waits for its reservation: no place asked yet
 }
 
-// newPlaces keeps the limits of a provider's models with s (nil: none,
-// no limiter), publishing them to view.
-func newPlaces(s *overload.Settings, view *CredentialsView) *places {
-	if s == nil {
-		return nil
-	}
-	return &places{limiter: overload.New(*s), turns: map[string]place{}, view: view}
+// NewPlaces keeps the limits of a provider's models with s (zero fields:
+// the defaults) on clk, publishing them to view (nil: nowhere), for
+// Runtime.ConcurrencyLimit.
+func NewPlaces(clk clock.Clock, s overload.Settings, view *CredentialsView) *Places {
+	return &Places{clk: clk, limiter: overload.New(s), turns: map[string]place{}, view: view}
 }
 
 // turn is the place of the turn of session (token) on model, of priority.
@@ -50,7 +57,7 @@ func turn(token uint64, model string, priority int32) place {
 // acquire asks a place for t, the turn of session whose wait would end
 // with grant, sent to to; true: it is in flight; false: it waits, and
 // acquire says how many wait.
-func (p *places) acquire(session string, t place, grant *protocol.PacingGrant, to *actor.PID) (bool, int) {
+func (p *Places) acquire(session string, t place, grant *protocol.PacingGrant, to *actor.PID) (bool, int) {
 	p.view.setLimit(t.key, p.limiter.Limit(t.key)) // the model known from its first call
 	if p.limiter.Acquire(session, t.key, t.priority) {
 		p.turns[session] = t
@@ -65,7 +72,7 @@ func (p *places) acquire(session string, t place, grant *protocol.PacingGrant, t
 // release ends the turn of session (token; 0: whichever) at now with o:
 // one waiting is forgotten, one in flight frees its place; it returns the
 // waiting turns that go now.
-func (p *places) release(now time.Time, session string, token uint64, o overload.Outcome) []place {
+func (p *Places) release(now time.Time, session string, token uint64, o overload.Outcome) []place {
 	t, ok := p.turns[session]
 	if !ok || token != 0 && t.token != token {
 		return nil
@@ -89,77 +96,83 @@ func (p *places) release(now time.Time, session string, token uint64, o overload
 	return out
 }
 
-// seat asks a place for the turn that reply answers, its reservation
+// Seat asks a place for the turn of m that reply answers, its reservation
 // granted or nothing to reserve (after the place a turn of the session
-// left behind is given up): granted, reply goes as it is, with the turn's
-// token; full, the turn waits and reply says how many wait. With no
-// limiter, or a turn that does not ask, reply goes as it is.
-func (a *CredentialsActor) seat(ctx actor.Context, m *protocol.SelectCredential, reply *protocol.CredentialSelected, to *actor.PID) {
-	if a.places != nil && m.GetPace() {
-		session := m.GetSessionId()
-		a.grant(ctx, a.places.release(a.clk.Now(), session, 0, overload.Outcome{}))
-		grant := &protocol.PacingGrant{SessionId: session, Token: m.GetToken(), Credential: reply.Credential, Switched: reply.Switched}
-		reply.Token = m.GetToken()
-		if ok, queued := a.places.acquire(session, turn(m.GetToken(), m.GetModel(), m.GetPriority()), grant, to); !ok {
-			reply.Queued, reply.Switched = int32(queued), false
-		}
+// left behind is given up): granted, reply gets the turn's token; full,
+// the turn waits and reply says how many wait, and its grant goes to to
+// when it has a place. A turn that does not ask (m not paced) is left as
+// it is. The caller sends reply.
+func (p *Places) Seat(ctx actor.Context, m *protocol.SelectCredential, reply *protocol.CredentialSelected, to *actor.PID) {
+	if p == nil || !m.GetPace() {
+		return
 	}
-	respond(ctx, a.clk, reply)
-}
-
-// paceFirst notes a turn that waits for its reservation: its grant asks
-// for its place (seatPaced).
-func (a *CredentialsActor) paceFirst(m *protocol.SelectCredential) {
-	if a.places != nil {
-		t := turn(m.GetToken(), m.GetModel(), m.GetPriority())
-		t.paced = true
-		a.places.turns[m.GetSessionId()] = t
+	session := m.GetSessionId()
+	p.grant(ctx, p.release(p.clk.Now(), session, 0, overload.Outcome{}))
+	grant := &protocol.PacingGrant{SessionId: session, Token: m.GetToken(), Credential: reply.Credential, Switched: reply.Switched}
+	reply.Token = m.GetToken()
+	if ok, queued := p.acquire(session, turn(m.GetToken(), m.GetModel(), m.GetPriority()), grant, to); !ok {
+		reply.Queued, reply.Switched = int32(queued), false
 	}
 }
 
-// seatPaced asks a place for a paced turn whose reservation was granted
-// (g); false: it waits for it (its session is told so, and how many
-// wait), and its grant goes when it has one.
-func (a *CredentialsActor) seatPaced(ctx actor.Context, g *protocol.PacingGrant, to *actor.PID) bool {
-	if a.places == nil {
+// PaceFirst notes the turn of m that waits for its reservation: its
+// grant asks for its place (SeatPaced).
+func (p *Places) PaceFirst(m *protocol.SelectCredential) {
+	if p == nil {
+		return
+	}
+	t := turn(m.GetToken(), m.GetModel(), m.GetPriority())
+	t.paced = true
+	p.turns[m.GetSessionId()] = t
+}
+
+// SeatPaced asks a place for a paced turn whose reservation was granted
+// (g); false: it waits for it (its session, to, is told so and how many
+// wait, and g goes when it has one). True, g goes now: with no limiter,
+// and for a turn PaceFirst did not note.
+func (p *Places) SeatPaced(ctx actor.Context, g *protocol.PacingGrant, to *actor.PID) bool {
+	if p == nil {
 		return true
 	}
-	t, ok := a.places.turns[g.GetSessionId()]
+	t, ok := p.turns[g.GetSessionId()]
 	if !ok || !t.paced || t.token != g.GetToken() {
 		return true
 	}
 	t.paced = false
-	granted, queued := a.places.acquire(g.GetSessionId(), t, g, to)
+	granted, queued := p.acquire(g.GetSessionId(), t, g, to)
 	if !granted && to != nil {
-		track.Send(ctx, a.clk, to, &protocol.CredentialSelected{Credential: g.GetCredential(), Token: g.GetToken(), Queued: int32(queued)})
+		track.Send(ctx, p.clk, to, &protocol.CredentialSelected{Credential: g.GetCredential(), Token: g.GetToken(), Queued: int32(queued)})
 	}
 	return granted
 }
 
-// limit hands a settle, a cancel or a session's release to the limiter,
-// and sends the waiting turns that go now their grants.
-func (a *CredentialsActor) limit(ctx actor.Context, msg any) {
-	if a.places == nil {
+// Limit hands a settle (PacingSettle), a cancel (PacingCancel) or a
+// session's release (ReleaseSession) to the limiter, and sends the
+// waiting turns that go now their grants; other messages are not its.
+func (p *Places) Limit(ctx actor.Context, msg any) {
+	if p == nil {
 		return
 	}
-	now := a.clk.Now()
+	now := p.clk.Now()
 	switch m := msg.(type) {
 	case *protocol.PacingSettle:
-		a.grant(ctx, a.places.release(now, m.GetSessionId(), m.GetToken(), overload.Outcome{Result: overload.Result(m.GetOverload()),
+		p.grant(ctx, p.release(now, m.GetSessionId(), m.GetToken(), overload.Outcome{Result: overload.Result(m.GetOverload()),
 			FirstToken: time.Duration(m.GetFirstTokenMs()) * time.Millisecond}))
 	case *protocol.PacingCancel:
-		a.grant(ctx, a.places.release(now, m.GetSessionId(), m.GetToken(), overload.Outcome{}))
+		p.grant(ctx, p.release(now, m.GetSessionId(), m.GetToken(), overload.Outcome{}))
 	case *protocol.ReleaseSession:
-		a.grant(ctx, a.places.release(now, m.GetSessionId(), 0, overload.Outcome{}))
+		p.grant(ctx, p.release(now, m.GetSessionId(), 0, overload.Outcome{}))
 	}
 }
 
 // grant sends the turns that have a place now their grants.
-func (a *CredentialsActor) grant(ctx actor.Context, granted []place) {
+func (p *Places) grant(ctx actor.Context, granted []place) {
 	for _, g := range granted {
-		a.keys.Keep(g.grant.GetSessionId(), g.grant.GetCredential())
+		if p.keep != nil {
+			p.keep(g.grant.GetSessionId(), g.grant.GetCredential())
+		}
 		if g.to != nil {
-			track.Send(ctx, a.clk, g.to, g.grant)
+			track.Send(ctx, p.clk, g.to, g.grant)
 		}
 	}
 }

@@ -59,7 +59,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.Selec
 		// The wait names the key the session holds; the grant says when it
 		// goes out on another (switched).
 		reply.Token, reply.WaitMs, reply.Limit = m.GetToken(), max(d.Wait.Milliseconds(), 1), d.Limit.String()
-		a.paceFirst(m)
+		a.places.PaceFirst(m)
 		a.armRelease(ctx)
 	default:
 		a.keys.Keep(session, d.Credential)
@@ -86,7 +86,7 @@ func oversize(provider string, d pacing.Decision) string {
 // headers announced as they arrived, its cancel, its session's release
 // (any reservation of it dropped), the release timer's tick.
 func (a *CredentialsActor) pace(ctx actor.Context, msg any) {
-	a.limit(ctx, msg)
+	a.places.Limit(ctx, msg)
 	p := a.pacing
 	if p == nil {
 		return
@@ -120,7 +120,7 @@ func (a *CredentialsActor) carryOut(ctx actor.Context, released []pacing.Granted
 	}
 	for _, g := range released {
 		grant := &protocol.PacingGrant{SessionId: g.ID, Token: g.Ticket, Credential: g.Credential, Switched: g.Switched}
-		if !a.seatPaced(ctx, grant, g.To) {
+		if !a.places.SeatPaced(ctx, grant, g.To) {
 			continue // it waits for a place now
 		}
 		a.keys.Keep(g.ID, g.Credential)
