@@ -80,7 +80,7 @@ func (n nodeRuntime) Settings() hosting.Settings {
 			continue
 		}
 		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing,
-			Refunds: cfg.refunds(name), StickyWait: cfg.stickyWait}
+			Refunds: cfg.refunds(name), StickyWait: cfg.stickyWait, Overload: cfg.overload}
 		if cfg.settings.Budget.Enabled {
 			p.Budget = cfg.settings.Budget
 		}

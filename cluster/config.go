@@ -12,6 +12,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster/pgstore"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/retry"
 )
 
@@ -55,6 +56,12 @@ type Provider struct {
 	// StickyWait is how long a turn waits for its session's key before it
 	// moves (musepi.WithPacingStickyWait; 0: the default).
 	StickyWait time.Duration
+	// Overload keeps a concurrency limit per model (musepi.
+	// WithOverloadLimiter), the node's own: each node's stand-in for the
+	// provider's credentials actor limits the node's turns by what their
+	// answers show, as Envoy keeps a limit per host; the activation keeps
+	// none (nil: no limit).
+	Overload *overload.Settings
 }
 
 // Config is one node's configuration. Name, Providers and FallbackChains

@@ -153,7 +153,8 @@ func (cc JoinConfig) config(s hosting.Settings, sessions *actor.Props) Config {
 		FallbackChains: s.FallbackChains, Info: MemberInfo{StoreNode: cc.Store.Node(), ViewURL: cc.ViewURL},
 		Sessions: sessions}
 	for _, p := range s.Providers {
-		out.Providers = append(out.Providers, Provider{Name: p.Name, Credentials: p.Credentials, AutoRedeem: p.AutoRedeem, Budget: p.Budget, Pacing: p.Pacing, Refunds: p.Refunds, StickyWait: p.StickyWait})
+		out.Providers = append(out.Providers, Provider{Name: p.Name, Credentials: p.Credentials, AutoRedeem: p.AutoRedeem, Budget: p.Budget, Pacing: p.Pacing, Refunds: p.Refunds, StickyWait: p.StickyWait,
+			Overload: p.Overload})
 	}
 	return out
 }

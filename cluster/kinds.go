@@ -98,6 +98,8 @@ func unixNano(t time.Time) int64 {
 // credentialsActivation is the credentials kind: the provider's
 // CredentialsActor, started on activation from the node's config and the
 // blocks the node's view knows, publishing its blocks after each change.
+// It keeps no overload limiter: each node keeps its own, in its router
+// (Provider.Overload).
 type credentialsActivation struct {
 	m        *Member
 	provider Provider

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/loglevel"
 )
 
@@ -268,6 +269,9 @@ func (m *Member) startRouters() error {
 	for _, p := range m.cfg.Providers {
 		r := m.newRouter(CredentialsKind, p.Name)
 		r.view = m.views.creds[p.Name]
+		if p.Overload != nil {
+			r.places, r.routed = actors.NewPlaces(clock.Real{}, *p.Overload, r.view), map[string]routed{}
+		}
 		for _, c := range p.Credentials {
 			r.creds = append(r.creds, c.Name)
 		}

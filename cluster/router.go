@@ -33,10 +33,12 @@ import (
 // request name their session as reply_to: the activation's PacingGrant
 // and RetryBudgetRelease go there directly, and the router keeps nothing
 // of them (the retry budget is the one owner of its holds, see
-// retry.Budget). Messages with no reply (RetryBudgetOutcome,
+// retry.Budget); but with the node's overload limiter (places), a paced
+// selection names the router, which keeps the node's places (see
+// router_overload.go). Messages with no reply (RetryBudgetOutcome,
 // RetryBudgetDrop, ReleaseSession, PacingSettle, PacingCancel,
 // PacingObserve) go to the current activation once, and are lost if it
-// is gone.
+// is gone; the limiter learns from the settles first.
 type router struct {
 	kind, identity string
 	res            lookup
@@ -44,6 +46,8 @@ type router struct {
 	attempts       int
 	creds          []string                // the provider's keys, in order (credentials kind)
 	view           *actors.CredentialsView // the node's mirror of the keys' blocks (credentials kind)
+	places         *actors.Places          // the node's overload limiter (credentials kind; nil: none)
+	routed         map[string]routed       // with places: the paced selections passed on, by session
 	log            *slog.Logger
 }
 
@@ -55,12 +59,18 @@ type lookup interface {
 
 func (r *router) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
-	case *protocol.SelectCredential, *protocol.MarkUsageLimitReached, *protocol.NextModelRequest,
-		*protocol.RetryBudgetRequest, *protocol.RetryBudgetStatsRequest:
+	case *protocol.SelectCredential:
+		r.selectCredential(ctx, m)
+	case *protocol.MarkUsageLimitReached, *protocol.NextModelRequest, *protocol.RetryBudgetRequest,
+		*protocol.RetryBudgetStatsRequest:
 		r.ask(ctx, ctx.Sender(), m.(proto.Message), 1)
-	case *protocol.RetryBudgetOutcome, *protocol.RetryBudgetDrop, *protocol.ReleaseSession,
-		*protocol.PacingSettle, *protocol.PacingCancel, *protocol.PacingObserve:
+	case *protocol.ReleaseSession, *protocol.PacingSettle, *protocol.PacingCancel:
+		r.limit(ctx, m.(proto.Message))
 		r.tell(ctx, m.(proto.Message))
+	case *protocol.RetryBudgetOutcome, *protocol.RetryBudgetDrop, *protocol.PacingObserve:
+		r.tell(ctx, m.(proto.Message))
+	case *protocol.PacingGrant: // a paced turn's, with places
+		r.relay(ctx, m)
 	}
 }
 
@@ -76,7 +86,7 @@ func (r *router) ask(ctx actor.Context, sender *actor.PID, msg proto.Message, at
 	}
 	ctx.ReenterAfter(f, func(res any, err error) {
 		if _, dead := res.(*actor.DeadLetterResponse); err == nil && !dead {
-			r.reply(ctx, sender, res)
+			r.answer(ctx, sender, msg, res)
 			return
 		}
 		r.res.Forget(r.kind, r.identity, pid)
@@ -87,7 +97,7 @@ func (r *router) ask(ctx actor.Context, sender *actor.PID, msg proto.Message, at
 		}
 		r.log.Warn("shared actor unreachable: answering the degraded reply", slog.String("kind", r.kind),
 			slog.String("identity", r.identity), slog.Int("attempts", attempt), slog.Any("error", err))
-		r.reply(ctx, sender, r.degraded(msg))
+		r.answer(ctx, sender, msg, r.degraded(msg))
 	})
 }
 

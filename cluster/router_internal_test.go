@@ -12,6 +12,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 )
 
@@ -225,5 +226,60 @@ func TestRouterPacing(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no PacingGrant reached the session")
+	}
+}
+
+// TestRouterOverloadLimiter: with the node's limiter (Provider.Overload)
+// the router keeps its node's places, the activation none: a selection
+// beyond the limit is queued, its session granted when a settle frees a
+// place; the limit is published to the node's view; a cancelled waiting
+// turn gets no grant.
+func TestRouterOverloadLimiter(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	creds := []actors.Credential{{Name: "A"}}
+	view := actors.NewCredentialsView(creds)
+	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{}, view)
+	}))
+	r := &router{kind: CredentialsKind, identity: "p", res: &lookups{pids: []*actor.PID{live}}, timeout: time.Second, attempts: 2,
+		creds: []string{"A"}, view: view, log: slog.New(slog.DiscardHandler),
+		places: actors.NewPlaces(clock.Real{}, overload.Settings{Max: 1}, view), routed: map[string]routed{}}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+	grants := make(chan *protocol.PacingGrant, 4)
+	session := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if g, ok := ctx.Message().(*protocol.PacingGrant); ok {
+			grants <- g
+		}
+	}))
+	ask := func(s string, token uint64) *protocol.CredentialSelected {
+		got, err := sys.Root.RequestFuture(pid, &protocol.SelectCredential{SessionId: s, Pace: true, Token: token, Model: "p/m",
+			ReplyTo: actors.Ref(session)}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*protocol.CredentialSelected)
+	}
+	if got := ask("first", 1); got.GetQueued() != 0 || got.GetToken() != 1 {
+		t.Fatalf("first: %v; want a place (token 1)", got)
+	}
+	if n, ok := view.ConcurrencyLimit(overload.Key{Provider: "p", Model: "m"}); !ok || n != 1 {
+		t.Errorf("the view's limit %d, %v; want 1", n, ok)
+	}
+	if got := ask("second", 2); got.GetQueued() != 1 {
+		t.Fatalf("second: %v; want queued, 1 waiting", got)
+	}
+	if got := ask("third", 3); got.GetQueued() != 2 {
+		t.Fatalf("third: %v; want queued, 2 waiting", got)
+	}
+	sys.Root.Send(pid, &protocol.PacingCancel{SessionId: "second", Token: 2})
+	sys.Root.Send(pid, &protocol.PacingSettle{SessionId: "first", Token: 1, Overload: int32(overload.Answered)})
+	select {
+	case g := <-grants:
+		if g.GetSessionId() != "third" || g.GetToken() != 3 || g.GetCredential() != "A" {
+			t.Errorf("grant %v; want third's (token 3) on A", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PacingGrant reached the waiting session")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/musepi/musepi/internal/track"
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/retry"
 )
@@ -58,6 +59,7 @@ type Provider struct {
 	Pacing      bool                 // turns reserve their need from the keys' rate limits
 	Refunds     bool                 // the server gives back unused max_tokens (provider.OutputRefunder)
 	StickyWait  time.Duration        // how long a turn waits for its session's key (0: the default)
+	Overload    *overload.Settings   // the node's own concurrency limit per model (nil: none)
 }
 
 // Settings are what a runtime's options say of the cluster's shared
