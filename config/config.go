@@ -39,6 +39,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/history"
 	"github.com/musepi/musepi/internal/plaintext"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/provider/anthropic"
 	"github.com/musepi/musepi/provider/openai"
@@ -98,6 +99,10 @@ type Config struct {
 	// Retry ("retry") is the retry settings group; keys left out keep the
 	// values of retry.DefaultSettings().
 	Retry retry.Settings
+	// Overload ("overload") is the overload limiter's table
+	// (musepi.WithOverloadLimiter); off unless Overload.Enabled. On a node
+	// of a cluster, the node's own limiter.
+	Overload Overload
 
 	// ext reads and checks the keys package config does not define (nil:
 	// none); Validate and RuntimeOptions check them again.
@@ -118,6 +123,17 @@ type Extension interface {
 	// (decoded, and checked apart); Validate and RuntimeOptions call it
 	// again, for the fields changed since.
 	Check(c *Config) []Problem
+}
+
+// Overload is the [overload] table: the overload limiter, an adaptive
+// concurrency limit per model (package overload).
+type Overload struct {
+	// Enabled ("enabled") turns the limiter on. Default false.
+	Enabled bool
+	// Settings tune it: "max", "initial", "backoff", "tolerance",
+	// "probe_after_ms", "window" and "max_queue_wait_ms" are its fields;
+	// a key left out, or 0, keeps its default.
+	Settings overload.Settings
 }
 
 // Kind is the API a provider speaks.
@@ -351,12 +367,7 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 		}
 	}
 	settings := c.Retry
-	if settings.FallbackChains != nil {
-		settings.FallbackChains = make(map[string][]string, len(c.Retry.FallbackChains))
-		for role, chain := range c.Retry.FallbackChains {
-			settings.FallbackChains[role] = slices.Clone(chain)
-		}
-	}
+	settings.FallbackChains = cloneChains(c.Retry.FallbackChains)
 	sticky := c.PacingStickyWait
 	if sticky == 0 { // the file's 0 moves at once; the option's 0 is its default
 		sticky = -1
@@ -365,6 +376,9 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 		musepi.WithPacingStickyWait(sticky),
 		musepi.WithStreamIdleTimeout(c.StreamIdleTimeout), musepi.WithPassivateAfter(c.PassivateAfter),
 		musepi.WithMaxResponseBytes(c.MaxResponseBytes))
+	if c.Overload.Enabled {
+		opts = append(opts, musepi.WithOverloadLimiter(c.Overload.Settings))
+	}
 	dir, _ := c.HistoryPath() // checked above
 	if dir != "" {
 		opts = append(opts, musepi.WithHistoryDir(dir))
@@ -374,6 +388,18 @@ func (c *Config) RuntimeOptions(extra ...musepi.Option) ([]musepi.Option, error)
 		opts = append(opts, musepi.WithHistorySync(policy))
 	}
 	return append(opts, extra...), nil
+}
+
+// cloneChains is a copy of chains (nil: nil), which the runtime may keep.
+func cloneChains(chains map[string][]string) map[string][]string {
+	if chains == nil {
+		return nil
+	}
+	out := make(map[string][]string, len(chains))
+	for role, chain := range chains {
+		out[role] = slices.Clone(chain)
+	}
+	return out
 }
 
 // NewRuntime starts a runtime from the configuration and extra (see
@@ -460,6 +486,7 @@ func (c *Config) check() (*loaded, []Problem) {
 		keys[name] = v.provider(name, c.Providers[name])
 	}
 	v.retry(c.Retry)
+	v.overload(c.Overload.Settings)
 	v.extension()
 	return v.loaded, v.probs
 }
@@ -683,6 +710,30 @@ func (v *validator) retry(s retry.Settings) {
 		} else {
 			v.add("retry", "%v", err)
 		}
+	}
+}
+
+// overload checks the [overload] table's values, whether or not the
+// limiter is on: each is 0 (its default) or in its range.
+func (v *validator) overload(s overload.Settings) {
+	if s.Max < 0 {
+		v.add("overload.max", "must be 0 (the default, %d) or more, got %d", overload.DefaultMax, s.Max)
+	}
+	if s.Initial < 0 {
+		v.add("overload.initial", "must be 0 (the default, %d) or more, got %d", overload.DefaultInitial, s.Initial)
+	}
+	if s.Backoff < 0 || s.Backoff >= 1 {
+		v.add("overload.backoff", "must be above 0 and below 1 (0: the default, %g), got %g", overload.DefaultBackoff, s.Backoff)
+	}
+	if s.Tolerance != 0 && s.Tolerance <= 1 {
+		v.add("overload.tolerance", "must be above 1 (0: the default, %g), got %g", overload.DefaultTolerance, s.Tolerance)
+	}
+	if s.ProbeAfter < 0 {
+		v.add("overload.probe_after_ms", "must be 0 (the default, %d) or more, got %d", overload.DefaultProbeAfter.Milliseconds(),
+			s.ProbeAfter.Milliseconds())
+	}
+	if s.Window < 0 {
+		v.add("overload.window", "must be 0 (the default, %d) or more, got %d", overload.DefaultWindow, s.Window)
 	}
 }
 

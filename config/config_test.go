@@ -18,6 +18,7 @@ import (
 
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/config/internal/configtest"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider/fakellm"
 	"github.com/musepi/musepi/retry"
 )
@@ -65,7 +66,7 @@ func TestValidationErrors(t *testing.T) {
 	}{
 		// Syntax, unknown keys and types.
 		{name: "syntax", top: `default_model = "openai/gpt-4o`, key: "", msg: "invalid TOML at line 1", only: true},
-		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
+		{name: "unknown top-level key", top: "default_model = \"openai/gpt-4o\"\ncolour = true", key: "colour", msg: "unknown key (allowed: auto_redeem, default_model, history_dir, history_sync, max_response_bytes, overload, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)", only: true},
 		{name: "unknown key with a hint", rest: "[retry]\nmaxRetries = 3", key: "retry.maxRetries", msg: `unknown key (did you mean "max_retries"?)`, only: true},
 		{name: "wrong case is unknown", top: `Default_Model = "openai/gpt-4o"`, key: "Default_Model", msg: `did you mean "default_model"?`},
 		{name: "unknown provider key", prov: openaiProvider, rest: "[providers.openai.extra]\na = 1", key: "providers.openai.extra", msg: "unknown key (allowed: base_url, credentials, input_tpm, kind, max_tokens, models, output_tpm, prices, rpm, tpm)", only: true},
@@ -82,6 +83,15 @@ func TestValidationErrors(t *testing.T) {
 		{name: "budget release_window_ms negative", rest: "[retry.budget]\nenabled = true\nrelease_window_ms = -1", key: "retry.budget.release_window_ms", msg: "must be 0 or more, got -1"},
 		{name: "unknown budget key", rest: "[retry.budget]\nburst = 3", key: "retry.budget.burst", msg: "unknown key (allowed: enabled, max_tokens, probe_interval_ms, release_window_ms, token_ratio)", only: true},
 		{name: "unknown retry key", rest: "[retry]\njitter = 0.5", key: "retry.jitter", msg: "unknown key (allowed: base_delay_ms, budget, enabled, fallback_chains", only: true},
+		{name: "overload max negative", rest: "[overload]\nmax = -1", key: "overload.max", msg: "must be 0 (the default, 1000) or more, got -1", only: true},
+		{name: "overload backoff 1", rest: "[overload]\nenabled = true\nbackoff = 1", key: "overload.backoff", msg: "must be above 0 and below 1 (0: the default, 0.9), got 1", only: true},
+		{name: "overload tolerance 1", rest: "[overload]\ntolerance = 1.0", key: "overload.tolerance", msg: "must be above 1 (0: the default, 2), got 1", only: true},
+		{name: "overload probe_after_ms negative", rest: "[overload]\nprobe_after_ms = -5", key: "overload.probe_after_ms", msg: "must be 0 (the default, 3000) or more, got -5", only: true},
+		{name: "overload initial negative", rest: "[overload]\ninitial = -1", key: "overload.initial", msg: "must be 0 (the default, 100) or more, got -1", only: true},
+		{name: "overload window negative", rest: "[overload]\nwindow = -2", key: "overload.window", msg: "must be 0 (the default, 100) or more, got -2", only: true},
+		{name: "overload max_queue_wait_ms a float", rest: "[overload]\nmax_queue_wait_ms = 1.5", key: "overload.max_queue_wait_ms", msg: "must be an integer, got a float", only: true},
+		{name: "overload max not an integer", rest: "[overload]\nmax = 1.5", key: "overload.max", msg: "must be an integer, got a float", only: true},
+		{name: "unknown overload key", rest: "[overload]\nlimit = 1", key: "overload.limit", msg: "unknown key (allowed: backoff, enabled, initial, max, max_queue_wait_ms, probe_after_ms, tolerance, window)", only: true},
 		{name: "default_model not a string", top: "default_model = 5", key: "default_model", msg: "must be a string, got an integer", only: true},
 		{name: "auto_redeem not a boolean", top: "default_model = \"openai/gpt-4o\"\nauto_redeem = \"yes\"", key: "auto_redeem", msg: "must be a boolean (true or false), got a string", only: true},
 		{name: "history_dir a date", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = 2024-01-02", key: "history_dir", msg: "must be a string, got a date-time", only: true},
@@ -425,6 +435,28 @@ release_window_ms = 0`)))
 	})
 }
 
+func TestOverloadFromFile(t *testing.T) {
+	t.Setenv(testKeyEnv, "sk-test")
+	for _, tc := range []struct {
+		name, rest string
+		want       Overload
+	}{
+		{"no table: off", "", Overload{}},
+		{"on with the defaults", "[overload]\nenabled = true", Overload{Enabled: true}},
+		{"every key", "[overload]\nenabled = true\nmax = 300\ninitial = 20\nbackoff = 0.8\ntolerance = 3\nprobe_after_ms = 500\nwindow = 50\nmax_queue_wait_ms = -1",
+			Overload{Enabled: true, Settings: overload.Settings{Max: 300, Initial: 20, Backoff: 0.8, Tolerance: 3,
+				ProbeAfter: 500 * time.Millisecond, Window: 50, MaxQueueWait: -time.Millisecond}}},
+	} {
+		cfg, err := Parse([]byte(doc("", "", tc.rest)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cfg.Overload != tc.want {
+			t.Errorf("%s: %+v; want %+v", tc.name, cfg.Overload, tc.want)
+		}
+	}
+}
+
 func TestHistoryPath(t *testing.T) {
 	t.Setenv(testKeyEnv, "sk-test")
 	home := t.TempDir()
@@ -694,6 +726,11 @@ max_retries = 2
 base_delay_ms = 10
 [retry.fallback_chains]
 default = ["ant/claude", "resp/gpt"]
+
+[overload]
+enabled = true
+max = 50
+initial = 60
 `
 	path := filepath.Join(dir, "musepi.toml")
 	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
@@ -708,8 +745,9 @@ default = ["ant/claude", "resp/gpt"]
 		t.Fatal(err)
 	}
 	// 3 providers, retry settings, auto-redeem, pacing, its sticky wait,
-	// stream idle timeout, passivation, max response bytes, history dir.
-	if len(opts) != 11 {
+	// stream idle timeout, passivation, max response bytes, the overload
+	// limiter, history dir.
+	if len(opts) != 12 {
 		t.Errorf("%d options", len(opts))
 	}
 	rt, err := musepi.NewRuntime(opts...)
@@ -722,6 +760,9 @@ default = ["ant/claude", "resp/gpt"]
 	}
 	prompt(t, rt, "resp/gpt")
 	prompt(t, rt, "ant/claude")
+	if n, ok := rt.ConcurrencyLimit(cfg.DefaultModel); !ok || n != 50 {
+		t.Errorf("ConcurrencyLimit(%s) = %d, %v; want the file's max, 50 (below initial)", cfg.DefaultModel, n, ok)
+	}
 	shutdown(t, rt)
 
 	st := srv.Stats()

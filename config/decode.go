@@ -69,6 +69,9 @@ func decode(root map[string]any, ext Extension) (*Config, []Problem) {
 	if rt, ok := t.Sub("retry"); ok {
 		decodeRetry(rt, &c.Retry)
 	}
+	if ot, ok := t.Sub("overload"); ok {
+		decodeOverload(ot, &c.Overload)
+	}
 	if ext != nil {
 		ext.Decode(t)
 	}
@@ -188,6 +191,18 @@ func decodeBudget(t *Table, b *retry.BudgetSettings) {
 	t.Number("token_ratio", &b.TokenRatio)
 	t.Millis("probe_interval_ms", &b.ProbeInterval)
 	t.Millis("release_window_ms", &b.ReleaseWindow)
+	t.Done(nil)
+}
+
+func decodeOverload(t *Table, o *Overload) {
+	t.Bool("enabled", &o.Enabled)
+	t.Count("max", &o.Settings.Max)
+	t.Count("initial", &o.Settings.Initial)
+	t.Number("backoff", &o.Settings.Backoff)
+	t.Number("tolerance", &o.Settings.Tolerance)
+	t.Millis("probe_after_ms", &o.Settings.ProbeAfter)
+	t.Count("window", &o.Settings.Window)
+	t.Millis("max_queue_wait_ms", &o.Settings.MaxQueueWait)
 	t.Done(nil)
 }
 

@@ -42,7 +42,7 @@ func TestKeysValidation(t *testing.T) {
 		name, top string
 		key, msg  string // the one problem: exactly this key, its message containing msg
 	}{
-		{"unknown top-level key", top + "colour = true", "colour", "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)"},
+		{"unknown top-level key", top + "colour = true", "colour", "unknown key (allowed: auto_redeem, cluster, default_model, history_database, history_dir, history_lease_ms, history_sync, max_response_bytes, overload, pacing, pacing_sticky_wait_ms, passivate_after_ms, providers, request_timeout_ms, retry, stream_idle_timeout_ms)"},
 		{"a key of config's", top + "request_timeout_ms = -1", "request_timeout_ms", "must be 0 or more, got -1"},
 		{"cluster not a table", top + "cluster = \"dev\"", "cluster", "must be a table, got a string"},
 		{"history_database not a string", top + "history_database = 5", "history_database", "must be a string, got an integer"},
