@@ -3,6 +3,7 @@ package clock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/musepi/musepi/internal/timeheap"
@@ -14,9 +15,11 @@ import (
 // in order of virtual time, without sleeping.
 type Virtual struct {
 	mu   sync.Mutex
-	idle *sync.Cond
-	now  time.Time
-	busy int
+	idle *sync.Cond // signalled under mu when busy drops to 0
+	// elapsed is the virtual time, as an offset from origin: read without
+	// the lock (Now, on every message), written under it.
+	elapsed atomic.Int64
+	busy    atomic.Int64 // work in flight (Begin without End)
 	// timers are ordered by their deadline's offset from origin.
 	timers timeheap.Heap[timerRef]
 	// stopped counts the stale entries of the heap (timers stopped, or
@@ -30,7 +33,7 @@ type Virtual struct {
 
 // NewVirtual returns a virtual clock standing at start.
 func NewVirtual(start time.Time) *Virtual {
-	v := &Virtual{now: start, origin: start}
+	v := &Virtual{origin: start}
 	v.idle = sync.NewCond(&v.mu)
 	return v
 }
@@ -49,9 +52,14 @@ func (v *Virtual) SetResolution(d time.Duration) {
 
 // Now returns the virtual time.
 func (v *Virtual) Now() time.Time {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.now
+	return v.origin.Add(time.Duration(v.elapsed.Load()))
+}
+
+// moveTo moves the clock to t if it is later; v.mu is held.
+func (v *Virtual) moveTo(t time.Time) {
+	if d := int64(t.Sub(v.origin)); d > v.elapsed.Load() {
+		v.elapsed.Store(d)
+	}
 }
 
 // AfterFunc schedules f at Now()+d; d <= 0 fires at the current instant, on
@@ -66,30 +74,25 @@ func (v *Virtual) AfterFunc(d time.Duration, f func()) Timer {
 
 // push puts t in the heap, pending at Now()+d; v.mu is held.
 func (v *Virtual) push(t *virtualTimer, d time.Duration) {
-	t.at, t.state = v.now.Add(max(d, 0)), pending
+	t.at, t.state = v.Now().Add(max(d, 0)), pending
 	v.timers.Push(int64(t.at.Sub(v.origin)), timerRef{t, t.gen})
 }
 
 // Begin records work in flight.
-func (v *Virtual) Begin() {
-	v.mu.Lock()
-	v.busy++
-	v.mu.Unlock()
-}
+func (v *Virtual) Begin() { v.busy.Add(1) }
 
 // End records finished work; it panics on an End without Begin, which is
 // a bug in the caller.
 func (v *Virtual) End() {
-	v.mu.Lock()
-	if v.busy == 0 {
-		v.mu.Unlock()
+	switch n := v.busy.Add(-1); {
+	case n < 0:
+		v.busy.Add(1)
 		panic("clock: End without Begin")
-	}
-	v.busy--
-	if v.busy == 0 {
+	case n == 0: // under the lock, so that a WaitIdle that saw it busy is waiting
+		v.mu.Lock()
 		v.idle.Broadcast()
+		v.mu.Unlock()
 	}
-	v.mu.Unlock()
 }
 
 // Pending is the number of timers not yet fired or stopped.
@@ -111,7 +114,7 @@ func (v *Virtual) WaitIdle(ctx context.Context) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for v.busy > 0 {
+	for v.busy.Load() > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -123,9 +126,7 @@ func (v *Virtual) WaitIdle(ctx context.Context) error {
 // Advance moves the clock forward by d, firing every timer due by then in
 // deadline order, each after the work in flight has finished.
 func (v *Virtual) Advance(ctx context.Context, d time.Duration) error {
-	v.mu.Lock()
-	until := v.now.Add(d)
-	v.mu.Unlock()
+	until := v.Now().Add(d)
 	for {
 		if err := v.WaitIdle(ctx); err != nil {
 			return err
@@ -135,9 +136,7 @@ func (v *Virtual) Advance(ctx context.Context, d time.Duration) error {
 		}
 	}
 	v.mu.Lock()
-	if until.After(v.now) {
-		v.now = until
-	}
+	v.moveTo(until)
 	v.mu.Unlock()
 	return v.WaitIdle(ctx)
 }
@@ -178,12 +177,10 @@ func (v *Virtual) fireNext(until time.Time) bool {
 		}
 		t := ref.t
 		t.state = firing
-		if t.at.After(v.now) {
-			v.now = t.at
-		}
+		v.moveTo(t.at)
 		due = append(due, t)
 	}
-	v.busy++
+	v.busy.Add(1)
 	v.mu.Unlock()
 	defer v.End()
 	for _, t := range due {
