@@ -201,18 +201,24 @@ func (sh *shard) arm(at int64) {
 	sh.timer.Reset(d)
 }
 
-// fire delivers the tasks due, outside the lock.
+// fire delivers the tasks due, outside the lock, a batch at a time.
 func (sh *shard) fire() {
-	var buf [8]*task
-	for _, t := range sh.takeDue(buf[:0]) {
-		sh.svc.deliver(t.session, t.to, &t.due)
+	var batch [8]*task // on the stack: takeDue fills it, never appends
+	for more := true; more; {
+		var n int
+		n, more = sh.takeDue(&batch)
+		for _, t := range batch[:n] {
+			sh.svc.deliver(t.session, t.to, &t.due)
+		}
 	}
 }
 
-// takeDue appends the tasks due to batch and arms the timer for the next
-// one. A timer that fired late (reset meanwhile, on the wall clock) finds
-// nothing due, or the timer armed for the next task, and leaves it.
-func (sh *shard) takeDue(batch []*task) []*task {
+// takeDue fills batch with the tasks due, n of them, and reports whether
+// more are due than it holds; once none is left due, it arms the timer
+// for the next one. A timer that fired late (reset meanwhile, on the wall
+// clock) finds nothing due, or the timer armed for the next task, and
+// leaves it.
+func (sh *shard) takeDue(batch *[8]*task) (n int, more bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := int64(sh.svc.clk.Now().Sub(sh.svc.origin))
@@ -220,24 +226,29 @@ func (sh *shard) takeDue(batch []*task) []*task {
 		sh.armed = false // this firing is its
 	}
 	for sh.queue.Len() > 0 && sh.queue.Peek().Due <= now {
+		if n == len(batch) {
+			return n, true
+		}
 		t := sh.queue.Pop().Value
 		if t.dropped {
 			sh.dropped--
 			continue
 		}
 		sh.pending.remove(t)
-		batch = append(batch, t)
+		batch[n] = t
+		n++
 	}
 	if sh.pending.len() == 0 {
 		sh.empty()
-		return batch
+		return n, false
 	}
 	for sh.queue.Peek().Value.dropped { // the next pending task's time
 		sh.queue.Pop()
 		sh.dropped--
 	}
-	if !sh.armed {
-		sh.arm(sh.queue.Peek().Due)
+	// A session may have armed it meanwhile (between batches), for later.
+	if next := sh.queue.Peek().Due; !sh.armed || next < sh.armedAt {
+		sh.arm(next)
 	}
-	return batch
+	return n, false
 }

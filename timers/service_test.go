@@ -168,3 +168,25 @@ func TestServiceIdleKeepsNoClockTimer(t *testing.T) {
 		t.Fatalf("delivered after Close: %q", p.got)
 	}
 }
+
+// Backoffs of many sessions ending at one instant, more than a shard
+// hands out at once, all end then, and a later one on time after them.
+func TestServiceManyAtOneInstant(t *testing.T) {
+	p := newProbe()
+	var want []string
+	for i := range 100 {
+		id := fmt.Sprint("s", i)
+		p.do(t, arm(id, time.Second, 1))
+		want = append(want, fmt.Sprintf("1s %s ticket=1 gen=7 to %s", id, id))
+	}
+	p.do(t, arm("z", 2*time.Second, 1))
+	want = append(want, "2s z ticket=1 gen=7 to z")
+	if err := p.clk.RunUntilIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(p.got)
+	slices.Sort(want)
+	if !slices.Equal(p.got, want) {
+		t.Fatalf("delivered:\n%q\nwant:\n%q", p.got, want)
+	}
+}
