@@ -155,13 +155,12 @@ type turnRun struct {
 	// (provider.WithGuard; nil: none); taken is set when it found the
 	// session another activation's.
 	guard func(context.Context) error
-	taken atomic.Bool
-
 	// tellLimits sends the session the limits the response's headers
 	// announce as they arrive (provider.WithLimitsSeen; nil: not paced);
 	// limitsTold says it did, and the final message then carries none.
 	tellLimits func(*messages.RateLimits)
-	limitsTold atomic.Bool
+	// (taken and limitsTold side by side: a turn fits 384 bytes, not 416)
+	taken, limitsTold atomic.Bool
 
 	// started is when Run started, firstToken how long its first delta
 	// took (0: none yet).
