@@ -87,6 +87,7 @@ func recordToResume(deps *Deps, id string, log history.RecordLog, entries []*mes
 	if !found || r.State != session.Backoff {
 		return nil, false, nil
 	}
+	r.Model, r.Primary = interned(r.Model), interned(r.Primary)
 	var last uint64
 	if n := len(entries); n > 0 {
 		last = entries[n-1].GetSeq()

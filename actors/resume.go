@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"unique"
+
 	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/session"
 )
@@ -56,8 +58,15 @@ func resume(entries []*messages.Entry, configured string, known func(model strin
 	if !known(r.model) {
 		r.model, r.pinned = r.primary, false
 	}
+	r.primary, r.model = interned(r.primary), interned(r.model)
 	return r
 }
+
+// interned is the runtime's one copy of a model selector: the sessions on
+// a model share it, rather than each its own (from its options or its
+// history), and reading it at each attempt (the provider's lookups) reads
+// memory they all touch.
+func interned(model string) string { return unique.Make(model).Value() }
 
 // interruption returns the entries (without seq) that close a prompt the
 // history shows in progress: error results for tool calls that never

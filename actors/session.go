@@ -71,6 +71,7 @@ var pendingBuffers = sync.Pool{New: func() any { return new([]session.Input) }}
 func PrepareSession(deps *Deps, cfg SessionConfig) (*PreparedSession, error) {
 	entries := cfg.Restored
 	cfg.Restored = nil
+	cfg.Model = interned(cfg.Model)
 	cfg.State.priority.Store(uint32(cfg.Priority))
 	r := resume(entries, cfg.Model, deps.knownModel)
 	records, _ := cfg.History.(history.RecordLog)
