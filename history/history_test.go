@@ -254,3 +254,31 @@ func TestMemoryStoreManyEntries(t *testing.T) {
 	_, got := openLog(t, s, "s")
 	equalEntries(t, got, want)
 }
+
+// A batch that cannot be encoded (a string that is not UTF-8) leaves a
+// memory history as it was, all or none, also when the batch spilled
+// into a new chunk before the entry that failed; appends go on after it.
+func TestMemoryStoreFailedBatchLeavesNothing(t *testing.T) {
+	user := func(seq uint64, text string) *messages.Entry {
+		return &messages.Entry{Seq: seq, Entry: &messages.Entry_User{User: &messages.UserMessage{Text: text}}}
+	}
+	s := history.NewMemoryStore()
+	l, _ := openLog(t, s, "s")
+	want := []*messages.Entry{user(1, "kept")}
+	if err := l.Append(want...); err != nil {
+		t.Fatal(err)
+	}
+	bad := []*messages.Entry{user(2, strings.Repeat("z", 300)), user(3, "\xff not UTF-8")} // the first spills past the first chunk
+	if err := l.Append(bad...); err == nil {
+		t.Fatal("appending a string that is not UTF-8 should fail")
+	}
+	want = append(want, user(2, "after the failure"))
+	if err := l.Append(want[1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalEntries(t, got, want)
+}

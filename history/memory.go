@@ -33,8 +33,12 @@ type MemoryStore struct {
 type memoryHistory struct {
 	open bool // a Log has it open; guarded by the store's mu
 
-	mu     sync.Mutex
-	chunks [][]byte
+	mu sync.Mutex
+	// last is the chunk entries go to, full the chunks before it: an
+	// append reads last's header here, next to the lock, not in an array
+	// of its own.
+	last   []byte
+	full   [][]byte
 	n      uint64  // entries
 	record *Record // the session's record (WithRecords), a copy
 }
@@ -48,17 +52,16 @@ const (
 // room returns a chunk with room for need more bytes: the last one, or a
 // new one.
 func (h *memoryHistory) room(need int) []byte {
-	if k := len(h.chunks); k > 0 {
-		if last := h.chunks[k-1]; cap(last)-len(last) >= need {
-			return last
-		}
+	if cap(h.last)-len(h.last) >= need {
+		return h.last
 	}
 	size := firstChunk
-	if k := len(h.chunks); k > 0 {
-		size = min(2*cap(h.chunks[k-1]), maxChunk)
+	if h.last != nil {
+		size = min(2*cap(h.last), maxChunk)
+		h.full = append(h.full, h.last)
 	}
-	h.chunks = append(h.chunks, make([]byte, 0, max(size, need)))
-	return h.chunks[len(h.chunks)-1]
+	h.last = make([]byte, 0, max(size, need))
+	return h.last
 }
 
 // MemoryOption configures a MemoryStore.
@@ -112,7 +115,7 @@ func (h *memoryHistory) decode() ([]*messages.Entry, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]*messages.Entry, 0, h.n)
-	for _, b := range h.chunks {
+	for _, b := range slices.Concat(h.full, [][]byte{h.last}) {
 		for len(b) > 0 {
 			size, n := protowire.ConsumeVarint(b)
 			if n < 0 || uint64(len(b)-n) < size {
@@ -171,22 +174,16 @@ func (l *memoryLog) appendLocked(op string, entries []*messages.Entry) error {
 	if err := checkSeq(h.n, entries); err != nil {
 		return &Error{Op: op, Path: l.session, Err: err}
 	}
-	k0, l0 := len(h.chunks), 0 // where the history ends, to undo a failure
-	if k0 > 0 {
-		l0 = len(h.chunks[k0-1])
-	}
+	k0, last0 := len(h.full), h.last // where the history ends, to undo a failure
 	for _, e := range entries {
 		size := proto.Size(e)
 		chunk := protowire.AppendVarint(h.room(protowire.SizeVarint(uint64(size))+size), uint64(size))
 		chunk, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(chunk, e)
 		if err != nil {
-			h.chunks = h.chunks[:k0]
-			if k0 > 0 {
-				h.chunks[k0-1] = h.chunks[k0-1][:l0]
-			}
+			h.full, h.last = h.full[:k0], last0
 			return &Error{Op: op, Path: l.session, Err: err}
 		}
-		h.chunks[len(h.chunks)-1] = chunk
+		h.last = chunk
 	}
 	h.n += uint64(len(entries))
 	return nil
