@@ -165,8 +165,11 @@ func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on 
 // waits (a capacity_wait event) until an answer frees a place, in
 // priority order (WithPriority). The limit falls when the provider
 // answers that it is overloaded (529, 503, overload wording) or a call
-// times out, and rises while it answers. Default off: without it each
-// session backs off and retries on its own, the reference policy.
+// times out, and rises while it answers. s.MaxQueueWait bounds how long
+// a retry waits for a cooling model, and s.HighPriorityFallback names the
+// roles whose high-priority turns take a fallback with room at once
+// (docs/retry-policy.md). Default off: without it each session backs off
+// and retries on its own, the reference policy.
 func WithOverloadLimiter(s overload.Settings) Option {
 	return func(c *runtimeConfig) { c.overload = &s }
 }

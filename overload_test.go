@@ -12,12 +12,13 @@ import (
 )
 
 // limitedHarness is a harness whose provider "p" has one key and an
-// overload limit of one call in flight per model; session "a"'s turn
-// holds the place (its stream runs until it is aborted).
+// overload limit of one call in flight per model (unless opts set another
+// limiter); session "a"'s turn holds the place (its stream runs until it
+// is aborted).
 func limitedHarness(t *testing.T, opts ...musepi.Option) (*harness, *musepi.Session, <-chan result) {
 	t.Helper()
 	creds := []musepi.Credential{{Name: "A", APIKey: "key-a", RateLimits: musepi.RateLimits{RPM: 1000}}}
-	h := newHarnessCreds(t, creds, append(opts, musepi.WithOverloadLimiter(overload.Settings{Max: 1}))...)
+	h := newHarnessCreds(t, creds, append([]musepi.Option{musepi.WithOverloadLimiter(overload.Settings{Max: 1})}, opts...)...)
 	h.p.SetDefault(answer("ok"))
 	h.p.SetScript("a", provider.Outcome{Block: true})
 	a, _ := h.session(musepi.WithSessionID("a"))
@@ -157,5 +158,44 @@ func TestARetryWaitsForACoolingModel(t *testing.T) {
 				fmt.Sprintf("auto_retry_start 2/10 delay=%dms class=transient", tt.wantDelay.Milliseconds()),
 				"auto_retry_end success=true attempt=2")
 		})
+	}
+}
+
+// With HighPriorityFallback for its role, a high-priority turn that finds
+// its model's limit full goes at once on a fallback of the same provider
+// whose limit has room (a model change, reason capacity: no retry); a
+// low-priority turn waits for its model.
+func TestAHighPriorityTurnTakesAFallbackAtOnce(t *testing.T) {
+	settings := retry.DefaultSettings()
+	settings.FallbackChains = map[string][]string{"default": {"p/m2"}}
+	h, a, held := limitedHarness(t, musepi.WithRetrySettings(settings),
+		musepi.WithOverloadLimiter(overload.Settings{Max: 1, HighPriorityFallback: []string{"default"}}))
+	high, highRec := h.session(musepi.WithPriority(musepi.High))
+	low, lowRec := h.session(musepi.WithPriority(musepi.Low))
+	chHigh := h.prompt(high, "cannot wait")
+	if r := h.settle(chHigh); r.err != nil {
+		t.Fatalf("the high-priority prompt failed: %v", r.err)
+	}
+	calls := h.p.Calls()
+	if len(calls) != 2 || calls[1].Model != "m2" {
+		t.Fatalf("calls %d, the second on %q; want 2, the second on the fallback m2", len(calls), calls[len(calls)-1].Model)
+	}
+	if n := highRec.count("capacity_wait") + highRec.count("auto_retry_start"); n != 0 {
+		t.Errorf("the high-priority turn waited or retried (%d events)", n)
+	}
+	expectLines(t, highRec.lines("model_change"), "model_change p/m -> p/m2 (capacity)")
+	chLow := h.prompt(low, "waits for its model")
+	waitFor(t, "capacity_wait", func() bool { return lowRec.count("capacity_wait") == 1 })
+	if n := len(h.p.Calls()); n != 2 {
+		t.Fatalf("%d provider calls: the low-priority turn did not wait", n)
+	}
+	a.Abort()
+	h.run()
+	h.settle(held)
+	if r := h.settle(chLow); r.err != nil {
+		t.Fatalf("the low-priority prompt failed: %v", r.err)
+	}
+	if got := h.p.Calls()[2].Model; got != "m" {
+		t.Errorf("the low-priority turn went on %q, want its model m", got)
 	}
 }

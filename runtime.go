@@ -284,6 +284,10 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 			deps.Limited[name] = true
 		}
 		deps.QueueWait = max(cfg.overload.WithDefaults().MaxQueueWait, 0)
+		deps.HighFallback = map[string]bool{}
+		for _, role := range cfg.overload.HighPriorityFallback {
+			deps.HighFallback[role] = true
+		}
 	}
 	rt.pool = dispatch.NewPool(max(8, 4*runtime.GOMAXPROCS(0)), 300)
 	deps.Dispatcher = rt.pool

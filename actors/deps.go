@@ -26,17 +26,21 @@ import (
 type Deps struct {
 	Clock       clock.Clock
 	Log         *slog.Logger
-	Timers      *timers.Service              // every backoff's timer
-	Credentials map[string]*actor.PID        // credentials actor by provider name
-	Views       map[string]*CredentialsView  // what each credentials actor publishes, by provider name
-	Budgets     map[string]*actor.PID        // retry budget (a credentials actor) by provider name
-	Paced       map[string]bool              // providers whose credentials actor paces turns (session.Config.Paced)
-	Limited     map[string]bool              // providers whose credentials actor keeps an overload limiter (session.Config.Limited)
-	QueueWait   time.Duration                // how long a retry waits for a cooling model (session.Config.QueueWait)
-	Keys        map[string]map[string]string // provider -> credential name -> API key
-	Fallbacks   map[string]*actor.PID        // model-fallback actor by role
-	Providers   map[string]provider.Provider // by provider name
-	Tools       []Tool
+	Timers      *timers.Service             // every backoff's timer
+	Credentials map[string]*actor.PID       // credentials actor by provider name
+	Views       map[string]*CredentialsView // what each credentials actor publishes, by provider name
+	Budgets     map[string]*actor.PID       // retry budget (a credentials actor) by provider name
+	Paced       map[string]bool             // providers whose credentials actor paces turns (session.Config.Paced)
+	Limited     map[string]bool             // providers whose credentials actor keeps an overload limiter (session.Config.Limited)
+	QueueWait   time.Duration               // how long a retry waits for a cooling model (session.Config.QueueWait)
+	// HighFallback names the roles whose high-priority turns take a
+	// fallback with room at once when their model's limit is full
+	// (overload.Settings.HighPriorityFallback).
+	HighFallback map[string]bool
+	Keys         map[string]map[string]string // provider -> credential name -> API key
+	Fallbacks    map[string]*actor.PID        // model-fallback actor by role
+	Providers    map[string]provider.Provider // by provider name
+	Tools        []Tool
 	// Compaction runs on context overflow; nil ends the prompt with the
 	// overflow error after emitting compaction_required.
 	Compaction CompactionHook

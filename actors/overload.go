@@ -69,6 +69,25 @@ func (p *Places) acquire(session string, t place, grant *protocol.PacingGrant, t
 	return false, w[0] + w[1] + w[2]
 }
 
+// fallBack seats t, whose model's limit is full, on the first of
+// fallbacks whose limit has room (overload.Limiter.TryAcquire), and names
+// it; false when t's model has room, or none of them does.
+func (p *Places) fallBack(session string, t place, fallbacks []string) (string, bool) {
+	if len(fallbacks) == 0 || p.limiter.InFlight(t.key) < p.limiter.Limit(t.key) && p.limiter.Waiting(t.key) == [3]int{} {
+		return "", false
+	}
+	for _, model := range fallbacks {
+		f := t
+		f.key = overload.Key{Provider: providerOf(model), Model: modelOf(model)}
+		if p.limiter.TryAcquire(session, f.key) {
+			p.turns[session] = f
+			p.view.setLimit(f.key, p.limiter.Limit(f.key))
+			return model, true
+		}
+	}
+	return "", false
+}
+
 // release ends the turn of session (token; 0: whichever) at now with o:
 // one waiting is forgotten, one in flight frees its place; it returns the
 // waiting turns that go now.
@@ -110,7 +129,10 @@ func (p *Places) Seat(ctx actor.Context, m *protocol.SelectCredential, reply *pr
 	p.grant(ctx, p.release(p.clk.Now(), session, 0, overload.Outcome{}))
 	grant := &protocol.PacingGrant{SessionId: session, Token: m.GetToken(), Credential: reply.Credential, Switched: reply.Switched}
 	reply.Token = m.GetToken()
-	if ok, queued := p.acquire(session, turn(m.GetToken(), m.GetModel(), m.GetPriority()), grant, to); !ok {
+	t := turn(m.GetToken(), m.GetModel(), m.GetPriority())
+	if fallback, ok := p.fallBack(session, t, m.GetFallbacks()); ok {
+		reply.Model = fallback
+	} else if ok, queued := p.acquire(session, t, grant, to); !ok {
 		reply.Queued, reply.Switched = int32(queued), false
 	}
 }

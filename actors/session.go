@@ -247,7 +247,7 @@ func inputOf(msg any) (in session.Input, ack, ok bool) {
 	case *protocol.CredentialSelected:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched(), Wait: time.Duration(m.GetWaitMs()) * time.Millisecond, Limit: m.GetLimit(),
-			Queued: int(m.GetQueued())}, false, true
+			Queued: int(m.GetQueued()), Model: m.GetModel()}, false, true
 	case *protocol.PacingGrant:
 		return session.Input{Kind: session.InCredentialSelected, Credential: m.GetCredential(), Token: m.GetToken(),
 			Switched: m.GetSwitched()}, false, true

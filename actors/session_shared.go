@@ -37,8 +37,26 @@ func (p sharedActors) selectCredential(ctx actor.Context, e *session.Effect, hel
 		m.Pace, m.Token, m.Priority, m.Credential, m.ReplyTo = true, e.Token, int32(p.cfg.Priority), held, Ref(ctx.Self())
 		m.InputTokens, m.Model = pacing.EstimateInput(entries, p.deps.toolSpecs()), e.Model
 		m.OutputTokens, m.OutputBounded = pacing.OutputBound(p.deps.Providers[prov])
+		m.Fallbacks = p.fallbacksAtOnce(e)
 	}
 	track.Request(ctx, p.deps.Clock, p.deps.Credentials[providerOf(e.Model)], m)
+}
+
+// fallbacksAtOnce are the models of the turn's fallback chain
+// (e.Fallbacks) that its provider's overload limiter may seat it on at
+// once, its own model's limit full: those on the same provider, for a
+// high-priority turn of a role that takes them (HighFallback).
+func (p sharedActors) fallbacksAtOnce(e *session.Effect) []string {
+	if len(e.Fallbacks) == 0 || p.cfg.Priority != pacing.High || !p.deps.HighFallback[p.cfg.Role] {
+		return nil
+	}
+	var out []string
+	for _, m := range e.Fallbacks {
+		if m != e.Model && providerOf(m) == providerOf(e.Model) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // settleReservation tells the credentials actor what a paced turn used

@@ -72,6 +72,12 @@ type Settings struct {
 	// it: docs/retry-policy.md). 0 is DefaultMaxQueueWait; negative: the
 	// retry never waits for a cooldown.
 	MaxQueueWait time.Duration
+	// HighPriorityFallback names the roles whose high-priority turns take
+	// a fallback model at once when their model's limit is full: the first
+	// of the role's fallback chain, on the same provider, whose limit has
+	// room (a session reads it: docs/retry-policy.md). Other turns, and
+	// other roles', wait for their model.
+	HighPriorityFallback []string
 }
 
 // The defaults of Settings.
@@ -194,6 +200,18 @@ func (l *Limiter) Acquire(id string, key Key, priority pacing.Priority) bool {
 	if len(m.waiting) > 0 || m.inFlight >= m.allowed() {
 		m.wait(id, priority)
 		l.queued[id] = key
+		return false
+	}
+	l.send(id, key, m)
+	return true
+}
+
+// TryAcquire puts call id to key in flight, as Acquire, only if it may
+// go now: the limit has room and no call waits for it. It never queues:
+// false leaves nothing behind.
+func (l *Limiter) TryAcquire(id string, key Key) bool {
+	m := l.model(key)
+	if len(m.waiting) > 0 || m.inFlight >= m.allowed() {
 		return false
 	}
 	l.send(id, key, m)

@@ -263,3 +263,24 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("History of an unknown model = %v, want nil", h)
 	}
 }
+
+// TryAcquire goes only when Acquire would: room, and nobody waiting; it
+// never queues.
+func TestTryAcquire(t *testing.T) {
+	l := New(Settings{Initial: 1})
+	if !l.TryAcquire("c1", key) {
+		t.Fatal("TryAcquire with room = false")
+	}
+	if l.TryAcquire("c2", key) || l.Waiting(key) != [3]int{} {
+		t.Fatalf("TryAcquire of a full limit went or queued: waiting %v", l.Waiting(key))
+	}
+	l.Acquire("w1", key, pacing.Low) // waits
+	l.Release(t0, "c1", Outcome{Result: Neutral})
+	if l.InFlight(key) != 1 { // w1 took the freed place
+		t.Fatalf("in flight %d, want w1's 1", l.InFlight(key))
+	}
+	other := Key{Provider: "anthropic", Model: "haiku"}
+	if !l.TryAcquire("c3", other) || l.InFlight(other) != 1 {
+		t.Fatal("TryAcquire on another model with room did not go")
+	}
+}

@@ -274,6 +274,9 @@ func (c *Core) selectCredential(keep bool) {
 		if c.gated() {
 			e.Pace, e.Token = true, c.r.Turn+1
 		}
+		if c.limited() && c.settings.ModelFallback && !c.r.Pinned && c.r.Model == c.r.Primary {
+			e.Fallbacks = c.settings.FallbackChains[c.r.Role]
+		}
 	}
 }
 

@@ -540,6 +540,9 @@ func (sc *script) render(e *Effect) string {
 			sc.reservation = e.Token
 			line += fmt.Sprintf(" pace token=%d", e.Token)
 		}
+		if len(e.Fallbacks) > 0 {
+			line += " fallbacks=" + strings.Join(e.Fallbacks, ",")
+		}
 		return line
 	case SettleReservation:
 		line := fmt.Sprintf("%s %s credential=%s token=%d", e.Kind, e.Model, e.Credential, e.Token)
@@ -850,6 +853,8 @@ func (sc *script) credential(args []string) Input {
 			in.Limit = v
 		case "queued":
 			in.Queued, _ = strconv.Atoi(v)
+		case "model":
+			in.Model = v
 		case "token":
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {

@@ -31,7 +31,9 @@ const (
 	// credentials, and a continue whose key is free, start the turn
 	// without asking.) With Pace, the turn also reserves its need from the
 	// key's rate limits, as reservation Token; the answer may be a wait,
-	// then a grant, both InCredentialSelected with Token.
+	// then a grant, both InCredentialSelected with Token. Fallbacks are
+	// the models an overload limiter may seat the turn on at once when
+	// Model's limit is full (the answer names the one taken).
 	SelectCredential
 	// SettleReservation ends reservation Token (0: none) of the turn that
 	// ended on Model with Credential in Message: what it used goes to the
@@ -178,6 +180,7 @@ type Effect struct {
 	At            time.Time // ObserveRateLimits: when the headers arrived
 	Error         string    // RejectCompaction, ReplyCompaction, RefuseHandOver, ReplyHandOver
 	Calls         []*messages.ToolCall
+	Fallbacks     []string // SelectCredential: the role's fallback chain (read only, shared)
 	Context       []*messages.Entry
 	Message       *messages.AssistantMessage // Compact: the failed turn's; SettleReservation: the ended turn's
 	Limits        *messages.RateLimits       // ObserveRateLimits, SettleReservation

@@ -21,7 +21,8 @@ const (
 	// turn waits (for Limit) until a grant (Wait 0) comes; Switched says
 	// the key held had no room. Queued above 0 says the turn waits for a
 	// place in its model's concurrency limit, Queued turns waiting with it
-	// (see overload.go), until a grant.
+	// (see overload.go), until a grant; Model, that the turn was seated
+	// on that fallback at once instead.
 	InCredentialSelected
 	// InTurnDelta: the running turn Turn streamed Delta of DeltaKind.
 	InTurnDelta
@@ -124,7 +125,7 @@ type Input struct {
 	Token      uint64
 	Generation uint64
 	Enabled    bool
-	Model      string
+	Model      string // InSetModel; InCredentialSelected: the fallback the turn was seated on ("": its own model)
 
 	KeyFree       bool // InBackoffDone, InToolsDone
 	Wait          time.Duration

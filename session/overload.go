@@ -58,6 +58,14 @@ func (c *Core) waitForCooling(back time.Time) {
 	c.emit(EventCapacityWait).Capacity = w
 }
 
+// ReasonCapacity is the reason of the model change that seats a turn on
+// a fallback at once, its own model's concurrency limit full (the
+// credentials actor's answer names the model: Input.Model). No cooldown
+// is set: the session returns to its primary at its next prompt or
+// continue (cooldown-expiry), or stays (never). Beyond the reference
+// policy.
+const ReasonCapacity = "capacity"
+
 // capacityQueued takes the answer that queues the turn for a place in its
 // model's limit (capacity_wait): the session holds the key named while it
 // waits.

@@ -59,6 +59,9 @@ func (c *Core) credentialAnswer(in Input) {
 		c.emit(EventRateLimitWait).Wait = w
 		return
 	}
+	if in.Model != "" && in.Model != c.r.Model {
+		c.switchModel(in.Model, ReasonCapacity)
+	}
 	if in.Switched && in.Credential != c.r.Credential {
 		sw := c.out.switches.add()
 		*sw = CredentialSwitch{Model: c.r.Model, From: c.r.Credential, To: in.Credential, Reason: SwitchPacing}

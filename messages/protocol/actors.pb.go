@@ -846,6 +846,7 @@ type SelectCredential struct {
 	OutputBounded bool                   `protobuf:"varint,9,opt,name=output_bounded,json=outputBounded,proto3" json:"output_bounded,omitempty"` // the provider says max_tokens; else the actor estimates the output
 	Model         string                 `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`                                      // "provider/model": whose answers the estimate learns from
 	ReplyTo       *ActorRef              `protobuf:"bytes,8,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`                    // where a PacingGrant goes (unset: the sender; a cluster router asks with a future)
+	Fallbacks     []string               `protobuf:"bytes,11,rep,name=fallbacks,proto3" json:"fallbacks,omitempty"`                              // overload: models ("provider/model") the turn may take at once when model's limit is full
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +951,13 @@ func (x *SelectCredential) GetReplyTo() *ActorRef {
 	return nil
 }
 
+func (x *SelectCredential) GetFallbacks() []string {
+	if x != nil {
+		return x.Fallbacks
+	}
+	return nil
+}
+
 // CredentialSelected answers SelectCredential.
 type CredentialSelected struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -960,6 +968,7 @@ type CredentialSelected struct {
 	Limit         string                 `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`                       // pacing: the limit waited for (requests, tokens, input_tokens, output_tokens)
 	TooLarge      string                 `protobuf:"bytes,6,opt,name=too_large,json=tooLarge,proto3" json:"too_large,omitempty"` // pacing: no key can ever take the turn (it needs more than a whole window); why
 	Queued        int32                  `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`                    // overload: above 0, the model's concurrency limit is full and this many turns wait for it (this one included); a PacingGrant follows
+	Model         string                 `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`                       // overload: the fallback the turn was seated on, its own model's limit full ("": its own model)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,6 +1050,13 @@ func (x *CredentialSelected) GetQueued() int32 {
 		return x.Queued
 	}
 	return 0
+}
+
+func (x *CredentialSelected) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
 }
 
 // PacingGrant ends a session's pacing wait: its turn may go out on
@@ -2329,7 +2345,7 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x10.musepi.v1.EntryR\aentries\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
-	"\x05error\x18\x01 \x01(\tR\x05error\"\xcc\x02\n" +
+	"\x05error\x18\x01 \x01(\tR\x05error\"\xea\x02\n" +
 	"\x10SelectCredential\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2344,7 +2360,8 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\x0eoutput_bounded\x18\t \x01(\bR\routputBounded\x12\x14\n" +
 	"\x05model\x18\n" +
 	" \x01(\tR\x05model\x12.\n" +
-	"\breply_to\x18\b \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\"\xca\x01\n" +
+	"\breply_to\x18\b \x01(\v2\x13.musepi.v1.ActorRefR\areplyTo\x12\x1c\n" +
+	"\tfallbacks\x18\v \x03(\tR\tfallbacks\"\xe0\x01\n" +
 	"\x12CredentialSelected\x12\x1e\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\tR\n" +
@@ -2354,7 +2371,8 @@ const file_protocol_actors_proto_rawDesc = "" +
 	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\tR\x05limit\x12\x1b\n" +
 	"\ttoo_large\x18\x06 \x01(\tR\btooLarge\x12\x16\n" +
-	"\x06queued\x18\a \x01(\x05R\x06queued\"~\n" +
+	"\x06queued\x18\a \x01(\x05R\x06queued\x12\x14\n" +
+	"\x05model\x18\b \x01(\tR\x05model\"~\n" +
 	"\vPacingGrant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
