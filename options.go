@@ -160,7 +160,7 @@ func WithPacing(on bool) Option { return func(c *runtimeConfig) { c.pacing = on 
 
 // WithOverloadLimiter turns on an adaptive concurrency limit per model
 // (package overload), tuned by s (zero fields: the defaults): each turn
-// on a provider with credentials asks for a place within its model's
+// asks for a place within its model's
 // limit as it asks for its key, and a turn that finds the limit full
 // waits (a capacity_wait event) until an answer frees a place, in
 // priority order (WithPriority). The limit falls when the provider

@@ -199,3 +199,29 @@ func TestAHighPriorityTurnTakesAFallbackAtOnce(t *testing.T) {
 		t.Errorf("the low-priority turn went on %q, want its model m", got)
 	}
 }
+
+// A provider without credentials gets its overload limiter too: its
+// credentials actor keeps the places (and no key: the provider's own).
+func TestOverloadLimiterWithoutCredentials(t *testing.T) {
+	h := newHarness(t, musepi.WithOverloadLimiter(overload.Settings{Max: 1}))
+	h.p.SetDefault(answer("ok"))
+	h.p.SetScript("a", provider.Outcome{Block: true})
+	a, _ := h.session(musepi.WithSessionID("a"))
+	held := h.prompt(a, "holds the place")
+	waitFor(t, "a's call", func() bool { return len(h.p.Calls()) == 1 })
+	b, rec := h.session()
+	ch := h.prompt(b, "waits for a place")
+	waitFor(t, "capacity_wait", func() bool { return rec.count("capacity_wait") == 1 })
+	if n, ok := h.rt.ConcurrencyLimit("p/m"); n != 1 || !ok {
+		t.Errorf("ConcurrencyLimit = %d, %v; want 1, true", n, ok)
+	}
+	a.Abort()
+	h.run()
+	h.settle(held)
+	if r := h.settle(ch); r.err != nil {
+		t.Fatalf("the queued prompt failed: %v", r.err)
+	}
+	if c := h.p.Calls()[1]; c.Credential != "" || c.APIKey != "" {
+		t.Errorf("the call went with credential %q key %q; want the provider's own", c.Credential, c.APIKey)
+	}
+}

@@ -275,7 +275,7 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 	if cfg.pacing {
 		deps.Paced = map[string]bool{}
 		for name := range cfg.providers {
-			deps.Paced[name] = true
+			deps.Paced[name] = len(cfg.creds[name]) > 0 // pacing spends keys' budgets
 		}
 	}
 	if cfg.overload != nil {
@@ -301,13 +301,16 @@ func (rt *Runtime) start(shared func(deps *actors.Deps, onPool actor.PropsOption
 }
 
 // spawnShared spawns the runtime's own credentials actor per provider and
-// fallback actor per role (one machine).
+// fallback actor per role (one machine). A provider without credentials
+// has one only for its retry budget or its overload limiter; with the
+// limiter, its sessions ask it for their places (and get no key: the
+// provider's own).
 func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 	cfg := rt.cfg
 	root := rt.system.Root
 	for name := range cfg.providers {
 		creds := cfg.creds[name]
-		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
+		if len(creds) == 0 && !cfg.settings.Budget.Enabled && cfg.overload == nil {
 			continue
 		}
 		actorCreds := cfg.actorCredentials(name)
@@ -321,6 +324,9 @@ func (rt *Runtime) spawnShared(deps *actors.Deps, onPool actor.PropsOption) {
 			deps.Budgets[name] = pid
 		}
 		if len(creds) == 0 {
+			if cfg.overload != nil {
+				deps.Credentials[name] = pid
+			}
 			continue
 		}
 		keys := map[string]string{}
