@@ -486,7 +486,7 @@ func (c *Config) check() (*loaded, []Problem) {
 		keys[name] = v.provider(name, c.Providers[name])
 	}
 	v.retry(c.Retry)
-	v.overload(c.Overload.Settings)
+	v.overload(c.Overload.Settings, c.Retry.FallbackChains)
 	v.extension()
 	return v.loaded, v.probs
 }
@@ -714,8 +714,14 @@ func (v *validator) retry(s retry.Settings) {
 }
 
 // overload checks the [overload] table's values, whether or not the
-// limiter is on: each is 0 (its default) or in its range.
-func (v *validator) overload(s overload.Settings) {
+// limiter is on: each is 0 (its default) or in its range, and each role
+// of high_priority_fallback has a fallback chain (chains).
+func (v *validator) overload(s overload.Settings, chains map[string][]string) {
+	for i, role := range s.HighPriorityFallback {
+		if len(chains[role]) == 0 {
+			v.add(fmt.Sprintf("overload.high_priority_fallback[%d]", i), "role %q has no fallback chain (retry.fallback_chains.%s)", role, role)
+		}
+	}
 	if s.Max < 0 {
 		v.add("overload.max", "must be 0 (the default, %d) or more, got %d", overload.DefaultMax, s.Max)
 	}

@@ -91,7 +91,8 @@ func TestValidationErrors(t *testing.T) {
 		{name: "overload window negative", rest: "[overload]\nwindow = -2", key: "overload.window", msg: "must be 0 (the default, 100) or more, got -2", only: true},
 		{name: "overload max_queue_wait_ms a float", rest: "[overload]\nmax_queue_wait_ms = 1.5", key: "overload.max_queue_wait_ms", msg: "must be an integer, got a float", only: true},
 		{name: "overload max not an integer", rest: "[overload]\nmax = 1.5", key: "overload.max", msg: "must be an integer, got a float", only: true},
-		{name: "unknown overload key", rest: "[overload]\nlimit = 1", key: "overload.limit", msg: "unknown key (allowed: backoff, enabled, initial, max, max_queue_wait_ms, probe_after_ms, tolerance, window)", only: true},
+		{name: "overload high_priority_fallback without a chain", rest: "[overload]\nhigh_priority_fallback = [\"slow\"]", key: "overload.high_priority_fallback[0]", msg: `role "slow" has no fallback chain (retry.fallback_chains.slow)`, only: true},
+		{name: "unknown overload key", rest: "[overload]\nlimit = 1", key: "overload.limit", msg: "unknown key (allowed: backoff, enabled, high_priority_fallback, initial, max, max_queue_wait_ms, probe_after_ms, tolerance, window)", only: true},
 		{name: "default_model not a string", top: "default_model = 5", key: "default_model", msg: "must be a string, got an integer", only: true},
 		{name: "auto_redeem not a boolean", top: "default_model = \"openai/gpt-4o\"\nauto_redeem = \"yes\"", key: "auto_redeem", msg: "must be a boolean (true or false), got a string", only: true},
 		{name: "history_dir a date", top: "default_model = \"openai/gpt-4o\"\nhistory_dir = 2024-01-02", key: "history_dir", msg: "must be a string, got a date-time", only: true},
@@ -443,15 +444,16 @@ func TestOverloadFromFile(t *testing.T) {
 	}{
 		{"no table: off", "", Overload{}},
 		{"on with the defaults", "[overload]\nenabled = true", Overload{Enabled: true}},
-		{"every key", "[overload]\nenabled = true\nmax = 300\ninitial = 20\nbackoff = 0.8\ntolerance = 3\nprobe_after_ms = 500\nwindow = 50\nmax_queue_wait_ms = -1",
+		{"every key", "[overload]\nenabled = true\nmax = 300\ninitial = 20\nbackoff = 0.8\ntolerance = 3\nprobe_after_ms = 500\nwindow = 50\nmax_queue_wait_ms = -1\nhigh_priority_fallback = [\"default\"]\n[retry.fallback_chains]\ndefault = [\"openai/gpt-4o\"]",
 			Overload{Enabled: true, Settings: overload.Settings{Max: 300, Initial: 20, Backoff: 0.8, Tolerance: 3,
-				ProbeAfter: 500 * time.Millisecond, Window: 50, MaxQueueWait: -time.Millisecond}}},
+				ProbeAfter: 500 * time.Millisecond, Window: 50, MaxQueueWait: -time.Millisecond,
+				HighPriorityFallback: []string{"default"}}}},
 	} {
 		cfg, err := Parse([]byte(doc("", "", tc.rest)))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if cfg.Overload != tc.want {
+		if !reflect.DeepEqual(cfg.Overload, tc.want) {
 			t.Errorf("%s: %+v; want %+v", tc.name, cfg.Overload, tc.want)
 		}
 	}

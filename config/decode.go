@@ -203,6 +203,7 @@ func decodeOverload(t *Table, o *Overload) {
 	t.Millis("probe_after_ms", &o.Settings.ProbeAfter)
 	t.Count("window", &o.Settings.Window)
 	t.Millis("max_queue_wait_ms", &o.Settings.MaxQueueWait)
+	t.Strs("high_priority_fallback", &o.Settings.HighPriorityFallback)
 	t.Done(nil)
 }
 
