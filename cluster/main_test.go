@@ -18,6 +18,7 @@ import (
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/cluster"
 	"github.com/musepi/musepi/cluster/etcdtest"
+	"github.com/musepi/musepi/internal/testkit/protorace"
 	"github.com/musepi/musepi/internal/testkit/waiting"
 	"github.com/musepi/musepi/retry"
 )
@@ -42,14 +43,8 @@ func TestMain(m *testing.M) {
 }
 
 // leakyDependencies are goroutines that protoactor-go starts and never
-// stops, whatever the member does: its log throttles' tickers, and the
-// test provider's TTL ticker.
-var leakyDependencies = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.(*Gossiper).StartGossiping.NewThrottle.func3.1"),
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster.NewGossipActor.NewThrottleWithLogger.func2.1"),
-	goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/cluster/clusterproviders/test.(*Provider).startTtlReport.func1"),
-}
+// stops, whatever the member does (protorace.Leaks).
+var leakyDependencies = protorace.Leaks
 
 // settings are what every node of the test clusters shares: provider "p"
 // with keys A and B and a retry budget, and a fallback chain.

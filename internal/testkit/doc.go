@@ -6,6 +6,9 @@
 //     cluster client its chaos test runs.
 //   - netnstest: a private network of Linux namespaces whose links a test
 //     cuts.
+//   - protorace: what tests of several protoactor-go members in one
+//     process tolerate of it (its data races, its goroutines), and the
+//     judge of their child processes' output.
 //   - testbin: the binaries of the programs tests run as processes.
 //   - testcert: certificate authorities and certificates for mutual TLS.
 //   - testtool: skip (or fail under CI) when a program a test needs is
