@@ -58,7 +58,8 @@ type System struct {
 	Description string             `json:"description"`
 	Figures     map[string]float64 `json:"figures"` // by Figure.Key
 	Timeline    *Timeline          `json:"timeline,omitempty"`
-	Notes       []string           `json:"notes,omitempty"` // e.g. why prompts failed
+	Limits      *LimitTimeline     `json:"limit_timeline,omitempty"` // the overload limiter's limit per node
+	Notes       []string           `json:"notes,omitempty"`          // e.g. why prompts failed
 }
 
 // Timeline counts provider requests and prompt completions per bucket,

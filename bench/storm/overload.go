@@ -7,10 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -86,41 +84,15 @@ func overloadFigures(f map[string]float64, c *ovCapacity, prompts []rlPrompt, st
 	}
 }
 
-// limitSample is the limiter's limit at a moment of the run.
-type limitSample struct {
-	at    time.Duration // from the start of the run
-	limit int
-}
-
-// limitFigures are the figures of the limit sampled over a run: its
-// lowest (limit_min) and the time from the capacity's return to the
-// first sample at 90 % of it or more (limit_recovery_s; left out when the
-// limit never got there after the return).
-func limitFigures(c *ovCapacity, samples []limitSample) map[string]float64 {
-	f := map[string]float64{}
-	if len(samples) == 0 {
-		return f
-	}
-	lowest := samples[0].limit
-	for _, s := range samples {
-		lowest = min(lowest, s.limit)
-	}
-	f["limit_min"] = float64(lowest)
-	for _, s := range samples {
-		if s.at >= c.returnAt() && float64(s.limit) >= 0.9*float64(c.High) {
-			f["limit_recovery_s"] = (s.at - c.returnAt()).Seconds()
-			break
-		}
-	}
-	return f
-}
-
 // The overload scenario's contenders, and the system its targets are
 // checked on.
 const (
 	ovPeer       = "peer"
 	ovLimiterOff = "musepi-limiter-off"
 	ovLimiterOn  = "musepi-limiter-on"
+	// ovLimiterCluster is MusePi with the limiter on in cluster mode
+	// (-nodes nodes, 3 by default), each node with its own limiter.
+	ovLimiterCluster = "musepi-limiter-on-cluster"
 )
 
 // measureOverload runs the overload scenario's contenders in order and
@@ -132,6 +104,11 @@ func measureOverload(ctx context.Context, o *options, command string, stderr io.
 	}
 	e.sc.Capacity = &ovCapacity{High: o.capacity, Low: o.lowCapacity, LowStart: o.lowStart, LowFor: o.window, LatencyMs: ovLatencyMs}
 	e.sc.Window = 0 // -window is the low window's length here, not a rate limit's
+	defer func() {
+		if e.db != nil {
+			e.db.stop()
+		}
+	}()
 	r := &Report{Command: command, Mode: o.mode, Sessions: o.sessions, GoVersion: runtime.Version(),
 		CPUs: runtime.GOMAXPROCS(0), Started: time.Now(), Scenario: e.sc.String()}
 	for _, c := range strings.Split(o.contenders, ",") {
@@ -140,7 +117,11 @@ func measureOverload(ctx context.Context, o *options, command string, stderr io.
 		case ovPeer:
 			s, err = runRLPeer(ctx, e)
 		case ovLimiterOff, ovLimiterOn:
-			s, err = runOverloadMusePi(ctx, e, c == ovLimiterOn)
+			s, err = runOverloadMusePi(ctx, e, c == ovLimiterOn, 0)
+		case ovLimiterCluster:
+			if err = e.startDB(ctx); err == nil {
+				s, err = runOverloadMusePi(ctx, e, true, e.nodes)
+			}
 		default:
 			err = fmt.Errorf("unknown contender %q", c)
 		}
@@ -213,6 +194,13 @@ var ovFigureRows = []Figure{
 	{"p99_high_vs_low", "p99 high / p99 low", ""},
 	{"limit_min", "the limiter's lowest limit", ""},
 	{"limit_recovery_s", "from the capacity's return to the limit at 90 % of it", "s"},
+	{"limit_sum_low_mean", "limit (summed over the nodes) in the settled low window, mean", ""},
+	{"limit_sum_low_min", "limit (summed over the nodes) in the settled low window, lowest", ""},
+	{"limit_sum_low_max", "limit (summed over the nodes) in the settled low window, highest", ""},
+	{"limit_sum_in_band", "readings with the summed limit within 0.5-1.5× the low capacity", ""},
+	{"limit_converged", "the limits converge (1: in the band in 90 % of the readings)", ""},
+	{"limit_decreases_max", "decreases of one node's limit in the settled low window, most", ""},
+	{"limit_node_mean_spread", "highest node's mean limit / lowest node's", ""},
 	{"capacity_waits", "capacity_wait events", ""},
 	{"run_minutes", "run, first prompt to last answer (to the stop when a prompt never ended)", "min"},
 	{"cpu_seconds", "CPU time (the process: contender and fakellm)", "s"},
@@ -233,62 +221,11 @@ func ovNotes(e *rlEnv) []string {
 		"http_5xx_responses: fakellm's count of the responses with a 5xx status (stats by_status), the overload answers; http_5xx_share over its requests.",
 		fmt.Sprintf("goodput_vs_capacity: the prompts completed (answered) within the low window [%v, %v) over what the capacity allows there, %d calls at a time each taking twice %d ms (the model full) for the whole window: %s. Prompts count by their answer's time, so calls the high capacity took just before the window and answered in it count too: up to %d more, which can put the ratio above 1.",
 			c.LowStart, c.returnAt(), c.Low, c.LatencyMs, formatNumber(c.lowAllows()), c.High),
-		"limit_recovery_s (musepi-limiter-on): the limiter's limit of the model, read every 100 ms with Runtime.ConcurrencyLimit, from the capacity's return to the first reading at 90 % of it or more; left out when the run ended (or stopped) before; limit_min is the lowest reading. The limit starts at overload.DefaultInitial (100) and grows by one an answer until the first overload answer.",
+		"limit_recovery_s (the limiter on): the limiter's limit of the model, read every 100 ms with Runtime.ConcurrencyLimit, from the capacity's return to the first reading at 90 % of it or more; left out when the run ended (or stopped) before; limit_min is the lowest reading. The limit starts at overload.DefaultInitial (100) and grows by one an answer until the first overload answer.",
 		"prompt latency: from the prompt sent to its answer, over the completed prompts; p50 and p99 are nearest-rank percentiles, also per priority.",
-		"musepi-limiter-on-cluster (three in-process nodes, each with its own limiter) is not run yet: a later step.",
+		fmt.Sprintf("musepi-limiter-on-cluster: %d nodes in this process sharing the one fakellm, as the ratelimit scenario's cluster (each a protoactor member with its gRPC remote on loopback, automanaged membership, its own connection pool to one PostgreSQL database); the session handles spread round robin over the nodes, the sessions hosted where the cluster places them; each node keeps its own limiter (cluster.Provider.Overload: the node's credentials router holds its turns' places), with the defaults. Its targets are musepi-limiter-on's, and its overload responses at most 1.5× musepi-limiter-on's. No node leaves.", e.nodes),
+		fmt.Sprintf("the limit over time (storm.json's limit_timeline, the limiter on): each node's limit (one runtime: one) read every %d ms with Runtime.ConcurrencyLimit, once every node has one. On a cluster limit_min and limit_recovery_s read the nodes' limits summed. Convergence, over the settled low window [%v, %v) (a sixth of the window after the drop, to the return): limit_sum_low_mean/min/max of the summed limit; limit_sum_in_band, the share of readings with it between %g× and %g× the low capacity (%d); limit_converged 1 when that share is %g or more; limit_decreases_node_N, each node's readings lower than the one before (several decreases within one period count once), limit_decreases_max the most of one node; limit_node_mean_spread, the highest node's mean limit over the lowest's (1: an even share).",
+			limitPeriod.Milliseconds(), c.LowStart+c.LowFor/6, c.returnAt(), 1-limitBand, 1+limitBand, c.Low, convergedShare),
 		"CPU time is the whole process's over the contender's run, fakellm's included (it serves in this process).",
 	}
-}
-
-// limitSampler reads a runtime's overload limit of a model at a steady
-// pace until stopped.
-type limitSampler struct {
-	mu    sync.Mutex
-	start time.Time
-	got   []limitSample
-	done  chan struct{}
-	ended chan struct{}
-}
-
-// sampleLimit reads rt's limit of model every period from now on.
-func sampleLimit(rt *musepi.Runtime, model string, period time.Duration) *limitSampler {
-	s := &limitSampler{start: time.Now(), done: make(chan struct{}), ended: make(chan struct{})}
-	go func() {
-		defer close(s.ended)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case now := <-tick.C:
-				if n, ok := rt.ConcurrencyLimit(model); ok {
-					s.mu.Lock()
-					s.got = append(s.got, limitSample{at: now.Sub(s.start), limit: n})
-					s.mu.Unlock()
-				}
-			}
-		}
-	}()
-	return s
-}
-
-// samples are the readings so far.
-func (s *limitSampler) samples() []limitSample {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.got)
-}
-
-// stop ends the readings; a nil sampler has none.
-func (s *limitSampler) stop() {
-	if s == nil {
-		return
-	}
-	select {
-	case <-s.done:
-	default:
-		close(s.done)
-	}
-	<-s.ended
 }

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider/fakellm"
 )
 
@@ -67,15 +67,60 @@ func TestLimitFigures(t *testing.T) {
 		want    map[string]float64
 	}{
 		{"none", nil, map[string]float64{}},
-		{"back 4 s after the return", []limitSample{{5 * s, 1000}, {30 * s, 38}, {70 * s, 40}, {72 * s, 179}, {74 * s, 180}},
+		{"back 4 s after the return", []limitSample{{5 * s, 1000, nil}, {30 * s, 38, nil}, {70 * s, 40, nil}, {72 * s, 179, nil}, {74 * s, 180, nil}},
 			map[string]float64{"limit_min": 38, "limit_recovery_s": 4}},
-		{"high before the return does not count", []limitSample{{60 * s, 300}, {69 * s, 20}},
+		{"high before the return does not count", []limitSample{{60 * s, 300, nil}, {69 * s, 20, nil}},
 			map[string]float64{"limit_min": 20}},
-		{"never low", []limitSample{{70 * s, 1000}}, map[string]float64{"limit_min": 1000, "limit_recovery_s": 0}},
+		{"never low", []limitSample{{70 * s, 1000, nil}}, map[string]float64{"limit_min": 1000, "limit_recovery_s": 0}},
 	} {
 		if got := limitFigures(&c, tc.samples); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v; want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestConvergenceFigures: the settled low window of the issue's capacity
+// is [20 s, 70 s); its band around the low capacity, 40, is 20 to 60.
+func TestConvergenceFigures(t *testing.T) {
+	c := issueCapacity
+	s := time.Second
+	at := func(d time.Duration, nodes ...int) limitSample {
+		sum := 0
+		for _, n := range nodes {
+			sum += n
+		}
+		return limitSample{at: d, limit: sum, nodes: nodes}
+	}
+	for _, tc := range []struct {
+		name    string
+		samples []limitSample
+		want    map[string]float64
+	}{
+		{"no reading in the settled window", []limitSample{at(15*s, 10, 10, 10), at(70*s, 10, 10, 10)}, map[string]float64{}},
+		{"three nodes converged, one decrease", []limitSample{at(19*s, 100, 1, 1), at(20*s, 14, 13, 13), at(30*s, 15, 14, 13),
+			at(40*s, 12, 14, 14), at(69*s, 13, 14, 13), at(70*s, 100, 100, 100)},
+			map[string]float64{"limit_sum_low_mean": 40.5, "limit_sum_low_min": 40, "limit_sum_low_max": 42, "limit_sum_in_band": 1,
+				"limit_converged": 1, "limit_decreases_node_1": 1, "limit_decreases_node_2": 0, "limit_decreases_node_3": 1,
+				"limit_decreases_max": 1, "limit_node_mean_spread": 13.75 / 13.25}},
+		{"one runtime out of the band half the time", []limitSample{at(20*s, 80), at(30*s, 40), at(40*s, 19), at(50*s, 40)},
+			map[string]float64{"limit_sum_low_mean": 44.75, "limit_sum_low_min": 19, "limit_sum_low_max": 80, "limit_sum_in_band": 0.5,
+				"limit_converged": 0, "limit_decreases_node_1": 2, "limit_decreases_max": 2, "limit_node_mean_spread": 1}},
+	} {
+		if got := convergenceFigures(&c, tc.samples); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestLimitTimeline(t *testing.T) {
+	if got := limitTimeline(nil); got != nil {
+		t.Errorf("no samples: %+v; want nil", got)
+	}
+	samples := []limitSample{{at: 100 * time.Millisecond, limit: 30, nodes: []int{10, 20}},
+		{at: 200 * time.Millisecond, limit: 25, nodes: []int{9, 16}}}
+	want := &LimitTimeline{PeriodMs: 100, AtMs: []int64{100, 200}, Nodes: [][]int{{10, 9}, {20, 16}}}
+	if got := limitTimeline(samples); !reflect.DeepEqual(got, want) {
+		t.Errorf("%+v; want %+v", got, want)
 	}
 }
 
@@ -104,7 +149,7 @@ func TestOverloadFlags(t *testing.T) {
 			t.Errorf("%s: error %v; want one with %q", tc.name, err, tc.errHas)
 		case tc.errHas == "":
 			got := []any{o.mode, o.sessions, o.prompts, o.highPercent, o.capacity, o.lowCapacity, o.lowStart, o.window, o.contenders, o.keys}
-			want := []any{"real", 2000, 3, 20, 200, 40, 10 * time.Second, time.Minute, "peer,musepi-limiter-off,musepi-limiter-on", 1}
+			want := []any{"real", 2000, 3, 20, 200, 40, 10 * time.Second, time.Minute, "peer,musepi-limiter-off,musepi-limiter-on,musepi-limiter-on-cluster", 1}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s: %v; want %v", tc.name, got, want)
 			}
@@ -114,7 +159,8 @@ func TestOverloadFlags(t *testing.T) {
 
 // The overload scenario end to end, small: 30 sessions of 2 prompts on a
 // model of capacity 10, 2 for 2 s; fakellm in this process, the OpenAI
-// adapter over loopback; each contender stopped after 40 s at most.
+// adapter over loopback; the cluster's three nodes on a private
+// PostgreSQL; each contender stopped after 40 s at most.
 func TestRunOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs on the wall clock")
@@ -122,7 +168,7 @@ func TestRunOverload(t *testing.T) {
 	if !alone(t) {
 		return
 	}
-	defer goleak.VerifyNone(t)
+	defer aloneChecked(t)
 	dir := filepath.Join(t.TempDir(), "out")
 	args := []string{"-scenario", "overload", "-sessions", "30", "-prompts", "2", "-capacity", "10", "-low-capacity", "2",
 		"-low-start", "1s", "-window", "2s", "-timeout", "40s", "-quiet", "-out", dir}
@@ -142,7 +188,7 @@ func TestRunOverload(t *testing.T) {
 		t.Fatalf("mode %q, %d runs; want overload, one run", c.Mode, len(c.Runs))
 	}
 	r := c.Runs[0]
-	if got, want := systemNames(r), []string{ovPeer, ovLimiterOff, ovLimiterOn}; !reflect.DeepEqual(got, want) {
+	if got, want := systemNames(r), []string{ovPeer, ovLimiterOff, ovLimiterOn, ovLimiterCluster}; !reflect.DeepEqual(got, want) {
 		t.Errorf("systems %v, want %v", got, want)
 	}
 	for _, s := range r.Systems {
@@ -165,10 +211,37 @@ func TestRunOverload(t *testing.T) {
 		t.Errorf("the limiter: %v capacity waits, lowest limit %v; want some waits and a limit down to the capacity or below",
 			on["capacity_waits"], on["limit_min"])
 	}
-	if want := checkTargets("overload", r.Systems); len(c.Targets) != 10 || !reflect.DeepEqual(c.Targets, want) {
-		t.Errorf("targets %+v, want the 10 of checkTargets = %+v", c.Targets, want)
+	for i, nodes := range map[int]int{2: 1, 3: 3} {
+		checkLimitTimeline(t, r.Systems[i], nodes)
 	}
-	if !strings.Contains(stdout.String(), "| Figure | peer | musepi-limiter-off | musepi-limiter-on |") {
-		t.Errorf("storm.md has no table of the three contenders:\n%s", stdout.String())
+	// The single runtime's 10, and the cluster's: musepi-limiter-on's 8
+	// and its overload responses against the single runtime's.
+	if want := checkTargets("overload", r.Systems); len(c.Targets) != 19 || !reflect.DeepEqual(c.Targets, want) {
+		t.Errorf("targets %+v, want the 19 of checkTargets = %+v", c.Targets, want)
+	}
+	if !strings.Contains(stdout.String(), "| Figure | peer | musepi-limiter-off | musepi-limiter-on | musepi-limiter-on-cluster |") {
+		t.Errorf("storm.md has no table of the four contenders:\n%s", stdout.String())
+	}
+}
+
+// checkLimitTimeline checks that s, a contender with the limiter on, has
+// the limit of each of its nodes over the run, each lowered by the
+// overload at some point (from the limiter's start, overload.
+// DefaultInitial), and its limit figures read their sum.
+func checkLimitTimeline(t *testing.T, s System, nodes int) {
+	t.Helper()
+	tl := s.Limits
+	if tl == nil || tl.PeriodMs != 100 || len(tl.AtMs) == 0 || len(tl.Nodes) != nodes {
+		t.Fatalf("%s: limit timeline %+v; want %d nodes read every 100 ms", s.Name, tl, nodes)
+	}
+	lowest := 0
+	for n, limits := range tl.Nodes {
+		if len(limits) != len(tl.AtMs) || slices.Min(limits) < 1 || slices.Min(limits) >= overload.DefaultInitial {
+			t.Errorf("%s: node %d's limits %v; want one a reading, each 1 or more, lowered from %d", s.Name, n+1, limits, overload.DefaultInitial)
+		}
+		lowest += slices.Min(limits)
+	}
+	if f := s.Figures["limit_min"]; f < float64(lowest) {
+		t.Errorf("%s: limit_min %v; want the lowest sum of the nodes' limits, at least %d", s.Name, f, lowest)
 	}
 }

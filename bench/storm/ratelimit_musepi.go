@@ -57,15 +57,27 @@ func runRLMusePi(ctx context.Context, e *rlEnv, pacing bool, nodes int) (System,
 }
 
 // runOverloadMusePi runs MusePi in the overload scenario, its overload
-// limiter on or off, against a fresh fake server.
-func runOverloadMusePi(ctx context.Context, e *rlEnv, limiter bool) (System, error) {
+// limiter on or off, against a fresh fake server; with nodes > 0, as a
+// cluster of that many nodes, each with its own limiter. With the
+// limiter, the System has each node's limit over the run.
+func runOverloadMusePi(ctx context.Context, e *rlEnv, limiter bool, nodes int) (System, error) {
 	name, desc := ovLimiterOff, "MusePi runtime, one session per storm session at its priority, PromptAsync, pacing off, the overload limiter off (each session backs off on its own)"
-	if limiter {
+	switch {
+	case nodes > 0:
+		name = ovLimiterCluster
+		desc = fmt.Sprintf("MusePi in cluster mode: %d nodes in this process (gRPC remote over loopback, PostgreSQL store), session handles spread over them and sessions hosted where the cluster places them, pacing off, the overload limiter on in each node (WithOverloadLimiter, its defaults; each node its own limit)", nodes)
+	case limiter:
 		name, desc = ovLimiterOn, "MusePi runtime, one session per storm session at its priority, PromptAsync, pacing off, the overload limiter on (WithOverloadLimiter, its defaults)"
 	}
-	return runRateLimitContender(ctx, e, name, desc, false, func(run *rlRun) rlContender {
-		return &rlMusePi{run: run, limiter: limiter}
+	var m *rlMusePi
+	s, err := runRateLimitContender(ctx, e, name, desc, false, func(run *rlRun) rlContender {
+		m = &rlMusePi{run: run, limiter: limiter, nodes: nodes}
+		return m
 	})
+	if err == nil && limiter {
+		s.Limits = limitTimeline(m.limits.samples())
+	}
+	return s, err
 }
 
 // limitsSource says where MusePi's pacing takes the keys' limits from.
@@ -157,7 +169,7 @@ func (m *rlMusePi) count(ev musepi.Event) {
 func (m *rlMusePi) launch(ctx context.Context) {
 	sc := m.run.e.sc
 	if m.limiter {
-		m.limits = sampleLimit(m.rts[0], stormProvider+"/"+rlModel, 100*time.Millisecond)
+		m.limits = sampleLimits(m.rts, stormProvider+"/"+rlModel, limitPeriod)
 	}
 	for i := range sc.Sessions {
 		d := sc.startAt(i)
@@ -200,7 +212,9 @@ func (m *rlMusePi) counts() map[string]float64 {
 	if m.limiter {
 		f["capacity_waits"] = float64(m.capacityWaits.Load())
 		if c := m.run.e.sc.Capacity; c != nil {
-			maps.Copy(f, limitFigures(c, m.limits.samples()))
+			samples := m.limits.samples()
+			maps.Copy(f, limitFigures(c, samples))
+			maps.Copy(f, convergenceFigures(c, samples))
 		}
 	}
 	return f

@@ -362,6 +362,20 @@ func newRLEnv(o *options, stderr io.Writer) (*rlEnv, error) {
 	return e, nil
 }
 
+// startDB starts the database of the cluster contenders, unless it runs
+// already.
+func (e *rlEnv) startDB(ctx context.Context) error {
+	if e.db != nil {
+		return nil
+	}
+	db, err := startClusterDB(ctx, e.database)
+	if err != nil {
+		return err
+	}
+	e.db = db
+	return nil
+}
+
 // runRLContender runs the contender named name: the peer, or MusePi once
 // per pacing setting (on one runtime, or as a cluster).
 func runRLContender(ctx context.Context, e *rlEnv, o *options, name string) ([]System, error) {
@@ -373,12 +387,8 @@ func runRLContender(ctx context.Context, e *rlEnv, o *options, name string) ([]S
 		nodes := 0
 		if name == "cluster" {
 			nodes = e.nodes
-			if e.db == nil {
-				db, err := startClusterDB(ctx, e.database)
-				if err != nil {
-					return nil, err
-				}
-				e.db = db
+			if err := e.startDB(ctx); err != nil {
+				return nil, err
 			}
 		}
 		var systems []System

@@ -90,6 +90,10 @@ var targets = []target{
 	{"overload", "p99 prompt latency", "p99_prompt_latency_ms", ovPeer, atMost, 1.0, ovLimiterOn},
 	{"overload", "p99 prompt latency, high priority / low priority", "p99_high_vs_low", "", atMost, 0.5, ovLimiterOn},
 	{"overload", "limit back to 90 % of the capacity after its return", "limit_recovery_s", "", atMost, 10, ovLimiterOn},
+	// The targets of ovLimiterOn hold for its cluster too, whose name it
+	// starts (systemsNamed); and the cluster's overload responses stay
+	// within 1.5× the single runtime's.
+	{"overload", "overload responses", "http_5xx_responses", ovLimiterOn, atMost, 1.5, ovLimiterCluster},
 }
 
 // The systems the ratelimit targets are checked on: MusePi with pacing

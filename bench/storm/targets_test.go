@@ -34,8 +34,8 @@ func TestComparisonHolds(t *testing.T) {
 
 // TestTargetTable checks every target names a mode that runs, a figure
 // the storm measures, a contender (the floor, the peer, or MusePi with
-// pacing off) and a comparison: a typo would report the target as
-// missing, run after run.
+// pacing off, MusePi with the overload limiter on) and a comparison: a
+// typo would report the target as missing, run after run.
 func TestTargetTable(t *testing.T) {
 	keys := map[string]bool{}
 	for _, f := range figures {
@@ -47,9 +47,9 @@ func TestTargetTable(t *testing.T) {
 	modes := append([]string{"ratelimit", "ratelimit-cluster", "overload"}, bothModes...)
 	for _, tg := range targets {
 		if !slices.Contains(modes, tg.mode) || !keys[tg.key] || tg.label == "" ||
-			!slices.Contains([]string{"", "floor", "peer", rlUnpacedSystem}, tg.versus) ||
+			!slices.Contains([]string{"", "floor", "peer", rlUnpacedSystem, ovLimiterOn}, tg.versus) ||
 			!slices.Contains([]comparison{atMost, atLeast, below}, tg.cmp) {
-			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer, %s or none, and <=, >= or <", tg, modes, rlUnpacedSystem)
+			t.Errorf("target %+v: want a mode of %v, a figure key, a label, versus floor, peer, %s, %s or none, and <=, >= or <", tg, modes, rlUnpacedSystem, ovLimiterOn)
 		}
 	}
 }
