@@ -183,6 +183,7 @@ func TestAHighPriorityTurnTakesAFallbackAtOnce(t *testing.T) {
 	if n := highRec.count("capacity_wait") + highRec.count("auto_retry_start"); n != 0 {
 		t.Errorf("the high-priority turn waited or retried (%d events)", n)
 	}
+	waitFor(t, "model_change", func() bool { return highRec.count("model_change") == 1 })
 	expectLines(t, highRec.lines("model_change"), "model_change p/m -> p/m2 (capacity)")
 	chLow := h.prompt(low, "waits for its model")
 	waitFor(t, "capacity_wait", func() bool { return lowRec.count("capacity_wait") == 1 })
