@@ -27,7 +27,7 @@ type Places struct {
 	clk     clock.Clock
 	limiter *overload.Limiter
 	turns   map[string]place                 // by session
-	view    *CredentialsView                 // where each model's limit is published (nil: nowhere)
+	view    *CredentialsView                 // where each model's figures are published (nil: nowhere)
 	keep    func(session, credential string) // a granted turn's key made its session's (nil: none)
 }
 
@@ -39,7 +39,8 @@ type place struct {
 	priority pacing.Priority
 	grant    *protocol.PacingGrant // nil: in flight
 	to       *actor.PID
-	paced    bool // it waits for its reservation: no place asked yet
+	since    time.Time // when its wait for a place began
+	paced    bool      // it waits for its reservation: no place asked yet
 }
 
 // NewPlaces keeps the limits of a provider's models with s (zero fields:
@@ -58,12 +59,13 @@ func turn(token uint64, model string, priority int32) place {
 // with grant, sent to to; true: it is in flight; false: it waits, and
 // acquire says how many wait.
 func (p *Places) acquire(session string, t place, grant *protocol.PacingGrant, to *actor.PID) (bool, int) {
-	p.view.setLimit(t.key, p.limiter.Limit(t.key)) // the model known from its first call
-	if p.limiter.Acquire(session, t.key, t.priority) {
+	ok := p.limiter.Acquire(session, t.key, t.priority)
+	p.publish(t.key) // the model known from its first call
+	if ok {
 		p.turns[session] = t
 		return true, 0
 	}
-	t.grant, t.to = grant, to
+	t.grant, t.to, t.since = grant, to, p.clk.Now()
 	p.turns[session] = t
 	w := p.limiter.Waiting(t.key)
 	return false, w[0] + w[1] + w[2]
@@ -81,7 +83,7 @@ func (p *Places) fallBack(session string, t place, fallbacks []string) (string, 
 		f.key = overload.Key{Provider: providerOf(model), Model: modelOf(model)}
 		if p.limiter.TryAcquire(session, f.key) {
 			p.turns[session] = f
-			p.view.setLimit(f.key, p.limiter.Limit(f.key))
+			p.publish(f.key)
 			return model, true
 		}
 	}
@@ -102,17 +104,24 @@ func (p *Places) release(now time.Time, session string, token uint64, o overload
 		return nil
 	case t.grant != nil:
 		p.limiter.Cancel(session)
+		p.view.waitEnded(t.key, t.priority, t.since, now)
 		return nil
 	}
 	var out []place
 	granted := p.limiter.Release(now, session, o)
-	p.view.setLimit(t.key, p.limiter.Limit(t.key))
+	p.publish(t.key)
 	for _, g := range granted {
 		w := p.turns[g.ID]
+		p.view.waitEnded(w.key, w.priority, w.since, now)
 		out = append(out, w)
 		p.turns[g.ID] = place{token: w.token, key: w.key, priority: w.priority}
 	}
 	return out
+}
+
+// publish writes key's limit and calls in flight to the view.
+func (p *Places) publish(key overload.Key) {
+	p.view.setLoad(key, Load{Limit: p.limiter.Limit(key), InFlight: p.limiter.InFlight(key)})
 }
 
 // Seat asks a place for the turn of m that reply answers, its reservation

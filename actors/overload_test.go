@@ -2,7 +2,10 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,8 +26,9 @@ func newLimitedActor(t *testing.T, max int, limits pacing.Limits) *pacedActor {
 	t.Cleanup(sys.Shutdown)
 	creds := []Credential{{Name: "A", RateLimits: limits}}
 	policy := CredentialsPolicy{Overload: &overload.Settings{Max: max}, Pacing: limits != pacing.Limits{}, Window: time.Minute}
-	return &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{},
-		creds: sys.Root.Spawn(CredentialsProps(clk, creds, policy, NewCredentialsView(creds)))}
+	view := NewCredentialsView(creds)
+	return &pacedActor{t: t, clk: clk, sys: sys, boxes: map[string]*inbox{}, pids: map[string]*actor.PID{}, view: view,
+		creds: sys.Root.Spawn(CredentialsProps(clk, creds, policy, view))}
 }
 
 func TestOverloadQueuesGrantsAndCancels(t *testing.T) {
@@ -102,5 +106,75 @@ func TestOverloadAfterAPacingWait(t *testing.T) {
 	}
 	if g, ok := got[0].(*protocol.PacingGrant); !ok || g.GetCredential() != "A" {
 		t.Fatalf("next once first ended: %v; want its grant on A", got)
+	}
+}
+
+// waitLog records the capacity waits a view's observer is told of, as
+// "priority model waited".
+type waitLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *waitLog) observe(key overload.Key, priority pacing.Priority, waited time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, fmt.Sprintf("%s %s %s", priority, key, waited))
+}
+
+func (w *waitLog) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.lines
+	w.lines = nil
+	return out
+}
+
+// The view carries the limiter's figures of each model as they change
+// (its limit and calls in flight), and tells its observer how long each
+// queued turn waited, whether its wait ended in a place or was given up.
+func TestOverloadPublishesItsFigures(t *testing.T) {
+	p := newLimitedActor(t, 2, pacing.Limits{})
+	var waits waitLog
+	p.view.ObserveWaits(waits.observe)
+	key := overload.Key{Provider: "fake", Model: "m1"}
+	ask := func(s string, prio pacing.Priority) {
+		p.send(s, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, Priority: int32(prio), Model: "fake/m1"})
+	}
+	advance := func(d time.Duration) {
+		if err := p.clk.Advance(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectLoad := func(when string, want Load) {
+		t.Helper()
+		if got := p.view.Loads(); len(got) != 1 || got[key] != want {
+			t.Errorf("%s: loads %v; want %v for %s only", when, got, want, key)
+		}
+	}
+	if got := p.view.Loads(); len(got) != 0 {
+		t.Fatalf("loads before any call: %v", got)
+	}
+	ask("a", pacing.Normal)
+	expectLoad("a in flight", Load{Limit: 2, InFlight: 1})
+	ask("b", pacing.Normal)
+	ask("high", pacing.High)
+	ask("low", pacing.Low)
+	expectLoad("the limit full, two queued", Load{Limit: 2, InFlight: 2})
+	advance(3 * time.Second)
+	p.send("a", &protocol.PacingSettle{SessionId: "a", Token: 1, Credential: "A", Sent: true, Overload: int32(overload.Overloaded)})
+	expectLoad("a overloaded", Load{Limit: 1, InFlight: 1})
+	advance(2 * time.Second)
+	p.send("low", &protocol.PacingCancel{SessionId: "low", Token: 1})
+	advance(time.Second)
+	p.send("b", &protocol.PacingSettle{SessionId: "b", Token: 1, Credential: "A", Sent: true})
+	expectLoad("b ended, high in flight", Load{Limit: 1, InFlight: 1})
+	if got, want := waits.take(), []string{"low fake/m1 5s", "high fake/m1 6s"}; !slices.Equal(got, want) {
+		t.Errorf("waits told: %q; want %q", got, want)
+	}
+	p.send("high", &protocol.ReleaseSession{SessionId: "high"})
+	expectLoad("all ended", Load{Limit: 1, InFlight: 0})
+	if got := waits.take(); len(got) != 0 {
+		t.Errorf("a turn in flight released told of a wait: %v", got)
 	}
 }

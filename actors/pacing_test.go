@@ -47,6 +47,7 @@ type pacedActor struct {
 	creds *actor.PID
 	boxes map[string]*inbox
 	pids  map[string]*actor.PID
+	view  *CredentialsView // the actor's, when it keeps an overload limiter
 }
 
 func newPacedActor(t *testing.T, limits pacing.Limits) *pacedActor {

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,11 +24,24 @@ type CredentialsView struct {
 	budget bool
 	tokens float64
 
-	paced   atomic.Bool          // a rate limit of a key is known: turns reserve
-	waiting [3]atomic.Int64      // turns waiting for a budget, by priority
-	levels  []pacing.Level       // what the keys have left, guarded by mu
-	limits  map[overload.Key]int // the overload limiter's limit per model, guarded by mu
+	paced   atomic.Bool           // a rate limit of a key is known: turns reserve
+	waiting [3]atomic.Int64       // turns waiting for a budget, by priority
+	levels  []pacing.Level        // what the keys have left, guarded by mu
+	loads   map[overload.Key]Load // the overload limiter's figures per model, guarded by mu
+
+	waited atomic.Pointer[WaitObserver] // told of each capacity wait's end (nil: nobody)
 }
+
+// Load is a model's figures in the overload limiter: its limit and the
+// calls in flight to it.
+type Load struct {
+	Limit, InFlight int
+}
+
+// WaitObserver is told of each wait for a place within a model's
+// concurrency limit as it ends, granted or given up: the model, the
+// turn's priority and how long it waited.
+type WaitObserver func(key overload.Key, priority pacing.Priority, waited time.Duration)
 
 // NewCredentialsView returns the view of a credentials actor holding creds.
 func NewCredentialsView(creds []Credential) *CredentialsView {
@@ -66,17 +80,17 @@ func (v *CredentialsView) publish(a *CredentialsActor) {
 	}
 }
 
-// setLimit records the overload limiter's limit of key.
-func (v *CredentialsView) setLimit(key overload.Key, limit int) {
+// setLoad records key's figures in the overload limiter.
+func (v *CredentialsView) setLoad(key overload.Key, l Load) {
 	if v == nil {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.limits == nil {
-		v.limits = map[overload.Key]int{}
+	if v.loads == nil {
+		v.loads = map[overload.Key]Load{}
 	}
-	v.limits[key] = limit
+	v.loads[key] = l
 }
 
 // ConcurrencyLimit is the overload limiter's limit of key as the actor
@@ -87,8 +101,40 @@ func (v *CredentialsView) ConcurrencyLimit(key overload.Key) (int, bool) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	n, ok := v.limits[key]
-	return n, ok
+	l, ok := v.loads[key]
+	return l.Limit, ok
+}
+
+// Loads are the overload limiter's figures of each model that has had a
+// call, as the actor last published them (nil: none, or no limiter).
+func (v *CredentialsView) Loads() map[overload.Key]Load {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.loads)
+}
+
+// ObserveWaits has f told of each capacity wait as it ends, from now on
+// (nil: nobody is told).
+func (v *CredentialsView) ObserveWaits(f WaitObserver) {
+	if f == nil {
+		v.waited.Store(nil)
+		return
+	}
+	v.waited.Store(&f)
+}
+
+// waitEnded tells the wait observer, if any, that a turn of priority
+// waited for a place within key's limit from since until now.
+func (v *CredentialsView) waitEnded(key overload.Key, priority pacing.Priority, since, now time.Time) {
+	if v == nil {
+		return
+	}
+	if f := v.waited.Load(); f != nil {
+		(*f)(key, priority, now.Sub(since))
+	}
 }
 
 // Until is until when the key named name is blocked (zero: free); false
