@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/telemetry"
+	"github.com/musepi/musepi/overload"
+	"github.com/musepi/musepi/pacing"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -60,7 +65,7 @@ func (rt *Runtime) startTelemetry() error {
 		budgets = append(budgets, name)
 	}
 	slices.Sort(budgets)
-	tel, err := telemetry.New(telemetry.Config{
+	cfg := telemetry.Config{
 		Meter:  rt.cfg.meterProvider,
 		Tracer: rt.cfg.tracerProvider,
 		Clock:  rt.cfg.clock,
@@ -74,10 +79,15 @@ func (rt *Runtime) startTelemetry() error {
 		Budget: func(ctx context.Context, name string) (retry.BudgetStats, error) {
 			return rt.RetryBudget(ctx, name)
 		},
-	})
+	}
+	if rt.cfg.overload != nil {
+		cfg.Overload, cfg.Limit = rt.modelLoads, rt.modelLimit
+	}
+	tel, err := telemetry.New(cfg)
 	if err != nil {
 		return err
 	}
+	rt.observeCapacityWaits(tel)
 	wrapped := make(map[string]provider.Provider, len(rt.deps.Providers))
 	for name, p := range rt.deps.Providers {
 		wrapped[name] = tel.WrapProvider(name, p)
@@ -101,6 +111,7 @@ func (rt *Runtime) stopTelemetry(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, flushGrace)
 	defer cancel()
 	rt.deliveries.wait(ctx)
+	rt.observeCapacityWaits(nil)
 	err := rt.telemetry.Close()
 	rt.unobserve()
 	if err != nil {
@@ -167,4 +178,40 @@ func (rt *Runtime) pacingStates() []telemetry.PacingState {
 		}
 	}
 	return out
+}
+
+// modelLoads are the overload limiter's figures of each model, as the
+// providers' credentials actors last published them, for the metrics.
+func (rt *Runtime) modelLoads() []telemetry.ModelLoad {
+	var out []telemetry.ModelLoad
+	for _, name := range rt.providerNames() {
+		loads := rt.credViews[name].Loads()
+		for _, key := range slices.SortedFunc(maps.Keys(loads), func(a, b overload.Key) int { return strings.Compare(a.Model, b.Model) }) {
+			l := loads[key]
+			out = append(out, telemetry.ModelLoad{Provider: key.Provider, Model: key.Model, Limit: l.Limit, InFlight: l.InFlight})
+		}
+	}
+	return out
+}
+
+// modelLimit is the overload limiter's limit of provider's model now.
+func (rt *Runtime) modelLimit(provider, model string) (int, bool) {
+	return rt.credViews[provider].ConcurrencyLimit(overload.Key{Provider: provider, Model: model})
+}
+
+// observeCapacityWaits has tel record each capacity wait as it ends (nil:
+// nobody), with the overload limiter on.
+func (rt *Runtime) observeCapacityWaits(tel *telemetry.Telemetry) {
+	if rt.cfg.overload == nil {
+		return
+	}
+	var f actors.WaitObserver
+	if tel != nil {
+		f = func(key overload.Key, priority pacing.Priority, waited time.Duration) {
+			tel.CapacityWaited(key.Provider, priority, waited)
+		}
+	}
+	for _, v := range rt.credViews {
+		v.ObserveWaits(f)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/musepi/musepi"
 	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages"
+	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/provider"
 	"github.com/musepi/musepi/retry"
 )
@@ -525,4 +526,99 @@ func TestMetricsExactUnderStorm(t *testing.T) {
 		fmt.Sprintf("musepi.retry.attempts class=transient model=m provider=p = %d", failed),
 		fmt.Sprintf("musepi.retry.chains outcome=success = %d", n),
 	)
+}
+
+// overloadKeys are the attempt span attributes the limiter's test reads.
+var overloadKeys = []string{"musepi.attempt", "musepi.provider", "http.response.status_code", "musepi.decision", "musepi.concurrency_limit"}
+
+// waitVirtual waits for d of clk's time, as a call waits for the
+// network: not as work in flight on clk, so that time moves meanwhile.
+// It is called from work clk counts (a provider call).
+func waitVirtual(clk *clock.Virtual, d time.Duration) {
+	done := make(chan struct{})
+	clk.AfterFunc(d, func() {
+		clk.Begin() // work again, before the clock can find itself idle
+		close(done)
+	})
+	clk.End()
+	<-done
+}
+
+// With the overload limiter on, the metrics follow each model's limit and
+// calls in flight, and how long queued turns waited for a place; each
+// attempt span carries the limit its call went out under. Session a's
+// call holds one of 4 places for 10 s; b's call, the second in flight, is
+// overloaded (529): the limit falls to 1 (0.9 of 2), so b's retry queues
+// behind a until a's answer raises the limit to 2; b's answer raises it
+// to 3.
+func TestMetricsOfTheOverloadLimiter(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h, reader := meteredHarness(t, []musepi.Credential{{Name: "A", APIKey: "key-a"}}, musepi.WithPacing(false),
+		musepi.WithRetrySettings(noFallback()), musepi.WithOverloadLimiter(overload.Settings{Max: 4}), musepi.WithTracerProvider(tp))
+	h.p.SetScript("a", answer("slow"))
+	h.p.OnCall(func(req provider.Request) {
+		if req.SessionID == "a" {
+			waitVirtual(h.clk, 10*time.Second)
+		}
+	})
+	figures := func() []string {
+		return metricLines(t, reader, "musepi.concurrency.limit", "musepi.concurrency.inflight", "musepi.capacity.wait")
+	}
+	a, _ := h.session(musepi.WithSessionID("a"))
+	chA := h.prompt(a, "holds a place for 10 s")
+	waitFor(t, "a's call", func() bool { return len(h.p.Calls()) == 1 })
+	expectLines(t, figures(), "musepi.concurrency.inflight model=m provider=p = 1", "musepi.concurrency.limit model=m provider=p = 4")
+
+	h.p.SetScript("b", overloaded, answer("ok"))
+	b, rec := h.session(musepi.WithSessionID("b"), musepi.WithPriority(musepi.High))
+	chB := h.prompt(b, "overloaded, then queued")
+	waitFor(t, "b's retry", func() bool { return rec.count("auto_retry_start") == 1 })
+	expectLines(t, figures(), "musepi.concurrency.inflight model=m provider=p = 1", "musepi.concurrency.limit model=m provider=p = 1")
+	h.advance(2 * time.Second) // past b's backoff: it queues
+	if n := rec.count("capacity_wait"); n != 1 {
+		t.Fatalf("%d capacity_wait events; want b's retry queued", n)
+	}
+	h.run()
+	expectAnswer(t, h.settle(chA), "slow")
+	expectAnswer(t, h.settle(chB), "ok")
+	// b waited from 501 ms (its 500 ms backoff and the continue's 1 ms) to 10 s.
+	expectLines(t, figures(),
+		"musepi.capacity.wait priority=high provider=p = count=1 sum=9.499",
+		"musepi.concurrency.inflight model=m provider=p = 0",
+		"musepi.concurrency.limit model=m provider=p = 3")
+
+	var lines []string
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "musepi.attempt" {
+			lines = append(lines, spanLine(sp, overloadKeys...))
+		}
+	}
+	sort.Strings(lines)
+	expectLines(t, lines,
+		"musepi.attempt musepi.attempt=0 musepi.provider=p http.response.status_code=529 musepi.decision=retry musepi.concurrency_limit=4 status=error",
+		"musepi.attempt musepi.attempt=0 musepi.provider=p musepi.decision=success musepi.concurrency_limit=4",
+		"musepi.attempt musepi.attempt=1 musepi.provider=p musepi.decision=success musepi.concurrency_limit=2",
+	)
+}
+
+// Without the limiter there are no such figures, and no attempt carries a
+// limit.
+func TestNoOverloadFiguresWithoutTheLimiter(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	h, reader := meteredHarness(t, []musepi.Credential{{Name: "A", APIKey: "key-a"}}, musepi.WithTracerProvider(tp))
+	s, _ := h.session()
+	h.p.SetScript(s.ID(), answer("ok"))
+	expectAnswer(t, h.runPrompt(s, "hi"), "ok")
+	if got := metricLines(t, reader, "musepi.concurrency.limit", "musepi.concurrency.inflight", "musepi.capacity.wait"); len(got) != 0 {
+		t.Errorf("the limiter's metrics without it: %q", got)
+	}
+	for _, sp := range exp.GetSpans() {
+		if line := spanLine(sp, "musepi.concurrency_limit"); strings.Contains(line, "=") {
+			t.Errorf("a span carries a limit without the limiter: %s", line)
+		}
+	}
 }

@@ -94,6 +94,12 @@ var (
 		"How long turns waited for their key's rate-limit budget (from rate_limit_wait until the turn went out), in seconds, by the limit waited for."}
 	PacingWaiting = Metric{"musepi.pacing.waiting", Gauge, "{turn}", []string{"provider", "priority"},
 		"Turns waiting now for a rate-limit budget, by priority: high, normal, low."}
+	ConcurrencyLimit = Metric{"musepi.concurrency.limit", Gauge, "{call}", []string{"provider", "model"},
+		"The overload limiter's concurrency limit of each model that has had a call (WithOverloadLimiter): how many calls to it may be in flight now."}
+	ConcurrencyInFlight = Metric{"musepi.concurrency.inflight", Gauge, "{call}", []string{"provider", "model"},
+		"Calls in flight now to each model that has had a call, as the overload limiter counts them (each holds a place within the limit)."}
+	CapacityWait = Metric{"musepi.capacity.wait", Histogram, "s", []string{"provider", "priority"},
+		"How long turns waited for a place within their model's concurrency limit (from capacity_wait until the place was granted, or the wait was given up: abort, abort_retry, the session closed), in seconds, by priority: high, normal, low."}
 	EventsLost = Metric{"musepi.telemetry.events_lost", Counter, "{event}", nil,
 		"Session events the telemetry subscriber missed because it fell behind (events_lost); counters may then be short."}
 )
@@ -102,7 +108,8 @@ var (
 var All = []*Metric{&RetryAttempts, &RetryBackoff, &RetryWaiting, &RetryChains, &RetryChainsOpen,
 	&UsageLimits, &CredentialSwitches, &FallbacksApplied, &FallbacksSucceeded, &FallbacksReverted,
 	&BudgetTokens, &BudgetHeld, &BudgetDelayed, &Sessions, &Prompts, &RequestDuration, &RequestErrors,
-	&GenAIOperationDuration, &GenAITokenUsage, &RateLimitRemaining, &PacingWait, &PacingWaiting, &EventsLost}
+	&GenAIOperationDuration, &GenAITokenUsage, &RateLimitRemaining, &PacingWait, &PacingWaiting,
+	&ConcurrencyLimit, &ConcurrencyInFlight, &CapacityWait, &EventsLost}
 
 // secondsBuckets are the histogram boundaries of backoffs and provider
 // calls: from 50 ms to the 5 minute retry.maxDelayMs default and beyond.
@@ -115,6 +122,7 @@ type instruments struct {
 	fallbackApplied, fallbackSucceeded, fallbackReverted metric.Int64Counter
 	prompts, requestErrors, eventsLost                   metric.Int64Counter
 	backoff, requestDuration, genAIDuration, pacingWait  metric.Float64Histogram
+	capacityWait                                         metric.Float64Histogram
 	genAITokens                                          metric.Int64Histogram
 	waiting                                              metric.Int64UpDownCounter
 }
@@ -141,7 +149,7 @@ func newInstruments(meter metric.Meter) (*instruments, error) {
 	in.requestErrors, in.eventsLost = counter(&RequestErrors), counter(&EventsLost)
 	in.backoff, in.requestDuration = histogram(&RetryBackoff, secondsBuckets), histogram(&RequestDuration, secondsBuckets)
 	in.genAIDuration = histogram(&GenAIOperationDuration, genAIDurationBuckets)
-	in.pacingWait = histogram(&PacingWait, secondsBuckets)
+	in.pacingWait, in.capacityWait = histogram(&PacingWait, secondsBuckets), histogram(&CapacityWait, secondsBuckets)
 	tokens, err := meter.Int64Histogram(GenAITokenUsage.Name, metric.WithUnit(GenAITokenUsage.Unit),
 		metric.WithDescription(GenAITokenUsage.Description), metric.WithExplicitBucketBoundaries(genAITokenBuckets...))
 	in.genAITokens, errs = tokens, append(errs, err)

@@ -52,11 +52,11 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 	case *messages.SessionEvent_AutoRetryEnd:
 		t.retryEnded(ctx, s, e.AutoRetryEnd, at)
 	case *messages.SessionEvent_RateLimitWait:
-		if s != nil {
-			s.pacing = newPacingWait(e.RateLimitWait, at)
-		}
-	case *messages.SessionEvent_MessageUpdate, *messages.SessionEvent_MessageEnd:
+		t.pacingStarted(s, e.RateLimitWait, at)
+	case *messages.SessionEvent_MessageUpdate:
 		t.pacingEnded(ctx, s, at)
+	case *messages.SessionEvent_MessageEnd:
+		t.turnEnded(ctx, s, ev.GetSessionId(), at)
 	case *messages.SessionEvent_CredentialSwitch:
 		t.credentialSwitched(ctx, s, e.CredentialSwitch)
 	case *messages.SessionEvent_RetryFallbackApplied:
@@ -91,9 +91,11 @@ func (t *Telemetry) agentStarted(ctx context.Context, id string, start *messages
 	s.trace.runStarted(t.tracer, s.id, start, at)
 }
 
-// newPacingWait is the wait a rate_limit_wait at at starts.
-func newPacingWait(w *messages.RateLimitWait, at time.Time) *pacingWait {
-	return &pacingWait{at: at, provider: orUnknown(w.GetProvider()), limit: w.GetLimit()}
+// pacingStarted records a rate_limit_wait at at: the wait it starts.
+func (t *Telemetry) pacingStarted(s *sessionTrack, w *messages.RateLimitWait, at time.Time) {
+	if s != nil {
+		s.pacing = &pacingWait{at: at, provider: orUnknown(w.GetProvider()), limit: w.GetLimit()}
+	}
 }
 
 // agentEnded records an agent_end: a usage limit it hit, and the provider

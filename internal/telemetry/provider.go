@@ -13,15 +13,16 @@ import (
 
 // WrapProvider returns p measured under name: each call's duration by
 // outcome, its failures by HTTP status, and the GenAI conventions'
-// duration and token usage. It learns p's gen_ai.provider.name
+// duration and token usage; with Config.Limit, the limit each call went
+// out under, for its attempt span. It learns p's gen_ai.provider.name
 // (provider.GenAIProviderName) for the attempt spans of turns on name.
-// Without a meter provider it returns p itself.
+// Without a meter provider or Config.Limit it returns p itself.
 func (t *Telemetry) WrapProvider(name string, p provider.Provider) provider.Provider {
 	family := provider.GenAIProviderName(p)
 	t.mu.Lock()
 	t.families[name] = family
 	t.mu.Unlock()
-	if t.cfg.Meter == nil {
+	if t.cfg.Meter == nil && t.cfg.Limit == nil {
 		return p
 	}
 	return &measured{name: name, family: family, next: p, t: t}
@@ -38,6 +39,9 @@ type measured struct {
 // Stream calls the wrapped provider and records the call, also when the
 // provider panics (the panic goes on to the caller).
 func (m *measured) Stream(ctx context.Context, req provider.Request, onDelta func(provider.Delta)) (msg *messages.AssistantMessage) {
+	if m.t.cfg.Limit != nil {
+		m.t.callSent(req.SessionID, m.name, req.Model)
+	}
 	start := m.t.cfg.Clock.Now()
 	defer func() { m.record(req.Model, m.t.cfg.Clock.Now().Sub(start).Seconds(), msg) }()
 	return m.next.Stream(ctx, req, onDelta)

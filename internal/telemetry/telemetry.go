@@ -39,6 +39,13 @@ type Config struct {
 	// Pacing reports the providers' pacing when metrics are collected
 	// (nil: none).
 	Pacing func() []PacingState
+	// Overload reports the overload limiter's figures of each model when
+	// metrics are collected (nil: the limiter is off).
+	Overload func() []ModelLoad
+	// Limit is the overload limiter's limit of a provider's model now,
+	// read as each call goes out, for its attempt span (nil: the limiter
+	// is off; false: none known).
+	Limit func(provider, model string) (int, bool)
 }
 
 // PacingState is what a provider's pacing reports: what its keys have
@@ -57,10 +64,11 @@ type Telemetry struct {
 	tracer trace.Tracer
 	reg    []metric.Registration // none without metrics
 
-	mu       sync.Mutex
-	closed   bool
-	sessions map[string]*sessionTrack // sessions with a prompt running
-	families map[string]string        // gen_ai.provider.name by configured provider name (WrapProvider)
+	mu        sync.Mutex
+	closed    bool
+	sessions  map[string]*sessionTrack // sessions with a prompt running
+	families  map[string]string        // gen_ai.provider.name by configured provider name (WrapProvider)
+	sentUnder map[string][]int         // the limits of each session's calls whose message_end is not yet observed (Config.Limit)
 }
 
 // New starts recording to cfg.Meter and cfg.Tracer; at least one must be
@@ -69,7 +77,7 @@ func New(cfg Config) (*Telemetry, error) {
 	if cfg.Meter == nil && cfg.Tracer == nil {
 		return nil, errors.New("telemetry: neither a meter provider nor a tracer provider")
 	}
-	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}, families: map[string]string{}}
+	t := &Telemetry{cfg: cfg, sessions: map[string]*sessionTrack{}, families: map[string]string{}, sentUnder: map[string][]int{}}
 	meterProvider := cfg.Meter
 	if meterProvider == nil {
 		meterProvider = metricnoop.NewMeterProvider()
@@ -81,7 +89,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.in = in
 	if cfg.Meter != nil {
-		for _, observe := range []func(metric.Meter) (metric.Registration, error){t.observe, t.observePacing} {
+		for _, observe := range []func(metric.Meter) (metric.Registration, error){t.observe, t.observePacing, t.observeOverload} {
 			reg, err := observe(meter)
 			if err != nil {
 				return nil, err

@@ -43,6 +43,9 @@ const (
 	AttrFinalError   = "musepi.retry.final_error" // attempt, when the chain gave up after it
 	AttrPacingWaitMs = "musepi.pacing.wait_ms"    // attempt: how long its turns waited for their key's rate-limit budget
 	EventChainEnd    = "musepi.retry_chain_end"   // prompt span event: auto_retry_end
+	// AttrConcurrencyLimit is on an attempt with the overload limiter on:
+	// its model's concurrency limit as its (last) call went out.
+	AttrConcurrencyLimit = "musepi.concurrency_limit"
 )
 
 // Decisions: what the runtime did after an attempt (musepi.decision).
