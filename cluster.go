@@ -76,7 +76,7 @@ func (n nodeRuntime) Settings() hosting.Settings {
 	out := hosting.Settings{Log: cfg.log, FallbackChains: cfg.settings.FallbackChains}
 	for _, name := range n.rt.providerNames() {
 		creds := cfg.creds[name]
-		if len(creds) == 0 && !cfg.settings.Budget.Enabled {
+		if len(creds) == 0 && !cfg.settings.Budget.Enabled && cfg.overload == nil {
 			continue
 		}
 		p := hosting.Provider{Name: name, Credentials: cfg.actorCredentials(name), AutoRedeem: cfg.autoRedeem, Pacing: cfg.pacing,

@@ -299,8 +299,9 @@ func (m *Member) newRouter(kind, identity string) *router {
 
 // Wire puts the node's routers and views into d, where a single-machine
 // runtime puts its own credentials and fallback actors: Credentials and
-// Keys for providers with credentials, Budgets for providers with a
-// budget, Views, Fallbacks. Sessions spawned on System() with d then use
+// Keys for providers with credentials (Credentials alone for one with the
+// node's overload limiter and no credentials), Budgets for providers with
+// a budget, Views, Fallbacks. Sessions spawned on System() with d then use
 // the cluster-wide actors.
 func (m *Member) Wire(d *actors.Deps) {
 	for _, p := range m.cfg.Providers {
@@ -315,16 +316,19 @@ func (m *Member) Wire(d *actors.Deps) {
 			}
 			d.Budgets[p.Name] = pid
 		}
-		if len(p.Credentials) == 0 {
+		if len(p.Credentials) == 0 && p.Overload == nil {
 			continue
 		}
 		if d.Credentials == nil {
 			d.Credentials = map[string]*actor.PID{}
 		}
+		d.Credentials[p.Name] = pid
+		if len(p.Credentials) == 0 {
+			continue // the node's limiter alone: its turns ask it for their places, and go with the provider's key
+		}
 		if d.Keys == nil {
 			d.Keys = map[string]map[string]string{}
 		}
-		d.Credentials[p.Name] = pid
 		keys := map[string]string{}
 		for _, c := range p.Credentials {
 			keys[c.Name] = c.APIKey

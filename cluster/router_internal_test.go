@@ -283,3 +283,18 @@ func TestRouterOverloadLimiter(t *testing.T) {
 		t.Fatal("no PacingGrant reached the waiting session")
 	}
 }
+
+// TestWireOverloadWithoutCredentials: a provider with the node's limiter
+// and no credentials (its adapter's own key) gets its router as its
+// credentials actor, for its turns' places, and no keys; one with neither
+// gets none, as a single runtime.
+func TestWireOverloadWithoutCredentials(t *testing.T) {
+	cfg := Config{Providers: []Provider{{Name: "limited", Overload: &overload.Settings{}}, {Name: "bare"}}}
+	limited, bare := actor.NewPID("nonhost", "limited"), actor.NewPID("nonhost", "bare")
+	m := &Member{cfg: cfg, views: newViews(cfg), credentials: map[string]*actor.PID{"limited": limited, "bare": bare}}
+	var d actors.Deps
+	m.Wire(&d)
+	if d.Credentials["limited"] != limited || d.Credentials["bare"] != nil || len(d.Keys) != 0 {
+		t.Errorf("credentials %v, keys %v; want the limited provider's router alone, and no keys", d.Credentials, d.Keys)
+	}
+}
