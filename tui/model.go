@@ -64,6 +64,7 @@ type retryState struct {
 	deadline     time.Time
 	seq          int
 	held         bool   // the provider's retry budget extended the delay
+	cooling      string // the model a retry waits for out of its cooldown (a capacity_wait with none queued)
 	pacing       string // a rate_limit_wait's limit and key, a capacity_wait's model and queue ("": a retry)
 	capacity     bool   // pacing is a capacity_wait's
 }
@@ -235,6 +236,9 @@ func (r *retryState) line(now time.Time) string {
 	if secs := r.remaining(now); secs > 0 {
 		if r.held {
 			return fmt.Sprintf("Retrying (%d/%d) in %ds, held by the retry budget… (esc to cancel)", r.attempt, r.max, secs)
+		}
+		if r.cooling != "" {
+			return fmt.Sprintf("Retrying (%d/%d) in %ds, when %s has cooled down… (esc to cancel)", r.attempt, r.max, secs, r.cooling)
 		}
 		return fmt.Sprintf("Retrying (%d/%d) in %ds… (esc to cancel)", r.attempt, r.max, secs)
 	}
@@ -433,6 +437,10 @@ func (m *model) showRetriedError(p musepi.AgentEnd) {
 // startRetry opens the retry line of an auto_retry_start, whose countdown
 // tickCmd then redraws.
 func (m *model) startRetry(p musepi.AutoRetryStart) {
+	var cooling string
+	if r := m.retry; r != nil && r.capacity && r.cooling != "" {
+		cooling = r.cooling // the capacity_wait this retry waits out
+	}
 	m.retrySeq++
 	m.retry = &retryState{
 		attempt:  p.Attempt,
@@ -440,6 +448,7 @@ func (m *model) startRetry(p musepi.AutoRetryStart) {
 		deadline: m.now().Add(p.Delay),
 		seq:      m.retrySeq,
 		held:     p.BudgetDelay > 0,
+		cooling:  cooling,
 	}
 }
 
@@ -470,6 +479,10 @@ func (m *model) startCapacityWait(p musepi.CapacityWait) {
 	m.retrySeq++
 	m.retry = &retryState{deadline: m.now().Add(p.Delay), seq: m.retrySeq, capacity: true,
 		pacing: fmt.Sprintf("%s/%s, %d queued", p.Provider, p.Model, p.Queued)}
+	if p.Queued == 0 { // a retry waits for a cooling model: its auto_retry_start follows
+		m.retry.pacing = fmt.Sprintf("%s/%s cooling down", p.Provider, p.Model)
+		m.retry.cooling = p.Provider + "/" + p.Model
+	}
 }
 
 // endPacingWait closes the pacing line once the turn streams.

@@ -579,6 +579,22 @@ func TestModelCapacityWait(t *testing.T) {
 	}
 }
 
+// A retry that waits for a cooling model (a capacity_wait with none
+// queued, then its auto_retry_start) says so in its countdown.
+func TestModelCoolingWait(t *testing.T) {
+	h := newHarness(t)
+	h.prompt("hello")
+	h.event(musepi.CapacityWait{Provider: "fake", Model: "m1", Delay: 75 * time.Second})
+	h.event(musepi.AutoRetryStart{Attempt: 2, MaxAttempts: 10, Delay: 75 * time.Second})
+	if got, want := h.statusLine(), "Retrying (2/10) in 75s, when fake/m1 has cooled down… (esc to cancel)"; !strings.HasSuffix(got, want) {
+		t.Errorf("status %q, want %q", got, want)
+	}
+	h.event(musepi.AutoRetryStart{Attempt: 3, MaxAttempts: 10, Delay: time.Second})
+	if got := h.statusLine(); strings.Contains(got, "cooled") {
+		t.Errorf("status %q of a later retry that waits for no cooldown", got)
+	}
+}
+
 // A compaction that lets the prompt go on says so; one that failed leaves
 // it to the prompt's error.
 func TestModelCompactionEnd(t *testing.T) {
