@@ -515,3 +515,74 @@ func TestMetricsAddrWithoutHost(t *testing.T) {
 		})
 	}
 }
+
+// overloadConfig is a runtime with the overload limiter on, whose one
+// provider is the fake server.
+const overloadConfig = `default_model = "main/m1"
+[providers.main]
+kind = "openai"
+base_url = "%s/v1"
+credentials = [{ name = "only", api_key_env = "OPENAI_API_KEY" }]
+[retry]
+base_delay_ms = 20
+[overload]
+enabled = true
+`
+
+// TestRPCOverloadLimiterMetrics: with [overload] on, /metrics shows the
+// limiter's figures of each model once it has had a call, as the real
+// adapter's answers move them. The fake server answers the first call
+// with OpenAI's overload answer (503 "The server is overloaded"): the
+// limit falls from 100 to 1 (0.9 of the one call in flight); the retry's
+// answer raises it to 2. No turn queued: no capacity wait.
+func TestRPCOverloadLimiterMetrics(t *testing.T) {
+	t.Parallel() // mostly waiting on a process
+	bin := buildCommand(t)
+	sc, err := fakellm.ParseScenario([]byte(`{"rules":[{"name":"overloaded once","match":{"first":1},"respond":{"preset":"overloaded"}}],"default":{"text":"ok"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := fakellm.New(sc)
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	cfg := filepath.Join(t.TempDir(), "musepi.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(overloadConfig, base)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	p := spawnRPCStderr(t, bin, stderr, "--config", cfg, "--metrics-addr", "127.0.0.1:0") // OPENAI_API_KEY set
+	url := metricsURL(t, stderr)
+	figures := func(fams map[string]*dto.MetricFamily) string {
+		return fmt.Sprint(series(fams, "musepi_concurrency_limit", false, "provider", "model"),
+			series(fams, "musepi_concurrency_inflight", false, "provider", "model"),
+			series(fams, "musepi_capacity_wait_seconds", false, "provider", "priority"))
+	}
+	if got := figures(scrape(t, url)); got != "map[] map[] map[]" {
+		t.Fatalf("before any call: limit, in flight, capacity waits = %s; want none", got)
+	}
+	p.send(`{"id":"1","type":"prompt","message":"hi"}`)
+	if r := p.response("1"); r["success"] != true {
+		t.Fatalf("prompt: %v", r)
+	}
+	lines := &lineCursor{p: p}
+	if got := lines.waitFor("auto_retry_start", 20*time.Second); got["errorClass"] != "transient" {
+		t.Fatalf("the overload answer was not retried: %v", got)
+	}
+	if got := lines.waitFor("agent_settled", 20*time.Second); got["success"] != true {
+		t.Fatalf("settled %v; seen %v", got, p.types())
+	}
+	// The answer's end reaches the limiter beside agent_settled, not before
+	// it: wait until the limiter has taken it. series leaves out what is
+	// at 0: no call in flight.
+	const want = "map[main|m1:2] map[] map[]"
+	got := ""
+	for deadline := time.Now().Add(10 * time.Second); got != want && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		got = figures(scrape(t, url))
+	}
+	if got != want {
+		t.Errorf("after the prompt: limit, in flight, capacity waits = %s; want %s", got, want)
+	}
+}
