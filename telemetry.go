@@ -24,9 +24,11 @@ import (
 
 // WithMeterProvider records the runtime's metrics with mp: retry attempts,
 // backoffs, chains, usage limits, credential switches, fallbacks, retry
-// budgets, sessions by state, provider calls, and OpenTelemetry's GenAI
-// client metrics gen_ai.client.operation.duration and
-// gen_ai.client.token.usage (docs/observability.md lists them).
+// budgets, sessions by state, provider calls, pacing, the overload
+// limiter's limits, calls in flight and capacity waits (with
+// WithOverloadLimiter), and OpenTelemetry's GenAI client metrics
+// gen_ai.client.operation.duration and gen_ai.client.token.usage
+// (docs/observability.md lists them).
 // Default: no metrics, and nothing is measured.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *runtimeConfig) {
@@ -40,8 +42,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithTracerProvider records one trace per prompt with tp: a span for the
 // prompt and a child client span per attempt carrying its classification,
-// the decision that followed and the GenAI conventions' attributes
-// (gen_ai.provider.name, ...). Default: no traces.
+// the decision that followed, the GenAI conventions' attributes
+// (gen_ai.provider.name, ...) and, with WithOverloadLimiter, the
+// concurrency limit its call went out under. Default: no traces.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *runtimeConfig) {
 		if tp == nil {
