@@ -75,7 +75,7 @@ func (t *Telemetry) Observe(ev *messages.SessionEvent) {
 	case *messages.SessionEvent_AgentSettled:
 		t.promptSettled(ctx, s, e.AgentSettled, at)
 	case *messages.SessionEvent_EventsLost:
-		t.in.eventsLost.Add(ctx, int64(e.EventsLost.GetCount()))
+		t.eventsLost(ctx, e.EventsLost)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/pacing"
 )
 
@@ -87,4 +88,13 @@ func (t *Telemetry) turnEnded(ctx context.Context, s *sessionTrack, session stri
 	if s != nil && s.trace.run != nil && n > 0 {
 		s.trace.run.span.SetAttributes(attribute.Int(AttrConcurrencyLimit, n))
 	}
+}
+
+// eventsLost records an events_lost: the events missed are counted, and
+// the limits of the calls whose message_end may be among them are
+// dropped, so that no later turn takes another's (the turns of calls in
+// flight then carry none).
+func (t *Telemetry) eventsLost(ctx context.Context, lost *messages.EventsLost) {
+	t.in.eventsLost.Add(ctx, int64(lost.GetCount()))
+	clear(t.sentUnder)
 }

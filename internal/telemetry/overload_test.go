@@ -35,18 +35,8 @@ func runStart(session string, ms int64) *messages.SessionEvent {
 // retry's call goes out before the first call's message_end is
 // observed), and on a tracer alone, without a meter provider.
 func TestAttemptCarriesTheLimitItWentOutUnder(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
 	limit := 4
-	tel, err := New(Config{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)), Clock: clock.NewVirtual(t0),
-		Limit: func(provider, model string) (int, bool) { return limit, provider == "p" && model == "m" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := tel.WrapProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Failure(529, "overloaded", nil)},
-		provider.Outcome{Message: provider.Text("ok")}))
-	call := func() *messages.AssistantMessage {
-		return p.Stream(context.Background(), provider.Request{SessionID: "a", Model: "m"}, func(provider.Delta) {})
-	}
+	tel, spans, call := limitedTelemetry(t, &limit)
 	tel.Observe(promptStart("a", 0))
 	failed := call()
 	limit = 1
@@ -59,6 +49,50 @@ func TestAttemptCarriesTheLimitItWentOutUnder(t *testing.T) {
 	} {
 		tel.Observe(ev)
 	}
+	checkLines(t, "spans", limitLines(spans), "musepi.attempt limit=4", "musepi.attempt limit=1", "musepi.prompt")
+	if n := len(tel.sentUnder); n != 0 {
+		t.Errorf("limits kept for %d sessions once their calls' turns ended", n)
+	}
+}
+
+// Events lost may hold a turn's message_end: the limits noted are
+// dropped, so that no later turn takes the lost one's.
+func TestEventsLostDropTheLimitsNoted(t *testing.T) {
+	limit := 4
+	tel, spans, call := limitedTelemetry(t, &limit)
+	tel.Observe(promptStart("a", 0))
+	call() // its message_end is lost
+	tel.Observe(event("", 1, func(ev *messages.SessionEvent) {
+		ev.Event = &messages.SessionEvent_EventsLost{EventsLost: &messages.EventsLost{Count: 3}}
+	}))
+	limit = 1
+	answered := call()
+	tel.Observe(messageEnd("a", 2, answered))
+	tel.Observe(agentEnd("a", 2, answered))
+	tel.Observe(settled("a", 2))
+	checkLines(t, "spans", limitLines(spans), "musepi.attempt limit=1", "musepi.prompt")
+}
+
+// limitedTelemetry is a Telemetry on a tracer alone whose Config.Limit
+// is *limit for model p/m, and a call of session a to p/m through its
+// wrapper (a 529, then answers).
+func limitedTelemetry(t *testing.T, limit *int) (*Telemetry, *tracetest.InMemoryExporter, func() *messages.AssistantMessage) {
+	t.Helper()
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := New(Config{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)), Clock: clock.NewVirtual(t0),
+		Limit: func(provider, model string) (int, bool) { return *limit, provider == "p" && model == "m" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tel.WrapProvider("p", provider.NewScripted(provider.Outcome{Message: provider.Failure(529, "overloaded", nil)},
+		provider.Outcome{Message: provider.Text("ok")}))
+	return tel, spans, func() *messages.AssistantMessage {
+		return p.Stream(context.Background(), provider.Request{SessionID: "a", Model: "m"}, func(provider.Delta) {})
+	}
+}
+
+// limitLines are the spans as "name limit=N", the limit when they carry one.
+func limitLines(spans *tracetest.InMemoryExporter) []string {
 	var lines []string
 	for _, s := range spans.GetSpans() {
 		line := s.Name
@@ -69,8 +103,5 @@ func TestAttemptCarriesTheLimitItWentOutUnder(t *testing.T) {
 		}
 		lines = append(lines, line)
 	}
-	checkLines(t, "spans", lines, "musepi.attempt limit=4", "musepi.attempt limit=1", "musepi.prompt")
-	if n := len(tel.sentUnder); n != 0 {
-		t.Errorf("limits kept for %d sessions once their calls' turns ended", n)
-	}
+	return lines
 }
