@@ -48,6 +48,10 @@ type FanoutConfig struct {
 	log      *slog.Logger
 	queueLen int
 	reserve  int
+	// changes counts the subscriptions made and ended on the fan-outs of
+	// this configuration, each once the subscribers have changed: while it
+	// stands, whether a fan-out has subscribers stands too (listenCache).
+	changes atomic.Uint64
 }
 
 // NewFanoutConfig returns the configuration of fan-outs with queueLen
@@ -129,6 +133,7 @@ func (f *Fanout) update(change func([]*subscriber) []*subscriber) {
 		}
 		next := change(subs)
 		if f.subs.CompareAndSwap(old, &next) {
+			f.cfg.changes.Add(1)
 			return
 		}
 	}
@@ -161,6 +166,50 @@ func (f *Fanout) Flush(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// listenCache tells whether a session's fan-outs (its own and the
+// runtime-wide one) have subscribers, looking at their lists again only
+// once a subscription was made or ended on their configurations: asking
+// reads the configurations' counts, which the runtime's sessions share,
+// not the session's fan-out or configuration, lines of their own.
+type listenCache struct {
+	events, all *Fanout
+	configs     [2]*FanoutConfig
+	changes     uint64 // the configurations' changes when it looked
+	looked      bool
+	answer      bool // whether they had subscribers when it looked
+}
+
+// watch has the cache answer for events and all (either may be nil).
+func (c *listenCache) watch(events, all *Fanout) {
+	*c = listenCache{events: events, all: all, configs: [2]*FanoutConfig{events.config(), all.config()}}
+}
+
+// listened reports whether the fan-outs watched have subscribers.
+func (c *listenCache) listened() bool {
+	n := c.configs[0].changeCount() + c.configs[1].changeCount() // before the lists: a change after it is seen next time
+	if !c.looked || n != c.changes {
+		c.changes, c.looked = n, true
+		c.answer = c.events.HasSubscribers() || c.all.HasSubscribers()
+	}
+	return c.answer
+}
+
+// config is f's configuration (nil: f is nil).
+func (f *Fanout) config() *FanoutConfig {
+	if f == nil {
+		return nil
+	}
+	return f.cfg
+}
+
+// changeCount is the subscriptions made and ended so far (nil: none).
+func (c *FanoutConfig) changeCount() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.changes.Load()
 }
 
 // HasSubscribers reports whether anyone subscribes now.

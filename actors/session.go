@@ -560,6 +560,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	r, restarted := s.entry.takeResumed(s.deps)
 	s.hist = historyWriter{cfg: s.cfg, deps: s.deps, context: r.context, seq: r.seq}
 	s.events = eventPublisher{cfg: s.cfg, deps: s.deps}
+	s.events.subscribed.watch(s.cfg.Events, s.cfg.AllEvents)
 	s.work = turnRunner{cfg: s.cfg, deps: s.deps}
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:

@@ -16,6 +16,7 @@ type eventPublisher struct {
 	seq        uint64
 	listening  bool                  // someone subscribes, as the step running found
 	promptUser *messages.UserMessage // the prompt running, for its agent_start
+	subscribed listenCache           // whether someone subscribes, as last looked
 }
 
 // emit publishes one event of the core to the subscribers, in the wire
@@ -51,9 +52,7 @@ func (p *eventPublisher) emitWire(set func(*messages.SessionEvent)) {
 
 // listened reports whether anyone subscribes to the session's events, on
 // the session or runtime-wide.
-func (p *eventPublisher) listened() bool {
-	return p.cfg.Events.HasSubscribers() || p.cfg.AllEvents.HasSubscribers()
-}
+func (p *eventPublisher) listened() bool { return p.subscribed.listened() }
 
 // publish gives ev to the session's subscribers and the runtime-wide ones.
 func (p *eventPublisher) publish(ev *messages.SessionEvent) {
