@@ -52,11 +52,18 @@ type Mailbox struct {
 	held   int32
 	user   ring
 	system ring // its buffer goes once drained: system messages are rare
+	// userSlots is the user ring's buffer until it grows past it: a
+	// session's message or two sit in the mailbox's own lines, not in an
+	// allocation of their own that each post and take would read.
+	userSlots [2]interface{}
 }
 
 // PostUserMessage queues a user message and schedules a run.
 func (m *Mailbox) PostUserMessage(msg interface{}) {
 	m.mu.Lock()
+	if m.user.buf == nil {
+		m.user.buf = m.userSlots[:]
+	}
 	m.user.push(msg)
 	m.mu.Unlock()
 	m.schedule()
@@ -183,7 +190,7 @@ func unwrap(msg interface{}) interface{} {
 // buffer grown past the slots pop may keep is dropped once drained: a
 // user ring grown by a burst (a scheduler shard's, say) past keptSlots,
 // a system ring always; a session's user ring, which holds a message or
-// two, keeps its two slots.
+// two, keeps its two slots (the mailbox's own, userSlots).
 type ring struct {
 	buf     []interface{}
 	head, n int32
@@ -199,6 +206,7 @@ func (r *ring) push(msg interface{}) {
 		for i := range r.n {
 			grown[i] = r.buf[(r.head+i)%size]
 		}
+		clear(r.buf) // it may be a mailbox's own slots, which stay
 		r.buf, r.head, size = grown, 0, int32(len(grown))
 	}
 	r.buf[(r.head+r.n)%size] = msg

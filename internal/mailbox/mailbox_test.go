@@ -186,3 +186,21 @@ func TestRing(t *testing.T) {
 		t.Fatalf("pop(0) = %v, leaving %d slots; want %d and none", got, len(r.buf), next)
 	}
 }
+
+// A ring on a mailbox's own slots keeps its order when it grows past them,
+// and leaves no message behind in them.
+func TestRingGrowsPastItsSlots(t *testing.T) {
+	var slots [2]interface{}
+	r := ring{buf: slots[:]}
+	for i := range 5 {
+		r.push(i)
+	}
+	if slots != [2]interface{}{} {
+		t.Fatalf("the slots keep %v once the ring grew past them", slots)
+	}
+	for want := range 5 {
+		if got, ok := r.pop(keptSlots); !ok || got.(int) != want {
+			t.Fatalf("pop = %v, %v; want %d", got, ok, want)
+		}
+	}
+}
