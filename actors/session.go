@@ -562,6 +562,7 @@ func (s *SessionActor) started(ctx actor.Context) {
 	s.events = eventPublisher{cfg: s.cfg, deps: s.deps}
 	s.events.subscribed.watch(s.cfg.Events, s.cfg.AllEvents)
 	s.work = turnRunner{cfg: s.cfg, deps: s.deps}
+	s.work.holder, _ = s.cfg.History.(history.Holder)
 	if records, ok := s.cfg.History.(history.RecordLog); ok {
 		// After a restart the chain is gone, but its record may be left:
 		// the session's next step at rest clears it.

@@ -27,8 +27,11 @@ import (
 // the turn or tools running. What the next turn needs of it is kept while
 // the session is passivated (no turn runs then).
 type turnRunner struct {
-	cfg       *SessionConfig
-	deps      *Deps
+	cfg  *SessionConfig
+	deps *Deps
+	// holder is the session's history when it can be held (shared
+	// between nodes; nil: it cannot), asked once rather than at each turn.
+	holder    history.Holder
 	running   *runContext // of the turn or tools running, until they finish (nil: none)
 	turnModel string      // "provider/model" of the turn running
 	// oversize is why the next turn cannot go out: pacing found it too
@@ -87,8 +90,8 @@ func (tr *turnRunner) start(ctx actor.Context, pending *[]session.Input, entries
 // while the session's history (when it can be held) is not decided, and
 // marks t taken when another holder has it.
 func (tr *turnRunner) guard(t *turnRun) {
-	h, ok := tr.cfg.History.(history.Holder)
-	if !ok {
+	h := tr.holder
+	if h == nil {
 		return
 	}
 	hold := holdUntilDecided(h, tr.deps.Clock, tr.deps.Log, tr.cfg.ID)
@@ -290,7 +293,7 @@ func (tr *turnRunner) runTools(ctx actor.Context, pending *[]session.Input, even
 		return
 	}
 	var hold func(context.Context) error
-	if h, ok := tr.cfg.History.(history.Holder); ok {
+	if h := tr.holder; h != nil {
 		hold = holdUntilDecided(h, tr.deps.Clock, tr.deps.Log, tr.cfg.ID)
 	}
 	tools := map[string]Tool{}
@@ -340,8 +343,7 @@ func notRun(turn uint64, calls []*messages.ToolCall, err error) *toolsFinished {
 // taken reports whether the session's history already knows that
 // another activation has the session (history.Holder's Taken).
 func (tr *turnRunner) taken() bool {
-	h, ok := tr.cfg.History.(history.Holder)
-	return ok && h.Taken()
+	return tr.holder != nil && tr.holder.Taken()
 }
 
 // holdTimeout bounds the check of hold.
@@ -352,8 +354,8 @@ const holdTimeout = 5 * time.Second
 // have taken it over while this one was paused or cut off. An error ends
 // the prompt like a failed history write, with nothing started.
 func (tr *turnRunner) hold() error {
-	h, ok := tr.cfg.History.(history.Holder)
-	if !ok {
+	h := tr.holder
+	if h == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
