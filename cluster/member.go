@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/internal/loglevel"
 )
 
@@ -269,9 +268,7 @@ func (m *Member) startRouters() error {
 	for _, p := range m.cfg.Providers {
 		r := m.newRouter(CredentialsKind, p.Name)
 		r.view = m.views.creds[p.Name]
-		if p.Overload != nil {
-			r.places, r.routed = actors.NewPlaces(clock.Real{}, *p.Overload, r.view), map[string]routed{}
-		}
+		r.overload, r.members = p.Overload, func() int { return len(m.Members()) }
 		for _, c := range p.Credentials {
 			r.creds = append(r.creds, c.Name)
 		}

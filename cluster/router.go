@@ -9,6 +9,7 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/messages/protocol"
+	"github.com/musepi/musepi/overload"
 )
 
 // router is a node's local stand-in for one shared actor (a provider's
@@ -33,7 +34,7 @@ import (
 // request name their session as reply_to: the activation's PacingGrant
 // and RetryBudgetRelease go there directly, and the router keeps nothing
 // of them (the retry budget is the one owner of its holds, see
-// retry.Budget); but with the node's overload limiter (places), a paced
+// retry.Budget); but with the node's overload limiter (overload), a paced
 // selection names the router, which keeps the node's places (see
 // router_overload.go). Messages with no reply (RetryBudgetOutcome,
 // RetryBudgetDrop, ReleaseSession, PacingSettle, PacingCancel,
@@ -46,7 +47,9 @@ type router struct {
 	attempts       int
 	creds          []string                // the provider's keys, in order (credentials kind)
 	view           *actors.CredentialsView // the node's mirror of the keys' blocks (credentials kind)
-	places         *actors.Places          // the node's overload limiter (credentials kind; nil: none)
+	overload       *overload.Settings      // the node's overload limiter's settings (credentials kind; nil: none)
+	members        func() int              // how many members the node sees (the limiter's start)
+	places         *actors.Places          // the node's limiter, from its first paced selection (nil: none yet)
 	routed         map[string]routed       // with places: the paced selections passed on, by session
 	log            *slog.Logger
 }

@@ -230,8 +230,9 @@ func TestRouterPacing(t *testing.T) {
 }
 
 // TestRouterOverloadLimiter: with the node's limiter (Provider.Overload)
-// the router keeps its node's places, the activation none: a selection
-// beyond the limit is queued, its session granted when a settle frees a
+// the router keeps its node's places, the activation none; its models
+// start at Initial shared among the members; a selection beyond the
+// limit is queued, its session granted when a settle frees a
 // place; the limit is published to the node's view; a cancelled waiting
 // turn gets no grant.
 func TestRouterOverloadLimiter(t *testing.T) {
@@ -244,7 +245,7 @@ func TestRouterOverloadLimiter(t *testing.T) {
 	}))
 	r := &router{kind: CredentialsKind, identity: "p", res: &lookups{pids: []*actor.PID{live}}, timeout: time.Second, attempts: 2,
 		creds: []string{"A"}, view: view, log: slog.New(slog.DiscardHandler),
-		places: actors.NewPlaces(clock.Real{}, overload.Settings{Max: 1}, view), routed: map[string]routed{}}
+		overload: &overload.Settings{Initial: 3}, members: func() int { return 2 }} // 3 shared by 2 members: 1 each
 	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
 	grants := make(chan *protocol.PacingGrant, 4)
 	session := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
@@ -264,7 +265,7 @@ func TestRouterOverloadLimiter(t *testing.T) {
 		t.Fatalf("first: %v; want a place (token 1)", got)
 	}
 	if n, ok := view.ConcurrencyLimit(overload.Key{Provider: "p", Model: "m"}); !ok || n != 1 {
-		t.Errorf("the view's limit %d, %v; want 1", n, ok)
+		t.Errorf("the view's limit %d, %v; want 1 (Initial 3 over 2 members)", n, ok)
 	}
 	if got := ask("second", 2); got.GetQueued() != 1 {
 		t.Fatalf("second: %v; want queued, 1 waiting", got)

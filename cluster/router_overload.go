@@ -5,13 +5,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
+	"github.com/musepi/musepi/clock"
 	"github.com/musepi/musepi/messages/protocol"
 )
 
 // The node's overload limiter (Provider.Overload): a credentials router
 // keeps the places of its node's turns in its provider's models' limits
 // (actors.Places), as Envoy keeps a limit per host; the activation, one
-// for the whole cluster, keeps none. A paced selection (Pace: every turn
+// for the whole cluster, keeps none. Its models start at the settings'
+// Initial shared among the members (limiter). A paced selection (Pace: every turn
 // under a limiter asks) names the router as its reply_to, so that what
 // the activation answers, at once or later as a PacingGrant, comes back
 // here for its place before it goes on to the session. The limiter learns
@@ -29,7 +31,8 @@ type routed struct {
 // selectCredential passes a selection on to the activation; with a
 // limiter, a paced one names the router as its reply_to.
 func (r *router) selectCredential(ctx actor.Context, m *protocol.SelectCredential) {
-	if r.places != nil && m.GetPace() {
+	if r.overload != nil && m.GetPace() {
+		r.limiter()
 		to := actors.PID(m.GetReplyTo())
 		if to == nil {
 			to = ctx.Sender()
@@ -38,6 +41,21 @@ func (r *router) selectCredential(ctx actor.Context, m *protocol.SelectCredentia
 		m.ReplyTo = actors.Ref(ctx.Self()) // the session sent m and is done with it
 	}
 	r.ask(ctx, ctx.Sender(), m, 1)
+}
+
+// limiter makes the node's limiter at its first paced selection: its
+// models start at overload.Settings.Initial shared among the members the
+// node sees then (at least 1 each), so that the cluster's cold start is
+// one runtime's, not Initial times its nodes (three nodes each starting
+// at the default 100 sent 300 calls into a capacity of 200 in
+// bench/storm's overload storm).
+func (r *router) limiter() {
+	if r.places != nil {
+		return
+	}
+	s := r.overload.WithDefaults()
+	s.Initial = max(1, s.Initial/max(1, r.members()))
+	r.places, r.routed = actors.NewPlaces(clock.Real{}, s, r.view), map[string]routed{}
 }
 
 // answer passes the reply to msg on to sender; a selection's, with a
