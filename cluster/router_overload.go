@@ -13,13 +13,14 @@ import (
 // keeps the places of its node's turns in its provider's models' limits
 // (actors.Places), as Envoy keeps a limit per host; the activation, one
 // for the whole cluster, keeps none. Its models start at the settings'
-// Initial shared among the members (limiter). A paced selection (Pace: every turn
-// under a limiter asks) names the router as its reply_to, so that what
-// the activation answers, at once or later as a PacingGrant, comes back
-// here for its place before it goes on to the session. The limiter learns
-// from the settles of the node's turns, which pass through the router
-// anyway: no message more than without it, but for a turn that waited
-// for its pacing reservation (its grant comes through the router).
+// Initial shared among the members (limiter). A paced selection (Pace:
+// every turn under a limiter asks) names the router as its reply_to, so
+// that what the activation answers, at once or later as a PacingGrant,
+// comes back here for its place before it goes on to the session. The
+// limiter learns from the settles of the node's turns, which pass
+// through the router anyway: no message more than without it, but for a
+// turn that waited for its pacing reservation (its grant comes through
+// the router).
 
 // routed is a paced selection the router passed on: its turn's token and
 // session, until the activation answers it or grants its reservation.
