@@ -299,3 +299,55 @@ func TestWireOverloadWithoutCredentials(t *testing.T) {
 		t.Errorf("credentials %v, keys %v; want the limited provider's router alone, and no keys", d.Credentials, d.Keys)
 	}
 }
+
+// TestRouterOverloadLimiterPaced: with pacing at the activation and the
+// node's limiter at the router, a turn that waits for its reservation
+// gets its PacingGrant through the router, which seats it first: with a
+// place it goes on to the session.
+func TestRouterOverloadLimiterPaced(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	creds := []actors.Credential{{Name: "A", RateLimits: pacing.Limits{RPM: 1}}}
+	view := actors.NewCredentialsView(creds)
+	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{Pacing: true}, view)
+	}))
+	r := &router{kind: CredentialsKind, identity: "p", res: &lookups{pids: []*actor.PID{live}}, timeout: time.Second, attempts: 2,
+		creds: []string{"A"}, view: view, log: slog.New(slog.DiscardHandler),
+		overload: &overload.Settings{}, members: func() int { return 1 }}
+	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+	grants := make(chan *protocol.PacingGrant, 1)
+	session := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if g, ok := ctx.Message().(*protocol.PacingGrant); ok {
+			grants <- g
+		}
+	}))
+	ask := func(s string) *protocol.CredentialSelected {
+		got, err := sys.Root.RequestFuture(pid, &protocol.SelectCredential{SessionId: s, Pace: true, Token: 1, Model: "p/m",
+			ReplyTo: actors.Ref(session)}, 5*time.Second).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.(*protocol.CredentialSelected)
+	}
+	if got := ask("first"); got.GetWaitMs() != 0 || got.GetQueued() != 0 {
+		t.Fatalf("first: %v; want its reservation and its place", got)
+	}
+	if got := ask("second"); got.GetWaitMs() == 0 {
+		t.Fatalf("second: %v; want a wait for its reservation (the minute's request is spent)", got)
+	}
+	sys.Root.Send(pid, &protocol.PacingCancel{SessionId: "first", Token: 1}) // its request given back
+	select {
+	case g := <-grants:
+		if g.GetSessionId() != "second" || g.GetCredential() != "A" {
+			t.Errorf("grant %v; want second's on A", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PacingGrant reached the session through the router")
+	}
+	// The router seated the grant before it went on: first's place given
+	// back, second's taken.
+	if l := view.Loads()[overload.Key{Provider: "p", Model: "m"}]; l.InFlight != 1 || l.Limit != overload.DefaultInitial {
+		t.Errorf("the view's load %+v; want 1 in flight (second), the limit at its start, %d (one member)", l, overload.DefaultInitial)
+	}
+}
