@@ -65,7 +65,7 @@ func runTurn(t *testing.T, prov provider.Provider, idle time.Duration, maxBytes 
 	defer system.Shutdown()
 	got := make(finishedTo, 1)
 	self := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return got }))
-	tr := &turnRun{turn: 1, prov: prov, clk: clock.Real{}, root: system.Root, self: self, watch: newWatchdog(clock.Real{}, idle), maxBytes: maxBytes}
+	tr := &turnRun{finished: turnFinished{turn: 1}, prov: prov, clk: clock.Real{}, root: system.Root, self: self, watch: newWatchdog(clock.Real{}, idle), maxBytes: maxBytes}
 	tr.clk.Begin()
 	go tr.Run()
 	select {
