@@ -31,7 +31,12 @@ type MemoryStore struct {
 // growth saved half a kilobyte of the larger histories of the real-mode
 // storm but cost more on the virtual storm's; doubling stays.)
 type memoryHistory struct {
-	open bool // a Log has it open; guarded by the store's mu
+	// first is the history's first Log, made with it: one allocation, the
+	// Log's fields on the line next to the history's lock (later Logs,
+	// after a Close, are allocations of their own).
+	first      memoryLog
+	firstTaken bool // first was handed out; guarded by the store's mu
+	open       bool // a Log has it open; guarded by the store's mu
 
 	mu sync.Mutex
 	// last is the chunk entries go to, full the chunks before it: an
@@ -103,11 +108,22 @@ func (s *MemoryStore) Open(session string) (Log, []*messages.Entry, error) {
 		return nil, nil, &Error{Op: "open", Path: session, Err: err}
 	}
 	h.open = true
-	l := &memoryLog{store: s, session: session, history: h}
+	l := h.newLog(s, session)
 	if s.records {
 		return &memoryRecordLog{l}, entries, nil
 	}
 	return l, entries, nil
+}
+
+// newLog is a Log of h in store s, h's first if not handed out yet; the
+// store's mu is held.
+func (h *memoryHistory) newLog(s *MemoryStore, session string) *memoryLog {
+	if h.firstTaken {
+		return &memoryLog{store: s, session: session, history: h}
+	}
+	h.firstTaken = true
+	h.first = memoryLog{store: s, session: session, history: h}
+	return &h.first
 }
 
 // decode returns copies of the entries.
