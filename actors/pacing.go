@@ -51,7 +51,7 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.Selec
 		a.seat(ctx, m, reply, to)
 		return
 	}
-	a.carryOut(ctx, released)
+	a.carryOut(ctx, released) // a turn that waits now arms the release timer there
 	switch {
 	case d.TooLarge.Limit > 0:
 		reply.TooLarge = oversize(a.provider, d)
@@ -60,7 +60,6 @@ func (a *CredentialsActor) selectCredential(ctx actor.Context, m *protocol.Selec
 		// goes out on another (switched).
 		reply.Token, reply.WaitMs, reply.Limit = m.GetToken(), max(d.Wait.Milliseconds(), 1), d.Limit.String()
 		a.places.PaceFirst(m)
-		a.armRelease(ctx)
 	default:
 		a.keys.Keep(session, d.Credential)
 		reply.Token, reply.Credential, reply.Switched = m.GetToken(), d.Credential, d.Switched
