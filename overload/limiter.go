@@ -78,6 +78,12 @@ type Settings struct {
 	// room (a session reads it: docs/retry-policy.md). Other turns, and
 	// other roles', wait for their model.
 	HighPriorityFallback []string
+	// Members is how many limiters share the provider's capacity, one per
+	// node of a cluster (each keeps its own, as Envoy keeps a limit per
+	// host): a model starts at Initial shared among them, and the limit's
+	// growth of one a round after a decrease is shared too, so that
+	// together they start and probe as one limiter does. 0 or 1: one.
+	Members int
 }
 
 // The defaults of Settings.
@@ -113,6 +119,7 @@ func (s Settings) WithDefaults() Settings {
 		s.Initial = DefaultInitial
 	}
 	s.Initial = min(s.Initial, s.Max)
+	s.Members = max(s.Members, 1)
 	if s.Backoff <= 0 || s.Backoff >= 1 {
 		s.Backoff = DefaultBackoff
 	}
@@ -258,7 +265,7 @@ func (l *Limiter) Limit(key Key) int {
 	if m, ok := l.models[key]; ok {
 		return m.allowed()
 	}
-	return l.s.Initial
+	return max(1, l.s.Initial/l.s.Members)
 }
 
 // InFlight is how many calls to key are in flight.
@@ -293,7 +300,7 @@ func (l *Limiter) History(key Key) []Change {
 func (l *Limiter) model(key Key) *model {
 	m := l.models[key]
 	if m == nil {
-		m = &model{limit: float64(l.s.Initial)}
+		m = &model{limit: float64(max(1, l.s.Initial/l.s.Members))}
 		l.models[key] = m
 	}
 	return m
@@ -376,15 +383,16 @@ func (m *model) decrease(now time.Time, c call, share float64, why Reason) {
 }
 
 // raise raises the limit after an answer at normal latency to call c: by
-// one a round (1/limit) within ProbeAfter of the last decrease, by one
-// after it; not when fewer than half the limit were in flight as c went.
+// one a round (1/limit) within ProbeAfter of the last decrease, shared
+// among the Members, by one after it; not when fewer than half the limit
+// were in flight as c went.
 func (m *model) raise(now time.Time, c call, s *Settings) {
 	if 2*c.inFlight < m.allowed() {
 		return
 	}
 	step := 1.0
 	if !m.cutAt.IsZero() && now.Sub(m.cutAt) < s.ProbeAfter {
-		step = 1 / m.limit
+		step = 1 / (m.limit * float64(s.Members))
 	}
 	m.set(now, min(float64(s.Max), m.limit+step), Raised)
 }

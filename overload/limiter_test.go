@@ -284,3 +284,37 @@ func TestTryAcquire(t *testing.T) {
 		t.Fatal("TryAcquire on another model with room did not go")
 	}
 }
+
+// Members limiters (one per node of a cluster) start and probe as one:
+// each starts at Initial over Members, and within ProbeAfter of a
+// decrease each grows by one a round over Members.
+func TestMembersShareTheStartAndTheProbe(t *testing.T) {
+	grown := func(s Settings) (start, after int) {
+		l := New(s)
+		start = l.Limit(key)
+		for _, id := range calls("c", start) {
+			l.Acquire(id, key, pacing.Normal)
+		}
+		l.Release(t0, fmt.Sprintf("c%d", start), Outcome{Result: Overloaded}) // 0.9 × 10: 9
+		for i := 1; i <= 54; i++ { // six rounds of 9 answers, the limit used in full
+			l.Acquire(fmt.Sprintf("d%d", i), key, pacing.Normal)
+			old := fmt.Sprintf("c%d", i)
+			if i > start-1 {
+				old = fmt.Sprintf("d%d", i-start+1)
+			}
+			l.Release(t0.Add(time.Second), old, Outcome{Result: Answered})
+		}
+		return start, l.Limit(key)
+	}
+	oneStart, one := grown(Settings{Initial: 10, Max: 100})
+	threeStart, three := grown(Settings{Initial: 30, Max: 100, Members: 3})
+	if oneStart != 10 || threeStart != 10 {
+		t.Fatalf("starts %d and %d, want 10 each (30 over 3 members)", oneStart, threeStart)
+	}
+	if one != 13 || three != 10 {
+		t.Errorf("six rounds after a decrease to 9: one limiter at %d, one of three at %d; want 13 and 10 (a third of its growth)", one, three)
+	}
+	if got := New(Settings{Members: 500}).Limit(key); got != 1 {
+		t.Errorf("Initial shared among more members than it has calls: %d, want 1", got)
+	}
+}
