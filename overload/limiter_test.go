@@ -296,7 +296,8 @@ func TestMembersShareTheStartAndTheProbe(t *testing.T) {
 			l.Acquire(id, key, pacing.Normal)
 		}
 		l.Release(t0, fmt.Sprintf("c%d", start), Outcome{Result: Overloaded}) // 0.9 × 10: 9
-		for i := 1; i <= 54; i++ {                                            // six rounds of 9 answers, the limit used in full
+		// Six rounds of 9 answers, the limit used in full.
+		for i := 1; i <= 54; i++ {
 			l.Acquire(fmt.Sprintf("d%d", i), key, pacing.Normal)
 			old := fmt.Sprintf("c%d", i)
 			if i > start-1 {
