@@ -97,7 +97,7 @@ var ErrRuntimeClosed = errors.New("musepi: runtime is shut down")
 
 // maxWaitingGoroutines is how many goroutines of ended turns a runtime
 // keeps for the next turns (each a few KB of stack).
-const maxWaitingGoroutines = 1024
+const maxWaitingGoroutines = 256
 
 // NewRuntime starts a runtime with opts. It refuses options that cannot
 // apply with an error naming the option, and a fallback target whose
