@@ -12,15 +12,21 @@ import (
 // most of the time), the lifecycle's around its prompts among them
 // (compaction on request, attach, hand-over, passivation), and checks the
 // invariants of a session: it never panics, each prompt settles at most
-// once, and Busy is exactly "a prompt runs".
+// once, and Busy is exactly "a prompt runs". Half the runs put the
+// model on a provider with an overload limiter (places, the cooling wait,
+// a fallback at once).
 func FuzzCore(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 5, 6, 1, 2})
 	f.Add([]byte{0, 1, 4, 7, 0, 8, 9, 10, 11})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		s := retry.DefaultSettings()
 		s.Budget.Enabled = len(ops) > 0 && ops[0]%2 == 0
+		s.FallbackChains = map[string][]string{"default": {"fake/m2"}}
 		cfg := Config{Model: "fake/m1", Role: "default", Settings: &s, Compaction: len(ops)%3 == 0, Budgeted: map[string]bool{"fake": true},
-			Recorded: true, PassivateAfter: time.Second}
+			Recorded: true, PassivateAfter: time.Second, FallbackRoles: map[string]bool{"default": true}}
+		if len(ops) > 1 && ops[1]%2 == 0 {
+			cfg.Credentialed, cfg.Limited, cfg.QueueWait = map[string]bool{"fake": true}, map[string]bool{"fake": true}, time.Minute
+		}
 		c := New(cfg, nominal{})
 		now := t0
 		var token, turn uint64
@@ -43,6 +49,14 @@ func FuzzCore(f *testing.F) {
 				in = Input{Kind: InPrompt}
 			case 1:
 				in = Input{Kind: InCredentialSelected, Credential: "k"}
+				switch op % 4 {
+				case 1: // the answer to a place asked
+					in.Token = turn + 1
+				case 2: // queued for a place
+					in.Token, in.Queued = turn+1, 3
+				case 3: // seated on the fallback at once
+					in.Token, in.Model = turn+1, "fake/m2"
+				}
 			case 2:
 				in = Input{Kind: InTurnEnded, Turn: turn, Message: msgs[int(op/20)%len(msgs)]}
 			case 3:
@@ -57,6 +71,9 @@ func FuzzCore(f *testing.F) {
 				in = Input{Kind: InCredentialReply, Token: token, Switched: op%2 == 0, Credential: "k2", RetryAt: now.Add(time.Second)}
 			case 9:
 				in = Input{Kind: InFallbackReply, Token: token, Switched: op%2 == 0, From: "fake/m1", To: "fake/m2"}
+				if !in.Switched {
+					in.Back = now.Add(time.Duration(op) * time.Second) // the role's models cool down
+				}
 			case 10:
 				in = Input{Kind: InBudgetGrant, Token: token, At: now}
 			case 11:
