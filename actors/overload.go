@@ -196,29 +196,6 @@ func (p *Places) Limit(ctx actor.Context, msg any) {
 	}
 }
 
-// OverloadedBy reports the model of the turn that settle ends with an
-// overload answer, while the turn still has its place (before Limit
-// frees it); false for any other end.
-func (p *Places) OverloadedBy(settle *protocol.PacingSettle) (overload.Key, bool) {
-	if p == nil || overload.Result(settle.GetOverload()) != overload.Overloaded {
-		return overload.Key{}, false
-	}
-	t, ok := p.turns[settle.GetSessionId()]
-	if !ok || t.token != settle.GetToken() || t.grant != nil || t.paced {
-		return overload.Key{}, false
-	}
-	return t.key, true
-}
-
-// Overheard takes an overload answer another node's limiter of the same
-// capacity met on key (overload.Limiter.Overheard), publishing the
-// limit.
-func (p *Places) Overheard(key overload.Key) {
-	if p != nil && p.limiter.Overheard(p.clk.Now(), key) {
-		p.publish(key)
-	}
-}
-
 // grant sends the turns that have a place now their grants.
 func (p *Places) grant(ctx actor.Context, granted []place) {
 	for _, g := range granted {

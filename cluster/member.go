@@ -269,11 +269,10 @@ func (m *Member) startRouters() error {
 		r := m.newRouter(CredentialsKind, p.Name)
 		r.view = m.views.creds[p.Name]
 		r.overload, r.members = p.Overload, func() int { return len(m.Members()) }
-		r.peers = m.peerRouters(p.Name)
 		for _, c := range p.Credentials {
 			r.creds = append(r.creds, c.Name)
 		}
-		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), routerName(CredentialsKind, p.Name))
+		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), "musepi-credentials-"+p.Name)
 		if err != nil {
 			return fmt.Errorf("cluster: router of provider %q: %w", p.Name, err)
 		}
@@ -281,35 +280,13 @@ func (m *Member) startRouters() error {
 	}
 	for role := range m.cfg.FallbackChains {
 		r := m.newRouter(FallbackKind, role)
-		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), routerName(FallbackKind, role))
+		pid, err := m.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), "musepi-fallback-"+role)
 		if err != nil {
 			return fmt.Errorf("cluster: router of role %q: %w", role, err)
 		}
 		m.fallbacks[role] = pid
 	}
 	return nil
-}
-
-// peerRouters lists the credentials routers of provider on the other
-// members, as the current topology has them.
-func (m *Member) peerRouters(provider string) func() []*actor.PID {
-	return func() []*actor.PID {
-		var out []*actor.PID
-		for _, addr := range m.Members() {
-			if addr != m.Address() {
-				out = append(out, actor.NewPID(addr, routerName(CredentialsKind, provider)))
-			}
-		}
-		return out
-	}
-}
-
-// routerName is the name of a node's router of kind for identity.
-func routerName(kind, identity string) string {
-	if kind == CredentialsKind {
-		return "musepi-credentials-" + identity
-	}
-	return "musepi-fallback-" + identity
 }
 
 func (m *Member) newRouter(kind, identity string) *router {

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/overload"
 )
@@ -50,7 +49,6 @@ type router struct {
 	view           *actors.CredentialsView // the node's mirror of the keys' blocks (credentials kind)
 	overload       *overload.Settings      // the node's overload limiter's settings (credentials kind; nil: none)
 	members        func() int              // how many members the node sees (the limiter's start)
-	peers          func() []*actor.PID     // the other members' routers of the same provider (OverloadSeen)
 	places         *actors.Places          // the node's limiter, from its first paced selection (nil: none yet)
 	routed         map[string]routed       // with places: the paced selections passed on, by session
 	log            *slog.Logger
@@ -76,8 +74,6 @@ func (r *router) Receive(ctx actor.Context) {
 		r.tell(ctx, m.(proto.Message))
 	case *protocol.PacingGrant: // a paced turn's, with places
 		r.relay(ctx, m)
-	case *messages.OverloadSeen: // another node's limiter met an overload answer
-		r.places.Overheard(overload.Key{Provider: m.GetProvider(), Model: m.GetModel()})
 	}
 }
 

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
 	"github.com/musepi/musepi/overload"
 	"github.com/musepi/musepi/pacing"
@@ -284,66 +282,6 @@ func TestRouterOverloadLimiter(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no PacingGrant reached the waiting session")
-	}
-}
-
-// A node's router tells the other nodes' routers of an overload answer
-// one of its turns met (OverloadSeen), and one told so lowers its node's
-// limit with it: the limiters that share a capacity back off together.
-func TestRouterTellsOverloadToItsPeers(t *testing.T) {
-	sys := actor.NewActorSystem()
-	t.Cleanup(sys.Shutdown)
-	creds := []actors.Credential{{Name: "A"}}
-	view := actors.NewCredentialsView(creds)
-	live := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return actors.NewCredentialsActor(clock.Real{}, creds, actors.CredentialsPolicy{}, view)
-	}))
-	told := make(chan *messages.OverloadSeen, 4)
-	peer := sys.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if m, ok := ctx.Message().(*messages.OverloadSeen); ok {
-			told <- m
-		}
-	}))
-	r := &router{kind: CredentialsKind, identity: "p", res: &lookups{pids: []*actor.PID{live}}, timeout: time.Second, attempts: 2,
-		creds: []string{"A"}, view: view, log: slog.New(slog.DiscardHandler),
-		overload: &overload.Settings{Initial: 20}, members: func() int { return 1 }, peers: func() []*actor.PID { return []*actor.PID{peer} }}
-	pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
-	for i := range uint64(10) {
-		got, err := sys.Root.RequestFuture(pid, &protocol.SelectCredential{SessionId: fmt.Sprint("s", i), Pace: true, Token: i + 1,
-			Model: "p/m", ReplyTo: actors.Ref(pid)}, 5*time.Second).Result()
-		if err != nil || got.(*protocol.CredentialSelected).GetQueued() != 0 {
-			t.Fatalf("turn %d: %v, %v; want a place", i, got, err)
-		}
-	}
-	key := overload.Key{Provider: "p", Model: "m"}
-	sys.Root.Send(pid, &protocol.PacingSettle{SessionId: "s0", Token: 1, Overload: int32(overload.Answered)})
-	sys.Root.Send(pid, &protocol.PacingSettle{SessionId: "s9", Token: 10, Overload: int32(overload.Overloaded)})
-	select {
-	case m := <-told:
-		if m.GetProvider() != "p" || m.GetModel() != "m" {
-			t.Errorf("told %v; want p/m", m)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the overload answer was not told to the peer")
-	}
-	if len(told) != 0 {
-		t.Errorf("an answer at normal latency was told too")
-	}
-	limit := func() int {
-		n, _ := view.ConcurrencyLimit(key)
-		return n
-	}
-	waitLimit := func(want int) {
-		for deadline := time.Now().Add(5 * time.Second); limit() != want && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitLimit(9)
-	before := limit()                                                     // its own overload answer: 0.9 of the 10 in flight as the call went
-	sys.Root.Send(pid, &messages.OverloadSeen{Provider: "p", Model: "m"}) // 8 in flight now
-	waitLimit(7)
-	if got := limit(); before != 9 || got != 7 {
-		t.Errorf("limits %d then %d; want 9 after its own overload answer, 7 (0.9 × 8 in flight) after one overheard", before, got)
 	}
 }
 

@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"time"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/musepi/musepi/actors"
 	"github.com/musepi/musepi/clock"
-	"github.com/musepi/musepi/messages"
 	"github.com/musepi/musepi/messages/protocol"
 )
 
@@ -96,23 +93,6 @@ func (r *router) seat(ctx actor.Context, m *protocol.SelectCredential, reply *pr
 	delete(r.routed, m.GetSessionId())
 }
 
-// tellOverload tells the other members' routers of the provider of an
-// overload answer that settle ends (OverloadSeen), so that the limiters
-// that share the capacity back off together: each node's limiter
-// otherwise stops only at refusals of its own turns, and three probing one
-// capacity met three times the refusals of one (bench/storm's overload
-// storm).
-func (r *router) tellOverload(ctx actor.Context, settle *protocol.PacingSettle) {
-	key, ok := r.places.OverloadedBy(settle)
-	if !ok || r.peers == nil {
-		return
-	}
-	seen := &messages.OverloadSeen{Provider: key.Provider, Model: key.Model, PublishedUnixNano: time.Now().UnixNano()}
-	for _, pid := range r.peers() {
-		ctx.Send(pid, seen)
-	}
-}
-
 // relay passes a paced turn's grant on to its session once the turn has
 // a place; until then the session is told it waits (actors.Places.
 // SeatPaced). A grant of a turn no longer routed (cancelled) is dropped.
@@ -133,9 +113,6 @@ func (r *router) relay(ctx actor.Context, g *protocol.PacingGrant) {
 func (r *router) limit(ctx actor.Context, msg proto.Message) {
 	if r.places == nil {
 		return
-	}
-	if s, ok := msg.(*protocol.PacingSettle); ok {
-		r.tellOverload(ctx, s)
 	}
 	r.places.Limit(ctx, msg)
 	switch m := msg.(type) {

@@ -92,70 +92,6 @@ func (x *CredentialBlocks) GetPublishedUnixNano() int64 {
 	return 0
 }
 
-// OverloadSeen is an overload answer that one node's overload limiter met
-// on a provider's model, sent by that node's credentials router to the
-// other nodes' routers of the provider: their limiters of the same
-// capacity back off with it (overload.Limiter.Overheard).
-type OverloadSeen struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Provider          string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
-	Model             string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`                                                     // the model's name within the provider
-	PublishedUnixNano int64                  `protobuf:"varint,3,opt,name=published_unix_nano,json=publishedUnixNano,proto3" json:"published_unix_nano,omitempty"` // when the router sent it
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
-}
-
-func (x *OverloadSeen) Reset() {
-	*x = OverloadSeen{}
-	mi := &file_blocks_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *OverloadSeen) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*OverloadSeen) ProtoMessage() {}
-
-func (x *OverloadSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_blocks_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use OverloadSeen.ProtoReflect.Descriptor instead.
-func (*OverloadSeen) Descriptor() ([]byte, []int) {
-	return file_blocks_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *OverloadSeen) GetProvider() string {
-	if x != nil {
-		return x.Provider
-	}
-	return ""
-}
-
-func (x *OverloadSeen) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *OverloadSeen) GetPublishedUnixNano() int64 {
-	if x != nil {
-		return x.PublishedUnixNano
-	}
-	return 0
-}
-
 // ModelCooldown is one selector's cooldown, published by a role's
 // model-fallback activation to every node's CooldownView.
 type ModelCooldown struct {
@@ -170,7 +106,7 @@ type ModelCooldown struct {
 
 func (x *ModelCooldown) Reset() {
 	*x = ModelCooldown{}
-	mi := &file_blocks_proto_msgTypes[2]
+	mi := &file_blocks_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +118,7 @@ func (x *ModelCooldown) String() string {
 func (*ModelCooldown) ProtoMessage() {}
 
 func (x *ModelCooldown) ProtoReflect() protoreflect.Message {
-	mi := &file_blocks_proto_msgTypes[2]
+	mi := &file_blocks_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +131,7 @@ func (x *ModelCooldown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCooldown.ProtoReflect.Descriptor instead.
 func (*ModelCooldown) Descriptor() ([]byte, []int) {
-	return file_blocks_proto_rawDescGZIP(), []int{2}
+	return file_blocks_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ModelCooldown) GetRole() string {
@@ -235,11 +171,7 @@ const file_blocks_proto_rawDesc = "" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12&\n" +
 	"\x0funtil_unix_nano\x18\x03 \x03(\x03R\runtilUnixNano\x12.\n" +
-	"\x13published_unix_nano\x18\x04 \x01(\x03R\x11publishedUnixNano\"p\n" +
-	"\fOverloadSeen\x12\x1a\n" +
-	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\x12.\n" +
-	"\x13published_unix_nano\x18\x03 \x01(\x03R\x11publishedUnixNano\"\x97\x01\n" +
+	"\x13published_unix_nano\x18\x04 \x01(\x03R\x11publishedUnixNano\"\x97\x01\n" +
 	"\rModelCooldown\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1a\n" +
 	"\bselector\x18\x02 \x01(\tR\bselector\x12&\n" +
@@ -258,11 +190,10 @@ func file_blocks_proto_rawDescGZIP() []byte {
 	return file_blocks_proto_rawDescData
 }
 
-var file_blocks_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_blocks_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_blocks_proto_goTypes = []any{
 	(*CredentialBlocks)(nil), // 0: musepi.v1.CredentialBlocks
-	(*OverloadSeen)(nil),     // 1: musepi.v1.OverloadSeen
-	(*ModelCooldown)(nil),    // 2: musepi.v1.ModelCooldown
+	(*ModelCooldown)(nil),    // 1: musepi.v1.ModelCooldown
 }
 var file_blocks_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -283,7 +214,7 @@ func file_blocks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_blocks_proto_rawDesc), len(file_blocks_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -260,23 +260,6 @@ func (l *Limiter) Cancel(id string) bool {
 	return true
 }
 
-// Overheard takes an overload answer that another limiter of the same
-// capacity met (another node of a cluster, Members): key's limit comes
-// down as for an overload answer of its own to a call sent now, to
-// Backoff times the calls in flight (several in one round do not
-// compound), so that the limiters that share a capacity back off
-// together rather than each at its own refusals. Nothing changes with no call in flight. It reports whether
-// the limit changed.
-func (l *Limiter) Overheard(now time.Time, key Key) bool {
-	m, ok := l.models[key]
-	if !ok || m.inFlight == 0 {
-		return false
-	}
-	before := m.allowed()
-	m.decrease(now, call{key: key, seq: m.seq, inFlight: m.inFlight}, l.s.Backoff, Overload)
-	return m.allowed() != before
-}
-
 // Limit is how many calls may be in flight to key now.
 func (l *Limiter) Limit(key Key) int {
 	if m, ok := l.models[key]; ok {

@@ -319,26 +319,3 @@ func TestMembersShareTheStartAndTheProbe(t *testing.T) {
 		t.Errorf("Initial shared among more members than it has calls: %d, want 1", got)
 	}
 }
-
-// An overload answer another limiter of the capacity met brings the limit
-// down as one of its own would (to 0.9 of the calls in flight, not
-// compounding within a round), and never with nothing in flight.
-func TestOverheard(t *testing.T) {
-	l := New(Settings{Initial: 20})
-	if l.Overheard(t0, key) {
-		t.Fatal("Overheard on a model never used changed its limit")
-	}
-	for _, id := range calls("c", 10) {
-		l.Acquire(id, key, pacing.Normal)
-	}
-	if !l.Overheard(t0, key) || l.Limit(key) != 9 {
-		t.Fatalf("after an overload answer overheard with 10 in flight: limit %d, want 9", l.Limit(key))
-	}
-	if l.Overheard(t0.Add(time.Millisecond), key) || l.Limit(key) != 9 {
-		t.Fatalf("a second one in the same round: limit %d, want 9 still", l.Limit(key))
-	}
-	l.Release(t0.Add(time.Second), "c1", Outcome{Result: Answered})
-	if !l.Overheard(t0.Add(time.Second), key) || l.Limit(key) != 8 {
-		t.Fatalf("one overheard with 9 in flight: limit %d, want 8 (0.9 × 9)", l.Limit(key))
-	}
-}
