@@ -75,7 +75,7 @@ func (p *Places) acquire(session string, t place, grant *protocol.PacingGrant, t
 // fallbacks whose limit has room (overload.Limiter.TryAcquire), and names
 // it; false when t's model has room, or none of them does.
 func (p *Places) fallBack(session string, t place, fallbacks []string) (string, bool) {
-	if len(fallbacks) == 0 || p.limiter.InFlight(t.key) < p.limiter.Limit(t.key) && p.limiter.Waiting(t.key) == [3]int{} {
+	if len(fallbacks) == 0 || p.limiter.HasRoom(t.key) {
 		return "", false
 	}
 	for _, model := range fallbacks {

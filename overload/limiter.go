@@ -204,7 +204,7 @@ func New(s Settings) *Limiter {
 // Release. False: it waits until a Release grants it, or Cancel.
 func (l *Limiter) Acquire(id string, key Key, priority pacing.Priority) bool {
 	m := l.model(key)
-	if len(m.waiting) > 0 || m.inFlight >= m.allowed() {
+	if !m.hasRoom() {
 		m.wait(id, priority)
 		l.queued[id] = key
 		return false
@@ -218,10 +218,19 @@ func (l *Limiter) Acquire(id string, key Key, priority pacing.Priority) bool {
 // false leaves nothing behind.
 func (l *Limiter) TryAcquire(id string, key Key) bool {
 	m := l.model(key)
-	if len(m.waiting) > 0 || m.inFlight >= m.allowed() {
+	if !m.hasRoom() {
 		return false
 	}
 	l.send(id, key, m)
+	return true
+}
+
+// HasRoom reports whether a call to key would go now: the limit has room
+// and no call waits for it.
+func (l *Limiter) HasRoom(key Key) bool {
+	if m, ok := l.models[key]; ok {
+		return m.hasRoom()
+	}
 	return true
 }
 
@@ -338,6 +347,10 @@ type waiter struct {
 
 // allowed is how many calls may be in flight.
 func (m *model) allowed() int { return int(m.limit) }
+
+// hasRoom reports whether a call may go now: room in the limit, and no
+// call waiting before it.
+func (m *model) hasRoom() bool { return len(m.waiting) == 0 && m.inFlight < m.allowed() }
 
 // wait queues call id in release order: priority, then arrival.
 func (m *model) wait(id string, priority pacing.Priority) {

@@ -271,6 +271,9 @@ func TestTryAcquire(t *testing.T) {
 	if !l.TryAcquire("c1", key) {
 		t.Fatal("TryAcquire with room = false")
 	}
+	if l.HasRoom(key) || !l.HasRoom(Key{Provider: "p", Model: "never asked"}) {
+		t.Fatal("HasRoom: a full limit has room, or a model never asked has none")
+	}
 	if l.TryAcquire("c2", key) || l.Waiting(key) != [3]int{} {
 		t.Fatalf("TryAcquire of a full limit went or queued: waiting %v", l.Waiting(key))
 	}
